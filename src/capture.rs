@@ -1,0 +1,177 @@
+//! A capture: `PHASE/TAP` → f32 tensor, the plain data every backend produces and every
+//! comparison consumes. Stored as `.npz` (numpy's own format, so Python tools read it).
+
+use crate::error::{Error, Result};
+use crate::tap::{key_order, Phase, Tap};
+use candle_core::Tensor;
+use ndarray::{ArrayD, IxDyn};
+use std::collections::BTreeMap;
+use std::path::Path;
+
+#[derive(Debug, Clone, Default)]
+pub struct Capture {
+    entries: BTreeMap<String, ArrayD<f32>>,
+}
+
+pub fn tensor_to_array(t: &Tensor) -> Result<ArrayD<f32>> {
+    let dims = t.dims().to_vec();
+    let data =
+        t.to_dtype(candle_core::DType::F32).and_then(|t| t.flatten_all()).and_then(|t| t.to_vec1::<f32>())?;
+    Ok(ArrayD::from_shape_vec(IxDyn(&dims), data).expect("element count matches dims"))
+}
+
+pub fn array_to_tensor(a: &ArrayD<f32>) -> Result<Tensor> {
+    let data: Vec<f32> = a.iter().copied().collect();
+    Ok(Tensor::from_vec(data, a.shape(), &candle_core::Device::Cpu)?)
+}
+
+impl Capture {
+    pub fn insert(&mut self, key: String, a: ArrayD<f32>) {
+        self.entries.insert(key, a);
+    }
+
+    pub fn put(&mut self, phase: Phase, tap: Tap, a: ArrayD<f32>) {
+        self.entries.insert(format!("{phase}/{tap}"), a);
+    }
+
+    pub fn get_key(&self, key: &str) -> Option<&ArrayD<f32>> {
+        self.entries.get(key)
+    }
+
+    pub fn get(&self, phase: Phase, tap: Tap) -> Option<&ArrayD<f32>> {
+        self.entries.get(&format!("{phase}/{tap}"))
+    }
+
+    pub fn remove_key(&mut self, key: &str) -> Option<ArrayD<f32>> {
+        self.entries.remove(key)
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Keys in execution order (phase, then tap).
+    pub fn keys(&self) -> Vec<&str> {
+        let mut k: Vec<&str> = self.entries.keys().map(String::as_str).collect();
+        k.sort_by_cached_key(|k| key_order(k));
+        k
+    }
+
+    /// Phases present, in run order.
+    pub fn phases(&self) -> Vec<Phase> {
+        let mut p: Vec<Phase> = self
+            .entries
+            .keys()
+            .filter_map(|k| k.split_once('/').and_then(|(p, _)| Phase::parse(p)))
+            .collect();
+        p.sort();
+        p.dedup();
+        p
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (&String, &ArrayD<f32>)> {
+        self.entries.iter()
+    }
+
+    pub fn extend(&mut self, other: Capture) {
+        self.entries.extend(other.entries);
+    }
+
+    pub fn write_npz(&self, path: &Path) -> Result<()> {
+        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+            std::fs::create_dir_all(parent).map_err(|e| Error::io(parent, e))?;
+        }
+        let file = std::fs::File::create(path).map_err(|e| Error::io(path, e))?;
+        let mut w = ndarray_npy::NpzWriter::new(std::io::BufWriter::new(file));
+        for key in self.keys() {
+            w.add_array(key, &self.entries[key])
+                .map_err(|e| Error::input(path.display().to_string(), format!("writing {key}: {e}")))?;
+        }
+        w.finish().map_err(|e| Error::input(path.display().to_string(), format!("closing npz: {e}")))?;
+        Ok(())
+    }
+
+    /// Read every array of an `.npz`. Integer and f64 arrays are converted to f32; other
+    /// dtypes are refused with the key named.
+    pub fn read_npz(path: &Path) -> Result<Self> {
+        let what = path.display().to_string();
+        let file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
+        let mut r = ndarray_npy::NpzReader::new(file)
+            .map_err(|e| Error::input(&what, format!("not a readable .npz archive: {e}")))?;
+        let names = r.names().map_err(|e| Error::input(&what, format!("reading the archive index: {e}")))?;
+        let mut cap = Capture::default();
+        for name in names {
+            let key = name.strip_suffix(".npy").unwrap_or(&name).to_string();
+            let arr =
+                read_any(&mut r, &name).map_err(|msg| Error::input(format!("{what} array `{key}`"), msg))?;
+            cap.entries.insert(key, arr);
+        }
+        Ok(cap)
+    }
+}
+
+fn read_any<R: std::io::Read + std::io::Seek>(
+    r: &mut ndarray_npy::NpzReader<R>,
+    name: &str,
+) -> std::result::Result<ArrayD<f32>, String> {
+    macro_rules! try_as {
+        ($t:ty) => {
+            if let Ok(a) = r.by_name::<ndarray::OwnedRepr<$t>, IxDyn>(name) {
+                return Ok(a.mapv(|x| x as f32));
+            }
+        };
+    }
+    if let Ok(a) = r.by_name::<ndarray::OwnedRepr<f32>, IxDyn>(name) {
+        return Ok(a);
+    }
+    try_as!(f64);
+    try_as!(i64);
+    try_as!(i32);
+    try_as!(i16);
+    try_as!(i8);
+    try_as!(u8);
+    try_as!(u16);
+    try_as!(u32);
+    try_as!(u64);
+    if let Ok(a) = r.by_name::<ndarray::OwnedRepr<bool>, IxDyn>(name) {
+        return Ok(a.mapv(|x| if x { 1.0 } else { 0.0 }));
+    }
+    Err("unsupported dtype (expected float32, float64 or an integer type; convert float16 \
+         arrays to float32 before saving)"
+        .into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn npz_round_trip_keeps_keys_and_values() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.npz");
+        let mut c = Capture::default();
+        c.put(
+            Phase::Prefill,
+            Tap::Logits,
+            ArrayD::from_shape_vec(IxDyn(&[2, 3]), vec![1., 2., 3., 4., 5., 6.]).unwrap(),
+        );
+        c.put(Phase::Decode(0), Tap::Embed, ArrayD::zeros(IxDyn(&[1, 4])));
+        c.write_npz(&path).unwrap();
+        let back = Capture::read_npz(&path).unwrap();
+        assert_eq!(back.keys(), vec!["prefill/logits", "decode.0/embed"]);
+        assert_eq!(back.get(Phase::Prefill, Tap::Logits), c.get(Phase::Prefill, Tap::Logits));
+    }
+
+    #[test]
+    fn not_an_npz_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("bad.npz");
+        std::fs::write(&path, b"definitely not a zip").unwrap();
+        let e = Capture::read_npz(&path).unwrap_err().to_string();
+        assert!(e.contains("bad.npz") && e.contains("npz"), "{e}");
+    }
+}

@@ -1,0 +1,203 @@
+//! Command line: clap derive, one module per command, option groups flattened per concern.
+
+mod bench;
+mod reference;
+mod synth;
+
+use crate::error::{Error, Result};
+use crate::model::synth::SynthSpec;
+use crate::model::{Arch, Checkpoint};
+use clap::{Args, Parser, Subcommand};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "hefprobe",
+    version,
+    about = "Numerics diagnostics for LLMs compiled to Hailo-10H HEF files",
+    long_about = "Feeds identical inputs to a float32 reference and to other backends (a HEF on a \
+                  device, recorded dumps, a fault emulator), compares every layer, head, position \
+                  and phase, locates the first drift and ranks the fault models that explain it.\n\n\
+                  Exit codes: 0 within thresholds, 1 drift beyond a threshold, 2 usage or input error."
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Write a HF-format checkpoint with seeded random weights (no download needed).
+    Synth(synth::SynthArgs),
+    /// Run the float32 reference and write its taps as a capture (.npz).
+    Reference(reference::ReferenceArgs),
+    /// Measure the reference: prefill and decode speed, taps off and on, peak memory.
+    Bench(bench::BenchArgs),
+}
+
+/// Where the model comes from: a checkpoint folder or a synthesized preset.
+#[derive(Args, Debug, Clone)]
+pub struct ModelArgs {
+    /// HF checkpoint folder (config.json + model.safetensors or a sharded index).
+    #[arg(long, value_name = "DIR", conflicts_with = "synth")]
+    pub checkpoint: Option<PathBuf>,
+    /// Synthesize the checkpoint in memory from a preset instead (see `hefprobe synth --help`).
+    #[arg(long, value_name = "PRESET")]
+    pub synth: Option<String>,
+    /// Seed for --synth.
+    #[arg(long, default_value_t = 0, requires = "synth")]
+    pub synth_seed: u64,
+}
+
+impl ModelArgs {
+    pub fn load(&self) -> Result<Checkpoint> {
+        match (&self.checkpoint, &self.synth) {
+            (Some(dir), _) => Checkpoint::load(dir),
+            (None, Some(p)) => SynthSpec::preset(p, self.synth_seed)?.build(),
+            (None, None) => {
+                Err(Error::usage("no model: give --checkpoint DIR, or --synth PRESET for a synthesized one"))
+            }
+        }
+    }
+}
+
+/// Token ids as given on the command line: `1,2,3`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ids(pub Vec<u32>);
+
+pub fn parse_ids(s: &str) -> std::result::Result<Ids, String> {
+    s.split(',')
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+        .map(|t| t.parse::<u32>().map_err(|_| format!("`{t}` is not a token id")))
+        .collect::<std::result::Result<Vec<u32>, String>>()
+        .map(Ids)
+}
+
+pub fn parse_arch(s: &str) -> std::result::Result<Arch, String> {
+    Arch::parse(s).ok_or_else(|| format!("`{s}` is not one of llama, mistral, qwen2, qwen3"))
+}
+
+/// Parse and run; errors become exit code 2, drift becomes 1.
+pub fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = e.print();
+            return match e.kind() {
+                clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion => {
+                    ExitCode::SUCCESS
+                }
+                _ => ExitCode::from(2),
+            };
+        }
+    };
+    match run(cli) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e}");
+            let mut source = std::error::Error::source(&e);
+            while let Some(s) = source {
+                eprintln!("  caused by: {s}");
+                source = s.source();
+            }
+            ExitCode::from(2)
+        }
+    }
+}
+
+pub fn run(cli: Cli) -> Result<ExitCode> {
+    match cli.command {
+        Command::Synth(a) => synth::run(a),
+        Command::Reference(a) => reference::run(a),
+        Command::Bench(a) => bench::run(a),
+    }
+}
+
+/// The inputs of a run: prompt (ids or text), chunking and decode steps.
+#[derive(Args, Debug, Clone, Default)]
+pub struct PromptArgs {
+    /// Prompt token ids: 1,2,3.
+    #[arg(long, value_name = "IDS", value_parser = parse_ids, conflicts_with = "text")]
+    pub tokens: Option<Ids>,
+    /// Prompt text, tokenized with the checkpoint's tokenizer.json (or --tokenizer).
+    #[arg(long)]
+    pub text: Option<String>,
+    /// tokenizer.json to use with --text (default: the checkpoint folder's).
+    #[arg(long, value_name = "PATH")]
+    pub tokenizer: Option<PathBuf>,
+    /// Let the tokenizer's post-processor add special tokens (a BOS). HailoRT's genai server
+    /// does not (finding 6), so the default is off.
+    #[arg(long)]
+    pub add_special_tokens: bool,
+    /// Greedy decode steps after the prompt.
+    #[arg(long, value_name = "N", conflicts_with = "decode_tokens")]
+    pub decode: Option<usize>,
+    /// Teacher-forced decode tokens: step K feeds token K.
+    #[arg(long, value_name = "IDS", value_parser = parse_ids)]
+    pub decode_tokens: Option<Ids>,
+    /// Prefill in chunks of N tokens, remainder first (as HailoRT feeds prompts).
+    #[arg(long, value_name = "N")]
+    pub chunk: Option<usize>,
+    /// Absolute position of the first prompt token.
+    #[arg(long, default_value_t = 0)]
+    pub start_position: usize,
+}
+
+impl PromptArgs {
+    pub fn input_set(&self, ckpt: &Checkpoint) -> Result<crate::probe::inputs::InputSet> {
+        use crate::probe::inputs::{DecodeSpec, InputSet};
+        let (prompt, bos_added) = match (&self.tokens, &self.text) {
+            (Some(ids), _) => (ids.0.clone(), None),
+            (None, Some(text)) => {
+                use crate::model::tokenizer::{Tokenizer, SYNTH_TOKENIZER_VOCAB};
+                use crate::model::weights::CheckpointSource;
+                let tok = match (&self.tokenizer, &ckpt.source) {
+                    (Some(p), _) => Tokenizer::load(p)?,
+                    (None, CheckpointSource::Dir(d)) => Tokenizer::load(&d.join("tokenizer.json"))?,
+                    (None, CheckpointSource::Synth(_)) if ckpt.config.vocab_size >= SYNTH_TOKENIZER_VOCAB => {
+                        Tokenizer::synth()
+                    }
+                    (None, CheckpointSource::Synth(_)) => {
+                        return Err(Error::usage(format!(
+                            "--text: this synthesized model's vocabulary ({}) is too small for the byte-level \
+                             tokenizer; give --tokens",
+                            ckpt.config.vocab_size
+                        )))
+                    }
+                };
+                let enc = tok.encode(text, self.add_special_tokens)?;
+                (enc.ids, Some(enc.bos_added))
+            }
+            (None, None) => return Err(Error::usage("no prompt: give --tokens 1,2,3 or --text \"...\"")),
+        };
+        let decode = match (&self.decode_tokens, self.decode) {
+            (Some(t), _) => DecodeSpec::Forced(t.0.clone()),
+            (None, Some(n)) => DecodeSpec::Greedy(n),
+            (None, None) => DecodeSpec::Forced(Vec::new()),
+        };
+        let inputs =
+            InputSet { prompt, chunk: self.chunk, decode, start_position: self.start_position, bos_added };
+        inputs.validate(ckpt.config.vocab_size, ckpt.config.max_position_embeddings)?;
+        Ok(inputs)
+    }
+}
+
+/// One line saying whether a BOS was added (finding 6: say it, always).
+pub fn bos_note(bos_added: Option<bool>) -> &'static str {
+    match bos_added {
+        None => "token ids given directly",
+        Some(true) => "tokenizer ADDED a BOS (HailoRT's server would not)",
+        Some(false) => "no BOS added (as HailoRT's server tokenizes)",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn clap_definition_is_consistent() {
+        use clap::CommandFactory;
+        super::Cli::command().debug_assert();
+    }
+}

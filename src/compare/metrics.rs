@@ -1,0 +1,309 @@
+//! The metrics, one definition each (METRICS.md). `r` is the reference, `x` the candidate,
+//! both flattened and accumulated in f64. Masked entries and entries that are ±inf (same
+//! sign) on both sides are excluded first; NaN anywhere, and inf on one side only, are
+//! counted and reported, never averaged in.
+
+use serde::Serialize;
+
+/// Tolerances of the close fraction: numpy.isclose's defaults.
+pub const CLOSE_RTOL: f64 = 1e-5;
+pub const CLOSE_ATOL: f64 = 1e-8;
+/// ε of the relative error |r − x| / max(|r|, ε).
+pub const REL_EPS: f64 = 1e-6;
+/// Channels of largest reference magnitude removed for the outlier-excluded cosine.
+pub const OUTLIER_CHANNELS: usize = 4;
+/// k of the top-k overlap (AI Hub's convention).
+pub const TOP_K: usize = 5;
+
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct Metrics {
+    /// Elements compared.
+    pub n: usize,
+    /// Elements excluded as masked or ±inf on both sides.
+    pub excluded: usize,
+    pub nan_ref: usize,
+    pub nan_cand: usize,
+    /// Elements infinite on one side only (or with opposite signs).
+    pub inf_mismatch: usize,
+    pub cosine: f64,
+    pub sqnr_db: f64,
+    pub max_abs: f64,
+    pub mean_abs: f64,
+    pub p99_abs: f64,
+    pub rel_max: f64,
+    pub rel_median: f64,
+    pub close_frac: f64,
+}
+
+impl Metrics {
+    pub fn nonfinite(&self) -> usize {
+        self.nan_ref + self.nan_cand + self.inf_mismatch
+    }
+}
+
+/// Cosine with the conventions: both zero → 1; one zero → 0; clamped to [−1, 1].
+pub fn cosine_from(dot: f64, rr: f64, xx: f64) -> f64 {
+    match (rr == 0.0, xx == 0.0) {
+        (true, true) => 1.0,
+        (true, false) | (false, true) => 0.0,
+        _ => (dot / (rr.sqrt() * xx.sqrt())).clamp(-1.0, 1.0),
+    }
+}
+
+/// 20·log10(‖r‖ / ‖r − x‖); +inf when equal.
+pub fn sqnr_from(rr: f64, dd: f64) -> f64 {
+    if dd == 0.0 {
+        f64::INFINITY
+    } else {
+        10.0 * (rr / dd).log10()
+    }
+}
+
+/// numpy.quantile with the default linear interpolation; `v` is reordered in place.
+pub fn quantile(v: &mut [f64], q: f64) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    let pos = q * (v.len() - 1) as f64;
+    let (lo, hi) = (pos.floor() as usize, pos.ceil() as usize);
+    let (_, &mut a, rest) = v.select_nth_unstable_by(lo, f64::total_cmp);
+    let b = if hi > lo { rest.iter().copied().fold(f64::INFINITY, f64::min) } else { a };
+    a + (b - a) * (pos - lo as f64)
+}
+
+/// Cosine, SQNR and max |r − x| only: the cheap figures kept per head and per position.
+#[derive(Debug, Clone, Copy, Default, Serialize, PartialEq)]
+pub struct Basic {
+    pub cosine: f64,
+    pub sqnr_db: f64,
+    pub max_abs: f64,
+}
+
+pub fn basic(r: &[f32], x: &[f32], masked: Option<&[bool]>) -> Basic {
+    let (mut dot, mut rr, mut xx, mut dd, mut max_abs) = (0f64, 0f64, 0f64, 0f64, 0f64);
+    for i in 0..r.len() {
+        let (a, b) = (r[i] as f64, x[i] as f64);
+        if masked.is_some_and(|mk| mk[i]) || !a.is_finite() || !b.is_finite() {
+            continue;
+        }
+        let d = a - b;
+        dot += a * b;
+        rr += a * a;
+        xx += b * b;
+        dd += d * d;
+        max_abs = max_abs.max(d.abs());
+    }
+    Basic { cosine: cosine_from(dot, rr, xx), sqnr_db: sqnr_from(rr, dd), max_abs }
+}
+
+/// All element-wise metrics. `masked[i]` excludes element i. Lengths must match (the caller
+/// aligns shapes first and reports a mismatch as an error).
+pub fn compute(r: &[f32], x: &[f32], masked: Option<&[bool]>) -> Metrics {
+    assert_eq!(r.len(), x.len(), "metrics::compute needs aligned inputs");
+    let mut m = Metrics::default();
+    let (mut dot, mut rr, mut xx, mut dd, mut close) = (0f64, 0f64, 0f64, 0f64, 0usize);
+    let mut abs = Vec::with_capacity(r.len());
+    let mut rel = Vec::with_capacity(r.len());
+    for i in 0..r.len() {
+        if masked.is_some_and(|mk| mk[i]) {
+            m.excluded += 1;
+            continue;
+        }
+        let (a, b) = (r[i] as f64, x[i] as f64);
+        if a.is_nan() || b.is_nan() {
+            m.nan_ref += usize::from(a.is_nan());
+            m.nan_cand += usize::from(b.is_nan());
+            continue;
+        }
+        if a.is_infinite() || b.is_infinite() {
+            if a == b {
+                m.excluded += 1;
+            } else {
+                m.inf_mismatch += 1;
+            }
+            continue;
+        }
+        let d = a - b;
+        dot += a * b;
+        rr += a * a;
+        xx += b * b;
+        dd += d * d;
+        abs.push(d.abs());
+        rel.push(d.abs() / a.abs().max(REL_EPS));
+        if d.abs() <= CLOSE_ATOL + CLOSE_RTOL * a.abs() {
+            close += 1;
+        }
+    }
+    m.n = abs.len();
+    m.cosine = cosine_from(dot, rr, xx);
+    m.sqnr_db = sqnr_from(rr, dd);
+    if m.n > 0 {
+        m.max_abs = abs.iter().copied().fold(0.0, f64::max);
+        m.mean_abs = abs.iter().sum::<f64>() / m.n as f64;
+        m.p99_abs = quantile(&mut abs, 0.99);
+        m.rel_max = rel.iter().copied().fold(0.0, f64::max);
+        m.rel_median = quantile(&mut rel, 0.5);
+        m.close_frac = close as f64 / m.n as f64;
+    } else {
+        m.close_frac = 1.0;
+    }
+    m
+}
+
+/// Cosine of [T, F] rows with the `k` channels of largest reference RMS removed: the
+/// residual stream's massive-activation channels can make the plain cosine 0.999 while the
+/// rest is noise.
+pub fn cosine_without_outliers(r: &[f32], x: &[f32], features: usize, k: usize) -> f64 {
+    if features == 0 || r.len() % features != 0 || features <= k {
+        return f64::NAN;
+    }
+    let rows = r.len() / features;
+    let mut energy: Vec<(f64, usize)> = (0..features)
+        .map(|c| ((0..rows).map(|t| (r[t * features + c] as f64).powi(2)).sum::<f64>(), c))
+        .collect();
+    energy.sort_by(|a, b| b.0.total_cmp(&a.0));
+    let mut drop = vec![false; features];
+    for &(_, c) in energy.iter().take(k) {
+        drop[c] = true;
+    }
+    let (mut dot, mut rr, mut xx) = (0f64, 0f64, 0f64);
+    for (i, (&a, &b)) in r.iter().zip(x).enumerate() {
+        let (a, b) = (a as f64, b as f64);
+        if drop[i % features] || !a.is_finite() || !b.is_finite() {
+            continue;
+        }
+        dot += a * b;
+        rr += a * a;
+        xx += b * b;
+    }
+    cosine_from(dot, rr, xx)
+}
+
+/// Per-position logits metrics (one row of [T, vocab]).
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct LogitsRow {
+    pub argmax_ref: usize,
+    pub argmax_cand: usize,
+    /// r's top-1 minus top-2 logit: qualifies every argmax flip.
+    pub margin: f64,
+    pub topk_overlap: f64,
+    pub kl: f64,
+    /// q(t) − p(t) for t = r's argmax.
+    pub delta_p: f64,
+}
+
+fn log_softmax(v: &[f32]) -> Vec<f64> {
+    let max = v.iter().copied().filter(|x| !x.is_nan()).fold(f32::NEG_INFINITY, f32::max) as f64;
+    let lse = v.iter().map(|&x| ((x as f64) - max).exp()).sum::<f64>().ln() + max;
+    v.iter().map(|&x| x as f64 - lse).collect()
+}
+
+fn topk(v: &[f32], k: usize) -> Vec<usize> {
+    let mut idx: Vec<usize> = (0..v.len()).collect();
+    // Descending value, ties by lower index (first maximum first).
+    idx.sort_by(|&a, &b| v[b].total_cmp(&v[a]).then(a.cmp(&b)));
+    idx.truncate(k);
+    idx
+}
+
+pub fn logits_row(r: &[f32], x: &[f32]) -> LogitsRow {
+    let argmax_ref = crate::model::decoder::argmax(r);
+    let argmax_cand = crate::model::decoder::argmax(x);
+    let top_r = topk(r, TOP_K.max(2));
+    let margin = if r.len() > 1 { r[top_r[0]] as f64 - r[top_r[1]] as f64 } else { f64::INFINITY };
+    let k = TOP_K.min(r.len());
+    let top_x = topk(x, k);
+    let overlap = top_r[..k].iter().filter(|i| top_x.contains(i)).count() as f64 / k as f64;
+    let (lp, lq) = (log_softmax(r), log_softmax(x));
+    let kl =
+        lp.iter().zip(&lq).map(|(&a, &b)| if a.exp() == 0.0 { 0.0 } else { a.exp() * (a - b) }).sum::<f64>();
+    LogitsRow {
+        argmax_ref,
+        argmax_cand,
+        margin,
+        topk_overlap: overlap,
+        kl: kl.max(0.0),
+        delta_p: lq[argmax_ref].exp() - lp[argmax_ref].exp(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn close(a: f64, b: f64) -> bool {
+        (a - b).abs() < 1e-12 || a == b
+    }
+
+    #[test]
+    fn hand_computed_values() {
+        // r = (1, 2, 2), x = (1, 2, 3): r·x = 11, ‖r‖ = 3, ‖x‖ = √14, ‖r−x‖ = 1.
+        let m = compute(&[1., 2., 2.], &[1., 2., 3.], None);
+        assert!(close(m.cosine, 11.0 / (3.0 * 14f64.sqrt())));
+        assert!(close(m.sqnr_db, 20.0 * 3f64.log10()));
+        assert_eq!((m.max_abs, m.n), (1.0, 3));
+        assert!(close(m.mean_abs, 1.0 / 3.0));
+        assert!(close(m.rel_max, 0.5));
+        assert!(close(m.rel_median, 0.0));
+        assert!(close(m.close_frac, 2.0 / 3.0));
+        // p99 of [0, 0, 1] with linear interpolation: position 1.98 -> 0.98.
+        assert!(close(m.p99_abs, 0.98));
+    }
+
+    #[test]
+    fn zero_and_constant_vectors() {
+        let m = compute(&[0., 0.], &[0., 0.], None);
+        assert_eq!((m.cosine, m.sqnr_db), (1.0, f64::INFINITY));
+        let m = compute(&[0., 0.], &[1., 0.], None);
+        assert_eq!(m.cosine, 0.0);
+        assert_eq!(m.sqnr_db, f64::NEG_INFINITY);
+        let m = compute(&[2., 2., 2.], &[3., 3., 3.], None);
+        assert!(close(m.cosine, 1.0), "constant vectors are parallel");
+        assert!(close(m.sqnr_db, 20.0 * (2.0f64 / 1.0).log10()));
+        let m = compute(&[1., 1.], &[-1., -1.], None);
+        assert_eq!(m.cosine, -1.0);
+    }
+
+    #[test]
+    fn nan_inf_and_masks_are_excluded_and_counted() {
+        let inf = f32::INFINITY;
+        let r = [1.0, f32::NAN, -inf, inf, 5.0, 2.0];
+        let x = [1.0, 0.0, -inf, 3.0, f32::NAN, 9.0];
+        let m = compute(&r, &x, Some(&[false, false, false, false, false, true]));
+        assert_eq!((m.nan_ref, m.nan_cand, m.inf_mismatch), (1, 1, 1));
+        assert_eq!(m.excluded, 2, "masked entry and -inf on both sides");
+        assert_eq!(m.n, 1);
+        assert_eq!(m.cosine, 1.0);
+        assert_eq!(m.nonfinite(), 3);
+    }
+
+    #[test]
+    #[should_panic(expected = "aligned")]
+    fn length_mismatch_is_caught() {
+        compute(&[1.0], &[1.0, 2.0], None);
+    }
+
+    #[test]
+    fn logits_row_metrics() {
+        // p = softmax(ln 1, ln 3) = (0.25, 0.75); q = (0.5, 0.5).
+        let r = [0f32, 3f32.ln()];
+        let x = [0f32, 0f32];
+        let l = logits_row(&r, &x);
+        assert_eq!((l.argmax_ref, l.argmax_cand), (1, 0), "q ties: first maximum");
+        assert!((l.margin - 3f64.ln()).abs() < 1e-6);
+        let kl = 0.25 * (0.25f64 / 0.5).ln() + 0.75 * (0.75f64 / 0.5).ln();
+        assert!((l.kl - kl).abs() < 1e-6);
+        assert!((l.delta_p - (0.5 - 0.75)).abs() < 1e-6);
+        assert_eq!(logits_row(&r, &r).kl, 0.0);
+    }
+
+    #[test]
+    fn outlier_excluded_cosine_sees_noise_under_a_massive_channel() {
+        // Channel 0 is huge and identical; channels 1..=5 disagree completely.
+        let r: Vec<f32> = vec![1000., 1., 1., 1., 1., 1.];
+        let x: Vec<f32> = vec![1000., -1., -1., -1., -1., -1.];
+        let plain = compute(&r, &x, None).cosine;
+        assert!(plain > 0.99998);
+        assert!(cosine_without_outliers(&r, &x, 6, 1) < -0.99);
+    }
+}

@@ -1,0 +1,193 @@
+//! Thresholds: bounds per metric, per tap glob, with a default. By default the most specific
+//! glob that bounds a metric wins; a probe may ask for the tightest matching bound instead.
+
+use crate::error::{Error, Result};
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+/// The metrics a bound can name. `min` bounds pass when value ≥ bound, `max` when ≤.
+pub const METRICS: &[(&str, Dir, &str)] = &[
+    ("cosine", Dir::Min, "cosine similarity"),
+    ("cosine_no_outliers", Dir::Min, "cosine without the 4 largest reference channels"),
+    ("sqnr", Dir::Min, "SQNR in dB"),
+    ("max_abs", Dir::Max, "max |r - x|"),
+    ("mean_abs", Dir::Max, "mean |r - x|"),
+    ("p99_abs", Dir::Max, "99th percentile of |r - x|"),
+    ("rel_max", Dir::Max, "max relative error"),
+    ("rel_median", Dir::Max, "median relative error"),
+    ("close", Dir::Min, "share of elements within numpy.isclose tolerances"),
+    ("nonfinite", Dir::Max, "NaN or one-sided inf entries"),
+    ("argmax", Dir::Min, "share of positions with the reference's argmax (logits)"),
+    ("topk", Dir::Min, "mean top-5 overlap (logits)"),
+    ("kl_mean", Dir::Max, "mean KL divergence in nats (logits)"),
+    ("kl_max", Dir::Max, "max KL divergence (logits)"),
+    ("kl_p99", Dir::Max, "99th percentile KL (logits)"),
+    ("flips", Dir::Max, "argmax flips where the reference top-1 margin exceeds flip_margin (logits)"),
+    ("prob_sum_err", Dir::Max, "max |sum over keys - 1| of a head's probs (attn.probs)"),
+    ("mask_leak", Dir::Max, "probability mass entries > 1e-6 where the reference masks (attn.probs)"),
+];
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Dir {
+    Min,
+    Max,
+}
+
+pub fn metric_dir(name: &str) -> Option<Dir> {
+    METRICS.iter().find(|(n, _, _)| *n == name).map(|(_, d, _)| *d)
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Policy {
+    #[default]
+    MostSpecific,
+    Tightest,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Rule {
+    pub glob: String,
+    #[serde(skip)]
+    pattern: glob::Pattern,
+    pub bounds: BTreeMap<String, f64>,
+}
+
+impl Rule {
+    pub fn new(glob: &str, bounds: BTreeMap<String, f64>) -> Result<Self> {
+        for name in bounds.keys() {
+            check_metric(name)?;
+        }
+        let pattern = glob::Pattern::new(glob)
+            .map_err(|e| Error::usage(format!("threshold glob `{glob}` is not a valid pattern: {e}")))?;
+        Ok(Rule { glob: glob.to_string(), pattern, bounds })
+    }
+
+    /// Literal characters of the glob: more means more specific.
+    fn specificity(&self) -> usize {
+        self.glob.chars().filter(|c| !matches!(c, '*' | '?' | '[' | ']')).count()
+    }
+}
+
+fn check_metric(name: &str) -> Result<()> {
+    if metric_dir(name).is_none() {
+        let names: Vec<&str> = METRICS.iter().map(|m| m.0).collect();
+        let hint = crate::error::closest(name, names.iter().copied())
+            .map(|c| format!(" (did you mean `{c}`?)"))
+            .unwrap_or_default();
+        return Err(Error::usage(format!("unknown metric `{name}`{hint}; metrics: {}", names.join(", "))));
+    }
+    Ok(())
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Thresholds {
+    pub default: BTreeMap<String, f64>,
+    pub rules: Vec<Rule>,
+    pub policy: Policy,
+    /// Argmax flips count only where the reference's top-1 margin exceeds this.
+    pub flip_margin: f64,
+}
+
+impl Default for Thresholds {
+    /// cosine ≥ 0.999 everywhere, no NaN or one-sided inf, and no argmax flip where the
+    /// reference's top-1 margin exceeds 1e-3.
+    fn default() -> Self {
+        let mut default = BTreeMap::new();
+        default.insert("cosine".to_string(), 0.999);
+        default.insert("nonfinite".to_string(), 0.0);
+        default.insert("flips".to_string(), 0.0);
+        Thresholds { default, rules: Vec::new(), policy: Policy::MostSpecific, flip_margin: 1e-3 }
+    }
+}
+
+impl Thresholds {
+    /// The bounds applying to `tap`: metric → bound (and the glob it came from).
+    pub fn bounds_for(&self, tap: &str) -> BTreeMap<String, (f64, String)> {
+        let mut out: BTreeMap<String, (f64, String, usize)> =
+            self.default.iter().map(|(k, v)| (k.clone(), (*v, "default".to_string(), 0))).collect();
+        for rule in self.rules.iter().filter(|r| r.pattern.matches(tap)) {
+            let spec = rule.specificity() + 1;
+            for (metric, &bound) in &rule.bounds {
+                let dir = metric_dir(metric).expect("checked at construction");
+                let replace = match out.get(metric) {
+                    None => true,
+                    Some(&(old, _, old_spec)) => match self.policy {
+                        Policy::MostSpecific => spec >= old_spec,
+                        Policy::Tightest => match dir {
+                            Dir::Min => bound > old,
+                            Dir::Max => bound < old,
+                        },
+                    },
+                };
+                if replace {
+                    out.insert(metric.clone(), (bound, rule.glob.clone(), spec));
+                }
+            }
+        }
+        out.into_iter().map(|(k, (v, g, _))| (k, (v, g))).collect()
+    }
+
+    /// Parse a command-line bound: `cosine=0.99` or `GLOB:metric=value`.
+    pub fn add_cli(&mut self, spec: &str) -> Result<()> {
+        let (glob, rest) = match spec.rsplit_once(':') {
+            Some((g, r)) => (Some(g), r),
+            None => (None, spec),
+        };
+        let (metric, value) = rest.split_once('=').ok_or_else(|| {
+            Error::usage(format!("--threshold `{spec}`: expected METRIC=VALUE or GLOB:METRIC=VALUE"))
+        })?;
+        let value: f64 = value
+            .trim()
+            .parse()
+            .map_err(|_| Error::usage(format!("--threshold `{spec}`: `{value}` is not a number")))?;
+        let metric = metric.trim();
+        check_metric(metric)?;
+        match glob {
+            None => {
+                self.default.insert(metric.to_string(), value);
+            }
+            Some(g) => {
+                let mut b = BTreeMap::new();
+                b.insert(metric.to_string(), value);
+                self.rules.push(Rule::new(g, b)?);
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rule(g: &str, m: &str, v: f64) -> Rule {
+        Rule::new(g, [(m.to_string(), v)].into_iter().collect()).unwrap()
+    }
+
+    #[test]
+    fn most_specific_wins_unless_tightest_asked() {
+        let mut t = Thresholds::default();
+        t.rules.push(rule("layers.*", "cosine", 0.9));
+        t.rules.push(rule("layers.*.attn.probs", "cosine", 0.5));
+        t.rules.push(rule("*", "cosine", 0.99));
+        let b = t.bounds_for("layers.0.attn.probs");
+        assert_eq!(b["cosine"], (0.5, "layers.*.attn.probs".to_string()));
+        assert_eq!(t.bounds_for("layers.0.out")["cosine"].0, 0.9);
+        assert_eq!(t.bounds_for("logits")["cosine"].0, 0.99);
+        t.policy = Policy::Tightest;
+        assert_eq!(t.bounds_for("layers.0.attn.probs")["cosine"].0, 0.999, "default is tightest");
+    }
+
+    #[test]
+    fn cli_bounds_and_unknown_metrics() {
+        let mut t = Thresholds::default();
+        t.add_cli("cosine=0.9").unwrap();
+        t.add_cli("logits:kl_mean=0.01").unwrap();
+        assert_eq!(t.bounds_for("logits")["kl_mean"].0, 0.01);
+        assert_eq!(t.bounds_for("embed")["cosine"].0, 0.9);
+        let e = t.add_cli("cosin=0.9").unwrap_err().to_string();
+        assert!(e.contains("did you mean `cosine`"), "{e}");
+    }
+}

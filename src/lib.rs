@@ -1,0 +1,15 @@
+//! hefprobe: numerics diagnostics for LLMs compiled to Hailo-10H HEF files.
+//!
+//! Data flow (see ARCHITECTURE.md): a probe builds one [`probe::inputs::InputSet`], every
+//! backend runs it into a [`capture::Capture`] (`PHASE/TAP` → tensor), pure functions in
+//! [`compare`] turn pairs of captures into located, explained drift, and [`report`] renders it.
+
+pub mod capture;
+pub mod cli;
+pub mod compare;
+pub mod error;
+pub mod model;
+pub mod probe;
+pub mod tap;
+
+pub use error::{Error, Result};

@@ -1,0 +1,392 @@
+//! The instrumented float32 decoder for llama, mistral, qwen2 and qwen3.
+//!
+//! One forward step (a prefill, a prefill chunk or a decode step) follows transformers'
+//! `LlamaDecoderLayer` / `Qwen3DecoderLayer` op for op, in f32, with attention computed
+//! explicitly (scores, softmax, probs) so every intermediate can be tapped. Quirks matched:
+//! Qwen3 normalizes q and k per head before RoPE; Qwen2 has q/k/v bias; sliding-window
+//! layers let a query see `window` keys including itself; a tied lm_head reuses the
+//! embedding matrix.
+
+use crate::error::{ComputeContext, Error, Result};
+use crate::model::config::ModelConfig;
+use crate::model::hooks::{Hooks, Qk, StepCtx};
+use crate::model::rope::{Rope, RopeLayout};
+use crate::model::weights::Checkpoint;
+use crate::tap::{LayerTap, Phase, Tap, TapSink};
+use candle_core::{DType, Device, Tensor};
+
+/// A projection `y = x Wᵀ + b`, W [out, in].
+#[derive(Debug, Clone)]
+pub struct Linear {
+    pub w: Tensor,
+    pub b: Option<Tensor>,
+}
+
+impl Linear {
+    pub fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+        let y = x.matmul(&self.w.t()?)?;
+        match &self.b {
+            Some(b) => y.broadcast_add(b),
+            None => Ok(y),
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Block {
+    pub attn_norm: Tensor,
+    pub q: Linear,
+    pub k: Linear,
+    pub v: Linear,
+    pub o: Linear,
+    pub q_norm: Option<Tensor>,
+    pub k_norm: Option<Tensor>,
+    pub mlp_norm: Tensor,
+    pub gate: Linear,
+    pub up: Linear,
+    pub down: Linear,
+    pub window: Option<usize>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Decoder {
+    pub cfg: ModelConfig,
+    pub embed: Tensor,
+    pub blocks: Vec<Block>,
+    pub norm: Tensor,
+    pub lm_head: Linear,
+    pub rope: Rope,
+}
+
+/// Keys and values of earlier steps. The reference keeps every entry; the simulated device
+/// implements the runtime's ring.
+pub trait KvStore {
+    /// Store this step's keys/values [KV, T, D] for `layer`.
+    fn append(
+        &mut self,
+        layer: usize,
+        k: &Tensor,
+        v: &Tensor,
+        positions: &[usize],
+        phase: Phase,
+    ) -> Result<()>;
+    /// Everything `layer` can attend to.
+    fn read(&self, layer: usize) -> Result<CacheView>;
+}
+
+/// What a layer reads back: keys and values [KV, S, D], each entry's absolute position
+/// (None for an empty slot) and the phase that wrote it.
+pub struct CacheView {
+    pub k: Tensor,
+    pub v: Tensor,
+    pub positions: Vec<Option<usize>>,
+    pub writers: Vec<Phase>,
+}
+
+/// The reference's cache: every entry kept, in order.
+#[derive(Debug, Default, Clone)]
+pub struct FullCache {
+    k: Vec<Option<Tensor>>,
+    v: Vec<Option<Tensor>>,
+    positions: Vec<Vec<usize>>,
+    writers: Vec<Vec<Phase>>,
+}
+
+impl FullCache {
+    pub fn new(layers: usize) -> Self {
+        FullCache {
+            k: vec![None; layers],
+            v: vec![None; layers],
+            positions: vec![Vec::new(); layers],
+            writers: vec![Vec::new(); layers],
+        }
+    }
+
+    /// Number of entries stored for layer 0 (all layers hold the same count).
+    pub fn len(&self) -> usize {
+        self.positions.first().map_or(0, Vec::len)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The stored keys/values of `layer` [KV, S, D].
+    pub fn layer(&self, layer: usize) -> Option<(&Tensor, &Tensor)> {
+        Some((self.k.get(layer)?.as_ref()?, self.v.get(layer)?.as_ref()?))
+    }
+}
+
+impl KvStore for FullCache {
+    fn append(
+        &mut self,
+        layer: usize,
+        k: &Tensor,
+        v: &Tensor,
+        positions: &[usize],
+        phase: Phase,
+    ) -> Result<()> {
+        let cat = |old: &Option<Tensor>, new: &Tensor| -> candle_core::Result<Tensor> {
+            match old {
+                Some(o) => Tensor::cat(&[o, new], 1),
+                None => Ok(new.clone()),
+            }
+        };
+        self.k[layer] = Some(cat(&self.k[layer], k).ctx(|| format!("layer {layer} cache append"))?);
+        self.v[layer] = Some(cat(&self.v[layer], v).ctx(|| format!("layer {layer} cache append"))?);
+        self.positions[layer].extend_from_slice(positions);
+        self.writers[layer].extend(std::iter::repeat_n(phase, positions.len()));
+        Ok(())
+    }
+
+    fn read(&self, layer: usize) -> Result<CacheView> {
+        let (k, v) = self
+            .layer(layer)
+            .ok_or_else(|| Error::usage(format!("layer {layer}: cache read before any write")))?;
+        Ok(CacheView {
+            k: k.clone(),
+            v: v.clone(),
+            positions: self.positions[layer].iter().map(|p| Some(*p)).collect(),
+            writers: self.writers[layer].clone(),
+        })
+    }
+}
+
+/// The inputs of one step.
+#[derive(Debug, Clone)]
+pub struct StepInput {
+    pub phase: Phase,
+    /// [T, hidden]: embedding rows (from token ids, or dequantized from a device frame).
+    pub embeds: Tensor,
+    pub positions: Vec<usize>,
+}
+
+fn rms_norm(x: &Tensor, w: &Tensor, eps: f64) -> candle_core::Result<Tensor> {
+    candle_nn::ops::rms_norm(&x.contiguous()?, w, eps as f32)
+}
+
+impl Decoder {
+    pub fn new(ckpt: &Checkpoint) -> Result<Self> {
+        let cfg = ckpt.config.clone();
+        let t = |name: &str| ckpt.tensor(name).cloned();
+        let opt = |name: &str| ckpt.tensors.get(name).cloned();
+        let lin = |name: &str| -> Result<Linear> {
+            Ok(Linear { w: t(&format!("{name}.weight"))?, b: opt(&format!("{name}.bias")) })
+        };
+        let mut blocks = Vec::with_capacity(cfg.num_layers);
+        for l in 0..cfg.num_layers {
+            let p = format!("model.layers.{l}");
+            blocks.push(Block {
+                attn_norm: t(&format!("{p}.input_layernorm.weight"))?,
+                q: lin(&format!("{p}.self_attn.q_proj"))?,
+                k: lin(&format!("{p}.self_attn.k_proj"))?,
+                v: lin(&format!("{p}.self_attn.v_proj"))?,
+                o: lin(&format!("{p}.self_attn.o_proj"))?,
+                q_norm: opt(&format!("{p}.self_attn.q_norm.weight")),
+                k_norm: opt(&format!("{p}.self_attn.k_norm.weight")),
+                mlp_norm: t(&format!("{p}.post_attention_layernorm.weight"))?,
+                gate: lin(&format!("{p}.mlp.gate_proj"))?,
+                up: lin(&format!("{p}.mlp.up_proj"))?,
+                down: lin(&format!("{p}.mlp.down_proj"))?,
+                window: cfg.sliding_window[l],
+            });
+        }
+        Ok(Decoder {
+            embed: t("model.embed_tokens.weight")?,
+            norm: t("model.norm.weight")?,
+            lm_head: Linear { w: ckpt.lm_head()?.clone(), b: None },
+            rope: Rope::new(&cfg.rope, cfg.head_dim),
+            blocks,
+            cfg,
+        })
+    }
+
+    /// Embedding rows of `tokens` [T, hidden]; a token id past the vocabulary is an error.
+    pub fn embed_tokens(&self, tokens: &[u32]) -> Result<Tensor> {
+        if let Some(bad) = tokens.iter().find(|&&t| t as usize >= self.cfg.vocab_size) {
+            return Err(Error::usage(format!(
+                "token id {bad} is out of range: the vocabulary has {} tokens (ids 0..{})",
+                self.cfg.vocab_size,
+                self.cfg.vocab_size - 1
+            )));
+        }
+        let ids = Tensor::new(tokens, &Device::Cpu)?;
+        self.embed.index_select(&ids, 0).ctx(|| "embedding lookup".into())
+    }
+
+    /// Run one step: every block over this step's rows, reading and extending `cache`.
+    /// Returns the logits [T, vocab] (as edited by `hooks`).
+    pub fn step(
+        &self,
+        input: &StepInput,
+        cache: &mut dyn KvStore,
+        sink: &mut dyn TapSink,
+        hooks: &mut dyn Hooks,
+    ) -> Result<Tensor> {
+        let ctx = StepCtx { phase: input.phase, positions: input.positions.clone() };
+        let phase = input.phase;
+        let emit = |tap: Tap, t: Tensor, hooks: &mut dyn Hooks, sink: &mut dyn TapSink| -> Result<Tensor> {
+            let t = hooks.edit(&ctx, tap, t)?;
+            if sink.wants(tap) {
+                sink.put(phase, tap, &t)?;
+            }
+            Ok(t)
+        };
+        let mut x = emit(Tap::Embed, input.embeds.clone(), hooks, sink)?;
+        for (l, block) in self.blocks.iter().enumerate() {
+            x = emit(Tap::Layer(l, LayerTap::Input), x, hooks, sink)?;
+            x = self.block(l, block, &ctx, x, cache, sink, hooks)?;
+        }
+        let l_end = self.blocks.len();
+        x = emit(Tap::Layer(l_end, LayerTap::Input), x, hooks, sink)?;
+        let h = rms_norm(&x, &self.norm, self.cfg.rms_norm_eps).ctx(|| "final norm".into())?;
+        let h = emit(Tap::FinalNorm, h, hooks, sink)?;
+        let logits = self.lm_head.forward(&h).ctx(|| "lm_head".into())?;
+        emit(Tap::Logits, logits, hooks, sink)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn block(
+        &self,
+        l: usize,
+        b: &Block,
+        ctx: &StepCtx,
+        x: Tensor,
+        cache: &mut dyn KvStore,
+        sink: &mut dyn TapSink,
+        hooks: &mut dyn Hooks,
+    ) -> Result<Tensor> {
+        let cfg = &self.cfg;
+        let (t_len, h_n, kv_n, d) = (x.dim(0)?, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim);
+        let n_rep = h_n / kv_n;
+        let c = |what: &'static str| move || format!("layer {l} {what}");
+        let mut emit = |tap: LayerTap, t: Tensor, hooks: &mut dyn Hooks| -> Result<Tensor> {
+            let tap = Tap::Layer(l, tap);
+            let t = hooks.edit(ctx, tap, t)?;
+            if sink.wants(tap) {
+                sink.put(ctx.phase, tap, &t)?;
+            }
+            Ok(t)
+        };
+
+        let h = rms_norm(&x, &b.attn_norm, cfg.rms_norm_eps).ctx(c("input_layernorm"))?;
+        let h = emit(LayerTap::AttnNorm, h, hooks)?;
+
+        // [T, heads*D] -> [heads, T, D]
+        let heads = |y: Tensor, n: usize| y.reshape((t_len, n, d))?.transpose(0, 1)?.contiguous();
+        let mut q = heads(b.q.forward(&h)?, h_n).ctx(c("q_proj"))?;
+        let mut k = heads(b.k.forward(&h)?, kv_n).ctx(c("k_proj"))?;
+        let v = heads(b.v.forward(&h)?, kv_n).ctx(c("v_proj"))?;
+        if let (Some(qn), Some(kn)) = (&b.q_norm, &b.k_norm) {
+            q = rms_norm(&q, qn, cfg.rms_norm_eps).ctx(c("q_norm"))?;
+            k = rms_norm(&k, kn, cfg.rms_norm_eps).ctx(c("k_norm"))?;
+        }
+        let q = match hooks.rope(ctx, l, Qk::Q, &q, &self.rope)? {
+            Some(q) => q,
+            None => self.rope.apply(&q, &ctx.positions, RopeLayout::Half)?,
+        };
+        let k = match hooks.rope(ctx, l, Qk::K, &k, &self.rope)? {
+            Some(k) => k,
+            None => self.rope.apply(&k, &ctx.positions, RopeLayout::Half)?,
+        };
+        let q = emit(LayerTap::Q, q, hooks)?;
+        let k = emit(LayerTap::K, k, hooks)?;
+        let v = emit(LayerTap::V, v, hooks)?;
+
+        cache.append(l, &k, &v, &ctx.positions, ctx.phase)?;
+        let CacheView { k: k_all, v: v_all, positions: key_pos, writers } = cache.read(l)?;
+        let (k_all, v_all) = hooks.cache_read(ctx, l, k_all, v_all, &writers)?;
+        let s_len = key_pos.len();
+
+        // GQA without copying keys: query head h uses key head h / n_rep (HF repeat_kv).
+        let scale = 1.0 / (d as f64).sqrt();
+        let qg = q.reshape((kv_n, n_rep * t_len, d)).ctx(c("scores"))?;
+        let scores = qg
+            .matmul(&k_all.transpose(1, 2)?)
+            .and_then(|s| s * scale)
+            .and_then(|s| s.reshape((h_n, t_len, s_len)))
+            .ctx(c("scores"))?;
+
+        let allowed: Vec<Vec<bool>> = ctx
+            .positions
+            .iter()
+            .map(|&qp| {
+                key_pos
+                    .iter()
+                    .map(|kp| match kp {
+                        None => false,
+                        Some(kp) => *kp <= qp && b.window.is_none_or(|w| qp - kp < w),
+                    })
+                    .collect()
+            })
+            .collect();
+        let mask = match hooks.mask(ctx, l, &allowed, h_n)? {
+            Some(m) => m,
+            None => additive_mask(&allowed)?,
+        };
+        let scores = scores.broadcast_add(&mask).ctx(c("mask"))?;
+        let scores = emit(LayerTap::Scores, scores, hooks)?;
+        let probs = match hooks.softmax(ctx, l, &scores)? {
+            Some(p) => p,
+            None => candle_nn::ops::softmax_last_dim(&scores).ctx(c("softmax"))?,
+        };
+        let probs = emit(LayerTap::Probs, probs, hooks)?;
+
+        let attn = probs
+            .reshape((kv_n, n_rep * t_len, s_len))
+            .and_then(|p| p.matmul(&v_all.contiguous()?))
+            .and_then(|a| a.reshape((h_n, t_len, d)))
+            .and_then(|a| a.transpose(0, 1)?.reshape((t_len, h_n * d)))
+            .ctx(c("probs @ v"))?;
+        let o = b.o.forward(&attn).ctx(c("o_proj"))?;
+        let o = emit(LayerTap::AttnOut, o, hooks)?;
+        let x = (x + o).ctx(c("residual add"))?;
+
+        let h = rms_norm(&x, &b.mlp_norm, cfg.rms_norm_eps).ctx(c("post_attention_layernorm"))?;
+        let h = emit(LayerTap::MlpNorm, h, hooks)?;
+        let act = b
+            .gate
+            .forward(&h)
+            .and_then(|g| candle_nn::ops::silu(&g))
+            .and_then(|g| g * b.up.forward(&h)?)
+            .ctx(c("mlp"))?;
+        let act = emit(LayerTap::MlpAct, act, hooks)?;
+        let m = b.down.forward(&act).ctx(c("down_proj"))?;
+        let m = emit(LayerTap::MlpOut, m, hooks)?;
+        let x = (x + m).ctx(c("residual add"))?;
+        emit(LayerTap::Out, x, hooks)
+    }
+}
+
+/// 0 where allowed, -inf where masked: [1, T, S]. HF adds finfo(f32).min instead of -inf;
+/// after softmax both give exactly 0, and -inf marks masked scores unambiguously in taps.
+pub fn additive_mask(allowed: &[Vec<bool>]) -> Result<Tensor> {
+    let t = allowed.len();
+    let s = allowed.first().map_or(0, Vec::len);
+    let data: Vec<f32> =
+        allowed.iter().flat_map(|row| row.iter().map(|&a| if a { 0.0 } else { f32::NEG_INFINITY })).collect();
+    Ok(Tensor::from_vec(data, (1, t, s), &Device::Cpu)?.to_dtype(DType::F32)?)
+}
+
+/// Last-position argmax, first maximum on ties (HailoRT's greedy and HF's `argmax`).
+pub fn argmax_last_row(logits: &Tensor) -> Result<u32> {
+    let rows = logits.dim(0)?;
+    let row: Vec<f32> = logits.get(rows - 1)?.to_vec1()?;
+    Ok(argmax(&row) as u32)
+}
+
+/// Index of the first maximum; NaN never wins.
+pub fn argmax(row: &[f32]) -> usize {
+    let mut best = 0;
+    for (i, &v) in row.iter().enumerate() {
+        if v > row[best] || row[best].is_nan() && !v.is_nan() {
+            best = i;
+        }
+    }
+    best
+}
+
+/// Rows of a [T, F] tensor as a `Vec<Vec<f32>>` (small tensors only).
+pub fn rows(t: &Tensor) -> Result<Vec<Vec<f32>>> {
+    Ok(t.to_dtype(DType::F32)?.to_vec2::<f32>()?)
+}

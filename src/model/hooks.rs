@@ -1,0 +1,144 @@
+//! Points where a run may deviate from the faithful float32 forward pass: fault models,
+//! quantization, replace-with-reference overrides, device frames and test perturbations all
+//! plug in here, so there is one decoder and every deviation is explicit.
+
+use crate::error::Result;
+use crate::model::rope::Rope;
+use crate::tap::{Phase, Tap};
+use candle_core::Tensor;
+
+/// What the decoder knows about the step being computed.
+#[derive(Debug, Clone)]
+pub struct StepCtx {
+    pub phase: Phase,
+    /// Absolute positions of this step's T rows.
+    pub positions: Vec<usize>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Qk {
+    Q,
+    K,
+}
+
+/// Every method has a faithful default; an implementation overrides what it changes.
+/// Methods returning `Option` return `None` for "not mine, use the default".
+pub trait Hooks {
+    /// Called with the value just computed at each tap and edit site (see [`crate::tap::LayerTap`]);
+    /// the returned tensor is what the model records and uses from there on.
+    fn edit(&mut self, _ctx: &StepCtx, _tap: Tap, t: Tensor) -> Result<Tensor> {
+        Ok(t)
+    }
+
+    /// Rotate queries or keys `x` [heads, T, D] of `layer`.
+    fn rope(
+        &mut self,
+        _ctx: &StepCtx,
+        _layer: usize,
+        _which: Qk,
+        _x: &Tensor,
+        _rope: &Rope,
+    ) -> Result<Option<Tensor>> {
+        Ok(None)
+    }
+
+    /// The additive attention mask [H, T, S] (or [1, T, S] broadcast to every head), given
+    /// `allowed` [T][S] computed from positions (causal and sliding window).
+    fn mask(
+        &mut self,
+        _ctx: &StepCtx,
+        _layer: usize,
+        _allowed: &[Vec<bool>],
+        _heads: usize,
+    ) -> Result<Option<Tensor>> {
+        Ok(None)
+    }
+
+    /// Softmax of scores [H, T, S] over S.
+    fn softmax(&mut self, _ctx: &StepCtx, _layer: usize, _scores: &Tensor) -> Result<Option<Tensor>> {
+        Ok(None)
+    }
+
+    /// The keys and values [KV, S, D] this step reads back from the cache; `written_in` is
+    /// the phase that wrote each of the S entries.
+    fn cache_read(
+        &mut self,
+        _ctx: &StepCtx,
+        _layer: usize,
+        k: Tensor,
+        v: Tensor,
+        _written_in: &[Phase],
+    ) -> Result<(Tensor, Tensor)> {
+        Ok((k, v))
+    }
+}
+
+/// The faithful forward pass.
+pub struct NoHooks;
+impl Hooks for NoHooks {}
+
+/// Several hooks in order: edits and cache reads chain; for the others the first hook that
+/// answers wins.
+#[derive(Default)]
+pub struct HookStack<'a> {
+    pub hooks: Vec<&'a mut dyn Hooks>,
+}
+
+impl Hooks for HookStack<'_> {
+    fn edit(&mut self, ctx: &StepCtx, tap: Tap, mut t: Tensor) -> Result<Tensor> {
+        for h in self.hooks.iter_mut() {
+            t = h.edit(ctx, tap, t)?;
+        }
+        Ok(t)
+    }
+    fn rope(
+        &mut self,
+        ctx: &StepCtx,
+        layer: usize,
+        which: Qk,
+        x: &Tensor,
+        rope: &Rope,
+    ) -> Result<Option<Tensor>> {
+        for h in self.hooks.iter_mut() {
+            if let Some(t) = h.rope(ctx, layer, which, x, rope)? {
+                return Ok(Some(t));
+            }
+        }
+        Ok(None)
+    }
+    fn mask(
+        &mut self,
+        ctx: &StepCtx,
+        layer: usize,
+        allowed: &[Vec<bool>],
+        heads: usize,
+    ) -> Result<Option<Tensor>> {
+        for h in self.hooks.iter_mut() {
+            if let Some(t) = h.mask(ctx, layer, allowed, heads)? {
+                return Ok(Some(t));
+            }
+        }
+        Ok(None)
+    }
+    fn softmax(&mut self, ctx: &StepCtx, layer: usize, scores: &Tensor) -> Result<Option<Tensor>> {
+        for h in self.hooks.iter_mut() {
+            if let Some(t) = h.softmax(ctx, layer, scores)? {
+                return Ok(Some(t));
+            }
+        }
+        Ok(None)
+    }
+    fn cache_read(
+        &mut self,
+        ctx: &StepCtx,
+        layer: usize,
+        mut k: Tensor,
+        mut v: Tensor,
+        written_in: &[Phase],
+    ) -> Result<(Tensor, Tensor)> {
+        for h in self.hooks.iter_mut() {
+            (k, v) = h.cache_read(ctx, layer, k, v, written_in)?;
+        }
+        Ok((k, v))
+    }
+}

@@ -1,0 +1,148 @@
+//! Tokenization from a local tokenizer.json (offline), with BOS handling made explicit:
+//! HailoRT's genai server encodes with add_special_tokens = false, so a host tokenizer
+//! whose post-processor adds a BOS shifts every position by one (finding 6).
+
+use crate::error::{Error, Result};
+use std::path::{Path, PathBuf};
+
+pub struct Tokenizer {
+    inner: tokenizers::Tokenizer,
+    pub path: PathBuf,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Encoded {
+    pub ids: Vec<u32>,
+    /// True when the tokenizer's post-processor put a special token in front.
+    pub bos_added: bool,
+}
+
+impl Tokenizer {
+    pub fn load(path: &Path) -> Result<Self> {
+        if !path.is_file() {
+            return Err(Error::input(
+                path.display().to_string(),
+                "tokenizer.json not found; give token ids with --tokens, or --tokenizer PATH",
+            ));
+        }
+        let inner = tokenizers::Tokenizer::from_file(path).map_err(|e| {
+            Error::input(path.display().to_string(), format!("not a readable tokenizer.json: {e}"))
+        })?;
+        Ok(Tokenizer { inner, path: path.to_path_buf() })
+    }
+
+    /// The tokenizer `hefprobe synth` writes, in memory (for `--synth` models).
+    pub fn synth() -> Self {
+        let json = synth_tokenizer_json().to_string();
+        Tokenizer {
+            inner: json.parse().expect("the synthesized tokenizer.json is valid"),
+            path: PathBuf::from("<synth tokenizer.json>"),
+        }
+    }
+
+    pub fn encode(&self, text: &str, add_special_tokens: bool) -> Result<Encoded> {
+        let enc = |special: bool| -> Result<Vec<u32>> {
+            self.inner
+                .encode(text, special)
+                .map(|e| e.get_ids().to_vec())
+                .map_err(|e| Error::input(self.path.display().to_string(), format!("encoding {text:?}: {e}")))
+        };
+        let ids = enc(add_special_tokens)?;
+        let bos_added = add_special_tokens && {
+            let plain = enc(false)?;
+            ids.len() > plain.len() && ids.first() != plain.first()
+        };
+        Ok(Encoded { ids, bos_added })
+    }
+
+    pub fn decode(&self, ids: &[u32]) -> String {
+        self.inner.decode(ids, false).unwrap_or_default()
+    }
+
+    pub fn vocab_size(&self) -> usize {
+        self.inner.get_vocab_size(true)
+    }
+}
+
+/// The byte-level BPE tokenizer.json `hefprobe synth` writes: ids 0..2 are `<unk>`, `<s>`,
+/// `</s>`; ids 3..259 are the 256 byte symbols (no merges, so one token per byte). Its
+/// post-processor adds `<s>` with add_special_tokens, like Llama's, so the BOS question of
+/// finding 6 can be asked of it.
+pub fn synth_tokenizer_json() -> serde_json::Value {
+    use serde_json::{json, Map, Value};
+    let mut vocab = Map::new();
+    let specials = ["<unk>", "<s>", "</s>"];
+    for (i, s) in specials.iter().enumerate() {
+        vocab.insert(s.to_string(), Value::from(i));
+    }
+    for (i, ch) in byte_level_alphabet().into_iter().enumerate() {
+        vocab.insert(ch.to_string(), Value::from(specials.len() + i));
+    }
+    let added: Vec<Value> = specials
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            json!({"id": i, "content": s, "single_word": false, "lstrip": false,
+                   "rstrip": false, "normalized": false, "special": true})
+        })
+        .collect();
+    json!({
+        "version": "1.0",
+        "truncation": null,
+        "padding": null,
+        "added_tokens": added,
+        "normalizer": null,
+        "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": true},
+        "post_processor": {
+            "type": "TemplateProcessing",
+            "single": [{"SpecialToken": {"id": "<s>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}],
+            "pair": [{"SpecialToken": {"id": "<s>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}},
+                     {"Sequence": {"id": "B", "type_id": 1}}],
+            "special_tokens": {"<s>": {"id": "<s>", "ids": [1], "tokens": ["<s>"]}}
+        },
+        "decoder": {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": true},
+        "model": {"type": "BPE", "dropout": null, "unk_token": null, "continuing_subword_prefix": null,
+                  "end_of_word_suffix": null, "fuse_unk": false, "byte_fallback": false,
+                  "ignore_merges": false, "vocab": vocab, "merges": []}
+    })
+}
+
+/// Ids the synthesized tokenizer needs (3 specials + 256 bytes).
+pub const SYNTH_TOKENIZER_VOCAB: usize = 259;
+
+/// GPT-2's byte-to-unicode table, which ByteLevel pre-tokenizers use.
+fn byte_level_alphabet() -> Vec<char> {
+    let mut bs: Vec<u32> = (b'!' as u32..=b'~' as u32).chain(0xA1..=0xAC).chain(0xAE..=0xFF).collect();
+    let mut cs = bs.clone();
+    let mut n = 0;
+    for b in 0..256u32 {
+        if !bs.contains(&b) {
+            bs.push(b);
+            cs.push(256 + n);
+            n += 1;
+        }
+    }
+    let mut pairs: Vec<(u32, u32)> = bs.into_iter().zip(cs).collect();
+    pairs.sort();
+    pairs.into_iter().map(|(_, c)| char::from_u32(c).expect("valid char")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn synth_tokenizer_loads_and_reports_bos() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("tokenizer.json");
+        std::fs::write(&p, synth_tokenizer_json().to_string()).unwrap();
+        let t = Tokenizer::load(&p).unwrap();
+        let plain = t.encode("Once upon", false).unwrap();
+        assert_eq!(plain.ids.len(), 9);
+        assert!(!plain.bos_added);
+        let with = t.encode("Once upon", true).unwrap();
+        assert_eq!(with.ids[0], 1);
+        assert!(with.bos_added);
+        assert_eq!(t.decode(&plain.ids), "Once upon");
+    }
+}

@@ -1,0 +1,297 @@
+//! Checkpoint weights: `model.safetensors` or a sharded `model.safetensors.index.json`,
+//! f32/f16/bf16 on disk, held as f32 tensors keyed by their HF checkpoint names.
+
+use crate::error::{read_file, read_text, Error, Result};
+use crate::model::config::ModelConfig;
+use candle_core::{DType, Device, Tensor};
+use safetensors::{tensor::TensorView, Dtype, SafeTensors};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// Every tensor the architecture needs, with its shape, in checkpoint order.
+pub fn expected_tensors(cfg: &ModelConfig) -> Vec<(String, Vec<usize>)> {
+    let (h, i, d) = (cfg.hidden_size, cfg.intermediate_size, cfg.head_dim);
+    let (q, kv) = (cfg.num_heads * d, cfg.num_kv_heads * d);
+    let mut v = vec![("model.embed_tokens.weight".to_string(), vec![cfg.vocab_size, h])];
+    for l in 0..cfg.num_layers {
+        let p = format!("model.layers.{l}");
+        v.push((format!("{p}.input_layernorm.weight"), vec![h]));
+        for (name, rows) in [("q_proj", q), ("k_proj", kv), ("v_proj", kv)] {
+            v.push((format!("{p}.self_attn.{name}.weight"), vec![rows, h]));
+            if cfg.qkv_bias {
+                v.push((format!("{p}.self_attn.{name}.bias"), vec![rows]));
+            }
+        }
+        v.push((format!("{p}.self_attn.o_proj.weight"), vec![h, q]));
+        if cfg.o_bias {
+            v.push((format!("{p}.self_attn.o_proj.bias"), vec![h]));
+        }
+        if cfg.qk_norm {
+            v.push((format!("{p}.self_attn.q_norm.weight"), vec![d]));
+            v.push((format!("{p}.self_attn.k_norm.weight"), vec![d]));
+        }
+        v.push((format!("{p}.post_attention_layernorm.weight"), vec![h]));
+        for (name, shape) in [("gate_proj", [i, h]), ("up_proj", [i, h]), ("down_proj", [h, i])] {
+            v.push((format!("{p}.mlp.{name}.weight"), shape.to_vec()));
+            if cfg.mlp_bias {
+                v.push((format!("{p}.mlp.{name}.bias"), vec![shape[0]]));
+            }
+        }
+    }
+    v.push(("model.norm.weight".to_string(), vec![h]));
+    if !cfg.tie_word_embeddings {
+        v.push(("lm_head.weight".to_string(), vec![cfg.vocab_size, h]));
+    }
+    v
+}
+
+/// Where a checkpoint came from, for reports and reproduction.
+#[derive(Debug, Clone, serde::Serialize)]
+pub enum CheckpointSource {
+    Dir(PathBuf),
+    Synth(String),
+}
+
+impl std::fmt::Display for CheckpointSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CheckpointSource::Dir(p) => write!(f, "{}", p.display()),
+            CheckpointSource::Synth(s) => write!(f, "synth {s}"),
+        }
+    }
+}
+
+/// A loaded checkpoint: config plus f32 weights.
+#[derive(Debug, Clone)]
+pub struct Checkpoint {
+    pub config: ModelConfig,
+    pub tensors: BTreeMap<String, Tensor>,
+    pub source: CheckpointSource,
+    /// xxh3-64 of config.json and the weight files' bytes (or of the synth spec).
+    pub hash: String,
+    /// The dtype the weights were stored in.
+    pub stored_dtype: String,
+}
+
+impl Checkpoint {
+    pub fn tensor(&self, name: &str) -> Result<&Tensor> {
+        self.tensors
+            .get(name)
+            .ok_or_else(|| Error::input(self.source.to_string(), format!("tensor `{name}` is missing")))
+    }
+
+    /// The lm_head matrix, `embed_tokens` when tied.
+    pub fn lm_head(&self) -> Result<&Tensor> {
+        if self.config.tie_word_embeddings {
+            self.tensor("model.embed_tokens.weight")
+        } else {
+            self.tensor("lm_head.weight")
+        }
+    }
+
+    /// Load `dir/config.json` and its weights.
+    pub fn load(dir: &Path) -> Result<Self> {
+        if !dir.is_dir() {
+            return Err(Error::input(
+                dir.display().to_string(),
+                "checkpoint directory not found (expected a folder with config.json and model.safetensors)",
+            ));
+        }
+        let config_path = dir.join("config.json");
+        let config_text = read_text(&config_path)?;
+        let config = ModelConfig::from_json_str(&config_text, &config_path.display().to_string())?;
+        let mut hasher = xxhash_rust::xxh3::Xxh3::new();
+        hasher.update(config_text.as_bytes());
+
+        let files = weight_files(dir)?;
+        let mut raw: BTreeMap<String, Tensor> = BTreeMap::new();
+        let mut dtypes = std::collections::BTreeSet::new();
+        for file in &files {
+            let bytes = read_file(file)?;
+            hasher.update(&bytes);
+            let st = SafeTensors::deserialize(&bytes).map_err(|e| {
+                Error::input(
+                    file.display().to_string(),
+                    format!("corrupt or truncated safetensors file: {e}"),
+                )
+            })?;
+            for (name, view) in st.tensors() {
+                dtypes.insert(format!("{:?}", view.dtype()).to_lowercase());
+                let t = view_to_f32(&view)
+                    .map_err(|msg| Error::input(format!("{} tensor `{name}`", file.display()), msg))?;
+                raw.insert(name, t);
+            }
+        }
+        let source = CheckpointSource::Dir(dir.to_path_buf());
+        let tensors = check_tensors(&config, raw, &source.to_string())?;
+        Ok(Checkpoint {
+            config,
+            tensors,
+            source,
+            hash: format!("xxh3:{:016x}", hasher.digest()),
+            stored_dtype: dtypes.into_iter().collect::<Vec<_>>().join("+"),
+        })
+    }
+
+    /// Write config.json and model.safetensors (f32, f16 or bf16).
+    pub fn save(&self, dir: &Path, dtype: DType) -> Result<()> {
+        std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+        let config = serde_json::to_string_pretty(&self.config.to_hf_json()).expect("json");
+        crate::error::write_file(dir.join("config.json"), config + "\n")?;
+        let mut data: Vec<(String, Vec<u8>, Vec<usize>)> = Vec::new();
+        for (name, t) in &self.tensors {
+            let t = t.to_dtype(dtype)?;
+            let bytes = match dtype {
+                DType::F32 => bytemuck_f32(&t.flatten_all()?.to_vec1::<f32>()?),
+                DType::F16 => {
+                    t.flatten_all()?.to_vec1::<half::f16>()?.iter().flat_map(|x| x.to_le_bytes()).collect()
+                }
+                DType::BF16 => {
+                    t.flatten_all()?.to_vec1::<half::bf16>()?.iter().flat_map(|x| x.to_le_bytes()).collect()
+                }
+                other => {
+                    return Err(Error::usage(format!(
+                        "cannot save weights as {other:?}; use f32, f16 or bf16"
+                    )))
+                }
+            };
+            data.push((name.clone(), bytes, t.dims().to_vec()));
+        }
+        let st_dtype = match dtype {
+            DType::F32 => Dtype::F32,
+            DType::F16 => Dtype::F16,
+            _ => Dtype::BF16,
+        };
+        let views: Vec<(String, TensorView)> = data
+            .iter()
+            .map(|(n, b, s)| (n.clone(), TensorView::new(st_dtype, s.clone(), b).expect("consistent view")))
+            .collect();
+        let mut meta = std::collections::HashMap::new();
+        meta.insert("format".to_string(), "pt".to_string());
+        let path = dir.join("model.safetensors");
+        safetensors::serialize_to_file(views, Some(meta), &path)
+            .map_err(|e| Error::input(path.display().to_string(), format!("writing safetensors: {e}")))?;
+        Ok(())
+    }
+}
+
+fn bytemuck_f32(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+fn weight_files(dir: &Path) -> Result<Vec<PathBuf>> {
+    let single = dir.join("model.safetensors");
+    if single.is_file() {
+        return Ok(vec![single]);
+    }
+    let index = dir.join("model.safetensors.index.json");
+    if !index.is_file() {
+        return Err(Error::input(
+            dir.display().to_string(),
+            "no model.safetensors or model.safetensors.index.json (hefprobe reads safetensors \
+             checkpoints; convert .bin/.pt with transformers' save_pretrained)",
+        ));
+    }
+    let text = read_text(&index)?;
+    let v: serde_json::Value = serde_json::from_str(&text)
+        .map_err(|e| Error::input(index.display().to_string(), format!("not valid JSON: {e}")))?;
+    let map = v
+        .get("weight_map")
+        .and_then(|m| m.as_object())
+        .ok_or_else(|| Error::input(index.display().to_string(), "missing object `weight_map`"))?;
+    let mut files: Vec<String> = map.values().filter_map(|f| f.as_str().map(String::from)).collect();
+    files.sort();
+    files.dedup();
+    files
+        .into_iter()
+        .map(|f| {
+            if f.contains('/') || f.contains("..") {
+                return Err(Error::input(
+                    index.display().to_string(),
+                    format!("weight_map names `{f}`, which is not a file name inside the checkpoint folder"),
+                ));
+            }
+            let p = dir.join(&f);
+            if p.is_file() {
+                Ok(p)
+            } else {
+                Err(Error::input(
+                    index.display().to_string(),
+                    format!("shard `{f}` listed in weight_map does not exist"),
+                ))
+            }
+        })
+        .collect()
+}
+
+fn view_to_f32(view: &TensorView) -> std::result::Result<Tensor, String> {
+    let shape = view.shape().to_vec();
+    let data = view.data();
+    let dev = Device::Cpu;
+    let t = match view.dtype() {
+        Dtype::F32 => Tensor::from_raw_buffer(data, DType::F32, &shape, &dev),
+        Dtype::F16 => Tensor::from_raw_buffer(data, DType::F16, &shape, &dev),
+        Dtype::BF16 => Tensor::from_raw_buffer(data, DType::BF16, &shape, &dev),
+        Dtype::F64 => Tensor::from_raw_buffer(data, DType::F64, &shape, &dev),
+        other => return Err(format!("dtype {other:?} is not supported (f32, f16, bf16, f64 are)")),
+    }
+    .and_then(|t| t.to_dtype(DType::F32))
+    .map_err(|e| e.to_string())?;
+    Ok(t)
+}
+
+/// Check the loaded tensors against what the config needs: every tensor present with its
+/// shape, nothing unexplained left over (an unused tensor means the config and the weights
+/// disagree, e.g. biases the config does not enable).
+pub fn check_tensors(
+    cfg: &ModelConfig,
+    mut raw: BTreeMap<String, Tensor>,
+    source: &str,
+) -> Result<BTreeMap<String, Tensor>> {
+    let mut out = BTreeMap::new();
+    // Older exports carry the rotary buffer; it is recomputed from the config.
+    raw.retain(|k, _| !k.ends_with("rotary_emb.inv_freq"));
+    for (name, shape) in expected_tensors(cfg) {
+        let t = raw.remove(&name).ok_or_else(|| {
+            let hint = if name == "lm_head.weight" {
+                " (if the checkpoint ties lm_head to the embeddings, set \"tie_word_embeddings\": true in config.json)"
+            } else {
+                ""
+            };
+            Error::input(source, format!("tensor `{name}` is missing{hint}"))
+        })?;
+        if t.dims() != shape.as_slice() {
+            return Err(Error::input(
+                source,
+                format!("tensor `{name}` has shape {:?}, the config implies {shape:?}", t.dims()),
+            ));
+        }
+        out.insert(name, t);
+    }
+    if cfg.tie_word_embeddings {
+        if let Some(lm) = raw.remove("lm_head.weight") {
+            let embed = &out["model.embed_tokens.weight"];
+            let same =
+                lm.dims() == embed.dims() && (&lm - embed)?.abs()?.max_all()?.to_scalar::<f32>()? == 0.0;
+            if !same {
+                return Err(Error::input(
+                    source,
+                    "tie_word_embeddings is true but lm_head.weight differs from model.embed_tokens.weight; \
+                     set tie_word_embeddings to false to use lm_head.weight",
+                ));
+            }
+        }
+    }
+    if let Some(extra) = raw.keys().next() {
+        return Err(Error::input(
+            source,
+            format!(
+                "tensor `{extra}` is not used by a {} model with this config ({} unused in all); \
+                 the config and the weights disagree",
+                cfg.arch.name(),
+                raw.len()
+            ),
+        ));
+    }
+    Ok(out)
+}

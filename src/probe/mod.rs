@@ -1,0 +1,3 @@
+//! Probes: the TOML files users write, and the InputSet they build.
+
+pub mod inputs;

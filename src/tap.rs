@@ -1,0 +1,418 @@
+//! Tap names, phases, selection globs and the sinks that receive tapped tensors.
+//!
+//! A tap is a named intermediate tensor of the decoder (ARCHITECTURE.md, "Canonical taps").
+//! Captures key them `PHASE/TAP`, e.g. `prefill/layers.3.attn.probs` or `decode.0/logits`.
+
+use crate::capture::{tensor_to_array, Capture};
+use crate::error::{Error, Result};
+use candle_core::Tensor;
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+/// One phase of a run: a whole prefill, chunk C of a chunked prefill, or decode step K.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Phase {
+    Prefill,
+    PrefillChunk(usize),
+    Decode(usize),
+}
+
+impl Phase {
+    pub fn is_decode(self) -> bool {
+        matches!(self, Phase::Decode(_))
+    }
+
+    pub fn parse(s: &str) -> Option<Phase> {
+        if s == "prefill" {
+            return Some(Phase::Prefill);
+        }
+        if let Some(c) = s.strip_prefix("prefill.") {
+            return c.parse().ok().map(Phase::PrefillChunk);
+        }
+        s.strip_prefix("decode.")?.parse().ok().map(Phase::Decode)
+    }
+}
+
+impl fmt::Display for Phase {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Phase::Prefill => write!(f, "prefill"),
+            Phase::PrefillChunk(c) => write!(f, "prefill.{c}"),
+            Phase::Decode(k) => write!(f, "decode.{k}"),
+        }
+    }
+}
+
+impl serde::Serialize for Phase {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl serde::Serialize for Tap {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+/// Per-layer tap kinds, in execution order within a layer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum LayerTap {
+    /// Input of the block (the residual stream entering it). An edit site for overrides and
+    /// quantization, not a capture tap: it equals the previous block's `out`.
+    Input,
+    AttnNorm,
+    Q,
+    K,
+    V,
+    Scores,
+    Probs,
+    AttnOut,
+    MlpNorm,
+    /// silu(gate) * up, the MLP intermediate. An edit site (quantization), not a capture tap.
+    MlpAct,
+    MlpOut,
+    Out,
+}
+
+impl LayerTap {
+    pub const CAPTURED: [LayerTap; 10] = [
+        LayerTap::AttnNorm,
+        LayerTap::Q,
+        LayerTap::K,
+        LayerTap::V,
+        LayerTap::Scores,
+        LayerTap::Probs,
+        LayerTap::AttnOut,
+        LayerTap::MlpNorm,
+        LayerTap::MlpOut,
+        LayerTap::Out,
+    ];
+
+    pub fn suffix(self) -> &'static str {
+        match self {
+            LayerTap::Input => "input",
+            LayerTap::AttnNorm => "attn_norm",
+            LayerTap::Q => "attn.q",
+            LayerTap::K => "attn.k",
+            LayerTap::V => "attn.v",
+            LayerTap::Scores => "attn.scores",
+            LayerTap::Probs => "attn.probs",
+            LayerTap::AttnOut => "attn.out",
+            LayerTap::MlpNorm => "mlp_norm",
+            LayerTap::MlpAct => "mlp.act",
+            LayerTap::MlpOut => "mlp.out",
+            LayerTap::Out => "out",
+        }
+    }
+
+    fn from_suffix(s: &str) -> Option<LayerTap> {
+        [
+            LayerTap::Input,
+            LayerTap::AttnNorm,
+            LayerTap::Q,
+            LayerTap::K,
+            LayerTap::V,
+            LayerTap::Scores,
+            LayerTap::Probs,
+            LayerTap::AttnOut,
+            LayerTap::MlpNorm,
+            LayerTap::MlpAct,
+            LayerTap::MlpOut,
+            LayerTap::Out,
+        ]
+        .into_iter()
+        .find(|t| t.suffix() == s)
+    }
+}
+
+/// A canonical tap.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Tap {
+    Embed,
+    Layer(usize, LayerTap),
+    FinalNorm,
+    Logits,
+}
+
+impl Tap {
+    pub fn parse(s: &str) -> Option<Tap> {
+        match s {
+            "embed" => Some(Tap::Embed),
+            "final_norm" => Some(Tap::FinalNorm),
+            "logits" => Some(Tap::Logits),
+            _ => {
+                let rest = s.strip_prefix("layers.")?;
+                let (idx, suffix) = rest.split_once('.')?;
+                Some(Tap::Layer(idx.parse().ok()?, LayerTap::from_suffix(suffix)?))
+            }
+        }
+    }
+
+    pub fn layer(self) -> Option<usize> {
+        match self {
+            Tap::Layer(l, _) => Some(l),
+            _ => None,
+        }
+    }
+
+    /// Attention taps are [H, T, S] or [KV, T, D]: metrics are also split per head.
+    pub fn is_per_head(self) -> bool {
+        matches!(
+            self,
+            Tap::Layer(_, LayerTap::Q | LayerTap::K | LayerTap::V | LayerTap::Scores | LayerTap::Probs)
+        )
+    }
+
+    /// Hidden-state and logits taps are [T, F]: metrics are also split per position.
+    pub fn is_per_position(self) -> bool {
+        !self.is_per_head()
+    }
+
+    /// Every capture tap of a model with `layers` blocks, in execution order.
+    pub fn all(layers: usize) -> Vec<Tap> {
+        let mut v = vec![Tap::Embed];
+        for l in 0..layers {
+            v.extend(LayerTap::CAPTURED.iter().map(|t| Tap::Layer(l, *t)));
+        }
+        v.push(Tap::FinalNorm);
+        v.push(Tap::Logits);
+        v
+    }
+}
+
+impl fmt::Display for Tap {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Tap::Embed => write!(f, "embed"),
+            Tap::Layer(l, t) => write!(f, "layers.{l}.{}", t.suffix()),
+            Tap::FinalNorm => write!(f, "final_norm"),
+            Tap::Logits => write!(f, "logits"),
+        }
+    }
+}
+
+/// Sort key for `PHASE/TAP` capture keys: phases in run order (prefill, prefill chunks,
+/// decode steps), taps in execution order; names hefprobe does not know go last, by name.
+pub fn key_order(key: &str) -> (u8, Option<Phase>, u8, Option<Tap>, String) {
+    match key.split_once('/') {
+        Some((p, t)) => {
+            let phase = Phase::parse(p);
+            let tap = Tap::parse(t);
+            (u8::from(phase.is_none()), phase, u8::from(tap.is_none()), tap, key.to_string())
+        }
+        None => (2, None, 1, None, key.to_string()),
+    }
+}
+
+/// Which taps to record: glob patterns over tap names (`layers.*.attn.probs`, `logits`).
+#[derive(Debug, Clone)]
+pub struct TapSelection {
+    patterns: Vec<glob::Pattern>,
+    source: Vec<String>,
+}
+
+impl TapSelection {
+    pub fn all() -> Self {
+        Self::parse(&["*".to_string()]).expect("`*` is a valid glob")
+    }
+
+    pub fn none() -> Self {
+        TapSelection { patterns: Vec::new(), source: Vec::new() }
+    }
+
+    pub fn parse(globs: &[String]) -> Result<Self> {
+        let mut patterns = Vec::new();
+        for g in globs {
+            for part in g.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+                patterns.push(
+                    glob::Pattern::new(part).map_err(|e| {
+                        Error::usage(format!("tap glob `{part}` is not a valid pattern: {e}"))
+                    })?,
+                );
+            }
+        }
+        Ok(TapSelection { patterns, source: globs.to_vec() })
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.patterns.is_empty()
+    }
+
+    pub fn matches(&self, tap: &str) -> bool {
+        self.patterns.iter().any(|p| p.matches(tap))
+    }
+
+    pub fn globs(&self) -> &[String] {
+        &self.source
+    }
+
+    /// Check every glob selects at least one tap of a model with `layers` blocks, so a
+    /// typo (`layer.0.*`) is an error instead of an empty capture.
+    pub fn check_against(&self, layers: usize) -> Result<()> {
+        let names: Vec<String> = Tap::all(layers).iter().map(Tap::to_string).collect();
+        for p in &self.patterns {
+            if !names.iter().any(|n| p.matches(n)) {
+                return Err(Error::usage(format!(
+                    "tap glob `{}` selects no tap of this {layers}-layer model; taps look like \
+                     embed, layers.0.attn.probs, layers.1.out, final_norm, logits",
+                    p.as_str()
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Receives tapped tensors. `wants` is asked first so that unselected taps cost nothing.
+pub trait TapSink {
+    fn wants(&self, tap: Tap) -> bool;
+    fn put(&mut self, phase: Phase, tap: Tap, t: &Tensor) -> Result<()>;
+}
+
+/// Records nothing.
+pub struct NoTaps;
+
+impl TapSink for NoTaps {
+    fn wants(&self, _tap: Tap) -> bool {
+        false
+    }
+    fn put(&mut self, _: Phase, _: Tap, _: &Tensor) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// Keeps the selected taps in memory.
+pub struct MemorySink {
+    pub selection: TapSelection,
+    pub capture: Capture,
+}
+
+impl MemorySink {
+    pub fn new(selection: TapSelection) -> Self {
+        MemorySink { selection, capture: Capture::default() }
+    }
+}
+
+impl TapSink for MemorySink {
+    fn wants(&self, tap: Tap) -> bool {
+        !matches!(tap, Tap::Layer(_, LayerTap::Input | LayerTap::MlpAct))
+            && self.selection.matches(&tap.to_string())
+    }
+    fn put(&mut self, phase: Phase, tap: Tap, t: &Tensor) -> Result<()> {
+        self.capture.insert(format!("{phase}/{tap}"), tensor_to_array(t)?);
+        Ok(())
+    }
+}
+
+/// Streams the selected taps into an `.npz` as they are produced, so that all-layer attention
+/// taps of a long prompt never sit in memory together.
+pub struct NpzSink {
+    selection: TapSelection,
+    path: PathBuf,
+    writer: Option<ndarray_npy::NpzWriter<std::io::BufWriter<std::fs::File>>>,
+    pub written: Vec<String>,
+}
+
+impl NpzSink {
+    pub fn create(path: &Path, selection: TapSelection) -> Result<Self> {
+        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+            std::fs::create_dir_all(parent).map_err(|e| Error::io(parent, e))?;
+        }
+        let file = std::fs::File::create(path).map_err(|e| Error::io(path, e))?;
+        Ok(NpzSink {
+            selection,
+            path: path.to_path_buf(),
+            writer: Some(ndarray_npy::NpzWriter::new(std::io::BufWriter::new(file))),
+            written: Vec::new(),
+        })
+    }
+
+    /// Close the archive. Called on success and on failure alike: what was written stays.
+    pub fn finish(&mut self) -> Result<()> {
+        if let Some(w) = self.writer.take() {
+            w.finish()
+                .map_err(|e| Error::input(self.path.display().to_string(), format!("closing npz: {e}")))?;
+        }
+        Ok(())
+    }
+}
+
+impl TapSink for NpzSink {
+    fn wants(&self, tap: Tap) -> bool {
+        !matches!(tap, Tap::Layer(_, LayerTap::Input | LayerTap::MlpAct))
+            && self.selection.matches(&tap.to_string())
+    }
+    fn put(&mut self, phase: Phase, tap: Tap, t: &Tensor) -> Result<()> {
+        let key = format!("{phase}/{tap}");
+        let arr = tensor_to_array(t)?;
+        let w = self.writer.as_mut().ok_or_else(|| Error::usage("npz sink already finished"))?;
+        w.add_array(key.as_str(), &arr)
+            .map_err(|e| Error::input(self.path.display().to_string(), format!("writing {key}: {e}")))?;
+        self.written.push(key);
+        Ok(())
+    }
+}
+
+impl Drop for NpzSink {
+    fn drop(&mut self) {
+        let _ = self.finish();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip() {
+        for tap in Tap::all(3) {
+            assert_eq!(Tap::parse(&tap.to_string()), Some(tap));
+        }
+        for p in [Phase::Prefill, Phase::PrefillChunk(2), Phase::Decode(11)] {
+            assert_eq!(Phase::parse(&p.to_string()), Some(p));
+        }
+        assert_eq!(Tap::parse("layers.x.out"), None);
+    }
+
+    #[test]
+    fn keys_sort_in_execution_order() {
+        let mut keys = vec![
+            "decode.0/logits",
+            "prefill/logits",
+            "decode.10/embed",
+            "decode.2/embed",
+            "prefill/layers.10.out",
+            "prefill/layers.2.attn.q",
+            "prefill/layers.2.attn_norm",
+            "prefill/embed",
+            "prefill/custom",
+        ];
+        keys.sort_by_key(|k| key_order(k));
+        assert_eq!(
+            keys,
+            vec![
+                "prefill/embed",
+                "prefill/layers.2.attn_norm",
+                "prefill/layers.2.attn.q",
+                "prefill/layers.10.out",
+                "prefill/logits",
+                "prefill/custom",
+                "decode.0/logits",
+                "decode.2/embed",
+                "decode.10/embed",
+            ]
+        );
+    }
+
+    #[test]
+    fn selection_globs_and_typos() {
+        let s = TapSelection::parse(&["layers.*.attn.probs,logits".into()]).unwrap();
+        assert!(s.matches("layers.12.attn.probs"));
+        assert!(s.matches("logits"));
+        assert!(!s.matches("layers.1.attn.scores"));
+        let typo = TapSelection::parse(&["layer.0.*".into()]).unwrap();
+        let e = typo.check_against(2).unwrap_err().to_string();
+        assert!(e.contains("layer.0.*"), "{e}");
+    }
+}

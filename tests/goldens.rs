@@ -1,0 +1,126 @@
+//! The reference against HF transformers' own tensors (references/, made by
+//! references/make_goldens.py with pinned torch and transformers, float32, eager attention).
+//!
+//! Per tap and phase: cosine ≥ 0.999999, max |diff| ≤ 1e-5 · max(1, max |ref|), identical
+//! argmax wherever the reference's top-1 margin exceeds 1e-4, masked entries identical.
+
+use hefprobe::capture::Capture;
+use hefprobe::compare::metrics;
+use hefprobe::model::hooks::NoHooks;
+use hefprobe::model::run::{run_inputs, RunRecord};
+use hefprobe::model::{Checkpoint, Decoder};
+use hefprobe::probe::inputs::{DecodeSpec, InputSet};
+use hefprobe::tap::{MemorySink, TapSelection};
+use std::path::{Path, PathBuf};
+
+fn cases() -> Vec<PathBuf> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("references");
+    let mut v: Vec<PathBuf> = std::fs::read_dir(&root)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.join("case.json").is_file())
+        .collect();
+    v.sort();
+    assert!(v.len() >= 7, "expected the 7 golden cases in {}", root.display());
+    v
+}
+
+fn ids(v: &serde_json::Value) -> Vec<u32> {
+    v.as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect()
+}
+
+/// Compare every golden tensor; returns a list of failures (empty = pass).
+fn check(golden: &Capture, ours: &Capture) -> Vec<String> {
+    let mut failures = Vec::new();
+    let (mut worst_cos, mut worst_ratio) = (1f64, 0f64);
+    for key in golden.keys() {
+        let g = golden.get_key(key).unwrap();
+        let Some(o) = ours.get_key(key) else {
+            failures.push(format!("{key}: missing from our capture"));
+            continue;
+        };
+        if g.shape() != o.shape() {
+            failures.push(format!("{key}: shape {:?} vs golden {:?}", o.shape(), g.shape()));
+            continue;
+        }
+        let (g, o) = (g.as_slice().unwrap(), o.as_slice().unwrap());
+        let m = metrics::compute(g, o, None);
+        let max_ref = g.iter().filter(|x| x.is_finite()).fold(0f32, |a, &b| a.max(b.abs())) as f64;
+        let tol = 1e-5 * max_ref.max(1.0);
+        if m.nonfinite() > 0 {
+            failures.push(format!("{key}: {} NaN/one-sided inf (masks differ)", m.nonfinite()));
+        }
+        worst_cos = worst_cos.min(m.cosine);
+        worst_ratio = worst_ratio.max(m.max_abs / tol);
+        if m.cosine < 0.999999 {
+            failures.push(format!("{key}: cosine {:.9}", m.cosine));
+        }
+        if m.max_abs > tol {
+            failures.push(format!("{key}: max |diff| {:.3e} > {tol:.3e}", m.max_abs));
+        }
+        if key.ends_with("/logits") {
+            let vocab = *ours.get_key(key).unwrap().shape().last().unwrap();
+            for (t, (gr, or)) in g.chunks(vocab).zip(o.chunks(vocab)).enumerate() {
+                let row = metrics::logits_row(gr, or);
+                if row.margin > 1e-4 && row.argmax_ref != row.argmax_cand {
+                    failures
+                        .push(format!("{key}: argmax differs at position {t} (margin {:.2e})", row.margin));
+                }
+            }
+        }
+    }
+    eprintln!(
+        "  {} taps: worst cosine {worst_cos:.9}, worst max|diff|/tolerance {worst_ratio:.3}",
+        golden.len()
+    );
+    failures
+}
+
+fn run_case(dir: &Path, chunked: bool) -> Vec<String> {
+    let case: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("case.json")).unwrap()).unwrap();
+    let ckpt = Checkpoint::load(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+    let model = Decoder::new(&ckpt).unwrap();
+    let mut inputs = InputSet::new(ids(&case["prompt_ids"]));
+    inputs.decode = DecodeSpec::Forced(ids(&case["decode_ids"]));
+    if chunked {
+        let sizes = ids(&case["chunk_sizes"]);
+        inputs.chunk = Some(*sizes.iter().max().unwrap() as usize);
+        let ours: Vec<usize> = inputs.prefill_phases().iter().map(|(_, r)| r.len()).collect();
+        assert_eq!(ours, sizes.iter().map(|&s| s as usize).collect::<Vec<_>>(), "remainder-first chunks");
+    }
+    let mut sink = MemorySink::new(TapSelection::all());
+    run_inputs(&model, &inputs, &mut sink, &mut NoHooks, &mut RunRecord::default()).unwrap();
+    let file = if chunked { "golden-chunked.npz" } else { "golden.npz" };
+    let golden = Capture::read_npz(&dir.join(file)).unwrap();
+    assert!(golden.len() > 50, "{file} looks empty");
+    check(&golden, &sink.capture)
+        .into_iter()
+        .map(|f| format!("{}/{file}: {f}", dir.file_name().unwrap().to_string_lossy()))
+        .collect()
+}
+
+#[test]
+fn reference_matches_hf_on_every_golden_tap() {
+    let mut failures = Vec::new();
+    for dir in cases() {
+        failures.extend(run_case(&dir, false));
+        failures.extend(run_case(&dir, true));
+    }
+    assert!(failures.is_empty(), "{} failures:\n{}", failures.len(), failures.join("\n"));
+}
+
+#[test]
+fn the_golden_check_catches_a_perturbed_tap() {
+    // The check above must be able to fail: nudge one logit and one masked score.
+    let dir = &cases()[0];
+    let golden = Capture::read_npz(&dir.join("golden.npz")).unwrap();
+    let mut ours = golden.clone();
+    let key = "prefill/logits";
+    let mut a = ours.get_key(key).unwrap().clone();
+    a.as_slice_mut().unwrap()[3] += 1e-3;
+    ours.insert(key.to_string(), a);
+    let f = check(&golden, &ours);
+    assert!(f.iter().any(|f| f.contains("prefill/logits") && f.contains("max |diff|")), "{f:?}");
+    assert_eq!(check(&golden, &golden), Vec::<String>::new());
+}
