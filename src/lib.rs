@@ -4,12 +4,16 @@
 //! backend runs it into a [`capture::Capture`] (`PHASE/TAP` → tensor), pure functions in
 //! [`compare`] turn pairs of captures into located, explained drift, and [`report`] renders it.
 
+pub mod backend;
 pub mod capture;
 pub mod cli;
 pub mod compare;
+pub mod device;
 pub mod error;
+pub mod fault;
 pub mod model;
 pub mod probe;
+pub mod report;
 pub mod tap;
 
 pub use error::{Error, Result};

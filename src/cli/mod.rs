@@ -1,7 +1,9 @@
 //! Command line: clap derive, one module per command, option groups flattened per concern.
 
 mod bench;
+mod compare;
 mod reference;
+pub mod run;
 mod synth;
 
 use crate::error::{Error, Result};
@@ -32,6 +34,10 @@ pub enum Command {
     Synth(synth::SynthArgs),
     /// Run the float32 reference and write its taps as a capture (.npz).
     Reference(reference::ReferenceArgs),
+    /// Run a probe: reference vs backends, compare, locate the first drift, explain, report.
+    Run(run::RunArgs),
+    /// Compare two captures (.npz) recorded anywhere.
+    Compare(compare::CompareArgs),
     /// Measure the reference: prefill and decode speed, taps off and on, peak memory.
     Bench(bench::BenchArgs),
 }
@@ -111,6 +117,8 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
     match cli.command {
         Command::Synth(a) => synth::run(a),
         Command::Reference(a) => reference::run(a),
+        Command::Run(a) => run::run(a),
+        Command::Compare(a) => compare::run(a),
         Command::Bench(a) => bench::run(a),
     }
 }
@@ -159,13 +167,11 @@ impl PromptArgs {
                     (None, CheckpointSource::Synth(_)) if ckpt.config.vocab_size >= SYNTH_TOKENIZER_VOCAB => {
                         Tokenizer::synth()
                     }
-                    (None, CheckpointSource::Synth(_)) => {
-                        return Err(Error::usage(format!(
-                            "--text: this synthesized model's vocabulary ({}) is too small for the byte-level \
+                    (None, CheckpointSource::Synth(_)) => return Err(Error::usage(format!(
+                        "--text: this synthesized model's vocabulary ({}) is too small for the byte-level \
                              tokenizer; give --tokens",
-                            ckpt.config.vocab_size
-                        )))
-                    }
+                        ckpt.config.vocab_size
+                    ))),
                 };
                 let enc = tok.encode(text, self.add_special_tokens)?;
                 (enc.ids, Some(enc.bos_added))

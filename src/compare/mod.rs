@@ -1,5 +1,413 @@
 //! Comparison: pure functions from two captures to rows of figures, verdicts and the
 //! located first drift (the Polygraphy split: run everything first, compare second).
 
+pub mod lens;
+pub mod locate;
 pub mod metrics;
 pub mod thresholds;
+
+use crate::capture::Capture;
+use crate::tap::{key_order, LayerTap, Phase, Tap};
+use metrics::{Basic, LogitsRow, Metrics};
+use ndarray::ArrayD;
+use serde::Serialize;
+use thresholds::{Dir, Thresholds};
+
+/// Why a row has no figures.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+#[serde(rename_all = "kebab-case")]
+pub enum RowStatus {
+    Compared,
+    /// Present in the reference only (the candidate cannot produce it, or lost it).
+    OnlyInReference,
+    /// Present in the candidate only (no reference value to judge it by).
+    OnlyInCandidate,
+    /// Shapes cannot be aligned: reported, and a failure.
+    ShapeMismatch,
+}
+
+/// One bound that failed.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Failure {
+    pub metric: String,
+    pub dir: Dir,
+    pub bound: f64,
+    pub value: f64,
+    /// The glob whose bound applied ("default" when none matched).
+    pub rule: String,
+}
+
+impl Failure {
+    pub fn describe(&self) -> String {
+        let (op, by) = match self.dir {
+            Dir::Min => ("<", self.bound - self.value),
+            Dir::Max => (">", self.value - self.bound),
+        };
+        format!("{} {} {op} {} (by {})", self.metric, fmt_num(self.value), fmt_num(self.bound), fmt_num(by))
+    }
+}
+
+/// A number in 4 significant digits, or "inf".
+pub fn fmt_num(v: f64) -> String {
+    if v.is_infinite() {
+        return if v > 0.0 { "inf".into() } else { "-inf".into() };
+    }
+    if v.is_nan() {
+        return "nan".into();
+    }
+    if v == 0.0 || (v.abs() >= 1e-3 && v.abs() < 1e5) {
+        let s = format!("{v:.6}");
+        let s = s.trim_end_matches('0').trim_end_matches('.');
+        return if s.is_empty() || s == "-" { "0".into() } else { s.to_string() };
+    }
+    format!("{v:.3e}")
+}
+
+/// Logits figures of one tap (METRICS.md: argmax agreement, top-k, KL, margins, Δp).
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct LogitsSummary {
+    pub positions: usize,
+    pub argmax_agreement: f64,
+    pub topk_overlap: f64,
+    pub kl_mean: f64,
+    pub kl_max: f64,
+    pub kl_p99: f64,
+    /// Positions where the argmax differs, with the reference's top-1 margin there.
+    pub flips: Vec<Flip>,
+    /// Flips whose margin exceeds the threshold set's `flip_margin`.
+    pub flips_above_margin: usize,
+    pub rows: Vec<LogitsRow>,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Flip {
+    pub position: usize,
+    pub margin: f64,
+    pub reference_token: usize,
+    pub candidate_token: usize,
+}
+
+/// Attention-probability figures only the probs tap has.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct ProbsSummary {
+    /// Per head: max over query rows of |Σ_keys p − 1| in the candidate.
+    pub sum_err_per_head: Vec<f64>,
+    pub sum_err_max: f64,
+    /// Candidate entries > 1e-6 where the reference masks.
+    pub mask_leak: usize,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct TapRow {
+    pub phase: Phase,
+    pub tap: String,
+    pub status: RowStatus,
+    pub ref_shape: Vec<usize>,
+    pub cand_shape: Vec<usize>,
+    /// How shapes were aligned when they differ (e.g. a device's single logits row).
+    pub aligned: Option<String>,
+    pub metrics: Option<Metrics>,
+    pub cosine_no_outliers: Option<f64>,
+    pub per_head: Vec<Basic>,
+    pub per_position: Vec<Basic>,
+    pub logits: Option<LogitsSummary>,
+    pub probs: Option<ProbsSummary>,
+    pub failures: Vec<Failure>,
+}
+
+impl TapRow {
+    pub fn key(&self) -> String {
+        format!("{}/{}", self.phase, self.tap)
+    }
+
+    /// A row passes when it was compared and no bound failed; unchecked rows neither pass
+    /// nor fail.
+    pub fn failed(&self) -> bool {
+        !self.failures.is_empty()
+    }
+
+    pub fn checked(&self) -> bool {
+        matches!(self.status, RowStatus::Compared | RowStatus::ShapeMismatch)
+    }
+
+    pub fn cosine(&self) -> Option<f64> {
+        self.metrics.as_ref().map(|m| m.cosine)
+    }
+
+    pub fn layer(&self) -> Option<usize> {
+        Tap::parse(&self.tap).and_then(Tap::layer)
+    }
+}
+
+/// Reference vs one candidate, in one view (cumulative, or local with overrides).
+#[derive(Debug, Clone, Serialize)]
+pub struct PairComparison {
+    pub reference: String,
+    pub candidate: String,
+    pub view: View,
+    pub rows: Vec<TapRow>,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum View {
+    /// Every layer fed by the candidate's own previous layer: errors accumulate.
+    Cumulative,
+    /// Every layer fed the reference's input (overrides): each layer's own error.
+    Local,
+}
+
+impl PairComparison {
+    pub fn passed(&self) -> bool {
+        !self.rows.iter().any(TapRow::failed)
+    }
+
+    pub fn failed_rows(&self) -> impl Iterator<Item = &TapRow> {
+        self.rows.iter().filter(|r| r.failed())
+    }
+
+    pub fn row(&self, phase: Phase, tap: &str) -> Option<&TapRow> {
+        self.rows.iter().find(|r| r.phase == phase && r.tap == tap)
+    }
+}
+
+fn split_key(key: &str) -> Option<(Phase, &str)> {
+    let (p, t) = key.split_once('/')?;
+    Some((Phase::parse(p)?, t))
+}
+
+/// Align candidate to reference shapes. A device returns logits for the last position only
+/// (HailoRT's server reads one [1, 1, vocab] row): a single candidate row is compared with the
+/// reference's last row.
+fn align(r: &ArrayD<f32>, x: &ArrayD<f32>) -> Option<(Vec<f32>, Vec<f32>, Option<String>)> {
+    if r.shape() == x.shape() {
+        return Some((r.iter().copied().collect(), x.iter().copied().collect(), None));
+    }
+    if r.ndim() == 2 && x.ndim() == 2 && x.shape()[0] == 1 && r.shape()[1] == x.shape()[1] {
+        let last = r.shape()[0] - 1;
+        let row: Vec<f32> = r.index_axis(ndarray::Axis(0), last).iter().copied().collect();
+        return Some((
+            row,
+            x.iter().copied().collect(),
+            Some(format!("reference row {last} (last position)")),
+        ));
+    }
+    None
+}
+
+/// Masked entries of an attention tap: where the reference's scores are -inf.
+fn attention_mask(reference: &Capture, phase: Phase, tap: Tap, len: usize) -> Option<Vec<bool>> {
+    let Tap::Layer(l, LayerTap::Scores | LayerTap::Probs) = tap else { return None };
+    let scores = reference.get(phase, Tap::Layer(l, LayerTap::Scores))?;
+    (scores.len() == len).then(|| scores.iter().map(|&s| s == f32::NEG_INFINITY).collect())
+}
+
+fn per_split(r: &[f32], x: &[f32], mask: Option<&[bool]>, parts: usize) -> Vec<Basic> {
+    if parts == 0 || r.len() % parts != 0 {
+        return Vec::new();
+    }
+    let n = r.len() / parts;
+    (0..parts)
+        .map(|i| {
+            metrics::basic(
+                &r[i * n..(i + 1) * n],
+                &x[i * n..(i + 1) * n],
+                mask.map(|m| &m[i * n..(i + 1) * n]),
+            )
+        })
+        .collect()
+}
+
+fn logits_summary(r: &[f32], x: &[f32], vocab: usize, flip_margin: f64) -> LogitsSummary {
+    let rows: Vec<LogitsRow> =
+        r.chunks(vocab).zip(x.chunks(vocab)).map(|(a, b)| metrics::logits_row(a, b)).collect();
+    let n = rows.len().max(1) as f64;
+    let mut kls: Vec<f64> = rows.iter().map(|r| r.kl).collect();
+    let flips: Vec<Flip> = rows
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| r.argmax_ref != r.argmax_cand)
+        .map(|(t, r)| Flip {
+            position: t,
+            margin: r.margin,
+            reference_token: r.argmax_ref,
+            candidate_token: r.argmax_cand,
+        })
+        .collect();
+    LogitsSummary {
+        positions: rows.len(),
+        argmax_agreement: rows.iter().filter(|r| r.argmax_ref == r.argmax_cand).count() as f64 / n,
+        topk_overlap: rows.iter().map(|r| r.topk_overlap).sum::<f64>() / n,
+        kl_mean: kls.iter().sum::<f64>() / n,
+        kl_max: kls.iter().copied().fold(0.0, f64::max),
+        kl_p99: metrics::quantile(&mut kls, 0.99),
+        flips_above_margin: flips.iter().filter(|f| f.margin > flip_margin).count(),
+        flips,
+        rows,
+    }
+}
+
+fn probs_summary(x: &[f32], shape: &[usize], mask: Option<&[bool]>) -> Option<ProbsSummary> {
+    let [h, t, s] = shape else { return None };
+    let (h, t, s) = (*h, *t, *s);
+    let mut per_head = vec![0f64; h];
+    for (hh, err) in per_head.iter_mut().enumerate() {
+        for tt in 0..t {
+            let row = &x[(hh * t + tt) * s..(hh * t + tt + 1) * s];
+            let sum: f64 = row.iter().map(|&v| v as f64).sum();
+            *err = err.max((sum - 1.0).abs());
+        }
+    }
+    let leak = mask.map_or(0, |m| m.iter().zip(x).filter(|(&masked, &v)| masked && v > 1e-6).count());
+    Some(ProbsSummary {
+        sum_err_max: per_head.iter().copied().fold(0.0, f64::max),
+        sum_err_per_head: per_head,
+        mask_leak: leak,
+    })
+}
+
+/// The value of a named metric on a row, if the row has it.
+pub fn metric_value(row: &TapRow, name: &str) -> Option<f64> {
+    let m = row.metrics.as_ref()?;
+    let l = row.logits.as_ref();
+    let p = row.probs.as_ref();
+    Some(match name {
+        "cosine" => m.cosine,
+        "cosine_no_outliers" => row.cosine_no_outliers?,
+        "sqnr" => m.sqnr_db,
+        "max_abs" => m.max_abs,
+        "mean_abs" => m.mean_abs,
+        "p99_abs" => m.p99_abs,
+        "rel_max" => m.rel_max,
+        "rel_median" => m.rel_median,
+        "close" => m.close_frac,
+        "nonfinite" => m.nonfinite() as f64,
+        "argmax" => l?.argmax_agreement,
+        "topk" => l?.topk_overlap,
+        "kl_mean" => l?.kl_mean,
+        "kl_max" => l?.kl_max,
+        "kl_p99" => l?.kl_p99,
+        "flips" => l?.flips_above_margin as f64,
+        "prob_sum_err" => p?.sum_err_max,
+        "mask_leak" => p?.mask_leak as f64,
+        _ => return None,
+    })
+}
+
+fn judge(row: &mut TapRow, thresholds: &Thresholds) {
+    if row.status == RowStatus::ShapeMismatch {
+        row.failures.push(Failure {
+            metric: "shape".into(),
+            dir: Dir::Max,
+            bound: 0.0,
+            value: 1.0,
+            rule: format!("candidate {:?} vs reference {:?}", row.cand_shape, row.ref_shape),
+        });
+        return;
+    }
+    for (metric, (bound, rule)) in thresholds.bounds_for(&row.tap) {
+        let Some(value) = metric_value(row, &metric) else { continue };
+        let dir = thresholds::metric_dir(&metric).expect("known metric");
+        let ok = match dir {
+            Dir::Min => value >= bound,
+            Dir::Max => value <= bound,
+        };
+        if !ok {
+            row.failures.push(Failure { metric, dir, bound, value, rule });
+        }
+    }
+}
+
+/// Compare every tap of `candidate` against `reference`.
+pub fn compare(
+    reference: &Capture,
+    candidate: &Capture,
+    names: (&str, &str),
+    view: View,
+    thresholds: &Thresholds,
+) -> PairComparison {
+    let mut keys: Vec<&str> = reference.keys();
+    keys.extend(candidate.keys().into_iter().filter(|k| reference.get_key(k).is_none()));
+    keys.sort_by_cached_key(|k| key_order(k));
+    let rows = keys
+        .into_iter()
+        .filter_map(|key| {
+            let (phase, tap) = split_key(key)?;
+            Some(compare_one(reference, candidate, key, phase, tap, thresholds))
+        })
+        .collect();
+    PairComparison { reference: names.0.to_string(), candidate: names.1.to_string(), view, rows }
+}
+
+fn compare_one(
+    reference: &Capture,
+    candidate: &Capture,
+    key: &str,
+    phase: Phase,
+    tap: &str,
+    thresholds: &Thresholds,
+) -> TapRow {
+    let (r, x) = (reference.get_key(key), candidate.get_key(key));
+    let mut row = TapRow {
+        phase,
+        tap: tap.to_string(),
+        status: RowStatus::Compared,
+        ref_shape: r.map(|a| a.shape().to_vec()).unwrap_or_default(),
+        cand_shape: x.map(|a| a.shape().to_vec()).unwrap_or_default(),
+        aligned: None,
+        metrics: None,
+        cosine_no_outliers: None,
+        per_head: Vec::new(),
+        per_position: Vec::new(),
+        logits: None,
+        probs: None,
+        failures: Vec::new(),
+    };
+    let (r, x) = match (r, x) {
+        (Some(r), Some(x)) => (r, x),
+        (Some(_), None) => {
+            row.status = RowStatus::OnlyInReference;
+            return row;
+        }
+        _ => {
+            row.status = RowStatus::OnlyInCandidate;
+            return row;
+        }
+    };
+    let Some((rv, xv, aligned)) = align(r, x) else {
+        row.status = RowStatus::ShapeMismatch;
+        judge(&mut row, thresholds);
+        return row;
+    };
+    let canon = Tap::parse(tap);
+    let mask = if aligned.is_none() {
+        canon.and_then(|t| attention_mask(reference, phase, t, rv.len()))
+    } else {
+        None
+    };
+    row.metrics = Some(metrics::compute(&rv, &xv, mask.as_deref()));
+    let shape: Vec<usize> = if aligned.is_some() { x.shape().to_vec() } else { r.shape().to_vec() };
+    let features = shape.last().copied().unwrap_or(1).max(1);
+    match canon {
+        Some(t) if t.is_per_head() => {
+            row.per_head = per_split(&rv, &xv, mask.as_deref(), shape[0]);
+            if matches!(t, Tap::Layer(_, LayerTap::Probs)) {
+                row.probs = probs_summary(&xv, &shape, mask.as_deref());
+            }
+        }
+        _ if shape.len() == 2 => {
+            row.per_position = per_split(&rv, &xv, None, shape[0]);
+            if canon != Some(Tap::Logits) {
+                row.cosine_no_outliers =
+                    Some(metrics::cosine_without_outliers(&rv, &xv, features, metrics::OUTLIER_CHANNELS));
+            }
+        }
+        _ => {}
+    }
+    if canon == Some(Tap::Logits) {
+        row.logits = Some(logits_summary(&rv, &xv, features, thresholds.flip_margin));
+    }
+    row.aligned = aligned;
+    judge(&mut row, thresholds);
+    row
+}

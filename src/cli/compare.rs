@@ -1,0 +1,71 @@
+//! `hefprobe compare A.npz B.npz`: compare two captures recorded anywhere.
+
+use super::run::{command_line, ReportArgs};
+use crate::backend::dump::DumpBackend;
+use crate::backend::Backend;
+use crate::capture::Capture;
+use crate::compare::thresholds::Thresholds;
+use crate::compare::{compare, RowStatus, View};
+use crate::error::{Error, Result};
+use crate::probe::inputs::InputSet;
+use crate::report::{emit, ProbeInfo, Report};
+use crate::tap::TapSelection;
+use clap::Args;
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Args, Debug)]
+pub struct CompareArgs {
+    /// The reference capture (.npz, keys PHASE/TAP).
+    pub reference: PathBuf,
+    /// The candidate capture.
+    pub candidate: PathBuf,
+    /// Name map for the candidate (their name -> canonical tap, with layout transforms).
+    #[arg(long, value_name = "FILE")]
+    pub map: Option<PathBuf>,
+    #[command(flatten)]
+    pub out: ReportArgs,
+}
+
+fn label(p: &std::path::Path) -> String {
+    p.file_stem().map_or_else(|| p.display().to_string(), |s| s.to_string_lossy().to_string())
+}
+
+pub fn run(a: CompareArgs) -> Result<ExitCode> {
+    let reference = Capture::read_npz(&a.reference)?;
+    let candidate = match &a.map {
+        None => Capture::read_npz(&a.candidate)?,
+        Some(m) => {
+            let mut d = DumpBackend::open("candidate", &a.candidate, Some(m))?;
+            d.run(&InputSet::new(vec![0]), &TapSelection::all()).capture
+        }
+    };
+    let mut thresholds = Thresholds::default();
+    for t in &a.out.thresholds {
+        thresholds.add_cli(t)?;
+    }
+    let (rl, cl) = (label(&a.reference), label(&a.candidate));
+    let pair = compare(&reference, &candidate, (&rl, &cl), View::Cumulative, &thresholds);
+    if pair.rows.iter().all(|r| !r.checked()) {
+        return Err(Error::input(
+            a.candidate.display().to_string(),
+            format!("shares no PHASE/TAP key with {}; give --map to name its tensors", a.reference.display()),
+        ));
+    }
+    if let Some(bad) = pair.rows.iter().find(|r| r.status == RowStatus::ShapeMismatch) {
+        return Err(Error::input(
+            format!("{} array `{}`", a.candidate.display(), bad.key()),
+            format!(
+                "shape {:?} cannot be aligned with the reference's {:?}; give --map with a layout transform \
+                 (squeeze, permute, reshape)",
+                bad.cand_shape, bad.ref_shape
+            ),
+        ));
+    }
+    let mut report = Report::new(ProbeInfo { command: command_line(), ..Default::default() });
+    report.add_comparison(pair);
+    let color = std::io::stdout().is_terminal();
+    print!("{}", emit(&mut report, &a.out.targets(), color)?);
+    Ok(if report.drift() { ExitCode::from(1) } else { ExitCode::SUCCESS })
+}

@@ -1,0 +1,88 @@
+//! `hefprobe run PROBE.toml`: run a probe, compare, locate, explain, report.
+
+use crate::error::Result;
+use crate::probe::run::{run_probe, RunOptions};
+use crate::probe::schema::{BackendSpec, Probe};
+use crate::report::{emit, ReportTarget};
+use clap::Args;
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Args, Debug)]
+pub struct RunArgs {
+    /// The probe file (probes/*.toml).
+    pub probe: PathBuf,
+    /// Replace the probe's backends: emulator[=FAULT+FAULT], dump=PATH[,map=MAP], hef=PATH.
+    #[arg(long = "backend", value_name = "SPEC")]
+    pub backends: Vec<String>,
+    #[command(flatten)]
+    pub out: ReportArgs,
+    /// Write the InputSet as .npz (for `hefprobe capture` on a device host).
+    #[arg(long, value_name = "PATH")]
+    pub save_inputs: Option<PathBuf>,
+    /// Write every backend's capture into this folder.
+    #[arg(long, value_name = "DIR")]
+    pub save_captures: Option<PathBuf>,
+    /// Skip ranking fault models even if the probe asks for it.
+    #[arg(long)]
+    pub no_explain: bool,
+}
+
+/// Report options shared by run, compare and explain.
+#[derive(Args, Debug, Clone)]
+pub struct ReportArgs {
+    /// FORMAT=PATH, several allowed; FORMAT: terminal, markdown, json, svg; PATH `-` is stdout.
+    /// Default: terminal on stdout.
+    #[arg(long = "report", value_name = "FORMAT=PATH", value_parser = ReportTarget::parse)]
+    pub reports: Vec<ReportTarget>,
+    /// Extra bounds: METRIC=VALUE or GLOB:METRIC=VALUE (e.g. logits:kl_mean=0.01).
+    #[arg(long = "threshold", value_name = "BOUND")]
+    pub thresholds: Vec<String>,
+}
+
+impl ReportArgs {
+    pub fn targets(&self) -> Vec<ReportTarget> {
+        if self.reports.is_empty() {
+            vec![ReportTarget::parse("terminal").expect("valid")]
+        } else {
+            self.reports.clone()
+        }
+    }
+}
+
+/// The command line as typed, quoted where needed, for the Markdown report.
+pub fn command_line() -> String {
+    std::env::args()
+        .enumerate()
+        .map(|(i, a)| {
+            let a = if i == 0 { "hefprobe".to_string() } else { a };
+            if a.chars().any(|c| c.is_whitespace() || "\"'$`|&;<>()".contains(c)) {
+                format!("'{}'", a.replace('\'', "'\\''"))
+            } else {
+                a
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+pub fn run(a: RunArgs) -> Result<ExitCode> {
+    let probe = Probe::load(&a.probe)?;
+    let opts = RunOptions {
+        backends: a.backends.iter().map(|b| BackendSpec::parse_cli(b)).collect::<Result<_>>()?,
+        thresholds: a.out.thresholds.clone(),
+        save_inputs: a.save_inputs.clone(),
+        save_captures: a.save_captures.clone(),
+        command: command_line(),
+        no_explain: a.no_explain,
+    };
+    let mut result = run_probe(&probe, &opts)?;
+    let color = std::io::stdout().is_terminal();
+    print!("{}", emit(&mut result.report, &a.out.targets(), color)?);
+    if let Some(e) = result.error {
+        eprintln!("error: a backend stopped; the reports above hold what finished");
+        return Err(e);
+    }
+    Ok(if result.report.drift() { ExitCode::from(1) } else { ExitCode::SUCCESS })
+}

@@ -1,0 +1,298 @@
+//! `explain`: run the reference with each catalog fault injected and rank the faults by how
+//! closely each emulation reproduces the observed capture — the step every row of the
+//! findings table was solved by, done by the tool.
+
+use crate::backend::decoder::DecoderBackend;
+use crate::backend::Backend;
+use crate::capture::Capture;
+use crate::compare::metrics;
+use crate::error::{Error, Result};
+use crate::model::{Checkpoint, Decoder};
+use crate::probe::inputs::InputSet;
+use crate::probe::schema::ExplainSpec;
+use crate::report::{AttributionRow, ExplainReport, ExplainRow};
+use crate::tap::{Phase, TapSelection};
+use ndarray::ArrayD;
+use std::sync::Arc;
+
+/// How well `emulated` reproduces `observed` on their shared keys.
+#[derive(Debug, Clone, Copy)]
+pub struct Match {
+    pub cosine: f64,
+    pub argmax: f64,
+    pub kl: f64,
+}
+
+/// Aligned flat values (a single candidate row is matched against the other's last row).
+fn aligned(a: &ArrayD<f32>, b: &ArrayD<f32>) -> Option<(Vec<f32>, Vec<f32>)> {
+    if a.shape() == b.shape() {
+        return Some((a.iter().copied().collect(), b.iter().copied().collect()));
+    }
+    let last = |x: &ArrayD<f32>| -> Vec<f32> {
+        x.index_axis(ndarray::Axis(0), x.shape()[0] - 1).iter().copied().collect()
+    };
+    match (a.ndim(), b.ndim()) {
+        (2, 2) if a.shape()[1] == b.shape()[1] && (a.shape()[0] == 1 || b.shape()[0] == 1) => {
+            Some((last(a), last(b)))
+        }
+        _ => None,
+    }
+}
+
+pub fn match_captures(emulated: &Capture, observed: &Capture, keys: &[String]) -> Match {
+    let (mut cos_sum, mut n) = (0f64, 0usize);
+    let (mut agree, mut kl, mut rows) = (0usize, 0f64, 0usize);
+    for key in keys {
+        let (Some(e), Some(o)) = (emulated.get_key(key), observed.get_key(key)) else {
+            n += 1;
+            continue;
+        };
+        let Some((ev, ov)) = aligned(e, o) else {
+            n += 1; // a shape the observation does not have: no match on this tap
+            continue;
+        };
+        cos_sum += metrics::basic(&ev, &ov, None).cosine;
+        n += 1;
+        if key.ends_with("/logits") {
+            let vocab = *o.shape().last().unwrap_or(&1);
+            for (a, b) in ev.chunks(vocab).zip(ov.chunks(vocab)) {
+                let r = metrics::logits_row(b, a);
+                agree += usize::from(r.argmax_ref == r.argmax_cand);
+                kl += r.kl;
+                rows += 1;
+            }
+        }
+    }
+    let rows_f = rows.max(1) as f64;
+    Match {
+        cosine: if n == 0 { 0.0 } else { cos_sum / n as f64 },
+        argmax: if rows == 0 { f64::NAN } else { agree as f64 / rows_f },
+        kl: if rows == 0 { f64::NAN } else { kl / rows_f },
+    }
+}
+
+fn digest(c: &Capture, keys: &[String]) -> u64 {
+    let mut h = xxhash_rust::xxh3::Xxh3::new();
+    for k in keys {
+        if let Some(a) = c.get_key(k) {
+            h.update(k.as_bytes());
+            for d in a.shape() {
+                h.update(&d.to_le_bytes());
+            }
+            for v in a.iter() {
+                h.update(&v.to_bits().to_le_bytes());
+            }
+        }
+    }
+    h.digest()
+}
+
+/// Keys of `observed` that name canonical taps (what an emulation can reproduce).
+pub fn shared_keys(observed: &Capture) -> Vec<String> {
+    observed
+        .keys()
+        .into_iter()
+        .filter(|k| {
+            k.split_once('/')
+                .is_some_and(|(p, t)| Phase::parse(p).is_some() && crate::tap::Tap::parse(t).is_some())
+        })
+        .map(String::from)
+        .collect()
+}
+
+struct Candidate {
+    spec: String,
+    m: Match,
+    digest: u64,
+}
+
+fn emulate(ckpt: &Checkpoint, specs: &[String], inputs: &InputSet, taps: &TapSelection) -> Result<Capture> {
+    let faults = crate::fault::catalog::parse_all(specs, &ckpt.config)?;
+    let mut b = DecoderBackend::emulator(&specs.join("+"), ckpt, faults)?;
+    let run = b.run(inputs, taps);
+    match run.error {
+        Some(e) => Err(e),
+        None => Ok(run.capture),
+    }
+}
+
+pub fn explain(
+    ckpt: &Checkpoint,
+    model: &Arc<Decoder>,
+    inputs: &InputSet,
+    reference: &Capture,
+    observed_name: &str,
+    observed: &Capture,
+    spec: &ExplainSpec,
+) -> Result<ExplainReport> {
+    let keys = shared_keys(observed);
+    if keys.is_empty() {
+        return Err(Error::usage(format!(
+            "explain: `{observed_name}` holds no canonical PHASE/TAP keys to match emulations against"
+        )));
+    }
+    let mut tap_names: Vec<String> =
+        keys.iter().map(|k| k.split_once('/').expect("key").1.to_string()).collect();
+    tap_names.sort_by_cached_key(|t| crate::tap::key_order(&format!("prefill/{t}")));
+    tap_names.dedup();
+    let taps = TapSelection::parse(&tap_names)?;
+    let candidates: Vec<String> =
+        spec.faults.clone().unwrap_or_else(|| crate::fault::catalog::grid(&model.cfg));
+
+    let base = match_captures(reference, observed, &keys);
+    let base_digest = digest(reference, &keys);
+    let mut results: Vec<Candidate> = Vec::new();
+    let run_one = |specs: Vec<String>, results: &mut Vec<Candidate>| -> Result<()> {
+        let cap = emulate(ckpt, &specs, inputs, &taps)?;
+        results.push(Candidate {
+            spec: specs.join(" + "),
+            m: match_captures(&cap, observed, &keys),
+            digest: digest(&cap, &keys),
+        });
+        Ok(())
+    };
+    for c in &candidates {
+        run_one(vec![c.clone()], &mut results)?;
+    }
+    if spec.pairs {
+        let mut top: Vec<&Candidate> = results.iter().collect();
+        top.sort_by(|a, b| b.m.cosine.total_cmp(&a.m.cosine));
+        let top: Vec<String> = top.iter().take(5).map(|c| c.spec.clone()).collect();
+        for i in 0..top.len() {
+            for j in i + 1..top.len() {
+                run_one(vec![top[i].clone(), top[j].clone()], &mut results)?;
+            }
+        }
+    }
+    results.sort_by(|a, b| b.m.cosine.total_cmp(&a.m.cosine).then(a.m.kl.total_cmp(&b.m.kl)));
+
+    // Faults with identical emulations on these inputs are one row with ties.
+    let mut rows: Vec<ExplainRow> = Vec::new();
+    let mut seen: Vec<u64> = Vec::new();
+    for c in &results {
+        if seen.contains(&c.digest) {
+            continue;
+        }
+        seen.push(c.digest);
+        let ties: Vec<String> = results
+            .iter()
+            .filter(|o| o.digest == c.digest && o.spec != c.spec)
+            .map(|o| o.spec.clone())
+            .collect();
+        let name = c.spec.split([':', '@', ' ']).next().unwrap_or("");
+        rows.push(ExplainRow {
+            rank: rows.len() + 1,
+            fault: c.spec.clone(),
+            finding: crate::fault::catalog::finding_of(name),
+            match_cosine: c.m.cosine,
+            argmax_agreement: c.m.argmax,
+            kl_mean: c.m.kl,
+            ties,
+            note: (c.digest == base_digest).then(|| "identical to a clean run on these inputs".to_string()),
+        });
+    }
+    let baseline = ExplainRow {
+        rank: 0,
+        fault: "(clean reference)".into(),
+        finding: None,
+        match_cosine: base.cosine,
+        argmax_agreement: base.argmax,
+        kl_mean: base.kl,
+        ties: Vec::new(),
+        note: None,
+    };
+    let conclusion = conclude(&rows, &baseline, observed_name);
+    let attribution = match &spec.quant {
+        Some(q) => attribute(ckpt, inputs, reference, observed, &keys, &taps, q)?,
+        None => Vec::new(),
+    };
+    Ok(ExplainReport {
+        observed: observed_name.to_string(),
+        taps: tap_names,
+        rows,
+        baseline: Some(baseline),
+        conclusion,
+        attribution,
+    })
+}
+
+/// Share of the observed drift (1 − baseline cosine) a match removes.
+pub fn explained_share(best: f64, baseline: f64) -> f64 {
+    let drift = 1.0 - baseline;
+    if drift <= 1e-12 {
+        return 1.0;
+    }
+    (1.0 - (1.0 - best) / drift).clamp(0.0, 1.0)
+}
+
+fn conclude(rows: &[ExplainRow], baseline: &ExplainRow, observed: &str) -> String {
+    if baseline.match_cosine >= 1.0 - 1e-9
+        && (baseline.argmax_agreement.is_nan() || baseline.argmax_agreement >= 1.0)
+    {
+        return format!("`{observed}` matches the clean reference: nothing to explain.");
+    }
+    let Some(best) = rows.first() else { return "no fault was ranked.".into() };
+    let share = explained_share(best.match_cosine, baseline.match_cosine);
+    let ties =
+        if best.ties.is_empty() { String::new() } else { format!(" (tied with {})", best.ties.join(", ")) };
+    if best.note.is_some() {
+        return format!(
+            "nothing in the catalog explains `{observed}`: the best match is indistinguishable from a clean run (match cosine {:.6}).",
+            best.match_cosine
+        );
+    }
+    if share >= 0.9 && best.match_cosine > baseline.match_cosine {
+        format!(
+            "best explanation: {}{ties} — match cosine {:.6} (clean reference {:.6}; explains {:.0}% of the drift)",
+            best.fault,
+            best.match_cosine,
+            baseline.match_cosine,
+            share * 100.0
+        )
+    } else {
+        format!(
+            "nothing in the catalog explains `{observed}`: the best, {}, reaches match cosine {:.6} against the clean reference's {:.6} ({:.0}% of the drift).",
+            best.fault,
+            best.match_cosine,
+            baseline.match_cosine,
+            share * 100.0
+        )
+    }
+}
+
+/// Three-way attribution: per shared key, fp32 ↔ quant emulation ↔ observed.
+fn attribute(
+    ckpt: &Checkpoint,
+    inputs: &InputSet,
+    reference: &Capture,
+    observed: &Capture,
+    keys: &[String],
+    taps: &TapSelection,
+    quant: &str,
+) -> Result<Vec<AttributionRow>> {
+    let spec = if quant.starts_with("quant") { quant.to_string() } else { format!("quant:{quant}") };
+    let emulated = emulate(ckpt, &[spec], inputs, taps)?;
+    let cos = |a: &Capture, b: &Capture, k: &str| -> f64 {
+        match (a.get_key(k), b.get_key(k)) {
+            (Some(x), Some(y)) => aligned(x, y).map_or(0.0, |(x, y)| metrics::basic(&x, &y, None).cosine),
+            _ => f64::NAN,
+        }
+    };
+    Ok(keys
+        .iter()
+        .filter_map(|k| {
+            let (p, t) = k.split_once('/')?;
+            let ro = cos(reference, observed, k);
+            let rq = cos(reference, &emulated, k);
+            let qo = cos(&emulated, observed, k);
+            Some(AttributionRow {
+                phase: Phase::parse(p)?,
+                tap: t.to_string(),
+                reference_vs_observed: ro,
+                reference_vs_quant: rq,
+                quant_vs_observed: qo,
+                explained: explained_share(qo, ro),
+            })
+        })
+        .collect())
+}

@@ -1,0 +1,171 @@
+//! Fault specs: `NAME[:PARAMS][@layers=RANGE]`, e.g. `shared-softmax@layers=0`,
+//! `rope:interleaved,target=q`, `position-shift:1`, `lm-head-shards:3,scale=shard0`.
+
+use crate::error::{Error, Result};
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct FaultSpec {
+    pub name: String,
+    /// Positional and `key=value` parameters, in order.
+    pub params: Vec<(Option<String>, String)>,
+    /// Layers the fault applies to; None = every layer.
+    pub layers: Option<Vec<usize>>,
+    pub text: String,
+}
+
+impl FaultSpec {
+    pub fn parse(text: &str) -> Result<Self> {
+        let (head, layers) = match text.split_once('@') {
+            None => (text, None),
+            Some((h, l)) => {
+                let range = l.strip_prefix("layers=").ok_or_else(|| {
+                    Error::usage(format!("fault `{text}`: after `@` expected `layers=RANGE` (e.g. @layers=0, @layers=1-3, @layers=0,2)"))
+                })?;
+                (h, Some(parse_range(range).map_err(|m| Error::usage(format!("fault `{text}`: {m}")))?))
+            }
+        };
+        let (name, params) = match head.split_once(':') {
+            None => (head, Vec::new()),
+            Some((n, p)) => (
+                n,
+                p.split(',')
+                    .filter(|s| !s.is_empty())
+                    .map(|kv| match kv.split_once('=') {
+                        Some((k, v)) => (Some(k.trim().to_string()), v.trim().to_string()),
+                        None => (None, kv.trim().to_string()),
+                    })
+                    .collect(),
+            ),
+        };
+        Ok(FaultSpec { name: name.trim().to_string(), params, layers, text: text.to_string() })
+    }
+
+    /// A named parameter, or the positional one at `index` when unnamed.
+    pub fn get(&self, key: &str, positional: Option<usize>) -> Option<&str> {
+        if let Some(v) = self.params.iter().find(|(k, _)| k.as_deref() == Some(key)) {
+            return Some(&v.1);
+        }
+        let pos = positional?;
+        self.params.iter().filter(|(k, _)| k.is_none()).nth(pos).map(|(_, v)| v.as_str())
+    }
+
+    pub fn err(&self, msg: impl std::fmt::Display) -> Error {
+        Error::usage(format!("fault `{}`: {msg}", self.text))
+    }
+
+    /// Refuse parameters the fault does not know.
+    pub fn allow(&self, keys: &[&str], positional: usize) -> Result<()> {
+        let mut pos = 0;
+        for (k, v) in &self.params {
+            match k {
+                Some(k) if !keys.contains(&k.as_str()) => {
+                    return Err(self.err(format!(
+                        "unknown parameter `{k}`; it takes: {}",
+                        if keys.is_empty() { "none".into() } else { keys.join(", ") }
+                    )))
+                }
+                None => {
+                    pos += 1;
+                    if pos > positional {
+                        return Err(self.err(format!("unexpected parameter `{v}`")));
+                    }
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    pub fn int(
+        &self,
+        key: &str,
+        positional: Option<usize>,
+        default: i64,
+        range: std::ops::RangeInclusive<i64>,
+    ) -> Result<i64> {
+        let v = match self.get(key, positional) {
+            None => default,
+            Some(s) => {
+                s.parse::<i64>().map_err(|_| self.err(format!("`{key}` must be an integer, got `{s}`")))?
+            }
+        };
+        if !range.contains(&v) {
+            return Err(self.err(format!(
+                "`{key}` = {v} is out of range; valid: {}..={}",
+                range.start(),
+                range.end()
+            )));
+        }
+        Ok(v)
+    }
+
+    pub fn choice<'a>(
+        &self,
+        key: &str,
+        positional: Option<usize>,
+        default: &'a str,
+        options: &[&'a str],
+    ) -> Result<&'a str> {
+        let v = self.get(key, positional).unwrap_or(default);
+        options
+            .iter()
+            .find(|o| **o == v)
+            .copied()
+            .ok_or_else(|| self.err(format!("`{key}` = `{v}` is not valid; valid: {}", options.join(", "))))
+    }
+
+    pub fn applies(&self, layer: usize) -> bool {
+        self.layers.as_ref().is_none_or(|ls| ls.contains(&layer))
+    }
+
+    pub fn check_layers(&self, num_layers: usize, takes_layers: bool) -> Result<()> {
+        match &self.layers {
+            Some(_) if !takes_layers => Err(self.err("this fault is not per layer; drop `@layers=`")),
+            Some(ls) => match ls.iter().find(|&&l| l >= num_layers) {
+                Some(l) => Err(self
+                    .err(format!("layer {l} is out of range; this model has layers 0..={}", num_layers - 1))),
+                None => Ok(()),
+            },
+            None => Ok(()),
+        }
+    }
+}
+
+fn parse_range(s: &str) -> std::result::Result<Vec<usize>, String> {
+    if s == "all" {
+        return Err("write no @layers for every layer".into());
+    }
+    let mut out = Vec::new();
+    for part in s.split(',') {
+        let bad = || format!("`{part}` is not a layer or a range like 1-3");
+        match part.split_once('-') {
+            Some((a, b)) => {
+                let (a, b): (usize, usize) = (a.parse().map_err(|_| bad())?, b.parse().map_err(|_| bad())?);
+                if a > b {
+                    return Err(bad());
+                }
+                out.extend(a..=b);
+            }
+            None => out.push(part.parse().map_err(|_| bad())?),
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_params_and_layers() {
+        let s = FaultSpec::parse("lm-head-shards:3,scale=shard0@layers=0-2,5").unwrap();
+        assert_eq!(s.name, "lm-head-shards");
+        assert_eq!(s.get("n", Some(0)), Some("3"));
+        assert_eq!(s.get("scale", None), Some("shard0"));
+        assert_eq!(s.layers, Some(vec![0, 1, 2, 5]));
+        assert!(FaultSpec::parse("x@layer=1").is_err());
+        let s = FaultSpec::parse("position-shift:9").unwrap();
+        let e = s.int("k", Some(0), 1, -8..=8).unwrap_err().to_string();
+        assert!(e.contains("out of range") && e.contains("-8..=8"), "{e}");
+    }
+}

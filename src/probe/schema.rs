@@ -1,0 +1,345 @@
+//! The probe file (`probes/*.toml`): one question, the inputs that ask it, the backends that
+//! answer it, and the thresholds that judge the answer. Unknown keys are errors that name
+//! the key (serde's `deny_unknown_fields`, with toml's line and column).
+
+use crate::error::{Error, Result};
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+pub const PROBE_VERSION: u32 = 1;
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Probe {
+    /// Schema version; must be 1.
+    pub version: u32,
+    pub name: String,
+    /// The question this probe answers, in one sentence.
+    pub question: String,
+    /// Row of the findings table this probe relates to.
+    pub finding: Option<u32>,
+    pub checkpoint: CheckpointSpec,
+    pub inputs: InputsSpec,
+    /// Tap globs to record (default: all).
+    #[serde(default = "all_taps")]
+    pub taps: Vec<String>,
+    /// Backends compared against the reference.
+    #[serde(default, rename = "backend")]
+    pub backends: Vec<BackendSpec>,
+    #[serde(default)]
+    pub thresholds: ThresholdsSpec,
+    #[serde(default)]
+    pub compare: CompareSpec,
+    #[serde(default)]
+    pub explain: Option<ExplainSpec>,
+    #[serde(skip)]
+    pub path: PathBuf,
+}
+
+fn all_taps() -> Vec<String> {
+    vec!["*".into()]
+}
+
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct CheckpointSpec {
+    /// A checkpoint folder, relative to the probe file.
+    pub path: Option<PathBuf>,
+    /// Or a synth preset, so the probe runs anywhere.
+    pub synth: Option<String>,
+    #[serde(default)]
+    pub seed: u64,
+    /// Overrides of the synth preset's dims.
+    pub arch: Option<String>,
+    pub hidden: Option<usize>,
+    pub layers: Option<usize>,
+    pub heads: Option<usize>,
+    pub kv_heads: Option<usize>,
+    pub head_dim: Option<usize>,
+    pub intermediate: Option<usize>,
+    pub vocab: Option<usize>,
+    pub weight_scale: Option<f64>,
+    pub massive_channels: Option<usize>,
+    pub massive_scale: Option<f64>,
+    pub sliding_window: Option<usize>,
+}
+
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct InputsSpec {
+    pub tokens: Option<Vec<u32>>,
+    pub text: Option<String>,
+    /// tokenizer.json for `text` (default: the checkpoint's, or the synth tokenizer).
+    pub tokenizer: Option<PathBuf>,
+    #[serde(default)]
+    pub add_special_tokens: bool,
+    /// Prefill chunk size (remainder first, as HailoRT).
+    pub chunk: Option<usize>,
+    /// Greedy decode steps (resolved by the reference, then teacher-forced everywhere).
+    pub decode: Option<usize>,
+    /// Teacher-forced decode tokens.
+    pub decode_tokens: Option<Vec<u32>>,
+    #[serde(default)]
+    pub start_position: usize,
+}
+
+/// A backend as a probe names it.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct BackendSpec {
+    /// Label in reports (default: the kind).
+    pub name: Option<String>,
+    /// reference | emulator | dump | hef
+    pub kind: String,
+    /// emulator: fault specs, `NAME[:PARAMS][@layers=RANGE]`.
+    #[serde(default)]
+    pub faults: Vec<String>,
+    /// emulator: quantization setting (see `hefprobe explain --help`).
+    pub quant: Option<String>,
+    /// dump: the .npz; hef: the .hef.
+    pub path: Option<PathBuf>,
+    /// dump: name map TOML (their name -> canonical tap).
+    pub map: Option<PathBuf>,
+}
+
+impl BackendSpec {
+    pub fn label(&self) -> String {
+        self.name.clone().unwrap_or_else(|| match (&self.kind[..], self.faults.is_empty()) {
+            ("emulator", false) => format!("emulator[{}]", self.faults.join(",")),
+            _ => self.kind.clone(),
+        })
+    }
+
+    /// From the command line: `emulator`, `emulator=FAULT+FAULT`, `dump=PATH[,map=MAP]`, `hef=PATH`.
+    pub fn parse_cli(s: &str) -> Result<Self> {
+        let (kind, rest) = s.split_once('=').unwrap_or((s, ""));
+        let mut spec = BackendSpec {
+            name: None,
+            kind: kind.to_string(),
+            faults: vec![],
+            quant: None,
+            path: None,
+            map: None,
+        };
+        match kind {
+            "reference" => {}
+            "emulator" => {
+                spec.faults = rest.split('+').filter(|f| !f.is_empty()).map(String::from).collect();
+            }
+            "dump" | "hef" => {
+                let mut parts = rest.split(',');
+                let path = parts.next().filter(|p| !p.is_empty()).ok_or_else(|| {
+                    Error::usage(format!("--backend {kind}=PATH: give the {kind} file's path"))
+                })?;
+                spec.path = Some(PathBuf::from(path));
+                for p in parts {
+                    match p.split_once('=') {
+                        Some(("map", m)) if kind == "dump" => spec.map = Some(PathBuf::from(m)),
+                        _ => return Err(Error::usage(format!("--backend {s}: unknown option `{p}`"))),
+                    }
+                }
+            }
+            other => {
+                return Err(Error::usage(format!(
+                    "--backend `{other}`: expected reference, emulator[=FAULT+FAULT], dump=PATH[,map=MAP] or hef=PATH"
+                )))
+            }
+        }
+        Ok(spec)
+    }
+}
+
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct ThresholdsSpec {
+    /// "most-specific" (default) or "tightest".
+    pub policy: Option<crate::compare::thresholds::Policy>,
+    pub flip_margin: Option<f64>,
+    /// Bounds for every tap (merged over the built-in defaults).
+    #[serde(default)]
+    pub default: BTreeMap<String, f64>,
+    /// Bounds per tap glob.
+    #[serde(default)]
+    pub taps: BTreeMap<String, BTreeMap<String, f64>>,
+}
+
+impl ThresholdsSpec {
+    pub fn build(&self) -> Result<crate::compare::thresholds::Thresholds> {
+        use crate::compare::thresholds::{Rule, Thresholds};
+        let mut t = Thresholds::default();
+        for (k, v) in &self.default {
+            t.add_cli(&format!("{k}={v}"))?;
+        }
+        for (glob, bounds) in &self.taps {
+            t.rules.push(Rule::new(glob, bounds.clone())?);
+        }
+        if let Some(p) = self.policy {
+            t.policy = p;
+        }
+        if let Some(m) = self.flip_margin {
+            t.flip_margin = m;
+        }
+        Ok(t)
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CompareSpec {
+    /// Pairs to compare by label (default: reference against each backend).
+    #[serde(default)]
+    pub pairs: Vec<[String; 2]>,
+    /// Also run the local (overrides) view where a backend supports it.
+    #[serde(default = "yes")]
+    pub local: bool,
+    /// Logit lens at the last position of every phase.
+    #[serde(default = "yes")]
+    pub lens: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+impl Default for CompareSpec {
+    fn default() -> Self {
+        CompareSpec { pairs: Vec::new(), local: true, lens: true }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct ExplainSpec {
+    /// The backend whose capture the fault models are ranked against (default: the first).
+    pub observed: Option<String>,
+    /// Fault specs to rank (default: the whole catalog with its parameter grid).
+    pub faults: Option<Vec<String>>,
+    /// Also rank pairs of faults.
+    #[serde(default)]
+    pub pairs: bool,
+    /// Quantization configuration for three-way attribution.
+    pub quant: Option<String>,
+}
+
+impl Probe {
+    pub fn load(path: &Path) -> Result<Self> {
+        let text = crate::error::read_text(path)?;
+        Self::parse(&text, path)
+    }
+
+    pub fn parse(text: &str, path: &Path) -> Result<Self> {
+        let what = path.display().to_string();
+        let mut p: Probe =
+            toml::from_str(text).map_err(|e| Error::input(&what, e.to_string().trim_end().to_string()))?;
+        if p.version != PROBE_VERSION {
+            return Err(Error::input(
+                format!("{what} key `version`"),
+                format!(
+                    "{} is not a probe schema version this hefprobe reads (it reads {PROBE_VERSION})",
+                    p.version
+                ),
+            ));
+        }
+        if p.checkpoint.path.is_some() == p.checkpoint.synth.is_some() {
+            return Err(Error::input(
+                format!("{what} [checkpoint]"),
+                "give exactly one of `path` (a checkpoint folder) or `synth` (a preset)",
+            ));
+        }
+        if p.inputs.tokens.is_some() == p.inputs.text.is_some() {
+            return Err(Error::input(format!("{what} [inputs]"), "give exactly one of `tokens` or `text`"));
+        }
+        if p.inputs.decode.is_some() && p.inputs.decode_tokens.is_some() {
+            return Err(Error::input(
+                format!("{what} [inputs]"),
+                "give `decode` (greedy) or `decode_tokens`, not both",
+            ));
+        }
+        let mut labels: Vec<String> = vec!["reference".into()];
+        for b in &p.backends {
+            if !matches!(b.kind.as_str(), "reference" | "emulator" | "dump" | "hef") {
+                return Err(Error::input(
+                    format!("{what} [[backend]] kind"),
+                    format!("`{}` is not a backend kind; expected reference, emulator, dump or hef", b.kind),
+                ));
+            }
+            let label = b.label();
+            if labels.contains(&label) {
+                return Err(Error::input(
+                    format!("{what} [[backend]]"),
+                    format!("two backends are labelled `{label}`; give each a `name`"),
+                ));
+            }
+            labels.push(label);
+        }
+        for [a, b] in &p.compare.pairs {
+            for l in [a, b] {
+                if !labels.contains(l) {
+                    return Err(Error::input(
+                        format!("{what} [compare] pairs"),
+                        format!("`{l}` is not a backend label; labels: {}", labels.join(", ")),
+                    ));
+                }
+            }
+        }
+        let base = path.parent().unwrap_or(Path::new("."));
+        let rel = |p: &mut Option<PathBuf>| {
+            if let Some(x) = p.as_mut() {
+                if x.is_relative() {
+                    *x = base.join(&*x);
+                }
+            }
+        };
+        rel(&mut p.checkpoint.path);
+        rel(&mut p.inputs.tokenizer);
+        for b in &mut p.backends {
+            rel(&mut b.path);
+            rel(&mut b.map);
+        }
+        p.thresholds.build()?;
+        p.path = path.to_path_buf();
+        Ok(p)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MINIMAL: &str = r#"
+version = 1
+name = "t"
+question = "q?"
+[checkpoint]
+synth = "tinystories"
+[inputs]
+tokens = [1, 2, 3]
+"#;
+
+    #[test]
+    fn minimal_probe_parses_with_defaults() {
+        let p = Probe::parse(MINIMAL, Path::new("probes/t.toml")).unwrap();
+        assert_eq!(p.taps, vec!["*"]);
+        assert!(p.compare.local && p.backends.is_empty());
+    }
+
+    #[test]
+    fn unknown_keys_are_named() {
+        let text = MINIMAL.replace("question", "questoin");
+        let e = Probe::parse(&text, Path::new("p.toml")).unwrap_err().to_string();
+        assert!(e.contains("p.toml") && e.contains("questoin"), "{e}");
+        let text = format!("{MINIMAL}\n[thresholds.taps]\nlogits = {{ cosinus = 0.9 }}\n");
+        let e = Probe::parse(&text, Path::new("p.toml")).unwrap_err().to_string();
+        assert!(e.contains("cosinus") && e.contains("did you mean `cosine`"), "{e}");
+    }
+
+    #[test]
+    fn cli_backend_specs() {
+        let b = BackendSpec::parse_cli("emulator=shared-softmax+rope:interleaved@layers=1").unwrap();
+        assert_eq!(b.faults, vec!["shared-softmax", "rope:interleaved@layers=1"]);
+        let b = BackendSpec::parse_cli("dump=d.npz,map=m.toml").unwrap();
+        assert_eq!((b.path.unwrap(), b.map.unwrap()), (PathBuf::from("d.npz"), PathBuf::from("m.toml")));
+        assert!(BackendSpec::parse_cli("gpu").is_err());
+    }
+}

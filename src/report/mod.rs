@@ -1,0 +1,310 @@
+//! Reports: one plain, serializable [`Report`] and renderers for the terminal, Markdown,
+//! JSON and SVG. Renderers are pure functions of the report, so every one is snapshot-tested
+//! on a fixed comparison.
+
+pub mod json;
+pub mod markdown;
+pub mod svg;
+pub mod terminal;
+
+use crate::compare::lens::LensRow;
+use crate::compare::locate::Located;
+use crate::compare::{PairComparison, TapRow, View};
+use crate::error::{Error, Result};
+use crate::tap::Phase;
+use serde::Serialize;
+use std::path::{Path, PathBuf};
+
+pub const REPORT_SCHEMA: &str = "hefprobe.report/1";
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ToolInfo {
+    pub hefprobe: String,
+    pub candle: String,
+    /// What the reference was verified against (references/requirements.txt).
+    pub goldens: String,
+}
+
+impl Default for ToolInfo {
+    fn default() -> Self {
+        ToolInfo {
+            hefprobe: env!("CARGO_PKG_VERSION").to_string(),
+            candle: env!("HEFPROBE_CANDLE_VERSION").to_string(),
+            goldens: "transformers 5.23.0, torch 2.15.0 (float32, eager)".to_string(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Default)]
+pub struct ProbeInfo {
+    pub name: String,
+    pub question: String,
+    pub finding: Option<u32>,
+    pub file: Option<String>,
+    /// The exact command that reproduces this report.
+    pub command: String,
+}
+
+#[derive(Debug, Clone, Serialize, Default)]
+pub struct CheckpointInfo {
+    pub source: String,
+    pub hash: String,
+    pub arch: String,
+    pub layers: usize,
+    pub hidden: usize,
+    pub heads: usize,
+    pub kv_heads: usize,
+    pub head_dim: usize,
+    pub vocab: usize,
+    pub stored_dtype: String,
+    pub defaults_applied: Vec<(String, String)>,
+}
+
+#[derive(Debug, Clone, Serialize, Default)]
+pub struct InputInfo {
+    pub prompt_tokens: usize,
+    pub bos: String,
+    pub chunk: Option<usize>,
+    pub phases: Vec<Phase>,
+    pub decode_tokens: Vec<u32>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct BackendInfo {
+    pub name: String,
+    pub kind: String,
+    /// "ok", or what stopped it and where.
+    pub status: String,
+}
+
+/// One fault's match against the observed capture (filled by `explain`).
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct ExplainRow {
+    pub rank: usize,
+    pub fault: String,
+    pub finding: Option<u32>,
+    /// Cosine between the emulated and the observed capture over the shared taps.
+    pub match_cosine: f64,
+    pub argmax_agreement: f64,
+    pub kl_mean: f64,
+    /// Faults whose emulation is identical on these inputs.
+    pub ties: Vec<String>,
+    pub note: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Default)]
+pub struct ExplainReport {
+    pub observed: String,
+    pub taps: Vec<String>,
+    pub rows: Vec<ExplainRow>,
+    /// The clean reference's match: what "no fault" looks like.
+    pub baseline: Option<ExplainRow>,
+    pub conclusion: String,
+    pub attribution: Vec<AttributionRow>,
+}
+
+/// Three-way attribution per layer: fp32 ↔ quant emulation ↔ observed.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct AttributionRow {
+    pub phase: Phase,
+    pub tap: String,
+    pub reference_vs_observed: f64,
+    pub reference_vs_quant: f64,
+    pub quant_vs_observed: f64,
+    /// Share of the observed drift (1 − cosine) the quantization emulation reproduces.
+    pub explained: f64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    pub schema: &'static str,
+    pub tool: ToolInfo,
+    pub probe: ProbeInfo,
+    pub checkpoint: Option<CheckpointInfo>,
+    pub inputs: Option<InputInfo>,
+    pub backends: Vec<BackendInfo>,
+    pub comparisons: Vec<PairComparison>,
+    /// Per comparison (same order): the first failing tap of each phase.
+    pub located: Vec<Vec<Located>>,
+    /// Per candidate: layers whose own error fails in the local view.
+    pub blame: Vec<(String, Vec<usize>)>,
+    pub lens: Vec<(String, Vec<LensRow>)>,
+    pub explain: Option<ExplainReport>,
+    /// What did not finish, if the run failed half-way.
+    pub incomplete: Vec<String>,
+    pub svg: Vec<String>,
+}
+
+impl Report {
+    pub fn new(probe: ProbeInfo) -> Self {
+        Report {
+            schema: REPORT_SCHEMA,
+            tool: ToolInfo::default(),
+            probe,
+            checkpoint: None,
+            inputs: None,
+            backends: Vec::new(),
+            comparisons: Vec::new(),
+            located: Vec::new(),
+            blame: Vec::new(),
+            lens: Vec::new(),
+            explain: None,
+            incomplete: Vec::new(),
+            svg: Vec::new(),
+        }
+    }
+
+    pub fn add_comparison(&mut self, pair: PairComparison) {
+        self.located.push(crate::compare::locate::locate(&pair));
+        self.comparisons.push(pair);
+    }
+
+    /// Drift beyond a threshold in any comparison.
+    pub fn drift(&self) -> bool {
+        self.comparisons.iter().any(|p| !p.passed())
+    }
+
+    /// The local-view comparison of `candidate`, if any.
+    pub fn local_of(&self, candidate: &str) -> Option<&PairComparison> {
+        self.comparisons.iter().find(|p| p.candidate == candidate && p.view == View::Local)
+    }
+
+    pub fn cumulative(&self) -> impl Iterator<Item = (usize, &PairComparison)> {
+        self.comparisons.iter().enumerate().filter(|(_, p)| p.view == View::Cumulative)
+    }
+
+    /// The one-sentence summary of a comparison: its earliest drift, or that it passed.
+    pub fn headline(&self, index: usize) -> String {
+        let pair = &self.comparisons[index];
+        let checked = pair.rows.iter().filter(|r| r.checked()).count();
+        let unchecked = pair.rows.len() - checked;
+        let unchecked = if unchecked > 0 { format!(", {unchecked} unchecked") } else { String::new() };
+        match self.located[index].first() {
+            None => format!(
+                "{} vs {}: no drift beyond thresholds ({checked} taps checked{unchecked})",
+                pair.reference, pair.candidate
+            ),
+            Some(l) => format!("{} vs {}: {}", pair.reference, pair.candidate, l.sentence),
+        }
+    }
+}
+
+/// Rows of one comparison aggregated per tap: the worst phase's row (lowest cosine, failures
+/// first), with how many phases failed.
+pub fn worst_per_tap(pair: &PairComparison) -> Vec<(&TapRow, usize, usize)> {
+    let mut order: Vec<&str> = Vec::new();
+    for r in &pair.rows {
+        if !order.contains(&r.tap.as_str()) {
+            order.push(&r.tap);
+        }
+    }
+    order.sort_by_cached_key(|t| crate::tap::key_order(&format!("prefill/{t}")));
+    order
+        .into_iter()
+        .map(|tap| {
+            let rows: Vec<&TapRow> = pair.rows.iter().filter(|r| r.tap == tap).collect();
+            let failed = rows.iter().filter(|r| r.failed()).count();
+            let worst = rows
+                .iter()
+                .copied()
+                .min_by(|a, b| {
+                    b.failed().cmp(&a.failed()).then_with(|| {
+                        a.cosine().unwrap_or(f64::INFINITY).total_cmp(&b.cosine().unwrap_or(f64::INFINITY))
+                    })
+                })
+                .expect("at least one row per tap");
+            (worst, failed, rows.len())
+        })
+        .collect()
+}
+
+/// The rows worth a first look: every tap of the first drifting layer, only `layers.I.out` of
+/// the others, and embed, final_norm, logits and any non-canonical tap.
+pub fn compact<'a>(rows: &[(&'a TapRow, usize, usize)]) -> Vec<(&'a TapRow, usize, usize)> {
+    use crate::tap::{LayerTap, Tap};
+    let first_layer = rows.iter().find(|(r, _, _)| r.failed()).and_then(|(r, _, _)| r.layer());
+    rows.iter()
+        .filter(|(r, _, _)| match Tap::parse(&r.tap) {
+            Some(Tap::Layer(l, t)) => Some(l) == first_layer || t == LayerTap::Out,
+            _ => true,
+        })
+        .copied()
+        .collect()
+}
+
+/// Where reports go: `FORMAT=PATH` (`-` for stdout).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReportTarget {
+    pub format: Format,
+    pub path: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    Terminal,
+    Markdown,
+    Json,
+    Svg,
+}
+
+impl ReportTarget {
+    pub fn parse(s: &str) -> std::result::Result<Self, String> {
+        let (f, p) = s.split_once('=').unwrap_or((s, "-"));
+        let format = match f {
+            "terminal" | "table" => Format::Terminal,
+            "markdown" | "md" => Format::Markdown,
+            "json" => Format::Json,
+            "svg" => Format::Svg,
+            other => {
+                return Err(format!("report format `{other}`: expected terminal, markdown, json or svg"))
+            }
+        };
+        if format == Format::Svg && p == "-" {
+            return Err(
+                "svg reports need a path prefix: svg=reports/NAME (writes NAME-layers.svg, NAME-heads.svg)"
+                    .into(),
+            );
+        }
+        Ok(ReportTarget { format, path: (p != "-").then(|| PathBuf::from(p)) })
+    }
+}
+
+/// Render every requested report. Writes files; returns what goes to stdout.
+pub fn emit(report: &mut Report, targets: &[ReportTarget], color: bool) -> Result<String> {
+    let mut stdout = String::new();
+    // SVGs first, so Markdown can link them.
+    for t in targets.iter().filter(|t| t.format == Format::Svg) {
+        let prefix = t.path.as_ref().expect("svg needs a path");
+        report.svg.extend(svg::write(report, prefix)?);
+    }
+    for t in targets.iter().filter(|t| t.format != Format::Svg) {
+        let text = match t.format {
+            Format::Terminal => terminal::render(report, color && t.path.is_none()),
+            Format::Markdown => markdown::render(report, t.path.as_deref()),
+            Format::Json => json::render(report),
+            Format::Svg => unreachable!(),
+        };
+        match &t.path {
+            None => stdout.push_str(&text),
+            Some(p) => crate::error::write_file(p, text)?,
+        }
+    }
+    Ok(stdout)
+}
+
+/// Path of `target` relative to the folder `from` is in (for Markdown links).
+pub fn relative_to(target: &Path, from: Option<&Path>) -> String {
+    let dir = from.and_then(Path::parent).unwrap_or(Path::new(""));
+    match target.strip_prefix(dir) {
+        Ok(rel) => rel.display().to_string(),
+        Err(_) => target.display().to_string(),
+    }
+}
+
+pub fn ensure(ok: bool, msg: impl FnOnce() -> String) -> Result<()> {
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::usage(msg()))
+    }
+}

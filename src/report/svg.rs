@@ -1,0 +1,225 @@
+//! SVG plots (plotters): cosine and SQNR per layer (one line per backend and view), and a
+//! layer × head heatmap of attention-probs cosine.
+
+use super::Report;
+use crate::compare::{PairComparison, View};
+use crate::error::{Error, Result};
+use crate::tap::{LayerTap, Tap};
+use plotters::prelude::*;
+use std::path::{Path, PathBuf};
+
+const PALETTE: [RGBColor; 6] = [
+    RGBColor(31, 119, 180),
+    RGBColor(214, 39, 40),
+    RGBColor(44, 160, 44),
+    RGBColor(255, 127, 14),
+    RGBColor(148, 103, 189),
+    RGBColor(140, 86, 75),
+];
+
+/// Worst (lowest) value over phases of `f(row)` for `layers.I.<tap>`, per layer.
+fn per_layer(
+    pair: &PairComparison,
+    tap: LayerTap,
+    f: impl Fn(&crate::compare::TapRow) -> Option<f64>,
+) -> Vec<(usize, f64)> {
+    let mut out: Vec<(usize, f64)> = Vec::new();
+    for row in &pair.rows {
+        let Some(Tap::Layer(l, t)) = Tap::parse(&row.tap) else { continue };
+        let Some(v) = (t == tap).then(|| f(row)).flatten() else { continue };
+        match out.iter_mut().find(|(ll, _)| *ll == l) {
+            Some(e) => e.1 = e.1.min(v),
+            None => out.push((l, v)),
+        }
+    }
+    out.sort_by_key(|(l, _)| *l);
+    out
+}
+
+fn label(pair: &PairComparison) -> String {
+    match pair.view {
+        View::Cumulative => pair.candidate.clone(),
+        View::Local => format!("{} (local)", pair.candidate),
+    }
+}
+
+fn err(path: &Path) -> impl Fn(String) -> Error + '_ {
+    move |e| Error::input(path.display().to_string(), format!("drawing the plot: {e}"))
+}
+
+/// Write the plots; returns the files written.
+pub fn write(report: &Report, prefix: &Path) -> Result<Vec<String>> {
+    if let Some(parent) = prefix.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent).map_err(|e| Error::io(parent, e))?;
+    }
+    let name =
+        prefix.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_else(|| "hefprobe".into());
+    let mut written = Vec::new();
+    let layers_path = prefix.with_file_name(format!("{name}-layers.svg"));
+    if layers_plot(report, &layers_path).map_err(err(&layers_path))? {
+        written.push(layers_path.display().to_string());
+    }
+    for pair in &report.comparisons {
+        let view = if pair.view == View::Local { "-local" } else { "" };
+        let safe: String = format!("{}{view}", pair.candidate)
+            .chars()
+            .map(|c| if c.is_alphanumeric() || c == '-' { c } else { '_' })
+            .collect();
+        let path: PathBuf = prefix.with_file_name(format!("{name}-heads-{safe}.svg"));
+        if heads_plot(pair, &path).map_err(err(&path))? {
+            written.push(path.display().to_string());
+        }
+    }
+    Ok(written)
+}
+
+/// (label, cosine per layer, SQNR per layer).
+type Series = (String, Vec<(usize, f64)>, Vec<(usize, f64)>);
+
+fn layers_plot(report: &Report, path: &Path) -> std::result::Result<bool, String> {
+    let series: Vec<Series> = report
+        .comparisons
+        .iter()
+        .map(|p| {
+            let cos = per_layer(p, LayerTap::Out, |r| r.cosine());
+            let sq = per_layer(p, LayerTap::Out, |r| r.metrics.as_ref().map(|m| m.sqnr_db.min(200.0)));
+            (label(p), cos, sq)
+        })
+        .filter(|(_, c, _)| !c.is_empty())
+        .collect();
+    if series.is_empty() {
+        return Ok(false);
+    }
+    let layers = series.iter().flat_map(|s| s.1.iter().map(|(l, _)| *l)).max().unwrap_or(0) + 1;
+    let min_cos = series.iter().flat_map(|s| s.1.iter().map(|(_, c)| *c)).fold(1.0f64, f64::min);
+    let y0 = if min_cos > 0.999 { 0.999 } else { (min_cos * 100.0).floor() / 100.0 - 0.01 };
+    let sq: Vec<f64> =
+        series.iter().flat_map(|s| s.2.iter().map(|(_, v)| *v)).filter(|v| v.is_finite()).collect();
+    let (s0, s1) = (
+        sq.iter().copied().fold(f64::INFINITY, f64::min),
+        sq.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+    );
+    let (s0, s1) = if s0.is_finite() { ((s0 - 5.0).floor(), (s1 + 5.0).ceil()) } else { (0.0, 100.0) };
+
+    let e = |x: &dyn std::fmt::Display| x.to_string();
+    let root = SVGBackend::new(path, (860, 620)).into_drawing_area();
+    root.fill(&WHITE).map_err(|x| e(&x))?;
+    let (top, bottom) = root.split_vertically(310);
+    let x_range = -0.5f64..(layers as f64 - 0.5);
+    let mut chart = ChartBuilder::on(&top)
+        .caption("cosine per layer (layers.I.out, worst phase)", ("sans-serif", 18))
+        .margin(12)
+        .x_label_area_size(32)
+        .y_label_area_size(70)
+        .build_cartesian_2d(x_range.clone(), y0..1.0005)
+        .map_err(|x| e(&x))?;
+    let int_label = |x: &f64| format!("{}", x.round() as i64);
+    chart
+        .configure_mesh()
+        .x_desc("layer")
+        .y_desc("cosine")
+        .x_labels(layers.min(32))
+        .x_label_formatter(&int_label)
+        .draw()
+        .map_err(|x| e(&x))?;
+    for (i, (name, cos, _)) in series.iter().enumerate() {
+        let color = PALETTE[i % PALETTE.len()];
+        let pts: Vec<(f64, f64)> = cos.iter().map(|(l, c)| (*l as f64, *c)).collect();
+        chart
+            .draw_series(LineSeries::new(pts.clone(), color.stroke_width(2)))
+            .map_err(|x| e(&x))?
+            .label(name.clone())
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2)));
+        chart.draw_series(pts.iter().map(|p| Circle::new(*p, 3, color.filled()))).map_err(|x| e(&x))?;
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::LowerLeft)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()
+        .map_err(|x| e(&x))?;
+
+    let mut chart = ChartBuilder::on(&bottom)
+        .caption("SQNR per layer (dB, layers.I.out, worst phase; identical = 200)", ("sans-serif", 18))
+        .margin(12)
+        .x_label_area_size(32)
+        .y_label_area_size(70)
+        .build_cartesian_2d(x_range, s0..s1)
+        .map_err(|x| e(&x))?;
+    chart
+        .configure_mesh()
+        .x_desc("layer")
+        .y_desc("SQNR dB")
+        .x_labels(layers.min(32))
+        .x_label_formatter(&int_label)
+        .draw()
+        .map_err(|x| e(&x))?;
+    for (i, (_, _, sq)) in series.iter().enumerate() {
+        let color = PALETTE[i % PALETTE.len()];
+        let pts: Vec<(f64, f64)> =
+            sq.iter().filter(|(_, v)| v.is_finite()).map(|(l, v)| (*l as f64, *v)).collect();
+        chart.draw_series(LineSeries::new(pts.clone(), color.stroke_width(2))).map_err(|x| e(&x))?;
+        chart.draw_series(pts.iter().map(|p| Circle::new(*p, 3, color.filled()))).map_err(|x| e(&x))?;
+    }
+    root.present().map_err(|x| e(&x))?;
+    Ok(true)
+}
+
+/// Cosine → colour: dark red at the low end, white-ish yellow at 1.
+fn heat(c: f64, lo: f64) -> RGBColor {
+    let t = if lo >= 1.0 { 1.0 } else { ((c - lo) / (1.0 - lo)).clamp(0.0, 1.0) };
+    let lerp = |a: u8, b: u8| (a as f64 + (b as f64 - a as f64) * t).round() as u8;
+    RGBColor(lerp(120, 255), lerp(0, 245), lerp(20, 200))
+}
+
+fn heads_plot(pair: &PairComparison, path: &Path) -> std::result::Result<bool, String> {
+    let mut cells: Vec<(usize, usize, f64)> = Vec::new();
+    for row in &pair.rows {
+        let Some(Tap::Layer(l, LayerTap::Probs)) = Tap::parse(&row.tap) else { continue };
+        for (h, b) in row.per_head.iter().enumerate() {
+            match cells.iter_mut().find(|(ll, hh, _)| *ll == l && *hh == h) {
+                Some(c) => c.2 = c.2.min(b.cosine),
+                None => cells.push((l, h, b.cosine)),
+            }
+        }
+    }
+    if cells.is_empty() {
+        return Ok(false);
+    }
+    let layers = cells.iter().map(|c| c.0).max().unwrap_or(0) + 1;
+    let heads = cells.iter().map(|c| c.1).max().unwrap_or(0) + 1;
+    let lo = cells.iter().map(|c| c.2).fold(1.0f64, f64::min).min(0.999);
+    let e = |x: &dyn std::fmt::Display| x.to_string();
+    let root = SVGBackend::new(path, (360.max(120 + 40 * heads as u32), 110 + 26 * layers as u32))
+        .into_drawing_area();
+    root.fill(&WHITE).map_err(|x| e(&x))?;
+    let caption = format!("attn.probs cosine, {} (worst phase): dark {lo:.3}, light 1", label(pair));
+    let mut chart = ChartBuilder::on(&root)
+        .caption(caption, ("sans-serif", 13))
+        .margin(10)
+        .x_label_area_size(28)
+        .y_label_area_size(50)
+        .build_cartesian_2d(-0.5f64..heads as f64 - 0.5, -0.5f64..layers as f64 - 0.5)
+        .map_err(|x| e(&x))?;
+    let int_label = |x: &f64| format!("{}", x.round() as i64);
+    chart
+        .configure_mesh()
+        .disable_mesh()
+        .x_desc("head")
+        .y_desc("layer")
+        .x_labels(heads)
+        .y_labels(layers)
+        .x_label_formatter(&int_label)
+        .y_label_formatter(&int_label)
+        .draw()
+        .map_err(|x| e(&x))?;
+    chart
+        .draw_series(cells.iter().map(|&(l, h, c)| {
+            let (x, y) = (h as f64, l as f64);
+            Rectangle::new([(x - 0.5, y - 0.5), (x + 0.5, y + 0.5)], heat(c, lo).filled())
+        }))
+        .map_err(|x| e(&x))?;
+    root.present().map_err(|x| e(&x))?;
+    Ok(true)
+}

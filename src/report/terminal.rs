@@ -1,0 +1,237 @@
+//! The terminal table: the located drift in one sentence, then one row per tap (its worst
+//! phase), then one row per phase. Colour only on a terminal.
+
+use super::{compact, worst_per_tap, Report};
+use crate::compare::{fmt_num, RowStatus, TapRow};
+use comfy_table::{presets::UTF8_FULL_CONDENSED, Cell, Color, ContentArrangement, Table};
+use std::fmt::Write;
+
+pub fn cos(v: Option<f64>) -> String {
+    v.map_or("-".into(), |c| format!("{c:.6}"))
+}
+
+pub fn sqnr(v: Option<f64>) -> String {
+    v.map_or("-".into(), |s| if s.is_infinite() { "inf".into() } else { format!("{s:.1}") })
+}
+
+pub fn sci(v: Option<f64>) -> String {
+    v.map_or("-".into(), |x| if x == 0.0 { "0".into() } else { format!("{x:.2e}") })
+}
+
+/// The verdict cell text of a row.
+pub fn verdict(row: &TapRow) -> String {
+    match row.status {
+        RowStatus::OnlyInReference => "unchecked: reference only".into(),
+        RowStatus::OnlyInCandidate => "unchecked: candidate only".into(),
+        RowStatus::ShapeMismatch => format!("FAIL shape {:?}", row.cand_shape),
+        RowStatus::Compared if row.failures.is_empty() => "ok".into(),
+        RowStatus::Compared => {
+            let names: Vec<&str> = row.failures.iter().map(|f| f.metric.as_str()).collect();
+            format!("FAIL {}", names.join(", "))
+        }
+    }
+}
+
+fn table(color: bool) -> Table {
+    let mut t = Table::new();
+    t.load_preset(UTF8_FULL_CONDENSED).set_content_arrangement(ContentArrangement::Disabled);
+    if color {
+        t.enforce_styling();
+    } else {
+        t.force_no_tty();
+    }
+    t
+}
+
+fn verdict_cell(row: &TapRow, color: bool) -> Cell {
+    let cell = Cell::new(verdict(row));
+    match (color, row.checked(), row.failed()) {
+        (false, _, _) => cell,
+        (true, false, _) => cell.fg(Color::DarkGrey),
+        (true, true, true) => cell.fg(Color::Red),
+        (true, true, false) => cell.fg(Color::Green),
+    }
+}
+
+pub fn header(report: &Report, out: &mut String) {
+    let p = &report.probe;
+    if !p.name.is_empty() {
+        let finding = p.finding.map(|f| format!(" (finding {f})")).unwrap_or_default();
+        let _ = writeln!(out, "probe: {} — {}{finding}", p.name, p.question);
+    }
+    if let Some(c) = &report.checkpoint {
+        let _ = writeln!(
+            out,
+            "checkpoint: {} ({}, {} layers, hidden {}, heads {}/{}, vocab {}) {}",
+            c.source, c.arch, c.layers, c.hidden, c.heads, c.kv_heads, c.vocab, c.hash
+        );
+        for (k, v) in &c.defaults_applied {
+            let _ = writeln!(out, "  note: config.json has no `{k}`; transformers' default {v} applied");
+        }
+    }
+    if let Some(i) = &report.inputs {
+        let chunk = i.chunk.map(|c| format!(", prefill chunks of {c}")).unwrap_or_default();
+        let phases = phase_span(&i.phases);
+        let _ =
+            writeln!(out, "inputs: {} prompt tokens ({}){chunk}; phases {phases}", i.prompt_tokens, i.bos);
+    }
+    for b in report.backends.iter().filter(|b| b.status != "ok") {
+        let _ = writeln!(out, "backend {} ({}): {}", b.name, b.kind, b.status);
+    }
+    for s in &report.incomplete {
+        let _ = writeln!(out, "incomplete: {s}");
+    }
+}
+
+/// `prefill, decode.0..7` rather than every phase.
+pub fn phase_span(phases: &[crate::tap::Phase]) -> String {
+    use crate::tap::Phase;
+    let prefill: Vec<String> = phases.iter().filter(|p| !p.is_decode()).map(|p| p.to_string()).collect();
+    let decode: Vec<usize> =
+        phases.iter().filter_map(|p| if let Phase::Decode(k) = p { Some(*k) } else { None }).collect();
+    let mut parts = prefill;
+    match decode.as_slice() {
+        [] => {}
+        [k] => parts.push(format!("decode.{k}")),
+        [a, .., b] => parts.push(format!("decode.{a}..{b}")),
+    }
+    parts.join(", ")
+}
+
+pub fn render(report: &Report, color: bool) -> String {
+    let mut out = String::new();
+    header(report, &mut out);
+    for (i, pair) in report.cumulative() {
+        let _ = writeln!(out, "\n{}", report.headline(i));
+        let local = report.local_of(&pair.candidate);
+        if let Some((_, layers)) = report.blame.iter().find(|(c, _)| *c == pair.candidate) {
+            let _ = writeln!(out, "{}", blame_sentence(layers));
+        }
+        let mut t = table(color);
+        let mut head = vec!["tap", "worst phase", "fails", "cosine", "SQNR dB", "max |Δ|"];
+        if local.is_some() {
+            head.push("local cosine");
+        }
+        head.push("verdict");
+        t.set_header(head);
+        let all = worst_per_tap(pair);
+        let shown = compact(&all);
+        for &(row, failed, total) in &shown {
+            let m = row.metrics.as_ref();
+            let mut cells = vec![
+                Cell::new(&row.tap),
+                Cell::new(row.phase.to_string()),
+                Cell::new(format!("{failed}/{total}")),
+                Cell::new(cos(row.cosine())),
+                Cell::new(sqnr(m.map(|m| m.sqnr_db))),
+                Cell::new(sci(m.map(|m| m.max_abs))),
+            ];
+            if let Some(l) = local {
+                cells.push(Cell::new(cos(l.row(row.phase, &row.tap).and_then(TapRow::cosine))));
+            }
+            cells.push(verdict_cell(row, color));
+            t.add_row(cells);
+        }
+        let _ = writeln!(out, "{t}");
+        if shown.len() < all.len() {
+            let _ = writeln!(
+                out,
+                "({} more taps not shown: every tap of the first drifting layer and each layer's output are; \
+                 --report markdown=PATH or json=PATH has them all)",
+                all.len() - shown.len()
+            );
+        }
+        let _ = writeln!(out, "{}", phase_table(pair, color));
+    }
+    if let Some(e) = &report.explain {
+        let _ = writeln!(out, "\n{}", explain_table(e, color));
+    }
+    out
+}
+
+pub fn blame_sentence(layers: &[usize]) -> String {
+    match layers {
+        [] => "local view (each layer fed the reference's input): no layer fails on its own — the drift is inherited or enters outside the blocks".into(),
+        [l] => format!("local view (each layer fed the reference's input): only layer {l} fails on its own"),
+        ls => format!(
+            "local view (each layer fed the reference's input): layers {} fail on their own",
+            ls.iter().map(|l| l.to_string()).collect::<Vec<_>>().join(", ")
+        ),
+    }
+}
+
+fn phase_table(pair: &crate::compare::PairComparison, color: bool) -> Table {
+    let mut t = table(color);
+    t.set_header(vec!["phase", "first failing tap", "logits cosine", "argmax", "KL mean", "flips"]);
+    let mut phases: Vec<crate::tap::Phase> = pair.rows.iter().map(|r| r.phase).collect();
+    phases.dedup();
+    for phase in phases {
+        let first = pair.rows.iter().find(|r| r.phase == phase && r.failed());
+        let logits = pair.row(phase, "logits");
+        let l = logits.and_then(|r| r.logits.as_ref());
+        let first_cell = Cell::new(first.map_or("-".to_string(), |r| r.tap.clone()));
+        t.add_row(vec![
+            Cell::new(phase.to_string()),
+            if color && first.is_some() { first_cell.fg(Color::Red) } else { first_cell },
+            Cell::new(cos(logits.and_then(TapRow::cosine))),
+            Cell::new(l.map_or("-".into(), |l| format!("{:.0}%", l.argmax_agreement * 100.0))),
+            Cell::new(l.map_or("-".into(), |l| fmt_num(l.kl_mean))),
+            Cell::new(l.map_or("-".into(), |l| l.flips.len().to_string())),
+        ]);
+    }
+    t
+}
+
+pub fn explain_table(e: &super::ExplainReport, color: bool) -> String {
+    let mut t = table(color);
+    t.set_header(vec!["rank", "fault", "finding", "match cosine", "argmax agree", "KL mean", "note"]);
+    let fmt_row = |r: &super::ExplainRow, rank: String| {
+        let mut note = r.note.clone().unwrap_or_default();
+        if !r.ties.is_empty() {
+            if !note.is_empty() {
+                note += "; ";
+            }
+            note += &format!("ties: {}", r.ties.join(", "));
+        }
+        vec![
+            Cell::new(rank),
+            Cell::new(&r.fault),
+            Cell::new(r.finding.map_or("-".into(), |f| f.to_string())),
+            Cell::new(format!("{:.6}", r.match_cosine)),
+            Cell::new(pct(r.argmax_agreement)),
+            Cell::new(if r.kl_mean.is_nan() { "-".into() } else { fmt_num(r.kl_mean) }),
+            Cell::new(note),
+        ]
+    };
+    for r in &e.rows {
+        t.add_row(fmt_row(r, r.rank.to_string()));
+    }
+    if let Some(b) = &e.baseline {
+        t.add_row(fmt_row(b, "base".into()));
+    }
+    format!(
+        "explain: which fault reproduces {} ({})\n{t}\n{}",
+        e.observed,
+        taps_summary(&e.taps),
+        e.conclusion
+    )
+}
+
+/// "logits" or "63 taps: embed … logits".
+pub fn taps_summary(taps: &[String]) -> String {
+    match taps {
+        [] => "no taps".into(),
+        [t] => format!("matched on {t}"),
+        ts if ts.len() <= 4 => format!("matched on {}", ts.join(", ")),
+        ts => format!("matched on {} taps, {} … {}", ts.len(), ts[0], ts[ts.len() - 1]),
+    }
+}
+
+/// A share as a percentage, or "-" when undefined (no logits to compare).
+pub fn pct(v: f64) -> String {
+    if v.is_nan() {
+        "-".into()
+    } else {
+        format!("{:.0}%", v * 100.0)
+    }
+}
