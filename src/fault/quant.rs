@@ -377,10 +377,11 @@ mod tests {
 
     #[test]
     fn weight_quant_is_per_channel() {
-        let w = Tensor::new(&[[1.0f32, 0.5, -0.25], [100.0, 1.0, 0.0]], &Device::Cpu).unwrap();
+        let w = Tensor::new(&[[1.0f32, 0.3, -0.25], [100.0, 1.0, 0.0]], &Device::Cpu).unwrap();
         let q: Vec<Vec<f32>> = quantize_weight(&w, 4).unwrap().to_vec2().unwrap();
         assert_eq!(q[0][0], 1.0, "row max survives exactly");
-        assert!((q[0][1] - 4.0 / 7.0).abs() < 1e-6, "0.5 -> 4/7 in steps of 1/7");
+        assert!((q[0][1] - 2.0 / 7.0).abs() < 1e-6, "0.3 -> 2/7 in steps of 1/7");
+        assert!((q[0][2] + 2.0 / 7.0).abs() < 1e-6, "-0.25 -> -2/7");
         assert_eq!(q[1][1], 0.0, "1.0 is below half a step of 100/7");
     }
 
