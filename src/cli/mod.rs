@@ -2,6 +2,8 @@
 
 mod bench;
 mod compare;
+mod explain;
+mod faults;
 mod reference;
 pub mod run;
 mod synth;
@@ -38,6 +40,10 @@ pub enum Command {
     Run(run::RunArgs),
     /// Compare two captures (.npz) recorded anywhere.
     Compare(compare::CompareArgs),
+    /// Rank the fault catalog by how well each fault reproduces an observed capture.
+    Explain(explain::ExplainArgs),
+    /// List the fault catalog; --matrix proves each fault is located and ranked first.
+    Faults(faults::FaultsArgs),
     /// Measure the reference: prefill and decode speed, taps off and on, peak memory.
     Bench(bench::BenchArgs),
 }
@@ -119,6 +125,8 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Command::Reference(a) => reference::run(a),
         Command::Run(a) => run::run(a),
         Command::Compare(a) => compare::run(a),
+        Command::Explain(a) => explain::run(a),
+        Command::Faults(a) => faults::run(a),
         Command::Bench(a) => bench::run(a),
     }
 }
@@ -167,11 +175,13 @@ impl PromptArgs {
                     (None, CheckpointSource::Synth(_)) if ckpt.config.vocab_size >= SYNTH_TOKENIZER_VOCAB => {
                         Tokenizer::synth()
                     }
-                    (None, CheckpointSource::Synth(_)) => return Err(Error::usage(format!(
+                    (None, CheckpointSource::Synth(_)) => {
+                        return Err(Error::usage(format!(
                         "--text: this synthesized model's vocabulary ({}) is too small for the byte-level \
                              tokenizer; give --tokens",
                         ckpt.config.vocab_size
-                    ))),
+                    )))
+                    }
                 };
                 let enc = tok.encode(text, self.add_special_tokens)?;
                 (enc.ids, Some(enc.bos_added))
@@ -194,8 +204,8 @@ impl PromptArgs {
 pub fn bos_note(bos_added: Option<bool>) -> &'static str {
     match bos_added {
         None => "token ids given directly",
-        Some(true) => "tokenizer ADDED a BOS (HailoRT's server would not)",
-        Some(false) => "no BOS added (as HailoRT's server tokenizes)",
+        Some(true) => "tokenizer ADDED a BOS, which HailoRT's server would not",
+        Some(false) => "no BOS added, as HailoRT's server tokenizes",
     }
 }
 

@@ -76,6 +76,7 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
         save_captures: a.save_captures.clone(),
         command: command_line(),
         no_explain: a.no_explain,
+        explain: None,
     };
     let mut result = run_probe(&probe, &opts)?;
     let color = std::io::stdout().is_terminal();

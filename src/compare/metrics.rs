@@ -46,7 +46,8 @@ pub fn cosine_from(dot: f64, rr: f64, xx: f64) -> f64 {
     match (rr == 0.0, xx == 0.0) {
         (true, true) => 1.0,
         (true, false) | (false, true) => 0.0,
-        _ => (dot / (rr.sqrt() * xx.sqrt())).clamp(-1.0, 1.0),
+        // sqrt(rr·xx) rather than sqrt(rr)·sqrt(xx): identical vectors give exactly 1.
+        _ => (dot / (rr * xx).sqrt()).clamp(-1.0, 1.0),
     }
 }
 
@@ -198,12 +199,20 @@ fn log_softmax(v: &[f32]) -> Vec<f64> {
     v.iter().map(|&x| x as f64 - lse).collect()
 }
 
+/// Indices of the k largest values, descending, ties by lower index (first maximum first).
+/// One pass with a k-slot insertion list: the vocabulary is large, k is 5.
 fn topk(v: &[f32], k: usize) -> Vec<usize> {
-    let mut idx: Vec<usize> = (0..v.len()).collect();
-    // Descending value, ties by lower index (first maximum first).
-    idx.sort_by(|&a, &b| v[b].total_cmp(&v[a]).then(a.cmp(&b)));
-    idx.truncate(k);
-    idx
+    let mut top: Vec<usize> = Vec::with_capacity(k + 1);
+    let before = |a: usize, b: usize| v[a].total_cmp(&v[b]).is_gt();
+    for i in 0..v.len() {
+        if top.len() == k && !before(i, top[k - 1]) {
+            continue;
+        }
+        let at = top.iter().position(|&j| before(i, j)).unwrap_or(top.len());
+        top.insert(at, i);
+        top.truncate(k);
+    }
+    top
 }
 
 pub fn logits_row(r: &[f32], x: &[f32]) -> LogitsRow {
@@ -295,6 +304,12 @@ mod tests {
         assert!((l.kl - kl).abs() < 1e-6);
         assert!((l.delta_p - (0.5 - 0.75)).abs() < 1e-6);
         assert_eq!(logits_row(&r, &r).kl, 0.0);
+    }
+
+    #[test]
+    fn topk_is_descending_with_first_index_on_ties() {
+        assert_eq!(topk(&[1.0, 3.0, 3.0, 0.5, 2.0], 3), vec![1, 2, 4]);
+        assert_eq!(topk(&[1.0], 5), vec![0]);
     }
 
     #[test]

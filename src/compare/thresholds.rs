@@ -91,14 +91,19 @@ pub struct Thresholds {
 }
 
 impl Default for Thresholds {
-    /// cosine ≥ 0.999 everywhere, no NaN or one-sided inf, and no argmax flip where the
-    /// reference's top-1 margin exceeds 1e-3.
+    /// cosine ≥ 0.999 everywhere, no NaN or one-sided inf, no argmax flip where the
+    /// reference's top-1 margin exceeds 1e-3, and attention rows that sum to 1 within 0.05
+    /// (cosine is blind to a head's probabilities all scaled by the same factor, which is
+    /// what a softmax shared across heads does; 0.05 leaves room for 8-bit probs).
     fn default() -> Self {
         let mut default = BTreeMap::new();
         default.insert("cosine".to_string(), 0.999);
         default.insert("nonfinite".to_string(), 0.0);
         default.insert("flips".to_string(), 0.0);
-        Thresholds { default, rules: Vec::new(), policy: Policy::MostSpecific, flip_margin: 1e-3 }
+        let probs =
+            Rule::new("layers.*.attn.probs", [("prob_sum_err".to_string(), 0.05)].into_iter().collect())
+                .expect("valid rule");
+        Thresholds { default, rules: vec![probs], policy: Policy::MostSpecific, flip_margin: 1e-3 }
     }
 }
 

@@ -150,20 +150,12 @@ pub fn parse_all(texts: &[String], cfg: &ModelConfig) -> Result<Vec<Box<dyn Faul
     texts.iter().map(|t| parse(t, cfg)).collect()
 }
 
-/// The parameter grid `explain` ranks by default: every fault, at every layer where it is
-/// per layer, with its main parameters.
+/// The parameter grid `explain` ranks first: every fault with its main parameters, over all
+/// layers. `explain` then refines the best per-layer faults layer by layer ([`per_layer`]).
 pub fn grid(cfg: &ModelConfig) -> Vec<String> {
-    let per_layer = |name: &str| -> Vec<String> {
-        let mut v = vec![name.to_string()];
-        if cfg.num_layers > 1 {
-            v.extend((0..cfg.num_layers).map(|l| format!("{name}@layers={l}")));
-        }
-        v
-    };
     let mut g = Vec::new();
     if cfg.num_heads > 1 {
-        g.extend(per_layer("shared-softmax"));
-        g.extend(per_layer("mask-repeat"));
+        g.extend(["shared-softmax", "mask-repeat"].map(String::from));
     }
     for variant in ["interleaved", "sin-sign", "shift"] {
         for target in ["both", "q", "k"] {
@@ -182,7 +174,19 @@ pub fn grid(cfg: &ModelConfig) -> Vec<String> {
     for n in [2, 3, 4] {
         g.push(format!("lm-head-shards:{n},scale=shard0"));
     }
+    g.extend(["quant:w8a16", "quant:w8a8", "quant:w4a16", "quant:w4a8"].map(String::from));
     g
+}
+
+/// Faults that act per layer, narrowed to each single layer: `spec@layers=l` for every l.
+/// Empty when the spec is not per layer or already names layers.
+pub fn per_layer(spec: &str, cfg: &ModelConfig) -> Vec<String> {
+    let name = spec.split([':', '@']).next().unwrap_or("");
+    let per_layer = matches!(name, "shared-softmax" | "mask-repeat" | "rope" | "cache-layout");
+    if !per_layer || spec.contains('@') || cfg.num_layers < 2 {
+        return Vec::new();
+    }
+    (0..cfg.num_layers).map(|l| format!("{spec}@layers={l}")).collect()
 }
 
 fn in_layers(spec: &FaultSpec, layer: usize) -> bool {

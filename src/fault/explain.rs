@@ -71,20 +71,16 @@ pub fn match_captures(emulated: &Capture, observed: &Capture, keys: &[String]) -
     }
 }
 
-fn digest(c: &Capture, keys: &[String]) -> u64 {
-    let mut h = xxhash_rust::xxh3::Xxh3::new();
-    for k in keys {
-        if let Some(a) = c.get_key(k) {
-            h.update(k.as_bytes());
-            for d in a.shape() {
-                h.update(&d.to_le_bytes());
-            }
-            for v in a.iter() {
-                h.update(&v.to_bits().to_le_bytes());
-            }
-        }
-    }
-    h.digest()
+/// The layer of the first layer tap (in execution order) where `observed` departs from the
+/// reference beyond float noise.
+fn first_drift_layer(reference: &Capture, observed: &Capture, keys: &[String]) -> Option<usize> {
+    keys.iter().find_map(|k| {
+        let layer = crate::tap::Tap::parse(k.split_once('/')?.1)?.layer()?;
+        let (r, o) = (reference.get_key(k)?, observed.get_key(k)?);
+        let (rv, ov) = aligned(r, o)?;
+        let c = metrics::basic(&rv, &ov, None).cosine;
+        (c < 1.0 - 1e-6).then_some(layer)
+    })
 }
 
 /// Keys of `observed` that name canonical taps (what an emulation can reproduce).
@@ -103,7 +99,25 @@ pub fn shared_keys(observed: &Capture) -> Vec<String> {
 struct Candidate {
     spec: String,
     m: Match,
-    digest: u64,
+    /// The emulation equals the clean reference on the shared taps (to float noise).
+    clean_like: bool,
+}
+
+/// Cosines within this of 1 (or of each other) are float noise, not a difference.
+const CLEAN_EPS: f64 = 1e-9;
+/// How many of the best per-layer faults are narrowed to single layers.
+const REFINE: usize = 4;
+/// Rows whose ties are resolved (each tie check re-runs two emulations).
+const TIE_ROWS: usize = 5;
+
+fn sort(results: &mut [Candidate]) {
+    results.sort_by(|a, b| {
+        b.m.cosine.total_cmp(&a.m.cosine).then(a.m.kl.total_cmp(&b.m.kl)).then(a.spec.cmp(&b.spec))
+    });
+}
+
+fn split(spec: &str) -> Vec<String> {
+    spec.split(" + ").map(String::from).collect()
 }
 
 fn emulate(ckpt: &Checkpoint, specs: &[String], inputs: &InputSet, taps: &TapSelection) -> Result<Capture> {
@@ -140,45 +154,72 @@ pub fn explain(
         spec.faults.clone().unwrap_or_else(|| crate::fault::catalog::grid(&model.cfg));
 
     let base = match_captures(reference, observed, &keys);
-    let base_digest = digest(reference, &keys);
     let mut results: Vec<Candidate> = Vec::new();
-    let run_one = |specs: Vec<String>, results: &mut Vec<Candidate>| -> Result<()> {
+    let evaluate = |specs: Vec<String>| -> Result<Candidate> {
         let cap = emulate(ckpt, &specs, inputs, &taps)?;
-        results.push(Candidate {
+        Ok(Candidate {
             spec: specs.join(" + "),
             m: match_captures(&cap, observed, &keys),
-            digest: digest(&cap, &keys),
-        });
-        Ok(())
+            clean_like: match_captures(&cap, reference, &keys).cosine >= 1.0 - CLEAN_EPS,
+        })
     };
     for c in &candidates {
-        run_one(vec![c.clone()], &mut results)?;
+        results.push(evaluate(vec![c.clone()])?);
     }
-    if spec.pairs {
-        let mut top: Vec<&Candidate> = results.iter().collect();
-        top.sort_by(|a, b| b.m.cosine.total_cmp(&a.m.cosine));
-        let top: Vec<String> = top.iter().take(5).map(|c| c.spec.clone()).collect();
-        for i in 0..top.len() {
-            for j in i + 1..top.len() {
-                run_one(vec![top[i].clone(), top[j].clone()], &mut results)?;
+    sort(&mut results);
+    // Narrow per-layer faults to single layers: at the layer where the observation first
+    // departs from the reference (when it holds layer taps), and at every layer for the best
+    // few families (the family finds the mechanism, the sweep finds where).
+    let mut narrowed: Vec<String> = Vec::new();
+    if let Some(layer) = first_drift_layer(reference, observed, &keys) {
+        for c in &candidates {
+            if let Some(s) = crate::fault::catalog::per_layer(c, &model.cfg).into_iter().nth(layer) {
+                narrowed.push(s);
             }
         }
     }
-    results.sort_by(|a, b| b.m.cosine.total_cmp(&a.m.cosine).then(a.m.kl.total_cmp(&b.m.kl)));
+    for c in results.iter().filter(|c| !c.clean_like).take(REFINE) {
+        narrowed.extend(crate::fault::catalog::per_layer(&c.spec, &model.cfg));
+    }
+    for spec in narrowed {
+        if !results.iter().any(|c| c.spec == spec) {
+            results.push(evaluate(vec![spec])?);
+        }
+    }
+    if spec.pairs {
+        sort(&mut results);
+        let top: Vec<String> =
+            results.iter().filter(|c| !c.clean_like).take(5).map(|c| c.spec.clone()).collect();
+        for i in 0..top.len() {
+            for j in i + 1..top.len() {
+                results.push(evaluate(vec![top[i].clone(), top[j].clone()])?);
+            }
+        }
+    }
+    sort(&mut results);
 
-    // Faults with identical emulations on these inputs are one row with ties.
+    // Faults whose emulations agree on these inputs (to float noise) are one row with ties.
     let mut rows: Vec<ExplainRow> = Vec::new();
-    let mut seen: Vec<u64> = Vec::new();
-    for c in &results {
-        if seen.contains(&c.digest) {
+    let mut used = vec![false; results.len()];
+    for i in 0..results.len() {
+        if used[i] {
             continue;
         }
-        seen.push(c.digest);
-        let ties: Vec<String> = results
-            .iter()
-            .filter(|o| o.digest == c.digest && o.spec != c.spec)
-            .map(|o| o.spec.clone())
-            .collect();
+        used[i] = true;
+        let mut ties = Vec::new();
+        if rows.len() < TIE_ROWS {
+            for j in i + 1..results.len() {
+                if !used[j] && (results[j].m.cosine - results[i].m.cosine).abs() <= CLEAN_EPS {
+                    let a = emulate(ckpt, &split(&results[i].spec), inputs, &taps)?;
+                    let b = emulate(ckpt, &split(&results[j].spec), inputs, &taps)?;
+                    if match_captures(&a, &b, &keys).cosine >= 1.0 - CLEAN_EPS {
+                        used[j] = true;
+                        ties.push(results[j].spec.clone());
+                    }
+                }
+            }
+        }
+        let c = &results[i];
         let name = c.spec.split([':', '@', ' ']).next().unwrap_or("");
         rows.push(ExplainRow {
             rank: rows.len() + 1,
@@ -188,7 +229,7 @@ pub fn explain(
             argmax_agreement: c.m.argmax,
             kl_mean: c.m.kl,
             ties,
-            note: (c.digest == base_digest).then(|| "identical to a clean run on these inputs".to_string()),
+            note: c.clean_like.then(|| "indistinguishable from a clean run on these inputs".to_string()),
         });
     }
     let baseline = ExplainRow {

@@ -3,6 +3,7 @@
 
 pub mod catalog;
 pub mod explain;
+pub mod matrix;
 pub mod quant;
 pub mod spec;
 

@@ -33,6 +33,8 @@ pub struct RunOptions {
     pub command: String,
     /// Skip the explain step even if the probe asks for it.
     pub no_explain: bool,
+    /// Run explain with these settings whatever the probe says.
+    pub explain: Option<crate::probe::schema::ExplainSpec>,
 }
 
 pub fn synth_spec(c: &CheckpointSpec) -> Result<SynthSpec> {
@@ -307,7 +309,8 @@ pub fn run_probe(probe: &Probe, opts: &RunOptions) -> Result<ProbeRun> {
     }
     progress.finish_and_clear();
 
-    if let Some(explain) = probe.explain.as_ref().filter(|_| !opts.no_explain) {
+    let explain_spec = opts.explain.as_ref().or(probe.explain.as_ref()).filter(|_| !opts.no_explain);
+    if let Some(explain) = explain_spec {
         let observed = explain.observed.clone().unwrap_or_else(|| specs[0].label());
         let observed_capture =
             captures.iter().find(|(n, _)| *n == observed).map(|(_, c)| c.clone()).ok_or_else(|| {

@@ -182,6 +182,9 @@ fn phase_table(pair: &crate::compare::PairComparison, color: bool) -> Table {
     t
 }
 
+/// Ranked faults shown on a terminal (the rest are in Markdown and JSON).
+const EXPLAIN_ROWS: usize = 10;
+
 pub fn explain_table(e: &super::ExplainReport, color: bool) -> String {
     let mut t = table(color);
     t.set_header(vec!["rank", "fault", "finding", "match cosine", "argmax agree", "KL mean", "note"]);
@@ -203,14 +206,18 @@ pub fn explain_table(e: &super::ExplainReport, color: bool) -> String {
             Cell::new(note),
         ]
     };
-    for r in &e.rows {
+    for r in e.rows.iter().take(EXPLAIN_ROWS) {
         t.add_row(fmt_row(r, r.rank.to_string()));
     }
     if let Some(b) = &e.baseline {
         t.add_row(fmt_row(b, "base".into()));
     }
+    let more = match e.rows.len().saturating_sub(EXPLAIN_ROWS) {
+        0 => String::new(),
+        n => format!("({n} more ranked faults in the Markdown and JSON reports)\n"),
+    };
     format!(
-        "explain: which fault reproduces {} ({})\n{t}\n{}",
+        "explain: which fault reproduces {} ({})\n{t}\n{more}{}",
         e.observed,
         taps_summary(&e.taps),
         e.conclusion

@@ -1,0 +1,81 @@
+//! `hefprobe explain PROBE.toml`: rank the fault catalog by how well each fault reproduces an
+//! observed capture (a device capture, a dump, or any backend).
+
+use super::run::{command_line, ReportArgs};
+use crate::error::{Error, Result};
+use crate::probe::run::{run_probe, RunOptions};
+use crate::probe::schema::{BackendSpec, ExplainSpec, Probe};
+use crate::report::emit;
+use clap::Args;
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Args, Debug)]
+pub struct ExplainArgs {
+    /// The probe whose inputs produced the observation.
+    pub probe: PathBuf,
+    /// The observed capture (.npz with PHASE/TAP keys, or any names with --map).
+    #[arg(long, value_name = "NPZ", conflicts_with = "backend")]
+    pub observed: Option<PathBuf>,
+    /// Name map for --observed.
+    #[arg(long, value_name = "FILE", requires = "observed")]
+    pub map: Option<PathBuf>,
+    /// Or observe a backend: emulator=FAULT+FAULT, dump=PATH, hef=PATH.
+    #[arg(long, value_name = "SPEC")]
+    pub backend: Option<String>,
+    /// Faults to rank (default: the whole catalog grid, narrowed per layer).
+    #[arg(long = "fault", value_name = "SPEC")]
+    pub faults: Vec<String>,
+    /// Also rank pairs of the best faults.
+    #[arg(long)]
+    pub pairs: bool,
+    /// Quantization configuration for three-way attribution (e.g. w8a16).
+    #[arg(long, value_name = "QUANT")]
+    pub quant: Option<String>,
+    #[command(flatten)]
+    pub out: ReportArgs,
+}
+
+pub fn run(a: ExplainArgs) -> Result<ExitCode> {
+    let probe = Probe::load(&a.probe)?;
+    let observed = match (&a.observed, &a.backend) {
+        (Some(p), _) => BackendSpec {
+            name: Some("observed".into()),
+            kind: "dump".into(),
+            faults: vec![],
+            quant: None,
+            path: Some(p.clone()),
+            map: a.map.clone(),
+        },
+        (None, Some(b)) => BackendSpec::parse_cli(b)?,
+        (None, None) => match probe.backends.first() {
+            Some(b) => b.clone(),
+            None => {
+                return Err(Error::usage(
+                    "give --observed NPZ or --backend SPEC: the probe has no backend to observe",
+                ))
+            }
+        },
+    };
+    let spec = ExplainSpec {
+        observed: Some(observed.label()),
+        faults: (!a.faults.is_empty()).then(|| a.faults.clone()),
+        pairs: a.pairs,
+        quant: a.quant.clone(),
+    };
+    let opts = RunOptions {
+        backends: vec![observed],
+        thresholds: a.out.thresholds.clone(),
+        command: command_line(),
+        explain: Some(spec),
+        ..Default::default()
+    };
+    let mut result = run_probe(&probe, &opts)?;
+    let color = std::io::stdout().is_terminal();
+    print!("{}", emit(&mut result.report, &a.out.targets(), color)?);
+    match result.error {
+        Some(e) => Err(e),
+        None => Ok(ExitCode::SUCCESS),
+    }
+}

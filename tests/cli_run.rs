@@ -1,0 +1,216 @@
+//! `hefprobe run` and `hefprobe compare` end to end: exit codes, located drift, local vs
+//! cumulative views, and bad inputs.
+
+use assert_cmd::Command;
+use hefprobe::backend::decoder::DecoderBackend;
+use hefprobe::backend::Backend;
+use hefprobe::capture::Capture;
+use hefprobe::compare::thresholds::Thresholds;
+use hefprobe::compare::{compare, locate, View};
+use hefprobe::fault::Fault;
+use hefprobe::model::hooks::{Hooks, StepCtx};
+use hefprobe::tap::{LayerTap, Tap, TapSelection};
+use predicates::prelude::*;
+use std::path::{Path, PathBuf};
+
+fn hefprobe() -> Command {
+    Command::cargo_bin("hefprobe").unwrap()
+}
+
+fn repo(p: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(p)
+}
+
+fn capture(dir: &Path) -> PathBuf {
+    let out = dir.join("ref.npz");
+    hefprobe()
+        .args(["reference", "--checkpoint"])
+        .arg(repo("references/llama-tied"))
+        .args(["--tokens", "3,17,99,4,250,7", "--decode", "2", "-o"])
+        .arg(&out)
+        .assert()
+        .success();
+    out
+}
+
+#[test]
+fn compare_names_exactly_the_perturbed_tap_first() {
+    let t = tempfile::tempdir().unwrap();
+    let a = capture(t.path());
+    let mut cap = Capture::read_npz(&a).unwrap();
+    let key = "prefill/layers.1.attn.out";
+    let mut x = cap.get_key(key).unwrap().clone();
+    x.iter_mut().step_by(3).for_each(|v| *v += 0.5);
+    cap.insert(key.into(), x);
+    let b = t.path().join("perturbed.npz");
+    cap.write_npz(&b).unwrap();
+    hefprobe()
+        .arg("compare")
+        .arg(&a)
+        .arg(&b)
+        .assert()
+        .code(1)
+        .stdout(predicate::str::contains("ref vs perturbed: prefill: first drift at layers.1.attn.out —"));
+}
+
+#[test]
+fn compare_against_itself_passes_with_every_cosine_one() {
+    let t = tempfile::tempdir().unwrap();
+    let a = capture(t.path());
+    let json = t.path().join("r.json");
+    hefprobe()
+        .arg("compare")
+        .arg(&a)
+        .arg(&a)
+        .arg("--report")
+        .arg(format!("json={}", json.display()))
+        .assert()
+        .code(0);
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(json).unwrap()).unwrap();
+    let rows = v["comparisons"][0]["rows"].as_array().unwrap();
+    assert!(rows.len() > 60);
+    for r in rows {
+        assert_eq!(r["metrics"]["cosine"].as_f64(), Some(1.0), "{}", r["tap"]);
+    }
+    assert_eq!(v["schema"], "hefprobe.report/1");
+}
+
+/// A test hook: perturbs one block's output inside the forward pass.
+struct Perturb(usize);
+
+impl Fault for Perturb {
+    fn spec(&self) -> String {
+        format!("perturb@layers={}", self.0)
+    }
+    fn hooks(&self) -> Box<dyn Hooks + '_> {
+        Box::new(PerturbHooks(self.0))
+    }
+}
+
+struct PerturbHooks(usize);
+
+impl Hooks for PerturbHooks {
+    fn edit(
+        &mut self,
+        _: &StepCtx,
+        tap: Tap,
+        t: candle_core::Tensor,
+    ) -> hefprobe::Result<candle_core::Tensor> {
+        if tap == Tap::Layer(self.0, LayerTap::Out) {
+            return Ok((t.clone() + ((t * 7.0)?.sin()? * 0.5)?)?);
+        }
+        Ok(t)
+    }
+}
+
+#[test]
+fn local_view_blames_the_perturbed_layer_alone() {
+    let ckpt = hefprobe::model::Checkpoint::load(&repo("references/qwen3")).unwrap();
+    let model = std::sync::Arc::new(hefprobe::model::Decoder::new(&ckpt).unwrap());
+    let mut inputs = hefprobe::probe::inputs::InputSet::new(vec![5, 9, 200, 31, 77]);
+    inputs.decode = hefprobe::probe::inputs::DecodeSpec::Forced(vec![12, 40]);
+    let all = TapSelection::all();
+    let reference = DecoderBackend::reference(model).run(&inputs, &all).capture;
+    let mut emu = DecoderBackend::emulator("perturbed", &ckpt, vec![Box::new(Perturb(0))]).unwrap();
+    let cumulative = emu.run(&inputs, &all).capture;
+    let local = emu.run_local(&inputs, &all, &reference).unwrap().capture;
+    let th = Thresholds::default();
+    let cum = compare(&reference, &cumulative, ("reference", "p"), View::Cumulative, &th);
+    let loc = compare(&reference, &local, ("reference", "p"), View::Local, &th);
+    // Cumulative: layer 0's output and everything after it drifts.
+    assert_eq!(locate::locate(&cum)[0].tap, "layers.0.out");
+    for tap in ["layers.1.attn_norm", "layers.1.out", "final_norm", "logits"] {
+        assert!(cum.row(hefprobe::tap::Phase::Prefill, tap).unwrap().failed(), "{tap} drifts cumulatively");
+    }
+    // Local: only layer 0 fails on its own.
+    assert_eq!(locate::blamed_layers(&loc), vec![0]);
+    assert!(!loc.row(hefprobe::tap::Phase::Prefill, "logits").unwrap().failed());
+}
+
+#[test]
+fn run_shared_softmax_probe_locates_and_explains() {
+    hefprobe()
+        .args(["run"])
+        .arg(repo("probes/shared-softmax.toml"))
+        .assert()
+        .code(1)
+        .stdout(predicate::str::contains("first drift at layers.0.attn.probs"))
+        .stdout(predicate::str::contains("per-head sums ≠ 1"))
+        .stdout(predicate::str::contains("best explanation: shared-softmax@layers=0"));
+}
+
+#[test]
+fn run_writes_every_report_format() {
+    let t = tempfile::tempdir().unwrap();
+    let d = t.path();
+    hefprobe()
+        .args(["run", "--no-explain"])
+        .arg(repo("probes/shared-softmax.toml"))
+        .arg("--report")
+        .arg(format!("markdown={}", d.join("r.md").display()))
+        .arg("--report")
+        .arg(format!("json={}", d.join("r.json").display()))
+        .arg("--report")
+        .arg(format!("svg={}", d.join("r").display()))
+        .assert()
+        .code(1);
+    let md = std::fs::read_to_string(d.join("r.md")).unwrap();
+    assert!(md.contains("| command | `hefprobe run") && md.contains("![r-layers.svg](r-layers.svg)"), "{md}");
+    assert!(d.join("r-layers.svg").is_file() && d.join("r-heads-device.svg").is_file());
+}
+
+#[test]
+fn bad_inputs_exit_2_with_the_culprit_named() {
+    let t = tempfile::tempdir().unwrap();
+    let d = t.path();
+    let probe = d.join("p.toml");
+    let base = std::fs::read_to_string(repo("probes/shared-softmax.toml")).unwrap();
+    std::fs::write(&probe, base.replace("question =", "questoin =")).unwrap();
+    hefprobe().arg("run").arg(&probe).assert().code(2).stderr(predicate::str::contains("questoin"));
+
+    std::fs::write(&probe, base.replace("synth = \"tinystories\"", "path = \"no/such/ckpt\"")).unwrap();
+    hefprobe()
+        .arg("run")
+        .arg(&probe)
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("no/such/ckpt").and(predicate::str::contains("not found")));
+
+    // An npz whose shapes cannot be aligned.
+    let a = capture(d);
+    let mut cap = Capture::read_npz(&a).unwrap();
+    cap.insert("prefill/logits".into(), ndarray::ArrayD::zeros(ndarray::IxDyn(&[2, 3, 4])));
+    let b = d.join("bad.npz");
+    cap.write_npz(&b).unwrap();
+    hefprobe()
+        .arg("compare")
+        .arg(&a)
+        .arg(&b)
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("prefill/logits").and(predicate::str::contains("[2, 3, 4]")));
+
+    // A name map pointing at nothing.
+    let map = d.join("m.toml");
+    std::fs::write(&map, "[taps]\n\"net/missing\" = \"logits\"\n").unwrap();
+    hefprobe()
+        .arg("compare")
+        .arg(&a)
+        .arg(&a)
+        .arg("--map")
+        .arg(&map)
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("net/missing").and(predicate::str::contains("points at nothing")));
+
+    // An unknown fault lists the known ones; a parameter out of range names its range.
+    std::fs::write(&probe, base.replace("shared-softmax@layers=0", "shared-sofmax")).unwrap();
+    hefprobe().arg("run").arg(&probe).assert().code(2).stderr(
+        predicate::str::contains("did you mean `shared-softmax`")
+            .and(predicate::str::contains("known faults:")),
+    );
+    std::fs::write(&probe, base.replace("shared-softmax@layers=0", "shared-softmax@layers=9")).unwrap();
+    hefprobe().arg("run").arg(&probe).assert().code(2).stderr(predicate::str::contains("layers 0..=5"));
+    std::fs::write(&probe, base.replace("shared-softmax@layers=0", "lm-head-shards:40")).unwrap();
+    hefprobe().arg("run").arg(&probe).assert().code(2).stderr(predicate::str::contains("valid: 2..=16"));
+}

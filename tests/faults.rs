@@ -1,0 +1,86 @@
+//! Every fault of the catalog: injected, located at the phase and tap it acts on, and ranked
+//! first by `explain` among the whole catalog (ties only with faults identical on the input).
+
+use hefprobe::backend::decoder::DecoderBackend;
+use hefprobe::backend::Backend;
+use hefprobe::fault::catalog::parse_all;
+use hefprobe::fault::explain::explain;
+use hefprobe::fault::matrix::{matrix_model, run_case, CASES};
+use hefprobe::probe::schema::ExplainSpec;
+use hefprobe::tap::TapSelection;
+
+#[test]
+fn every_fault_is_located_and_ranked_first() {
+    let (ckpt, inputs) = matrix_model().unwrap();
+    let mut failures = Vec::new();
+    for (spec, expected) in CASES {
+        let row = run_case(&ckpt, &inputs, spec, expected).unwrap();
+        eprintln!(
+            "{spec:<36} located {:<34} rank {:?} match {:.6} ties {:?}",
+            format!("{:?}", row.located),
+            row.rank,
+            row.match_cosine,
+            row.ties
+        );
+        if !row.ok {
+            failures.push(format!(
+                "{spec}: expected {expected} and rank 1, got {:?} and rank {:?}",
+                row.located, row.rank
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn faults_indistinguishable_from_a_clean_run_are_never_claimed() {
+    let (ckpt, mut inputs) = matrix_model().unwrap();
+    inputs.chunk = Some(4);
+    let model = std::sync::Arc::new(hefprobe::model::Decoder::new(&ckpt).unwrap());
+    let logits = TapSelection::parse(&["logits".to_string()]).unwrap();
+    let reference = DecoderBackend::reference(model.clone()).run(&inputs, &logits).capture;
+    // Shifting every position (from the first chunk on) changes nothing under RoPE.
+    let disguised = "position-shift:3,from=chunk0";
+    let faults = parse_all(&[disguised.to_string()], &ckpt.config).unwrap();
+    let observed = DecoderBackend::emulator("obs", &ckpt, faults).unwrap().run(&inputs, &logits).capture;
+    let spec = ExplainSpec {
+        faults: Some(vec![disguised.into(), "shared-softmax".into(), "position-shift:1".into()]),
+        ..Default::default()
+    };
+    let report = explain(&ckpt, &model, &inputs, &reference, "obs", &observed, &spec).unwrap();
+    assert!(report.conclusion.contains("matches the clean reference"), "{}", report.conclusion);
+    let row = report.rows.iter().find(|r| r.fault == disguised).expect("ranked");
+    assert_eq!(row.note.as_deref(), Some("indistinguishable from a clean run on these inputs"));
+
+    // Against a real fault, the disguised one is still labelled, and the real one wins.
+    let faults = parse_all(&["position-shift:1".to_string()], &ckpt.config).unwrap();
+    let observed = DecoderBackend::emulator("obs", &ckpt, faults).unwrap().run(&inputs, &logits).capture;
+    let report = explain(&ckpt, &model, &inputs, &reference, "obs", &observed, &spec).unwrap();
+    assert_eq!(report.rows[0].fault, "position-shift:1", "{:?}", report.rows);
+    assert!(report.conclusion.starts_with("best explanation: position-shift:1"), "{}", report.conclusion);
+    let row = report.rows.iter().find(|r| r.fault == disguised).expect("ranked");
+    assert!(row.note.is_some(), "{row:?}");
+}
+
+#[test]
+fn nothing_in_the_catalog_is_said_plainly() {
+    // An observation no fault produces: logits with noise added.
+    let (ckpt, inputs) = matrix_model().unwrap();
+    let model = std::sync::Arc::new(hefprobe::model::Decoder::new(&ckpt).unwrap());
+    let logits = TapSelection::parse(&["logits".to_string()]).unwrap();
+    let reference = DecoderBackend::reference(model.clone()).run(&inputs, &logits).capture;
+    let mut observed = hefprobe::capture::Capture::default();
+    for key in reference.keys() {
+        let mut a = reference.get_key(key).unwrap().clone();
+        for (i, v) in a.iter_mut().enumerate() {
+            *v += ((i * 7919 % 101) as f32 - 50.0) * 0.05;
+        }
+        observed.insert(key.to_string(), a);
+    }
+    let spec = ExplainSpec {
+        faults: Some(vec!["shared-softmax".into(), "no-lm-head".into()]),
+        ..Default::default()
+    };
+    let report = explain(&ckpt, &model, &inputs, &reference, "noisy", &observed, &spec).unwrap();
+    assert!(report.conclusion.starts_with("nothing in the catalog explains"), "{}", report.conclusion);
+}
