@@ -6,6 +6,7 @@ mod explain;
 mod faults;
 mod reference;
 pub mod run;
+mod sweep;
 mod synth;
 
 use crate::error::{Error, Result};
@@ -44,6 +45,8 @@ pub enum Command {
     Explain(explain::ExplainArgs),
     /// List the fault catalog; --matrix proves each fault is located and ranked first.
     Faults(faults::FaultsArgs),
+    /// Run a probe across a grid (hidden sizes, quant settings, faults, prompt lengths).
+    Sweep(sweep::SweepArgs),
     /// Measure the reference: prefill and decode speed, taps off and on, peak memory.
     Bench(bench::BenchArgs),
 }
@@ -127,6 +130,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Command::Compare(a) => compare::run(a),
         Command::Explain(a) => explain::run(a),
         Command::Faults(a) => faults::run(a),
+        Command::Sweep(a) => sweep::run(a),
         Command::Bench(a) => bench::run(a),
     }
 }

@@ -3,3 +3,4 @@
 pub mod inputs;
 pub mod run;
 pub mod schema;
+pub mod sweep;

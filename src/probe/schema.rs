@@ -33,8 +33,42 @@ pub struct Probe {
     pub compare: CompareSpec,
     #[serde(default)]
     pub explain: Option<ExplainSpec>,
+    #[serde(default)]
+    pub sweep: Option<SweepSpec>,
     #[serde(skip)]
     pub path: PathBuf,
+}
+
+/// A grid to run the probe over (`hefprobe sweep`): every combination is one point.
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct SweepSpec {
+    /// Synth hidden sizes (heads = hidden / head_dim, kv heads = heads / kv_ratio).
+    #[serde(default)]
+    pub hidden: Vec<usize>,
+    /// Head dim kept fixed while hidden varies (default: the preset's).
+    pub head_dim: Option<usize>,
+    /// heads / kv_heads (default 1: no GQA).
+    pub kv_ratio: Option<usize>,
+    /// Checkpoint folders (instead of synth dims).
+    #[serde(default)]
+    pub checkpoints: Vec<PathBuf>,
+    /// Quantization settings (each one emulator point), e.g. "w8a16".
+    #[serde(default)]
+    pub quant: Vec<String>,
+    /// Fault specs (each one emulator point; combined with every quant setting).
+    #[serde(default)]
+    pub faults: Vec<String>,
+    /// Prompt lengths (the probe's prompt repeated or cut to length).
+    #[serde(default)]
+    pub prompt_len: Vec<usize>,
+    /// Greedy steps for the degeneracy metrics.
+    #[serde(default = "default_generate")]
+    pub generate: usize,
+}
+
+fn default_generate() -> usize {
+    32
 }
 
 fn all_taps() -> Vec<String> {
@@ -292,6 +326,13 @@ impl Probe {
             }
         };
         rel(&mut p.checkpoint.path);
+        if let Some(sw) = p.sweep.as_mut() {
+            for c in &mut sw.checkpoints {
+                if c.is_relative() {
+                    *c = base.join(&*c);
+                }
+            }
+        }
         rel(&mut p.inputs.tokenizer);
         for b in &mut p.backends {
             rel(&mut b.path);

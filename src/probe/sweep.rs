@@ -1,0 +1,347 @@
+//! Sweeps: one probe over a grid (hidden sizes or checkpoints × quant settings × faults ×
+//! prompt lengths) into one table, with greedy-generation degeneracy metrics per point — the
+//! shape of finding 16, where generation collapses into one repeated token past a hidden size.
+
+use crate::backend::decoder::DecoderBackend;
+use crate::backend::Backend;
+use crate::capture::Capture;
+use crate::compare::metrics;
+use crate::error::{Error, Result};
+use crate::model::{Checkpoint, Decoder};
+use crate::probe::inputs::{DecodeSpec, InputSet};
+use crate::probe::run::{build_inputs, load_checkpoint, synth_spec};
+use crate::probe::schema::{Probe, SweepSpec};
+use crate::tap::TapSelection;
+use serde::Serialize;
+use std::sync::Arc;
+
+#[derive(Debug, Clone, Serialize)]
+pub struct SweepPoint {
+    /// What varies: "hidden=576", a checkpoint folder, ...
+    pub model: String,
+    pub hidden: usize,
+    pub setting: String,
+    pub prompt_len: usize,
+    /// Logits cosine, mean over phases (teacher-forced on the reference's tokens).
+    pub logits_cosine: f64,
+    pub kl_mean: f64,
+    pub argmax_agreement: f64,
+    /// Free greedy generation by the emulated device.
+    pub longest_run: usize,
+    pub distinct_ratio: f64,
+    /// First generated step whose token differs from the reference's greedy token.
+    pub first_divergence: Option<usize>,
+    pub tokens: Vec<u32>,
+    pub reference_longest_run: usize,
+    pub reference_distinct_ratio: f64,
+}
+
+/// Longest run of one repeated token.
+pub fn longest_run(tokens: &[u32]) -> usize {
+    let (mut best, mut run) = (0, 0);
+    for (i, t) in tokens.iter().enumerate() {
+        run = if i > 0 && tokens[i - 1] == *t { run + 1 } else { 1 };
+        best = best.max(run);
+    }
+    best
+}
+
+pub fn distinct_ratio(tokens: &[u32]) -> f64 {
+    if tokens.is_empty() {
+        return 1.0;
+    }
+    let mut v = tokens.to_vec();
+    v.sort();
+    v.dedup();
+    v.len() as f64 / tokens.len() as f64
+}
+
+fn logits_figures(reference: &Capture, candidate: &Capture) -> (f64, f64, f64) {
+    let (mut cos, mut kl, mut agree, mut n, mut rows) = (0.0, 0.0, 0usize, 0usize, 0usize);
+    for key in reference.keys().into_iter().filter(|k| k.ends_with("/logits")) {
+        let (Some(r), Some(x)) = (reference.get_key(key), candidate.get_key(key)) else { continue };
+        if r.shape() != x.shape() {
+            continue;
+        }
+        let (rv, xv) = (r.as_slice().expect("standard layout"), x.as_slice().expect("standard layout"));
+        cos += metrics::basic(rv, xv, None).cosine;
+        n += 1;
+        let vocab = *r.shape().last().unwrap_or(&1);
+        for (a, b) in rv.chunks(vocab).zip(xv.chunks(vocab)) {
+            let row = metrics::logits_row(a, b);
+            kl += row.kl;
+            agree += usize::from(row.argmax_ref == row.argmax_cand);
+            rows += 1;
+        }
+    }
+    (cos / n.max(1) as f64, kl / rows.max(1) as f64, agree as f64 / rows.max(1) as f64)
+}
+
+fn prompt_of_len(base: &[u32], len: usize) -> Vec<u32> {
+    base.iter().copied().cycle().take(len).collect()
+}
+
+struct Model {
+    label: String,
+    hidden: usize,
+    ckpt: Checkpoint,
+}
+
+fn models(probe: &Probe, sw: &SweepSpec) -> Result<Vec<Model>> {
+    if !sw.checkpoints.is_empty() {
+        return sw
+            .checkpoints
+            .iter()
+            .map(|p| {
+                let ckpt = Checkpoint::load(p)?;
+                Ok(Model { label: p.display().to_string(), hidden: ckpt.config.hidden_size, ckpt })
+            })
+            .collect();
+    }
+    if sw.hidden.is_empty() {
+        let ckpt = load_checkpoint(&probe.checkpoint)?;
+        return Ok(vec![Model { label: ckpt.source.to_string(), hidden: ckpt.config.hidden_size, ckpt }]);
+    }
+    if probe.checkpoint.synth.is_none() {
+        return Err(Error::usage("[sweep] hidden needs a synth checkpoint in [checkpoint]"));
+    }
+    let base = synth_spec(&probe.checkpoint)?;
+    let head_dim = sw.head_dim.or(base.head_dim).unwrap_or(64);
+    let ratio = sw.kv_ratio.unwrap_or(1).max(1);
+    sw.hidden
+        .iter()
+        .map(|&h| {
+            if h % head_dim != 0 {
+                return Err(Error::usage(format!(
+                    "[sweep] hidden {h} is not a multiple of head_dim {head_dim}"
+                )));
+            }
+            let heads = h / head_dim;
+            if heads % ratio != 0 {
+                return Err(Error::usage(format!(
+                    "[sweep] hidden {h}: {heads} heads not divisible by kv_ratio {ratio}"
+                )));
+            }
+            let mut s = base.clone();
+            (s.hidden, s.heads, s.kv_heads, s.head_dim, s.intermediate) =
+                (h, heads, heads / ratio, Some(head_dim), None);
+            Ok(Model { label: format!("hidden={h}"), hidden: h, ckpt: s.build()? })
+        })
+        .collect()
+}
+
+/// Run the sweep; `progress` is told each point's label.
+pub fn run_sweep(probe: &Probe, mut progress: impl FnMut(&str)) -> Result<Vec<SweepPoint>> {
+    let sw = probe.sweep.clone().ok_or_else(|| {
+        Error::usage(format!(
+            "{}: no [sweep] section (hidden, quant, faults, prompt_len, generate)",
+            probe.path.display()
+        ))
+    })?;
+    let mut settings: Vec<(String, Vec<String>, Option<String>)> = Vec::new();
+    let quants: Vec<Option<String>> =
+        if sw.quant.is_empty() { vec![None] } else { sw.quant.iter().cloned().map(Some).collect() };
+    let faults: Vec<Option<String>> =
+        if sw.faults.is_empty() { vec![None] } else { sw.faults.iter().cloned().map(Some).collect() };
+    for q in &quants {
+        for f in &faults {
+            let label = [f.clone(), q.as_ref().map(|q| format!("quant:{q}"))]
+                .into_iter()
+                .flatten()
+                .collect::<Vec<_>>()
+                .join("+");
+            settings.push((
+                if label.is_empty() { "clean".into() } else { label },
+                f.iter().cloned().collect(),
+                q.clone(),
+            ));
+        }
+    }
+    let mut points = Vec::new();
+    for m in models(probe, &sw)? {
+        let model = Arc::new(Decoder::new(&m.ckpt)?);
+        let base_inputs = build_inputs(&probe.inputs, &m.ckpt)?;
+        let lens =
+            if sw.prompt_len.is_empty() { vec![base_inputs.prompt.len()] } else { sw.prompt_len.clone() };
+        for len in lens {
+            let mut greedy = base_inputs.clone();
+            greedy.prompt = prompt_of_len(&base_inputs.prompt, len);
+            greedy.decode = DecodeSpec::Greedy(sw.generate);
+            let logits = TapSelection::parse(&["logits".to_string()])?;
+            let reference = DecoderBackend::reference(model.clone()).run(&greedy, &logits);
+            if let Some(e) = reference.error {
+                return Err(e);
+            }
+            let ref_tokens = reference.record.decode_tokens.clone();
+            let mut forced: InputSet = greedy.clone();
+            forced.decode = DecodeSpec::Forced(ref_tokens.clone());
+            for (label, fault_specs, quant) in &settings {
+                progress(&format!("{} {label} prompt {len}", m.label));
+                let faults = crate::fault::catalog::parse_all(fault_specs, &m.ckpt.config)?;
+                let mut emu = DecoderBackend::emulator(label, &m.ckpt, faults)?;
+                if let Some(q) = quant {
+                    emu = emu.with_quant(q, &m.ckpt)?;
+                }
+                let tf = emu.run(&forced, &logits);
+                let free = emu.run(&greedy, &logits);
+                if let Some(e) = tf.error.or(free.error) {
+                    return Err(e);
+                }
+                let (cos, kl, agree) = logits_figures(&reference.capture, &tf.capture);
+                let tokens = free.record.decode_tokens.clone();
+                points.push(SweepPoint {
+                    model: m.label.clone(),
+                    hidden: m.hidden,
+                    setting: label.clone(),
+                    prompt_len: len,
+                    logits_cosine: cos,
+                    kl_mean: kl,
+                    argmax_agreement: agree,
+                    longest_run: longest_run(&tokens),
+                    distinct_ratio: distinct_ratio(&tokens),
+                    first_divergence: tokens.iter().zip(&ref_tokens).position(|(a, b)| a != b),
+                    reference_longest_run: longest_run(&ref_tokens),
+                    reference_distinct_ratio: distinct_ratio(&ref_tokens),
+                    tokens,
+                });
+            }
+        }
+    }
+    Ok(points)
+}
+
+pub fn render_markdown(probe: &Probe, points: &[SweepPoint], command: &str, svg: Option<&str>) -> String {
+    use std::fmt::Write;
+    let mut o = String::new();
+    let _ = writeln!(o, "# hefprobe sweep: {}\n", probe.name);
+    let finding = probe.finding.map(|f| format!(" (finding {f})")).unwrap_or_default();
+    let _ = writeln!(o, "**Question{finding}.** {}\n", probe.question);
+    let _ = writeln!(o, "Produced by `{command}` (hefprobe {}).\n", env!("CARGO_PKG_VERSION"));
+    let _ = writeln!(
+        o,
+        "Logits figures are teacher-forced on the reference's greedy tokens (mean over phases); \
+         generation figures are the emulated device's own greedy tokens.\n"
+    );
+    let _ = writeln!(o, "| model | setting | prompt | logits cosine | KL mean | argmax | longest run | distinct | first divergence | reference run / distinct |");
+    let _ = writeln!(o, "|---|---|---:|---:|---:|---:|---:|---:|---:|---|");
+    for p in points {
+        let _ = writeln!(
+            o,
+            "| {} | `{}` | {} | {:.6} | {:.4} | {:.0}% | {} | {:.2} | {} | {} / {:.2} |",
+            p.model,
+            p.setting,
+            p.prompt_len,
+            p.logits_cosine,
+            p.kl_mean,
+            p.argmax_agreement * 100.0,
+            p.longest_run,
+            p.distinct_ratio,
+            p.first_divergence.map_or("none".into(), |s| format!("step {s}")),
+            p.reference_longest_run,
+            p.reference_distinct_ratio
+        );
+    }
+    if let Some(s) = svg {
+        let _ = writeln!(o, "\n![{s}]({s})");
+    }
+    o
+}
+
+/// Metric vs hidden size, one line per setting.
+pub fn write_svg(points: &[SweepPoint], path: &std::path::Path) -> Result<()> {
+    use plotters::prelude::*;
+    let e = |x: &dyn std::fmt::Display| {
+        Error::input(path.display().to_string(), format!("drawing the plot: {x}"))
+    };
+    let mut settings: Vec<&str> = points.iter().map(|p| p.setting.as_str()).collect();
+    settings.dedup();
+    settings.sort();
+    settings.dedup();
+    let xs: Vec<f64> = points.iter().map(|p| p.hidden as f64).collect();
+    let (x0, x1) = (xs.iter().copied().fold(f64::INFINITY, f64::min), xs.iter().copied().fold(0.0, f64::max));
+    let pad = ((x1 - x0) * 0.05).max(8.0);
+    let lo = points.iter().map(|p| p.logits_cosine).fold(1.0f64, f64::min);
+    let y0 = ((lo * 100.0).floor() / 100.0 - 0.01).max(-1.0);
+    let root = SVGBackend::new(path, (860, 620)).into_drawing_area();
+    root.fill(&WHITE).map_err(|x| e(&x))?;
+    let (top, bottom) = root.split_vertically(310);
+    let palette = [
+        RGBColor(31, 119, 180),
+        RGBColor(214, 39, 40),
+        RGBColor(44, 160, 44),
+        RGBColor(255, 127, 14),
+        RGBColor(148, 103, 189),
+    ];
+    let int_label = |x: &f64| format!("{}", x.round() as i64);
+    let mut chart = ChartBuilder::on(&top)
+        .caption("logits cosine vs hidden size (teacher-forced)", ("sans-serif", 18))
+        .margin(12)
+        .x_label_area_size(32)
+        .y_label_area_size(70)
+        .build_cartesian_2d(x0 - pad..x1 + pad, y0..1.0005)
+        .map_err(|x| e(&x))?;
+    chart
+        .configure_mesh()
+        .x_desc("hidden")
+        .y_desc("cosine")
+        .x_label_formatter(&int_label)
+        .draw()
+        .map_err(|x| e(&x))?;
+    for (i, s) in settings.iter().enumerate() {
+        let c = palette[i % palette.len()];
+        let pts: Vec<(f64, f64)> =
+            points.iter().filter(|p| p.setting == *s).map(|p| (p.hidden as f64, p.logits_cosine)).collect();
+        chart
+            .draw_series(LineSeries::new(pts.clone(), c.stroke_width(2)))
+            .map_err(|x| e(&x))?
+            .label(s.to_string())
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], c.stroke_width(2)));
+        chart.draw_series(pts.iter().map(|p| Circle::new(*p, 3, c.filled()))).map_err(|x| e(&x))?;
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::LowerLeft)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()
+        .map_err(|x| e(&x))?;
+    let runs = points.iter().map(|p| p.longest_run).max().unwrap_or(1) as f64;
+    let mut chart = ChartBuilder::on(&bottom)
+        .caption("longest run of one repeated token in greedy generation", ("sans-serif", 18))
+        .margin(12)
+        .x_label_area_size(32)
+        .y_label_area_size(70)
+        .build_cartesian_2d(x0 - pad..x1 + pad, 0.0..runs + 1.0)
+        .map_err(|x| e(&x))?;
+    chart
+        .configure_mesh()
+        .x_desc("hidden")
+        .y_desc("tokens")
+        .x_label_formatter(&int_label)
+        .draw()
+        .map_err(|x| e(&x))?;
+    for (i, s) in settings.iter().enumerate() {
+        let c = palette[i % palette.len()];
+        let pts: Vec<(f64, f64)> = points
+            .iter()
+            .filter(|p| p.setting == *s)
+            .map(|p| (p.hidden as f64, p.longest_run as f64))
+            .collect();
+        chart.draw_series(LineSeries::new(pts.clone(), c.stroke_width(2))).map_err(|x| e(&x))?;
+        chart.draw_series(pts.iter().map(|p| Circle::new(*p, 3, c.filled()))).map_err(|x| e(&x))?;
+    }
+    root.present().map_err(|x| e(&x))?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn degeneracy_metrics() {
+        assert_eq!(longest_run(&[1, 2, 2, 2, 3, 3]), 3);
+        assert_eq!(longest_run(&[]), 0);
+        assert!((distinct_ratio(&[5, 5, 5, 6]) - 0.5).abs() < 1e-12);
+    }
+}

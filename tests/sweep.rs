@@ -1,0 +1,48 @@
+//! `sweep`: a small grid over hidden sizes and quant settings produces one point per
+//! combination, with teacher-forced logits figures and greedy degeneracy figures.
+
+use hefprobe::probe::schema::Probe;
+use hefprobe::probe::sweep::run_sweep;
+use std::path::Path;
+
+const PROBE: &str = r#"
+version = 1
+name = "tiny-sweep"
+question = "q?"
+[checkpoint]
+synth = "tinystories"
+layers = 2
+vocab = 300
+[inputs]
+tokens = [5, 9, 44, 120, 7, 7, 31]
+[sweep]
+hidden = [64, 128]
+head_dim = 32
+quant = ["w8a16", "w4a8"]
+generate = 6
+"#;
+
+#[test]
+fn sweep_runs_every_point_and_orders_quant_hypotheses() {
+    let probe = Probe::parse(PROBE, Path::new("tiny.toml")).unwrap();
+    let mut seen = Vec::new();
+    let points = run_sweep(&probe, |l| seen.push(l.to_string())).unwrap();
+    assert_eq!(points.len(), 4);
+    assert_eq!(seen.len(), 4);
+    for h in [64, 128] {
+        let at = |s: &str| points.iter().find(|p| p.hidden == h && p.setting == s).unwrap();
+        let (w8, w4) = (at("quant:w8a16"), at("quant:w4a8"));
+        assert!(w8.logits_cosine > w4.logits_cosine, "coarser quantization drifts more at hidden {h}");
+        assert!(w8.logits_cosine > 0.999 && w8.logits_cosine < 1.0);
+        assert_eq!(w8.tokens.len(), 6);
+        assert!(w8.longest_run >= 1 && w8.distinct_ratio > 0.0);
+    }
+}
+
+#[test]
+fn sweep_without_a_grid_is_a_clear_error() {
+    let text = PROBE.split("[sweep]").next().unwrap();
+    let probe = Probe::parse(text, Path::new("tiny.toml")).unwrap();
+    let e = run_sweep(&probe, |_| {}).unwrap_err().to_string();
+    assert!(e.contains("no [sweep] section"), "{e}");
+}
