@@ -11,6 +11,7 @@ pub mod compare;
 pub mod device;
 pub mod error;
 pub mod fault;
+pub mod hef;
 pub mod model;
 pub mod probe;
 pub mod report;

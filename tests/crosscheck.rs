@@ -18,6 +18,7 @@ fn ours(model: &Decoder, prompt: &[u32], decode: &[u32]) -> Vec<Vec<f32>> {
             phase,
             embeds: model.embed_tokens(toks).unwrap(),
             positions: (pos..pos + toks.len()).collect(),
+            frame: None,
         };
         pos += toks.len();
         let logits = model.step(&input, &mut cache, &mut NoTaps, &mut NoHooks).unwrap();

@@ -59,7 +59,7 @@ impl DecoderBackend {
         let mut sink = MemorySink::new(taps.clone());
         let mut record = RunRecord::default();
         for f in &self.faults {
-            if let Err(error) = f.prepare(&self.model, inputs) {
+            if let Err(error) = f.prepare(&self.model, std::slice::from_ref(inputs)) {
                 return BackendRun { capture: Capture::default(), record, error: Some(error) };
             }
         }

@@ -38,6 +38,7 @@ fn measure(model: &Decoder, prompt: &[u32], decode: usize, sink: &mut dyn TapSin
         phase: Phase::Prefill,
         embeds: model.embed_tokens(prompt)?,
         positions: (0..prompt.len()).collect(),
+        frame: None,
     };
     let logits = model.step(&input, &mut cache, sink, &mut NoHooks)?;
     let mut next = crate::model::decoder::argmax_last_row(&logits)?;
@@ -48,6 +49,7 @@ fn measure(model: &Decoder, prompt: &[u32], decode: usize, sink: &mut dyn TapSin
             phase: Phase::Decode(k),
             embeds: model.embed_tokens(&[next])?,
             positions: vec![prompt.len() + k],
+            frame: None,
         };
         let logits = model.step(&input, &mut cache, sink, &mut NoHooks)?;
         next = crate::model::decoder::argmax_last_row(&logits)?;

@@ -1,5 +1,6 @@
 //! Command line: clap derive, one module per command, option groups flattened per concern.
 
+mod audit;
 mod bench;
 mod compare;
 mod explain;
@@ -8,6 +9,7 @@ mod reference;
 pub mod run;
 mod sweep;
 mod synth;
+mod synth_hef;
 
 use crate::error::{Error, Result};
 use crate::model::synth::SynthSpec;
@@ -47,6 +49,10 @@ pub enum Command {
     Faults(faults::FaultsArgs),
     /// Run a probe across a grid (hidden sizes, quant settings, faults, prompt lengths).
     Sweep(sweep::SweepArgs),
+    /// Check a HEF's structure (findings 1, 2, 3, 5, 12), or diff it against another.
+    Audit(audit::AuditArgs),
+    /// Write a simulated LLM HEF for a checkpoint (faults, quantization, structural mistakes).
+    SynthHef(synth_hef::SynthHefArgs),
     /// Measure the reference: prefill and decode speed, taps off and on, peak memory.
     Bench(bench::BenchArgs),
 }
@@ -131,6 +137,8 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Command::Explain(a) => explain::run(a),
         Command::Faults(a) => faults::run(a),
         Command::Sweep(a) => sweep::run(a),
+        Command::Audit(a) => audit::run(a),
+        Command::SynthHef(a) => synth_hef::run(a),
         Command::Bench(a) => bench::run(a),
     }
 }

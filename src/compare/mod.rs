@@ -326,8 +326,24 @@ pub fn compare(
     view: View,
     thresholds: &Thresholds,
 ) -> PairComparison {
+    compare_selected(reference, candidate, names, view, thresholds, None)
+}
+
+/// Compare only the taps `selection` matches (the reference may hold more, e.g. the scores
+/// that mask attention probs).
+pub fn compare_selected(
+    reference: &Capture,
+    candidate: &Capture,
+    names: (&str, &str),
+    view: View,
+    thresholds: &Thresholds,
+    selection: Option<&crate::tap::TapSelection>,
+) -> PairComparison {
     let mut keys: Vec<&str> = reference.keys();
     keys.extend(candidate.keys().into_iter().filter(|k| reference.get_key(k).is_none()));
+    if let Some(sel) = selection {
+        keys.retain(|k| k.split_once('/').is_none_or(|(_, t)| sel.matches(t)));
+    }
     keys.sort_by_cached_key(|k| key_order(k));
     let rows = keys
         .into_iter()

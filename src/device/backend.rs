@@ -1,10 +1,154 @@
-//! The `hef` backend: a HEF on a device (simulated, or real with feature `hailo`).
+//! The `hef` backend: a HEF on a device — the simulated device for HEFs `synth-hef` wrote,
+//! the real Hailo-10H otherwise (feature `hailo`). It captures what a device returns: the
+//! logits of each phase's last position ([1, vocab]), as HailoRT's server reads them.
 
-use crate::backend::Backend;
+use super::driver::LlmDriver;
+use super::sim::SimDevice;
+use super::synth_hef::sim_spec;
+use super::Device;
+use crate::backend::{Backend, BackendRun, Capabilities};
+use crate::capture::Capture;
 use crate::error::{Error, Result};
+use crate::hef::Hef;
+use crate::model::run::RunRecord;
 use crate::model::Checkpoint;
+use crate::probe::inputs::{DecodeSpec, InputSet};
 use crate::probe::schema::BackendSpec;
+use crate::tap::{Phase, Tap, TapSelection};
+use ndarray::{ArrayD, IxDyn};
+use std::path::Path;
 
-pub fn open(label: &str, _spec: &BackendSpec, _ckpt: &Checkpoint) -> Result<Box<dyn Backend>> {
-    Err(Error::Unsupported(format!("backend `{label}`: the hef backend is not built yet")))
+pub struct HefBackend {
+    name: String,
+    pub driver: LlmDriver,
+    /// Kept alive for the driver's configured models.
+    _device: Box<dyn Device>,
+}
+
+/// Open the device a HEF needs: simulated when hefprobe wrote it, else the real one.
+pub fn open_device(path: &Path) -> Result<(Box<dyn Device>, Hef)> {
+    let what = path.display().to_string();
+    let hef = Hef::read(path)?;
+    if let Some(spec) = sim_spec(&hef, &what)? {
+        let dev = SimDevice::from_hef(hef.clone(), spec, what)?;
+        return Ok((Box::new(dev), hef));
+    }
+    real_device(path, hef)
+}
+
+#[cfg(feature = "hailo")]
+fn real_device(path: &Path, hef: Hef) -> Result<(Box<dyn Device>, Hef)> {
+    Ok((Box::new(super::hailo::HailoDevice::open(path)?), hef))
+}
+
+#[cfg(not(feature = "hailo"))]
+fn real_device(path: &Path, _hef: Hef) -> Result<(Box<dyn Device>, Hef)> {
+    Err(Error::Unsupported(format!(
+        "{} is a compiled HEF, not one hefprobe simulates: running it needs a Hailo-10H and HailoRT 5.x. \
+         On the device host build with `cargo build --release --features hailo` (HAILORT_INCLUDE_DIR / \
+         HAILORT_LIB_DIR if not in /usr), or record a capture there with `hefprobe capture` and compare it here",
+        path.display()
+    )))
+}
+
+pub fn open(label: &str, spec: &BackendSpec, ckpt: &Checkpoint) -> Result<Box<dyn Backend>> {
+    let path = spec
+        .path
+        .as_ref()
+        .ok_or_else(|| Error::usage(format!("backend `{label}`: a hef backend needs `path`")))?;
+    let (mut device, hef) = open_device(path)?;
+    if let Some(sim) = sim_spec(&hef, &path.display().to_string())? {
+        let made_from = sim.checkpoint.load()?.hash;
+        if made_from != ckpt.hash {
+            return Err(Error::input(
+                path.display().to_string(),
+                format!(
+                    "was made from checkpoint {made_from}, but the probe's reference is {} ({}); compare a HEF \
+                     with the checkpoint it was compiled from",
+                    ckpt.hash, ckpt.source
+                ),
+            ));
+        }
+    }
+    let driver = LlmDriver::open(device.as_mut(), &hef, &path.display().to_string())?;
+    Ok(Box::new(HefBackend { name: label.to_string(), driver, _device: device }))
+}
+
+impl HefBackend {
+    pub fn from_parts(name: &str, device: Box<dyn Device>, driver: LlmDriver) -> Self {
+        HefBackend { name: name.to_string(), driver, _device: device }
+    }
+
+    fn check_inputs(&self, inputs: &InputSet) -> Result<()> {
+        let p = self.driver.prefill_tokens();
+        if inputs.start_position != 0 {
+            return Err(Error::usage("a device conversation starts at position 0; remove start_position"));
+        }
+        if let Some(c) = inputs.chunk.filter(|&c| c != p) {
+            return Err(Error::usage(format!(
+                "the probe prefills in chunks of {c}, the HEF in chunks of {p} (prefill_input_tokens_count): \
+                 set [inputs] chunk = {p}, or leave it out to compare the last chunk only"
+            )));
+        }
+        let kv = self.driver.kv_cache_size();
+        if inputs.total_len() > kv {
+            return Err(Error::usage(format!(
+                "{} prompt + {} decode tokens exceed the HEF's kv_cache_size = {kv}",
+                inputs.prompt.len(),
+                inputs.decode.steps()
+            )));
+        }
+        Ok(())
+    }
+
+    /// Feed `inputs` (decode teacher-forced, or greedy on the device's own argmax).
+    pub fn drive(&mut self, inputs: &InputSet, capture: &mut Capture, record: &mut RunRecord) -> Result<()> {
+        self.check_inputs(inputs)?;
+        self.driver.new_conversation()?;
+        let logits = self.driver.prefill(&inputs.prompt)?;
+        let row = |v: Vec<f32>| ArrayD::from_shape_vec(IxDyn(&[1, v.len()]), v).expect("one row");
+        let mut last = Vec::new();
+        let n = logits.len();
+        for (i, l) in logits.into_iter().enumerate() {
+            let phase = match inputs.chunk {
+                Some(_) => Phase::PrefillChunk(i),
+                None if i + 1 == n => Phase::Prefill,
+                None => continue,
+            };
+            record.phases.push((phase, Vec::new(), Vec::new()));
+            record.argmax.push(crate::model::decoder::argmax(&l) as u32);
+            last = l.clone();
+            capture.put(phase, Tap::Logits, row(l));
+        }
+        for k in 0..inputs.decode.steps() {
+            let token = match &inputs.decode {
+                DecodeSpec::Forced(t) => t[k],
+                DecodeSpec::Greedy(_) => crate::model::decoder::argmax(&last) as u32,
+            };
+            record.decode_tokens.push(token);
+            let l = self.driver.step(token)?;
+            record.phases.push((Phase::Decode(k), vec![token], Vec::new()));
+            record.argmax.push(crate::model::decoder::argmax(&l) as u32);
+            last = l.clone();
+            capture.put(Phase::Decode(k), Tap::Logits, row(l));
+        }
+        Ok(())
+    }
+}
+
+impl Backend for HefBackend {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities { all_taps: false, overrides: false }
+    }
+
+    fn run(&mut self, inputs: &InputSet, _taps: &TapSelection) -> BackendRun {
+        let mut capture = Capture::default();
+        let mut record = RunRecord::default();
+        let error = self.drive(inputs, &mut capture, &mut record).err();
+        BackendRun { capture, record, error }
+    }
 }

@@ -1,4 +1,96 @@
 //! Devices: what HailoRT's InferModel gives, behind one trait, and the LLM driver that feeds
-//! a HEF exactly as HailoRT's genai server does.
+//! a HEF exactly as HailoRT's genai server does. Everything above the [`Device`] trait is
+//! tested on the simulated device; the real one (feature `hailo`) goes through a small C++
+//! shim over the InferModel API, because on Hailo-10H HailoRT's C API cannot configure a
+//! network group (VDeviceHrpcClient::configure returns HAILO_NOT_IMPLEMENTED).
 
 pub mod backend;
+pub mod diag;
+pub mod driver;
+pub mod frames;
+#[cfg(feature = "hailo")]
+pub mod hailo;
+pub mod sim;
+pub mod synth_hef;
+
+use crate::error::Result;
+use crate::hef::{QuantInfo, Shape3};
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+/// `hailo_format_type_t` (hailort.h): the values the runtime hands to and from the host.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub enum FormatType {
+    Auto = 0,
+    Uint8 = 1,
+    Uint16 = 2,
+    Float32 = 3,
+}
+
+impl FormatType {
+    pub fn bytes(self) -> usize {
+        match self {
+            FormatType::Uint8 => 1,
+            FormatType::Uint16 => 2,
+            FormatType::Float32 => 4,
+            FormatType::Auto => 0,
+        }
+    }
+
+    /// The hardware type of a layer with `data_bytes` bytes per element (hailort_common.hpp
+    /// `get_format_type`: 1 → UINT8, 2 → UINT16).
+    pub fn from_data_bytes(data_bytes: u32) -> Option<FormatType> {
+        match data_bytes {
+            1 => Some(FormatType::Uint8),
+            2 => Some(FormatType::Uint16),
+            _ => None,
+        }
+    }
+}
+
+/// One input or output as `InferModel::InferStream` presents it after `set_format_type`.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct StreamInfo {
+    pub name: String,
+    pub shape: Shape3,
+    pub format: FormatType,
+    /// One scalar quant info, or one per feature for per-feature outputs.
+    pub quant_infos: Vec<QuantInfo>,
+}
+
+impl StreamInfo {
+    /// `get_frame_size()`: h·w·f·bytes(format) (hailort_common.hpp `get_frame_size`).
+    pub fn frame_size(&self) -> usize {
+        self.shape.elements() as usize * self.format.bytes()
+    }
+}
+
+/// A HEF on a device: `VDevice` + `Hef`.
+pub trait Device {
+    /// One sentence naming the device (and library version for the real one).
+    fn describe(&self) -> String;
+    /// Network groups in HEF order (`Hef::get_network_groups_names`).
+    fn network_groups(&self) -> Vec<String>;
+    /// `create_infer_model(hef, group)`, `set_enable_kv_cache(true)`, float32 for `float_inputs`
+    /// and every output, then `configure()` — what genai's LLM server does per group.
+    fn configure(&mut self, group: &str, float_inputs: &[String]) -> Result<Box<dyn ConfiguredModel>>;
+}
+
+/// `ConfiguredInferModel`: bindings, run and the KV-cache calls.
+pub trait ConfiguredModel {
+    fn inputs(&self) -> &[StreamInfo];
+    /// In `outputs()` order: the order genai concatenates them in.
+    fn outputs(&self) -> &[StreamInfo];
+    /// Bind every input (name → bytes of exactly its frame size), run, return every output's
+    /// bytes in `outputs()` order.
+    fn run(&mut self, inputs: &[(String, Vec<u8>)], timeout: Duration) -> Result<Vec<Vec<u8>>>;
+    fn init_cache(&mut self, read_offset: u32) -> Result<()>;
+    fn update_cache_offset(&mut self, delta_entries: i32) -> Result<()>;
+    /// `get_cache_buffers()`: cache id → the whole backing ring, raw.
+    fn cache_buffers(&mut self) -> Result<BTreeMap<u32, Vec<u8>>>;
+    /// `update_cache_buffer(id, bytes)`: overwrite one ring.
+    fn update_cache_buffer(&mut self, cache_id: u32, bytes: &[u8]) -> Result<()>;
+}
+
+/// How long one inference may take: genai's INFERENCE_TIMEOUT (inference_manager.hpp:24).
+pub const INFERENCE_TIMEOUT: Duration = Duration::from_secs(15);

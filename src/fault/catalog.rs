@@ -411,17 +411,16 @@ impl Fault for CacheLayout {
 struct CacheLayoutHooks<'a>(&'a CacheLayout);
 
 impl CacheLayoutHooks<'_> {
-    fn permute(&self, x: &Tensor, n_prefill: usize) -> Result<Tensor> {
+    /// Permute the features of the entries `from_prefill` marks, [KV, S, D] in and out.
+    fn permute(&self, x: &Tensor, from_prefill: &[bool]) -> Result<Tensor> {
         let (kv, s, d) = x.dims3()?;
         let entries = x.transpose(0, 1)?.contiguous()?.reshape((s, kv * d))?;
         let perm = Tensor::new(self.0.perm.as_slice(), &Device::Cpu)?;
-        let head = entries.narrow(0, 0, n_prefill)?.index_select(&perm, 1)?;
-        let entries = if n_prefill < s {
-            Tensor::cat(&[&head, &entries.narrow(0, n_prefill, s - n_prefill)?], 0)?
-        } else {
-            head
-        };
-        Ok(entries.reshape((s, kv, d))?.transpose(0, 1)?.contiguous()?)
+        let permuted = entries.index_select(&perm, 1)?;
+        let pick: Vec<u8> = from_prefill.iter().map(|&p| u8::from(p)).collect();
+        let pick = Tensor::new(pick.as_slice(), &Device::Cpu)?.reshape((s, 1))?.broadcast_as((s, kv * d))?;
+        let mixed = pick.where_cond(&permuted, &entries)?;
+        Ok(mixed.reshape((s, kv, d))?.transpose(0, 1)?.contiguous()?)
     }
 }
 
@@ -437,11 +436,11 @@ impl Hooks for CacheLayoutHooks<'_> {
         if !ctx.phase.is_decode() || !in_layers(&self.0.spec, layer) {
             return Ok((k, v));
         }
-        let n_prefill = written_in.iter().take_while(|p| !p.is_decode()).count();
-        if n_prefill == 0 {
+        let from_prefill: Vec<bool> = written_in.iter().map(|p| !p.is_decode()).collect();
+        if !from_prefill.contains(&true) {
             return Ok((k, v));
         }
-        Ok((self.permute(&k, n_prefill)?, self.permute(&v, n_prefill)?))
+        Ok((self.permute(&k, &from_prefill)?, self.permute(&v, &from_prefill)?))
     }
 }
 

@@ -20,8 +20,8 @@ pub trait Fault: Send + Sync {
     fn transform_weights(&self, _ckpt: &mut Checkpoint) -> Result<()> {
         Ok(())
     }
-    /// Calibrate on the run's inputs (quantization); called before every run.
-    fn prepare(&self, _model: &Decoder, _inputs: &InputSet) -> Result<()> {
+    /// Calibrate on these inputs (quantization); called before every run with the run's own.
+    fn prepare(&self, _model: &Decoder, _inputs: &[InputSet]) -> Result<()> {
         Ok(())
     }
     fn hooks(&self) -> Box<dyn Hooks + '_>;

@@ -4,7 +4,9 @@
 //!   s_c = max_j |w_cj| / qmax; lm_head included (a tied lm_head gets its own quantized copy).
 //! - activations: affine per tensor (one scale and zero point per site and layer), uint8
 //!   [0, 255] or int16 [−32768, 32767], calibrated as the min/max of the finite values seen
-//!   at that site over the calibration run (the run's own inputs): s = (max − min)/(qmax − qmin),
+//!   at that site over the calibration runs (the run's own inputs, or the simulated device's
+//!   calibration prompts), widened by 10% of the range on each side for headroom (a run may
+//!   see values its calibration did not): s = (max − min)/(qmax − qmin),
 //!   zp = qmin − round(min / s), q = clamp(round-half-even(x / s + zp), qmin, qmax),
 //!   x' = (q − zp)·s. Masked (−inf) scores stay −inf.
 //! - inputs, as HailoRT's runtime makes them: embeddings as uint16 affine over the embedding
@@ -182,6 +184,14 @@ fn quantize_weight(w: &Tensor, bits: u32) -> Result<Tensor> {
     Ok(Tensor::from_vec(v, (rows, cols), &Device::Cpu)?)
 }
 
+/// HEADROOM of the calibrated range on each side.
+const HEADROOM: f32 = 0.1;
+
+fn calibrated(s: &SiteStat, bits: u32, signed: bool) -> Affine {
+    let pad = (s.max - s.min) * HEADROOM;
+    Affine::calibrate(s.min - pad, s.max + pad, bits, signed)
+}
+
 /// Records the finite min/max at every site during calibration.
 struct Calibrate<'a>(&'a QuantFault);
 
@@ -226,7 +236,7 @@ impl Hooks for QuantHooks<'_> {
             let (bits, signed) = f.act.expect("act set");
             let stats = f.stats.lock().expect("lock");
             match stats.get(&tap.to_string()) {
-                Some(s) if s.seen => Affine::calibrate(s.min, s.max, bits, signed),
+                Some(s) if s.seen => calibrated(s, bits, signed),
                 _ => return Ok(t),
             }
         } else {
@@ -297,18 +307,25 @@ impl Fault for QuantFault {
         Ok(())
     }
 
-    fn prepare(&self, model: &Decoder, inputs: &InputSet) -> Result<()> {
+    fn prepare(&self, model: &Decoder, inputs: &[InputSet]) -> Result<()> {
         if self.act.is_none() {
             return Ok(());
         }
         self.stats.lock().expect("lock").clear();
-        let mut rec = crate::model::run::RunRecord::default();
-        let mut stack = crate::model::hooks::HookStack::default();
-        let mut cal = Calibrate(self);
-        let mut plain = NoHooks;
-        stack.hooks.push(&mut cal);
-        stack.hooks.push(&mut plain);
-        crate::model::run::run_inputs(model, inputs, &mut NoTaps, &mut stack, &mut rec)?;
+        for i in inputs {
+            let mut stack = crate::model::hooks::HookStack::default();
+            let mut cal = Calibrate(self);
+            let mut plain = NoHooks;
+            stack.hooks.push(&mut cal);
+            stack.hooks.push(&mut plain);
+            crate::model::run::run_inputs(
+                model,
+                i,
+                &mut NoTaps,
+                &mut stack,
+                &mut crate::model::run::RunRecord::default(),
+            )?;
+        }
         Ok(())
     }
 
@@ -329,7 +346,7 @@ impl Fault for QuantFault {
                 .filter(|(_, s)| s.seen)
                 .map(|(k, s)| {
                     let rate = if s.total > 0 { s.clipped as f64 / s.total as f64 } else { 0.0 };
-                    (k, rate, Affine::calibrate(s.min, s.max, bits, signed))
+                    (k, rate, calibrated(s, bits, signed))
                 })
                 .collect();
             worst.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(b.0)));

@@ -159,6 +159,27 @@ pub struct StepInput {
     /// [T, hidden]: embedding rows (from token ids, or dequantized from a device frame).
     pub embeds: Tensor,
     pub positions: Vec<usize>,
+    /// A device frame's own mask and RoPE tables, used instead of those derived from
+    /// positions (the simulated device computes what the HEF is fed).
+    pub frame: Option<FrameInputs>,
+}
+
+/// What a device frame carries besides the embeddings.
+#[derive(Debug, Clone)]
+pub struct FrameInputs {
+    /// [T][S]: which cache slots each row may attend to (head block 0 of the mask frame).
+    pub allowed: Vec<Vec<bool>>,
+    /// cos, sin over the whole head: [heads, T, D] for queries and [kv_heads, T, D] for keys.
+    pub rope_q: (Tensor, Tensor),
+    pub rope_k: (Tensor, Tensor),
+}
+
+/// x * cos + rotate_half(x) * sin with full-width per-head tables [heads, T, D].
+fn rotate_with_tables(x: &Tensor, cos: &Tensor, sin: &Tensor) -> candle_core::Result<Tensor> {
+    let d = x.dim(2)?;
+    let (x1, x2) = (x.narrow(2, 0, d / 2)?, x.narrow(2, d / 2, d / 2)?);
+    let rotated = Tensor::cat(&[&x2.neg()?, &x1], 2)?;
+    (x * cos)? + (rotated * sin)?
 }
 
 fn rms_norm(x: &Tensor, w: &Tensor, eps: f64) -> candle_core::Result<Tensor> {
@@ -235,7 +256,7 @@ impl Decoder {
         let mut x = emit(Tap::Embed, input.embeds.clone(), hooks, sink)?;
         for (l, block) in self.blocks.iter().enumerate() {
             x = emit(Tap::Layer(l, LayerTap::Input), x, hooks, sink)?;
-            x = self.block(l, block, &ctx, x, cache, sink, hooks)?;
+            x = self.block(l, block, &ctx, input.frame.as_ref(), x, cache, sink, hooks)?;
         }
         let l_end = self.blocks.len();
         x = emit(Tap::Layer(l_end, LayerTap::Input), x, hooks, sink)?;
@@ -251,6 +272,7 @@ impl Decoder {
         l: usize,
         b: &Block,
         ctx: &StepCtx,
+        frame: Option<&FrameInputs>,
         x: Tensor,
         cache: &mut dyn KvStore,
         sink: &mut dyn TapSink,
@@ -281,13 +303,15 @@ impl Decoder {
             q = rms_norm(&q, qn, cfg.rms_norm_eps).ctx(c("q_norm"))?;
             k = rms_norm(&k, kn, cfg.rms_norm_eps).ctx(c("k_norm"))?;
         }
-        let q = match hooks.rope(ctx, l, Qk::Q, &q, &self.rope)? {
-            Some(q) => q,
-            None => self.rope.apply(&q, &ctx.positions, RopeLayout::Half)?,
+        let q = match (hooks.rope(ctx, l, Qk::Q, &q, &self.rope)?, frame) {
+            (Some(q), _) => q,
+            (None, Some(f)) => rotate_with_tables(&q, &f.rope_q.0, &f.rope_q.1).ctx(c("rope q"))?,
+            (None, None) => self.rope.apply(&q, &ctx.positions, RopeLayout::Half)?,
         };
-        let k = match hooks.rope(ctx, l, Qk::K, &k, &self.rope)? {
-            Some(k) => k,
-            None => self.rope.apply(&k, &ctx.positions, RopeLayout::Half)?,
+        let k = match (hooks.rope(ctx, l, Qk::K, &k, &self.rope)?, frame) {
+            (Some(k), _) => k,
+            (None, Some(f)) => rotate_with_tables(&k, &f.rope_k.0, &f.rope_k.1).ctx(c("rope k"))?,
+            (None, None) => self.rope.apply(&k, &ctx.positions, RopeLayout::Half)?,
         };
         let q = emit(LayerTap::Q, q, hooks)?;
         let k = emit(LayerTap::K, k, hooks)?;
@@ -307,19 +331,22 @@ impl Decoder {
             .and_then(|s| s.reshape((h_n, t_len, s_len)))
             .ctx(c("scores"))?;
 
-        let allowed: Vec<Vec<bool>> = ctx
-            .positions
-            .iter()
-            .map(|&qp| {
-                key_pos
-                    .iter()
-                    .map(|kp| match kp {
-                        None => false,
-                        Some(kp) => *kp <= qp && b.window.is_none_or(|w| qp - kp < w),
-                    })
-                    .collect()
-            })
-            .collect();
+        let allowed: Vec<Vec<bool>> = match frame {
+            Some(f) => f.allowed.clone(),
+            None => ctx
+                .positions
+                .iter()
+                .map(|&qp| {
+                    key_pos
+                        .iter()
+                        .map(|kp| match kp {
+                            None => false,
+                            Some(kp) => *kp <= qp && b.window.is_none_or(|w| qp - kp < w),
+                        })
+                        .collect()
+                })
+                .collect(),
+        };
         let mask = match hooks.mask(ctx, l, &allowed, h_n)? {
             Some(m) => m,
             None => additive_mask(&allowed)?,

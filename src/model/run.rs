@@ -57,7 +57,8 @@ fn step(
     record: &mut RunRecord,
 ) -> Result<u32> {
     let positions: Vec<usize> = (*pos..*pos + tokens.len()).collect();
-    let input = StepInput { phase, embeds: model.embed_tokens(tokens)?, positions: positions.clone() };
+    let input =
+        StepInput { phase, embeds: model.embed_tokens(tokens)?, positions: positions.clone(), frame: None };
     let logits = model.step(&input, cache, sink, hooks)?;
     *pos += tokens.len();
     let next = argmax_last_row(&logits)?;

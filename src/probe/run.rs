@@ -7,7 +7,7 @@ use crate::backend::overrides::Overrides;
 use crate::backend::{Backend, BackendRun};
 use crate::capture::Capture;
 use crate::compare::thresholds::Thresholds;
-use crate::compare::{compare, lens, locate, RowStatus, View};
+use crate::compare::{compare_selected, lens, locate, RowStatus, View};
 use crate::error::{Error, Result};
 use crate::model::synth::SynthSpec;
 use crate::model::tokenizer::{Tokenizer, SYNTH_TOKENIZER_VOCAB};
@@ -268,8 +268,14 @@ pub fn run_probe(probe: &Probe, opts: &RunOptions) -> Result<ProbeRun> {
             kind: spec.kind.clone(),
             status: status_of(&run),
         });
-        let cumulative =
-            compare(&ref_capture, &run.capture, ("reference", &label), View::Cumulative, &thresholds);
+        let cumulative = compare_selected(
+            &ref_capture,
+            &run.capture,
+            ("reference", &label),
+            View::Cumulative,
+            &thresholds,
+            Some(&selection),
+        );
         if spec.kind == "dump" {
             if let Some(bad) = cumulative.rows.iter().find(|r| r.status == RowStatus::ShapeMismatch) {
                 progress.finish_and_clear();
@@ -293,8 +299,14 @@ pub fn run_probe(probe: &Probe, opts: &RunOptions) -> Result<ProbeRun> {
                 &[probe.taps.clone(), Overrides::required_taps(ckpt.config.num_layers)].concat(),
             )?;
             if let Some(local) = backend.run_local(&inputs, &local_taps, &ref_capture) {
-                let pair =
-                    compare(&ref_capture, &local.capture, ("reference", &label), View::Local, &thresholds);
+                let pair = compare_selected(
+                    &ref_capture,
+                    &local.capture,
+                    ("reference", &label),
+                    View::Local,
+                    &thresholds,
+                    Some(&local_taps),
+                );
                 if failed_any {
                     report.blame.push((label.clone(), locate::blamed_layers(&pair)));
                 }

@@ -1,0 +1,27 @@
+//! Fuzz the HEF reader: any bytes must give `Ok` or a typed error, never a panic, an abort or an
+//! unbounded allocation. Each input is tried as is and re-sealed (both V3 hashes recomputed) so
+//! mutations of the proto reach the decoder instead of stopping at the hash check. Whatever
+//! parses is audited, rendered and diffed too, since those walk the same untrusted numbers.
+
+#![no_main]
+
+use hefprobe::hef::{self, container::reseal_v3, Expectations, Hef};
+use libfuzzer_sys::fuzz_target;
+
+fn exercise(bytes: &[u8]) {
+    let Ok(hef) = Hef::from_bytes(bytes, "fuzz.hef") else { return };
+    let report = hef::audit(&hef, &Expectations::default());
+    let _ = report.to_terminal();
+    let _ = report.to_markdown();
+    let _ = report.to_json();
+    let _ = hef::diff(&hef, &hef);
+    let _ = hef.to_bytes();
+}
+
+fuzz_target!(|data: &[u8]| {
+    exercise(data);
+    let mut sealed = data.to_vec();
+    if reseal_v3(&mut sealed) {
+        exercise(&sealed);
+    }
+});

@@ -1,0 +1,85 @@
+//! `hefprobe synth-hef`: write a simulated LLM HEF for a checkpoint (see device::synth_hef).
+
+use super::{parse_ids, Ids, ModelArgs};
+use crate::device::synth_hef::{synth_hef, Mistake, SimCheckpoint, SynthHefOptions};
+use crate::error::{Error, Result};
+use crate::model::synth::SynthSpec;
+use clap::Args;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Args, Debug)]
+pub struct SynthHefArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// Output .hef.
+    #[arg(short = 'o', long)]
+    pub out: PathBuf,
+    /// prefill_input_tokens_count: rows of a prefill frame.
+    #[arg(long, default_value_t = 96)]
+    pub prefill_tokens: usize,
+    /// kv_cache_size: slots of the cache ring.
+    #[arg(long, default_value_t = 2048)]
+    pub kv_cache_size: usize,
+    /// No tbt group ("base scope"): every step re-runs prefill.
+    #[arg(long)]
+    pub no_tbt: bool,
+    /// Faults the device computes (NAME[:PARAMS][@layers=RANGE]); several allowed.
+    #[arg(long = "fault", value_name = "SPEC")]
+    pub faults: Vec<String>,
+    /// Quantization of the compiled graph (quant fault parameters): a16 (16-bit activations), w8a16, w8a8, ...
+    #[arg(long, default_value = "a16")]
+    pub quant: String,
+    /// Split the logits over N outputs (a sharded lm_head, finding 12).
+    #[arg(long, default_value_t = 1)]
+    pub lm_head_shards: usize,
+    /// Write a structural mistake: missing-lm-head, full-sequence-output, misspelled-config-key, wrong-rope-width.
+    #[arg(long = "mistake", value_name = "NAME")]
+    pub mistakes: Vec<String>,
+    /// Calibration prompt (token ids); several allowed; default two seeded random prompts.
+    #[arg(long = "calib-tokens", value_name = "IDS", value_parser = parse_ids)]
+    pub calibration: Vec<Ids>,
+}
+
+pub fn run(a: SynthHefArgs) -> Result<ExitCode> {
+    let ckpt = a.model.load()?;
+    let source = match (&a.model.checkpoint, &a.model.synth) {
+        (Some(dir), _) => SimCheckpoint::Path {
+            path: std::fs::canonicalize(dir).map_err(|e| Error::io(dir, e))?,
+            hash: ckpt.hash.clone(),
+        },
+        (None, Some(p)) => SimCheckpoint::Synth(SynthSpec::preset(p, a.model.synth_seed)?),
+        (None, None) => unreachable!("load() refused already"),
+    };
+    let opts = SynthHefOptions {
+        prefill_tokens: a.prefill_tokens,
+        kv_cache_size: a.kv_cache_size,
+        tbt: !a.no_tbt,
+        faults: a.faults.clone(),
+        quant: a.quant.clone(),
+        lm_head_shards: a.lm_head_shards,
+        mistakes: a.mistakes.iter().map(|m| Mistake::parse(m)).collect::<Result<_>>()?,
+        calibration: a.calibration.iter().map(|i| i.0.clone()).collect(),
+        ..Default::default()
+    };
+    let hef = synth_hef(&ckpt, source, &opts)?;
+    crate::error::write_file(&a.out, hef.to_bytes())?;
+    let groups: Vec<&str> = hef.groups.iter().map(|g| g.name.as_str()).collect();
+    println!(
+        "wrote {}: {} for {} ({}), prefill {} rows, kv cache {} slots, quant {}{}{}",
+        a.out.display(),
+        groups.join(" + "),
+        ckpt.source,
+        ckpt.hash,
+        opts.prefill_tokens,
+        opts.kv_cache_size,
+        opts.quant,
+        if opts.faults.is_empty() { String::new() } else { format!(", faults {}", opts.faults.join(", ")) },
+        if opts.mistakes.is_empty() {
+            String::new()
+        } else {
+            format!(", mistakes {}", opts.mistakes.iter().map(|m| m.name()).collect::<Vec<_>>().join(", "))
+        }
+    );
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,1 @@
+//! Device diagnostics (filled in below).

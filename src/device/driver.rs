@@ -1,0 +1,365 @@
+//! The LLM driver: feeds a HEF over any [`Device`] exactly as HailoRT's genai LLM server does
+//! (hailort_server/genai/llm/{llm_server,pre_process,post_process}.cpp, v5.2.0) and records
+//! every frame it sends on request. Unlike upstream, which only asserts, every frame size is
+//! checked against the HEF's, and a HEF whose frames disagree with its hailo-config.json is
+//! refused with the numbers.
+
+use super::frames::{chunks, Frames, PreProcess};
+use super::{ConfiguredModel, Device, FormatType, StreamInfo, INFERENCE_TIMEOUT};
+use crate::error::{Error, Result};
+use crate::hef::llm_config::LlmConfig;
+use crate::hef::Hef;
+use std::collections::BTreeMap;
+
+/// Input names of one group, found by suffix (`get_layer_name_from_suffix`: the first input,
+/// in name order, whose name ends with the suffix).
+#[derive(Debug, Clone)]
+pub struct InputNames {
+    pub embeddings: String,
+    pub mask: String,
+    pub q_cos: String,
+    pub q_sin: String,
+    pub k_cos: String,
+    pub k_sin: String,
+}
+
+impl InputNames {
+    fn find(group: &str, inputs: &[String], cfg: &LlmConfig) -> Result<Self> {
+        let mut sorted = inputs.to_vec();
+        sorted.sort();
+        let s = &cfg.input_layers_names_suffixes;
+        let pick = |role: &str, suffix: &str| -> Result<String> {
+            sorted.iter().find(|n| n.ends_with(suffix)).cloned().ok_or_else(|| {
+                Error::input(
+                    format!("network group `{group}`"),
+                    format!("no input ends with `{suffix}` ({role}); inputs: {}", sorted.join(", ")),
+                )
+            })
+        };
+        Ok(InputNames {
+            embeddings: pick("embeddings", &s.embeddings)?,
+            mask: pick("attention_mask", &s.attention_mask)?,
+            q_cos: pick("pe_q_cos", &s.pe_q_cos)?,
+            q_sin: pick("pe_q_sin", &s.pe_q_sin)?,
+            k_cos: pick("pe_k_cos", &s.pe_k_cos)?,
+            k_sin: pick("pe_k_sin", &s.pe_k_sin)?,
+        })
+    }
+
+    fn rope(&self) -> [String; 4] {
+        [self.q_cos.clone(), self.q_sin.clone(), self.k_cos.clone(), self.k_sin.clone()]
+    }
+}
+
+struct Group {
+    name: String,
+    model: Box<dyn ConfiguredModel>,
+    names: InputNames,
+}
+
+/// One frame as sent, for the record (`--record-frames`).
+#[derive(Debug, Clone)]
+pub struct SentFrame {
+    pub group: String,
+    pub cache_offset_delta: i32,
+    pub frames: Frames,
+}
+
+pub struct LlmDriver {
+    prefill: Group,
+    tbt: Option<Group>,
+    pub config: LlmConfig,
+    pre: PreProcess,
+    embeddings: Vec<u16>,
+    vocab_rows: usize,
+    pub record: Option<Vec<SentFrame>>,
+    pub device: String,
+}
+
+fn frame_check(group: &str, s: &StreamInfo, bytes: usize, role: &str, cfg_note: &str) -> Result<()> {
+    if s.frame_size() != bytes {
+        return Err(Error::input(
+            format!("network group `{group}` input `{}`", s.name),
+            format!(
+                "the {role} frame genai builds is {bytes} bytes but the HEF's frame is {} bytes (shape {}, {:?}); {cfg_note}",
+                s.frame_size(),
+                s.shape,
+                s.format
+            ),
+        ));
+    }
+    Ok(())
+}
+
+impl LlmDriver {
+    /// Open the prefill (and tbt) group of `hef` on `device`, as `LLMServer` does.
+    pub fn open(device: &mut dyn Device, hef: &Hef, what: &str) -> Result<Self> {
+        let resource = |name: &str| -> Result<&[u8]> {
+            hef.resource(name).ok_or_else(|| {
+                Error::input(what, format!("resource `{name}` is missing; genai's LLM server needs it"))
+            })
+        };
+        let config = LlmConfig::parse(resource("hailo-config.json")?, &format!("{what} hailo-config.json"))?;
+        let theta: Vec<f32> = resource("rope_theta_data.bin")?
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect();
+        if theta.is_empty() {
+            return Err(Error::input(format!("{what} rope_theta_data.bin"), "is empty"));
+        }
+        let (prefill_name, tbt_name) = hef.llm_groups()?;
+        let open_group = |device: &mut dyn Device, name: &str| -> Result<Group> {
+            let g =
+                hef.group(name).ok_or_else(|| Error::input(what, format!("no network group `{name}`")))?;
+            let inputs: Vec<String> = g.inputs.iter().map(|s| s.name.clone()).collect();
+            let names = InputNames::find(name, &inputs, &config)?;
+            // genai sets the four RoPE inputs and every output to FLOAT32; embeddings and mask
+            // keep their hardware types (llm_server.cpp create_inference_managers_future).
+            let model = device.configure(name, &names.rope())?;
+            Ok(Group { name: name.to_string(), model, names })
+        };
+        let prefill = open_group(device, &prefill_name)?;
+        let tbt = match &tbt_name {
+            Some(t) => Some(open_group(device, t)?),
+            None => None,
+        };
+        let pp = &config.pre_process_params;
+        let emb = input(&prefill, &prefill.names.embeddings)?;
+        if emb.format != FormatType::Uint16 {
+            return Err(Error::input(
+                format!("{what} input `{}`", emb.name),
+                format!("embeddings are {:?}; genai requires UINT16 (LLMPreProcess::create)", emb.format),
+            ));
+        }
+        let features = emb.shape.features as usize;
+        let raw = resource("embeddings.bin")?;
+        if raw.len() % (2 * features) != 0 {
+            return Err(Error::input(
+                format!("{what} embeddings.bin"),
+                format!("{} bytes is not a whole number of {features}-feature uint16 rows", raw.len()),
+            ));
+        }
+        let embeddings: Vec<u16> = raw.chunks_exact(2).map(|b| u16::from_le_bytes([b[0], b[1]])).collect();
+        // "on" is 1.0 quantized with the prefill mask input's quant info
+        // (llm_server.cpp create_pre_process_future).
+        let mask = input(&prefill, &prefill.names.mask)?;
+        let q = mask.quant_infos.first().copied().unwrap_or(crate::hef::QuantInfo::INVALID);
+        let mask_on = q.quantize(1.0).clamp(0.0, 255.0) as u8;
+        let pre = PreProcess::new(
+            pp.prefill_input_tokens_count as usize,
+            pp.kv_cache_size as usize,
+            pp.num_attention_heads as usize,
+            pp.num_key_value_heads as usize,
+            features,
+            theta,
+            mask_on,
+        );
+        let driver = LlmDriver {
+            vocab_rows: embeddings.len() / features,
+            embeddings,
+            prefill,
+            tbt,
+            config,
+            pre,
+            record: None,
+            device: device.describe(),
+        };
+        driver.check_frames()?;
+        Ok(driver)
+    }
+
+    /// Every frame genai would build must have exactly the HEF's frame size.
+    fn check_frames(&self) -> Result<()> {
+        let pp = &self.config.pre_process_params;
+        let note = if self.config.findings.is_empty() {
+            "hailo-config.json and the HEF disagree".to_string()
+        } else {
+            let f: Vec<&str> = self.config.findings.iter().map(|f| f.message.as_str()).collect();
+            format!("hailo-config.json and the HEF disagree ({})", f.join("; "))
+        };
+        let l = self.pre.theta.len();
+        for (g, t) in [(Some(&self.prefill), self.pre.p), (self.tbt.as_ref(), 1)] {
+            let Some(g) = g else { continue };
+            let n = &g.names;
+            let expect = [
+                (&n.embeddings, t * self.pre.features * 2, "embeddings"),
+                (&n.mask, t * pp.kv_cache_size as usize * pp.num_attention_heads as usize, "mask"),
+                (&n.q_cos, t * l * pp.num_attention_heads as usize * 4, "Q RoPE"),
+                (&n.q_sin, t * l * pp.num_attention_heads as usize * 4, "Q RoPE"),
+                (&n.k_cos, t * l * pp.num_key_value_heads as usize * 4, "K RoPE"),
+                (&n.k_sin, t * l * pp.num_key_value_heads as usize * 4, "K RoPE"),
+            ];
+            for (name, bytes, role) in expect {
+                frame_check(&g.name, input(g, name)?, bytes, role, &note)?;
+            }
+        }
+        Ok(())
+    }
+
+    pub fn prefill_tokens(&self) -> usize {
+        self.pre.p
+    }
+
+    pub fn kv_cache_size(&self) -> usize {
+        self.pre.kv
+    }
+
+    pub fn has_tbt(&self) -> bool {
+        self.tbt.is_some()
+    }
+
+    /// `reset_cnversation_context`: counters to 0, then init_cache(0) on the prefill model.
+    pub fn new_conversation(&mut self) -> Result<()> {
+        self.pre.reset();
+        self.prefill.model.init_cache(0)
+    }
+
+    fn rows(&self, tokens: &[u32]) -> Result<Vec<Vec<u16>>> {
+        let f = self.pre.features;
+        tokens
+            .iter()
+            .map(|&t| {
+                let t = t as usize;
+                if t >= self.vocab_rows {
+                    return Err(Error::usage(format!(
+                        "token id {t} has no row in embeddings.bin ({} rows)",
+                        self.vocab_rows
+                    )));
+                }
+                Ok(self.embeddings[t * f..(t + 1) * f].to_vec())
+            })
+            .collect()
+    }
+
+    /// Prefill `tokens` in chunks (remainder first); returns each chunk's logits.
+    pub fn prefill(&mut self, tokens: &[u32]) -> Result<Vec<Vec<f32>>> {
+        if self.pre.usage + tokens.len() > self.pre.kv {
+            return Err(Error::usage(format!(
+                "{} tokens after {} already in the conversation exceed kv_cache_size = {}: the device \
+                 would overwrite the oldest cache entries",
+                tokens.len(),
+                self.pre.usage,
+                self.pre.kv
+            )));
+        }
+        let mut out = Vec::new();
+        let mut start = 0;
+        for n in chunks(tokens.len(), self.pre.p) {
+            let rows = self.rows(&tokens[start..start + n])?;
+            start += n;
+            let frames = self.pre.prefill(&rows);
+            out.push(send(&mut self.prefill, frames, n as i32, &mut self.record)?);
+        }
+        Ok(out)
+    }
+
+    /// One token: tbt when the HEF has it, else prefill (base scope), as
+    /// `generate_next_token_on_demand` routes single tokens.
+    pub fn step(&mut self, token: u32) -> Result<Vec<f32>> {
+        if self.pre.usage + 1 > self.pre.kv {
+            return Err(Error::usage(format!(
+                "decode step at {} tokens exceeds kv_cache_size = {}",
+                self.pre.usage, self.pre.kv
+            )));
+        }
+        let rows = self.rows(&[token])?;
+        match self.tbt.as_mut() {
+            Some(g) => {
+                let frames = self.pre.tbt(rows.into_iter().next().expect("one row"));
+                send(g, frames, 1, &mut self.record)
+            }
+            None => {
+                let frames = self.pre.prefill(&rows);
+                send(&mut self.prefill, frames, 1, &mut self.record)
+            }
+        }
+    }
+
+    /// Cache buffers of the prefill group's model (the rings are shared with tbt).
+    pub fn cache_buffers(&mut self) -> Result<BTreeMap<u32, Vec<u8>>> {
+        self.prefill.model.cache_buffers()
+    }
+
+    pub fn update_cache_buffer(&mut self, id: u32, bytes: &[u8]) -> Result<()> {
+        self.prefill.model.update_cache_buffer(id, bytes)
+    }
+
+    pub fn prefill_group(&self) -> &str {
+        &self.prefill.name
+    }
+}
+
+fn input<'a>(g: &'a Group, name: &str) -> Result<&'a StreamInfo> {
+    g.model.inputs().iter().find(|s| s.name == name).ok_or_else(|| {
+        Error::Device(format!("network group `{}` lists no input `{name}` after configure", g.name))
+    })
+}
+
+fn f32_bytes(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+/// update_cache_offset(+delta), then run; the float32 outputs concatenated in outputs order
+/// (llm_inference_manager.cpp generate: output i at byte offset i × frame size).
+fn send(g: &mut Group, frames: Frames, delta: i32, record: &mut Option<Vec<SentFrame>>) -> Result<Vec<f32>> {
+    let n = &g.names;
+    let inputs = vec![
+        (n.embeddings.clone(), frames.embeddings.iter().flat_map(|x| x.to_le_bytes()).collect()),
+        (n.mask.clone(), frames.mask.clone()),
+        (n.q_cos.clone(), f32_bytes(&frames.q_cos)),
+        (n.q_sin.clone(), f32_bytes(&frames.q_sin)),
+        (n.k_cos.clone(), f32_bytes(&frames.k_cos)),
+        (n.k_sin.clone(), f32_bytes(&frames.k_sin)),
+    ];
+    for (name, bytes) in &inputs {
+        let s = input(g, name)?;
+        if s.frame_size() != bytes.len() {
+            return Err(Error::Device(format!(
+                "`{name}`: frame of {} bytes, the HEF expects {}",
+                bytes.len(),
+                s.frame_size()
+            )));
+        }
+    }
+    g.model.update_cache_offset(delta)?;
+    let outputs = g.model.run(&inputs, INFERENCE_TIMEOUT)?;
+    if let Some(r) = record.as_mut() {
+        r.push(SentFrame { group: g.name.clone(), cache_offset_delta: delta, frames });
+    }
+    let mut logits = Vec::new();
+    for (o, bytes) in g.model.outputs().iter().zip(&outputs) {
+        if o.format != FormatType::Float32 || bytes.len() != o.frame_size() {
+            return Err(Error::Device(format!(
+                "output `{}` returned {} bytes as {:?}; expected {} float32 bytes",
+                o.name,
+                bytes.len(),
+                o.format,
+                o.frame_size()
+            )));
+        }
+        logits.extend(bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])));
+    }
+    Ok(logits)
+}
+
+/// Write recorded frames as `.npz` (one array per frame and input).
+pub fn write_frames(frames: &[SentFrame], path: &std::path::Path) -> Result<()> {
+    use ndarray::Array1;
+    let file = std::fs::File::create(path).map_err(|e| Error::io(path, e))?;
+    let mut w = ndarray_npy::NpzWriter::new(file);
+    let err = |e: ndarray_npy::WriteNpzError| Error::input(path.display().to_string(), e.to_string());
+    for (i, f) in frames.iter().enumerate() {
+        let p = format!("{i:04}.{}", f.group.rsplit("__").next().unwrap_or("frame"));
+        w.add_array(format!("{p}/embeddings"), &Array1::from(f.frames.embeddings.clone())).map_err(err)?;
+        w.add_array(format!("{p}/mask"), &Array1::from(f.frames.mask.clone())).map_err(err)?;
+        w.add_array(format!("{p}/q_cos"), &Array1::from(f.frames.q_cos.clone())).map_err(err)?;
+        w.add_array(format!("{p}/q_sin"), &Array1::from(f.frames.q_sin.clone())).map_err(err)?;
+        w.add_array(format!("{p}/k_cos"), &Array1::from(f.frames.k_cos.clone())).map_err(err)?;
+        w.add_array(format!("{p}/k_sin"), &Array1::from(f.frames.k_sin.clone())).map_err(err)?;
+        w.add_array(format!("{p}/positions"), &Array1::from(f.frames.positions.clone())).map_err(err)?;
+        w.add_array(format!("{p}/cache_offset_delta"), &Array1::from(vec![f.cache_offset_delta]))
+            .map_err(err)?;
+    }
+    w.finish().map_err(err)?;
+    Ok(())
+}

@@ -1,0 +1,519 @@
+//! The simulated device: opens a HEF written by `synth-hef` and runs it the way the chip
+//! would see it — it decodes the frames the host sends (dequantizing the quantized inputs and
+//! quantizing the float ones exactly as the runtime does), runs the emulator (the HEF's faults
+//! and quantization) with a KV cache that behaves as HailoRT's ring (one ring per cache id,
+//! shared by prefill and tbt, one read offset, writes right after the read window), and
+//! returns float32 outputs through the HEF's output quant infos.
+
+use super::synth_hef::{sim_spec, Mistake, SimSpec};
+use super::{ConfiguredModel, Device, FormatType, StreamInfo};
+use crate::error::{Error, Result};
+use crate::fault::Fault;
+use crate::hef::{Hef, NetworkGroup, QuantInfo, Stream};
+use crate::model::decoder::{CacheView, FrameInputs, KvStore, StepInput};
+use crate::model::hooks::HookStack;
+use crate::model::{Checkpoint, Decoder};
+use crate::probe::inputs::{DecodeSpec, InputSet};
+use crate::tap::{NoTaps, Phase};
+use candle_core::{Device as Cpu, Tensor};
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::rc::Rc;
+use std::time::Duration;
+
+/// HailoRT's cache ring (cache_manager.cpp, cache_buffer.cpp): `len` one-token entries per
+/// cache id, one read offset for every group; a group with a T-row frame reads `len − T`
+/// entries from the read offset and writes T entries right after them.
+pub struct Ring {
+    pub len: usize,
+    pub read_offset: usize,
+    /// Per layer: keys and values, each `len` entries of kv_heads × head_dim values (as the
+    /// device holds them: quantized with the cache layer's quant info, kept dequantized).
+    k: Vec<Vec<Vec<f32>>>,
+    v: Vec<Vec<Vec<f32>>>,
+    /// The phase kind that wrote each entry (prefill or decode), for fault models.
+    writers: Vec<Phase>,
+    quant: Vec<(QuantInfo, QuantInfo)>,
+    kv_heads: usize,
+    head_dim: usize,
+}
+
+impl Ring {
+    fn new(
+        len: usize,
+        layers: usize,
+        kv_heads: usize,
+        head_dim: usize,
+        quant: Vec<(QuantInfo, QuantInfo)>,
+    ) -> Self {
+        let empty = vec![vec![0f32; kv_heads * head_dim]; len];
+        Ring {
+            len,
+            read_offset: 0,
+            k: vec![empty.clone(); layers],
+            v: vec![empty; layers],
+            writers: vec![Phase::Decode(0); len],
+            quant,
+            kv_heads,
+            head_dim,
+        }
+    }
+
+    /// Entry bytes as the runtime pads them: the feature bytes rounded up to a power of two of
+    /// at least 64 while ≤ 512, else to a multiple of 512 (cache_manager.cpp get_cache_ios_infos).
+    pub fn padded_entry_bytes(&self) -> usize {
+        let bytes = self.kv_heads * self.head_dim * 2;
+        if bytes <= 512 {
+            bytes.next_power_of_two().max(64)
+        } else {
+            bytes.div_ceil(512) * 512
+        }
+    }
+
+    /// One ring (cache id 2l = keys of layer l, 2l + 1 = values) as raw bytes, entries in ring
+    /// order, uint16 little-endian, each padded.
+    pub fn raw(&self, id: u32) -> Option<Vec<u8>> {
+        let (layer, is_v) = (id as usize / 2, id % 2 == 1);
+        let entries = if is_v { self.v.get(layer)? } else { self.k.get(layer)? };
+        let q = if is_v { self.quant[layer].1 } else { self.quant[layer].0 };
+        let pad = self.padded_entry_bytes();
+        let mut out = Vec::with_capacity(self.len * pad);
+        for e in entries {
+            let start = out.len();
+            out.extend(e.iter().flat_map(|&x| (q.quantize(x).clamp(0.0, 65535.0) as u16).to_le_bytes()));
+            out.resize(start + pad, 0);
+        }
+        Some(out)
+    }
+
+    fn write_raw(&mut self, id: u32, bytes: &[u8]) -> Result<()> {
+        let pad = self.padded_entry_bytes();
+        if bytes.len() != self.len * pad {
+            return Err(Error::Device(format!(
+                "update_cache_buffer({id}): {} bytes, the ring holds {} entries of {pad} bytes",
+                bytes.len(),
+                self.len
+            )));
+        }
+        let (layer, is_v) = (id as usize / 2, id % 2 == 1);
+        if layer >= self.k.len() {
+            return Err(Error::Device(format!("update_cache_buffer: no cache id {id}")));
+        }
+        let q = if is_v { self.quant[layer].1 } else { self.quant[layer].0 };
+        let n = self.kv_heads * self.head_dim;
+        for (i, chunk) in bytes.chunks(pad).enumerate() {
+            let vals: Vec<f32> = chunk[..n * 2]
+                .chunks_exact(2)
+                .map(|b| q.dequantize(u16::from_le_bytes([b[0], b[1]]) as f32))
+                .collect();
+            if is_v {
+                self.v[layer][i] = vals;
+            } else {
+                self.k[layer][i] = vals;
+            }
+            // Written by the host in the layout tbt reads.
+            self.writers[i] = Phase::Decode(0);
+        }
+        Ok(())
+    }
+}
+
+/// The ring as one step's KV store: writes land after the read window.
+struct RingStep<'a> {
+    ring: &'a mut Ring,
+    rows: usize,
+    writer: Phase,
+}
+
+impl KvStore for RingStep<'_> {
+    fn append(
+        &mut self,
+        layer: usize,
+        k: &Tensor,
+        v: &Tensor,
+        _positions: &[usize],
+        _phase: Phase,
+    ) -> Result<()> {
+        let r = &mut *self.ring;
+        let (qk, qv) = r.quant[layer];
+        // [KV, T, D] -> per row t: [kv][d] flattened, quantized as the cache holds it.
+        let rows = |x: &Tensor, q: QuantInfo| -> Result<Vec<Vec<f32>>> {
+            let x = x.transpose(0, 1)?.contiguous()?.flatten_from(1)?;
+            let rows: Vec<Vec<f32>> = x.to_vec2()?;
+            Ok(rows
+                .into_iter()
+                .map(|row| row.into_iter().map(|v| q.dequantize(q.quantize(v))).collect())
+                .collect())
+        };
+        let (kr, vr) = (rows(k, qk)?, rows(v, qv)?);
+        for (t, (kk, vv)) in kr.into_iter().zip(vr).enumerate() {
+            let entry = (r.read_offset + r.len - self.rows + t) % r.len;
+            r.k[layer][entry] = kk;
+            r.v[layer][entry] = vv;
+            r.writers[entry] = self.writer;
+        }
+        Ok(())
+    }
+
+    fn read(&self, layer: usize) -> Result<CacheView> {
+        let r = &*self.ring;
+        let order: Vec<usize> = (0..r.len).map(|j| (r.read_offset + j) % r.len).collect();
+        let gather = |entries: &Vec<Vec<f32>>| -> Result<Tensor> {
+            let flat: Vec<f32> = order.iter().flat_map(|&e| entries[e].iter().copied()).collect();
+            // [S, KV, D] -> [KV, S, D]
+            Ok(Tensor::from_vec(flat, (r.len, r.kv_heads, r.head_dim), &Cpu::Cpu)?
+                .transpose(0, 1)?
+                .contiguous()?)
+        };
+        Ok(CacheView {
+            k: gather(&r.k[layer])?,
+            v: gather(&r.v[layer])?,
+            positions: vec![None; r.len],
+            writers: order.iter().map(|&e| r.writers[e]).collect(),
+        })
+    }
+}
+
+struct Core {
+    model: Decoder,
+    faults: Vec<Box<dyn Fault>>,
+    ring: Ring,
+    tbt_steps: usize,
+    spec: SimSpec,
+}
+
+pub struct SimDevice {
+    hef: Rc<Hef>,
+    what: String,
+    core: Rc<RefCell<Core>>,
+    pub checkpoint: Checkpoint,
+}
+
+impl SimDevice {
+    pub fn open(path: &Path) -> Result<Self> {
+        let what = path.display().to_string();
+        let hef = Hef::read(path)?;
+        let spec = sim_spec(&hef, &what)?.ok_or_else(|| {
+            Error::input(
+                &what,
+                "is not a simulated HEF (no hefprobe-sim.json resource); a real HEF needs a Hailo device: \
+                 build with --features hailo on the device host",
+            )
+        })?;
+        Self::from_hef(hef, spec, what)
+    }
+
+    pub fn from_hef(hef: Hef, spec: SimSpec, what: String) -> Result<Self> {
+        let ckpt = spec.checkpoint.load()?;
+        let c = &ckpt.config;
+        let mut specs = spec.faults.clone();
+        if spec.mistakes.contains(&Mistake::MissingLmHead) {
+            specs.push("no-lm-head".into());
+        }
+        // The device gets its inputs already quantized by the runtime: the emulator must not
+        // quantize them again.
+        if spec.quant != "none" {
+            specs.push(format!("quant:{},inputs=none", spec.quant));
+        }
+        let faults = crate::fault::catalog::parse_all(&specs, c)?;
+        let mut weights = ckpt.clone();
+        for f in &faults {
+            f.transform_weights(&mut weights)?;
+        }
+        let model = Decoder::new(&weights)?;
+        let calib = calibration_inputs(c.vocab_size);
+        for f in &faults {
+            f.prepare(&model, &calib)?;
+        }
+        let (prefill, _) = hef.llm_groups()?;
+        let g = hef.group(&prefill).expect("selected group exists");
+        let ring_len = ring_length(g, &what)?;
+        let quant = (0..c.num_layers)
+            .map(|l| {
+                let q = |id: usize| {
+                    g.caches.iter().find(|x| x.cache_id as usize == id).map(|x| x.quant).ok_or_else(|| {
+                        Error::input(&what, format!("group `{}` has no cache id {id} (layer {l})", g.name))
+                    })
+                };
+                Ok((q(2 * l)?, q(2 * l + 1)?))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let ring = Ring::new(ring_len, c.num_layers, c.num_kv_heads, c.head_dim, quant);
+        Ok(SimDevice {
+            hef: Rc::new(hef),
+            what,
+            core: Rc::new(RefCell::new(Core { model, faults, ring, tbt_steps: 0, spec })),
+            checkpoint: ckpt,
+        })
+    }
+
+    pub fn hef(&self) -> &Hef {
+        &self.hef
+    }
+
+    pub fn spec(&self) -> SimSpec {
+        self.core.borrow().spec.clone()
+    }
+}
+
+/// What the simulated compiler calibrates on: four seeded random prompts of 64 tokens, each
+/// with 16 greedy steps (a DFC calibration set stands in for the model's real data).
+pub fn calibration_inputs(vocab: usize) -> Vec<InputSet> {
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(0x7369_6d63);
+    (0..4)
+        .map(|_| {
+            let mut i = InputSet::new((0..64).map(|_| rng.random_range(0..vocab as u32)).collect());
+            i.decode = DecodeSpec::Greedy(16);
+            i
+        })
+        .collect()
+}
+
+fn ring_length(g: &NetworkGroup, what: &str) -> Result<usize> {
+    let read = g.caches.iter().find(|c| c.is_input).map(|c| c.shape.rows() as usize);
+    let write = g.caches.iter().find(|c| !c.is_input).map(|c| c.shape.rows() as usize);
+    match (read, write) {
+        (Some(r), Some(w)) => Ok(r + w),
+        _ => Err(Error::input(what, format!("group `{}` has no cache layers to simulate", g.name))),
+    }
+}
+
+fn stream_info(s: &Stream, format: FormatType) -> StreamInfo {
+    StreamInfo {
+        name: s.name.clone(),
+        shape: s.shape,
+        format,
+        quant_infos: if s.quant_per_feature.is_empty() { vec![s.quant] } else { s.quant_per_feature.clone() },
+    }
+}
+
+impl Device for SimDevice {
+    fn describe(&self) -> String {
+        let s = self.core.borrow();
+        let faults =
+            if s.spec.faults.is_empty() { "no faults".to_string() } else { s.spec.faults.join(", ") };
+        format!("simulated device for {} (quant {}, {faults})", self.what, s.spec.quant)
+    }
+
+    fn network_groups(&self) -> Vec<String> {
+        self.hef.groups.iter().map(|g| g.name.clone()).collect()
+    }
+
+    fn configure(&mut self, group: &str, float_inputs: &[String]) -> Result<Box<dyn ConfiguredModel>> {
+        let g = self.hef.group(group).ok_or_else(|| {
+            Error::Device(format!("create_infer_model: {} has no network group `{group}`", self.what))
+        })?;
+        let hw = |s: &Stream| {
+            FormatType::from_data_bytes(s.data_bytes).ok_or_else(|| {
+                Error::Device(format!(
+                    "`{}`: {} bytes per element is not a HailoRT type",
+                    s.name, s.data_bytes
+                ))
+            })
+        };
+        let inputs = g
+            .inputs
+            .iter()
+            .map(|s| {
+                Ok(stream_info(s, if float_inputs.contains(&s.name) { FormatType::Float32 } else { hw(s)? }))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let outputs = g.outputs.iter().map(|s| stream_info(s, FormatType::Float32)).collect();
+        let prefill = self.hef.llm_groups()?.0 == group;
+        Ok(Box::new(SimModel { core: self.core.clone(), group: g.clone(), inputs, outputs, prefill }))
+    }
+}
+
+pub struct SimModel {
+    core: Rc<RefCell<Core>>,
+    group: NetworkGroup,
+    inputs: Vec<StreamInfo>,
+    outputs: Vec<StreamInfo>,
+    prefill: bool,
+}
+
+impl SimModel {
+    fn bytes<'a>(&self, inputs: &'a [(String, Vec<u8>)], suffix: &str) -> Result<(&'a [u8], &StreamInfo)> {
+        let s = self.inputs.iter().find(|s| s.name.ends_with(suffix)).ok_or_else(|| {
+            Error::Device(format!("group `{}` has no input ending in {suffix}", self.group.name))
+        })?;
+        let (_, b) = inputs
+            .iter()
+            .find(|(n, _)| *n == s.name)
+            .ok_or_else(|| Error::Device(format!("run: input `{}` was not bound", s.name)))?;
+        if b.len() != s.frame_size() {
+            return Err(Error::Device(format!(
+                "run: `{}` bound {} bytes, frame size {}",
+                s.name,
+                b.len(),
+                s.frame_size()
+            )));
+        }
+        Ok((b, s))
+    }
+
+    /// A float32 input as the device sees it: quantized by the runtime (clip to limvals,
+    /// round half to even), dequantized by the graph.
+    fn float_input(&self, inputs: &[(String, Vec<u8>)], suffix: &str) -> Result<Vec<f32>> {
+        let (b, s) = self.bytes(inputs, suffix)?;
+        let q = s.quant_infos[0];
+        let raw = b.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]));
+        Ok(match s.format {
+            FormatType::Float32 => raw.map(|x| q.dequantize(q.quantize(x))).collect(),
+            _ => {
+                return Err(Error::Device(format!("`{}` must be configured FLOAT32 (genai sets it)", s.name)))
+            }
+        })
+    }
+
+    /// [T][heads][L] floats -> [heads, T, L] tensor.
+    fn table(&self, v: Vec<f32>, t: usize, heads: usize, what: &str) -> Result<Tensor> {
+        if heads == 0 || v.len() % (t * heads) != 0 {
+            return Err(Error::Device(format!(
+                "{what}: {} values do not tile over {t} rows × {heads} heads",
+                v.len()
+            )));
+        }
+        let l = v.len() / (t * heads);
+        Ok(Tensor::from_vec(v, (t, heads, l), &Cpu::Cpu)?.transpose(0, 1)?.contiguous()?)
+    }
+}
+
+impl ConfiguredModel for SimModel {
+    fn inputs(&self) -> &[StreamInfo] {
+        &self.inputs
+    }
+
+    fn outputs(&self) -> &[StreamInfo] {
+        &self.outputs
+    }
+
+    fn run(&mut self, inputs: &[(String, Vec<u8>)], _timeout: Duration) -> Result<Vec<Vec<u8>>> {
+        let mut guard = self.core.borrow_mut();
+        let core = &mut *guard;
+        let c = core.model.cfg.clone();
+        let (emb, es) = self.bytes(inputs, "input_layer1")?;
+        let t = es.shape.rows() as usize;
+        let eq = es.quant_infos[0];
+        let embeds: Vec<f32> =
+            emb.chunks_exact(2).map(|b| eq.dequantize(u16::from_le_bytes([b[0], b[1]]) as f32)).collect();
+        if embeds.len() != t * c.hidden_size {
+            return Err(Error::Device(format!(
+                "embeddings: {} values for {t} rows of {}",
+                embeds.len(),
+                c.hidden_size
+            )));
+        }
+        let embeds = Tensor::from_vec(embeds, (t, c.hidden_size), &Cpu::Cpu)?;
+        let (mask, ms) = self.bytes(inputs, "input_layer2")?;
+        let mq = ms.quant_infos[0];
+        let width = mask.len() / t;
+        let ring = core.ring.len;
+        if width != ring * c.num_heads {
+            return Err(Error::Device(format!(
+                "mask rows of {width} bytes; the ring has {ring} slots × {} heads",
+                c.num_heads
+            )));
+        }
+        // Head block 0 of each row: genai copies it to every head.
+        let allowed: Vec<Vec<bool>> = mask
+            .chunks(width)
+            .map(|row| row[..ring].iter().map(|&b| mq.dequantize(b as f32) > 0.5).collect())
+            .collect();
+        let q_cos = self.float_input(inputs, "input_layer3")?;
+        let q_sin = self.float_input(inputs, "input_layer4")?;
+        let k_cos = self.float_input(inputs, "input_layer5")?;
+        let k_sin = self.float_input(inputs, "input_layer6")?;
+        let frame = FrameInputs {
+            allowed,
+            rope_q: (
+                self.table(q_cos, t, c.num_heads, "Q cos")?,
+                self.table(q_sin, t, c.num_heads, "Q sin")?,
+            ),
+            rope_k: (
+                self.table(k_cos, t, c.num_kv_heads, "K cos")?,
+                self.table(k_sin, t, c.num_kv_heads, "K sin")?,
+            ),
+        };
+        let phase = if self.prefill {
+            Phase::Prefill
+        } else {
+            core.tbt_steps += 1;
+            Phase::Decode(core.tbt_steps - 1)
+        };
+        let input = StepInput { phase, embeds, positions: (0..t).collect(), frame: Some(frame) };
+        let mut hooks: Vec<Box<dyn crate::model::hooks::Hooks + '_>> =
+            core.faults.iter().map(|f| f.hooks()).collect();
+        let mut stack = HookStack::default();
+        for h in hooks.iter_mut() {
+            stack.hooks.push(h.as_mut());
+        }
+        let mut store = RingStep {
+            ring: &mut core.ring,
+            rows: t,
+            writer: if self.prefill { Phase::Prefill } else { Phase::Decode(0) },
+        };
+        let out = core.model.step(&input, &mut store, &mut NoTaps, &mut stack)?;
+        drop(stack);
+        drop(hooks);
+        let rows: Vec<Vec<f32>> = out.to_vec2()?;
+        let full = self.prefill && core.spec.mistakes.contains(&Mistake::FullSequenceOutput);
+        // The graph's output is the frame's last position (genai reads one [1, 1, vocab] row).
+        let picked: Vec<&Vec<f32>> =
+            if full { rows.iter().collect() } else { vec![rows.last().expect("rows")] };
+        let mut outputs = Vec::with_capacity(self.outputs.len());
+        let mut col = 0;
+        for o in &self.outputs {
+            let w = o.shape.features as usize;
+            let q = o.quant_infos[0];
+            let mut bytes = Vec::with_capacity(o.frame_size());
+            for row in &picked {
+                if col + w > row.len() {
+                    return Err(Error::Device(format!(
+                        "output `{}`: the graph computes {} values per row",
+                        o.name,
+                        row.len()
+                    )));
+                }
+                bytes.extend(
+                    row[col..col + w].iter().flat_map(|&x| q.dequantize(q.quantize(x)).to_le_bytes()),
+                );
+            }
+            col += w;
+            outputs.push(bytes);
+        }
+        Ok(outputs)
+    }
+
+    fn init_cache(&mut self, read_offset: u32) -> Result<()> {
+        let mut core = self.core.borrow_mut();
+        let len = core.ring.len;
+        if read_offset as usize >= len {
+            return Err(Error::Device(format!(
+                "init_cache({read_offset}): the ring has {len} entries (HAILO_INVALID_ARGUMENT)"
+            )));
+        }
+        core.ring.read_offset = read_offset as usize;
+        core.tbt_steps = 0;
+        Ok(())
+    }
+
+    fn update_cache_offset(&mut self, delta: i32) -> Result<()> {
+        let mut core = self.core.borrow_mut();
+        let len = core.ring.len as i64;
+        core.ring.read_offset = ((core.ring.read_offset as i64 + delta as i64).rem_euclid(len)) as usize;
+        Ok(())
+    }
+
+    fn cache_buffers(&mut self) -> Result<BTreeMap<u32, Vec<u8>>> {
+        let core = self.core.borrow();
+        let ids = 2 * core.model.cfg.num_layers as u32;
+        Ok((0..ids).filter_map(|id| core.ring.raw(id).map(|b| (id, b))).collect())
+    }
+
+    fn update_cache_buffer(&mut self, cache_id: u32, bytes: &[u8]) -> Result<()> {
+        self.core.borrow_mut().ring.write_raw(cache_id, bytes)
+    }
+}

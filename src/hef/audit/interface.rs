@@ -1,0 +1,445 @@
+//! Group checks: which groups genai picks, what HailoRT refuses in any group, and the LLM
+//! interface of the prefill and tbt groups (inputs by suffix, rows, widths, logits).
+
+use std::collections::BTreeSet;
+
+use super::{Auditor, Phase};
+use crate::hef::finding::{Finding, Severity};
+use crate::hef::model::{NetworkGroup, Stream};
+
+/// The inputs whose names end with `suffix`, in name order: genai keeps inputs in a std::map and
+/// takes the first match (pre_process.hpp `get_layer_name_from_suffix`).
+fn inputs_with_suffix<'g>(g: &'g NetworkGroup, suffix: &str) -> Vec<&'g Stream> {
+    let mut matches: Vec<&Stream> = g.inputs.iter().filter(|s| s.name.ends_with(suffix)).collect();
+    matches.sort_by(|a, b| a.name.cmp(&b.name));
+    matches
+}
+
+impl<'a> Auditor<'a> {
+    pub(super) fn select_groups(&mut self) {
+        let names: Vec<&str> = self.hef.groups.iter().map(|g| g.name.as_str()).collect();
+        match self.hef.llm_groups_for_lora("") {
+            Ok(sel) => {
+                self.prefill = self.hef.group(&sel.prefill);
+                self.tbt = sel.tbt.as_deref().and_then(|t| self.hef.group(t));
+                if sel.tbt.is_none() {
+                    self.push(Finding::new(
+                        "no-tbt-group",
+                        Severity::Info,
+                        format!("no group ends with `{}`: base scope, genai runs every step (single tokens too) through prefill", sel.tbt_suffix),
+                    ));
+                }
+                self.selection.prefill_suffix = sel.prefill_suffix;
+                self.selection.tbt_suffix = sel.tbt_suffix;
+                self.selection.prefill = Some(sel.prefill);
+                self.selection.tbt = sel.tbt;
+            }
+            Err(_) => {
+                let count = names.len();
+                let suffix =
+                    if count <= 2 { "prefill".to_string() } else { "base_model__prefill".to_string() };
+                self.push(Finding::new(
+                    "no-prefill-group",
+                    Severity::Error,
+                    format!(
+                        "no network group ends with `{suffix}` (genai's prefill suffix for {count} group(s)); groups: {names:?}. \
+                         genai fails with HAILO_INTERNAL_FAILURE"
+                    ),
+                ));
+                self.selection.prefill_suffix = suffix;
+            }
+        }
+    }
+
+    pub(super) fn check_group_structure(&mut self, g: &NetworkGroup) {
+        let mut names = BTreeSet::new();
+        for s in g.inputs.iter().chain(&g.outputs) {
+            if !names.insert(s.name.as_str()) {
+                self.push(
+                    Finding::new(
+                        "duplicate-layer-name",
+                        Severity::Error,
+                        format!("boundary layer `{}` appears twice; HailoRT: HAILO_INVALID_HEF", s.name),
+                    )
+                    .in_group(&g.name),
+                );
+            }
+            self.check_stream_types(g, s);
+        }
+        for input in &g.inputs {
+            if input.quant_per_feature.windows(2).any(|w| w[0] != w[1]) {
+                self.push(
+                    Finding::new(
+                        "input-quant-per-feature",
+                        Severity::Error,
+                        format!("input `{}` has different quant infos per feature; HailoRT refuses that for inputs (HAILO_INVALID_HEF)", input.name),
+                    )
+                    .in_group(&g.name),
+                );
+            }
+        }
+        for name in &g.unordered_outputs {
+            self.push(
+                Finding::new(
+                    "output-not-in-order",
+                    Severity::Error,
+                    format!("output `{name}` is missing from the sorted output list; HailoRT cannot list the outputs (HAILO_INTERNAL_FAILURE)"),
+                )
+                .in_group(&g.name),
+            );
+        }
+        for c in &g.caches {
+            if !c.order.is_known() || !matches!(c.data_bytes, 1 | 2) {
+                self.push(
+                    Finding::new(
+                        "invalid-cache-layer",
+                        Severity::Error,
+                        format!(
+                            "cache layer `{}` has format {} and {} bytes per element; HailoRT refuses it",
+                            c.name, c.order, c.data_bytes
+                        ),
+                    )
+                    .in_group(&g.name),
+                );
+            }
+        }
+    }
+
+    fn check_stream_types(&mut self, g: &NetworkGroup, s: &Stream) {
+        if !matches!(s.data_bytes, 1 | 2) {
+            self.push(
+                Finding::new(
+                    "invalid-dtype",
+                    Severity::Error,
+                    format!("`{}` has data_bytes {}; HailoRT knows only 1 (UINT8) and 2 (UINT16) and refuses the layer", s.name, s.data_bytes),
+                )
+                .in_group(&g.name),
+            );
+        }
+        if !s.order.is_known() {
+            self.push(
+                Finding::new(
+                    "unknown-format-order",
+                    Severity::Error,
+                    format!(
+                        "`{}` has compiler format code {}, which HailoRT cannot map (HAILO_INTERNAL_FAILURE)",
+                        s.name,
+                        s.order.code()
+                    ),
+                )
+                .in_group(&g.name),
+            );
+        }
+    }
+
+    // ---- LLM groups --------------------------------------------------------------------------
+
+    pub(super) fn check_llm_group(&mut self, g: &'a NetworkGroup, phase: Phase) {
+        let rows = match phase {
+            Phase::Prefill => u64::from(self.params.pre_process_params.prefill_input_tokens_count),
+            Phase::Tbt => 1,
+        };
+        let inputs = self.resolve_inputs(g);
+        for (role, stream) in &inputs {
+            if let Some(s) = stream {
+                self.check_rows(g, phase, role, s, rows);
+            }
+        }
+        let find = |role: &str| inputs.iter().find(|(r, _)| *r == role).and_then(|(_, s)| *s);
+        if let Some(emb) = find("embeddings") {
+            self.check_embeddings_input(g, emb);
+        }
+        if let Some(mask) = find("attention_mask") {
+            self.check_mask(g, phase, mask);
+        }
+        for role in ["pe_q_cos", "pe_q_sin", "pe_k_cos", "pe_k_sin"] {
+            if let Some(pe) = find(role) {
+                self.check_rope_width(g, role, pe);
+            }
+        }
+        self.check_logits(g, phase);
+        if g.caches.is_empty() {
+            self.push(
+                Finding::new(
+                    "no-cache-layers",
+                    Severity::Error,
+                    "the group has no cache layers, but genai calls update_cache_offset before every run: HAILO_INVALID_OPERATION",
+                )
+                .in_group(&g.name),
+            );
+        }
+    }
+
+    /// genai finds each input as the first name (std::map order: lexicographic) ending with the
+    /// role's suffix (pre_process.hpp `get_layer_name_from_suffix`).
+    fn resolve_inputs(&mut self, g: &'a NetworkGroup) -> Vec<(&'static str, Option<&'a Stream>)> {
+        let suffixes = self.params.input_layers_names_suffixes.clone();
+        let mut out = Vec::new();
+        for (role, suffix) in suffixes.roles() {
+            let matches = inputs_with_suffix(g, suffix);
+            match matches.first() {
+                None => self.push(
+                    Finding::new(
+                        "missing-input",
+                        Severity::Error,
+                        format!("no input name ends with `{suffix}` (the {role} suffix); genai fails with HAILO_INVALID_ARGUMENT"),
+                    )
+                    .in_group(&g.name),
+                ),
+                Some(first) => {
+                    self.roles.insert((g.name.clone(), first.name.clone()), role.to_string());
+                    if matches.len() > 1 {
+                        let names: Vec<&str> = matches.iter().map(|s| s.name.as_str()).collect();
+                        self.push(
+                            Finding::new(
+                                "ambiguous-input",
+                                Severity::Warning,
+                                format!("{} inputs end with `{suffix}` ({names:?}); genai uses `{}` as {role}", matches.len(), first.name),
+                            )
+                            .in_group(&g.name),
+                        );
+                    }
+                }
+            }
+            out.push((role, matches.first().copied()));
+        }
+        out
+    }
+
+    fn check_rows(&mut self, g: &NetworkGroup, phase: Phase, role: &str, s: &Stream, rows: u64) {
+        if s.shape.rows() == rows {
+            return;
+        }
+        let source = match phase {
+            Phase::Prefill => format!("prefill_input_tokens_count = {rows}"),
+            Phase::Tbt => "1 token per tbt step".to_string(),
+        };
+        self.push(
+            Finding::new(
+                "input-rows",
+                Severity::Error,
+                format!(
+                    "{role} input `{}` has {} rows (height × width of {}) but genai writes {rows} ({source}); the frame is \
+                     over- or under-filled",
+                    s.name,
+                    s.shape.rows(),
+                    s.shape
+                ),
+            )
+            .in_group(&g.name),
+        );
+    }
+
+    /// `LLMPreProcess::create` (pre_process.cpp:87) requires UINT16 embeddings.
+    fn check_embeddings_input(&mut self, g: &NetworkGroup, s: &Stream) {
+        if s.data_bytes != 2 {
+            self.push(
+                Finding::new(
+                    "embeddings-dtype",
+                    Severity::Error,
+                    format!(
+                        "embeddings input `{}` is {}; genai supports only UINT16 (HAILO_INVALID_ARGUMENT)",
+                        s.name,
+                        s.dtype()
+                    ),
+                )
+                .in_group(&g.name),
+            );
+        }
+    }
+
+    /// The mask frame is T × (kv_cache_size × heads) bytes, written as uint8 whatever the layer's
+    /// type (pre_process.cpp:133-174); "on" is 1.0 quantized with the prefill mask's quant info.
+    fn check_mask(&mut self, g: &NetworkGroup, phase: Phase, s: &Stream) {
+        let p = &self.params.pre_process_params;
+        let width = u64::from(p.kv_cache_size) * u64::from(p.num_attention_heads);
+        if u64::from(s.shape.features) != width {
+            let msg = format!(
+                "attention mask `{}` is {} wide but genai writes kv_cache_size × num_attention_heads = {} × {} = {width} per row",
+                s.name, s.shape.features, p.kv_cache_size, p.num_attention_heads
+            );
+            self.push(Finding::new("mask-width", Severity::Error, msg).in_group(&g.name));
+        }
+        if s.data_bytes != 1 {
+            self.push(
+                Finding::new(
+                    "mask-dtype",
+                    Severity::Error,
+                    format!(
+                        "attention mask `{}` is {} but genai writes it as uint8 bytes",
+                        s.name,
+                        s.dtype()
+                    ),
+                )
+                .in_group(&g.name),
+            );
+        }
+        if phase == Phase::Prefill {
+            let on = s.quant.quantize(1.0);
+            self.rope.mask_on_value = Some(on);
+            if !(1.0..=255.0).contains(&on) {
+                self.push(
+                    Finding::new(
+                        "mask-on-value",
+                        Severity::Error,
+                        format!("1.0 quantizes to {on} with the mask's quant info (scale {}, zp {}); genai's uint8 \"on\" value would be wrong", s.quant.scale, s.quant.zp),
+                    )
+                    .in_group(&g.name),
+                );
+            }
+        }
+    }
+
+    /// Each token's L theta values are tiled once per head: Q inputs L × num_attention_heads,
+    /// K inputs L × num_key_value_heads (pre_process.cpp `fill_positional_embed`) — finding 3.
+    fn check_rope_width(&mut self, g: &NetworkGroup, role: &str, s: &Stream) {
+        let Some(l) = self.theta_length else { return };
+        let p = &self.params.pre_process_params;
+        let (heads, key) = if role.starts_with("pe_q") {
+            (p.num_attention_heads, "num_attention_heads")
+        } else {
+            (p.num_key_value_heads, "num_key_value_heads")
+        };
+        let want = l * u64::from(heads);
+        if u64::from(s.shape.features) != want {
+            let msg = format!(
+                "RoPE input {role} `{}` is {} wide but genai writes theta length × {key} = {l} × {heads} = {want} per row",
+                s.name, s.shape.features
+            );
+            self.push(Finding::new("rope-width", Severity::Error, msg).table(3).in_group(&g.name));
+        }
+    }
+
+    /// genai concatenates every output of the group, in output order, and reads the whole buffer
+    /// as float32 logits (llm_inference_manager.cpp:45-88).
+    fn check_logits(&mut self, g: &NetworkGroup, phase: Phase) {
+        if g.outputs.is_empty() {
+            self.push(
+                Finding::new(
+                    "no-outputs",
+                    Severity::Error,
+                    "the group has no outputs: genai has no logits to sample",
+                )
+                .in_group(&g.name),
+            );
+            return;
+        }
+        let sharded = g.outputs.len() > 1;
+        for (i, s) in g.outputs.iter().enumerate() {
+            let role = if sharded { format!("logits[{i}]") } else { "logits".to_string() };
+            self.roles.insert((g.name.clone(), s.name.clone()), role);
+            if s.shape.rows() != 1 {
+                let msg = format!(
+                    "output `{}` is {} ({} positions); genai predicts one token from one position and argmaxes all {} values as if they were one vocabulary",
+                    s.name,
+                    s.shape,
+                    s.shape.rows(),
+                    s.elements()
+                );
+                self.push(Finding::new("logits-rows", Severity::Error, msg).table(2).in_group(&g.name));
+            }
+        }
+        let width: u64 = g.outputs.iter().map(|s| u64::from(s.shape.features)).sum();
+        let total: u64 = g.outputs.iter().map(Stream::elements).sum();
+        match phase {
+            Phase::Prefill => self.vocab.prefill_logits = Some(total),
+            Phase::Tbt => self.vocab.tbt_logits = Some(total),
+        }
+        if sharded {
+            self.check_shards(g, total);
+        }
+        self.check_logits_width(g, width, sharded);
+    }
+
+    fn check_shards(&mut self, g: &NetworkGroup, total: u64) {
+        let parts: Vec<String> =
+            g.outputs.iter().map(|s| format!("`{}` ({})", s.name, s.elements())).collect();
+        let msg = format!(
+            "logits come from {} outputs, concatenated in this order: {}; total {total}",
+            g.outputs.len(),
+            parts.join(" + ")
+        );
+        self.push(Finding::new("logits-sharded", Severity::Info, msg).table(12).in_group(&g.name));
+        let first = g.outputs[0].elements();
+        if g.outputs.iter().any(|s| s.elements() != first) {
+            self.push(
+                Finding::new(
+                    "logits-shard-sizes",
+                    Severity::Error,
+                    "the logits outputs differ in size; genai places output i at i × (its own frame size), assuming equal shards, so the logits overlap or leave gaps",
+                )
+                .table(12)
+                .in_group(&g.name),
+            );
+        }
+    }
+
+    /// Finding 1: the logits width must be the vocabulary. A width equal to the hidden size is the
+    /// signature of a graph that stops before lm_head.
+    fn check_logits_width(&mut self, g: &NetworkGroup, width: u64, sharded: bool) {
+        let table = if sharded { 12 } else { 1 };
+        let hidden =
+            self.expect.hidden_size.map(u64::from).or_else(|| self.embeddings_features().map(u64::from));
+        let hint = match hidden {
+            Some(h) if h == width => " — that is the hidden size: the graph probably ends before lm_head",
+            _ => "",
+        };
+        let (vocab, source) = match (self.expect.vocab_size, self.tokenizer_vocab) {
+            (Some(v), _) => (u64::from(v), "the checkpoint's vocab_size"),
+            (None, Some(t)) => (u64::from(t), "the tokenizer's vocabulary"),
+            (None, None) => {
+                self.push(
+                    Finding::new(
+                        "vocab-unknown",
+                        Severity::Warning,
+                        format!(
+                            "logits are {width} wide; no tokenizer.json or vocab size to check them against"
+                        ),
+                    )
+                    .in_group(&g.name),
+                );
+                return;
+            }
+        };
+        let exact = self.expect.vocab_size.is_some();
+        if (exact && width != vocab) || (!exact && width < vocab) {
+            let msg = format!(
+                "logits are {width} wide but {source} is {vocab}{hint}; genai would sample garbage token ids"
+            );
+            self.push(Finding::new("logits-width", Severity::Error, msg).table(table).in_group(&g.name));
+        } else if width > vocab {
+            let msg = format!("logits are {width} wide, {} more than {source} ({vocab}): padded lm_head rows that genai may sample", width - vocab);
+            self.push(Finding::new("logits-padded", Severity::Info, msg).in_group(&g.name));
+        }
+    }
+
+    pub(super) fn embeddings_features(&self) -> Option<u32> {
+        let g = self.prefill?;
+        let first =
+            inputs_with_suffix(g, &self.params.input_layers_names_suffixes.embeddings).first().copied();
+        first.map(|s| s.shape.features)
+    }
+
+    /// genai sizes its embeddings window from the prefill input and copies those rows into the
+    /// tbt frame, so every per-token width must agree between the two groups.
+    pub(super) fn check_prefill_vs_tbt(&mut self) {
+        let (Some(p), Some(t)) = (self.prefill, self.tbt) else { return };
+        for (role, suffix) in self.params.input_layers_names_suffixes.clone().roles() {
+            let first = |g: &'a NetworkGroup| inputs_with_suffix(g, suffix).first().copied();
+            if let (Some(a), Some(b)) = (first(p), first(t)) {
+                if a.shape.features != b.shape.features {
+                    let msg = format!(
+                        "{role} is {} wide in prefill (`{}`) but {} in tbt (`{}`)",
+                        a.shape.features, a.name, b.shape.features, b.name
+                    );
+                    self.push(Finding::new("prefill-tbt-mismatch", Severity::Error, msg));
+                }
+            }
+        }
+        let width = |g: &NetworkGroup| g.outputs.iter().map(|s| u64::from(s.shape.features)).sum::<u64>();
+        if width(p) != width(t) {
+            let msg = format!("logits are {} wide in prefill but {} in tbt", width(p), width(t));
+            self.push(Finding::new("prefill-tbt-mismatch", Severity::Error, msg));
+        }
+    }
+}

@@ -1,0 +1,854 @@
+//! The HEF container: header versions 0..3, where the proto, CCWs and external resources sit,
+//! the integrity checks HailoRT makes on load, and a V3 writer.
+//!
+//! Layout facts are from HailoRT v5.2.0 `hailort/libhailort/src/hef/hef_internal.hpp` (header
+//! structs, lines 116-184) and `hef.cpp` (`parse_hef_file` :542-632, `parse_hef_memview` :654-757,
+//! `validate_hef_header` :385-440, `get_external_resources` :4023-4047). Every integer in the
+//! header is big-endian on disk.
+//!
+//! Every size or offset read from the file is untrusted: it is checked against the file size with
+//! overflow-checked arithmetic *before* anything is allocated or read, and a violation is an
+//! `Error::input` that names the file, the byte offset of the header field and the field.
+//! (Upstream's memview path hashes `hef_proto_size` bytes without bounding them first.)
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+use xxhash_rust::xxh3::{xxh3_64, Xxh3};
+
+use crate::error::{Error, Result};
+
+/// `HEADER_MAGIC` (hef_internal.hpp): the bytes `01 48 45 46`, "\x01HEF".
+pub const MAGIC: u32 = 0x0148_4546;
+/// `HEF_COMMON_SIZE` (hef_internal.hpp): magic, version, hef_proto_size.
+const COMMON_SIZE: u64 = 12;
+/// The CCW section of a V3 file starts on this boundary: HailoRT maps aligned V3 CCWs straight
+/// into DMA descriptors (hef.cpp `zero_copy_config_over_descs` :3572-3586), which work in pages.
+pub const CCW_ALIGNMENT: u64 = 4096;
+/// External resources are aligned so the genai server can reinterpret them in place as
+/// float32/uint16 arrays (`generate_theta_from_memview` pre_process.cpp:54-59, token_embedder.hpp).
+const RESOURCE_ALIGNMENT: u64 = 64;
+/// Hashes stream the file in chunks this large instead of loading CCWs (hundreds of MB) at once.
+const HASH_CHUNK: u64 = 1 << 20;
+
+/// `HEF_HEADER_SIZE_V0..V3` (hef_internal.hpp): 32, 28, 44 and 56 bytes.
+pub fn header_size(version: u32) -> Option<u64> {
+    match version {
+        0 => Some(32),
+        1 => Some(28),
+        2 => Some(44),
+        3 => Some(56),
+        _ => None,
+    }
+}
+
+/// The version-specific part of the header, host order.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "version", rename_all = "snake_case")]
+pub enum VersionFields {
+    /// V0: MD5 of the proto (hefprobe does not compute MD5; see [`Integrity::Md5NotVerified`]).
+    V0 { md5: [u8; 16] },
+    /// V1: CRC-32 over proto + CCWs.
+    V1 { crc: u32, ccws_size: u64 },
+    /// V2: XXH3-64 over proto + CCWs.
+    V2 { xxh3_64bits: u64, ccws_size: u64 },
+    /// V3: `ccws_size_with_padding` includes `hef_padding_size`; the proto hash, when non-zero,
+    /// replaces the whole-file check.
+    V3 {
+        xxh3_64bits: u64,
+        ccws_size_with_padding: u64,
+        hef_padding_size: u32,
+        additional_info_size: u64,
+        proto_xxh3_64bits: u64,
+    },
+}
+
+/// The decoded header.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Header {
+    pub version: u32,
+    pub hef_proto_size: u32,
+    pub fields: VersionFields,
+}
+
+/// Where each region of the file is (absolute byte offsets).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Layout {
+    pub file_size: u64,
+    pub header_size: u64,
+    /// The proto always starts right after the header.
+    pub proto_offset: u64,
+    pub proto_size: u64,
+    pub padding_size: u64,
+    /// Start of the CCWs; external resource offsets are relative to it. HailoRT sets it to 0 for V0.
+    pub offset_zero_point: u64,
+    /// CCW bytes without the padding.
+    pub ccws_size: u64,
+    pub additional_info_size: u64,
+    /// The size the header implies. HailoRT requires it to equal the file size except in the V3
+    /// proto-hash path, where a mismatch goes unnoticed (so it is reported here, not rejected).
+    pub declared_file_size: u64,
+}
+
+/// Which integrity check was made, mirroring HailoRT per version (hef.cpp :542-632).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "check", rename_all = "snake_case")]
+pub enum Integrity {
+    /// V0 stores an MD5 of the proto; hefprobe does not implement MD5, so it is not verified.
+    Md5NotVerified,
+    /// V1: CRC-32 over everything after the header matched.
+    Crc32 { value: u32 },
+    /// V2, or V3 with a zero proto hash: XXH3-64 over everything after the header matched.
+    Xxh3File { value: u64 },
+    /// V3 with a proto hash: only the proto bytes were hashed (as HailoRT does); the header's
+    /// whole-file hash is stored but, like upstream, not verified.
+    Xxh3Proto { value: u64, file_xxh3_unverified: u64 },
+}
+
+/// What the container says about a file, before the proto is interpreted.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Container {
+    pub header: Header,
+    pub layout: Layout,
+    pub integrity: Integrity,
+}
+
+/// Random access to the bytes of a HEF, so a multi-GB file need not be loaded to read its proto
+/// and resources.
+pub trait ByteSource {
+    fn size(&self) -> u64;
+    /// Fill `buf` from `offset`; callers have already checked `offset + buf.len() <= size()`.
+    fn read_at(&mut self, offset: u64, buf: &mut [u8]) -> Result<()>;
+}
+
+/// A HEF held in memory.
+pub struct SliceSource<'a>(pub &'a [u8]);
+
+impl ByteSource for SliceSource<'_> {
+    fn size(&self) -> u64 {
+        self.0.len() as u64
+    }
+
+    fn read_at(&mut self, offset: u64, buf: &mut [u8]) -> Result<()> {
+        let start = usize::try_from(offset).ok();
+        let part = start.and_then(|s| self.0.get(s..s.checked_add(buf.len())?));
+        let part =
+            part.ok_or_else(|| Error::input("HEF buffer", format!("read past the end at offset {offset}")))?;
+        buf.copy_from_slice(part);
+        Ok(())
+    }
+}
+
+/// A HEF read from disk with seeks.
+pub struct FileSource {
+    file: File,
+    path: PathBuf,
+    size: u64,
+}
+
+impl FileSource {
+    pub fn open(path: impl AsRef<Path>) -> Result<Self> {
+        let path = path.as_ref().to_path_buf();
+        let file = File::open(&path).map_err(|e| Error::io(&path, e))?;
+        let size = file.metadata().map_err(|e| Error::io(&path, e))?.len();
+        Ok(FileSource { file, path, size })
+    }
+}
+
+impl ByteSource for FileSource {
+    fn size(&self) -> u64 {
+        self.size
+    }
+
+    fn read_at(&mut self, offset: u64, buf: &mut [u8]) -> Result<()> {
+        use std::io::{Read, Seek, SeekFrom};
+        self.file.seek(SeekFrom::Start(offset)).map_err(|e| Error::io(&self.path, e))?;
+        self.file.read_exact(buf).map_err(|e| Error::io(&self.path, e))
+    }
+}
+
+/// Read `len` bytes at `offset` after checking the range lies inside the source; `field` names
+/// what the range is for the error message.
+pub fn read_range(
+    src: &mut dyn ByteSource,
+    offset: u64,
+    len: u64,
+    what: &str,
+    field: &str,
+) -> Result<Vec<u8>> {
+    let size = src.size();
+    let end = offset.checked_add(len).filter(|&end| end <= size);
+    if end.is_none() {
+        return Err(Error::input(
+            format!("{what} offset {offset} ({field})"),
+            format!("{len} bytes are needed here but the file is only {size} bytes long: it is truncated"),
+        ));
+    }
+    let len = usize::try_from(len).map_err(|_| {
+        Error::input(format!("{what} ({field})"), format!("{len} bytes do not fit in memory"))
+    })?;
+    let mut buf = vec![0u8; len];
+    src.read_at(offset, &mut buf)?;
+    Ok(buf)
+}
+
+/// Parse and verify the container; returns it with the serialized proto.
+pub fn parse(src: &mut dyn ByteSource, what: &str) -> Result<(Container, Vec<u8>)> {
+    let file_size = src.size();
+    let header = read_header(src, what)?;
+    let header_size = header_size(header.version).unwrap_or(COMMON_SIZE);
+    let remaining = file_size - header_size; // read_header checked file_size >= header_size
+    let proto_size = u64::from(header.hef_proto_size);
+    if proto_size > remaining {
+        return Err(Error::input(
+            format!("{what} offset 8 (header field hef_proto_size)"),
+            format!(
+                "says {proto_size} bytes but only {remaining} remain after the {header_size}-byte header: \
+                 the file is truncated or its header is corrupt"
+            ),
+        ));
+    }
+    let (layout, integrity) = match header.fields {
+        VersionFields::V0 { .. } => check_v0(&header, file_size, what)?,
+        VersionFields::V1 { crc, ccws_size } => check_v1(src, &header, crc, ccws_size, what)?,
+        VersionFields::V2 { xxh3_64bits, ccws_size } => check_v2(src, &header, xxh3_64bits, ccws_size, what)?,
+        VersionFields::V3 { .. } => check_v3(src, &header, what)?,
+    };
+    let proto = read_range(src, layout.proto_offset, layout.proto_size, what, "proto")?;
+    Ok((Container { header, layout, integrity }, proto))
+}
+
+fn read_header(src: &mut dyn ByteSource, what: &str) -> Result<Header> {
+    let file_size = src.size();
+    if file_size < COMMON_SIZE {
+        return Err(Error::input(
+            format!("{what} offset 0 (header)"),
+            format!("the file is {file_size} bytes; a HEF header needs at least {COMMON_SIZE} (magic, version, hef_proto_size): it is truncated or not a HEF"),
+        ));
+    }
+    let mut common = [0u8; COMMON_SIZE as usize];
+    src.read_at(0, &mut common)?;
+    let magic = be_u32(&common, 0);
+    if magic != MAGIC {
+        return Err(Error::input(
+            format!("{what} offset 0 (header field magic)"),
+            format!("is 0x{magic:08x}, expected 0x{MAGIC:08x} (\"\\x01HEF\"): this is not a HEF file"),
+        ));
+    }
+    let version = be_u32(&common, 4);
+    let Some(size) = header_size(version) else {
+        return Err(Error::input(
+            format!("{what} offset 4 (header field version)"),
+            format!(
+                "is {version}; HailoRT 5.2 and hefprobe read HEF versions 0..3 (a newer compiler wrote it?)"
+            ),
+        ));
+    };
+    if file_size < size {
+        return Err(Error::input(
+            format!("{what} offset {COMMON_SIZE} (header fields of version {version})"),
+            format!(
+                "the V{version} header is {size} bytes but the file has only {file_size}: it is truncated"
+            ),
+        ));
+    }
+    let mut rest = vec![0u8; (size - COMMON_SIZE) as usize];
+    src.read_at(COMMON_SIZE, &mut rest)?;
+    Ok(Header { version, hef_proto_size: be_u32(&common, 8), fields: version_fields(version, &rest) })
+}
+
+/// Decode the version-specific part; `b` starts at file offset 12 and has the version's length.
+fn version_fields(version: u32, b: &[u8]) -> VersionFields {
+    match version {
+        0 => {
+            let mut md5 = [0u8; 16];
+            md5.copy_from_slice(&b[4..20]);
+            VersionFields::V0 { md5 }
+        }
+        1 => VersionFields::V1 { crc: be_u32(b, 0), ccws_size: be_u64(b, 4) },
+        2 => VersionFields::V2 { xxh3_64bits: be_u64(b, 0), ccws_size: be_u64(b, 8) },
+        _ => VersionFields::V3 {
+            xxh3_64bits: be_u64(b, 0),
+            ccws_size_with_padding: be_u64(b, 8),
+            hef_padding_size: be_u32(b, 16),
+            additional_info_size: be_u64(b, 20),
+            proto_xxh3_64bits: be_u64(b, 28),
+        },
+    }
+}
+
+/// V0: the proto must fill the file (validate_hef_header, MD5 overload, hef.cpp:385).
+fn check_v0(header: &Header, file_size: u64, what: &str) -> Result<(Layout, Integrity)> {
+    let proto_size = u64::from(header.hef_proto_size);
+    if file_size - 32 != proto_size {
+        return Err(Error::input(
+            format!("{what} offset 8 (header field hef_proto_size)"),
+            format!(
+                "says {proto_size} bytes but {} follow the 32-byte V0 header; a V0 file is header + proto only",
+                file_size - 32
+            ),
+        ));
+    }
+    let layout = Layout {
+        file_size,
+        header_size: 32,
+        proto_offset: 32,
+        proto_size,
+        padding_size: 0,
+        offset_zero_point: 0,
+        ccws_size: 0,
+        additional_info_size: 0,
+        declared_file_size: file_size,
+    };
+    Ok((layout, Integrity::Md5NotVerified))
+}
+
+/// V1/V2 share the body shape: header + proto + CCWs, nothing else.
+fn simple_layout(
+    header: &Header,
+    header_size: u64,
+    ccws_size: u64,
+    file_size: u64,
+    what: &str,
+) -> Result<Layout> {
+    let proto_size = u64::from(header.hef_proto_size);
+    let ccws_field_offset = if header.version == 1 { 16 } else { 20 };
+    let needed = proto_size.checked_add(ccws_size);
+    if needed != Some(file_size - header_size) {
+        return Err(Error::input(
+            format!("{what} offset {ccws_field_offset} (header field ccws_size)"),
+            format!(
+                "proto ({proto_size}) + ccws_size ({ccws_size}) must equal the {} bytes after the \
+                 {header_size}-byte header: the file is truncated or corrupt",
+                file_size - header_size
+            ),
+        ));
+    }
+    Ok(Layout {
+        file_size,
+        header_size,
+        proto_offset: header_size,
+        proto_size,
+        padding_size: 0,
+        offset_zero_point: header_size + proto_size,
+        ccws_size,
+        additional_info_size: 0,
+        declared_file_size: file_size,
+    })
+}
+
+fn check_v1(
+    src: &mut dyn ByteSource,
+    header: &Header,
+    stored: u32,
+    ccws_size: u64,
+    what: &str,
+) -> Result<(Layout, Integrity)> {
+    let layout = simple_layout(header, 28, ccws_size, src.size(), what)?;
+    let computed = crc32_range(src, 28, layout.file_size)?;
+    if computed != stored {
+        return Err(hash_mismatch(
+            what,
+            12,
+            "crc",
+            "CRC-32",
+            u64::from(stored),
+            u64::from(computed),
+            "everything after the header",
+        ));
+    }
+    Ok((layout, Integrity::Crc32 { value: computed }))
+}
+
+fn check_v2(
+    src: &mut dyn ByteSource,
+    header: &Header,
+    stored: u64,
+    ccws_size: u64,
+    what: &str,
+) -> Result<(Layout, Integrity)> {
+    let layout = simple_layout(header, 44, ccws_size, src.size(), what)?;
+    let computed = xxh3_range(src, 44, layout.file_size)?;
+    if computed != stored {
+        return Err(hash_mismatch(
+            what,
+            12,
+            "xxh3_64bits",
+            "XXH3-64",
+            stored,
+            computed,
+            "everything after the header",
+        ));
+    }
+    Ok((layout, Integrity::Xxh3File { value: computed }))
+}
+
+/// V3: proto + padding + CCWs + additional info. With a non-zero proto hash HailoRT checks only
+/// the proto; otherwise the exact length and the hash of everything after the header.
+fn check_v3(src: &mut dyn ByteSource, header: &Header, what: &str) -> Result<(Layout, Integrity)> {
+    let layout = v3_layout(header, src.size(), what)?;
+    let VersionFields::V3 { xxh3_64bits, proto_xxh3_64bits, .. } = header.fields else {
+        unreachable!("check_v3 is only called for V3 headers")
+    };
+    if proto_xxh3_64bits != 0 {
+        let computed = xxh3_range(src, 56, 56 + layout.proto_size)?;
+        if computed != proto_xxh3_64bits {
+            return Err(hash_mismatch(
+                what,
+                40,
+                "proto_xxh3_64bits",
+                "XXH3-64",
+                proto_xxh3_64bits,
+                computed,
+                "the proto",
+            ));
+        }
+        return Ok((layout, Integrity::Xxh3Proto { value: computed, file_xxh3_unverified: xxh3_64bits }));
+    }
+    if layout.declared_file_size != layout.file_size {
+        return Err(Error::input(
+            format!("{what} offset 32 (header field additional_info_size)"),
+            format!(
+                "the header adds up to {} bytes (56 + proto + ccws_size_with_padding + additional_info_size) \
+                 but the file has {}; without a proto hash HailoRT requires them to match",
+                layout.declared_file_size, layout.file_size
+            ),
+        ));
+    }
+    let computed = xxh3_range(src, 56, layout.file_size)?;
+    if computed != xxh3_64bits {
+        return Err(hash_mismatch(
+            what,
+            12,
+            "xxh3_64bits",
+            "XXH3-64",
+            xxh3_64bits,
+            computed,
+            "everything after the header",
+        ));
+    }
+    Ok((layout, Integrity::Xxh3File { value: computed }))
+}
+
+fn v3_layout(header: &Header, file_size: u64, what: &str) -> Result<Layout> {
+    let VersionFields::V3 { ccws_size_with_padding, hef_padding_size, additional_info_size, .. } =
+        header.fields
+    else {
+        unreachable!("v3_layout is only called for V3 headers")
+    };
+    let padding = u64::from(hef_padding_size);
+    let proto_size = u64::from(header.hef_proto_size);
+    // hef.cpp :731 (memview path) rejects this; the file path would underflow.
+    let Some(ccws_size) = ccws_size_with_padding.checked_sub(padding) else {
+        return Err(Error::input(
+            format!("{what} offset 20 (header field ccws_size_with_padding)"),
+            format!(
+                "is {ccws_size_with_padding}, smaller than hef_padding_size {padding} which it must include"
+            ),
+        ));
+    };
+    let zero_point = 56 + proto_size + padding; // u32 + u32 + 56 cannot overflow u64
+    if zero_point > file_size {
+        return Err(Error::input(
+            format!("{what} offset 28 (header field hef_padding_size)"),
+            format!("{padding} bytes of padding put the CCW start at {zero_point}, past the end of the {file_size}-byte file"),
+        ));
+    }
+    if ccws_size > file_size - zero_point {
+        return Err(Error::input(
+            format!("{what} offset 20 (header field ccws_size_with_padding)"),
+            format!(
+                "says {ccws_size} bytes of CCWs at offset {zero_point}, but only {} remain: the file is truncated",
+                file_size - zero_point
+            ),
+        ));
+    }
+    let declared = (56 + proto_size)
+        .checked_add(ccws_size_with_padding)
+        .and_then(|s| s.checked_add(additional_info_size));
+    Ok(Layout {
+        file_size,
+        header_size: 56,
+        proto_offset: 56,
+        proto_size,
+        padding_size: padding,
+        offset_zero_point: zero_point,
+        ccws_size,
+        additional_info_size,
+        declared_file_size: declared.unwrap_or(u64::MAX),
+    })
+}
+
+fn hash_mismatch(
+    what: &str,
+    offset: u64,
+    field: &str,
+    algo: &str,
+    stored: u64,
+    computed: u64,
+    over: &str,
+) -> Error {
+    Error::input(
+        format!("{what} offset {offset} (header field {field})"),
+        format!(
+            "stores {algo} 0x{stored:016x} but {over} hashes to 0x{computed:016x}: the file is corrupted \
+             (HailoRT refuses it with HAILO_HEF_FILE_CORRUPTED); copy or export it again"
+        ),
+    )
+}
+
+/// Read one external resource: absolute offset = offset_zero_point + resource offset
+/// (hef.cpp `get_external_resources` :4023-4047); its XXH3-64 is checked when the stored hash is
+/// non-zero, as HailoRT does when the resource is fetched.
+pub fn read_resource(
+    src: &mut dyn ByteSource,
+    layout: &Layout,
+    name: &str,
+    offset: u64,
+    size: u64,
+    xxhash: u64,
+    what: &str,
+) -> Result<Vec<u8>> {
+    let field = format!("external resource `{name}`");
+    let Some(start) = layout.offset_zero_point.checked_add(offset) else {
+        return Err(Error::input(format!("{what} ({field})"), format!("offset {offset} overflows")));
+    };
+    if start.checked_add(size).is_none_or(|end| end > layout.file_size) {
+        return Err(Error::input(
+            format!("{what} offset {start} ({field})"),
+            format!(
+                "{size} bytes at offset_zero_point {} + {offset} run past the end of the {}-byte file: \
+                 the file is truncated",
+                layout.offset_zero_point, layout.file_size
+            ),
+        ));
+    }
+    let data = read_range(src, start, size, what, &field)?;
+    if xxhash != 0 {
+        let computed = xxh3_64(&data);
+        if computed != xxhash {
+            return Err(Error::input(
+                format!("{what} offset {start} ({field})"),
+                format!(
+                    "stored XXH3-64 0x{xxhash:016x} but the {size} bytes hash to 0x{computed:016x}: the resource \
+                     is corrupted (HailoRT: HAILO_HEF_FILE_CORRUPTED when genai fetches it)"
+                ),
+            ));
+        }
+    }
+    Ok(data)
+}
+
+/// Stream [start, end) of the source through `f` in bounded chunks.
+fn for_each_chunk(src: &mut dyn ByteSource, start: u64, end: u64, mut f: impl FnMut(&[u8])) -> Result<()> {
+    let mut buf = vec![0u8; HASH_CHUNK.min(end.saturating_sub(start)) as usize];
+    let mut pos = start;
+    while pos < end {
+        let n = HASH_CHUNK.min(end - pos) as usize;
+        src.read_at(pos, &mut buf[..n])?;
+        f(&buf[..n]);
+        pos += n as u64;
+    }
+    Ok(())
+}
+
+/// XXH3-64 with seed 0, as `Xxhash::calc_xxh3_on_stream` (hailort/common/utils.hpp ~:571-605).
+fn xxh3_range(src: &mut dyn ByteSource, start: u64, end: u64) -> Result<u64> {
+    let mut hasher = Xxh3::new();
+    for_each_chunk(src, start, end, |chunk| hasher.update(chunk))?;
+    Ok(hasher.digest())
+}
+
+fn crc32_range(src: &mut dyn ByteSource, start: u64, end: u64) -> Result<u32> {
+    let mut crc = Crc32::new();
+    for_each_chunk(src, start, end, |chunk| crc.update(chunk))?;
+    Ok(crc.finish())
+}
+
+/// The standard reflected CRC-32 (polynomial 0xEDB88320, init and final xor 0xFFFFFFFF), i.e.
+/// zlib's crc32, which HEF V1 uses (hailort/common/utils.hpp:50, 505-569).
+pub struct Crc32(u32);
+
+const CRC32_TABLE: [u32; 256] = crc32_table();
+
+const fn crc32_table() -> [u32; 256] {
+    let mut table = [0u32; 256];
+    let mut i = 0;
+    while i < 256 {
+        let mut c = i as u32;
+        let mut bit = 0;
+        while bit < 8 {
+            c = if c & 1 != 0 { 0xEDB8_8320 ^ (c >> 1) } else { c >> 1 };
+            bit += 1;
+        }
+        table[i] = c;
+        i += 1;
+    }
+    table
+}
+
+impl Crc32 {
+    pub fn new() -> Self {
+        Crc32(0xFFFF_FFFF)
+    }
+
+    pub fn update(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = CRC32_TABLE[((self.0 ^ u32::from(b)) & 0xFF) as usize] ^ (self.0 >> 8);
+        }
+    }
+
+    pub fn finish(&self) -> u32 {
+        self.0 ^ 0xFFFF_FFFF
+    }
+}
+
+impl Default for Crc32 {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+fn be_u32(b: &[u8], at: usize) -> u32 {
+    u32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
+}
+
+fn be_u64(b: &[u8], at: usize) -> u64 {
+    let mut x = [0u8; 8];
+    x.copy_from_slice(&b[at..at + 8]);
+    u64::from_be_bytes(x)
+}
+
+/// Lay out external resources in the additional-info region. Returns the region and, per
+/// resource, its offset relative to offset_zero_point (the CCW section comes first, `ccws_len` bytes).
+pub fn layout_resources(ccws_len: u64, resources: &[&[u8]]) -> (Vec<u8>, Vec<u64>) {
+    let mut region = Vec::new();
+    let mut offsets = Vec::with_capacity(resources.len());
+    for data in resources {
+        let misalign = (ccws_len + region.len() as u64) % RESOURCE_ALIGNMENT;
+        if misalign != 0 {
+            region.resize(region.len() + (RESOURCE_ALIGNMENT - misalign) as usize, 0);
+        }
+        offsets.push(ccws_len + region.len() as u64);
+        region.extend_from_slice(data);
+    }
+    (region, offsets)
+}
+
+/// Write a V3 file: header, proto, padding up to the 4 KiB CCW boundary, CCWs, additional info.
+/// Both hashes are set, so HailoRT takes the proto-hash path and the whole-file hash is also right.
+///
+/// Panics only if the proto is 4 GiB or larger, which the u32 header field cannot express.
+pub fn write_v3(proto: &[u8], ccws: &[u8], additional_info: &[u8]) -> Vec<u8> {
+    let proto_size = u32::try_from(proto.len()).expect("a HEF proto must be smaller than 4 GiB");
+    let padding = (CCW_ALIGNMENT - (56 + proto.len() as u64) % CCW_ALIGNMENT) % CCW_ALIGNMENT;
+    let mut body = Vec::with_capacity(proto.len() + padding as usize + ccws.len() + additional_info.len());
+    body.extend_from_slice(proto);
+    body.resize(body.len() + padding as usize, 0);
+    body.extend_from_slice(ccws);
+    body.extend_from_slice(additional_info);
+
+    let mut out = Vec::with_capacity(56 + body.len());
+    out.extend_from_slice(&MAGIC.to_be_bytes());
+    out.extend_from_slice(&3u32.to_be_bytes());
+    out.extend_from_slice(&proto_size.to_be_bytes());
+    out.extend_from_slice(&xxh3_64(&body).to_be_bytes());
+    out.extend_from_slice(&(padding + ccws.len() as u64).to_be_bytes());
+    out.extend_from_slice(&(padding as u32).to_be_bytes());
+    out.extend_from_slice(&(additional_info.len() as u64).to_be_bytes());
+    out.extend_from_slice(&xxh3_64(proto).to_be_bytes());
+    out.extend_from_slice(&0u64.to_be_bytes()); // reserved1
+    out.extend_from_slice(&body);
+    out
+}
+
+/// Recompute both hashes of a V3 file in place, after deliberately changing its bytes (fuzzing,
+/// tests that corrupt a proto on purpose). Returns false (and changes nothing) when the bytes do
+/// not start with a V3 header whose proto fits the buffer.
+pub fn reseal_v3(bytes: &mut [u8]) -> bool {
+    if bytes.len() < 56 || be_u32(bytes, 0) != MAGIC || be_u32(bytes, 4) != 3 {
+        return false;
+    }
+    let proto_end = 56 + be_u32(bytes, 8) as usize;
+    if proto_end > bytes.len() {
+        return false;
+    }
+    let proto_hash = xxh3_64(&bytes[56..proto_end]);
+    let file_hash = xxh3_64(&bytes[56..]);
+    bytes[40..48].copy_from_slice(&proto_hash.to_be_bytes());
+    bytes[12..20].copy_from_slice(&file_hash.to_be_bytes());
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse_bytes(bytes: &[u8]) -> Result<(Container, Vec<u8>)> {
+        parse(&mut SliceSource(bytes), "model.hef")
+    }
+
+    fn message(r: Result<(Container, Vec<u8>)>) -> String {
+        r.expect_err("parsing should fail").to_string()
+    }
+
+    fn v3_file() -> Vec<u8> {
+        write_v3(b"proto bytes", b"", b"resource")
+    }
+
+    #[test]
+    fn crc32_matches_the_zlib_check_value() {
+        let mut c = Crc32::new();
+        c.update(b"123456789");
+        assert_eq!(c.finish(), 0xCBF4_3926);
+    }
+
+    #[test]
+    fn written_v3_parses_with_ccws_aligned() {
+        let bytes = v3_file();
+        let (c, proto) = parse_bytes(&bytes).unwrap();
+        assert_eq!(proto, b"proto bytes");
+        assert_eq!(c.layout.offset_zero_point % CCW_ALIGNMENT, 0);
+        assert_eq!(c.layout.declared_file_size, bytes.len() as u64);
+        assert!(matches!(c.integrity, Integrity::Xxh3Proto { .. }));
+    }
+
+    #[test]
+    fn truncated_header_names_the_offset() {
+        let bytes = v3_file();
+        let msg = message(parse_bytes(&bytes[..30]));
+        assert!(msg.contains("model.hef offset 12"), "{msg}");
+        assert!(msg.contains("56 bytes but the file has only 30"), "{msg}");
+        let msg = message(parse_bytes(&bytes[..5]));
+        assert!(msg.contains("offset 0") && msg.contains("5 bytes"), "{msg}");
+    }
+
+    #[test]
+    fn oversized_proto_length_names_the_field() {
+        let mut bytes = v3_file();
+        bytes[8..12].copy_from_slice(&u32::MAX.to_be_bytes());
+        let msg = message(parse_bytes(&bytes[..176]));
+        assert!(
+            msg.contains("offset 8 (header field hef_proto_size): says 4294967295 bytes but only 120 remain after the 56-byte header"),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn wrong_magic_is_rejected() {
+        let mut bytes = v3_file();
+        bytes[0] = 0x7f;
+        let msg = message(parse_bytes(&bytes));
+        assert!(msg.contains("offset 0 (header field magic)") && msg.contains("0x7f484546"), "{msg}");
+    }
+
+    #[test]
+    fn unknown_version_is_rejected() {
+        let mut bytes = v3_file();
+        bytes[4..8].copy_from_slice(&4u32.to_be_bytes());
+        let msg = message(parse_bytes(&bytes));
+        assert!(msg.contains("offset 4 (header field version)") && msg.contains("is 4"), "{msg}");
+    }
+
+    #[test]
+    fn proto_hash_mismatch_is_rejected() {
+        let mut bytes = v3_file();
+        bytes[56] ^= 1;
+        let msg = message(parse_bytes(&bytes));
+        assert!(msg.contains("offset 40 (header field proto_xxh3_64bits)"), "{msg}");
+    }
+
+    #[test]
+    fn whole_file_hash_is_checked_when_the_proto_hash_is_zero() {
+        let mut bytes = v3_file();
+        bytes[40..48].fill(0);
+        assert!(matches!(parse_bytes(&bytes).unwrap().0.integrity, Integrity::Xxh3File { .. }));
+        let last = bytes.len() - 1;
+        bytes[last] ^= 0xff;
+        let msg = message(parse_bytes(&bytes));
+        assert!(msg.contains("offset 12 (header field xxh3_64bits)"), "{msg}");
+    }
+
+    #[test]
+    fn padding_smaller_than_ccws_is_rejected() {
+        let mut bytes = v3_file();
+        bytes[20..28].copy_from_slice(&0u64.to_be_bytes());
+        let msg = message(parse_bytes(&bytes));
+        assert!(msg.contains("ccws_size_with_padding"), "{msg}");
+    }
+
+    /// V1 and V2 bodies are proto + CCWs with the hash over both; build them by hand.
+    fn v1_v2_file(version: u32, proto: &[u8], ccws: &[u8]) -> Vec<u8> {
+        let mut body = proto.to_vec();
+        body.extend_from_slice(ccws);
+        let mut out = MAGIC.to_be_bytes().to_vec();
+        out.extend_from_slice(&version.to_be_bytes());
+        out.extend_from_slice(&(proto.len() as u32).to_be_bytes());
+        if version == 1 {
+            let mut crc = Crc32::new();
+            crc.update(&body);
+            out.extend_from_slice(&crc.finish().to_be_bytes());
+            out.extend_from_slice(&(ccws.len() as u64).to_be_bytes());
+            out.extend_from_slice(&[0; 4]);
+        } else {
+            out.extend_from_slice(&xxh3_64(&body).to_be_bytes());
+            out.extend_from_slice(&(ccws.len() as u64).to_be_bytes());
+            out.extend_from_slice(&[0; 16]);
+        }
+        out.extend_from_slice(&body);
+        out
+    }
+
+    #[test]
+    fn v1_and_v2_hash_everything_after_the_header() {
+        for version in [1, 2] {
+            let mut bytes = v1_v2_file(version, b"proto", b"ccws");
+            let (c, proto) = parse_bytes(&bytes).unwrap();
+            assert_eq!(proto, b"proto");
+            assert_eq!(c.layout.offset_zero_point, c.layout.header_size + 5);
+            let last = bytes.len() - 1;
+            bytes[last] ^= 1;
+            let msg = message(parse_bytes(&bytes));
+            assert!(msg.contains("offset 12"), "{msg}");
+            let msg = message(parse_bytes(&bytes[..bytes.len() - 1]));
+            assert!(msg.contains("ccws_size"), "{msg}");
+        }
+    }
+
+    #[test]
+    fn v0_is_read_but_md5_is_not_verified() {
+        let mut bytes = MAGIC.to_be_bytes().to_vec();
+        bytes.extend_from_slice(&0u32.to_be_bytes());
+        bytes.extend_from_slice(&3u32.to_be_bytes());
+        bytes.extend_from_slice(&[0; 20]);
+        bytes.extend_from_slice(b"abc");
+        let (c, proto) = parse_bytes(&bytes).unwrap();
+        assert_eq!((c.integrity, proto.as_slice()), (Integrity::Md5NotVerified, &b"abc"[..]));
+    }
+
+    #[test]
+    fn resource_past_eof_names_the_resource_and_offset() {
+        let bytes = v3_file();
+        let (c, _) = parse_bytes(&bytes).unwrap();
+        let err =
+            read_resource(&mut SliceSource(&bytes), &c.layout, "embeddings.bin", 4, 100, 0, "model.hef")
+                .unwrap_err()
+                .to_string();
+        let start = c.layout.offset_zero_point + 4;
+        assert!(err.contains(&format!("offset {start} (external resource `embeddings.bin`)")), "{err}");
+        let err =
+            read_resource(&mut SliceSource(&bytes), &c.layout, "x", u64::MAX, 1, 0, "model.hef").unwrap_err();
+        assert!(err.to_string().contains("overflows"));
+    }
+
+    #[test]
+    fn resource_hash_mismatch_is_rejected() {
+        let bytes = v3_file();
+        let (c, _) = parse_bytes(&bytes).unwrap();
+        let ok = read_resource(&mut SliceSource(&bytes), &c.layout, "r", 0, 8, xxh3_64(b"resource"), "m.hef");
+        assert_eq!(ok.unwrap(), b"resource");
+        let bad = read_resource(&mut SliceSource(&bytes), &c.layout, "r", 0, 8, 1, "m.hef").unwrap_err();
+        assert!(bad.to_string().contains("external resource `r`"));
+    }
+}

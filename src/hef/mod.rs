@@ -1,0 +1,25 @@
+//! HEF files: the container (header, hashes, regions), the proto subset, the plain-data model the
+//! rest of hefprobe uses, hailo-config.json as genai reads it, and the structural audit and diff.
+//!
+//! Everything here mirrors HailoRT v5.2.0 (see `/work/notes/hailort-facts.md`); each number that
+//! comes from HailoRT names its source file next to it.
+
+pub mod audit;
+pub mod container;
+mod decode;
+pub mod diff;
+mod encode;
+pub mod finding;
+pub mod llm_config;
+pub mod model;
+pub mod proto;
+mod render;
+pub mod synth;
+#[cfg(test)]
+mod test_strategy;
+
+pub use audit::{audit, audit_file, AuditReport, Expectations};
+pub use diff::{diff, Difference};
+pub use finding::{Finding, Severity};
+pub use model::{CacheLayer, FormatOrder, Hef, LlmGroups, NetworkGroup, QuantInfo, Resource, Shape3, Stream};
+pub use render::{diff_to_markdown, diff_to_terminal};
