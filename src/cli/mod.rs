@@ -3,6 +3,7 @@
 mod audit;
 mod bench;
 mod compare;
+mod device;
 mod explain;
 mod faults;
 mod reference;
@@ -53,6 +54,10 @@ pub enum Command {
     Audit(audit::AuditArgs),
     /// Write a simulated LLM HEF for a checkpoint (faults, quantization, structural mistakes).
     SynthHef(synth_hef::SynthHefArgs),
+    /// On a device host: replay an InputSet through a HEF and record its outputs as a capture.
+    Capture(device::CaptureArgs),
+    /// Repeatability, prefill/decode parity and cache diff of a HEF against its checkpoint.
+    Diagnose(device::DiagnoseArgs),
     /// Measure the reference: prefill and decode speed, taps off and on, peak memory.
     Bench(bench::BenchArgs),
 }
@@ -139,6 +144,8 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Command::Sweep(a) => sweep::run(a),
         Command::Audit(a) => audit::run(a),
         Command::SynthHef(a) => synth_hef::run(a),
+        Command::Capture(a) => device::capture(a),
+        Command::Diagnose(a) => device::diagnose(a),
         Command::Bench(a) => bench::run(a),
     }
 }

@@ -1,1 +1,274 @@
-//! Device diagnostics (filled in below).
+//! Device diagnostics no peer has:
+//! - **repeatability**: the same InputSet N times, run-to-run spread, before any comparison
+//!   is trusted;
+//! - **prefill/decode parity**: one position's logits from (a) a prefill, (b) a tbt step over
+//!   the device's own cache, (c) a tbt step over a cache the driver wrote from the reference —
+//!   separating cache-write error from decode-compute error (finding 9);
+//! - **cache diff**: the device's cache entries against the reference's keys and values, per
+//!   layer and head, in quantization steps (LSB).
+
+use super::backend::HefBackend;
+use super::driver::LlmDriver;
+use super::padded_entry_bytes;
+use crate::capture::Capture;
+use crate::compare::metrics;
+use crate::error::{Error, Result};
+use crate::hef::{Hef, QuantInfo};
+use crate::model::decoder::{FullCache, StepInput};
+use crate::model::hooks::NoHooks;
+use crate::model::Decoder;
+use crate::probe::inputs::InputSet;
+use crate::tap::{NoTaps, Phase};
+use serde::Serialize;
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Repeatability {
+    pub runs: usize,
+    /// Largest |Δ| of any logit between run 1 and any later run.
+    pub max_abs: f64,
+    pub worst_key: Option<String>,
+}
+
+pub fn repeatability(backend: &mut HefBackend, inputs: &InputSet, runs: usize) -> Result<Repeatability> {
+    let mut first: Option<Capture> = None;
+    let (mut max_abs, mut worst_key) = (0f64, None);
+    for _ in 0..runs.max(2) {
+        let mut cap = Capture::default();
+        backend.drive(inputs, &mut cap, &mut Default::default())?;
+        match &first {
+            None => first = Some(cap),
+            Some(f) => {
+                for k in f.keys() {
+                    if let (Some(a), Some(b)) = (f.get_key(k), cap.get_key(k)) {
+                        let d = a.iter().zip(b.iter()).map(|(x, y)| (x - y).abs() as f64).fold(0.0, f64::max);
+                        if d > max_abs {
+                            (max_abs, worst_key) = (d, Some(k.to_string()));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    Ok(Repeatability { runs: runs.max(2), max_abs, worst_key })
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ParityRow {
+    pub path: String,
+    pub cosine: Option<f64>,
+    pub kl: Option<f64>,
+    pub argmax_matches: Option<bool>,
+    /// Why the path could not run, when it could not.
+    pub unavailable: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Parity {
+    pub position: usize,
+    pub rows: Vec<ParityRow>,
+    pub verdict: String,
+}
+
+/// Reference logits at the last position of `prompt`, and the reference cache after all but
+/// the last token.
+fn reference(model: &Decoder, prompt: &[u32]) -> Result<(Vec<f32>, FullCache)> {
+    let run = |tokens: &[u32]| -> Result<(Vec<f32>, FullCache)> {
+        let mut cache = FullCache::new(model.cfg.num_layers);
+        let input = StepInput {
+            phase: Phase::Prefill,
+            embeds: model.embed_tokens(tokens)?,
+            positions: (0..tokens.len()).collect(),
+            frame: None,
+        };
+        let logits = model.step(&input, &mut cache, &mut NoTaps, &mut NoHooks)?;
+        Ok((logits.get(tokens.len() - 1)?.to_vec1::<f32>()?, cache))
+    };
+    let (logits, _) = run(prompt)?;
+    let (_, cache) = run(&prompt[..prompt.len() - 1])?;
+    Ok((logits, cache))
+}
+
+fn judge(path: &str, reference: &[f32], got: &[f32]) -> ParityRow {
+    let m = metrics::basic(reference, got, None);
+    let row = metrics::logits_row(reference, got);
+    ParityRow {
+        path: path.to_string(),
+        cosine: Some(m.cosine),
+        kl: Some(row.kl),
+        argmax_matches: Some(row.argmax_ref == row.argmax_cand),
+        unavailable: None,
+    }
+}
+
+fn cache_quant(hef: &Hef, group: &str, id: u32) -> Result<QuantInfo> {
+    hef.group(group)
+        .and_then(|g| g.caches.iter().find(|c| c.cache_id == id))
+        .map(|c| c.quant)
+        .ok_or_else(|| Error::input(format!("group `{group}`"), format!("no cache id {id}")))
+}
+
+/// Cache id 2l holds layer l's keys, 2l + 1 its values ([kv_head][dim] uint16 per entry).
+fn reference_entries(cache: &FullCache, layer: usize, values: bool) -> Result<Vec<Vec<f32>>> {
+    let (k, v) =
+        cache.layer(layer).ok_or_else(|| Error::usage(format!("reference cache has no layer {layer}")))?;
+    let x = if values { v } else { k };
+    Ok(x.transpose(0, 1)?.contiguous()?.flatten_from(1)?.to_vec2::<f32>()?)
+}
+
+pub fn parity(driver: &mut LlmDriver, hef: &Hef, model: &Decoder, prompt: &[u32]) -> Result<Parity> {
+    if prompt.len() < 2 {
+        return Err(Error::usage("parity needs a prompt of at least 2 tokens"));
+    }
+    if !driver.has_tbt() {
+        return Err(Error::usage("parity compares prefill with tbt: this HEF has no tbt group (base scope)"));
+    }
+    let n = prompt.len();
+    let (ref_logits, ref_cache) = reference(model, prompt)?;
+    let mut rows = Vec::new();
+    driver.new_conversation()?;
+    let a = driver.prefill(prompt)?.pop().expect("one chunk at least");
+    rows.push(judge("(a) prefill of the whole prompt", &ref_logits, &a));
+    driver.new_conversation()?;
+    driver.prefill(&prompt[..n - 1])?;
+    let b = driver.step(prompt[n - 1])?;
+    rows.push(judge("(b) tbt over the device's own cache", &ref_logits, &b));
+    driver.new_conversation()?;
+    driver.prefill(&prompt[..n - 1])?;
+    match write_reference_cache(driver, hef, model, &ref_cache, n - 1) {
+        Ok(()) => {
+            let c = driver.step(prompt[n - 1])?;
+            rows.push(judge("(c) tbt over a cache written from the reference", &ref_logits, &c));
+        }
+        Err(e) => rows.push(ParityRow {
+            path: "(c) tbt over a cache written from the reference".into(),
+            cosine: None,
+            kl: None,
+            argmax_matches: None,
+            unavailable: Some(e.to_string()),
+        }),
+    }
+    let ok = |r: &ParityRow| r.cosine.is_some_and(|c| c >= 0.999) && r.argmax_matches == Some(true);
+    let verdict = match (ok(&rows[0]), ok(&rows[1]), rows.get(2).map(|r| (r.unavailable.is_none(), ok(r)))) {
+        (false, _, _) => "prefill itself drifts: parity cannot separate the cache from the compute".into(),
+        (true, true, _) => "prefill and tbt agree with the reference".into(),
+        (true, false, Some((true, true))) => {
+            "tbt computes correctly from a cache in the reference's layout but not from \
+             the cache prefill wrote: the cache write (prefill) and read (tbt) disagree (finding 9)"
+                .into()
+        }
+        (true, false, Some((true, false))) => {
+            "tbt drifts even over a correct cache: the decode compute, not the cache".into()
+        }
+        (true, false, _) => "tbt drifts; the cache could not be rewritten to tell write from read".into(),
+    };
+    Ok(Parity { position: n - 1, rows, verdict })
+}
+
+/// Overwrite the entries of tokens 0..m with the reference's keys and values (token j sits at
+/// ring entry j after `init_cache(0)`: each step's writes land right after its read window).
+fn write_reference_cache(
+    driver: &mut LlmDriver,
+    hef: &Hef,
+    model: &Decoder,
+    cache: &FullCache,
+    m: usize,
+) -> Result<()> {
+    let buffers = driver.cache_buffers()?;
+    let group = driver.prefill_group().to_string();
+    let c = &model.cfg;
+    let entry = c.num_kv_heads * c.head_dim;
+    let pad = padded_entry_bytes(entry * 2);
+    for layer in 0..c.num_layers {
+        for (id, values) in [(2 * layer as u32, false), (2 * layer as u32 + 1, true)] {
+            let mut raw = buffers
+                .get(&id)
+                .cloned()
+                .ok_or_else(|| Error::Device(format!("get_cache_buffers returned no cache id {id}")))?;
+            let q = cache_quant(hef, &group, id)?;
+            for (j, e) in reference_entries(cache, layer, values)?.iter().enumerate().take(m) {
+                let at = j * pad;
+                if at + entry * 2 > raw.len() {
+                    return Err(Error::Device(format!(
+                        "cache id {id}: {} bytes hold no entry {j}",
+                        raw.len()
+                    )));
+                }
+                for (f, &x) in e.iter().enumerate() {
+                    let b = (q.quantize(x).clamp(0.0, 65535.0) as u16).to_le_bytes();
+                    raw[at + 2 * f..at + 2 * f + 2].copy_from_slice(&b);
+                }
+            }
+            driver.update_cache_buffer(id, &raw)?;
+        }
+    }
+    Ok(())
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct CacheDiffRow {
+    pub layer: usize,
+    pub kind: &'static str,
+    pub entries: usize,
+    pub max_lsb: u32,
+    pub mean_lsb: f64,
+    /// The kv head with the largest difference, and its max.
+    pub worst_head: usize,
+    pub worst_head_max_lsb: u32,
+}
+
+/// After a prefill of `prompt`, the device's cache entries against the reference's, in LSB.
+pub fn cache_diff(
+    driver: &mut LlmDriver,
+    hef: &Hef,
+    model: &Decoder,
+    prompt: &[u32],
+) -> Result<Vec<CacheDiffRow>> {
+    let c = &model.cfg;
+    let mut cache = FullCache::new(c.num_layers);
+    let input = StepInput {
+        phase: Phase::Prefill,
+        embeds: model.embed_tokens(prompt)?,
+        positions: (0..prompt.len()).collect(),
+        frame: None,
+    };
+    model.step(&input, &mut cache, &mut NoTaps, &mut NoHooks)?;
+    driver.new_conversation()?;
+    driver.prefill(prompt)?;
+    let buffers = driver.cache_buffers()?;
+    let group = driver.prefill_group().to_string();
+    let (entry, d) = (c.num_kv_heads * c.head_dim, c.head_dim);
+    let pad = padded_entry_bytes(entry * 2);
+    let mut rows = Vec::new();
+    for layer in 0..c.num_layers {
+        for (id, values, kind) in [(2 * layer as u32, false, "k"), (2 * layer as u32 + 1, true, "v")] {
+            let raw = buffers.get(&id).ok_or_else(|| Error::Device(format!("no cache id {id}")))?;
+            let q = cache_quant(hef, &group, id)?;
+            let (mut max, mut sum, mut n) = (0u32, 0u64, 0usize);
+            let mut per_head = vec![0u32; c.num_kv_heads];
+            for (j, e) in reference_entries(&cache, layer, values)?.iter().enumerate() {
+                for (f, &x) in e.iter().enumerate() {
+                    let at = j * pad + 2 * f;
+                    let dev = u16::from_le_bytes([raw[at], raw[at + 1]]) as i64;
+                    let want = q.quantize(x).clamp(0.0, 65535.0) as i64;
+                    let lsb = (dev - want).unsigned_abs() as u32;
+                    max = max.max(lsb);
+                    per_head[f / d] = per_head[f / d].max(lsb);
+                    sum += lsb as u64;
+                    n += 1;
+                }
+            }
+            let (worst_head, worst) =
+                per_head.iter().enumerate().max_by_key(|(_, v)| **v).map(|(h, v)| (h, *v)).unwrap_or((0, 0));
+            rows.push(CacheDiffRow {
+                layer,
+                kind,
+                entries: prompt.len(),
+                max_lsb: max,
+                mean_lsb: sum as f64 / n.max(1) as f64,
+                worst_head,
+                worst_head_max_lsb: worst,
+            });
+        }
+    }
+    Ok(rows)
+}

@@ -92,5 +92,16 @@ pub trait ConfiguredModel {
     fn update_cache_buffer(&mut self, cache_id: u32, bytes: &[u8]) -> Result<()>;
 }
 
+/// Bytes of one cache ring entry as HailoRT pads it: the entry's feature bytes rounded up to
+/// a power of two of at least 64 while ≤ 512, else to a multiple of 512
+/// (cache_manager.cpp `get_cache_ios_infos`, default SG page 512).
+pub fn padded_entry_bytes(feature_bytes: usize) -> usize {
+    if feature_bytes <= 512 {
+        feature_bytes.next_power_of_two().max(64)
+    } else {
+        feature_bytes.div_ceil(512) * 512
+    }
+}
+
 /// How long one inference may take: genai's INFERENCE_TIMEOUT (inference_manager.hpp:24).
 pub const INFERENCE_TIMEOUT: Duration = Duration::from_secs(15);

@@ -37,6 +37,10 @@ pub struct Ring {
     quant: Vec<(QuantInfo, QuantInfo)>,
     kv_heads: usize,
     head_dim: usize,
+    /// The cache-layout fault (finding 9), realized where it happens: the prefill group
+    /// writes each entry's features in another order than tbt reads them. Per layer:
+    /// stored[f] = written[perm[f]]; prefill reads its own entries back through the inverse.
+    prefill_layout: Vec<Option<Vec<usize>>>,
 }
 
 impl Ring {
@@ -57,18 +61,26 @@ impl Ring {
             quant,
             kv_heads,
             head_dim,
+            prefill_layout: vec![None; layers],
         }
+    }
+
+    fn permute(entry: &[f32], perm: &[usize]) -> Vec<f32> {
+        perm.iter().map(|&src| entry[src]).collect()
+    }
+
+    fn unpermute(entry: &[f32], perm: &[usize]) -> Vec<f32> {
+        let mut out = vec![0f32; entry.len()];
+        for (f, &src) in perm.iter().enumerate() {
+            out[src] = entry[f];
+        }
+        out
     }
 
     /// Entry bytes as the runtime pads them: the feature bytes rounded up to a power of two of
     /// at least 64 while ≤ 512, else to a multiple of 512 (cache_manager.cpp get_cache_ios_infos).
     pub fn padded_entry_bytes(&self) -> usize {
-        let bytes = self.kv_heads * self.head_dim * 2;
-        if bytes <= 512 {
-            bytes.next_power_of_two().max(64)
-        } else {
-            bytes.div_ceil(512) * 512
-        }
+        super::padded_entry_bytes(self.kv_heads * self.head_dim * 2)
     }
 
     /// One ring (cache id 2l = keys of layer l, 2l + 1 = values) as raw bytes, entries in ring
@@ -147,8 +159,13 @@ impl KvStore for RingStep<'_> {
                 .collect())
         };
         let (kr, vr) = (rows(k, qk)?, rows(v, qv)?);
+        let layout = if self.writer.is_decode() { None } else { r.prefill_layout[layer].clone() };
         for (t, (kk, vv)) in kr.into_iter().zip(vr).enumerate() {
             let entry = (r.read_offset + r.len - self.rows + t) % r.len;
+            let (kk, vv) = match &layout {
+                Some(p) => (Ring::permute(&kk, p), Ring::permute(&vv, p)),
+                None => (kk, vv),
+            };
             r.k[layer][entry] = kk;
             r.v[layer][entry] = vv;
             r.writers[entry] = self.writer;
@@ -159,8 +176,16 @@ impl KvStore for RingStep<'_> {
     fn read(&self, layer: usize) -> Result<CacheView> {
         let r = &*self.ring;
         let order: Vec<usize> = (0..r.len).map(|j| (r.read_offset + j) % r.len).collect();
+        // The prefill group reads its own entries in the layout it wrote them.
+        let own = if self.writer.is_decode() { None } else { r.prefill_layout[layer].as_ref() };
         let gather = |entries: &Vec<Vec<f32>>| -> Result<Tensor> {
-            let flat: Vec<f32> = order.iter().flat_map(|&e| entries[e].iter().copied()).collect();
+            let flat: Vec<f32> = order
+                .iter()
+                .flat_map(|&e| match own {
+                    Some(p) if !r.writers[e].is_decode() => Ring::unpermute(&entries[e], p),
+                    _ => entries[e].clone(),
+                })
+                .collect();
             // [S, KV, D] -> [KV, S, D]
             Ok(Tensor::from_vec(flat, (r.len, r.kv_heads, r.head_dim), &Cpu::Cpu)?
                 .transpose(0, 1)?
@@ -207,7 +232,10 @@ impl SimDevice {
     pub fn from_hef(hef: Hef, spec: SimSpec, what: String) -> Result<Self> {
         let ckpt = spec.checkpoint.load()?;
         let c = &ckpt.config;
-        let mut specs = spec.faults.clone();
+        // cache-layout is realized in the ring itself (how prefill writes), so the cache
+        // buffers show it as a device's would; the other faults run in the emulator.
+        let (layouts, mut specs): (Vec<String>, Vec<String>) =
+            spec.faults.iter().cloned().partition(|f| f.starts_with("cache-layout"));
         if spec.mistakes.contains(&Mistake::MissingLmHead) {
             specs.push("no-lm-head".into());
         }
@@ -239,7 +267,22 @@ impl SimDevice {
                 Ok((q(2 * l)?, q(2 * l + 1)?))
             })
             .collect::<Result<Vec<_>>>()?;
-        let ring = Ring::new(ring_len, c.num_layers, c.num_kv_heads, c.head_dim, quant);
+        let mut ring = Ring::new(ring_len, c.num_layers, c.num_kv_heads, c.head_dim, quant);
+        for f in &layouts {
+            crate::fault::catalog::parse(f, c)?;
+            let fs = crate::fault::spec::FaultSpec::parse(f)?;
+            let layout = fs.get("layout", Some(0)).unwrap_or("transpose");
+            let perm: Vec<usize> =
+                crate::fault::catalog::cache_permutation(layout, c.num_kv_heads, c.head_dim)
+                    .into_iter()
+                    .map(|x| x as usize)
+                    .collect();
+            for (l, slot) in ring.prefill_layout.iter_mut().enumerate() {
+                if fs.applies(l) {
+                    *slot = Some(perm.clone());
+                }
+            }
+        }
         Ok(SimDevice {
             hef: Rc::new(hef),
             what,

@@ -385,7 +385,7 @@ struct CacheLayout {
     perm: Vec<u32>,
 }
 
-fn cache_permutation(layout: &str, kv: usize, d: usize) -> Vec<u32> {
+pub fn cache_permutation(layout: &str, kv: usize, d: usize) -> Vec<u32> {
     (0..kv * d)
         .map(|f| {
             let (head, i) = (f / d, f % d);

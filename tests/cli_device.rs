@@ -1,0 +1,157 @@
+//! `synth-hef`, `audit`, `capture` and `run --backend hef=...` from the outside.
+
+use assert_cmd::Command;
+use predicates::prelude::*;
+use std::path::{Path, PathBuf};
+
+fn hefprobe() -> Command {
+    Command::cargo_bin("hefprobe").unwrap()
+}
+
+fn checkpoint(dir: &Path) -> PathBuf {
+    let ck = dir.join("ck");
+    hefprobe()
+        .args([
+            "synth",
+            "--arch",
+            "llama",
+            "--hidden",
+            "64",
+            "--layers",
+            "2",
+            "--heads",
+            "4",
+            "--kv-heads",
+            "2",
+        ])
+        .args(["--vocab", "300", "-o"])
+        .arg(&ck)
+        .assert()
+        .success();
+    ck
+}
+
+fn synth_hef(ck: &Path, out: &Path, extra: &[&str]) {
+    hefprobe()
+        .arg("synth-hef")
+        .arg("--checkpoint")
+        .arg(ck)
+        .args(["--prefill-tokens", "16", "--kv-cache-size", "128", "-o"])
+        .arg(out)
+        .args(extra)
+        .assert()
+        .success();
+}
+
+#[test]
+fn audit_passes_a_clean_hef_and_names_each_structural_mistake() {
+    let t = tempfile::tempdir().unwrap();
+    let ck = checkpoint(t.path());
+    let clean = t.path().join("clean.hef");
+    synth_hef(&ck, &clean, &[]);
+    hefprobe().arg("audit").arg(&clean).arg("--checkpoint").arg(&ck).assert().code(0);
+    for (mistake, finding) in [
+        ("missing-lm-head", "logits-width"),
+        ("full-sequence-output", "logits-rows"),
+        ("misspelled-config-key", "config-unknown-key"),
+        ("wrong-rope-width", "rope-width"),
+    ] {
+        let h = t.path().join(format!("{mistake}.hef"));
+        synth_hef(&ck, &h, &["--mistake", mistake]);
+        let out = hefprobe().arg("audit").arg(&h).arg("--checkpoint").arg(&ck).arg("--json").assert().code(1);
+        let json: serde_json::Value = serde_json::from_slice(&out.get_output().stdout).unwrap();
+        let ids: Vec<&str> =
+            json["findings"].as_array().unwrap().iter().map(|f| f["id"].as_str().unwrap()).collect();
+        assert!(ids.contains(&finding), "{mistake}: findings {ids:?}");
+    }
+    // A sharded lm_head is reported with the order HailoRT concatenates the outputs in.
+    let sharded = t.path().join("sharded.hef");
+    synth_hef(&ck, &sharded, &["--lm-head-shards", "3"]);
+    hefprobe()
+        .arg("audit")
+        .arg(&sharded)
+        .arg("--markdown")
+        .assert()
+        .code(0)
+        .stdout(predicate::str::contains("logits-sharded"));
+    // The structural diff against the clean HEF finds the missing lm_head.
+    hefprobe()
+        .arg("audit")
+        .arg(t.path().join("missing-lm-head.hef"))
+        .arg("--against")
+        .arg(&clean)
+        .assert()
+        .code(1)
+        .stdout(predicate::str::contains("output_layer1"));
+}
+
+#[test]
+fn split_workflow_save_inputs_capture_on_the_device_host_compare_here() {
+    let t = tempfile::tempdir().unwrap();
+    let ck = checkpoint(t.path());
+    let h = t.path().join("m.hef");
+    synth_hef(&ck, &h, &[]);
+    let probe = t.path().join("p.toml");
+    std::fs::write(
+        &probe,
+        format!(
+            "version = 1\nname = \"p\"\nquestion = \"q\"\ntaps = [\"logits\"]\n[checkpoint]\npath = \"{}\"\n\
+             [inputs]\ntokens = [{}]\nchunk = 16\ndecode = 8\n[[backend]]\nname = \"device\"\nkind = \"hef\"\npath = \"{}\"\n",
+            ck.display(),
+            (0..20).map(|i| ((i * 13 + 3) % 300).to_string()).collect::<Vec<_>>().join(", "),
+            h.display()
+        ),
+    )
+    .unwrap();
+    let inputs = t.path().join("inputs.npz");
+    let refcap = t.path().join("caps");
+    hefprobe()
+        .arg("run")
+        .arg(&probe)
+        .arg("--save-inputs")
+        .arg(&inputs)
+        .arg("--save-captures")
+        .arg(&refcap)
+        .assert()
+        .code(0)
+        .stdout(predicate::str::contains("no drift beyond thresholds"));
+    // On the "device host": replay the inputs, record frames.
+    let cap = t.path().join("device.npz");
+    let frames = t.path().join("frames.npz");
+    hefprobe()
+        .arg("capture")
+        .arg(&h)
+        .arg("--inputs")
+        .arg(&inputs)
+        .arg("-o")
+        .arg(&cap)
+        .arg("--record-frames")
+        .arg(&frames)
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("10 phases captured"));
+    assert!(frames.is_file());
+    // Back on the workstation.
+    hefprobe()
+        .arg("compare")
+        .arg(refcap.join("reference.npz"))
+        .arg(&cap)
+        .args(["--threshold", "*:cosine=0.999"])
+        .assert()
+        .code(0);
+    // A compiled HEF without the simulator resource needs the real device.
+    let real = t.path().join("real.hef");
+    let mut hef = hefprobe::hef::Hef::read(&h).unwrap();
+    hef.resources.retain(|r| r.name != "hefprobe-sim.json");
+    std::fs::write(&real, hef.to_bytes()).unwrap();
+    hefprobe()
+        .arg("capture")
+        .arg(&real)
+        .arg("--inputs")
+        .arg(&inputs)
+        .arg("-o")
+        .arg(&cap)
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("--features hailo"));
+}
