@@ -1,3 +1,4 @@
+#![cfg(feature = "crosscheck")]
 //! The reference against candle-transformers' llama and qwen2 (independent implementations)
 //! on the same synthesized weights: last-position logits after a prompt and decode steps.
 

@@ -22,6 +22,11 @@ pub struct ReferenceArgs {
     /// Output capture (.npz, keys PHASE/TAP).
     #[arg(short = 'o', long)]
     pub out: PathBuf,
+    /// Also run candle-transformers' own llama/qwen2 on the same weights and report how its
+    /// last-position logits agree with the reference's (an independent implementation).
+    #[cfg(feature = "crosscheck")]
+    #[arg(long)]
+    pub crosscheck: bool,
 }
 
 pub fn run(a: ReferenceArgs) -> Result<ExitCode> {
@@ -57,6 +62,10 @@ pub fn run(a: ReferenceArgs) -> Result<ExitCode> {
         };
         println!("  {phase:<10} {:>4} tokens  positions {pos:<10} next token {argmax}", tokens.len());
     }
+    #[cfg(feature = "crosscheck")]
+    if a.crosscheck && result.is_ok() {
+        crosscheck(&ckpt, &model, &inputs, &record)?;
+    }
     match result {
         Ok(_) => {
             println!("wrote {} ({} tensors)", a.out.display(), sink.written.len());
@@ -72,4 +81,50 @@ pub fn run(a: ReferenceArgs) -> Result<ExitCode> {
             Err(e)
         }
     }
+}
+
+/// Last-position logits of every phase against candle-transformers' model on the same weights.
+#[cfg(feature = "crosscheck")]
+fn crosscheck(
+    ckpt: &crate::model::Checkpoint,
+    model: &Decoder,
+    inputs: &crate::probe::inputs::InputSet,
+    record: &RunRecord,
+) -> Result<()> {
+    use crate::compare::metrics;
+    use crate::model::decoder::{FullCache, StepInput};
+    use crate::tap::{NoTaps, Phase};
+    if inputs.start_position != 0 {
+        return Err(crate::error::Error::usage("--crosscheck runs from position 0; drop --start-position"));
+    }
+    let theirs =
+        crate::model::crosscheck::candle_transformers_logits(ckpt, &inputs.prompt, &record.decode_tokens)?;
+    let mut cache = FullCache::new(model.cfg.num_layers);
+    let mut ours = Vec::new();
+    let steps = std::iter::once(inputs.prompt.clone()).chain(record.decode_tokens.iter().map(|&t| vec![t]));
+    let mut pos = inputs.start_position;
+    for (k, tokens) in steps.enumerate() {
+        let phase = if k == 0 { Phase::Prefill } else { Phase::Decode(k - 1) };
+        let input = StepInput {
+            phase,
+            embeds: model.embed_tokens(&tokens)?,
+            positions: (pos..pos + tokens.len()).collect(),
+            frame: None,
+        };
+        pos += tokens.len();
+        let l = model.step(&input, &mut cache, &mut NoTaps, &mut NoHooks)?;
+        ours.push(l.get(tokens.len() - 1)?.to_vec1::<f32>()?);
+    }
+    let worst = ours
+        .iter()
+        .zip(&theirs)
+        .map(|(a, b)| metrics::compute(b, a, None))
+        .fold((1f64, 0f64), |(c, m), x| (c.min(x.cosine), m.max(x.max_abs)));
+    println!(
+        "crosscheck vs candle-transformers: {} steps, worst cosine {:.9}, worst max |diff| {:.3e}",
+        ours.len(),
+        worst.0,
+        worst.1
+    );
+    Ok(())
 }

@@ -1,6 +1,7 @@
 //! The float32 reference: config, weights, the instrumented decoder, tokenizer, synthesis.
 
 pub mod config;
+#[cfg(feature = "crosscheck")]
 pub mod crosscheck;
 pub mod decoder;
 pub mod hooks;
