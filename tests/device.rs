@@ -28,8 +28,10 @@ fn hef(opts: SynthHefOptions) -> (Checkpoint, Hef) {
     let s = spec();
     let ckpt = s.build().unwrap();
     let h = synth_hef(&ckpt, SimCheckpoint::Synth(s), &opts).unwrap();
-    // Through the file format, as a device host would read it.
-    (ckpt, Hef::from_bytes(&h.to_bytes(), "sim.hef").unwrap())
+    // Through the file format, as a device host would read it: every field survives.
+    let back = Hef::from_bytes(&h.to_bytes(), "sim.hef").unwrap();
+    assert_eq!(back, h);
+    (ckpt, back)
 }
 
 fn small() -> SynthHefOptions {

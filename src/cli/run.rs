@@ -16,6 +16,9 @@ pub struct RunArgs {
     /// Replace the probe's backends: emulator[=FAULT+FAULT], dump=PATH[,map=MAP], hef=PATH.
     #[arg(long = "backend", value_name = "SPEC")]
     pub backends: Vec<String>,
+    /// Shorthand for one emulator backend with these faults: NAME[:PARAMS][@layers=RANGE].
+    #[arg(long = "fault", value_name = "SPEC", conflicts_with = "backends")]
+    pub faults: Vec<String>,
     #[command(flatten)]
     pub out: ReportArgs,
     /// Write the InputSet as .npz (for `hefprobe capture` on a device host).
@@ -69,8 +72,15 @@ pub fn command_line() -> String {
 
 pub fn run(a: RunArgs) -> Result<ExitCode> {
     let probe = Probe::load(&a.probe)?;
+    let mut backends: Vec<BackendSpec> =
+        a.backends.iter().map(|b| BackendSpec::parse_cli(b)).collect::<Result<_>>()?;
+    if !a.faults.is_empty() {
+        let mut b = BackendSpec::parse_cli("emulator")?;
+        b.faults = a.faults.clone();
+        backends.push(b);
+    }
     let opts = RunOptions {
-        backends: a.backends.iter().map(|b| BackendSpec::parse_cli(b)).collect::<Result<_>>()?,
+        backends,
         thresholds: a.out.thresholds.clone(),
         save_inputs: a.save_inputs.clone(),
         save_captures: a.save_captures.clone(),

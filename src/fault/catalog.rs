@@ -562,6 +562,21 @@ mod tests {
     use super::*;
 
     #[test]
+    fn faults_that_do_not_apply_say_why() {
+        let mut cfg = crate::model::synth::preset_config("tinystories").unwrap();
+        cfg.num_kv_heads = 1;
+        let e = parse("cache-layout:transpose", &cfg).err().unwrap().to_string();
+        assert!(e.contains("at least 2 kv heads") && e.contains("has 1"), "{e}");
+        cfg.num_heads = 1;
+        let e = parse("shared-softmax", &cfg).err().unwrap().to_string();
+        assert!(e.contains("one attention head"), "{e}");
+        let e = parse("no-lm-head@layers=1", &cfg).err().unwrap().to_string();
+        assert!(e.contains("not per layer"), "{e}");
+        let e = parse("position-shift:0", &cfg).err().unwrap().to_string();
+        assert!(e.contains("clean run"), "{e}");
+    }
+
+    #[test]
     fn permutations_are_permutations() {
         for (layout, kv, d) in [("transpose", 2, 4), ("transpose", 3, 8), ("interleave", 2, 8)] {
             let mut p = cache_permutation(layout, kv, d);

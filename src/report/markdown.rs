@@ -207,15 +207,7 @@ fn lens_section(report: &Report, o: &mut String) {
         if rows.is_empty() {
             continue;
         }
-        let flips = crate::compare::lens::first_lens_flip(rows);
         let _ = writeln!(o, "\n## Logit lens: reference vs {cand}\n");
-        if flips.is_empty() {
-            let _ =
-                writeln!(o, "At the last position of every phase, every layer's lens top-1 token agrees.");
-        } else {
-            let s: Vec<String> = flips.iter().map(|(p, l)| format!("{p}: layer {l}")).collect();
-            let _ =
-                writeln!(o, "First layer whose lens top-1 token differs (last position): {}.", s.join("; "));
-        }
+        let _ = writeln!(o, "{}.", super::terminal::lens_sentence(rows));
     }
 }

@@ -133,6 +133,9 @@ pub fn render(report: &Report, color: bool) -> String {
             t.add_row(cells);
         }
         let _ = writeln!(out, "{t}");
+        if let Some((_, rows)) = report.lens.iter().find(|(c, _)| *c == pair.candidate) {
+            let _ = writeln!(out, "{}", lens_sentence(rows));
+        }
         if shown.len() < all.len() {
             let _ = writeln!(
                 out,
@@ -147,6 +150,20 @@ pub fn render(report: &Report, color: bool) -> String {
         let _ = writeln!(out, "\n{}", explain_table(e, color));
     }
     out
+}
+
+/// Where the logit lens's top-1 token first parts between the two sides, per phase.
+pub fn lens_sentence(rows: &[crate::compare::lens::LensRow]) -> String {
+    let flips = crate::compare::lens::first_lens_flip(rows);
+    if flips.is_empty() {
+        return "logit lens (last position of each phase): every layer's top-1 token agrees".into();
+    }
+    let shown: Vec<String> = flips.iter().take(4).map(|(p, l)| format!("{p} at layer {l}")).collect();
+    let more = if flips.len() > 4 { format!(" (+{} more phases)", flips.len() - 4) } else { String::new() };
+    format!(
+        "logit lens (last position of each phase): the top-1 token first differs {}{more}",
+        shown.join(", ")
+    )
 }
 
 pub fn blame_sentence(layers: &[usize]) -> String {
