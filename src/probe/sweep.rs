@@ -249,12 +249,10 @@ pub fn render_markdown(probe: &Probe, points: &[SweepPoint], command: &str, svg:
 
 /// Metric vs hidden size, one line per setting.
 pub fn write_svg(points: &[SweepPoint], path: &std::path::Path) -> Result<()> {
+    use crate::report::svg::{draw_lines, LinePanel};
     use plotters::prelude::*;
-    let e = |x: &dyn std::fmt::Display| {
-        Error::input(path.display().to_string(), format!("drawing the plot: {x}"))
-    };
+    let e = |x: String| Error::input(path.display().to_string(), format!("drawing the plot: {x}"));
     let mut settings: Vec<&str> = points.iter().map(|p| p.setting.as_str()).collect();
-    settings.dedup();
     settings.sort();
     settings.dedup();
     let xs: Vec<f64> = points.iter().map(|p| p.hidden as f64).collect();
@@ -262,75 +260,49 @@ pub fn write_svg(points: &[SweepPoint], path: &std::path::Path) -> Result<()> {
     let pad = ((x1 - x0) * 0.05).max(8.0);
     let lo = points.iter().map(|p| p.logits_cosine).fold(1.0f64, f64::min);
     let y0 = ((lo * 100.0).floor() / 100.0 - 0.01).max(-1.0);
-    let root = SVGBackend::new(path, (860, 620)).into_drawing_area();
-    root.fill(&WHITE).map_err(|x| e(&x))?;
-    let (top, bottom) = root.split_vertically(310);
-    let palette = [
-        RGBColor(31, 119, 180),
-        RGBColor(214, 39, 40),
-        RGBColor(44, 160, 44),
-        RGBColor(255, 127, 14),
-        RGBColor(148, 103, 189),
-    ];
-    let int_label = |x: &f64| format!("{}", x.round() as i64);
-    let mut chart = ChartBuilder::on(&top)
-        .caption("logits cosine vs hidden size (teacher-forced)", ("sans-serif", 18))
-        .margin(12)
-        .x_label_area_size(32)
-        .y_label_area_size(70)
-        .build_cartesian_2d(x0 - pad..x1 + pad, y0..1.0005)
-        .map_err(|x| e(&x))?;
-    chart
-        .configure_mesh()
-        .x_desc("hidden")
-        .y_desc("cosine")
-        .x_label_formatter(&int_label)
-        .draw()
-        .map_err(|x| e(&x))?;
-    for (i, s) in settings.iter().enumerate() {
-        let c = palette[i % palette.len()];
-        let pts: Vec<(f64, f64)> =
-            points.iter().filter(|p| p.setting == *s).map(|p| (p.hidden as f64, p.logits_cosine)).collect();
-        chart
-            .draw_series(LineSeries::new(pts.clone(), c.stroke_width(2)))
-            .map_err(|x| e(&x))?
-            .label(s.to_string())
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], c.stroke_width(2)));
-        chart.draw_series(pts.iter().map(|p| Circle::new(*p, 3, c.filled()))).map_err(|x| e(&x))?;
-    }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::LowerLeft)
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .draw()
-        .map_err(|x| e(&x))?;
     let runs = points.iter().map(|p| p.longest_run).max().unwrap_or(1) as f64;
-    let mut chart = ChartBuilder::on(&bottom)
-        .caption("longest run of one repeated token in greedy generation", ("sans-serif", 18))
-        .margin(12)
-        .x_label_area_size(32)
-        .y_label_area_size(70)
-        .build_cartesian_2d(x0 - pad..x1 + pad, 0.0..runs + 1.0)
-        .map_err(|x| e(&x))?;
-    chart
-        .configure_mesh()
-        .x_desc("hidden")
-        .y_desc("tokens")
-        .x_label_formatter(&int_label)
-        .draw()
-        .map_err(|x| e(&x))?;
-    for (i, s) in settings.iter().enumerate() {
-        let c = palette[i % palette.len()];
-        let pts: Vec<(f64, f64)> = points
+    let series = |f: &dyn Fn(&SweepPoint) -> f64, labelled: bool| -> Vec<(String, Vec<(f64, f64)>)> {
+        settings
             .iter()
-            .filter(|p| p.setting == *s)
-            .map(|p| (p.hidden as f64, p.longest_run as f64))
-            .collect();
-        chart.draw_series(LineSeries::new(pts.clone(), c.stroke_width(2))).map_err(|x| e(&x))?;
-        chart.draw_series(pts.iter().map(|p| Circle::new(*p, 3, c.filled()))).map_err(|x| e(&x))?;
-    }
-    root.present().map_err(|x| e(&x))?;
+            .map(|s| {
+                let pts =
+                    points.iter().filter(|p| p.setting == *s).map(|p| (p.hidden as f64, f(p))).collect();
+                (if labelled { s.to_string() } else { String::new() }, pts)
+            })
+            .collect()
+    };
+    let root = SVGBackend::new(path, (860, 620)).into_drawing_area();
+    root.fill(&WHITE).map_err(|x| e(x.to_string()))?;
+    let (top, bottom) = root.split_vertically(310);
+    draw_lines(
+        &top,
+        &LinePanel {
+            caption: "logits cosine vs hidden size (teacher-forced)",
+            x_desc: "hidden",
+            y_desc: "cosine",
+            x: x0 - pad..x1 + pad,
+            y: y0..1.0005,
+            x_labels: 10,
+            series: series(&|p| p.logits_cosine, true),
+            legend: true,
+        },
+    )
+    .map_err(e)?;
+    draw_lines(
+        &bottom,
+        &LinePanel {
+            caption: "longest run of one repeated token in greedy generation",
+            x_desc: "hidden",
+            y_desc: "tokens",
+            x: x0 - pad..x1 + pad,
+            y: 0.0..runs + 1.0,
+            x_labels: 10,
+            series: series(&|p| p.longest_run as f64, false),
+            legend: false,
+        },
+    )
+    .map_err(e)?;
+    root.present().map_err(|x| e(x.to_string()))?;
     Ok(())
 }
 

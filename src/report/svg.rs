@@ -73,96 +73,129 @@ pub fn write(report: &Report, prefix: &Path) -> Result<Vec<String>> {
     Ok(written)
 }
 
-/// (label, cosine per layer, SQNR per layer).
-type Series = (String, Vec<(usize, f64)>, Vec<(usize, f64)>);
+/// One panel of lines over an integer x axis (layers, hidden sizes): the look every hefprobe
+/// line plot shares.
+pub struct LinePanel<'a> {
+    pub caption: &'a str,
+    pub x_desc: &'a str,
+    pub y_desc: &'a str,
+    pub x: std::ops::Range<f64>,
+    pub y: std::ops::Range<f64>,
+    pub x_labels: usize,
+    /// (label, points); a label of "" adds no legend entry.
+    pub series: Vec<(String, Vec<(f64, f64)>)>,
+    pub legend: bool,
+}
 
-fn layers_plot(report: &Report, path: &Path) -> std::result::Result<bool, String> {
-    let series: Vec<Series> = report
-        .comparisons
-        .iter()
-        .map(|p| {
-            let cos = per_layer(p, LayerTap::Out, |r| r.cosine());
-            let sq = per_layer(p, LayerTap::Out, |r| r.metrics.as_ref().map(|m| m.sqnr_db.min(200.0)));
-            (label(p), cos, sq)
-        })
-        .filter(|(_, c, _)| !c.is_empty())
-        .collect();
-    if series.is_empty() {
-        return Ok(false);
-    }
-    let layers = series.iter().flat_map(|s| s.1.iter().map(|(l, _)| *l)).max().unwrap_or(0) + 1;
-    let min_cos = series.iter().flat_map(|s| s.1.iter().map(|(_, c)| *c)).fold(1.0f64, f64::min);
-    let y0 = if min_cos > 0.999 { 0.999 } else { (min_cos * 100.0).floor() / 100.0 - 0.01 };
-    let sq: Vec<f64> =
-        series.iter().flat_map(|s| s.2.iter().map(|(_, v)| *v)).filter(|v| v.is_finite()).collect();
-    let (s0, s1) = (
-        sq.iter().copied().fold(f64::INFINITY, f64::min),
-        sq.iter().copied().fold(f64::NEG_INFINITY, f64::max),
-    );
-    let (s0, s1) = if s0.is_finite() { ((s0 - 5.0).floor(), (s1 + 5.0).ceil()) } else { (0.0, 100.0) };
-
+/// Draw `panel` into `area`.
+pub fn draw_lines<DB: DrawingBackend>(
+    area: &DrawingArea<DB, plotters::coord::Shift>,
+    panel: &LinePanel,
+) -> std::result::Result<(), String>
+where
+    DB::ErrorType: 'static,
+{
     let e = |x: &dyn std::fmt::Display| x.to_string();
-    let root = SVGBackend::new(path, (860, 620)).into_drawing_area();
-    root.fill(&WHITE).map_err(|x| e(&x))?;
-    let (top, bottom) = root.split_vertically(310);
-    let x_range = -0.5f64..(layers as f64 - 0.5);
-    let mut chart = ChartBuilder::on(&top)
-        .caption("cosine per layer (layers.I.out, worst phase)", ("sans-serif", 18))
+    let mut chart = ChartBuilder::on(area)
+        .caption(panel.caption, ("sans-serif", 18))
         .margin(12)
         .x_label_area_size(32)
         .y_label_area_size(70)
-        .build_cartesian_2d(x_range.clone(), y0..1.0005)
+        .build_cartesian_2d(panel.x.clone(), panel.y.clone())
         .map_err(|x| e(&x))?;
     let int_label = |x: &f64| format!("{}", x.round() as i64);
     chart
         .configure_mesh()
-        .x_desc("layer")
-        .y_desc("cosine")
-        .x_labels(layers.min(32))
+        .x_desc(panel.x_desc)
+        .y_desc(panel.y_desc)
+        .x_labels(panel.x_labels)
         .x_label_formatter(&int_label)
         .draw()
         .map_err(|x| e(&x))?;
-    for (i, (name, cos, _)) in series.iter().enumerate() {
+    for (i, (name, pts)) in panel.series.iter().enumerate() {
         let color = PALETTE[i % PALETTE.len()];
-        let pts: Vec<(f64, f64)> = cos.iter().map(|(l, c)| (*l as f64, *c)).collect();
+        let line =
+            chart.draw_series(LineSeries::new(pts.clone(), color.stroke_width(2))).map_err(|x| e(&x))?;
+        if !name.is_empty() {
+            line.label(name.clone())
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2)));
+        }
+        chart.draw_series(pts.iter().map(|p| Circle::new(*p, 3, color.filled()))).map_err(|x| e(&x))?;
+    }
+    if panel.legend {
         chart
-            .draw_series(LineSeries::new(pts.clone(), color.stroke_width(2)))
-            .map_err(|x| e(&x))?
-            .label(name.clone())
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2)));
-        chart.draw_series(pts.iter().map(|p| Circle::new(*p, 3, color.filled()))).map_err(|x| e(&x))?;
+            .configure_series_labels()
+            .position(SeriesLabelPosition::LowerLeft)
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK)
+            .draw()
+            .map_err(|x| e(&x))?;
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::LowerLeft)
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .draw()
-        .map_err(|x| e(&x))?;
+    Ok(())
+}
 
-    let mut chart = ChartBuilder::on(&bottom)
-        .caption("SQNR per layer (dB, layers.I.out, worst phase; identical = 200)", ("sans-serif", 18))
-        .margin(12)
-        .x_label_area_size(32)
-        .y_label_area_size(70)
-        .build_cartesian_2d(x_range, s0..s1)
-        .map_err(|x| e(&x))?;
-    chart
-        .configure_mesh()
-        .x_desc("layer")
-        .y_desc("SQNR dB")
-        .x_labels(layers.min(32))
-        .x_label_formatter(&int_label)
-        .draw()
-        .map_err(|x| e(&x))?;
-    for (i, (_, _, sq)) in series.iter().enumerate() {
-        let color = PALETTE[i % PALETTE.len()];
-        let pts: Vec<(f64, f64)> =
-            sq.iter().filter(|(_, v)| v.is_finite()).map(|(l, v)| (*l as f64, *v)).collect();
-        chart.draw_series(LineSeries::new(pts.clone(), color.stroke_width(2))).map_err(|x| e(&x))?;
-        chart.draw_series(pts.iter().map(|p| Circle::new(*p, 3, color.filled()))).map_err(|x| e(&x))?;
+fn layers_plot(report: &Report, path: &Path) -> std::result::Result<bool, String> {
+    let points = |v: Vec<(usize, f64)>| -> Vec<(f64, f64)> {
+        v.into_iter().filter(|(_, y)| y.is_finite()).map(|(l, y)| (l as f64, y)).collect()
+    };
+    let mut cos = Vec::new();
+    let mut sqnr = Vec::new();
+    for p in &report.comparisons {
+        let c = per_layer(p, LayerTap::Out, |r| r.cosine());
+        if c.is_empty() {
+            continue;
+        }
+        cos.push((label(p), points(c)));
+        sqnr.push((
+            String::new(),
+            points(per_layer(p, LayerTap::Out, |r| r.metrics.as_ref().map(|m| m.sqnr_db.min(200.0)))),
+        ));
     }
-    root.present().map_err(|x| e(&x))?;
+    if cos.is_empty() {
+        return Ok(false);
+    }
+    let all = |s: &[(String, Vec<(f64, f64)>)]| -> Vec<(f64, f64)> {
+        s.iter().flat_map(|(_, p)| p.iter().copied()).collect()
+    };
+    let layers = all(&cos).iter().map(|(x, _)| *x as usize).max().unwrap_or(0) + 1;
+    let min_cos = all(&cos).iter().map(|(_, y)| *y).fold(1.0f64, f64::min);
+    let y0 = if min_cos > 0.999 { 0.999 } else { (min_cos * 100.0).floor() / 100.0 - 0.01 };
+    let sq: Vec<f64> = all(&sqnr).iter().map(|(_, y)| *y).collect();
+    let (s0, s1) = match (sq.iter().copied().reduce(f64::min), sq.iter().copied().reduce(f64::max)) {
+        (Some(a), Some(b)) => ((a - 5.0).floor(), (b + 5.0).ceil()),
+        _ => (0.0, 100.0),
+    };
+    let root = SVGBackend::new(path, (860, 620)).into_drawing_area();
+    root.fill(&WHITE).map_err(|x| x.to_string())?;
+    let (top, bottom) = root.split_vertically(310);
+    let x = -0.5f64..(layers as f64 - 0.5);
+    draw_lines(
+        &top,
+        &LinePanel {
+            caption: "cosine per layer (layers.I.out, worst phase)",
+            x_desc: "layer",
+            y_desc: "cosine",
+            x: x.clone(),
+            y: y0..1.0005,
+            x_labels: layers.min(32),
+            series: cos,
+            legend: true,
+        },
+    )?;
+    draw_lines(
+        &bottom,
+        &LinePanel {
+            caption: "SQNR per layer (dB, layers.I.out, worst phase; identical = 200)",
+            x_desc: "layer",
+            y_desc: "SQNR dB",
+            x,
+            y: s0..s1,
+            x_labels: layers.min(32),
+            series: sqnr,
+            legend: false,
+        },
+    )?;
+    root.present().map_err(|x| x.to_string())?;
     Ok(true)
 }
 
