@@ -84,3 +84,32 @@ fn nothing_in_the_catalog_is_said_plainly() {
     let report = explain(&ckpt, &model, &inputs, &reference, "noisy", &observed, &spec).unwrap();
     assert!(report.conclusion.starts_with("nothing in the catalog explains"), "{}", report.conclusion);
 }
+
+#[test]
+fn three_way_attribution_splits_drift_into_what_quantization_explains() {
+    let (ckpt, inputs) = matrix_model().unwrap();
+    let model = std::sync::Arc::new(hefprobe::model::Decoder::new(&ckpt).unwrap());
+    let logits = TapSelection::parse(&["logits".to_string()]).unwrap();
+    let reference = DecoderBackend::reference(model.clone()).run(&inputs, &logits).capture;
+    let observe = |faults: &[&str]| {
+        let f = parse_all(&faults.iter().map(|s| s.to_string()).collect::<Vec<_>>(), &ckpt.config).unwrap();
+        DecoderBackend::emulator("obs", &ckpt, f).unwrap().run(&inputs, &logits).capture
+    };
+    let spec = ExplainSpec {
+        faults: Some(vec!["no-lm-head".into()]),
+        quant: Some("w4a8".into()),
+        ..Default::default()
+    };
+    // Observed = exactly the quantization hypothesis: it explains all of the drift.
+    let quantized = observe(&["quant:w4a8"]);
+    let report = explain(&ckpt, &model, &inputs, &reference, "obs", &quantized, &spec).unwrap();
+    assert_eq!(report.attribution.len(), 4, "prefill and 3 decode steps");
+    for a in &report.attribution {
+        assert!(a.reference_vs_observed < 0.9999 && a.quant_vs_observed > 1.0 - 1e-9, "{a:?}");
+        assert!(a.explained > 0.99, "{a:?}");
+    }
+    // Observed = quantization plus a softmax shared across heads: quantization explains little.
+    let both = observe(&["quant:w4a8", "shared-softmax"]);
+    let report = explain(&ckpt, &model, &inputs, &reference, "obs", &both, &spec).unwrap();
+    assert!(report.attribution.iter().all(|a| a.explained < 0.5), "{:?}", report.attribution);
+}
