@@ -54,13 +54,21 @@ fn sentence(l: &Located, row: &TapRow) -> String {
         s += &format!(" — shape {:?} where the reference has {:?}", row.cand_shape, row.ref_shape);
         return s;
     }
-    s += &format!(" — {}", l.failures.join("; "));
+    // A failed row-sum bound is said below in words ("per-head sums ≠ 1").
+    let said: Vec<String> =
+        row.failures.iter().filter(|f| f.metric != "prob_sum_err").map(|f| f.describe()).collect();
+    if !said.is_empty() {
+        s += &format!(" — {}", said.join("; "));
+    } else {
+        s += " —";
+    }
     if !l.worst_heads.is_empty() {
         let h: Vec<String> = l.worst_heads.iter().map(|(h, c)| format!("{h} ({})", fmt_num(*c))).collect();
         s += &format!("; worst heads {}", h.join(", "));
     }
     if let Some(e) = l.prob_sum_err.filter(|e| *e > 1e-3) {
-        s += &format!("; per-head sums ≠ 1 (max |Σp − 1| = {})", fmt_num(e));
+        let sep = if said.is_empty() { "" } else { ";" };
+        s += &format!("{sep} per-head sums ≠ 1 (max |Σp − 1| = {})", fmt_num(e));
     }
     if let Some(n) = l.mask_leak.filter(|n| *n > 0) {
         s += &format!("; {n} probabilities where the reference masks");
