@@ -155,3 +155,26 @@ fn split_workflow_save_inputs_capture_on_the_device_host_compare_here() {
         .code(2)
         .stderr(predicate::str::contains("--features hailo"));
 }
+
+#[test]
+fn shared_softmax_probe_against_a_hef_explains_it_from_logits_alone() {
+    // What a user with a HEF does: the probe's own checkpoint (synthesized) and a HEF of it
+    // whose graph shares the softmax across heads in layer 0; the device returns logits only.
+    let t = tempfile::tempdir().unwrap();
+    let h = t.path().join("ts.hef");
+    hefprobe()
+        .args(["synth-hef", "--synth", "tinystories", "--fault", "shared-softmax@layers=0", "-o"])
+        .arg(&h)
+        .assert()
+        .success();
+    let probe = Path::new(env!("CARGO_MANIFEST_DIR")).join("probes/shared-softmax.toml");
+    hefprobe()
+        .arg("run")
+        .arg(&probe)
+        .arg("--backend")
+        .arg(format!("hef={}", h.display()))
+        .assert()
+        .code(1)
+        .stdout(predicate::str::contains("explain: which fault reproduces hef (matched on logits)"))
+        .stdout(predicate::str::contains("best explanation: shared-softmax@layers=0"));
+}

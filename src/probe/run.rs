@@ -323,7 +323,12 @@ pub fn run_probe(probe: &Probe, opts: &RunOptions) -> Result<ProbeRun> {
 
     let explain_spec = opts.explain.as_ref().or(probe.explain.as_ref()).filter(|_| !opts.no_explain);
     if let Some(explain) = explain_spec {
-        let observed = explain.observed.clone().unwrap_or_else(|| specs[0].label());
+        // The probe names its own backend; backends replaced on the command line are observed
+        // instead (the first one).
+        let observed = match &explain.observed {
+            Some(o) if opts.backends.is_empty() || specs.iter().any(|b| b.label() == *o) => o.clone(),
+            _ => specs[0].label(),
+        };
         let observed_capture =
             captures.iter().find(|(n, _)| *n == observed).map(|(_, c)| c.clone()).ok_or_else(|| {
                 Error::usage(format!("[explain] observed `{observed}` is not a backend of this probe"))
