@@ -2,7 +2,7 @@
 
 use super::parse_arch;
 use crate::error::{Error, Result};
-use crate::model::synth::{SynthSpec, PRESETS};
+use crate::model::synth::{SynthOverrides, SynthSpec, PRESETS};
 use crate::model::tokenizer::{synth_tokenizer_json, SYNTH_TOKENIZER_VOCAB};
 use crate::model::Arch;
 use candle_core::DType;
@@ -61,22 +61,7 @@ impl SynthArgs {
     pub fn spec(&self) -> Result<SynthSpec> {
         let mut spec = match (&self.preset, self.arch) {
             (Some(p), _) => SynthSpec::preset(p, self.seed)?,
-            (None, Some(arch)) => SynthSpec {
-                preset: None,
-                arch,
-                hidden: 0,
-                layers: 0,
-                heads: 0,
-                kv_heads: 0,
-                head_dim: None,
-                intermediate: None,
-                vocab: Some(512),
-                seed: self.seed,
-                weight_scale: 1.0,
-                massive_channels: 0,
-                massive_scale: 32.0,
-                sliding_window: None,
-            },
+            (None, Some(arch)) => SynthSpec::arch(arch, self.seed),
             (None, None) => {
                 return Err(Error::usage(format!(
                     "give --preset NAME ({}) or --arch with --hidden --layers --heads --kv-heads",
@@ -84,33 +69,20 @@ impl SynthArgs {
                 )))
             }
         };
-        macro_rules! set {
-            ($field:ident) => {
-                if let Some(v) = self.$field {
-                    spec.$field = v;
-                }
-            };
-            (opt $field:ident) => {
-                if self.$field.is_some() {
-                    spec.$field = self.$field;
-                }
-            };
-        }
-        set!(hidden);
-        set!(layers);
-        set!(heads);
-        set!(kv_heads);
-        set!(opt head_dim);
-        set!(opt intermediate);
-        set!(opt vocab);
-        set!(opt sliding_window);
-        if self.preset.is_some() && self.head_dim.is_none() && (self.hidden.is_some() || self.heads.is_some())
-        {
-            spec.head_dim = None;
-        }
-        spec.weight_scale = self.weight_scale;
-        spec.massive_channels = self.massive_channels;
-        spec.massive_scale = self.massive_scale;
+        spec.apply(&SynthOverrides {
+            arch: None,
+            hidden: self.hidden,
+            layers: self.layers,
+            heads: self.heads,
+            kv_heads: self.kv_heads,
+            head_dim: self.head_dim,
+            intermediate: self.intermediate,
+            vocab: self.vocab,
+            sliding_window: self.sliding_window,
+            weight_scale: Some(self.weight_scale),
+            massive_channels: Some(self.massive_channels),
+            massive_scale: Some(self.massive_scale),
+        });
         Ok(spec)
     }
 }

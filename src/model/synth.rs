@@ -59,6 +59,64 @@ impl SynthSpec {
         })
     }
 
+    /// A spec for explicit dims of `arch` (set them with [`SynthSpec::apply`]).
+    pub fn arch(arch: Arch, seed: u64) -> Self {
+        SynthSpec {
+            preset: None,
+            arch,
+            hidden: 0,
+            layers: 0,
+            heads: 0,
+            kv_heads: 0,
+            head_dim: None,
+            intermediate: None,
+            vocab: Some(512),
+            seed,
+            weight_scale: 1.0,
+            massive_channels: 0,
+            massive_scale: 32.0,
+            sliding_window: None,
+        }
+    }
+
+    /// Apply overrides. Changing hidden or heads without giving head_dim (or hidden without
+    /// intermediate) lets those follow the new dims (hidden / heads, 8/3 · hidden) instead of
+    /// keeping the preset's.
+    pub fn apply(&mut self, o: &SynthOverrides) {
+        if let Some(a) = o.arch {
+            self.arch = a;
+        }
+        if o.hidden.is_some() || o.heads.is_some() {
+            self.head_dim = None;
+        }
+        if o.hidden.is_some() {
+            self.intermediate = None;
+        }
+        macro_rules! set {
+            ($f:ident) => {
+                if let Some(v) = o.$f {
+                    self.$f = v;
+                }
+            };
+            (opt $f:ident) => {
+                if o.$f.is_some() {
+                    self.$f = o.$f;
+                }
+            };
+        }
+        set!(hidden);
+        set!(layers);
+        set!(heads);
+        set!(kv_heads);
+        set!(weight_scale);
+        set!(massive_channels);
+        set!(massive_scale);
+        set!(opt head_dim);
+        set!(opt intermediate);
+        set!(opt vocab);
+        set!(opt sliding_window);
+    }
+
     /// A short, stable description used as the checkpoint's source and hash input.
     pub fn describe(&self) -> String {
         let mut s = match &self.preset {
@@ -143,6 +201,23 @@ impl SynthSpec {
             stored_dtype: "f32".into(),
         })
     }
+}
+
+/// Changes to a [`SynthSpec`], from the command line or a probe's `[checkpoint]`.
+#[derive(Debug, Clone, Default)]
+pub struct SynthOverrides {
+    pub arch: Option<Arch>,
+    pub hidden: Option<usize>,
+    pub layers: Option<usize>,
+    pub heads: Option<usize>,
+    pub kv_heads: Option<usize>,
+    pub head_dim: Option<usize>,
+    pub intermediate: Option<usize>,
+    pub vocab: Option<usize>,
+    pub sliding_window: Option<usize>,
+    pub weight_scale: Option<f64>,
+    pub massive_channels: Option<usize>,
+    pub massive_scale: Option<f64>,
 }
 
 /// SwiGLU models use about 8/3 of hidden, rounded up to a multiple of 64.

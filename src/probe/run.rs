@@ -9,7 +9,7 @@ use crate::capture::Capture;
 use crate::compare::thresholds::Thresholds;
 use crate::compare::{compare_selected, lens, locate, RowStatus, View};
 use crate::error::{Error, Result};
-use crate::model::synth::SynthSpec;
+use crate::model::synth::{SynthOverrides, SynthSpec};
 use crate::model::tokenizer::{Tokenizer, SYNTH_TOKENIZER_VOCAB};
 use crate::model::{Arch, Checkpoint, Decoder};
 use crate::probe::inputs::{DecodeSpec, InputSet};
@@ -40,42 +40,26 @@ pub struct RunOptions {
 pub fn synth_spec(c: &CheckpointSpec) -> Result<SynthSpec> {
     let preset = c.synth.as_deref().expect("synth checkpoint");
     let mut s = SynthSpec::preset(preset, c.seed)?;
-    if let Some(a) = &c.arch {
-        s.arch = Arch::parse(a).ok_or_else(|| {
+    let arch = match &c.arch {
+        None => None,
+        Some(a) => Some(Arch::parse(a).ok_or_else(|| {
             Error::usage(format!("[checkpoint] arch `{a}`: expected llama, mistral, qwen2 or qwen3"))
-        })?;
-    }
-    let dims_changed = c.hidden.is_some() || c.heads.is_some();
-    macro_rules! set {
-        ($f:ident) => {
-            if let Some(v) = c.$f {
-                s.$f = v;
-            }
-        };
-        (opt $f:ident) => {
-            if c.$f.is_some() {
-                s.$f = c.$f;
-            }
-        };
-    }
-    set!(hidden);
-    set!(layers);
-    set!(heads);
-    set!(kv_heads);
-    set!(weight_scale);
-    set!(massive_channels);
-    set!(massive_scale);
-    set!(opt intermediate);
-    set!(opt vocab);
-    set!(opt sliding_window);
-    if dims_changed {
-        s.head_dim = c.head_dim;
-        if c.intermediate.is_none() {
-            s.intermediate = None;
-        }
-    } else {
-        set!(opt head_dim);
-    }
+        })?),
+    };
+    s.apply(&SynthOverrides {
+        arch,
+        hidden: c.hidden,
+        layers: c.layers,
+        heads: c.heads,
+        kv_heads: c.kv_heads,
+        head_dim: c.head_dim,
+        intermediate: c.intermediate,
+        vocab: c.vocab,
+        sliding_window: c.sliding_window,
+        weight_scale: c.weight_scale,
+        massive_channels: c.massive_channels,
+        massive_scale: c.massive_scale,
+    });
     Ok(s)
 }
 

@@ -1,9 +1,9 @@
 //! Markdown, ready to paste into a findings page: the question, the exact command that
 //! reproduces the result, versions, checkpoint hash, the tables and the located drift.
 
-use super::terminal::{blame_sentence, cos, pct, phase_span, sci, sqnr, taps_summary, verdict};
+use super::terminal::{blame_sentence, phase_span, taps_summary};
 use super::{compact, relative_to, worst_per_tap, ExplainReport, Report};
-use crate::compare::{fmt_num, PairComparison, TapRow};
+use crate::compare::{PairComparison, TapRow};
 use std::fmt::Write;
 use std::path::Path;
 
@@ -109,48 +109,32 @@ fn pair_section(report: &Report, i: usize, pair: &PairComparison, o: &mut String
         tap_table(&all, local, o);
         let _ = writeln!(o, "\n</details>");
     }
-    let _ = writeln!(o, "\n| phase | first failing tap | logits cosine | argmax | KL mean | flips |");
-    let _ = writeln!(o, "|---|---|---:|---:|---:|---:|");
-    let mut phases: Vec<crate::tap::Phase> = pair.rows.iter().map(|r| r.phase).collect();
-    phases.dedup();
-    for phase in phases {
-        let first = pair.rows.iter().find(|r| r.phase == phase && r.failed());
-        let logits = pair.row(phase, "logits");
-        let l = logits.and_then(|r| r.logits.as_ref());
-        let _ = writeln!(
-            o,
-            "| {phase} | {} | {} | {} | {} | {} |",
-            first.map_or("-".to_string(), |r| format!("`{}`", r.tap)),
-            cos(logits.and_then(TapRow::cosine)),
-            l.map_or("-".into(), |l| format!("{:.0}%", l.argmax_agreement * 100.0)),
-            l.map_or("-".into(), |l| fmt_num(l.kl_mean)),
-            l.map_or("-".into(), |l| l.flips.len().to_string())
-        );
+    let _ = writeln!(o);
+    table(&super::PHASE_HEADER, "llrrrr", super::phase_rows(pair).into_iter().map(|(_, c)| code(c, 1)), o);
+}
+
+/// A Markdown table; cells are escaped; `align` has one `l` or `r` per column.
+fn table(header: &[&str], align: &str, rows: impl Iterator<Item = Vec<String>>, o: &mut String) {
+    let _ = writeln!(o, "| {} |", header.iter().map(|h| esc(h)).collect::<Vec<_>>().join(" | "));
+    let rule: String = align.chars().map(|a| if a == 'r' { "---:|" } else { "---|" }).collect();
+    let _ = writeln!(o, "|{rule}");
+    for r in rows {
+        let _ = writeln!(o, "| {} |", r.iter().map(|c| esc(c)).collect::<Vec<_>>().join(" | "));
     }
 }
 
-fn tap_table(rows: &[(&TapRow, usize, usize)], local: Option<&PairComparison>, o: &mut String) {
-    let local_head = if local.is_some() { " local cosine |" } else { "" };
-    let local_rule = if local.is_some() { "---:|" } else { "" };
-    let _ =
-        writeln!(o, "| tap | worst phase | fails | cosine | SQNR dB | max \\|Δ\\| |{local_head} verdict |");
-    let _ = writeln!(o, "|---|---|---:|---:|---:|---:|{local_rule}---|");
-    for &(row, failed, total) in rows {
-        let m = row.metrics.as_ref();
-        let local_cell = local
-            .map(|l| format!(" {} |", cos(l.row(row.phase, &row.tap).and_then(TapRow::cosine))))
-            .unwrap_or_default();
-        let _ = writeln!(
-            o,
-            "| `{}` | {} | {failed}/{total} | {} | {} | {} |{local_cell} {} |",
-            row.tap,
-            row.phase,
-            cos(row.cosine()),
-            sqnr(m.map(|m| m.sqnr_db)),
-            sci(m.map(|m| m.max_abs)),
-            esc(&verdict(row))
-        );
+/// Cell `i` as inline code (tap and fault names), unless it is "-".
+fn code(mut cells: Vec<String>, i: usize) -> Vec<String> {
+    if cells[i] != "-" {
+        cells[i] = format!("`{}`", cells[i]);
     }
+    cells
+}
+
+fn tap_table(rows: &[(&TapRow, usize, usize)], local: Option<&PairComparison>, o: &mut String) {
+    let cells = rows.iter().map(|&(row, failed, total)| code(super::tap_cells(row, failed, total, local), 0));
+    let align = if local.is_some() { "llrrrrrl" } else { "llrrrrl" };
+    table(&super::tap_header(local.is_some()), align, cells, o);
 }
 
 fn explain_section(e: &ExplainReport, o: &mut String) {
@@ -160,29 +144,13 @@ fn explain_section(e: &ExplainReport, o: &mut String) {
         "Ranked by mean cosine between each emulation and the observation, {}.\n",
         taps_summary(&e.taps)
     );
-    let _ = writeln!(o, "| rank | fault | finding | match cosine | argmax agree | KL mean | note |");
-    let _ = writeln!(o, "|---:|---|---:|---:|---:|---:|---|");
-    let row = |r: &super::ExplainRow, rank: String| {
-        let mut note = r.note.clone().unwrap_or_default();
-        if !r.ties.is_empty() {
-            note += &format!("{}ties: {}", if note.is_empty() { "" } else { "; " }, r.ties.join(", "));
-        }
-        format!(
-            "| {rank} | `{}` | {} | {:.6} | {} | {} | {} |",
-            r.fault,
-            r.finding.map_or("-".into(), |f| f.to_string()),
-            r.match_cosine,
-            pct(r.argmax_agreement),
-            if r.kl_mean.is_nan() { "-".into() } else { fmt_num(r.kl_mean) },
-            esc(&note)
-        )
-    };
-    for r in &e.rows {
-        let _ = writeln!(o, "{}", row(r, r.rank.to_string()));
-    }
-    if let Some(b) = &e.baseline {
-        let _ = writeln!(o, "{}", row(b, "baseline".into()));
-    }
+    let rows = e
+        .rows
+        .iter()
+        .map(|r| super::explain_cells(r, r.rank.to_string()))
+        .chain(e.baseline.iter().map(|b| super::explain_cells(b, "baseline".into())))
+        .map(|c| code(c, 1));
+    table(&super::EXPLAIN_HEADER, "rlrrrrl", rows, o);
     let _ = writeln!(o, "\n{}", esc(&e.conclusion));
     if !e.attribution.is_empty() {
         let _ = writeln!(o, "\n| phase | tap | fp32 vs observed | fp32 vs quant emulation | emulation vs observed | explained |");

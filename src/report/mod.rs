@@ -218,6 +218,82 @@ pub fn worst_per_tap(pair: &PairComparison) -> Vec<(&TapRow, usize, usize)> {
         .collect()
 }
 
+/// The header of the tap table; `local cosine` only when a local view exists.
+pub fn tap_header(local: bool) -> Vec<&'static str> {
+    let mut h = vec!["tap", "worst phase", "fails", "cosine", "SQNR dB", "max |Δ|"];
+    if local {
+        h.push("local cosine");
+    }
+    h.push("verdict");
+    h
+}
+
+/// One tap-table row as text, in `tap_header` order.
+pub fn tap_cells(row: &TapRow, failed: usize, total: usize, local: Option<&PairComparison>) -> Vec<String> {
+    use terminal::{cos, sci, sqnr, verdict};
+    let m = row.metrics.as_ref();
+    let mut cells = vec![
+        row.tap.clone(),
+        row.phase.to_string(),
+        format!("{failed}/{total}"),
+        cos(row.cosine()),
+        sqnr(m.map(|m| m.sqnr_db)),
+        sci(m.map(|m| m.max_abs)),
+    ];
+    if let Some(l) = local {
+        cells.push(cos(l.row(row.phase, &row.tap).and_then(TapRow::cosine)));
+    }
+    cells.push(verdict(row));
+    cells
+}
+
+pub const PHASE_HEADER: [&str; 6] =
+    ["phase", "first failing tap", "logits cosine", "argmax", "KL mean", "flips"];
+
+/// One row per phase, in `PHASE_HEADER` order, with whether the phase failed.
+pub fn phase_rows(pair: &PairComparison) -> Vec<(bool, Vec<String>)> {
+    use crate::compare::fmt_num;
+    let mut phases: Vec<Phase> = pair.rows.iter().map(|r| r.phase).collect();
+    phases.dedup();
+    phases
+        .into_iter()
+        .map(|phase| {
+            let first = pair.rows.iter().find(|r| r.phase == phase && r.failed());
+            let logits = pair.row(phase, "logits");
+            let l = logits.and_then(|r| r.logits.as_ref());
+            let cells = vec![
+                phase.to_string(),
+                first.map_or("-".to_string(), |r| r.tap.clone()),
+                terminal::cos(logits.and_then(TapRow::cosine)),
+                l.map_or("-".into(), |l| terminal::pct(l.argmax_agreement)),
+                l.map_or("-".into(), |l| fmt_num(l.kl_mean)),
+                l.map_or("-".into(), |l| l.flips.len().to_string()),
+            ];
+            (first.is_some(), cells)
+        })
+        .collect()
+}
+
+pub const EXPLAIN_HEADER: [&str; 7] =
+    ["rank", "fault", "finding", "match cosine", "argmax agree", "KL mean", "note"];
+
+/// One explain row as text, in `EXPLAIN_HEADER` order.
+pub fn explain_cells(r: &ExplainRow, rank: String) -> Vec<String> {
+    let mut note = r.note.clone().unwrap_or_default();
+    if !r.ties.is_empty() {
+        note += &format!("{}ties: {}", if note.is_empty() { "" } else { "; " }, r.ties.join(", "));
+    }
+    vec![
+        rank,
+        r.fault.clone(),
+        r.finding.map_or("-".into(), |f| f.to_string()),
+        format!("{:.6}", r.match_cosine),
+        terminal::pct(r.argmax_agreement),
+        if r.kl_mean.is_nan() { "-".into() } else { crate::compare::fmt_num(r.kl_mean) },
+        note,
+    ]
+}
+
 /// The rows worth a first look: every tap of the first drifting layer, only `layers.I.out` of
 /// the others, and embed, final_norm, logits and any non-canonical tap.
 pub fn compact<'a>(rows: &[(&'a TapRow, usize, usize)]) -> Vec<(&'a TapRow, usize, usize)> {

@@ -2,7 +2,7 @@
 //! phase), then one row per phase. Colour only on a terminal.
 
 use super::{compact, worst_per_tap, Report};
-use crate::compare::{fmt_num, RowStatus, TapRow};
+use crate::compare::{RowStatus, TapRow};
 use comfy_table::{presets::UTF8_FULL_CONDENSED, Cell, Color, ContentArrangement, Table};
 use std::fmt::Write;
 
@@ -108,27 +108,13 @@ pub fn render(report: &Report, color: bool) -> String {
             let _ = writeln!(out, "{}", blame_sentence(layers));
         }
         let mut t = table(color);
-        let mut head = vec!["tap", "worst phase", "fails", "cosine", "SQNR dB", "max |Δ|"];
-        if local.is_some() {
-            head.push("local cosine");
-        }
-        head.push("verdict");
-        t.set_header(head);
+        t.set_header(super::tap_header(local.is_some()));
         let all = worst_per_tap(pair);
         let shown = compact(&all);
         for &(row, failed, total) in &shown {
-            let m = row.metrics.as_ref();
-            let mut cells = vec![
-                Cell::new(&row.tap),
-                Cell::new(row.phase.to_string()),
-                Cell::new(format!("{failed}/{total}")),
-                Cell::new(cos(row.cosine())),
-                Cell::new(sqnr(m.map(|m| m.sqnr_db))),
-                Cell::new(sci(m.map(|m| m.max_abs))),
-            ];
-            if let Some(l) = local {
-                cells.push(Cell::new(cos(l.row(row.phase, &row.tap).and_then(TapRow::cosine))));
-            }
+            let mut cells: Vec<Cell> =
+                super::tap_cells(row, failed, total, local).into_iter().map(Cell::new).collect();
+            cells.pop();
             cells.push(verdict_cell(row, color));
             t.add_row(cells);
         }
@@ -179,22 +165,13 @@ pub fn blame_sentence(layers: &[usize]) -> String {
 
 fn phase_table(pair: &crate::compare::PairComparison, color: bool) -> Table {
     let mut t = table(color);
-    t.set_header(vec!["phase", "first failing tap", "logits cosine", "argmax", "KL mean", "flips"]);
-    let mut phases: Vec<crate::tap::Phase> = pair.rows.iter().map(|r| r.phase).collect();
-    phases.dedup();
-    for phase in phases {
-        let first = pair.rows.iter().find(|r| r.phase == phase && r.failed());
-        let logits = pair.row(phase, "logits");
-        let l = logits.and_then(|r| r.logits.as_ref());
-        let first_cell = Cell::new(first.map_or("-".to_string(), |r| r.tap.clone()));
-        t.add_row(vec![
-            Cell::new(phase.to_string()),
-            if color && first.is_some() { first_cell.fg(Color::Red) } else { first_cell },
-            Cell::new(cos(logits.and_then(TapRow::cosine))),
-            Cell::new(l.map_or("-".into(), |l| format!("{:.0}%", l.argmax_agreement * 100.0))),
-            Cell::new(l.map_or("-".into(), |l| fmt_num(l.kl_mean))),
-            Cell::new(l.map_or("-".into(), |l| l.flips.len().to_string())),
-        ]);
+    t.set_header(super::PHASE_HEADER.to_vec());
+    for (failed, cells) in super::phase_rows(pair) {
+        let mut cells: Vec<Cell> = cells.into_iter().map(Cell::new).collect();
+        if color && failed {
+            cells[1] = cells[1].clone().fg(Color::Red);
+        }
+        t.add_row(cells);
     }
     t
 }
@@ -204,25 +181,8 @@ const EXPLAIN_ROWS: usize = 10;
 
 pub fn explain_table(e: &super::ExplainReport, color: bool) -> String {
     let mut t = table(color);
-    t.set_header(vec!["rank", "fault", "finding", "match cosine", "argmax agree", "KL mean", "note"]);
-    let fmt_row = |r: &super::ExplainRow, rank: String| {
-        let mut note = r.note.clone().unwrap_or_default();
-        if !r.ties.is_empty() {
-            if !note.is_empty() {
-                note += "; ";
-            }
-            note += &format!("ties: {}", r.ties.join(", "));
-        }
-        vec![
-            Cell::new(rank),
-            Cell::new(&r.fault),
-            Cell::new(r.finding.map_or("-".into(), |f| f.to_string())),
-            Cell::new(format!("{:.6}", r.match_cosine)),
-            Cell::new(pct(r.argmax_agreement)),
-            Cell::new(if r.kl_mean.is_nan() { "-".into() } else { fmt_num(r.kl_mean) }),
-            Cell::new(note),
-        ]
-    };
+    t.set_header(super::EXPLAIN_HEADER.to_vec());
+    let fmt_row = |r: &super::ExplainRow, rank: String| super::explain_cells(r, rank);
     for r in e.rows.iter().take(EXPLAIN_ROWS) {
         t.add_row(fmt_row(r, r.rank.to_string()));
     }
