@@ -182,40 +182,17 @@ pub struct PromptArgs {
 
 impl PromptArgs {
     pub fn input_set(&self, ckpt: &Checkpoint) -> Result<crate::probe::inputs::InputSet> {
-        use crate::probe::inputs::{DecodeSpec, InputSet};
-        let (prompt, bos_added) = match (&self.tokens, &self.text) {
-            (Some(ids), _) => (ids.0.clone(), None),
-            (None, Some(text)) => {
-                use crate::model::tokenizer::{Tokenizer, SYNTH_TOKENIZER_VOCAB};
-                use crate::model::weights::CheckpointSource;
-                let tok = match (&self.tokenizer, &ckpt.source) {
-                    (Some(p), _) => Tokenizer::load(p)?,
-                    (None, CheckpointSource::Dir(d)) => Tokenizer::load(&d.join("tokenizer.json"))?,
-                    (None, CheckpointSource::Synth(_)) if ckpt.config.vocab_size >= SYNTH_TOKENIZER_VOCAB => {
-                        Tokenizer::synth()
-                    }
-                    (None, CheckpointSource::Synth(_)) => {
-                        return Err(Error::usage(format!(
-                        "--text: this synthesized model's vocabulary ({}) is too small for the byte-level \
-                             tokenizer; give --tokens",
-                        ckpt.config.vocab_size
-                    )))
-                    }
-                };
-                let enc = tok.encode(text, self.add_special_tokens)?;
-                (enc.ids, Some(enc.bos_added))
-            }
-            (None, None) => return Err(Error::usage("no prompt: give --tokens 1,2,3 or --text \"...\"")),
+        let spec = crate::probe::schema::InputsSpec {
+            tokens: self.tokens.as_ref().map(|t| t.0.clone()),
+            text: self.text.clone(),
+            tokenizer: self.tokenizer.clone(),
+            add_special_tokens: self.add_special_tokens,
+            chunk: self.chunk,
+            decode: self.decode,
+            decode_tokens: self.decode_tokens.as_ref().map(|t| t.0.clone()),
+            start_position: self.start_position,
         };
-        let decode = match (&self.decode_tokens, self.decode) {
-            (Some(t), _) => DecodeSpec::Forced(t.0.clone()),
-            (None, Some(n)) => DecodeSpec::Greedy(n),
-            (None, None) => DecodeSpec::Forced(Vec::new()),
-        };
-        let inputs =
-            InputSet { prompt, chunk: self.chunk, decode, start_position: self.start_position, bos_added };
-        inputs.validate(ckpt.config.vocab_size, ckpt.config.max_position_embeddings)?;
-        Ok(inputs)
+        crate::probe::run::build_inputs(&spec, ckpt)
     }
 }
 

@@ -179,7 +179,7 @@ fn split_key(key: &str) -> Option<(Phase, &str)> {
 /// Align candidate to reference shapes. A device returns logits for the last position only
 /// (HailoRT's server reads one [1, 1, vocab] row): a single candidate row is compared with the
 /// reference's last row.
-fn align(r: &ArrayD<f32>, x: &ArrayD<f32>) -> Option<(Vec<f32>, Vec<f32>, Option<String>)> {
+pub fn align(r: &ArrayD<f32>, x: &ArrayD<f32>) -> Option<(Vec<f32>, Vec<f32>, Option<String>)> {
     if r.shape() == x.shape() {
         return Some((r.iter().copied().collect(), x.iter().copied().collect(), None));
     }

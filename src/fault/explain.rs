@@ -23,20 +23,12 @@ pub struct Match {
     pub kl: f64,
 }
 
-/// Aligned flat values (a single candidate row is matched against the other's last row).
+/// Aligned flat values: compare's alignment, with the single row on either side (an
+/// emulated fault may return one row where the observation has many, and vice versa).
 fn aligned(a: &ArrayD<f32>, b: &ArrayD<f32>) -> Option<(Vec<f32>, Vec<f32>)> {
-    if a.shape() == b.shape() {
-        return Some((a.iter().copied().collect(), b.iter().copied().collect()));
-    }
-    let last = |x: &ArrayD<f32>| -> Vec<f32> {
-        x.index_axis(ndarray::Axis(0), x.shape()[0] - 1).iter().copied().collect()
-    };
-    match (a.ndim(), b.ndim()) {
-        (2, 2) if a.shape()[1] == b.shape()[1] && (a.shape()[0] == 1 || b.shape()[0] == 1) => {
-            Some((last(a), last(b)))
-        }
-        _ => None,
-    }
+    crate::compare::align(a, b)
+        .map(|(x, y, _)| (x, y))
+        .or_else(|| crate::compare::align(b, a).map(|(y, x, _)| (x, y)))
 }
 
 pub fn match_captures(emulated: &Capture, observed: &Capture, keys: &[String]) -> Match {

@@ -70,25 +70,31 @@ pub fn load_checkpoint(c: &CheckpointSpec) -> Result<Checkpoint> {
     }
 }
 
+/// The InputSet of a probe's `[inputs]` (the command line's prompt flags build the same spec).
 pub fn build_inputs(spec: &InputsSpec, ckpt: &Checkpoint) -> Result<InputSet> {
     let (prompt, bos_added) = match (&spec.tokens, &spec.text) {
         (Some(t), _) => (t.clone(), None),
         (None, Some(text)) => {
-            let tok =
-                match (&spec.tokenizer, &ckpt.source) {
-                    (Some(p), _) => Tokenizer::load(p)?,
-                    (None, crate::model::weights::CheckpointSource::Dir(d)) => {
-                        Tokenizer::load(&d.join("tokenizer.json"))?
-                    }
-                    (None, _) if ckpt.config.vocab_size >= SYNTH_TOKENIZER_VOCAB => Tokenizer::synth(),
-                    (None, _) => return Err(Error::usage(
-                        "[inputs] text: the synthesized vocabulary is too small for a tokenizer; give tokens",
-                    )),
-                };
+            let tok = match (&spec.tokenizer, &ckpt.source) {
+                (Some(p), _) => Tokenizer::load(p)?,
+                (None, crate::model::weights::CheckpointSource::Dir(d)) => Tokenizer::load(&d.join("tokenizer.json"))?,
+                (None, _) if ckpt.config.vocab_size >= SYNTH_TOKENIZER_VOCAB => Tokenizer::synth(),
+                (None, _) => {
+                    return Err(Error::usage(format!(
+                        "text needs a tokenizer: this synthesized model's vocabulary ({}) is too small for the \
+                         byte-level one; give token ids (--tokens 1,2,3, or tokens = [...] in a probe)",
+                        ckpt.config.vocab_size
+                    )))
+                }
+            };
             let enc = tok.encode(text, spec.add_special_tokens)?;
             (enc.ids, Some(enc.bos_added))
         }
-        (None, None) => return Err(Error::usage("[inputs]: give tokens or text")),
+        (None, None) => {
+            return Err(Error::usage(
+                "no prompt: give token ids (--tokens 1,2,3, or tokens = [...] in a probe) or text (--text / text = \"...\")",
+            ))
+        }
     };
     let decode = match (&spec.decode_tokens, spec.decode) {
         (Some(t), _) => DecodeSpec::Forced(t.clone()),
