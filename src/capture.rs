@@ -1,12 +1,13 @@
 //! A capture: `PHASE/TAP` → f32 tensor, the plain data every backend produces and every
 //! comparison consumes. Stored as `.npz` (numpy's own format, so Python tools read it).
+//! The sinks the decoder hands tapped tensors to (none, memory, streaming npz) fill one.
 
 use crate::error::{Error, Result};
-use crate::tap::{key_order, Phase, Tap};
+use crate::tap::{key_order, LayerTap, Phase, Tap, TapSelection};
 use candle_core::Tensor;
 use ndarray::{ArrayD, IxDyn};
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 #[derive(Debug, Clone, Default)]
 pub struct Capture {
@@ -143,6 +144,102 @@ fn read_any<R: std::io::Read + std::io::Seek>(
     Err("unsupported dtype (expected float32, float64 or an integer type; convert float16 \
          arrays to float32 before saving)"
         .into())
+}
+
+/// Receives tapped tensors. `wants` is asked first so that unselected taps cost nothing.
+pub trait TapSink {
+    fn wants(&self, tap: Tap) -> bool;
+    fn put(&mut self, phase: Phase, tap: Tap, t: &Tensor) -> Result<()>;
+}
+
+/// Records nothing.
+pub struct NoTaps;
+
+impl TapSink for NoTaps {
+    fn wants(&self, _tap: Tap) -> bool {
+        false
+    }
+    fn put(&mut self, _: Phase, _: Tap, _: &Tensor) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// Keeps the selected taps in memory.
+pub struct MemorySink {
+    pub selection: TapSelection,
+    pub capture: Capture,
+}
+
+impl MemorySink {
+    pub fn new(selection: TapSelection) -> Self {
+        MemorySink { selection, capture: Capture::default() }
+    }
+}
+
+impl TapSink for MemorySink {
+    fn wants(&self, tap: Tap) -> bool {
+        !matches!(tap, Tap::Layer(_, LayerTap::Input | LayerTap::MlpAct))
+            && self.selection.matches(&tap.to_string())
+    }
+    fn put(&mut self, phase: Phase, tap: Tap, t: &Tensor) -> Result<()> {
+        self.capture.insert(format!("{phase}/{tap}"), tensor_to_array(t)?);
+        Ok(())
+    }
+}
+
+/// Streams the selected taps into an `.npz` as they are produced, so that all-layer attention
+/// taps of a long prompt never sit in memory together.
+pub struct NpzSink {
+    selection: TapSelection,
+    path: PathBuf,
+    writer: Option<ndarray_npy::NpzWriter<std::io::BufWriter<std::fs::File>>>,
+    pub written: Vec<String>,
+}
+
+impl NpzSink {
+    pub fn create(path: &Path, selection: TapSelection) -> Result<Self> {
+        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+            std::fs::create_dir_all(parent).map_err(|e| Error::io(parent, e))?;
+        }
+        let file = std::fs::File::create(path).map_err(|e| Error::io(path, e))?;
+        Ok(NpzSink {
+            selection,
+            path: path.to_path_buf(),
+            writer: Some(ndarray_npy::NpzWriter::new(std::io::BufWriter::new(file))),
+            written: Vec::new(),
+        })
+    }
+
+    /// Close the archive. Called on success and on failure alike: what was written stays.
+    pub fn finish(&mut self) -> Result<()> {
+        if let Some(w) = self.writer.take() {
+            w.finish()
+                .map_err(|e| Error::input(self.path.display().to_string(), format!("closing npz: {e}")))?;
+        }
+        Ok(())
+    }
+}
+
+impl TapSink for NpzSink {
+    fn wants(&self, tap: Tap) -> bool {
+        !matches!(tap, Tap::Layer(_, LayerTap::Input | LayerTap::MlpAct))
+            && self.selection.matches(&tap.to_string())
+    }
+    fn put(&mut self, phase: Phase, tap: Tap, t: &Tensor) -> Result<()> {
+        let key = format!("{phase}/{tap}");
+        let arr = tensor_to_array(t)?;
+        let w = self.writer.as_mut().ok_or_else(|| Error::usage("npz sink already finished"))?;
+        w.add_array(key.as_str(), &arr)
+            .map_err(|e| Error::input(self.path.display().to_string(), format!("writing {key}: {e}")))?;
+        self.written.push(key);
+        Ok(())
+    }
+}
+
+impl Drop for NpzSink {
+    fn drop(&mut self) {
+        let _ = self.finish();
+    }
 }
 
 #[cfg(test)]

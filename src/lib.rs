@@ -1,6 +1,6 @@
 //! hefprobe: numerics diagnostics for LLMs compiled to Hailo-10H HEF files.
 //!
-//! Data flow (see ARCHITECTURE.md): a probe builds one [`probe::inputs::InputSet`], every
+//! Data flow (see ARCHITECTURE.md): a probe builds one [`inputs::InputSet`], every
 //! backend runs it into a [`capture::Capture`] (`PHASE/TAP` → tensor), pure functions in
 //! [`compare`] turn pairs of captures into located, explained drift, and [`report`] renders it.
 
@@ -10,8 +10,10 @@ pub mod cli;
 pub mod compare;
 pub mod device;
 pub mod error;
+pub mod explain;
 pub mod fault;
 pub mod hef;
+pub mod inputs;
 pub mod model;
 pub mod probe;
 pub mod report;

@@ -1,13 +1,11 @@
-//! Tap names, phases, selection globs and the sinks that receive tapped tensors.
+//! Tap names, phases and selection globs: naming only. The sinks that receive tapped tensors
+//! live with the data they fill, in `capture.rs`.
 //!
-//! A tap is a named intermediate tensor of the decoder (ARCHITECTURE.md, "Canonical taps").
+//! A tap is a named intermediate tensor of the decoder (docs/ARCHITECTURE.md, "Canonical taps").
 //! Captures key them `PHASE/TAP`, e.g. `prefill/layers.3.attn.probs` or `decode.0/logits`.
 
-use crate::capture::{tensor_to_array, Capture};
 use crate::error::{Error, Result};
-use candle_core::Tensor;
 use std::fmt;
-use std::path::{Path, PathBuf};
 
 /// One phase of a run: a whole prefill, chunk C of a chunked prefill, or decode step K.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -261,102 +259,6 @@ impl TapSelection {
             }
         }
         Ok(())
-    }
-}
-
-/// Receives tapped tensors. `wants` is asked first so that unselected taps cost nothing.
-pub trait TapSink {
-    fn wants(&self, tap: Tap) -> bool;
-    fn put(&mut self, phase: Phase, tap: Tap, t: &Tensor) -> Result<()>;
-}
-
-/// Records nothing.
-pub struct NoTaps;
-
-impl TapSink for NoTaps {
-    fn wants(&self, _tap: Tap) -> bool {
-        false
-    }
-    fn put(&mut self, _: Phase, _: Tap, _: &Tensor) -> Result<()> {
-        Ok(())
-    }
-}
-
-/// Keeps the selected taps in memory.
-pub struct MemorySink {
-    pub selection: TapSelection,
-    pub capture: Capture,
-}
-
-impl MemorySink {
-    pub fn new(selection: TapSelection) -> Self {
-        MemorySink { selection, capture: Capture::default() }
-    }
-}
-
-impl TapSink for MemorySink {
-    fn wants(&self, tap: Tap) -> bool {
-        !matches!(tap, Tap::Layer(_, LayerTap::Input | LayerTap::MlpAct))
-            && self.selection.matches(&tap.to_string())
-    }
-    fn put(&mut self, phase: Phase, tap: Tap, t: &Tensor) -> Result<()> {
-        self.capture.insert(format!("{phase}/{tap}"), tensor_to_array(t)?);
-        Ok(())
-    }
-}
-
-/// Streams the selected taps into an `.npz` as they are produced, so that all-layer attention
-/// taps of a long prompt never sit in memory together.
-pub struct NpzSink {
-    selection: TapSelection,
-    path: PathBuf,
-    writer: Option<ndarray_npy::NpzWriter<std::io::BufWriter<std::fs::File>>>,
-    pub written: Vec<String>,
-}
-
-impl NpzSink {
-    pub fn create(path: &Path, selection: TapSelection) -> Result<Self> {
-        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-            std::fs::create_dir_all(parent).map_err(|e| Error::io(parent, e))?;
-        }
-        let file = std::fs::File::create(path).map_err(|e| Error::io(path, e))?;
-        Ok(NpzSink {
-            selection,
-            path: path.to_path_buf(),
-            writer: Some(ndarray_npy::NpzWriter::new(std::io::BufWriter::new(file))),
-            written: Vec::new(),
-        })
-    }
-
-    /// Close the archive. Called on success and on failure alike: what was written stays.
-    pub fn finish(&mut self) -> Result<()> {
-        if let Some(w) = self.writer.take() {
-            w.finish()
-                .map_err(|e| Error::input(self.path.display().to_string(), format!("closing npz: {e}")))?;
-        }
-        Ok(())
-    }
-}
-
-impl TapSink for NpzSink {
-    fn wants(&self, tap: Tap) -> bool {
-        !matches!(tap, Tap::Layer(_, LayerTap::Input | LayerTap::MlpAct))
-            && self.selection.matches(&tap.to_string())
-    }
-    fn put(&mut self, phase: Phase, tap: Tap, t: &Tensor) -> Result<()> {
-        let key = format!("{phase}/{tap}");
-        let arr = tensor_to_array(t)?;
-        let w = self.writer.as_mut().ok_or_else(|| Error::usage("npz sink already finished"))?;
-        w.add_array(key.as_str(), &arr)
-            .map_err(|e| Error::input(self.path.display().to_string(), format!("writing {key}: {e}")))?;
-        self.written.push(key);
-        Ok(())
-    }
-}
-
-impl Drop for NpzSink {
-    fn drop(&mut self) {
-        let _ = self.finish();
     }
 }
 

@@ -107,11 +107,11 @@ impl Hooks for PerturbHooks {
 fn local_view_blames_the_perturbed_layer_alone() {
     let ckpt = hefprobe::model::Checkpoint::load(&repo("references/qwen3")).unwrap();
     let model = std::sync::Arc::new(hefprobe::model::Decoder::new(&ckpt).unwrap());
-    let mut inputs = hefprobe::probe::inputs::InputSet::new(vec![5, 9, 200, 31, 77]);
-    inputs.decode = hefprobe::probe::inputs::DecodeSpec::Forced(vec![12, 40]);
+    let mut inputs = hefprobe::inputs::InputSet::new(vec![5, 9, 200, 31, 77]);
+    inputs.decode = hefprobe::inputs::DecodeSpec::Forced(vec![12, 40]);
     let all = TapSelection::all();
     let reference = DecoderBackend::reference(model).run(&inputs, &all).capture;
-    let mut emu = DecoderBackend::emulator("perturbed", &ckpt, vec![Box::new(Perturb(0))]).unwrap();
+    let mut emu = DecoderBackend::with_faults("perturbed", &ckpt, vec![Box::new(Perturb(0))]).unwrap();
     let cumulative = emu.run(&inputs, &all).capture;
     let local = emu.run_local(&inputs, &all, &reference).unwrap().capture;
     let th = Thresholds::default();

@@ -2,13 +2,14 @@
 //! The reference against candle-transformers' llama and qwen2 (independent implementations)
 //! on the same synthesized weights: last-position logits after a prompt and decode steps.
 
+use hefprobe::capture::NoTaps;
 use hefprobe::compare::metrics;
 use hefprobe::model::crosscheck::candle_transformers_logits;
 use hefprobe::model::decoder::{Decoder, FullCache, StepInput};
 use hefprobe::model::hooks::NoHooks;
 use hefprobe::model::synth::SynthSpec;
 use hefprobe::model::Arch;
-use hefprobe::tap::{NoTaps, Phase};
+use hefprobe::tap::Phase;
 
 fn ours(model: &Decoder, prompt: &[u32], decode: &[u32]) -> Vec<Vec<f32>> {
     let mut cache = FullCache::new(model.cfg.num_layers);

@@ -2,18 +2,18 @@
 //! driver, the KV ring, quantized inputs and outputs — against the float32 reference.
 
 use hefprobe::backend::decoder::DecoderBackend;
+use hefprobe::backend::hef::HefBackend;
 use hefprobe::backend::Backend;
 use hefprobe::capture::Capture;
 use hefprobe::compare::metrics;
-use hefprobe::device::backend::HefBackend;
-use hefprobe::device::diag;
 use hefprobe::device::driver::LlmDriver;
 use hefprobe::device::sim::SimDevice;
 use hefprobe::device::synth_hef::{sim_spec, synth_hef, Mistake, SimCheckpoint, SynthHefOptions};
+use hefprobe::explain::diag;
 use hefprobe::hef::Hef;
+use hefprobe::inputs::{DecodeSpec, InputSet};
 use hefprobe::model::synth::SynthSpec;
 use hefprobe::model::{Arch, Checkpoint, Decoder};
-use hefprobe::probe::inputs::{DecodeSpec, InputSet};
 use hefprobe::tap::{Phase, Tap, TapSelection};
 use std::sync::Arc;
 

@@ -3,10 +3,9 @@
 
 use hefprobe::backend::decoder::DecoderBackend;
 use hefprobe::backend::Backend;
-use hefprobe::fault::catalog::parse_all;
-use hefprobe::fault::explain::explain;
-use hefprobe::fault::matrix::{matrix_model, run_case, CASES};
-use hefprobe::probe::schema::ExplainSpec;
+use hefprobe::explain::matrix::{matrix_model, run_case, CASES};
+use hefprobe::explain::rank::explain;
+use hefprobe::explain::ExplainSpec;
 use hefprobe::tap::TapSelection;
 
 #[test]
@@ -41,8 +40,10 @@ fn faults_indistinguishable_from_a_clean_run_are_never_claimed() {
     let reference = DecoderBackend::reference(model.clone()).run(&inputs, &logits).capture;
     // Shifting every position (from the first chunk on) changes nothing under RoPE.
     let disguised = "position-shift:3,from=chunk0";
-    let faults = parse_all(&[disguised.to_string()], &ckpt.config).unwrap();
-    let observed = DecoderBackend::emulator("obs", &ckpt, faults).unwrap().run(&inputs, &logits).capture;
+    let observed = DecoderBackend::emulator("obs", &ckpt, &[disguised.to_string()], None)
+        .unwrap()
+        .run(&inputs, &logits)
+        .capture;
     let spec = ExplainSpec {
         faults: Some(vec![disguised.into(), "shared-softmax".into(), "position-shift:1".into()]),
         ..Default::default()
@@ -53,8 +54,10 @@ fn faults_indistinguishable_from_a_clean_run_are_never_claimed() {
     assert_eq!(row.note.as_deref(), Some("indistinguishable from a clean run on these inputs"));
 
     // Against a real fault, the disguised one is still labelled, and the real one wins.
-    let faults = parse_all(&["position-shift:1".to_string()], &ckpt.config).unwrap();
-    let observed = DecoderBackend::emulator("obs", &ckpt, faults).unwrap().run(&inputs, &logits).capture;
+    let observed = DecoderBackend::emulator("obs", &ckpt, &["position-shift:1".to_string()], None)
+        .unwrap()
+        .run(&inputs, &logits)
+        .capture;
     let report = explain(&ckpt, &model, &inputs, &reference, "obs", &observed, &spec).unwrap();
     assert_eq!(report.rows[0].fault, "position-shift:1", "{:?}", report.rows);
     assert!(report.conclusion.starts_with("best explanation: position-shift:1"), "{}", report.conclusion);
@@ -92,8 +95,8 @@ fn three_way_attribution_splits_drift_into_what_quantization_explains() {
     let logits = TapSelection::parse(&["logits".to_string()]).unwrap();
     let reference = DecoderBackend::reference(model.clone()).run(&inputs, &logits).capture;
     let observe = |faults: &[&str]| {
-        let f = parse_all(&faults.iter().map(|s| s.to_string()).collect::<Vec<_>>(), &ckpt.config).unwrap();
-        DecoderBackend::emulator("obs", &ckpt, f).unwrap().run(&inputs, &logits).capture
+        let specs: Vec<String> = faults.iter().map(|s| s.to_string()).collect();
+        DecoderBackend::emulator("obs", &ckpt, &specs, None).unwrap().run(&inputs, &logits).capture
     };
     let spec = ExplainSpec {
         faults: Some(vec!["no-lm-head".into()]),

@@ -5,12 +5,13 @@
 //! argmax wherever the reference's top-1 margin exceeds 1e-4, masked entries identical.
 
 use hefprobe::capture::Capture;
+use hefprobe::capture::MemorySink;
 use hefprobe::compare::metrics;
+use hefprobe::inputs::{DecodeSpec, InputSet};
 use hefprobe::model::hooks::NoHooks;
 use hefprobe::model::run::{run_inputs, RunRecord};
 use hefprobe::model::{Checkpoint, Decoder};
-use hefprobe::probe::inputs::{DecodeSpec, InputSet};
-use hefprobe::tap::{MemorySink, TapSelection};
+use hefprobe::tap::TapSelection;
 use std::path::{Path, PathBuf};
 
 fn cases() -> Vec<PathBuf> {

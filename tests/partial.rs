@@ -4,14 +4,15 @@
 use hefprobe::backend::decoder::DecoderBackend;
 use hefprobe::backend::Backend;
 use hefprobe::capture::Capture;
+use hefprobe::capture::NpzSink;
 use hefprobe::error::Error;
 use hefprobe::fault::Fault;
+use hefprobe::inputs::{DecodeSpec, InputSet};
 use hefprobe::model::hooks::{Hooks, StepCtx};
 use hefprobe::model::run::{run_inputs, RunRecord};
 use hefprobe::model::synth::SynthSpec;
 use hefprobe::model::Decoder;
-use hefprobe::probe::inputs::{DecodeSpec, InputSet};
-use hefprobe::tap::{NpzSink, Phase, Tap, TapSelection};
+use hefprobe::tap::{Phase, Tap, TapSelection};
 
 /// Fails when the run reaches `at`.
 struct FailAt(Phase);
@@ -53,7 +54,7 @@ fn setup() -> (hefprobe::model::Checkpoint, InputSet) {
 #[test]
 fn backend_keeps_the_phases_before_a_failure() {
     let (ckpt, inputs) = setup();
-    let mut b = DecoderBackend::emulator("x", &ckpt, vec![Box::new(FailAt(Phase::Decode(1)))]).unwrap();
+    let mut b = DecoderBackend::with_faults("x", &ckpt, vec![Box::new(FailAt(Phase::Decode(1)))]).unwrap();
     let run = b.run(&inputs, &TapSelection::all());
     let e = run.error.expect("the run fails").to_string();
     assert!(e.contains("simulated failure at decode.1"), "{e}");

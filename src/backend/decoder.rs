@@ -4,13 +4,14 @@
 use super::overrides::Overrides;
 use super::{Backend, BackendRun, Capabilities};
 use crate::capture::Capture;
+use crate::capture::MemorySink;
 use crate::error::Result;
 use crate::fault::Fault;
+use crate::inputs::InputSet;
 use crate::model::hooks::{HookStack, Hooks};
 use crate::model::run::{run_inputs, RunRecord};
 use crate::model::{Checkpoint, Decoder};
-use crate::probe::inputs::InputSet;
-use crate::tap::{MemorySink, TapSelection};
+use crate::tap::TapSelection;
 use std::sync::Arc;
 
 pub struct DecoderBackend {
@@ -24,26 +25,25 @@ impl DecoderBackend {
         DecoderBackend { name: "reference".into(), model, faults: Vec::new() }
     }
 
-    /// The emulator: the reference with `faults` applied, weights transformed first.
-    pub fn emulator(name: &str, ckpt: &Checkpoint, faults: Vec<Box<dyn Fault>>) -> Result<Self> {
+    /// The emulator: the reference with the faults of `specs` (`NAME[:PARAMS][@layers=RANGE]`)
+    /// and an optional quantization setting (`w8a16`, or a full `quant:...` spec), weights
+    /// transformed first. The one builder run, sweep and explain share.
+    pub fn emulator(name: &str, ckpt: &Checkpoint, specs: &[String], quant: Option<&str>) -> Result<Self> {
+        let mut faults = crate::fault::catalog::parse_all(specs, &ckpt.config)?;
+        if let Some(q) = quant {
+            let spec = if q.starts_with("quant") { q.to_string() } else { format!("quant:{q}") };
+            faults.push(crate::fault::catalog::parse(&spec, &ckpt.config)?);
+        }
+        Self::with_faults(name, ckpt, faults)
+    }
+
+    /// The emulator over faults already parsed.
+    pub fn with_faults(name: &str, ckpt: &Checkpoint, faults: Vec<Box<dyn Fault>>) -> Result<Self> {
         let mut ckpt = ckpt.clone();
         for f in &faults {
             f.transform_weights(&mut ckpt)?;
         }
         Ok(DecoderBackend { name: name.to_string(), model: Arc::new(Decoder::new(&ckpt)?), faults })
-    }
-
-    /// Add a quantization configuration (`quant` fault spec parameters, e.g. `w8a16`).
-    pub fn with_quant(mut self, quant: &str, ckpt: &Checkpoint) -> Result<Self> {
-        let spec = if quant.starts_with("quant") { quant.to_string() } else { format!("quant:{quant}") };
-        let fault = crate::fault::catalog::parse(&spec, &ckpt.config)?;
-        let mut ckpt = ckpt.clone();
-        for f in self.faults.iter().chain(std::iter::once(&fault)) {
-            f.transform_weights(&mut ckpt)?;
-        }
-        self.model = Arc::new(Decoder::new(&ckpt)?);
-        self.faults.push(fault);
-        Ok(self)
     }
 
     /// What the faults did during the last run (quantizer scales, clip rates).

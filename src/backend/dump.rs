@@ -15,8 +15,8 @@
 use super::{Backend, BackendRun, Capabilities};
 use crate::capture::Capture;
 use crate::error::{Error, Result};
+use crate::inputs::InputSet;
 use crate::model::run::RunRecord;
-use crate::probe::inputs::InputSet;
 use crate::tap::{Phase, Tap, TapSelection};
 use ndarray::{ArrayD, IxDyn};
 use serde::Deserialize;

@@ -3,13 +3,20 @@
 
 pub mod decoder;
 pub mod dump;
+pub mod hef;
 pub mod overrides;
+pub mod spec;
+
+pub use spec::{BackendKind, BackendSpec};
 
 use crate::capture::Capture;
-use crate::error::Error;
+use crate::error::{Error, Result};
+use crate::inputs::InputSet;
 use crate::model::run::RunRecord;
-use crate::probe::inputs::InputSet;
+use crate::model::{Checkpoint, Decoder};
 use crate::tap::TapSelection;
+use decoder::DecoderBackend;
+use std::sync::Arc;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Capabilities {
@@ -45,4 +52,17 @@ pub trait Backend {
     ) -> Option<BackendRun> {
         None
     }
+}
+
+/// Build a backend from its spec. `model` is the reference decoder of `ckpt`.
+pub fn make_backend(spec: &BackendSpec, ckpt: &Checkpoint, model: &Arc<Decoder>) -> Result<Box<dyn Backend>> {
+    let label = spec.label();
+    Ok(match spec.kind {
+        BackendKind::Reference => Box::new(DecoderBackend::reference(model.clone())),
+        BackendKind::Emulator => {
+            Box::new(DecoderBackend::emulator(&label, ckpt, &spec.faults, spec.quant.as_deref())?)
+        }
+        BackendKind::Dump => Box::new(dump::DumpBackend::open(&label, spec.path()?, spec.map.as_deref())?),
+        BackendKind::Hef => Box::new(hef::open(&label, spec.path()?, ckpt)?),
+    })
 }

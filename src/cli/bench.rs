@@ -1,11 +1,12 @@
 //! `hefprobe bench`: speed and memory of the reference (figures, not a pass/fail test).
 //! Build with `--release`; the README records the figures.
 
+use crate::capture::{NoTaps, NpzSink, TapSink};
 use crate::error::Result;
 use crate::model::decoder::{Decoder, FullCache, StepInput};
 use crate::model::hooks::NoHooks;
 use crate::model::synth::SynthSpec;
-use crate::tap::{NoTaps, NpzSink, Phase, TapSelection, TapSink};
+use crate::tap::{Phase, TapSelection};
 use clap::Args;
 use std::process::ExitCode;
 use std::time::Instant;

@@ -7,7 +7,7 @@ use crate::capture::Capture;
 use crate::compare::thresholds::Thresholds;
 use crate::compare::{compare, RowStatus, View};
 use crate::error::{Error, Result};
-use crate::probe::inputs::InputSet;
+use crate::inputs::InputSet;
 use crate::report::{emit, ProbeInfo, Report};
 use crate::tap::TapSelection;
 use clap::Args;

@@ -3,13 +3,13 @@
 //! diff).
 
 use super::{ModelArgs, PromptArgs};
+use crate::backend::hef::{open_device, HefBackend};
 use crate::capture::Capture;
-use crate::device::backend::{open_device, HefBackend};
-use crate::device::diag;
 use crate::device::driver::{write_frames, LlmDriver};
 use crate::error::Result;
+use crate::explain::diag;
+use crate::inputs::InputSet;
 use crate::model::Decoder;
-use crate::probe::inputs::InputSet;
 use clap::Args;
 use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
 use std::path::PathBuf;

@@ -2,9 +2,11 @@
 //! observed capture (a device capture, a dump, or any backend).
 
 use super::run::{command_line, ReportArgs};
+use crate::backend::{BackendKind, BackendSpec};
 use crate::error::{Error, Result};
+use crate::explain::ExplainSpec;
 use crate::probe::run::{run_probe, RunOptions};
-use crate::probe::schema::{BackendSpec, ExplainSpec, Probe};
+use crate::probe::schema::Probe;
 use crate::report::emit;
 use clap::Args;
 use std::io::IsTerminal;
@@ -42,11 +44,9 @@ pub fn run(a: ExplainArgs) -> Result<ExitCode> {
     let observed = match (&a.observed, &a.backend) {
         (Some(p), _) => BackendSpec {
             name: Some("observed".into()),
-            kind: "dump".into(),
-            faults: vec![],
-            quant: None,
             path: Some(p.clone()),
             map: a.map.clone(),
+            ..BackendSpec::new(BackendKind::Dump)
         },
         (None, Some(b)) => BackendSpec::parse_cli(b)?,
         (None, None) => match probe.backends.first() {

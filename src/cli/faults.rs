@@ -3,8 +3,8 @@
 
 use super::run::command_line;
 use crate::error::Result;
+use crate::explain::matrix::{render_markdown, run_matrix};
 use crate::fault::catalog::CATALOG;
-use crate::fault::matrix::{render_markdown, run_matrix};
 use clap::Args;
 use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
 use std::path::PathBuf;

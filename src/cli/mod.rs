@@ -181,7 +181,7 @@ pub struct PromptArgs {
 }
 
 impl PromptArgs {
-    pub fn input_set(&self, ckpt: &Checkpoint) -> Result<crate::probe::inputs::InputSet> {
+    pub fn input_set(&self, ckpt: &Checkpoint) -> Result<crate::inputs::InputSet> {
         let spec = crate::probe::schema::InputsSpec {
             tokens: self.tokens.as_ref().map(|t| t.0.clone()),
             text: self.text.clone(),
@@ -193,15 +193,6 @@ impl PromptArgs {
             start_position: self.start_position,
         };
         crate::probe::run::build_inputs(&spec, ckpt)
-    }
-}
-
-/// One line saying whether a BOS was added (finding 6: say it, always).
-pub fn bos_note(bos_added: Option<bool>) -> &'static str {
-    match bos_added {
-        None => "token ids given directly",
-        Some(true) => "tokenizer ADDED a BOS, which HailoRT's server would not",
-        Some(false) => "no BOS added, as HailoRT's server tokenizes",
     }
 }
 

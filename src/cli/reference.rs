@@ -1,11 +1,12 @@
 //! `hefprobe reference`: run the float32 reference and stream its taps into a capture.
 
-use super::{bos_note, ModelArgs, PromptArgs};
+use super::{ModelArgs, PromptArgs};
+use crate::capture::NpzSink;
 use crate::error::Result;
 use crate::model::hooks::NoHooks;
 use crate::model::run::{run_inputs, RunRecord};
 use crate::model::Decoder;
-use crate::tap::{NpzSink, TapSelection};
+use crate::tap::TapSelection;
 use clap::Args;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -48,7 +49,7 @@ pub fn run(a: ReferenceArgs) -> Result<ExitCode> {
         c.num_layers,
         c.hidden_size,
         inputs.prompt.len(),
-        bos_note(inputs.bos_added),
+        inputs.bos_note(),
         ckpt.hash
     );
     for (k, v) in &c.defaults_applied {
@@ -88,12 +89,13 @@ pub fn run(a: ReferenceArgs) -> Result<ExitCode> {
 fn crosscheck(
     ckpt: &crate::model::Checkpoint,
     model: &Decoder,
-    inputs: &crate::probe::inputs::InputSet,
+    inputs: &crate::inputs::InputSet,
     record: &RunRecord,
 ) -> Result<()> {
+    use crate::capture::NoTaps;
     use crate::compare::metrics;
     use crate::model::decoder::{FullCache, StepInput};
-    use crate::tap::{NoTaps, Phase};
+    use crate::tap::Phase;
     if inputs.start_position != 0 {
         return Err(crate::error::Error::usage("--crosscheck runs from position 0; drop --start-position"));
     }

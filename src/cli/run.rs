@@ -1,8 +1,9 @@
 //! `hefprobe run PROBE.toml`: run a probe, compare, locate, explain, report.
 
+use crate::backend::BackendSpec;
 use crate::error::Result;
 use crate::probe::run::{run_probe, RunOptions};
-use crate::probe::schema::{BackendSpec, Probe};
+use crate::probe::schema::Probe;
 use crate::report::{emit, ReportTarget};
 use clap::Args;
 use std::io::IsTerminal;

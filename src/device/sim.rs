@@ -7,14 +7,15 @@
 
 use super::synth_hef::{sim_spec, Mistake, SimSpec};
 use super::{ConfiguredModel, Device, FormatType, StreamInfo};
+use crate::capture::NoTaps;
 use crate::error::{Error, Result};
 use crate::fault::Fault;
 use crate::hef::{Hef, NetworkGroup, QuantInfo, Stream};
+use crate::inputs::{DecodeSpec, InputSet};
 use crate::model::decoder::{CacheView, FrameInputs, KvStore, StepInput};
 use crate::model::hooks::HookStack;
 use crate::model::{Checkpoint, Decoder};
-use crate::probe::inputs::{DecodeSpec, InputSet};
-use crate::tap::{NoTaps, Phase};
+use crate::tap::Phase;
 use candle_core::{Device as Cpu, Tensor};
 use std::cell::RefCell;
 use std::collections::BTreeMap;

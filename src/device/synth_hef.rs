@@ -6,16 +6,17 @@
 //! device runs. Options write the structural mistakes of the findings table so `audit` can be
 //! tested against them.
 
+use crate::capture::NoTaps;
 use crate::error::{Error, Result};
 use crate::fault::quant::Affine;
 use crate::hef::model::extension;
 use crate::hef::{CacheLayer, FormatOrder, Hef, NetworkGroup, QuantInfo, Resource, Shape3, Stream};
+use crate::inputs::{DecodeSpec, InputSet};
 use crate::model::hooks::{Hooks, StepCtx};
 use crate::model::run::{run_inputs, RunRecord};
 use crate::model::synth::SynthSpec;
 use crate::model::{Checkpoint, Decoder};
-use crate::probe::inputs::{DecodeSpec, InputSet};
-use crate::tap::{LayerTap, NoTaps, Tap};
+use crate::tap::{LayerTap, Tap};
 use candle_core::Tensor;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;

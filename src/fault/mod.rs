@@ -2,15 +2,13 @@
 //! emulator can reproduce (and `explain` can rank) what a device does.
 
 pub mod catalog;
-pub mod explain;
-pub mod matrix;
 pub mod quant;
 pub mod spec;
 
 use crate::error::Result;
+use crate::inputs::InputSet;
 use crate::model::hooks::Hooks;
 use crate::model::{Checkpoint, Decoder};
-use crate::probe::inputs::InputSet;
 
 /// A fault model. `hooks` is called once per run, so stateful hooks start fresh.
 pub trait Fault: Send + Sync {

@@ -19,13 +19,14 @@
 
 use super::spec::FaultSpec;
 use super::Fault;
+use crate::capture::NoTaps;
 use crate::error::Result;
+use crate::inputs::InputSet;
 use crate::model::config::ModelConfig;
 use crate::model::hooks::{Hooks, NoHooks, Qk, StepCtx};
 use crate::model::rope::{rotate, Rope, RopeLayout};
 use crate::model::{Checkpoint, Decoder};
-use crate::probe::inputs::InputSet;
-use crate::tap::{LayerTap, NoTaps, Tap};
+use crate::tap::{LayerTap, Tap};
 use candle_core::{Device, Tensor};
 use std::collections::BTreeMap;
 use std::sync::Mutex;

@@ -7,12 +7,13 @@
 //! layers let a query see `window` keys including itself; a tied lm_head reuses the
 //! embedding matrix.
 
+use crate::capture::TapSink;
 use crate::error::{ComputeContext, Error, Result};
 use crate::model::config::ModelConfig;
 use crate::model::hooks::{Hooks, Qk, StepCtx};
 use crate::model::rope::{Rope, RopeLayout};
 use crate::model::weights::Checkpoint;
-use crate::tap::{LayerTap, Phase, Tap, TapSink};
+use crate::tap::{LayerTap, Phase, Tap};
 use candle_core::{DType, Device, Tensor};
 
 /// A projection `y = x Wᵀ + b`, W [out, in].

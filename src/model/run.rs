@@ -1,10 +1,11 @@
 //! Run an InputSet through the decoder: prefill (whole or chunked), then decode steps.
 
+use crate::capture::TapSink;
 use crate::error::Result;
+use crate::inputs::{DecodeSpec, InputSet};
 use crate::model::decoder::{argmax_last_row, Decoder, FullCache, StepInput};
 use crate::model::hooks::Hooks;
-use crate::probe::inputs::{DecodeSpec, InputSet};
-use crate::tap::{Phase, TapSink};
+use crate::tap::Phase;
 
 /// What a run fed and produced, phase by phase.
 #[derive(Debug, Clone, Default, serde::Serialize)]

@@ -1,6 +1,5 @@
 //! Probes: the TOML files users write, and the InputSet they build.
 
-pub mod inputs;
 pub mod run;
 pub mod schema;
 pub mod sweep;

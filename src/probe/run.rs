@@ -1,19 +1,22 @@
-//! Running a probe: build the InputSet, run the reference and every backend into captures,
-//! then compare, locate, explain — and keep whatever finished if something fails.
+//! Running a probe, in named stages that can each be called (and tested) alone:
+//! [`prepare`] (checkpoint, InputSet, taps, thresholds, backends), [`run_backends`] (the
+//! reference and every backend into captures, the Polygraphy split), [`compare_runs`]
+//! (compare, locate, local view, logit lens), [`explain_stage`] and [`save`]. Whatever
+//! finished is kept when something fails.
 
 use crate::backend::decoder::DecoderBackend;
-use crate::backend::dump::DumpBackend;
 use crate::backend::overrides::Overrides;
-use crate::backend::{Backend, BackendRun};
+use crate::backend::{Backend, BackendRun, Capabilities};
+use crate::backend::{BackendKind, BackendSpec};
 use crate::capture::Capture;
 use crate::compare::thresholds::Thresholds;
 use crate::compare::{compare_selected, lens, locate, RowStatus, View};
 use crate::error::{Error, Result};
+use crate::inputs::{DecodeSpec, InputSet};
 use crate::model::synth::{SynthOverrides, SynthSpec};
 use crate::model::tokenizer::{Tokenizer, SYNTH_TOKENIZER_VOCAB};
 use crate::model::{Arch, Checkpoint, Decoder};
-use crate::probe::inputs::{DecodeSpec, InputSet};
-use crate::probe::schema::{BackendSpec, CheckpointSpec, InputsSpec, Probe};
+use crate::probe::schema::{CheckpointSpec, InputsSpec, Probe};
 use crate::report::{BackendInfo, CheckpointInfo, InputInfo, ProbeInfo, Report};
 use crate::tap::TapSelection;
 use std::path::PathBuf;
@@ -34,7 +37,7 @@ pub struct RunOptions {
     /// Skip the explain step even if the probe asks for it.
     pub no_explain: bool,
     /// Run explain with these settings whatever the probe says.
-    pub explain: Option<crate::probe::schema::ExplainSpec>,
+    pub explain: Option<crate::explain::ExplainSpec>,
 }
 
 pub fn synth_spec(c: &CheckpointSpec) -> Result<SynthSpec> {
@@ -124,31 +127,6 @@ pub fn checkpoint_info(ckpt: &Checkpoint) -> CheckpointInfo {
     }
 }
 
-/// Build a backend from its spec.
-pub fn make_backend(spec: &BackendSpec, ckpt: &Checkpoint, model: &Arc<Decoder>) -> Result<Box<dyn Backend>> {
-    let label = spec.label();
-    match spec.kind.as_str() {
-        "reference" => Ok(Box::new(DecoderBackend::reference(model.clone()))),
-        "emulator" => {
-            let faults = crate::fault::catalog::parse_all(&spec.faults, &ckpt.config)?;
-            let mut b = DecoderBackend::emulator(&label, ckpt, faults)?;
-            if let Some(q) = &spec.quant {
-                b = b.with_quant(q, ckpt)?;
-            }
-            Ok(Box::new(b))
-        }
-        "dump" => {
-            let path = spec
-                .path
-                .as_ref()
-                .ok_or_else(|| Error::usage(format!("backend `{label}`: a dump needs `path`")))?;
-            Ok(Box::new(DumpBackend::open(&label, path, spec.map.as_deref())?))
-        }
-        "hef" => crate::device::backend::open(&label, spec, ckpt),
-        other => Err(Error::usage(format!("backend kind `{other}` is not known"))),
-    }
-}
-
 /// Taps the reference must record beyond the probe's selection: what the local view and
 /// the attention masks need.
 fn reference_selection(probe_taps: &[String]) -> Result<TapSelection> {
@@ -172,18 +150,42 @@ fn status_of(run: &BackendRun) -> String {
     }
 }
 
-pub struct ProbeRun {
-    pub report: Report,
-    pub captures: Vec<(String, Capture)>,
+/// Stage 1's output: everything a run needs, checked before anything runs.
+pub struct Prepared {
+    pub ckpt: Checkpoint,
+    pub model: Arc<Decoder>,
     pub inputs: InputSet,
-    /// The first error that stopped a backend (the report is still complete up to it).
+    pub selection: TapSelection,
+    pub thresholds: Thresholds,
+    pub specs: Vec<BackendSpec>,
+    /// The probe's `[compare]` settings.
+    pub local: bool,
+    pub lens: bool,
+    pub report: Report,
+}
+
+/// One backend's captures: the cumulative run and, where it takes overrides, the local view.
+pub struct BackendOutput {
+    pub spec: BackendSpec,
+    pub label: String,
+    pub capabilities: Capabilities,
+    pub capture: Capture,
+    pub local: Option<(TapSelection, Capture)>,
     pub error: Option<Error>,
 }
 
-pub fn run_probe(probe: &Probe, opts: &RunOptions) -> Result<ProbeRun> {
+/// Stage 2's output.
+pub struct Runs {
+    pub reference: Capture,
+    pub backends: Vec<BackendOutput>,
+}
+
+/// Stage 1: load the checkpoint, build the InputSet, parse taps and thresholds, pick the
+/// backends (the command line's replace the probe's).
+pub fn prepare(probe: &Probe, opts: &RunOptions) -> Result<Prepared> {
     let ckpt = load_checkpoint(&probe.checkpoint)?;
     let model = Arc::new(Decoder::new(&ckpt)?);
-    let mut inputs = build_inputs(&probe.inputs, &ckpt)?;
+    let inputs = build_inputs(&probe.inputs, &ckpt)?;
     let selection = TapSelection::parse(&probe.taps)?;
     selection.check_against(ckpt.config.num_layers)?;
     let mut thresholds: Thresholds = probe.thresholds.build()?;
@@ -198,7 +200,6 @@ pub fn run_probe(probe: &Probe, opts: &RunOptions) -> Result<ProbeRun> {
             probe.path.display()
         )));
     }
-
     let mut report = Report::new(ProbeInfo {
         name: probe.name.clone(),
         question: probe.question.clone(),
@@ -207,68 +208,104 @@ pub fn run_probe(probe: &Probe, opts: &RunOptions) -> Result<ProbeRun> {
         command: opts.command.clone(),
     });
     report.checkpoint = Some(checkpoint_info(&ckpt));
+    Ok(Prepared {
+        ckpt,
+        model,
+        inputs,
+        selection,
+        thresholds,
+        specs,
+        local: probe.compare.local,
+        lens: probe.compare.lens,
+        report,
+    })
+}
 
-    let progress = indicatif::ProgressBar::new(specs.len() as u64 + 1);
+/// Stage 2: the reference (which resolves greedy decoding once), then every backend
+/// teacher-forced on its tokens, each with its local view where it takes overrides. A backend
+/// that stops half-way keeps what it finished; a backend that cannot start is an error.
+pub fn run_backends(p: &mut Prepared, opts: &RunOptions) -> Result<Runs> {
+    let progress = indicatif::ProgressBar::new(p.specs.len() as u64 + 1);
     progress.set_style(
         indicatif::ProgressStyle::with_template("{spinner} {msg} [{pos}/{len}]").expect("template"),
     );
     progress.set_message("reference");
-    let mut reference = DecoderBackend::reference(model.clone());
-    let ref_run = reference.run(&inputs, &reference_selection(&probe.taps)?);
+    let result = run_all(p, opts, &progress);
+    progress.finish_and_clear();
+    result
+}
+
+fn run_all(p: &mut Prepared, opts: &RunOptions, progress: &indicatif::ProgressBar) -> Result<Runs> {
+    let mut reference = DecoderBackend::reference(p.model.clone());
+    let ref_run = reference.run(&p.inputs, &reference_selection(p.selection.globs())?);
     if let Some(e) = ref_run.error {
-        progress.finish_and_clear();
         return Err(e);
     }
     // Greedy decoding is resolved once, by the reference; every backend is teacher-forced.
-    if let DecodeSpec::Greedy(_) = inputs.decode {
-        inputs.decode = DecodeSpec::Forced(ref_run.record.decode_tokens.clone());
+    if let DecodeSpec::Greedy(_) = p.inputs.decode {
+        p.inputs.decode = DecodeSpec::Forced(ref_run.record.decode_tokens.clone());
     }
-    report.inputs = Some(InputInfo {
-        prompt_tokens: inputs.prompt.len(),
-        bos: crate::cli::bos_note(inputs.bos_added).to_string(),
-        chunk: inputs.chunk,
-        phases: ref_run.record.phases.iter().map(|(p, _, _)| *p).collect(),
+    p.report.inputs = Some(InputInfo {
+        prompt_tokens: p.inputs.prompt.len(),
+        bos: p.inputs.bos_note().to_string(),
+        chunk: p.inputs.chunk,
+        phases: ref_run.record.phases.iter().map(|(ph, _, _)| *ph).collect(),
         decode_tokens: ref_run.record.decode_tokens.clone(),
     });
-    if let Some(p) = &opts.save_inputs {
-        inputs.to_npz(p)?;
+    if let Some(path) = &opts.save_inputs {
+        p.inputs.to_npz(path)?;
     }
-    let ref_capture = ref_run.capture;
-    let mut captures = vec![("reference".to_string(), ref_capture.clone())];
-    let mut first_error = None;
-
-    for spec in &specs {
+    let reference = ref_run.capture;
+    let mut backends = Vec::new();
+    for spec in &p.specs {
         let label = spec.label();
         progress.inc(1);
         progress.set_message(label.clone());
-        let mut backend = match make_backend(spec, &ckpt, &model) {
-            Ok(b) => b,
-            Err(e) => {
-                progress.finish_and_clear();
-                return Err(e);
-            }
-        };
+        let mut backend = crate::backend::make_backend(spec, &p.ckpt, &p.model)?;
         if let Err(why) = backend.check() {
-            progress.finish_and_clear();
             return Err(Error::usage(format!("backend `{label}` cannot run here: {why}")));
         }
-        let run = backend.run(&inputs, &selection);
-        report.backends.push(BackendInfo {
+        let run = backend.run(&p.inputs, &p.selection);
+        p.report.backends.push(BackendInfo {
             name: label.clone(),
-            kind: spec.kind.clone(),
+            kind: spec.kind.to_string(),
             status: status_of(&run),
         });
+        let capabilities = backend.capabilities();
+        let mut local = None;
+        if p.local && capabilities.overrides && run.error.is_none() {
+            let taps = TapSelection::parse(
+                &[p.selection.globs().to_vec(), Overrides::required_taps(p.ckpt.config.num_layers)].concat(),
+            )?;
+            local = backend.run_local(&p.inputs, &taps, &reference).map(|l| (taps, l.capture));
+        }
+        backends.push(BackendOutput {
+            spec: spec.clone(),
+            label,
+            capabilities,
+            capture: run.capture,
+            local,
+            error: run.error,
+        });
+    }
+    Ok(Runs { reference, backends })
+}
+
+/// Stage 3: compare every backend with the reference (cumulative, then local), locate, blame,
+/// logit lens. A dump whose shapes cannot be aligned is an input error naming the tap.
+pub fn compare_runs(p: &mut Prepared, runs: &Runs) -> Result<()> {
+    for b in &runs.backends {
+        let label = &b.label;
         let cumulative = compare_selected(
-            &ref_capture,
-            &run.capture,
-            ("reference", &label),
+            &runs.reference,
+            &b.capture,
+            ("reference", label),
             View::Cumulative,
-            &thresholds,
-            Some(&selection),
+            &p.thresholds,
+            Some(&p.selection),
         );
-        if spec.kind == "dump" {
+        if b.spec.kind == BackendKind::Dump {
             if let Some(bad) = cumulative.rows.iter().find(|r| r.status == RowStatus::ShapeMismatch) {
-                progress.finish_and_clear();
                 return Err(Error::input(
                     format!("backend `{label}` tap {}", bad.key()),
                     format!(
@@ -279,68 +316,92 @@ pub fn run_probe(probe: &Probe, opts: &RunOptions) -> Result<ProbeRun> {
                 ));
             }
         }
-        if probe.compare.lens && backend.capabilities().all_taps {
-            report.lens.push((label.clone(), lens::logit_lens(&model, &ref_capture, &run.capture)?));
+        if p.lens && b.capabilities.all_taps {
+            p.report.lens.push((label.clone(), lens::logit_lens(&p.model, &runs.reference, &b.capture)?));
         }
         let failed_any = !cumulative.passed();
-        report.add_comparison(cumulative);
-        if probe.compare.local && backend.capabilities().overrides && run.error.is_none() {
-            let local_taps = TapSelection::parse(
-                &[probe.taps.clone(), Overrides::required_taps(ckpt.config.num_layers)].concat(),
-            )?;
-            if let Some(local) = backend.run_local(&inputs, &local_taps, &ref_capture) {
-                let pair = compare_selected(
-                    &ref_capture,
-                    &local.capture,
-                    ("reference", &label),
-                    View::Local,
-                    &thresholds,
-                    Some(&local_taps),
-                );
-                if failed_any {
-                    report.blame.push((label.clone(), locate::blamed_layers(&pair)));
-                }
-                report.add_comparison(pair);
+        p.report.add_comparison(cumulative);
+        if let Some((taps, local)) = &b.local {
+            let pair = compare_selected(
+                &runs.reference,
+                local,
+                ("reference", label),
+                View::Local,
+                &p.thresholds,
+                Some(taps),
+            );
+            if failed_any {
+                p.report.blame.push((label.clone(), locate::blamed_layers(&pair)));
             }
+            p.report.add_comparison(pair);
         }
-        if let Some(e) = run.error {
-            report.incomplete.push(format!("backend `{label}`: {e}"));
-            first_error.get_or_insert(e);
+        if let Some(e) = &b.error {
+            p.report.incomplete.push(format!("backend `{label}`: {e}"));
         }
-        captures.push((label, run.capture));
     }
-    progress.finish_and_clear();
+    Ok(())
+}
 
-    let explain_spec = opts.explain.as_ref().or(probe.explain.as_ref()).filter(|_| !opts.no_explain);
-    if let Some(explain) = explain_spec {
-        // The probe names its own backend; backends replaced on the command line are observed
-        // instead (the first one).
-        let observed = match &explain.observed {
-            Some(o) if opts.backends.is_empty() || specs.iter().any(|b| b.label() == *o) => o.clone(),
-            _ => specs[0].label(),
-        };
-        let observed_capture =
-            captures.iter().find(|(n, _)| *n == observed).map(|(_, c)| c.clone()).ok_or_else(|| {
-                Error::usage(format!("[explain] observed `{observed}` is not a backend of this probe"))
-            })?;
-        report.explain = Some(crate::fault::explain::explain(
-            &ckpt,
-            &model,
-            &inputs,
-            &ref_capture,
-            &observed,
-            &observed_capture,
-            explain,
-        )?);
-    }
-    if let Some(dir) = &opts.save_captures {
-        for (name, cap) in &captures {
-            let safe: String = name
-                .chars()
-                .map(|c| if c.is_alphanumeric() || c == '-' || c == '.' { c } else { '_' })
-                .collect();
-            cap.write_npz(&dir.join(format!("{safe}.npz")))?;
+/// Stage 4: rank the fault catalog against the observed backend, when the probe or the
+/// command line asks for it. The probe names its own backend; backends replaced on the
+/// command line are observed instead (the first one).
+pub fn explain_stage(p: &mut Prepared, runs: &Runs, probe: &Probe, opts: &RunOptions) -> Result<()> {
+    let Some(explain) = opts.explain.as_ref().or(probe.explain.as_ref()).filter(|_| !opts.no_explain) else {
+        return Ok(());
+    };
+    let observed = match &explain.observed {
+        Some(o) if opts.backends.is_empty() || runs.backends.iter().any(|b| b.label == *o) => o.clone(),
+        _ => runs.backends[0].label.clone(),
+    };
+    let observed_capture = match runs.backends.iter().find(|b| b.label == observed) {
+        Some(b) => &b.capture,
+        None if observed == "reference" => &runs.reference,
+        None => {
+            return Err(Error::usage(format!(
+                "[explain] observed `{observed}` is not a backend of this probe"
+            )))
         }
+    };
+    p.report.explain = Some(crate::explain::explain(
+        &p.ckpt,
+        &p.model,
+        &p.inputs,
+        &runs.reference,
+        &observed,
+        observed_capture,
+        explain,
+    )?);
+    Ok(())
+}
+
+/// Stage 5: write every capture (`NAME.npz`) into `--save-captures`.
+pub fn save(runs: &Runs, opts: &RunOptions) -> Result<()> {
+    let Some(dir) = &opts.save_captures else { return Ok(()) };
+    let all = std::iter::once(("reference", &runs.reference))
+        .chain(runs.backends.iter().map(|b| (b.label.as_str(), &b.capture)));
+    for (name, cap) in all {
+        let safe: String =
+            name.chars().map(|c| if c.is_alphanumeric() || c == '-' || c == '.' { c } else { '_' }).collect();
+        cap.write_npz(&dir.join(format!("{safe}.npz")))?;
     }
-    Ok(ProbeRun { report, captures, inputs, error: first_error })
+    Ok(())
+}
+
+pub struct ProbeRun {
+    pub report: Report,
+    pub runs: Runs,
+    pub inputs: InputSet,
+    /// The first error that stopped a backend (the report is still complete up to it).
+    pub error: Option<Error>,
+}
+
+/// Every stage in order.
+pub fn run_probe(probe: &Probe, opts: &RunOptions) -> Result<ProbeRun> {
+    let mut p = prepare(probe, opts)?;
+    let mut runs = run_backends(&mut p, opts)?;
+    compare_runs(&mut p, &runs)?;
+    explain_stage(&mut p, &runs, probe, opts)?;
+    save(&runs, opts)?;
+    let error = runs.backends.iter_mut().find_map(|b| b.error.take());
+    Ok(ProbeRun { report: p.report, runs, inputs: p.inputs, error })
 }

@@ -2,6 +2,7 @@
 //! answer it, and the thresholds that judge the answer. Unknown keys are errors that name
 //! the key (serde's `deny_unknown_fields`, with toml's line and column).
 
+use crate::backend::BackendSpec;
 use crate::error::{Error, Result};
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -32,7 +33,7 @@ pub struct Probe {
     #[serde(default)]
     pub compare: CompareSpec,
     #[serde(default)]
-    pub explain: Option<ExplainSpec>,
+    pub explain: Option<crate::explain::ExplainSpec>,
     #[serde(default)]
     pub sweep: Option<SweepSpec>,
     #[serde(skip)]
@@ -118,72 +119,6 @@ pub struct InputsSpec {
     pub start_position: usize,
 }
 
-/// A backend as a probe names it.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields)]
-pub struct BackendSpec {
-    /// Label in reports (default: the kind).
-    pub name: Option<String>,
-    /// reference | emulator | dump | hef
-    pub kind: String,
-    /// emulator: fault specs, `NAME[:PARAMS][@layers=RANGE]`.
-    #[serde(default)]
-    pub faults: Vec<String>,
-    /// emulator: quantization setting (see `hefprobe explain --help`).
-    pub quant: Option<String>,
-    /// dump: the .npz; hef: the .hef.
-    pub path: Option<PathBuf>,
-    /// dump: name map TOML (their name -> canonical tap).
-    pub map: Option<PathBuf>,
-}
-
-impl BackendSpec {
-    pub fn label(&self) -> String {
-        self.name.clone().unwrap_or_else(|| match (&self.kind[..], self.faults.is_empty()) {
-            ("emulator", false) => format!("emulator[{}]", self.faults.join(",")),
-            _ => self.kind.clone(),
-        })
-    }
-
-    /// From the command line: `emulator`, `emulator=FAULT+FAULT`, `dump=PATH[,map=MAP]`, `hef=PATH`.
-    pub fn parse_cli(s: &str) -> Result<Self> {
-        let (kind, rest) = s.split_once('=').unwrap_or((s, ""));
-        let mut spec = BackendSpec {
-            name: None,
-            kind: kind.to_string(),
-            faults: vec![],
-            quant: None,
-            path: None,
-            map: None,
-        };
-        match kind {
-            "reference" => {}
-            "emulator" => {
-                spec.faults = rest.split('+').filter(|f| !f.is_empty()).map(String::from).collect();
-            }
-            "dump" | "hef" => {
-                let mut parts = rest.split(',');
-                let path = parts.next().filter(|p| !p.is_empty()).ok_or_else(|| {
-                    Error::usage(format!("--backend {kind}=PATH: give the {kind} file's path"))
-                })?;
-                spec.path = Some(PathBuf::from(path));
-                for p in parts {
-                    match p.split_once('=') {
-                        Some(("map", m)) if kind == "dump" => spec.map = Some(PathBuf::from(m)),
-                        _ => return Err(Error::usage(format!("--backend {s}: unknown option `{p}`"))),
-                    }
-                }
-            }
-            other => {
-                return Err(Error::usage(format!(
-                    "--backend `{other}`: expected reference, emulator[=FAULT+FAULT], dump=PATH[,map=MAP] or hef=PATH"
-                )))
-            }
-        }
-        Ok(spec)
-    }
-}
-
 #[derive(Debug, Clone, Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 pub struct ThresholdsSpec {
@@ -242,20 +177,6 @@ impl Default for CompareSpec {
     }
 }
 
-#[derive(Debug, Clone, Deserialize, Default)]
-#[serde(deny_unknown_fields)]
-pub struct ExplainSpec {
-    /// The backend whose capture the fault models are ranked against (default: the first).
-    pub observed: Option<String>,
-    /// Fault specs to rank (default: the whole catalog with its parameter grid).
-    pub faults: Option<Vec<String>>,
-    /// Also rank pairs of faults.
-    #[serde(default)]
-    pub pairs: bool,
-    /// Quantization configuration for three-way attribution.
-    pub quant: Option<String>,
-}
-
 impl Probe {
     pub fn load(path: &Path) -> Result<Self> {
         let text = crate::error::read_text(path)?;
@@ -292,12 +213,6 @@ impl Probe {
         }
         let mut labels: Vec<String> = vec!["reference".into()];
         for b in &p.backends {
-            if !matches!(b.kind.as_str(), "reference" | "emulator" | "dump" | "hef") {
-                return Err(Error::input(
-                    format!("{what} [[backend]] kind"),
-                    format!("`{}` is not a backend kind; expected reference, emulator, dump or hef", b.kind),
-                ));
-            }
             let label = b.label();
             if labels.contains(&label) {
                 return Err(Error::input(
@@ -373,14 +288,5 @@ tokens = [1, 2, 3]
         let text = format!("{MINIMAL}\n[thresholds.taps]\nlogits = {{ cosinus = 0.9 }}\n");
         let e = Probe::parse(&text, Path::new("p.toml")).unwrap_err().to_string();
         assert!(e.contains("cosinus") && e.contains("did you mean `cosine`"), "{e}");
-    }
-
-    #[test]
-    fn cli_backend_specs() {
-        let b = BackendSpec::parse_cli("emulator=shared-softmax+rope:interleaved@layers=1").unwrap();
-        assert_eq!(b.faults, vec!["shared-softmax", "rope:interleaved@layers=1"]);
-        let b = BackendSpec::parse_cli("dump=d.npz,map=m.toml").unwrap();
-        assert_eq!((b.path.unwrap(), b.map.unwrap()), (PathBuf::from("d.npz"), PathBuf::from("m.toml")));
-        assert!(BackendSpec::parse_cli("gpu").is_err());
     }
 }

@@ -7,8 +7,8 @@ use crate::backend::Backend;
 use crate::capture::Capture;
 use crate::compare::metrics;
 use crate::error::{Error, Result};
+use crate::inputs::{DecodeSpec, InputSet};
 use crate::model::{Checkpoint, Decoder};
-use crate::probe::inputs::{DecodeSpec, InputSet};
 use crate::probe::run::{build_inputs, load_checkpoint, synth_spec};
 use crate::probe::schema::{Probe, SweepSpec};
 use crate::tap::TapSelection;
@@ -177,11 +177,7 @@ pub fn run_sweep(probe: &Probe, mut progress: impl FnMut(&str)) -> Result<Vec<Sw
             forced.decode = DecodeSpec::Forced(ref_tokens.clone());
             for (label, fault_specs, quant) in &settings {
                 progress(&format!("{} {label} prompt {len}", m.label));
-                let faults = crate::fault::catalog::parse_all(fault_specs, &m.ckpt.config)?;
-                let mut emu = DecoderBackend::emulator(label, &m.ckpt, faults)?;
-                if let Some(q) = quant {
-                    emu = emu.with_quant(q, &m.ckpt)?;
-                }
+                let mut emu = DecoderBackend::emulator(label, &m.ckpt, fault_specs, quant.as_deref())?;
                 let tf = emu.run(&forced, &logits);
                 let free = emu.run(&greedy, &logits);
                 if let Some(e) = tf.error.or(free.error) {

@@ -7,9 +7,9 @@ use crate::backend::Backend;
 use crate::capture::Capture;
 use crate::compare::metrics;
 use crate::error::{Error, Result};
+use crate::explain::ExplainSpec;
+use crate::inputs::InputSet;
 use crate::model::{Checkpoint, Decoder};
-use crate::probe::inputs::InputSet;
-use crate::probe::schema::ExplainSpec;
 use crate::report::{AttributionRow, ExplainReport, ExplainRow};
 use crate::tap::{Phase, TapSelection};
 use ndarray::ArrayD;
@@ -113,8 +113,7 @@ fn split(spec: &str) -> Vec<String> {
 }
 
 fn emulate(ckpt: &Checkpoint, specs: &[String], inputs: &InputSet, taps: &TapSelection) -> Result<Capture> {
-    let faults = crate::fault::catalog::parse_all(specs, &ckpt.config)?;
-    let mut b = DecoderBackend::emulator(&specs.join("+"), ckpt, faults)?;
+    let mut b = DecoderBackend::emulator(&specs.join("+"), ckpt, specs, None)?;
     let run = b.run(inputs, taps);
     match run.error {
         Some(e) => Err(e),

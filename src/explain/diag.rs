@@ -7,18 +7,19 @@
 //! - **cache diff**: the device's cache entries against the reference's keys and values, per
 //!   layer and head, in quantization steps (LSB).
 
-use super::backend::HefBackend;
-use super::driver::LlmDriver;
-use super::padded_entry_bytes;
+use crate::backend::hef::HefBackend;
 use crate::capture::Capture;
+use crate::capture::NoTaps;
 use crate::compare::metrics;
+use crate::device::driver::LlmDriver;
+use crate::device::padded_entry_bytes;
 use crate::error::{Error, Result};
 use crate::hef::{Hef, QuantInfo};
+use crate::inputs::InputSet;
 use crate::model::decoder::{FullCache, StepInput};
 use crate::model::hooks::NoHooks;
 use crate::model::Decoder;
-use crate::probe::inputs::InputSet;
-use crate::tap::{NoTaps, Phase};
+use crate::tap::Phase;
 use serde::Serialize;
 
 #[derive(Debug, Clone, Serialize)]

@@ -1,6 +1,9 @@
 //! The InputSet: one set of inputs handed unchanged to every backend (token ids, prefill
 //! chunking, decode steps). Greedy decoding is resolved once, by the reference, and then
 //! teacher-forced into every other backend so all of them see identical tokens.
+//!
+//! A plain type at the bottom of the house: the model, the fault core, every backend and the
+//! device driver take it, so it depends on nothing but tap names and errors.
 
 use crate::error::{Error, Result};
 use crate::tap::Phase;
@@ -37,6 +40,15 @@ pub struct InputSet {
 }
 
 impl InputSet {
+    /// One line saying whether a BOS was added (finding 6: say it, always).
+    pub fn bos_note(&self) -> &'static str {
+        match self.bos_added {
+            None => "token ids given directly",
+            Some(true) => "tokenizer ADDED a BOS, which HailoRT's server would not",
+            Some(false) => "no BOS added, as HailoRT's server tokenizes",
+        }
+    }
+
     pub fn new(prompt: Vec<u32>) -> Self {
         InputSet {
             prompt,

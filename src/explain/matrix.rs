@@ -8,10 +8,10 @@ use crate::backend::Backend;
 use crate::compare::thresholds::Thresholds;
 use crate::compare::{compare, locate, View};
 use crate::error::{Error, Result};
+use crate::explain::ExplainSpec;
+use crate::inputs::{DecodeSpec, InputSet};
 use crate::model::synth::SynthSpec;
 use crate::model::{Arch, Checkpoint, Decoder};
-use crate::probe::inputs::{DecodeSpec, InputSet};
-use crate::probe::schema::ExplainSpec;
 use crate::tap::TapSelection;
 use serde::Serialize;
 use std::sync::Arc;
@@ -69,8 +69,7 @@ pub fn run_case(ckpt: &Checkpoint, inputs: &InputSet, spec: &str, expected: &str
     let model = Arc::new(Decoder::new(ckpt)?);
     let all = TapSelection::all();
     let reference = DecoderBackend::reference(model.clone()).run(inputs, &all);
-    let faults = crate::fault::catalog::parse_all(&[spec.to_string()], &ckpt.config)?;
-    let mut emu = DecoderBackend::emulator(spec, ckpt, faults)?;
+    let mut emu = DecoderBackend::emulator(spec, ckpt, &[spec.to_string()], None)?;
     let observed = emu.run(inputs, &all);
     if let Some(e) = reference.error.or(observed.error) {
         return Err(e);
@@ -83,7 +82,7 @@ pub fn run_case(ckpt: &Checkpoint, inputs: &InputSet, spec: &str, expected: &str
         &Thresholds::default(),
     );
     let located = locate::locate(&pair).first().map(|l| format!("{}/{}", l.phase, l.tap));
-    let report = crate::fault::explain::explain(
+    let report = crate::explain::explain(
         ckpt,
         &model,
         inputs,

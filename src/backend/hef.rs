@@ -2,18 +2,17 @@
 //! the real Hailo-10H otherwise (feature `hailo`). It captures what a device returns: the
 //! logits of each phase's last position ([1, vocab]), as HailoRT's server reads them.
 
-use super::driver::LlmDriver;
-use super::sim::SimDevice;
-use super::synth_hef::sim_spec;
-use super::Device;
-use crate::backend::{Backend, BackendRun, Capabilities};
+use super::{Backend, BackendRun, Capabilities};
 use crate::capture::Capture;
+use crate::device::driver::LlmDriver;
+use crate::device::sim::SimDevice;
+use crate::device::synth_hef::sim_spec;
+use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::hef::Hef;
+use crate::inputs::{DecodeSpec, InputSet};
 use crate::model::run::RunRecord;
 use crate::model::Checkpoint;
-use crate::probe::inputs::{DecodeSpec, InputSet};
-use crate::probe::schema::BackendSpec;
 use crate::tap::{Phase, Tap, TapSelection};
 use ndarray::{ArrayD, IxDyn};
 use std::path::Path;
@@ -38,7 +37,7 @@ pub fn open_device(path: &Path) -> Result<(Box<dyn Device>, Hef)> {
 
 #[cfg(feature = "hailo")]
 fn real_device(path: &Path, hef: Hef) -> Result<(Box<dyn Device>, Hef)> {
-    Ok((Box::new(super::hailo::HailoDevice::open(path)?), hef))
+    Ok((Box::new(crate::device::hailo::HailoDevice::open(path)?), hef))
 }
 
 #[cfg(not(feature = "hailo"))]
@@ -51,11 +50,9 @@ fn real_device(path: &Path, _hef: Hef) -> Result<(Box<dyn Device>, Hef)> {
     )))
 }
 
-pub fn open(label: &str, spec: &BackendSpec, ckpt: &Checkpoint) -> Result<Box<dyn Backend>> {
-    let path = spec
-        .path
-        .as_ref()
-        .ok_or_else(|| Error::usage(format!("backend `{label}`: a hef backend needs `path`")))?;
+/// The `hef` backend for the HEF at `path`, refused when it was made from another checkpoint
+/// than the reference's.
+pub fn open(label: &str, path: &Path, ckpt: &Checkpoint) -> Result<HefBackend> {
     let (mut device, hef) = open_device(path)?;
     if let Some(sim) = sim_spec(&hef, &path.display().to_string())? {
         let made_from = sim.checkpoint.load()?.hash;
@@ -71,7 +68,7 @@ pub fn open(label: &str, spec: &BackendSpec, ckpt: &Checkpoint) -> Result<Box<dy
         }
     }
     let driver = LlmDriver::open(device.as_mut(), &hef, &path.display().to_string())?;
-    Ok(Box::new(HefBackend { name: label.to_string(), driver, _device: device }))
+    Ok(HefBackend { name: label.to_string(), driver, _device: device })
 }
 
 impl HefBackend {

@@ -1,0 +1,129 @@
+//! What names a backend: its kind (typed) and where its data comes from, as a probe's
+//! `[[backend]]` table or a `--backend` flag gives it.
+
+use crate::error::{Error, Result};
+use serde::Deserialize;
+use std::fmt;
+use std::path::PathBuf;
+
+/// The kinds of backend. Matched as an enum everywhere, parsed from text in one place.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BackendKind {
+    /// The float32 decoder.
+    Reference,
+    /// The decoder with fault models and quantization.
+    Emulator,
+    /// An `.npz` recorded elsewhere, with an optional name map.
+    Dump,
+    /// A HEF on a device (simulated or a real Hailo-10H).
+    Hef,
+}
+
+impl BackendKind {
+    pub const ALL: [BackendKind; 4] =
+        [BackendKind::Reference, BackendKind::Emulator, BackendKind::Dump, BackendKind::Hef];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            BackendKind::Reference => "reference",
+            BackendKind::Emulator => "emulator",
+            BackendKind::Dump => "dump",
+            BackendKind::Hef => "hef",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<BackendKind> {
+        Self::ALL.into_iter().find(|k| k.name() == s)
+    }
+}
+
+impl fmt::Display for BackendKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A backend as a probe names it.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct BackendSpec {
+    /// Label in reports (default: the kind).
+    pub name: Option<String>,
+    /// reference | emulator | dump | hef
+    pub kind: BackendKind,
+    /// emulator: fault specs, `NAME[:PARAMS][@layers=RANGE]`.
+    #[serde(default)]
+    pub faults: Vec<String>,
+    /// emulator: quantization setting (see `hefprobe explain --help`).
+    pub quant: Option<String>,
+    /// dump: the .npz; hef: the .hef.
+    pub path: Option<PathBuf>,
+    /// dump: name map TOML (their name -> canonical tap).
+    pub map: Option<PathBuf>,
+}
+
+impl BackendSpec {
+    pub fn new(kind: BackendKind) -> Self {
+        BackendSpec { name: None, kind, faults: vec![], quant: None, path: None, map: None }
+    }
+
+    pub fn label(&self) -> String {
+        self.name.clone().unwrap_or_else(|| match (self.kind, self.faults.is_empty()) {
+            (BackendKind::Emulator, false) => format!("emulator[{}]", self.faults.join(",")),
+            _ => self.kind.to_string(),
+        })
+    }
+
+    /// From the command line: `emulator`, `emulator=FAULT+FAULT`, `dump=PATH[,map=MAP]`, `hef=PATH`.
+    pub fn parse_cli(s: &str) -> Result<Self> {
+        let (kind_text, rest) = s.split_once('=').unwrap_or((s, ""));
+        let kind = BackendKind::parse(kind_text).ok_or_else(|| {
+            Error::usage(format!(
+                "--backend `{kind_text}`: expected reference, emulator[=FAULT+FAULT], dump=PATH[,map=MAP] or hef=PATH"
+            ))
+        })?;
+        let mut spec = BackendSpec::new(kind);
+        match kind {
+            BackendKind::Reference => {}
+            BackendKind::Emulator => {
+                spec.faults = rest.split('+').filter(|f| !f.is_empty()).map(String::from).collect();
+            }
+            BackendKind::Dump | BackendKind::Hef => {
+                let mut parts = rest.split(',');
+                let path = parts.next().filter(|p| !p.is_empty()).ok_or_else(|| {
+                    Error::usage(format!("--backend {kind}=PATH: give the {kind} file's path"))
+                })?;
+                spec.path = Some(PathBuf::from(path));
+                for p in parts {
+                    match p.split_once('=') {
+                        Some(("map", m)) if kind == BackendKind::Dump => spec.map = Some(PathBuf::from(m)),
+                        _ => return Err(Error::usage(format!("--backend {s}: unknown option `{p}`"))),
+                    }
+                }
+            }
+        }
+        Ok(spec)
+    }
+
+    /// The file a dump or hef backend reads.
+    pub fn path(&self) -> Result<&std::path::Path> {
+        self.path.as_deref().ok_or_else(|| {
+            Error::usage(format!("backend `{}`: a {} backend needs `path`", self.label(), self.kind))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cli_backend_specs() {
+        let b = BackendSpec::parse_cli("emulator=shared-softmax+rope:interleaved@layers=1").unwrap();
+        assert_eq!(b.faults, vec!["shared-softmax", "rope:interleaved@layers=1"]);
+        let b = BackendSpec::parse_cli("dump=d.npz,map=m.toml").unwrap();
+        assert_eq!((b.path.unwrap(), b.map.unwrap()), (PathBuf::from("d.npz"), PathBuf::from("m.toml")));
+        assert!(BackendSpec::parse_cli("gpu").is_err());
+    }
+}
