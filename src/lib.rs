@@ -1,6 +1,6 @@
 //! hefprobe: numerics diagnostics for LLMs compiled to Hailo-10H HEF files.
 //!
-//! Data flow (see ARCHITECTURE.md): a probe builds one [`inputs::InputSet`], every
+//! Data flow (see docs/ARCHITECTURE.md): a probe builds one [`inputs::InputSet`], every
 //! backend runs it into a [`capture::Capture`] (`PHASE/TAP` → tensor), pure functions in
 //! [`compare`] turn pairs of captures into located, explained drift, and [`report`] renders it.
 

@@ -1,4 +1,4 @@
-//! The metrics, one definition each (METRICS.md). `r` is the reference, `x` the candidate,
+//! The metrics, one definition each (docs/METRICS.md). `r` is the reference, `x` the candidate,
 //! both flattened and accumulated in f64. Masked entries and entries that are ±inf (same
 //! sign) on both sides are excluded first; NaN anywhere, and inf on one side only, are
 //! counted and reported, never averaged in.

@@ -63,7 +63,7 @@ pub fn fmt_num(v: f64) -> String {
     format!("{v:.3e}")
 }
 
-/// Logits figures of one tap (METRICS.md: argmax agreement, top-k, KL, margins, Δp).
+/// Logits figures of one tap (docs/METRICS.md: argmax agreement, top-k, KL, margins, Δp).
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct LogitsSummary {
     pub positions: usize,

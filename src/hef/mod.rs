@@ -1,7 +1,7 @@
 //! HEF files: the container (header, hashes, regions), the proto subset, the plain-data model the
 //! rest of hefprobe uses, hailo-config.json as genai reads it, and the structural audit and diff.
 //!
-//! Everything here mirrors HailoRT v5.2.0 (see `/work/notes/hailort-facts.md`); each number that
+//! Everything here mirrors HailoRT v5.2.0 (see `docs/HAILO-RUNTIME.md`); each number that
 //! comes from HailoRT names its source file next to it.
 
 pub mod audit;
