@@ -14,7 +14,7 @@ mod synth_hef;
 
 use crate::error::{Error, Result};
 use crate::model::synth::SynthSpec;
-use crate::model::{Arch, Checkpoint};
+use crate::model::Checkpoint;
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -99,10 +99,6 @@ pub fn parse_ids(s: &str) -> std::result::Result<Ids, String> {
         .map(|t| t.parse::<u32>().map_err(|_| format!("`{t}` is not a token id")))
         .collect::<std::result::Result<Vec<u32>, String>>()
         .map(Ids)
-}
-
-pub fn parse_arch(s: &str) -> std::result::Result<Arch, String> {
-    Arch::parse(s).ok_or_else(|| format!("`{s}` is not one of llama, mistral, qwen2, qwen3"))
 }
 
 /// Parse and run; errors become exit code 2, drift becomes 1.

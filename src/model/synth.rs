@@ -203,21 +203,47 @@ impl SynthSpec {
     }
 }
 
-/// Changes to a [`SynthSpec`], from the command line or a probe's `[checkpoint]`.
-#[derive(Debug, Clone, Default)]
+/// Overrides of a synth preset's dims. Declared once: the `synth` command's flags (clap),
+/// a probe's `[checkpoint]` keys (serde, unknown keys refused) and sweeps all read this struct.
+#[derive(Debug, Clone, Default, PartialEq, serde::Deserialize, clap::Args)]
+#[serde(deny_unknown_fields)]
 pub struct SynthOverrides {
+    /// Architecture for explicit dims: llama, mistral, qwen2, qwen3.
+    #[arg(long, value_parser = parse_arch)]
     pub arch: Option<Arch>,
+    #[arg(long)]
     pub hidden: Option<usize>,
+    #[arg(long)]
     pub layers: Option<usize>,
+    #[arg(long)]
     pub heads: Option<usize>,
+    #[arg(long)]
     pub kv_heads: Option<usize>,
+    /// Default: hidden / heads.
+    #[arg(long)]
     pub head_dim: Option<usize>,
+    /// Default: 8/3 · hidden rounded up to a multiple of 64.
+    #[arg(long)]
     pub intermediate: Option<usize>,
+    /// Default: the preset's, or 512.
+    #[arg(long)]
     pub vocab: Option<usize>,
+    /// Sliding window (mistral: every layer; qwen2/3: the upper half of the layers).
+    #[arg(long)]
     pub sliding_window: Option<usize>,
+    /// Multiplies every weight's standard deviation (default 1).
+    #[arg(long)]
     pub weight_scale: Option<f64>,
+    /// Plant N massive-activation channels in the residual stream (default 0).
+    #[arg(long)]
     pub massive_channels: Option<usize>,
+    /// Size of the planted channels relative to an ordinary one (default 32).
+    #[arg(long)]
     pub massive_scale: Option<f64>,
+}
+
+fn parse_arch(s: &str) -> std::result::Result<Arch, String> {
+    Arch::parse(s).ok_or_else(|| format!("`{s}` is not one of llama, mistral, qwen2, qwen3"))
 }
 
 /// SwiGLU models use about 8/3 of hidden, rounded up to a multiple of 64.

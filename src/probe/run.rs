@@ -13,9 +13,9 @@ use crate::compare::thresholds::Thresholds;
 use crate::compare::{compare_selected, lens, locate, RowStatus, View};
 use crate::error::{Error, Result};
 use crate::inputs::{DecodeSpec, InputSet};
-use crate::model::synth::{SynthOverrides, SynthSpec};
+use crate::model::synth::SynthSpec;
 use crate::model::tokenizer::{Tokenizer, SYNTH_TOKENIZER_VOCAB};
-use crate::model::{Arch, Checkpoint, Decoder};
+use crate::model::{Checkpoint, Decoder};
 use crate::probe::schema::{CheckpointSpec, InputsSpec, Probe};
 use crate::report::{BackendInfo, CheckpointInfo, InputInfo, ProbeInfo, Report};
 use crate::tap::TapSelection;
@@ -43,26 +43,7 @@ pub struct RunOptions {
 pub fn synth_spec(c: &CheckpointSpec) -> Result<SynthSpec> {
     let preset = c.synth.as_deref().expect("synth checkpoint");
     let mut s = SynthSpec::preset(preset, c.seed)?;
-    let arch = match &c.arch {
-        None => None,
-        Some(a) => Some(Arch::parse(a).ok_or_else(|| {
-            Error::usage(format!("[checkpoint] arch `{a}`: expected llama, mistral, qwen2 or qwen3"))
-        })?),
-    };
-    s.apply(&SynthOverrides {
-        arch,
-        hidden: c.hidden,
-        layers: c.layers,
-        heads: c.heads,
-        kv_heads: c.kv_heads,
-        head_dim: c.head_dim,
-        intermediate: c.intermediate,
-        vocab: c.vocab,
-        sliding_window: c.sliding_window,
-        weight_scale: c.weight_scale,
-        massive_channels: c.massive_channels,
-        massive_scale: c.massive_scale,
-    });
+    s.apply(&c.overrides);
     Ok(s)
 }
 

@@ -4,6 +4,7 @@
 
 use crate::backend::BackendSpec;
 use crate::error::{Error, Result};
+use crate::model::synth::SynthOverrides;
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -76,28 +77,39 @@ fn all_taps() -> Vec<String> {
     vec!["*".into()]
 }
 
-#[derive(Debug, Clone, Deserialize, Default)]
-#[serde(deny_unknown_fields)]
+/// `[checkpoint]`: a folder, or a synth preset with overrides of its dims.
+#[derive(Debug, Clone, Default)]
 pub struct CheckpointSpec {
     /// A checkpoint folder, relative to the probe file.
     pub path: Option<PathBuf>,
     /// Or a synth preset, so the probe runs anywhere.
     pub synth: Option<String>,
-    #[serde(default)]
     pub seed: u64,
-    /// Overrides of the synth preset's dims.
-    pub arch: Option<String>,
-    pub hidden: Option<usize>,
-    pub layers: Option<usize>,
-    pub heads: Option<usize>,
-    pub kv_heads: Option<usize>,
-    pub head_dim: Option<usize>,
-    pub intermediate: Option<usize>,
-    pub vocab: Option<usize>,
-    pub weight_scale: Option<f64>,
-    pub massive_channels: Option<usize>,
-    pub massive_scale: Option<f64>,
-    pub sliding_window: Option<usize>,
+    /// Overrides of the synth preset's dims (`hidden`, `layers`, `heads`, ...).
+    pub overrides: SynthOverrides,
+}
+
+/// By hand because serde's `flatten` drops `deny_unknown_fields`: this table's own keys are
+/// taken out, and [`SynthOverrides`] (which refuses unknown keys) reads the rest, so a typo
+/// anywhere in `[checkpoint]` is named.
+impl<'de> Deserialize<'de> for CheckpointSpec {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        use serde::de::Error as _;
+        let mut table = toml::Table::deserialize(d)?;
+        fn take<T: serde::de::DeserializeOwned, E: serde::de::Error>(
+            t: &mut toml::Table,
+            key: &str,
+        ) -> std::result::Result<Option<T>, E> {
+            t.remove(key)
+                .map(|v| T::deserialize(v).map_err(|e| E::custom(format!("key `{key}`: {e}"))))
+                .transpose()
+        }
+        let path = take(&mut table, "path")?;
+        let synth = take(&mut table, "synth")?;
+        let seed = take(&mut table, "seed")?.unwrap_or(0);
+        let overrides = SynthOverrides::deserialize(toml::Value::Table(table)).map_err(D::Error::custom)?;
+        Ok(CheckpointSpec { path, synth, seed, overrides })
+    }
 }
 
 #[derive(Debug, Clone, Deserialize, Default)]
@@ -288,5 +300,19 @@ tokens = [1, 2, 3]
         let text = format!("{MINIMAL}\n[thresholds.taps]\nlogits = {{ cosinus = 0.9 }}\n");
         let e = Probe::parse(&text, Path::new("p.toml")).unwrap_err().to_string();
         assert!(e.contains("cosinus") && e.contains("did you mean `cosine`"), "{e}");
+    }
+
+    #[test]
+    fn checkpoint_overrides_are_read_once_and_typos_named() {
+        let text = MINIMAL.replace(
+            "synth = \"tinystories\"",
+            "synth = \"tinystories\"\nlayers = 6\nweight_scale = 0.5\narch = \"qwen2\"",
+        );
+        let p = Probe::parse(&text, Path::new("p.toml")).unwrap();
+        let o = &p.checkpoint.overrides;
+        assert_eq!((o.layers, o.weight_scale, o.arch), (Some(6), Some(0.5), Some(crate::model::Arch::Qwen2)));
+        let text = MINIMAL.replace("synth = \"tinystories\"", "synth = \"tinystories\"\nhiden = 64");
+        let e = Probe::parse(&text, Path::new("p.toml")).unwrap_err().to_string();
+        assert!(e.contains("p.toml") && e.contains("hiden"), "{e}");
     }
 }
