@@ -4,7 +4,7 @@
 use super::run::command_line;
 use crate::error::Result;
 use crate::explain::matrix::{render_markdown, run_matrix};
-use crate::fault::catalog::CATALOG;
+use crate::fault::catalog::REGISTRY;
 use clap::Args;
 use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
 use std::path::PathBuf;
@@ -25,11 +25,11 @@ pub fn run(a: FaultsArgs) -> Result<ExitCode> {
         let mut t = Table::new();
         t.load_preset(UTF8_FULL_CONDENSED).force_no_tty();
         t.set_header(vec!["fault", "finding", "what it computes"]);
-        for (name, finding, what) in CATALOG {
+        for f in REGISTRY {
             t.add_row(vec![
-                name.to_string(),
-                finding.map_or("-".into(), |f| f.to_string()),
-                what.to_string(),
+                f.name.to_string(),
+                f.finding.map_or("-".into(), |f| f.to_string()),
+                f.summary.to_string(),
             ]);
         }
         println!("{t}");

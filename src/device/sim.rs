@@ -9,6 +9,7 @@ use super::synth_hef::{sim_spec, Mistake, SimSpec};
 use super::{ConfiguredModel, Device, FormatType, StreamInfo};
 use crate::capture::NoTaps;
 use crate::error::{Error, Result};
+use crate::fault::catalog::cache::CacheLayout;
 use crate::fault::Fault;
 use crate::hef::{Hef, NetworkGroup, QuantInfo, Stream};
 use crate::inputs::{DecodeSpec, InputSet};
@@ -236,7 +237,7 @@ impl SimDevice {
         // cache-layout is realized in the ring itself (how prefill writes), so the cache
         // buffers show it as a device's would; the other faults run in the emulator.
         let (layouts, mut specs): (Vec<String>, Vec<String>) =
-            spec.faults.iter().cloned().partition(|f| f.starts_with("cache-layout"));
+            spec.faults.iter().cloned().partition(|f| crate::fault::catalog::is::<CacheLayout>(f));
         if spec.mistakes.contains(&Mistake::MissingLmHead) {
             specs.push("no-lm-head".into());
         }
@@ -270,16 +271,16 @@ impl SimDevice {
             .collect::<Result<Vec<_>>>()?;
         let mut ring = Ring::new(ring_len, c.num_layers, c.num_kv_heads, c.head_dim, quant);
         for f in &layouts {
-            crate::fault::catalog::parse(f, c)?;
-            let fs = crate::fault::spec::FaultSpec::parse(f)?;
-            let layout = fs.get("layout", Some(0)).unwrap_or("transpose");
-            let perm: Vec<usize> =
-                crate::fault::catalog::cache_permutation(layout, c.num_kv_heads, c.head_dim)
-                    .into_iter()
-                    .map(|x| x as usize)
-                    .collect();
+            let fs = crate::fault::catalog::parse_as::<CacheLayout>(f, c)?;
+            let perm: Vec<usize> = fs
+                .mechanism
+                .layout
+                .permutation(c.num_kv_heads, c.head_dim)
+                .into_iter()
+                .map(|x| x as usize)
+                .collect();
             for (l, slot) in ring.prefill_layout.iter_mut().enumerate() {
-                if fs.applies(l) {
+                if fs.spec.applies(l) {
                     *slot = Some(perm.clone());
                 }
             }

@@ -8,6 +8,7 @@
 
 use crate::capture::NoTaps;
 use crate::error::{Error, Result};
+use crate::fault::catalog::{self, rope::PositionShift, rope::RopeFault};
 use crate::fault::quant::Affine;
 use crate::hef::model::extension;
 use crate::hef::{CacheLayer, FormatOrder, Hef, NetworkGroup, QuantInfo, Resource, Shape3, Stream};
@@ -220,8 +221,7 @@ pub fn synth_hef(ckpt: &Checkpoint, checkpoint: SimCheckpoint, opts: &SynthHefOp
     // The device computes these faults; those acting on positions need positions the device
     // never receives (it gets RoPE tables), so they belong in the emulator.
     for f in &opts.faults {
-        let name = f.split([':', '@']).next().unwrap_or("");
-        if matches!(name, "rope" | "position-shift") {
+        if catalog::is::<RopeFault>(f) || catalog::is::<PositionShift>(f) {
             return Err(Error::usage(format!(
                 "fault `{f}` acts on positions, which a device never receives (it gets RoPE tables); \
                  use it with the emulator backend"
