@@ -372,7 +372,7 @@ fn diff_config(a: &Hef, b: &Hef, out: &mut Vec<Difference>) {
         let vb = cb.pointer(&format!("/{}", key.replace('.', "/"))).cloned().unwrap_or(Value::Null);
         if va != vb {
             let subject = format!("config key {key}");
-            let (x, y) = (super::render::value_text(&va), super::render::value_text(&vb));
+            let (x, y) = (value_text(&va), value_text(&vb));
             out.push(difference(
                 "config-value",
                 Severity::Warning,
@@ -382,6 +382,15 @@ fn diff_config(a: &Hef, b: &Hef, out: &mut Vec<Difference>) {
                 "genai runs with different values",
             ));
         }
+    }
+}
+
+/// JSON text of a config value; f32 values (stored as f64 in a `Value`) print as f32 (0.8, not
+/// 0.800000011920929).
+pub fn value_text(value: &Value) -> String {
+    match value.as_f64() {
+        Some(x) if value.is_f64() && f64::from(x as f32) == x => format!("{}", x as f32),
+        _ => value.to_string(),
     }
 }
 
@@ -483,7 +492,5 @@ mod tests {
         b.groups[0].outputs.reverse();
         let diffs = diff(&a, &b);
         assert_eq!(ids(&diffs), ["output-order"]);
-        let rendered = crate::hef::diff_to_markdown(&diffs);
-        assert!(rendered.contains("| warning  | output-order |"), "{rendered}");
     }
 }

@@ -1,5 +1,6 @@
 //! HEF files: the container (header, hashes, regions), the proto subset, the plain-data model the
-//! rest of hefprobe uses, hailo-config.json as genai reads it, and the structural audit and diff.
+//! rest of hefprobe uses, hailo-config.json as genai reads it, and the structural audit and diff
+//! (`report::audit` renders them).
 //!
 //! Everything here mirrors HailoRT v5.2.0 (see `docs/HAILO-RUNTIME.md`); each number that
 //! comes from HailoRT names its source file next to it.
@@ -13,7 +14,6 @@ pub mod finding;
 pub mod llm_config;
 pub mod model;
 pub mod proto;
-mod render;
 pub mod synth;
 #[cfg(test)]
 mod test_strategy;
@@ -22,4 +22,3 @@ pub use audit::{audit, audit_file, AuditReport, Expectations};
 pub use diff::{diff, Difference};
 pub use finding::{Finding, Severity};
 pub use model::{CacheLayer, FormatOrder, Hef, LlmGroups, NetworkGroup, QuantInfo, Resource, Shape3, Stream};
-pub use render::{diff_to_markdown, diff_to_terminal};
