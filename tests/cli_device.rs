@@ -178,3 +178,46 @@ fn shared_softmax_probe_against_a_hef_explains_it_from_logits_alone() {
         .stdout(predicate::str::contains("explain: which fault reproduces hef (matched on logits)"))
         .stdout(predicate::str::contains("best explanation: shared-softmax@layers=0"));
 }
+
+#[test]
+fn diagnose_passes_a_clean_hef_and_fails_the_cache_layout_one_on_sim_and_sim_h10() {
+    let t = tempfile::tempdir().unwrap();
+    let ck = checkpoint(t.path());
+    let clean = t.path().join("clean.hef");
+    synth_hef(&ck, &clean, &[]);
+    let faulty = t.path().join("cache-layout.hef");
+    synth_hef(&ck, &faulty, &["--fault", "cache-layout:transpose"]);
+    let tokens: Vec<String> = (1..=24).map(|i| ((i * 37 + 5) % 300).to_string()).collect();
+    let tokens = tokens.join(",");
+    let diagnose = |hef: &Path, device: &str| {
+        let mut c = hefprobe();
+        c.arg("diagnose").arg(hef).arg("--checkpoint").arg(&ck).args(["--tokens", &tokens, "--device", device]);
+        c
+    };
+    diagnose(&clean, "sim")
+        .assert()
+        .code(0)
+        .stdout(predicate::str::contains("cache diff after prefilling 23 tokens"));
+    diagnose(&faulty, "sim").assert().code(1);
+    // Over RPC: parity (c) and the cache diff are unavailable, repeatability still runs, and
+    // parity (b) alone catches the fault.
+    diagnose(&clean, "sim-h10")
+        .assert()
+        .code(0)
+        .stdout(predicate::str::contains("cache diff: unavailable on this device (HailoRT 5.2 RPC)"))
+        .stdout(predicate::str::contains("unavailable: unavailable on this device (HailoRT 5.2 RPC)"))
+        .stdout(predicate::str::contains("repeatability: 3 runs"));
+    diagnose(&faulty, "sim-h10")
+        .assert()
+        .code(1)
+        .stdout(predicate::str::contains("tbt drifts; the cache could not be rewritten"));
+    hefprobe()
+        .arg("diagnose")
+        .arg(&clean)
+        .arg("--checkpoint")
+        .arg(&ck)
+        .args(["--tokens", &tokens, "--device", "h8"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("sim-h10"));
+}

@@ -187,7 +187,7 @@ pub fn parity(driver: &mut LlmDriver, hef: &Hef, model: &Decoder, prompt: &[u32]
             cosine: None,
             kl: None,
             argmax_matches: None,
-            unavailable: Some(e.to_string()),
+            unavailable: Some(unavailable(&e)),
         }),
     }
     let ok = |r: &ParityRow| r.cosine.is_some_and(|c| c >= 0.999) && r.argmax_matches == Some(true);
@@ -241,6 +241,19 @@ fn write_reference_cache(
     Ok(())
 }
 
+/// The phrase every cache diagnostic shows when the device cannot read or write its cache
+/// (the full reason is [`crate::device::RPC_CACHE_UNSUPPORTED`]).
+pub const UNAVAILABLE_OVER_RPC: &str = "unavailable on this device (HailoRT 5.2 RPC)";
+
+/// Why a diagnostic could not run, short: the RPC phrase for `Unsupported` cache calls, else the
+/// error itself.
+pub fn unavailable(e: &Error) -> String {
+    match e {
+        Error::Unsupported(m) if m.contains(UNAVAILABLE_OVER_RPC) => UNAVAILABLE_OVER_RPC.to_string(),
+        e => e.to_string(),
+    }
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub struct CacheDiffRow {
     pub layer: usize,
@@ -251,6 +264,8 @@ pub struct CacheDiffRow {
     /// The kv head with the largest difference, and its max.
     pub worst_head: usize,
     pub worst_head_max_lsb: u32,
+    /// What this layer may differ by, from its own scale (see [`cache_tolerance_lsb`]).
+    pub tolerance_lsb: u32,
 }
 
 /// After a prefill of `prompt`, the device's cache entries against the reference's, in LSB.
@@ -304,8 +319,14 @@ pub fn cache_diff(
                 mean_lsb: sum as f64 / n.max(1) as f64,
                 worst_head,
                 worst_head_max_lsb: worst,
+                tolerance_lsb: cache_tolerance_lsb(&q),
             });
         }
     }
     Ok(rows)
+}
+
+/// TODO(lsb): placeholder until the tolerance model is settled.
+pub fn cache_tolerance_lsb(_q: &QuantInfo) -> u32 {
+    8
 }

@@ -23,7 +23,7 @@ use std::path::{Path, PathBuf};
 use std::ptr::NonNull;
 use std::time::Duration;
 
-use super::{ConfiguredModel, Device, StreamInfo};
+use super::{ConfiguredModel, Device, DeviceFacts, StreamInfo};
 use crate::error::{Error, Result};
 use crate::hef::{QuantInfo, Shape3};
 
@@ -33,7 +33,9 @@ mod status;
 #[cfg(test)]
 mod tests;
 
-pub use checks::{architecture_name, check_cache_snapshot, check_input_frames, check_library_version};
+pub use checks::{
+    architecture_name, check_cache_access, check_cache_snapshot, check_input_frames, check_library_version,
+};
 pub use status::{cache_write_error, status_error, status_label, status_message, CallContext};
 
 use checks::format_type;
@@ -255,6 +257,21 @@ impl Device for HailoDevice {
         )
     }
 
+    fn facts(&self) -> DeviceFacts {
+        let (major, minor, revision) = self.version;
+        DeviceFacts {
+            kind: "real".into(),
+            library_version: format!("{major}.{minor}.{revision}"),
+            device_id: self.device_ids.clone(),
+            architecture: self
+                .architecture
+                .map(|a| architecture_name(a).map_or_else(|| format!("architecture {a}"), str::to_string)),
+            // The 5.2 RPC client has no temperature call the shim exposes (Device is not
+            // reachable through a VDeviceHrpcClient); left out rather than guessed.
+            chip_temperature_c: None,
+        }
+    }
+
     fn network_groups(&self) -> Vec<String> {
         self.groups.clone()
     }
@@ -447,6 +464,7 @@ impl ConfiguredModel for HailoModel {
     }
 
     fn cache_buffers(&mut self) -> Result<BTreeMap<u32, Vec<u8>>> {
+        check_cache_access(self.architecture, "get_cache_buffers")?;
         let mut count = 0usize;
         let snapshot = call("ConfiguredInferModel::get_cache_buffers", |err, err_len| {
             // SAFETY: live handle; `count` is valid for writes and `err` for `err_len` chars. The
@@ -463,6 +481,7 @@ impl ConfiguredModel for HailoModel {
     }
 
     fn update_cache_buffer(&mut self, cache_id: u32, bytes: &[u8]) -> Result<()> {
+        check_cache_access(self.architecture, "update_cache_buffer")?;
         call("ConfiguredInferModel::update_cache_buffer", |err, err_len| {
             // SAFETY: live handle; `bytes` is readable for its length during the call and HailoRT
             // only reads from it (MemoryView::create_const in the shim); `err` has `err_len`
