@@ -215,14 +215,20 @@ fn sent_frames(dev: &mut HefBackend) -> Vec<Sent> {
 
 /// The frames genai's rules say: `(group, tokens, first position)` per frame.
 fn expected(h: &Hef, frames: &[(&str, &[u32], u32)]) -> Vec<Sent> {
-    let emb: Vec<u16> =
-        h.resource("embeddings.bin").unwrap().chunks_exact(2).map(|b| u16::from_le_bytes([b[0], b[1]])).collect();
+    let emb: Vec<u16> = h
+        .resource("embeddings.bin")
+        .unwrap()
+        .chunks_exact(2)
+        .map(|b| u16::from_le_bytes([b[0], b[1]]))
+        .collect();
     let features = 64;
     frames
         .iter()
         .map(|(g, tokens, start)| {
-            let rows: Vec<u16> =
-                tokens.iter().flat_map(|&t| emb[t as usize * features..(t as usize + 1) * features].to_vec()).collect();
+            let rows: Vec<u16> = tokens
+                .iter()
+                .flat_map(|&t| emb[t as usize * features..(t as usize + 1) * features].to_vec())
+                .collect();
             (g.to_string(), tokens.len() as i32, (*start..*start + tokens.len() as u32).collect(), rows)
         })
         .collect()
@@ -321,7 +327,8 @@ fn a_one_token_request_takes_tbt_when_the_hef_has_it_even_as_a_first_prompt() {
 fn backend_h10(h: &Hef) -> HefBackend {
     let spec = sim_spec(h, "sim.hef").unwrap().unwrap();
     let mut dev: Box<dyn hefprobe::device::Device> = Box::new(
-        SimDevice::with_profile(h.clone(), spec, "sim.hef".into(), hefprobe::device::SimProfile::SimH10).unwrap(),
+        SimDevice::with_profile(h.clone(), spec, "sim.hef".into(), hefprobe::device::SimProfile::SimH10)
+            .unwrap(),
     );
     let driver = LlmDriver::open(dev.as_mut(), h, "sim.hef").unwrap();
     HefBackend::from_parts("device", dev, driver)
@@ -350,13 +357,17 @@ fn sim_h10_refuses_cache_calls_and_a_failed_run_poisons_the_model() {
     // the first failure.
     let spec = sim_spec(&h, "sim.hef").unwrap().unwrap();
     let mut sim =
-        SimDevice::with_profile(h.clone(), spec, "sim.hef".into(), hefprobe::device::SimProfile::SimH10).unwrap();
+        SimDevice::with_profile(h.clone(), spec, "sim.hef".into(), hefprobe::device::SimProfile::SimH10)
+            .unwrap();
     let (prefill, _) = h.llm_groups().unwrap();
     let mut m = sim.configure(&prefill, &[]).unwrap();
     let first = m.run(&[], std::time::Duration::from_secs(1)).unwrap_err().to_string();
     assert!(first.contains("was not bound"), "{first}");
     let later = m.init_cache(0).unwrap_err().to_string();
-    assert!(later.contains("unusable after an earlier failure") && later.contains("was not bound"), "{later}");
+    assert!(
+        later.contains("unusable after an earlier failure") && later.contains("was not bound"),
+        "{later}"
+    );
     // The plain simulator keeps going after a failed run, as a local device does.
     let spec = sim_spec(&h, "sim.hef").unwrap().unwrap();
     let mut sim = SimDevice::from_hef(h.clone(), spec, "sim.hef".into()).unwrap();

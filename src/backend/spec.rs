@@ -119,7 +119,9 @@ impl BackendSpec {
     pub fn sim_profile(&self) -> Result<Option<SimProfile>> {
         self.device
             .as_deref()
-            .map(|d| SimProfile::parse(d).map_err(|e| Error::usage(format!("backend `{}`: {e}", self.label()))))
+            .map(|d| {
+                SimProfile::parse(d).map_err(|e| Error::usage(format!("backend `{}`: {e}", self.label())))
+            })
             .transpose()
     }
 

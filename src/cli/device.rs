@@ -35,7 +35,7 @@ pub struct CaptureArgs {
     pub device: Option<SimProfile>,
 }
 
-fn parse_device(s: &str) -> std::result::Result<SimProfile, String> {
+pub(super) fn parse_device(s: &str) -> std::result::Result<SimProfile, String> {
     SimProfile::parse(s).map_err(|e| e.to_string())
 }
 

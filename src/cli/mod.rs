@@ -4,6 +4,7 @@ mod audit;
 mod bench;
 mod compare;
 mod device;
+mod doctor;
 mod explain;
 mod faults;
 mod reference;
@@ -58,6 +59,9 @@ pub enum Command {
     Capture(device::CaptureArgs),
     /// Repeatability, prefill/decode parity and cache diff of a HEF against its checkpoint.
     Diagnose(device::DiagnoseArgs),
+    /// On a device host, first: HailoRT, the device, the HEF's target and which diagnostics
+    /// this device allows, in one table. Never waits on a device for more than 10 s.
+    Doctor(doctor::DoctorArgs),
     /// Measure the reference: prefill and decode speed, taps off and on, peak memory.
     Bench(bench::BenchArgs),
 }
@@ -142,6 +146,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Command::SynthHef(a) => synth_hef::run(a),
         Command::Capture(a) => device::capture(a),
         Command::Diagnose(a) => device::diagnose(a),
+        Command::Doctor(a) => doctor::run(a),
         Command::Bench(a) => bench::run(a),
     }
 }

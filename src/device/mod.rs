@@ -4,6 +4,7 @@
 //! shim over the InferModel API, because on Hailo-10H HailoRT's C API cannot configure a
 //! network group (VDeviceHrpcClient::configure returns HAILO_NOT_IMPLEMENTED).
 
+pub mod doctor;
 pub mod driver;
 pub mod frames;
 #[cfg(feature = "hailo")]

@@ -39,7 +39,11 @@ impl Problem {
             Problem::RunsDiffer => "runs differ: compare figures carry run-to-run noise".into(),
             Problem::Parity(v) => v.sentence().into(),
             Problem::CacheBeyondTolerance { layer, kind, max_lsb, tolerance, over } => {
-                let worst = if *over > 1 { format!("; the worst of {over} layers over tolerance") } else { String::new() };
+                let worst = if *over > 1 {
+                    format!("; the worst of {over} layers over tolerance")
+                } else {
+                    String::new()
+                };
                 format!(
                     "layer {layer} {kind} cache entries differ from the reference by up to {max_lsb} LSB (tolerance {tolerance}){worst}"
                 )
@@ -117,8 +121,15 @@ impl Diagnosis {
                 "cache diff after prefilling {} tokens (LSB = one quantization step of the cache layer):",
                 self.cache_tokens
             ));
-            let mut t =
-                Table::new(["layer", "k/v", "max LSB", "tolerance", "mean LSB", "worst kv head (max LSB)"]);
+            let mut t = Table::new([
+                "layer",
+                "k/v",
+                "max LSB",
+                "tolerance",
+                "mean LSB",
+                "worst kv head (max LSB)",
+                "clipped",
+            ]);
             for r in &self.cache {
                 t.row([
                     r.layer.to_string(),
@@ -127,9 +138,18 @@ impl Diagnosis {
                     self.tolerance(r).to_string(),
                     format!("{:.2}", r.mean_lsb),
                     format!("{} ({})", r.worst_head, r.worst_head_max_lsb),
+                    r.clipped.to_string(),
                 ]);
             }
             d.table(t);
+            let clipped: usize = self.cache.iter().map(|r| r.clipped).sum();
+            if clipped > 0 {
+                d.line(format!(
+                    "({clipped} reference values lie outside their cache layer's calibrated range: the cache \
+                     clips them, and every later layer attends over the clipped entries; the HEF's cache \
+                     calibration is narrower than this prompt)"
+                ));
+            }
         }
         let rpc = self.cache_unavailable.as_deref() == Some(UNAVAILABLE_OVER_RPC)
             || self.parity.rows.iter().any(|r| r.unavailable.as_deref() == Some(UNAVAILABLE_OVER_RPC));
@@ -187,6 +207,7 @@ mod tests {
                 worst_head: 1,
                 worst_head_max_lsb: max_lsb,
                 tolerance_lsb: 8,
+                clipped: 0,
             }],
             cache_unavailable: None,
             cache_failed: false,
@@ -212,6 +233,48 @@ mod tests {
             .doc()
             .terminal(false)
             .ends_with("\nno problem found\n"));
+    }
+
+    #[test]
+    fn the_worst_cache_layer_is_named_not_the_first_over_tolerance() {
+        let mut d = diagnosis(ParityVerdict::Agree, 0.0, 0);
+        let row = |layer: usize, kind: &'static str, max_lsb: u32, tolerance_lsb: u32| CacheDiffRow {
+            layer,
+            kind,
+            entries: 39,
+            max_lsb,
+            mean_lsb: 1.0,
+            worst_head: 0,
+            worst_head_max_lsb: max_lsb,
+            tolerance_lsb,
+            clipped: 0,
+        };
+        // Layer 3 is over first; layer 5 is furthest over its own tolerance, layer 4 has the
+        // largest LSB count but a tolerance that covers most of it.
+        d.cache = vec![row(2, "v", 5, 8), row(3, "k", 12, 8), row(4, "k", 900, 800), row(5, "v", 176, 20)];
+        assert_eq!(
+            d.problems(),
+            vec![Problem::CacheBeyondTolerance { layer: 5, kind: "v", max_lsb: 176, tolerance: 20, over: 3 }]
+        );
+        let text = d.doc().terminal(false);
+        assert!(
+            text.contains("layer 5 v cache entries differ from the reference by up to 176 LSB (tolerance 20); the worst of 3 layers over tolerance"),
+            "{text}"
+        );
+        // Each row is judged by its own tolerance; --lsb-tolerance replaces them all.
+        d.cache = vec![row(4, "k", 142, 513), row(5, "v", 176, 513)];
+        assert!(d.problems().is_empty());
+        d.lsb_tolerance = Some(150);
+        assert_eq!(
+            d.problems(),
+            vec![Problem::CacheBeyondTolerance {
+                layer: 5,
+                kind: "v",
+                max_lsb: 176,
+                tolerance: 150,
+                over: 1
+            }]
+        );
     }
 
     #[test]

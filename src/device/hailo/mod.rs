@@ -63,6 +63,33 @@ pub fn library_version() -> Result<(u32, u32, u32)> {
     Ok((version.major, version.minor, version.revision))
 }
 
+/// What `doctor` asks of the device: create one VDevice (device_count 1, as every run does),
+/// read its ids and architecture, release it.
+pub fn probe_device() -> Result<super::doctor::RealDevice> {
+    let mut raw: *mut ffi::HpVdevice = std::ptr::null_mut();
+    call("VDevice::create_shared", |err, err_len| {
+        // SAFETY: `raw` is valid for writes and `err` for `err_len` chars; on success the shim
+        // stores an owned handle in `raw`, destroyed below.
+        unsafe { ffi::hp_vdevice_create(&mut raw, err, err_len) }
+    })
+    .map_err(|failure| failure.error(CallContext::default()))?;
+    let vdevice = NonNull::new(raw)
+        .ok_or_else(|| Error::Device("hp_vdevice_create succeeded but returned no handle".into()))?;
+    let mut info = ffi::HpVdeviceInfo { device_ids: [0; ffi::HP_NAME_CAPACITY], architecture: -1 };
+    // SAFETY: `vdevice` is a live handle from hp_vdevice_create; `info` is valid for writes.
+    unsafe { ffi::hp_vdevice_info_get(vdevice.as_ptr(), &mut info) };
+    // SAFETY: the handle came from hp_vdevice_create above, nothing else holds it, and it is
+    // destroyed exactly once.
+    unsafe { ffi::hp_vdevice_destroy(vdevice.as_ptr()) };
+    let architecture = (info.architecture >= 0).then_some(info.architecture);
+    Ok(super::doctor::RealDevice {
+        device_ids: c_chars_to_string(&info.device_ids),
+        cache_local: check_cache_access(architecture, "doctor").is_ok(),
+        architecture: architecture
+            .map(|a| architecture_name(a).map_or_else(|| format!("architecture {a}"), str::to_string)),
+    })
+}
+
 /// The network group names of a HEF, in `Hef::get_network_groups_names()` order.
 fn hef_network_groups(hef: &Path) -> Result<Vec<String>> {
     let path = path_c_string(hef)?;
