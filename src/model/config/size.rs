@@ -91,7 +91,7 @@ pub(super) fn check_size(r: &Reader, dims: &Dims, budget: Option<&WeightBudget>)
             let need_text = need.map_or_else(|| "more than 2^128".to_string(), |n| format!("{n}"));
             let why = format!(
                 "implies at least {} parameters, {need_text} bytes even at 2 bytes each (f16/bf16, \
-                 the smallest dtype hefprobe reads), but {} hold {} bytes; config.json and the \
+                 the smallest dtype hefprobe reads), but the tensors in {} take {} bytes; config.json and the \
                  weights disagree",
                 params.map_or_else(|| "more than 2^128".to_string(), |p| p.to_string()),
                 b.what,

@@ -207,65 +207,51 @@ fn budget(bytes: u64) -> WeightBudget {
     WeightBudget { bytes, what: "the weight files".into() }
 }
 
+/// The llama config of `cfg`, with some keys set (as JSON values).
+fn llama_with(set: &[(&str, serde_json::Value)]) -> String {
+    let mut m: Map<String, Value> = serde_json::from_str(
+        r#"{"model_type":"llama","hidden_size":64,"intermediate_size":128,
+            "num_hidden_layers":2,"num_attention_heads":4,"vocab_size":256}"#,
+    )
+    .unwrap();
+    for (k, v) in set {
+        m.insert(k.to_string(), v.clone());
+    }
+    Value::Object(m).to_string()
+}
+
 #[test]
 fn dimensions_beyond_the_weight_files_name_the_key() {
-    let base = r#"{"model_type":"llama","hidden_size":64,"intermediate_size":128,
-        "num_hidden_layers":2,"num_attention_heads":4,"vocab_size":256}"#;
+    use serde_json::json;
+    let base = llama_with(&[]);
     // The real count: 2·256·64 + 2·(4·64·64 + 3·64·128 + 2·64) + 64 = 115_008 parameters.
-    let ok = ModelConfig::from_json_str_within(base, "c", Some(&budget(2 * 115_008))).unwrap();
+    let ok = ModelConfig::from_json_str_within(&base, "c", Some(&budget(2 * 115_008))).unwrap();
     assert_eq!(ok.num_params(), 115_008);
-    let e = ModelConfig::from_json_str_within(base, "c", Some(&budget(2 * 115_008 - 1))).unwrap_err();
+    let e = ModelConfig::from_json_str_within(&base, "c", Some(&budget(2 * 115_008 - 1))).unwrap_err();
     assert!(e.to_string().contains("disagree"), "{e}");
-    for (key, big) in [
-        ("num_hidden_layers", "1000000000"),
-        ("hidden_size", "1000000"),
-        ("vocab_size", "1000000000"),
-        ("intermediate_size", "100000000000"),
+    for (key, big, extra) in [
+        ("num_hidden_layers", 1_000_000_000u64, None),
+        ("hidden_size", 1_000_000, Some(("head_dim", json!(16)))),
+        ("vocab_size", 1_000_000_000, None),
+        ("intermediate_size", 100_000_000_000, None),
     ] {
-        let text = base.replace(
-            &format!(
-                "\"{key}\":{}",
-                if key == "num_hidden_layers" {
-                    "2"
-                } else if key == "hidden_size" {
-                    "64"
-                } else if key == "vocab_size" {
-                    "256"
-                } else {
-                    "128"
-                }
-            ),
-            &format!("\"{key}\":{big}"),
-        );
-        let text = if key == "hidden_size" {
-            text.replace("\"num_attention_heads\":4", "\"num_attention_heads\":4,\"head_dim\":16")
-        } else {
-            text
-        };
-        let e =
-            ModelConfig::from_json_str_within(&text, "c", Some(&budget(1 << 20))).unwrap_err().to_string();
-        assert!(
-            e.contains(&format!("`{key}`")) && e.contains(big) && e.contains("1048576 bytes"),
-            "{key}: {e}"
-        );
+        let mut set = vec![(key, json!(big))];
+        set.extend(extra);
+        let e = ModelConfig::from_json_str_within(&llama_with(&set), "c", Some(&budget(1 << 20)))
+            .unwrap_err()
+            .to_string();
+        let named = e.contains(&format!("`{key}`")) && e.contains(&big.to_string());
+        assert!(named && e.contains("take 1048576 bytes"), "{key}: {e}");
     }
     // Products beyond u128 and, with no weights to measure, absurd layer counts are refused too.
-    let huge = base.replace("\"hidden_size\":64", "\"hidden_size\":18446744073709551615");
-    let e = ModelConfig::from_json_str(
-        &huge.replace(
-            "\"num_attention_heads\":4",
-            "\"num_attention_heads\":1,\"head_dim\":18446744073709551614",
-        ),
-        "c",
-    )
-    .unwrap_err()
-    .to_string();
+    let huge = llama_with(&[
+        ("hidden_size", json!(u64::MAX)),
+        ("num_attention_heads", json!(1)),
+        ("head_dim", json!(u64::MAX - 1)),
+    ]);
+    let e = ModelConfig::from_json_str(&huge, "c").unwrap_err().to_string();
     assert!(e.contains("128 bits"), "{e}");
-    let e = ModelConfig::from_json_str(
-        &base.replace("\"num_hidden_layers\":2", "\"num_hidden_layers\":1000000000"),
-        "c",
-    )
-    .unwrap_err()
-    .to_string();
+    let many = llama_with(&[("num_hidden_layers", json!(1_000_000_000))]);
+    let e = ModelConfig::from_json_str(&many, "c").unwrap_err().to_string();
     assert!(e.contains("`num_hidden_layers`") && e.contains("65536"), "{e}");
 }
