@@ -9,8 +9,8 @@ use hefprobe::capture::MemorySink;
 use hefprobe::compare::metrics;
 use hefprobe::inputs::{DecodeSpec, InputSet};
 use hefprobe::model::hooks::NoHooks;
-use hefprobe::model::run::{run_inputs, RunRecord};
 use hefprobe::model::rope::Rope;
+use hefprobe::model::run::{run_inputs, RunRecord};
 use hefprobe::model::{Checkpoint, Decoder, ModelConfig};
 use hefprobe::tap::TapSelection;
 use std::path::{Path, PathBuf};
@@ -175,7 +175,12 @@ fn rope_frequencies_and_attention_factor_match_hf() {
             let what = format!("{name} variant {i} {}", v["rope_parameters"]);
             let cfg = ModelConfig::from_json_str(&text, &what).unwrap_or_else(|e| panic!("{e}"));
             let rope = Rope::new(&cfg.rope, cfg.head_dim);
-            failures.extend(check_rope(&what, &rope, &v["inv_freq_f32"], v["attention_scaling"].as_f64().unwrap()));
+            failures.extend(check_rope(
+                &what,
+                &rope,
+                &v["inv_freq_f32"],
+                v["attention_scaling"].as_f64().unwrap(),
+            ));
         }
     }
     assert!(failures.is_empty(), "{} failures:\n{}", failures.len(), failures.join("\n"));

@@ -43,7 +43,7 @@ pub struct SynthHefArgs {
 
 pub fn run(a: SynthHefArgs) -> Result<ExitCode> {
     let ckpt = a.model.load()?;
-    let source = match (&a.model.checkpoint, &a.model.synth) {
+    let source = match (&a.model.checkpoint_dir()?, &a.model.synth) {
         (Some(dir), _) => SimCheckpoint::Path {
             path: std::fs::canonicalize(dir).map_err(|e| Error::io(dir, e))?,
             hash: ckpt.hash.clone(),

@@ -47,9 +47,26 @@ pub fn synth_spec(c: &CheckpointSpec) -> Result<SynthSpec> {
     Ok(s)
 }
 
+/// config.json's unknown keys on stderr, for commands whose output has no header (sweep).
+pub fn note_unknown_keys(ckpt: &Checkpoint) {
+    if let Some(line) = crate::report::format::unknown_keys_line(&ckpt.config.unknown_keys) {
+        eprintln!("{line}");
+    }
+}
+
 pub fn load_checkpoint(c: &CheckpointSpec) -> Result<Checkpoint> {
     match &c.path {
-        Some(p) => Checkpoint::load(p),
+        Some(p) => {
+            let dir = crate::model::hub::resolve(
+                p,
+                c.revision.as_deref().unwrap_or(crate::model::hub::DEFAULT_REVISION),
+            )?;
+            let ckpt = Checkpoint::load(&dir)?;
+            if c.strict_config {
+                ckpt.config.refuse_unknown_keys(&dir.join("config.json").display().to_string())?;
+            }
+            Ok(ckpt)
+        }
         None => synth_spec(c)?.build(),
     }
 }
@@ -184,6 +201,7 @@ pub fn prepare(probe: &Probe, opts: &RunOptions) -> Result<Prepared> {
         command: opts.command.clone(),
     });
     report.checkpoint = Some(checkpoint_info(&ckpt));
+    report.config.unknown_keys = ckpt.config.unknown_keys.clone();
     Ok(Prepared {
         ckpt,
         model,

@@ -80,8 +80,13 @@ fn all_taps() -> Vec<String> {
 /// `[checkpoint]`: a folder, or a synth preset with overrides of its dims.
 #[derive(Debug, Clone, Default)]
 pub struct CheckpointSpec {
-    /// A checkpoint folder, relative to the probe file.
+    /// A checkpoint folder, relative to the probe file, or a model id (ORG/NAME) in the local
+    /// Hugging Face hub cache when no such folder exists.
     pub path: Option<PathBuf>,
+    /// With a model id: the branch, tag or commit sha in the hub cache (default main).
+    pub revision: Option<String>,
+    /// config.json keys hefprobe does not know are an error instead of a warning.
+    pub strict_config: bool,
     /// Or a synth preset, so the probe runs anywhere.
     pub synth: Option<String>,
     pub seed: u64,
@@ -107,8 +112,10 @@ impl<'de> Deserialize<'de> for CheckpointSpec {
         let path = take(&mut table, "path")?;
         let synth = take(&mut table, "synth")?;
         let seed = take(&mut table, "seed")?.unwrap_or(0);
+        let revision = take(&mut table, "revision")?;
+        let strict_config = take(&mut table, "strict_config")?.unwrap_or(false);
         let overrides = SynthOverrides::deserialize(toml::Value::Table(table)).map_err(D::Error::custom)?;
-        Ok(CheckpointSpec { path, synth, seed, overrides })
+        Ok(CheckpointSpec { path, synth, seed, revision, strict_config, overrides })
     }
 }
 
@@ -252,7 +259,19 @@ impl Probe {
                 }
             }
         };
-        rel(&mut p.checkpoint.path);
+        // A model id stays as written when no folder of that name sits beside the probe: the
+        // loader looks it up in the hub cache.
+        let is_id =
+            |x: &Path| x.to_str().is_some_and(crate::model::hub::is_repo_id) && !base.join(x).exists();
+        if !p.checkpoint.path.as_deref().is_some_and(is_id) {
+            rel(&mut p.checkpoint.path);
+        }
+        if p.checkpoint.path.is_none() && (p.checkpoint.revision.is_some() || p.checkpoint.strict_config) {
+            return Err(Error::input(
+                format!("{what} [checkpoint]"),
+                "`revision` and `strict_config` apply to a checkpoint `path`, not to `synth`",
+            ));
+        }
         if let Some(sw) = p.sweep.as_mut() {
             for c in &mut sw.checkpoints {
                 if c.is_relative() {

@@ -96,12 +96,14 @@ fn models(probe: &Probe, sw: &SweepSpec) -> Result<Vec<Model>> {
             .iter()
             .map(|p| {
                 let ckpt = Checkpoint::load(p)?;
+                crate::probe::run::note_unknown_keys(&ckpt);
                 Ok(Model { label: p.display().to_string(), hidden: ckpt.config.hidden_size, ckpt })
             })
             .collect();
     }
     if sw.hidden.is_empty() {
         let ckpt = load_checkpoint(&probe.checkpoint)?;
+        crate::probe::run::note_unknown_keys(&ckpt);
         return Ok(vec![Model { label: ckpt.source.to_string(), hidden: ckpt.config.hidden_size, ckpt }]);
     }
     if probe.checkpoint.synth.is_none() {

@@ -67,6 +67,14 @@ pub struct CheckpointInfo {
     pub defaults_applied: Vec<(String, String)>,
 }
 
+/// What config.json said beyond what the decoder runs (JSON `config`).
+#[derive(Debug, Clone, Serialize, Default)]
+pub struct ConfigInfo {
+    /// Keys hefprobe does not know, accepted because their names give no hint they change the
+    /// forward pass (`--strict-config` refuses them).
+    pub unknown_keys: Vec<crate::model::config::UnknownKey>,
+}
+
 #[derive(Debug, Clone, Serialize, Default)]
 pub struct InputInfo {
     pub prompt_tokens: usize,
@@ -197,6 +205,7 @@ pub struct Report {
     pub tool: ToolInfo,
     pub probe: ProbeInfo,
     pub checkpoint: Option<CheckpointInfo>,
+    pub config: ConfigInfo,
     pub inputs: Option<InputInfo>,
     pub backends: Vec<BackendInfo>,
     pub comparisons: Vec<PairComparison>,
@@ -218,6 +227,7 @@ impl Report {
             tool: ToolInfo::default(),
             probe,
             checkpoint: None,
+            config: ConfigInfo::default(),
             inputs: None,
             backends: Vec::new(),
             comparisons: Vec::new(),
