@@ -65,8 +65,8 @@ pub enum Command {
 /// Where the model comes from: a checkpoint folder or a synthesized preset.
 #[derive(Args, Debug, Clone)]
 pub struct ModelArgs {
-    /// HF checkpoint folder (config.json + model.safetensors or a sharded index).
-    #[arg(long, value_name = "DIR", conflicts_with = "synth")]
+    /// HF checkpoint folder (config.json + model.safetensors or a sharded index), or a .gguf file.
+    #[arg(long, value_name = "PATH", conflicts_with = "synth")]
     pub checkpoint: Option<PathBuf>,
     /// Synthesize the checkpoint in memory from a preset instead (see `hefprobe synth --help`).
     #[arg(long, value_name = "PRESET")]
@@ -152,7 +152,7 @@ pub struct PromptArgs {
     /// Prompt token ids: 1,2,3.
     #[arg(long, value_name = "IDS", value_parser = parse_ids, conflicts_with = "text")]
     pub tokens: Option<Ids>,
-    /// Prompt text, tokenized with the checkpoint's tokenizer.json (or --tokenizer).
+    /// Prompt text, tokenized with the checkpoint's tokenizer.json, a GGUF's own, or --tokenizer.
     #[arg(long)]
     pub text: Option<String>,
     /// tokenizer.json to use with --text (default: the checkpoint folder's).

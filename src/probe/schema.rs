@@ -77,10 +77,10 @@ fn all_taps() -> Vec<String> {
     vec!["*".into()]
 }
 
-/// `[checkpoint]`: a folder, or a synth preset with overrides of its dims.
+/// `[checkpoint]`: a folder or GGUF file, or a synth preset with overrides of its dims.
 #[derive(Debug, Clone, Default)]
 pub struct CheckpointSpec {
-    /// A checkpoint folder, relative to the probe file.
+    /// A checkpoint folder or .gguf file, relative to the probe file.
     pub path: Option<PathBuf>,
     /// Or a synth preset, so the probe runs anywhere.
     pub synth: Option<String>,
@@ -190,6 +190,18 @@ impl Default for CompareSpec {
 }
 
 impl Probe {
+    /// This probe on another checkpoint (`--checkpoint`): `[checkpoint]` is replaced (a synth
+    /// preset's overrides no longer apply) and so is a sweep's model axis (`hidden`,
+    /// `checkpoints`): the sweep runs its other axes on this one model.
+    pub fn with_checkpoint(mut self, path: &Path) -> Self {
+        self.checkpoint = CheckpointSpec { path: Some(path.to_path_buf()), ..Default::default() };
+        if let Some(sw) = self.sweep.as_mut() {
+            sw.hidden.clear();
+            sw.checkpoints.clear();
+        }
+        self
+    }
+
     pub fn load(path: &Path) -> Result<Self> {
         let text = crate::error::read_text(path)?;
         Self::parse(&text, path)
@@ -211,7 +223,7 @@ impl Probe {
         if p.checkpoint.path.is_some() == p.checkpoint.synth.is_some() {
             return Err(Error::input(
                 format!("{what} [checkpoint]"),
-                "give exactly one of `path` (a checkpoint folder) or `synth` (a preset)",
+                "give exactly one of `path` (a checkpoint folder or .gguf file) or `synth` (a preset)",
             ));
         }
         if p.inputs.tokens.is_some() == p.inputs.text.is_some() {
