@@ -221,7 +221,19 @@ fn checkpoint_flag_replaces_the_probes_checkpoint() {
     let t = tempfile::tempdir().unwrap();
     let ck = t.path().join("ck");
     hefprobe()
-        .args(["synth", "--arch", "qwen2", "--hidden", "64", "--layers", "2", "--heads", "4", "--kv-heads", "2"])
+        .args([
+            "synth",
+            "--arch",
+            "qwen2",
+            "--hidden",
+            "64",
+            "--layers",
+            "2",
+            "--heads",
+            "4",
+            "--kv-heads",
+            "2",
+        ])
         .args(["--vocab", "300", "--seed", "5", "--out"])
         .arg(&ck)
         .assert()

@@ -94,7 +94,10 @@ fn check(golden: &Capture, ours: &Capture, label: &str) -> Vec<String> {
             for (t, (gr, or)) in g.chunks(vocab).zip(o.chunks(vocab)).enumerate() {
                 let row = metrics::logits_row(gr, or);
                 if row.margin > 1e-4 && row.argmax_ref != row.argmax_cand {
-                    failures.push(format!("{label} {key}: argmax differs at row {t} (margin {:.2e})", row.margin));
+                    failures.push(format!(
+                        "{label} {key}: argmax differs at row {t} (margin {:.2e})",
+                        row.margin
+                    ));
                 }
             }
         }
@@ -217,7 +220,8 @@ fn the_published_like_hf_folder_loads_and_equals_hf() {
     let c = Checkpoint::load(&folder).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!((c.config.num_layers, c.config.hidden_size), (30, 576));
     for (name, t) in &ckpt().tensors {
-        let diff = (t - &c.tensors[name]).unwrap().abs().unwrap().max_all().unwrap().to_scalar::<f32>().unwrap();
+        let diff =
+            (t - &c.tensors[name]).unwrap().abs().unwrap().max_all().unwrap().to_scalar::<f32>().unwrap();
         assert_eq!(diff, 0.0, "{name}: the folder's weights differ from the GGUF's dequantized ones");
     }
     let failures = taps_match_hf(&Decoder::new(&c).unwrap(), "hf folder");
@@ -252,7 +256,9 @@ fn every_probe_runs_on_the_real_model_and_explains_its_planted_fault() {
         if run.report.located[0].is_empty() {
             failures.push(format!("{name}: no drift located"));
         }
-        if let (Some(planted), Some(explain)) = (probe.backends[0].faults.first(), run.report.explain.as_ref()) {
+        if let (Some(planted), Some(explain)) =
+            (probe.backends[0].faults.first(), run.report.explain.as_ref())
+        {
             let best = &explain.rows[0];
             if best.fault != *planted && !best.ties.contains(planted) {
                 failures.push(format!("{name}: explain ranked {} first, planted {planted}", best.fault));
@@ -284,7 +290,8 @@ fn every_catalog_fault_is_located_and_ranked_first_on_real_weights() {
             t0.elapsed()
         );
         if !row.ok {
-            failures.push(format!("{spec}: expected {expected}, located {:?}, rank {:?}", row.located, row.rank));
+            failures
+                .push(format!("{spec}: expected {expected}, located {:?}, rank {:?}", row.located, row.rank));
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));

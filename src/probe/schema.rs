@@ -67,6 +67,11 @@ pub struct SweepSpec {
     /// Greedy steps for the degeneracy metrics.
     #[serde(default = "default_generate")]
     pub generate: usize,
+    /// How each generated token is computed: "kv" (prefill once, then one decode step per
+    /// token through the KV cache; the default) and/or "base" (no decode: the prefill re-run
+    /// over the whole sequence at every generated step, as finding 16's base-scope runs did).
+    #[serde(default)]
+    pub scope: Vec<String>,
 }
 
 fn default_generate() -> usize {
@@ -266,6 +271,12 @@ impl Probe {
         };
         rel(&mut p.checkpoint.path);
         if let Some(sw) = p.sweep.as_mut() {
+            if let Some(bad) = sw.scope.iter().find(|s| !matches!(s.as_str(), "kv" | "base")) {
+                return Err(Error::input(
+                    format!("{what} key `sweep.scope`"),
+                    format!("`{bad}` is not a scope; use \"kv\" (KV-cache decode) or \"base\" (prefill re-run per token)"),
+                ));
+            }
             for c in &mut sw.checkpoints {
                 if c.is_relative() {
                     *c = base.join(&*c);
