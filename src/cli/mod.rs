@@ -65,9 +65,9 @@ pub enum Command {
 /// Where the model comes from: a checkpoint folder or a synthesized preset.
 #[derive(Args, Debug, Clone)]
 pub struct ModelArgs {
-    /// HF checkpoint folder (config.json + model.safetensors or a sharded index), or a model id
-    /// (ORG/NAME) already in the local Hugging Face hub cache (nothing is downloaded).
-    #[arg(long, value_name = "DIR|ID", conflicts_with = "synth")]
+    /// HF checkpoint folder (config.json + model.safetensors or a sharded index), a .gguf file,
+    /// or a model id (ORG/NAME) already in the local Hugging Face hub cache (nothing is downloaded).
+    #[arg(long, value_name = "DIR|FILE.gguf|ID", conflicts_with = "synth")]
     pub checkpoint: Option<PathBuf>,
     /// With a model id: the branch, tag or full commit sha in the hub cache.
     #[arg(long, value_name = "REV", default_value = crate::model::hub::DEFAULT_REVISION, requires = "checkpoint")]
@@ -180,7 +180,7 @@ pub struct PromptArgs {
     /// Prompt token ids: 1,2,3.
     #[arg(long, value_name = "IDS", value_parser = parse_ids, conflicts_with = "text")]
     pub tokens: Option<Ids>,
-    /// Prompt text, tokenized with the checkpoint's tokenizer.json (or --tokenizer).
+    /// Prompt text, tokenized with the checkpoint's tokenizer.json, a GGUF's own, or --tokenizer.
     #[arg(long)]
     pub text: Option<String>,
     /// tokenizer.json to use with --text (default: the checkpoint folder's).

@@ -49,6 +49,11 @@ pub fn expected_tensors(cfg: &ModelConfig) -> Vec<(String, Vec<usize>)> {
 #[derive(Debug, Clone, serde::Serialize)]
 pub enum CheckpointSource {
     Dir(PathBuf),
+    /// A GGUF file, dequantized to f32; `quant` is its weights' dominant type (e.g. Q4_1).
+    Gguf {
+        path: PathBuf,
+        quant: String,
+    },
     Synth(String),
 }
 
@@ -56,6 +61,9 @@ impl std::fmt::Display for CheckpointSource {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             CheckpointSource::Dir(p) => write!(f, "{}", p.display()),
+            CheckpointSource::Gguf { path, quant } => {
+                write!(f, "gguf {} ({quant} dequantized)", path.display())
+            }
             CheckpointSource::Synth(s) => write!(f, "synth {s}"),
         }
     }
@@ -67,7 +75,7 @@ pub struct Checkpoint {
     pub config: ModelConfig,
     pub tensors: BTreeMap<String, Tensor>,
     pub source: CheckpointSource,
-    /// xxh3-64 of config.json and the weight files' bytes (or of the synth spec).
+    /// xxh3-64 of config.json and the weight files' bytes (of the GGUF file; of the synth spec).
     pub hash: String,
     /// The dtype the weights were stored in.
     pub stored_dtype: String,
@@ -89,8 +97,11 @@ impl Checkpoint {
         }
     }
 
-    /// Load `dir/config.json` and its weights.
+    /// Load `dir/config.json` and its weights, or a GGUF file (see [`crate::model::gguf`]).
     pub fn load(dir: &Path) -> Result<Self> {
+        if crate::model::gguf::is_gguf(dir) {
+            return crate::model::gguf::load(dir);
+        }
         if !dir.is_dir() {
             return Err(Error::input(
                 dir.display().to_string(),

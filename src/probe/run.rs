@@ -38,6 +38,8 @@ pub struct RunOptions {
     pub no_explain: bool,
     /// Run explain with these settings whatever the probe says.
     pub explain: Option<crate::explain::ExplainSpec>,
+    /// Replace the probe's `[checkpoint]`: a HF folder or a .gguf file (`--checkpoint`).
+    pub checkpoint: Option<PathBuf>,
 }
 
 pub fn synth_spec(c: &CheckpointSpec) -> Result<SynthSpec> {
@@ -79,6 +81,7 @@ pub fn build_inputs(spec: &InputsSpec, ckpt: &Checkpoint) -> Result<InputSet> {
             let tok = match (&spec.tokenizer, &ckpt.source) {
                 (Some(p), _) => Tokenizer::load(p)?,
                 (None, crate::model::weights::CheckpointSource::Dir(d)) => Tokenizer::load(&d.join("tokenizer.json"))?,
+                (None, crate::model::weights::CheckpointSource::Gguf { path, .. }) => Tokenizer::from_gguf(path)?,
                 (None, _) if ckpt.config.vocab_size >= SYNTH_TOKENIZER_VOCAB => Tokenizer::synth(),
                 (None, _) => {
                     return Err(Error::usage(format!(
@@ -173,10 +176,13 @@ pub struct Runs {
     pub backends: Vec<BackendOutput>,
 }
 
-/// Stage 1: load the checkpoint, build the InputSet, parse taps and thresholds, pick the
+/// Stage 1: load the checkpoint (the command line's replaces the probe's), build the InputSet, parse taps and thresholds, pick the
 /// backends (the command line's replace the probe's).
 pub fn prepare(probe: &Probe, opts: &RunOptions) -> Result<Prepared> {
-    let ckpt = load_checkpoint(&probe.checkpoint)?;
+    let ckpt = match &opts.checkpoint {
+        Some(p) => Checkpoint::load(p)?,
+        None => load_checkpoint(&probe.checkpoint)?,
+    };
     let model = Arc::new(Decoder::new(&ckpt)?);
     let inputs = build_inputs(&probe.inputs, &ckpt)?;
     let selection = TapSelection::parse(&probe.taps)?;
