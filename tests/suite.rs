@@ -65,7 +65,9 @@ fn targets(specs: &[&str]) -> Vec<ReportTarget> {
 /// Every output of a result, rendered (terminal without colour).
 fn outputs(r: &SuiteResult, dir: &Path, tag: &str) -> BTreeMap<&'static str, String> {
     let mut out = BTreeMap::new();
-    for (format, ext) in [("json", "json"), ("junit", "xml"), ("markdown", "md"), ("html", "html"), ("terminal", "txt")] {
+    for (format, ext) in
+        [("json", "json"), ("junit", "xml"), ("markdown", "md"), ("html", "html"), ("terminal", "txt")]
+    {
         let path = dir.join(format!("{tag}.{ext}"));
         emit(r, &targets(&[&format!("{format}={}", path.display())]), false, None).unwrap();
         out.insert(format, std::fs::read_to_string(path).unwrap());
@@ -76,7 +78,11 @@ fn outputs(r: &SuiteResult, dir: &Path, tag: &str) -> BTreeMap<&'static str, Str
 /// The JUnit document validates against junit-10.xsd; returns it parsed-friendly.
 fn check_junit(text: &str) {
     let errors = xsd::junit().validate(text);
-    assert!(errors.is_empty(), "JUnit does not validate against junit-10.xsd:\n{}\n{text}", errors.join("\n"));
+    assert!(
+        errors.is_empty(),
+        "JUnit does not validate against junit-10.xsd:\n{}\n{text}",
+        errors.join("\n")
+    );
 }
 
 /// The HTML page parses whole, has an inline SVG per failing pair and nothing from elsewhere.
@@ -89,14 +95,19 @@ fn check_html(text: &str, failing: usize) {
     let svgs = doc.descendants().filter(|n| n.tag_name().name() == "svg").count();
     assert!(svgs >= failing, "{svgs} inline SVGs for {failing} failing pairs");
     for n in doc.descendants().filter(|n| n.is_element()) {
-        assert!(!matches!(n.tag_name().name(), "script" | "link" | "img" | "iframe"), "<{}>", n.tag_name().name());
+        assert!(
+            !matches!(n.tag_name().name(), "script" | "link" | "img" | "iframe"),
+            "<{}>",
+            n.tag_name().name()
+        );
         for a in n.attributes() {
             if matches!(a.name(), "src" | "href") {
                 assert!(!a.value().contains(':'), "{}={} points elsewhere", a.name(), a.value());
             }
         }
     }
-    let rows = doc.descendants().filter(|n| n.attribute("class").is_some_and(|c| c.starts_with("pair "))).count();
+    let rows =
+        doc.descendants().filter(|n| n.attribute("class").is_some_and(|c| c.starts_with("pair "))).count();
     assert!(rows > 0);
 }
 
@@ -151,7 +162,10 @@ fn the_catalog_against_simulated_hefs() {
         assert!(g.stable && g.max_abs == 0.0, "the simulated device is deterministic: {g:?}");
         assert_eq!(p.device.as_ref().unwrap().architecture.as_deref(), Some("HAILO10H"));
     }
-    assert_eq!(n1.pairs.iter().find(|p| p.target == "tonight").unwrap().hef_revision.as_deref(), Some("abc1234"));
+    assert_eq!(
+        n1.pairs.iter().find(|p| p.target == "tonight").unwrap().hef_revision.as_deref(),
+        Some("abc1234")
+    );
 
     // Night 2: tonight's HEF shares the softmax in layer 0.
     let s2 = Suite::load(&write(d, "night2.toml", &suite_text(&faulted))).unwrap();
@@ -190,7 +204,11 @@ fn the_catalog_against_simulated_hefs() {
     let json: serde_json::Value = serde_json::from_str(&out["json"]).unwrap();
     assert_eq!(json["schema"], "hefprobe.suite/1");
     assert_eq!(json["counts"]["regressed"], probes - 1);
-    assert!(out["markdown"].contains("**REGRESSED**") && out["markdown"].contains("noise band"), "{}", out["markdown"]);
+    assert!(
+        out["markdown"].contains("**REGRESSED**") && out["markdown"].contains("noise band"),
+        "{}",
+        out["markdown"]
+    );
 
     // The history has both nights; the trend of tonight's logits cosine shows the drop.
     let lines = history::read(&history_file).unwrap();
@@ -212,7 +230,12 @@ fn the_catalog_against_simulated_hefs() {
 fn planted_noise_fails_the_gate_as_unstable_and_a_foreign_hef_is_an_input_error() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let noisy = write_hef(d, "noisy.hef", SynthHefOptions { noise: Some(SimNoise { std: 0.2, seed: 1 }), ..small() }, None);
+    let noisy = write_hef(
+        d,
+        "noisy.hef",
+        SynthHefOptions { noise: Some(SimNoise { std: 0.2, seed: 1 }), ..small() },
+        None,
+    );
     // hw_arch 0: a HEF compiled for Hailo-8.
     let foreign = write_hef(d, "foreign.hef", small(), Some(0));
     let suite = write(
@@ -228,7 +251,10 @@ fn planted_noise_fails_the_gate_as_unstable_and_a_foreign_hef_is_an_input_error(
     // A baseline the noise would regress against, were the pair compared.
     let mut b = Baseline::default();
     let perfect = Figures { argmax: Some(1.0), cosine: Some(1.0), kl: Some(0.0), sqnr_db: Some(200.0) };
-    b.pairs.entry("shared-softmax".into()).or_default().insert("noisy".into(), BTreeMap::from([("logits".into(), perfect)]));
+    b.pairs
+        .entry("shared-softmax".into())
+        .or_default()
+        .insert("noisy".into(), BTreeMap::from([("logits".into(), perfect)]));
     let baseline = d.join("b.json");
     b.save(&baseline).unwrap();
     let r = run_suite(&Suite::load(&suite).unwrap(), &opts(Some(&baseline), false)).unwrap();
@@ -260,8 +286,14 @@ const SMALL_PROBE: &str = "version = 1\nname = \"NAME\"\nquestion = \"q?\"\n\
 /// repeats the mask (known, once the baseline has it).
 fn small_suite(d: &Path, tonight_faults: &str) -> PathBuf {
     std::fs::create_dir_all(d.join("p")).unwrap();
-    for (i, tokens) in ["[5, 17, 42, 99, 3, 7]", "[1, 2, 3, 4, 5, 6, 7, 8, 9]", "[250, 31, 8, 64]"].iter().enumerate() {
-        write(&d.join("p"), &format!("p{i}.toml"), &SMALL_PROBE.replace("NAME", &format!("small-{i}")).replace("TOKENS", tokens));
+    for (i, tokens) in
+        ["[5, 17, 42, 99, 3, 7]", "[1, 2, 3, 4, 5, 6, 7, 8, 9]", "[250, 31, 8, 64]"].iter().enumerate()
+    {
+        write(
+            &d.join("p"),
+            &format!("p{i}.toml"),
+            &SMALL_PROBE.replace("NAME", &format!("small-{i}")).replace("TOKENS", tokens),
+        );
     }
     write(
         d,
@@ -284,7 +316,8 @@ fn three_shards_merge_to_the_unsharded_result_byte_for_byte() {
     let night1 = Suite::load(&small_suite(d, "")).unwrap();
     let r1 = run_suite(&night1, &opts(Some(&baseline), true)).unwrap();
     assert_eq!((r1.counts.pass, r1.counts.failed), (6, 3), "no baseline yet: the stand-in fails");
-    finish(&r1, &Finish { baseline: Some(baseline.clone()), update_baseline: true, ..Finish::default() }).unwrap();
+    finish(&r1, &Finish { baseline: Some(baseline.clone()), update_baseline: true, ..Finish::default() })
+        .unwrap();
     let frozen = std::fs::read_to_string(&baseline).unwrap();
 
     let night2 = Suite::load(&small_suite(d, "\"shared-softmax@layers=0\"")).unwrap();
@@ -328,7 +361,11 @@ fn three_shards_merge_to_the_unsharded_result_byte_for_byte() {
     let read = |p: &str| std::fs::read_to_string(d.join(p)).unwrap();
     assert_eq!(read("whole.jsonl"), read("merged.jsonl"));
     assert_eq!(read("whole-baseline.json"), read("merged-baseline.json"));
-    assert_eq!(read("whole-baseline.json"), frozen, "the ratchet keeps the regressed target's better figures");
+    assert_eq!(
+        read("whole-baseline.json"),
+        frozen,
+        "the ratchet keeps the regressed target's better figures"
+    );
 
     // A missing shard is named, not merged into a smaller run.
     let e = merge::merge_files(&shards[..2]).unwrap_err().to_string();
@@ -354,25 +391,31 @@ fn the_command_line_exit_codes_files_and_step_summary() {
     };
     let s = suite.to_str().unwrap();
     // No baseline: the stand-in's planted fault is a failed probe.
-    run(&[
-        "suite",
-        s,
-        "--baseline",
-        "b.json",
-        "--update-baseline",
-        "--report",
-        "json=r1.json",
-        "--report",
-        "junit=r1.xml",
-    ], &[])
+    run(
+        &[
+            "suite",
+            s,
+            "--baseline",
+            "b.json",
+            "--update-baseline",
+            "--report",
+            "json=r1.json",
+            "--report",
+            "junit=r1.xml",
+        ],
+        &[],
+    )
     .code(1);
     assert!(d.join("b.json").exists());
     check_junit(&std::fs::read_to_string(d.join("r1.xml")).unwrap());
     // Against the baseline it is known: exit 0, and the summary goes to GitHub's step summary.
     let summary = d.join("summary.md");
-    run(&["suite", s, "--baseline", "b.json", "--history", "h.jsonl", "--report", "markdown=-"], &[("GITHUB_STEP_SUMMARY", &summary)])
-        .code(0)
-        .stdout(predicates::str::contains("3 known"));
+    run(
+        &["suite", s, "--baseline", "b.json", "--history", "h.jsonl", "--report", "markdown=-"],
+        &[("GITHUB_STEP_SUMMARY", &summary)],
+    )
+    .code(0)
+    .stdout(predicates::str::contains("3 known"));
     assert!(std::fs::read_to_string(&summary).unwrap().contains("3 known"));
     // Shards from the flag and from GitLab's variables, merged.
     run(&["suite", s, "--baseline", "b.json", "--shard", "1/2", "--report", "json=s1.json"], &[]).code(0);
@@ -385,7 +428,8 @@ fn the_command_line_exit_codes_files_and_step_summary() {
         .assert()
         .code(0);
     run(&["merge", "s1.json", "s2.json", "--report", "json=m.json", "--history", "h.jsonl"], &[]).code(0);
-    let m: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(d.join("m.json")).unwrap()).unwrap();
+    let m: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(d.join("m.json")).unwrap()).unwrap();
     assert_eq!((m["counts"]["pairs"].as_u64(), m["counts"]["known"].as_u64()), (Some(9), Some(3)));
     assert!(m["shard"].is_null() && !m["command"].as_str().unwrap().contains("--shard"));
     // The trend of two runs.

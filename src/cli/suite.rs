@@ -204,19 +204,33 @@ pub fn trend(a: TrendArgs) -> Result<ExitCode> {
     if trends.is_empty() {
         return Err(Error::input(
             a.history.display().to_string(),
-            format!("no run has a {} of tap `{}`{}", figure.title(), spec.tap, if spec.pairs.is_empty() { "" } else { " for those pairs" }),
+            format!(
+                "no run has a {} of tap `{}`{}",
+                figure.title(),
+                spec.tap,
+                if spec.pairs.is_empty() { "" } else { " for those pairs" }
+            ),
         ));
     }
-    let reports = if a.reports.is_empty() { vec![ReportTarget { format: Format::Terminal, path: None }] } else { a.reports };
+    let reports = if a.reports.is_empty() {
+        vec![ReportTarget { format: Format::Terminal, path: None }]
+    } else {
+        a.reports
+    };
     for t in &reports {
         match (t.format, &t.path) {
             (Format::Svg, Some(path)) => {
-                let svg = crate::report::band::render(&history::plot(&trends, &spec))
-                    .map_err(|e| Error::input(path.display().to_string(), format!("drawing the plot: {e}")))?;
+                let svg = crate::report::band::render(&history::plot(&trends, &spec)).map_err(|e| {
+                    Error::input(path.display().to_string(), format!("drawing the plot: {e}"))
+                })?;
                 crate::error::write_file(path, svg)?;
             }
-            (Format::Terminal, None) => print!("{}", history::doc(&trends, &spec).terminal(std::io::stdout().is_terminal())),
-            (Format::Terminal, Some(path)) => crate::error::write_file(path, history::doc(&trends, &spec).terminal(false))?,
+            (Format::Terminal, None) => {
+                print!("{}", history::doc(&trends, &spec).terminal(std::io::stdout().is_terminal()))
+            }
+            (Format::Terminal, Some(path)) => {
+                crate::error::write_file(path, history::doc(&trends, &spec).terminal(false))?
+            }
             (Format::Markdown, path) => {
                 let md = history::doc(&trends, &spec).markdown();
                 match path {

@@ -298,7 +298,10 @@ impl SimDevice {
             Some(n) => {
                 use rand::SeedableRng;
                 let normal = rand_distr::Normal::new(0.0, n.std).map_err(|e| {
-                    Error::input(format!("{what} resource {}", super::synth_hef::SIM_RESOURCE), format!("noise: {e}"))
+                    Error::input(
+                        format!("{what} resource {}", super::synth_hef::SIM_RESOURCE),
+                        format!("noise: {e}"),
+                    )
                 })?;
                 Some((rand_chacha::ChaCha8Rng::seed_from_u64(n.seed), normal))
             }
@@ -376,7 +379,8 @@ impl Device for SimDevice {
 
     fn facts(&self) -> super::DeviceFacts {
         let s = self.core.borrow();
-        let mut about = format!("hefprobe {} simulated Hailo-10H, quant {}", env!("CARGO_PKG_VERSION"), s.spec.quant);
+        let mut about =
+            format!("hefprobe {} simulated Hailo-10H, quant {}", env!("CARGO_PKG_VERSION"), s.spec.quant);
         if !s.spec.faults.is_empty() {
             about += &format!(", faults {}", s.spec.faults.join(" "));
         }

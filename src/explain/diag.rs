@@ -11,7 +11,6 @@ use crate::backend::hef::HefBackend;
 use crate::capture::Capture;
 use crate::capture::NoTaps;
 use crate::compare::metrics;
-use crate::compare::View;
 use crate::device::driver::LlmDriver;
 use crate::device::padded_entry_bytes;
 use crate::error::{Error, Result};
@@ -29,48 +28,11 @@ pub struct Repeatability {
     /// Largest |Δ| of any logit between run 1 and any later run.
     pub max_abs: f64,
     pub worst_key: Option<String>,
-    /// The same spread in the figures a comparison reports.
-    pub spread: Spread,
-}
-
-/// Run 1 against every later run in a comparison's own figures, worst over phases and runs:
-/// what the device's own noise alone does to a figure (identical runs: cosine 1, SQNR inf,
-/// KL 0, argmax agreement 1).
-#[derive(Debug, Clone, Copy, Serialize, PartialEq)]
-pub struct Spread {
-    pub cosine: f64,
-    pub sqnr_db: f64,
-    pub kl: f64,
-    pub argmax_agreement: f64,
-}
-
-impl Default for Spread {
-    fn default() -> Self {
-        Spread { cosine: 1.0, sqnr_db: f64::INFINITY, kl: 0.0, argmax_agreement: 1.0 }
-    }
-}
-
-impl Spread {
-    fn widen(&mut self, first: &Capture, later: &Capture) {
-        let thresholds = crate::compare::thresholds::Thresholds::default();
-        let pair = crate::compare::compare(first, later, ("run 1", "run k"), View::Cumulative, &thresholds);
-        for row in &pair.rows {
-            if let Some(m) = &row.metrics {
-                self.cosine = self.cosine.min(m.cosine);
-                self.sqnr_db = self.sqnr_db.min(m.sqnr_db);
-            }
-            if let Some(l) = &row.logits {
-                self.kl = self.kl.max(l.kl_mean);
-                self.argmax_agreement = self.argmax_agreement.min(l.argmax_agreement);
-            }
-        }
-    }
 }
 
 pub fn repeatability(backend: &mut HefBackend, inputs: &InputSet, runs: usize) -> Result<Repeatability> {
     let mut first: Option<Capture> = None;
     let (mut max_abs, mut worst_key) = (0f64, None);
-    let mut spread = Spread::default();
     for _ in 0..runs.max(2) {
         let mut cap = Capture::default();
         backend.drive(inputs, &mut cap, &mut Default::default())?;
@@ -85,11 +47,10 @@ pub fn repeatability(backend: &mut HefBackend, inputs: &InputSet, runs: usize) -
                         }
                     }
                 }
-                spread.widen(f, &cap);
             }
         }
     }
-    Ok(Repeatability { runs: runs.max(2), max_abs, worst_key, spread })
+    Ok(Repeatability { runs: runs.max(2), max_abs, worst_key })
 }
 
 #[derive(Debug, Clone, Serialize)]

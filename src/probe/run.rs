@@ -206,7 +206,8 @@ pub fn run_backends(p: &mut Prepared, opts: &RunOptions) -> Result<Runs> {
 
 /// How [`run_backends_with`] gets each backend: [`crate::backend::make_backend`], or a caller's
 /// own (the suite keeps one device open across probes instead of reopening it per probe).
-pub type OpenBackend<'a> = dyn FnMut(&BackendSpec, &Checkpoint, &Arc<Decoder>) -> Result<Box<dyn Backend>> + 'a;
+pub type OpenBackend<'a> =
+    dyn FnMut(&BackendSpec, &Checkpoint, &Arc<Decoder>) -> Result<Box<dyn Backend>> + 'a;
 
 /// Stage 2 with the backends opened by `open`.
 pub fn run_backends_with(p: &mut Prepared, opts: &RunOptions, open: &mut OpenBackend) -> Result<Runs> {

@@ -36,9 +36,10 @@ pub struct BandPlot {
 /// The y range covering every point and band, padded a little; a flat range is widened so the
 /// axis has ticks.
 fn y_range(plot: &BandPlot) -> (f64, f64) {
-    let values = plot.series.iter().flat_map(|s| {
-        s.points.iter().map(|p| p.1).chain(s.band.into_iter().flat_map(|(lo, hi)| [lo, hi]))
-    });
+    let values = plot
+        .series
+        .iter()
+        .flat_map(|s| s.points.iter().map(|p| p.1).chain(s.band.into_iter().flat_map(|(lo, hi)| [lo, hi])));
     let (lo, hi) = values
         .filter(|v| v.is_finite())
         .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), v| (lo.min(v), hi.max(v)));
@@ -93,7 +94,10 @@ pub fn render(plot: &BandPlot) -> Result<String, String> {
                     )))
                     .map_err(|x| e(&x))?;
                 chart
-                    .draw_series(LineSeries::new([(-0.5, hi), (n as f64 - 0.5, hi)], color.mix(0.6).stroke_width(1)))
+                    .draw_series(LineSeries::new(
+                        [(-0.5, hi), (n as f64 - 0.5, hi)],
+                        color.mix(0.6).stroke_width(1),
+                    ))
                     .map_err(|x| e(&x))?;
             }
             let pts: Vec<(f64, f64)> =

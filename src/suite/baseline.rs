@@ -59,7 +59,8 @@ impl Baseline {
     pub fn load(path: &Path) -> Result<Baseline> {
         let what = path.display().to_string();
         let text = crate::error::read_text(path)?;
-        let b: Baseline = serde_json::from_str(&text).map_err(|e| Error::input(&what, format!("not a baseline: {e}")))?;
+        let b: Baseline =
+            serde_json::from_str(&text).map_err(|e| Error::input(&what, format!("not a baseline: {e}")))?;
         if b.schema != BASELINE_SCHEMA {
             return Err(Error::input(
                 format!("{what} key `schema`"),
@@ -99,7 +100,8 @@ impl Baseline {
     pub fn update(&mut self, pairs: &[PairResult], accept: bool) -> Update {
         let mut u = Update::default();
         for p in pairs {
-            let usable = matches!(p.status, Status::Pass | Status::Known | Status::Regressed | Status::Failed);
+            let usable =
+                matches!(p.status, Status::Pass | Status::Known | Status::Regressed | Status::Failed);
             if !usable || p.figures.is_empty() {
                 continue;
             }
@@ -141,7 +143,10 @@ mod tests {
     fn the_file_is_pretty_sorted_and_round_trips() {
         let mut b = Baseline::default();
         let fig = Figures { argmax: Some(1.0), cosine: Some(0.5), kl: None, sqnr_db: Some(40.0) };
-        b.pairs.entry("z-probe".into()).or_default().insert("tonight".into(), BTreeMap::from([("logits".into(), fig)]));
+        b.pairs
+            .entry("z-probe".into())
+            .or_default()
+            .insert("tonight".into(), BTreeMap::from([("logits".into(), fig)]));
         b.pairs.entry("a-probe".into()).or_default().insert("tonight".into(), BTreeMap::new());
         let text = b.to_json();
         assert!(text.find("a-probe").unwrap() < text.find("z-probe").unwrap());

@@ -1,6 +1,7 @@
 //! Device targets: each HEF is opened once per suite run (its facts read, its architecture
 //! checked) and shared by every probe; before a pair is compared, its InputSet runs
-//! `[gate] runs` times on the device (`explain::diag::repeatability`). A device that disagrees
+//! `[gate] runs` times on the device (the loop of `explain::diag::repeatability`, also reading
+//! each run's spread in a comparison's own figures). A device that disagrees
 //! with itself — logits cosine between runs below `[gate] min_cosine`, or another argmax for
 //! the same inputs — is "unstable": its comparisons could show noise as drift, so the pair is
 //! not compared at all, and it is never reported as a regression. A stable device's spread
@@ -11,12 +12,12 @@ use super::spec::{GateSpec, Target};
 use crate::backend::hef::{open_device, HefBackend};
 use crate::backend::{Backend, BackendRun, Capabilities};
 use crate::capture::Capture;
+use crate::compare::View;
 use crate::device::driver::LlmDriver;
 use crate::device::sim::SimDevice;
 use crate::device::synth_hef::sim_spec;
 use crate::device::{Device, DeviceFacts};
 use crate::error::{Error, Result};
-use crate::explain::diag::{repeatability, Spread};
 use crate::hef::model::hw_arch_name;
 use crate::hef::Hef;
 use crate::inputs::InputSet;
@@ -110,15 +111,76 @@ impl Backend for Shared {
     }
 }
 
-/// The gate of one pair.
-pub fn gate(device: &Rc<RefCell<HefBackend>>, inputs: &InputSet, spec: &GateSpec) -> Result<(GateResult, Spread)> {
-    let r = repeatability(&mut device.borrow_mut(), inputs, spec.runs)?;
-    let s = r.spread;
+/// Run 1 against every later run in a comparison's own figures, worst over phases and runs:
+/// what the device's own noise alone does to a figure (identical runs: cosine 1, SQNR inf,
+/// KL 0, argmax agreement 1).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Spread {
+    pub cosine: f64,
+    pub sqnr_db: f64,
+    pub kl: f64,
+    pub argmax_agreement: f64,
+}
+
+impl Default for Spread {
+    fn default() -> Self {
+        Spread { cosine: 1.0, sqnr_db: f64::INFINITY, kl: 0.0, argmax_agreement: 1.0 }
+    }
+}
+
+impl Spread {
+    fn widen(&mut self, first: &Capture, later: &Capture) {
+        let thresholds = crate::compare::thresholds::Thresholds::default();
+        let pair = crate::compare::compare(first, later, ("run 1", "run k"), View::Cumulative, &thresholds);
+        for row in &pair.rows {
+            if let Some(m) = &row.metrics {
+                self.cosine = self.cosine.min(m.cosine);
+                self.sqnr_db = self.sqnr_db.min(m.sqnr_db);
+            }
+            if let Some(l) = &row.logits {
+                self.kl = self.kl.max(l.kl_mean);
+                self.argmax_agreement = self.argmax_agreement.min(l.argmax_agreement);
+            }
+        }
+    }
+}
+
+/// The gate of one pair: `explain::diag::repeatability`'s runs (same inputs, run 1 against
+/// each later run, largest |Δ| of any logit), kept here rather than in explain/diag.rs because
+/// the suite also needs the spread of every figure, which `diagnose` does not report.
+pub fn gate(
+    device: &Rc<RefCell<HefBackend>>,
+    inputs: &InputSet,
+    spec: &GateSpec,
+) -> Result<(GateResult, Spread)> {
+    let mut backend = device.borrow_mut();
+    let runs = spec.runs.max(2);
+    let mut first: Option<Capture> = None;
+    let (mut max_abs, mut worst_key) = (0f64, None);
+    let mut s = Spread::default();
+    for _ in 0..runs {
+        let mut cap = Capture::default();
+        backend.drive(inputs, &mut cap, &mut Default::default())?;
+        match &first {
+            None => first = Some(cap),
+            Some(f) => {
+                for k in f.keys() {
+                    if let (Some(a), Some(b)) = (f.get_key(k), cap.get_key(k)) {
+                        let d = a.iter().zip(b.iter()).map(|(x, y)| (x - y).abs() as f64).fold(0.0, f64::max);
+                        if d > max_abs {
+                            (max_abs, worst_key) = (d, Some(k.to_string()));
+                        }
+                    }
+                }
+                s.widen(f, &cap);
+            }
+        }
+    }
     let stable = s.cosine >= spec.min_cosine && s.argmax_agreement >= 1.0;
     let result = GateResult {
-        runs: r.runs,
-        max_abs: r.max_abs,
-        worst_key: r.worst_key,
+        runs,
+        max_abs,
+        worst_key,
         cosine: s.cosine,
         sqnr_db: s.sqnr_db.is_finite().then_some(s.sqnr_db),
         kl: s.kl,

@@ -59,7 +59,8 @@ pub fn append(path: &Path, r: &SuiteResult) -> Result<usize> {
     if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
         std::fs::create_dir_all(parent).map_err(|e| Error::io(parent, e))?;
     }
-    let mut f = std::fs::OpenOptions::new().create(true).append(true).open(path).map_err(|e| Error::io(path, e))?;
+    let mut f =
+        std::fs::OpenOptions::new().create(true).append(true).open(path).map_err(|e| Error::io(path, e))?;
     let new = lines(r);
     let mut text = String::new();
     for l in &new {
@@ -74,8 +75,9 @@ pub fn read(path: &Path) -> Result<Vec<HistoryLine>> {
     let text = crate::error::read_text(path)?;
     let mut out = Vec::new();
     for (n, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
-        let l: HistoryLine = serde_json::from_str(line)
-            .map_err(|e| Error::input(format!("{} line {}", path.display(), n + 1), format!("not a history line: {e}")))?;
+        let l: HistoryLine = serde_json::from_str(line).map_err(|e| {
+            Error::input(format!("{} line {}", path.display(), n + 1), format!("not a history line: {e}"))
+        })?;
         if l.schema != HISTORY_SCHEMA {
             return Err(Error::input(
                 format!("{} line {}", path.display(), n + 1),
@@ -119,7 +121,12 @@ pub fn trends(history: &[HistoryLine], spec: &TrendSpec) -> Vec<Trend> {
         let i = match out.iter().position(|t| t.probe == l.probe && t.target == l.target) {
             Some(i) => i,
             None => {
-                out.push(Trend { probe: l.probe.clone(), target: l.target.clone(), points: Vec::new(), band: None });
+                out.push(Trend {
+                    probe: l.probe.clone(),
+                    target: l.target.clone(),
+                    points: Vec::new(),
+                    band: None,
+                });
                 out.len() - 1
             }
         };
@@ -145,7 +152,11 @@ pub fn plot(trends: &[Trend], spec: &TrendSpec) -> BandPlot {
     dates.dedup();
     let steps = dates.iter().map(|d| d.get(..16).unwrap_or(d).replace('T', " ")).collect();
     BandPlot {
-        caption: format!("{} of {} over runs (shaded: accepted band of the latest run)", spec.figure.title(), spec.tap),
+        caption: format!(
+            "{} of {} over runs (shaded: accepted band of the latest run)",
+            spec.figure.title(),
+            spec.tap
+        ),
         x_desc: "run".into(),
         y_desc: spec.figure.title().into(),
         steps,
@@ -168,7 +179,8 @@ pub fn plot(trends: &[Trend], spec: &TrendSpec) -> BandPlot {
 pub fn doc(trends: &[Trend], spec: &TrendSpec) -> Doc {
     let mut d = Doc::new();
     d.line(format!("{} of {} over runs", spec.figure.title(), spec.tap));
-    let mut t = Table::new(["probe", "target", "runs", "first", "latest", "accepted band", "latest status"]).align("llrrrll");
+    let mut t = Table::new(["probe", "target", "runs", "first", "latest", "accepted band", "latest status"])
+        .align("llrrrll");
     for tr in trends {
         let (first, last) = (tr.points.first(), tr.points.last());
         t.row([

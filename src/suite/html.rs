@@ -109,9 +109,7 @@ pub fn pair_plot(p: &PairResult) -> Result<Option<String>> {
         steps,
         series,
     };
-    render_plot(&plot)
-        .map(Some)
-        .map_err(|e| Error::input(format!("plot of {} × {}", p.probe, p.target), e))
+    render_plot(&plot).map(Some).map_err(|e| Error::input(format!("plot of {} × {}", p.probe, p.target), e))
 }
 
 pub fn render(r: &SuiteResult) -> Result<String> {
@@ -123,13 +121,19 @@ pub fn render(r: &SuiteResult) -> Result<String> {
             target: p.target.clone(),
             status: p.status.name(),
             figure: headline(p).map_or("-".into(), |(tap, v, base)| {
-                format!("{tap} {}{}", cos(Some(v)), base.map(|b| format!(" ({})", cos(Some(b)))).unwrap_or_default())
+                format!(
+                    "{tap} {}{}",
+                    cos(Some(v)),
+                    base.map(|b| format!(" ({})", cos(Some(b)))).unwrap_or_default()
+                )
             }),
             why: why(p),
         })
         .collect();
     let mut failing = Vec::new();
-    for (i, p) in r.pairs.iter().enumerate().filter(|(_, p)| p.status.is_failure() || p.status == Status::Known) {
+    for (i, p) in
+        r.pairs.iter().enumerate().filter(|(_, p)| p.status.is_failure() || p.status == Status::Known)
+    {
         failing.push(Failing {
             anchor: format!("pair-{i}"),
             probe: p.probe.clone(),
@@ -150,7 +154,8 @@ pub fn render(r: &SuiteResult) -> Result<String> {
         }
     }
     let mut env = minijinja::Environment::new();
-    env.add_template("suite.html", TEMPLATE).map_err(|e| Error::input("suite.html template", e.to_string()))?;
+    env.add_template("suite.html", TEMPLATE)
+        .map_err(|e| Error::input("suite.html template", e.to_string()))?;
     let ctx = minijinja::context! {
         suite => r.suite,
         shard => r.shard.map(|s| s.to_string()),

@@ -77,7 +77,9 @@ fn testcase(o: &mut String, p: &PairResult) {
             escape(p.first_run.as_deref().unwrap_or("")),
             escape(&format!("{message}\n{body}"))
         )),
-        Status::Known => Some(format!("      <system-out>{}</system-out>\n", escape(&format!("known: {message}\n{body}")))),
+        Status::Known => {
+            Some(format!("      <system-out>{}</system-out>\n", escape(&format!("known: {message}\n{body}"))))
+        }
         Status::Skipped => Some(format!("      <skipped message=\"{}\"/>\n", escape(&message))),
     };
     match inner {
@@ -121,8 +123,12 @@ pub fn render(r: &SuiteResult) -> String {
             targets.push(&p.target);
         }
     }
-    let failures = |ps: &[&PairResult]| ps.iter().filter(|p| matches!(p.status, Status::Regressed | Status::Failed)).count();
-    let errors = |ps: &[&PairResult]| ps.iter().filter(|p| matches!(p.status, Status::Unstable | Status::Error)).count();
+    let failures = |ps: &[&PairResult]| {
+        ps.iter().filter(|p| matches!(p.status, Status::Regressed | Status::Failed)).count()
+    };
+    let errors = |ps: &[&PairResult]| {
+        ps.iter().filter(|p| matches!(p.status, Status::Unstable | Status::Error)).count()
+    };
     let all: Vec<&PairResult> = r.pairs.iter().collect();
     let total: f64 = r.pairs.iter().map(|p| p.seconds).sum();
     let mut o = String::from("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");

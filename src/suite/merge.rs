@@ -22,7 +22,8 @@ pub fn read(path: &Path) -> Result<SuiteResult> {
 }
 
 pub fn merge_files(paths: &[PathBuf]) -> Result<SuiteResult> {
-    let shards = paths.iter().map(|p| read(p).map(|r| (p.display().to_string(), r))).collect::<Result<Vec<_>>>()?;
+    let shards =
+        paths.iter().map(|p| read(p).map(|r| (p.display().to_string(), r))).collect::<Result<Vec<_>>>()?;
     merge(shards)
 }
 
@@ -46,9 +47,10 @@ pub fn merge(mut shards: Vec<(String, SuiteResult)>) -> Result<SuiteResult> {
     let mut holder: Vec<Option<&str>> = vec![None; plan.len()];
     for (name, r) in &shards {
         for p in &r.pairs {
-            let i = plan.iter().position(|e| e.probe == p.probe && e.target == p.target).ok_or_else(|| {
-                Error::input(name, format!("pair {} × {} is not in the plan", p.probe, p.target))
-            })?;
+            let i =
+                plan.iter().position(|e| e.probe == p.probe && e.target == p.target).ok_or_else(|| {
+                    Error::input(name, format!("pair {} × {} is not in the plan", p.probe, p.target))
+                })?;
             if let Some(other) = holder[i] {
                 return Err(Error::input(
                     name,

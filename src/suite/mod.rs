@@ -42,7 +42,8 @@ pub struct Finish {
 pub fn finish(r: &SuiteResult, f: &Finish) -> Result<Vec<String>> {
     let mut said = Vec::new();
     if f.update_baseline {
-        let path = f.baseline.as_ref().ok_or_else(|| Error::usage("--update-baseline needs --baseline FILE"))?;
+        let path =
+            f.baseline.as_ref().ok_or_else(|| Error::usage("--update-baseline needs --baseline FILE"))?;
         let mut b = baseline::Baseline::load_or_new(path, true)?;
         let u = b.update(&r.pairs, f.accept);
         b.save(path)?;
@@ -64,7 +65,12 @@ pub fn finish(r: &SuiteResult, f: &Finish) -> Result<Vec<String>> {
 
 /// Render every requested report; files are written, stdout's share returned. Markdown is also
 /// appended to `step_summary` (GitHub's `$GITHUB_STEP_SUMMARY`) when given.
-pub fn emit(r: &SuiteResult, targets: &[ReportTarget], color: bool, step_summary: Option<&Path>) -> Result<String> {
+pub fn emit(
+    r: &SuiteResult,
+    targets: &[ReportTarget],
+    color: bool,
+    step_summary: Option<&Path>,
+) -> Result<String> {
     let mut stdout = String::new();
     for t in targets {
         let text = match t.format {
@@ -86,8 +92,11 @@ pub fn emit(r: &SuiteResult, targets: &[ReportTarget], color: bool, step_summary
         }
     }
     if let Some(path) = step_summary {
-        let mut f =
-            std::fs::OpenOptions::new().create(true).append(true).open(path).map_err(|e| Error::io(path, e))?;
+        let mut f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .map_err(|e| Error::io(path, e))?;
         f.write_all(summary::doc(r).markdown().as_bytes()).map_err(|e| Error::io(path, e))?;
     }
     Ok(stdout)

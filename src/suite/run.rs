@@ -6,6 +6,7 @@
 
 use super::baseline::Baseline;
 use super::figures::{figures, phase_series, regressions, Band, PhaseSeries};
+use super::gate::Spread;
 use super::gate::{gate, open, OpenDevice, Shared};
 use super::result::*;
 use super::shard::Shard;
@@ -13,10 +14,11 @@ use super::spec::{Suite, Target};
 use crate::backend::{make_backend, Backend, BackendKind, BackendSpec};
 use crate::compare::View;
 use crate::error::Result;
-use crate::explain::diag::Spread;
 use crate::explain::ExplainSpec;
 use crate::model::{Checkpoint, Decoder};
-use crate::probe::run::{compare_runs, explain_stage, prepare, run_backends_with, Prepared, RunOptions, Runs};
+use crate::probe::run::{
+    compare_runs, explain_stage, prepare, run_backends_with, Prepared, RunOptions, Runs,
+};
 use crate::probe::schema::Probe;
 use crate::report::format::num;
 use crate::report::Report;
@@ -232,15 +234,16 @@ fn run_stages(ctx: &Ctx, probe: &Probe, specs: Vec<BackendSpec>) -> Result<Probe
         return Err(bad);
     }
     let devices = &ctx.devices;
-    let mut open_backend = |spec: &BackendSpec, ckpt: &Checkpoint, model: &Arc<Decoder>| -> Result<Box<dyn Backend>> {
-        let label = spec.label();
-        match devices.get(&label) {
-            Some(Ok(d)) if spec.kind == BackendKind::Hef => {
-                Ok(Box::new(Shared { device: d.backend.clone(), label }) as Box<dyn Backend>)
+    let mut open_backend =
+        |spec: &BackendSpec, ckpt: &Checkpoint, model: &Arc<Decoder>| -> Result<Box<dyn Backend>> {
+            let label = spec.label();
+            match devices.get(&label) {
+                Some(Ok(d)) if spec.kind == BackendKind::Hef => {
+                    Ok(Box::new(Shared { device: d.backend.clone(), label }) as Box<dyn Backend>)
+                }
+                _ => make_backend(spec, ckpt, model),
             }
-            _ => make_backend(spec, ckpt, model),
-        }
-    };
+        };
     let runs = run_backends_with(&mut p, &opts, &mut open_backend)?;
     Ok(ProbeRun { p, runs })
 }
@@ -285,7 +288,12 @@ struct Eval {
     series: Vec<PhaseSeries>,
 }
 
-fn evaluate(report: &Report, target: &str, base: Option<&BTreeMap<String, super::figures::Figures>>, band: &Band) -> Option<Eval> {
+fn evaluate(
+    report: &Report,
+    target: &str,
+    base: Option<&BTreeMap<String, super::figures::Figures>>,
+    band: &Band,
+) -> Option<Eval> {
     let idx = report.comparisons.iter().position(|c| c.candidate == target && c.view == View::Cumulative)?;
     let pair = &report.comparisons[idx];
     let figs = figures(pair);
@@ -334,7 +342,8 @@ fn probe_pairs(ctx: &mut Ctx, probe: &Probe, here: &[&Option<Target>]) -> Vec<Pa
         match t {
             _ if is_sweep_only(probe) => {
                 pair.status = Status::Skipped;
-                pair.note = Some("a sweep probe ([sweep], no [[backend]]): run it with `hefprobe sweep`".into());
+                pair.note =
+                    Some("a sweep probe ([sweep], no [[backend]]): run it with `hefprobe sweep`".into());
             }
             None => {
                 pair.status = Status::Error;
@@ -351,7 +360,10 @@ fn probe_pairs(ctx: &mut Ctx, probe: &Probe, here: &[&Option<Target>]) -> Vec<Pa
                 pair.baseline = ctx.baseline.as_ref().and_then(|b| b.get(&probe.name, &t.label)).cloned();
                 if t.spec.kind == BackendKind::Hef {
                     let watch = ctx.opts.clock.start();
-                    let dev = ctx.devices.entry(t.label.clone()).or_insert_with(|| open(t).map_err(|e| PairError::from_error(&e)));
+                    let dev = ctx
+                        .devices
+                        .entry(t.label.clone())
+                        .or_insert_with(|| open(t).map_err(|e| PairError::from_error(&e)));
                     ctx.timing.devices += watch.secs();
                     match dev {
                         Ok(d) => pair.device = Some(d.facts.clone()),
@@ -453,9 +465,16 @@ fn probe_pairs(ctx: &mut Ctx, probe: &Probe, here: &[&Option<Target>]) -> Vec<Pa
 
 /// Re-run the failing pairs once: passing now makes them flaky; failing again confirms them,
 /// and a confirmed failure is explained.
-fn rerun(ctx: &mut Ctx, probe: &Probe, pairs: &mut [PairResult], failing: &[(usize, Target)], bands: &BTreeMap<usize, Band>) {
+fn rerun(
+    ctx: &mut Ctx,
+    probe: &Probe,
+    pairs: &mut [PairResult],
+    failing: &[(usize, Target)],
+    bands: &BTreeMap<usize, Band>,
+) {
     let watch = ctx.opts.clock.start();
-    let specs = failing.iter().map(|(_, t)| BackendSpec { name: Some(t.label.clone()), ..t.spec.clone() }).collect();
+    let specs =
+        failing.iter().map(|(_, t)| BackendSpec { name: Some(t.label.clone()), ..t.spec.clone() }).collect();
     let again = run_stages(ctx, probe, specs).and_then(|mut r| compare_runs(&mut r.p, &r.runs).map(|_| r));
     let secs = watch.secs();
     ctx.timing.reruns += secs;
@@ -475,7 +494,9 @@ fn rerun(ctx: &mut Ctx, probe: &Probe, pairs: &mut [PairResult], failing: &[(usi
         let pair = &mut pairs[*i];
         pair.seconds += secs / failing.len() as f64;
         let first = said(pair);
-        if let Some(e) = again.runs.backends.iter().find(|b| b.label == t.label).and_then(|b| b.error.as_ref()) {
+        if let Some(e) =
+            again.runs.backends.iter().find(|b| b.label == t.label).and_then(|b| b.error.as_ref())
+        {
             pair.first_run = Some(first);
             pair.status = Status::Error;
             pair.error = Some(PairError::from_error(e));
@@ -493,7 +514,8 @@ fn rerun(ctx: &mut Ctx, probe: &Probe, pairs: &mut [PairResult], failing: &[(usi
         }
     }
     let settings = &ctx.suite.explain;
-    let wanted = settings.enabled && !ctx.opts.no_explain && (probe.explain.is_some() || settings.faults.is_some());
+    let wanted =
+        settings.enabled && !ctx.opts.no_explain && (probe.explain.is_some() || settings.faults.is_some());
     if !wanted {
         return;
     }

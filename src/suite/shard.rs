@@ -46,7 +46,9 @@ impl Shard {
 
     /// `K/N`.
     pub fn parse(s: &str) -> Result<Shard> {
-        let (k, n) = s.split_once('/').ok_or_else(|| Error::usage(format!("--shard `{s}`: expected K/N, e.g. 2/3")))?;
+        let (k, n) = s
+            .split_once('/')
+            .ok_or_else(|| Error::usage(format!("--shard `{s}`: expected K/N, e.g. 2/3")))?;
         Shard::new(number(k, "--shard")?, number(n, "--shard")?, "--shard")
     }
 
@@ -58,7 +60,9 @@ impl Shard {
                 Error::usage("CI_NODE_INDEX is set without CI_NODE_TOTAL (GitLab sets both for `parallel:`)")
             })?;
             let n = number(&n, "CI_NODE_TOTAL")?;
-            return Ok((n > 1).then(|| Shard::new(number(&index, "CI_NODE_INDEX")?, n, "CI_NODE_INDEX")).transpose()?);
+            return Ok((n > 1)
+                .then(|| Shard::new(number(&index, "CI_NODE_INDEX")?, n, "CI_NODE_INDEX"))
+                .transpose()?);
         }
         if let Some(index) = get("JOB_COMPLETION_INDEX") {
             let n = match total {
@@ -93,7 +97,8 @@ impl Shard {
 
     /// Which of `keys` (probe, target) this shard takes, as a mask in `keys`' order.
     pub fn select(&self, keys: &[(String, String)]) -> Vec<bool> {
-        let mut ranked: Vec<(u64, usize)> = keys.iter().enumerate().map(|(i, (p, t))| (hash(p, t), i)).collect();
+        let mut ranked: Vec<(u64, usize)> =
+            keys.iter().enumerate().map(|(i, (p, t))| (hash(p, t), i)).collect();
         ranked.sort();
         let mut mine = vec![false; keys.len()];
         for (rank, (_, i)) in ranked.into_iter().enumerate() {
@@ -139,7 +144,9 @@ mod tests {
     #[test]
     fn bad_shards_are_usage_errors_naming_the_source() {
         let none = env(&[]);
-        for (flag, want) in [("0/3", "1 ≤ K ≤ N"), ("4/3", "1 ≤ K ≤ N"), ("x/3", "whole number"), ("3", "K/N")] {
+        for (flag, want) in
+            [("0/3", "1 ≤ K ≤ N"), ("4/3", "1 ≤ K ≤ N"), ("x/3", "whole number"), ("3", "K/N")]
+        {
             let e = Shard::resolve(Some(flag), None, &none).unwrap_err().to_string();
             assert!(e.contains("--shard") && e.contains(want), "{flag}: {e}");
         }
@@ -151,8 +158,9 @@ mod tests {
 
     #[test]
     fn shards_partition_the_pairs_evenly_and_stably() {
-        let keys: Vec<(String, String)> =
-            (0..17).map(|i| (format!("probe-{i}"), if i % 2 == 0 { "tonight" } else { "release" }.to_string())).collect();
+        let keys: Vec<(String, String)> = (0..17)
+            .map(|i| (format!("probe-{i}"), if i % 2 == 0 { "tonight" } else { "release" }.to_string()))
+            .collect();
         let masks: Vec<Vec<bool>> = (1..=3).map(|k| Shard { index: k, total: 3 }.select(&keys)).collect();
         for i in 0..keys.len() {
             assert_eq!(masks.iter().filter(|m| m[i]).count(), 1, "pair {i} in exactly one shard");

@@ -195,17 +195,16 @@ impl Suite {
         if f.version != SUITE_VERSION {
             return Err(Error::input(
                 format!("{what} key `version`"),
-                format!("{} is not a suite schema version this hefprobe reads (it reads {SUITE_VERSION})", f.version),
+                format!(
+                    "{} is not a suite schema version this hefprobe reads (it reads {SUITE_VERSION})",
+                    f.version
+                ),
             ));
         }
         let base = path.parent().unwrap_or(Path::new("."));
         let paths = expand(&f.probes, &f.exclude, base, &what)?;
         let probes = paths.iter().map(|p| Probe::load(p)).collect::<Result<Vec<_>>>()?;
-        let targets = f
-            .targets
-            .iter()
-            .map(|t| target_from_file(t, base))
-            .collect::<Result<Vec<_>>>()?;
+        let targets = f.targets.iter().map(|t| target_from_file(t, base)).collect::<Result<Vec<_>>>()?;
         let name = f.name.unwrap_or_else(|| {
             path.file_stem().map(|s| s.to_string_lossy().to_string()).unwrap_or_else(|| "suite".into())
         });
@@ -248,7 +247,10 @@ impl Suite {
 
     fn check(&self, what: &str) -> Result<()> {
         if self.probes.is_empty() {
-            return Err(Error::input(what, "names no probe; give probe files or `probes = [\"probes/*.toml\"]`"));
+            return Err(Error::input(
+                what,
+                "names no probe; give probe files or `probes = [\"probes/*.toml\"]`",
+            ));
         }
         let mut seen: Vec<(&str, &Path)> = Vec::new();
         for p in &self.probes {
@@ -311,7 +313,8 @@ fn expand(globs: &[String], exclude: &[String], base: &Path, what: &str) -> Resu
 }
 
 fn target_from_file(t: &TargetSpec, base: &Path) -> Result<Target> {
-    let rel = |p: &Option<PathBuf>| p.as_ref().map(|p| if p.is_relative() { base.join(p) } else { p.clone() });
+    let rel =
+        |p: &Option<PathBuf>| p.as_ref().map(|p| if p.is_relative() { base.join(p) } else { p.clone() });
     let spec = BackendSpec {
         name: t.name.clone(),
         kind: t.kind,
@@ -353,7 +356,8 @@ mod tests {
         p
     }
 
-    const PROBE: &str = "version = 1\nname = \"NAME\"\nquestion = \"q?\"\n[checkpoint]\nsynth = \"tinystories\"\n\
+    const PROBE: &str =
+        "version = 1\nname = \"NAME\"\nquestion = \"q?\"\n[checkpoint]\nsynth = \"tinystories\"\n\
                          [inputs]\ntokens = [1, 2, 3]\n";
 
     #[test]

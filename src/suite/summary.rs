@@ -153,7 +153,8 @@ fn pairs_table(pairs: &[&PairResult]) -> Table {
             let base = base.map(|b| format!(" ({})", cos(Some(b)))).unwrap_or_default();
             format!("{tap} {}{base}", cos(Some(v)))
         });
-        let status = if p.status.is_failure() { p.status.name().to_uppercase() } else { p.status.name().to_string() };
+        let status =
+            if p.status.is_failure() { p.status.name().to_uppercase() } else { p.status.name().to_string() };
         t.row([
             Cell::from(Text::code(&p.probe)),
             Cell::from(Text::code(&p.target)),
@@ -234,7 +235,13 @@ mod tests {
 
     #[test]
     fn a_regression_reads_as_figures_and_band() {
-        let r = Regression { tap: "logits".into(), figure: Figure::Cosine, value: 0.64, baseline: 0.99999, band: 1e-4 };
+        let r = Regression {
+            tap: "logits".into(),
+            figure: Figure::Cosine,
+            value: 0.64,
+            baseline: 0.99999,
+            band: 1e-4,
+        };
         assert_eq!(
             regression_sentence(&r),
             "logits cosine 0.640000 vs baseline 0.999990: worse by 0.35999 (noise band 1.000e-4)"

@@ -35,7 +35,10 @@ struct Attr {
 #[derive(Debug, Clone)]
 enum Term {
     /// A global element by name, or a local one with its type.
-    Element { name: String, local: Option<Box<Type>> },
+    Element {
+        name: String,
+        local: Option<Box<Type>>,
+    },
     Sequence(Vec<Particle>),
     Choice(Vec<Particle>),
 }
@@ -83,7 +86,9 @@ fn particle(n: roxmltree::Node) -> Particle {
     let term = match n.tag_name().name() {
         "element" => match (n.attribute("ref"), n.attribute("name")) {
             (Some(r), _) => Term::Element { name: r.to_string(), local: None },
-            (None, Some(name)) => Term::Element { name: name.to_string(), local: Some(Box::new(element_type(n))) },
+            (None, Some(name)) => {
+                Term::Element { name: name.to_string(), local: Some(Box::new(element_type(n))) }
+            }
             _ => panic!("element without name or ref"),
         },
         "sequence" => Term::Sequence(xs(n).map(particle).collect()),
@@ -191,7 +196,12 @@ impl Schema {
                         None => errors.push(format!("{at}: attribute `{}` is not declared", a.name())),
                         Some(d) => {
                             if let Some(p) = self.pattern(&d.ty).filter(|p| !p.is_match(a.value())) {
-                                errors.push(format!("{at}: {}=`{}` does not match {}", a.name(), a.value(), p.as_str()));
+                                errors.push(format!(
+                                    "{at}: {}=`{}` does not match {}",
+                                    a.name(),
+                                    a.value(),
+                                    p.as_str()
+                                ));
                             }
                         }
                     }
@@ -253,7 +263,8 @@ fn ends(p: &Particle, names: &[&str], start: usize) -> BTreeSet<usize> {
             result.extend(next.iter().copied());
         }
         // Past the minimum, positions already reached add nothing new.
-        let fresh: BTreeSet<usize> = if k >= p.min { next.difference(&seen).copied().collect() } else { next.clone() };
+        let fresh: BTreeSet<usize> =
+            if k >= p.min { next.difference(&seen).copied().collect() } else { next.clone() };
         seen.extend(next.iter().copied());
         if fresh.is_empty() {
             break;
@@ -295,12 +306,27 @@ pub fn self_test() {
     let good = r#"<testsuites><testsuite name="t" tests="1" failures="0" errors="0" time="1.5"><testcase name="a"><flakyFailure type="flaky"/><system-out>x</system-out></testcase></testsuite></testsuites>"#;
     assert_eq!(s.validate(good), Vec::<String>::new());
     for (bad, why) in [
-        (r#"<testsuites><testsuite name="t" tests="1" failures="0"/></testsuites>"#, "required attribute `errors`"),
-        (r#"<testsuites><testsuite name="t" tests="1" failures="0" errors="0" time="1.2.3"/></testsuites>"#, "does not match"),
+        (
+            r#"<testsuites><testsuite name="t" tests="1" failures="0"/></testsuites>"#,
+            "required attribute `errors`",
+        ),
+        (
+            r#"<testsuites><testsuite name="t" tests="1" failures="0" errors="0" time="1.2.3"/></testsuites>"#,
+            "does not match",
+        ),
         (r#"<testsuites><testcase name="a"/></testsuites>"#, "content model"),
-        (r#"<testsuites><testsuite name="t" tests="1" failures="0" errors="0"><testcase name="a" colour="red"/></testsuite></testsuites>"#, "not declared"),
-        (r#"<testsuites><testsuite name="t" tests="1" failures="0" errors="0"><testcase name="a"><flakyFailure/></testcase></testsuite></testsuites>"#, "required attribute `type`"),
-        (r#"<testsuites><testsuite name="t" tests="1" failures="0" errors="0">text</testsuite></testsuites>"#, "element-only"),
+        (
+            r#"<testsuites><testsuite name="t" tests="1" failures="0" errors="0"><testcase name="a" colour="red"/></testsuite></testsuites>"#,
+            "not declared",
+        ),
+        (
+            r#"<testsuites><testsuite name="t" tests="1" failures="0" errors="0"><testcase name="a"><flakyFailure/></testcase></testsuite></testsuites>"#,
+            "required attribute `type`",
+        ),
+        (
+            r#"<testsuites><testsuite name="t" tests="1" failures="0" errors="0">text</testsuite></testsuites>"#,
+            "element-only",
+        ),
     ] {
         let errors = s.validate(bad);
         assert!(errors.iter().any(|e| e.contains(why)), "{bad}: expected `{why}`, got {errors:?}");
