@@ -8,6 +8,7 @@ mod explain;
 mod faults;
 mod reference;
 pub mod run;
+mod suite;
 mod sweep;
 mod synth;
 mod synth_hef;
@@ -60,6 +61,12 @@ pub enum Command {
     Diagnose(device::DiagnoseArgs),
     /// Measure the reference: prefill and decode speed, taps off and on, peak memory.
     Bench(bench::BenchArgs),
+    /// Probes × targets against a baseline, for nightly runs: JUnit, JSON, Markdown, HTML, history.
+    Suite(suite::SuiteArgs),
+    /// Merge the JSON summaries of a sharded suite run into the outputs one run would give.
+    Merge(suite::MergeArgs),
+    /// Plot a figure over the runs of a suite history, with its baseline band.
+    Trend(suite::TrendArgs),
 }
 
 /// Where the model comes from: a checkpoint folder or a synthesized preset.
@@ -171,6 +178,9 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Command::Capture(a) => device::capture(a),
         Command::Diagnose(a) => device::diagnose(a),
         Command::Bench(a) => bench::run(a),
+        Command::Suite(a) => suite::suite(a),
+        Command::Merge(a) => suite::merge(a),
+        Command::Trend(a) => suite::trend(a),
     }
 }
 

@@ -225,17 +225,32 @@ pub fn prepare(probe: &Probe, opts: &RunOptions) -> Result<Prepared> {
 /// teacher-forced on its tokens, each with its local view where it takes overrides. A backend
 /// that stops half-way keeps what it finished; a backend that cannot start is an error.
 pub fn run_backends(p: &mut Prepared, opts: &RunOptions) -> Result<Runs> {
+    run_backends_with(p, opts, &mut crate::backend::make_backend)
+}
+
+/// How [`run_backends_with`] gets each backend: [`crate::backend::make_backend`], or a caller's
+/// own (the suite keeps one device open across probes instead of reopening it per probe).
+pub type OpenBackend<'a> =
+    dyn FnMut(&BackendSpec, &Checkpoint, &Arc<Decoder>) -> Result<Box<dyn Backend>> + 'a;
+
+/// Stage 2 with the backends opened by `open`.
+pub fn run_backends_with(p: &mut Prepared, opts: &RunOptions, open: &mut OpenBackend) -> Result<Runs> {
     let progress = indicatif::ProgressBar::new(p.specs.len() as u64 + 1);
     progress.set_style(
         indicatif::ProgressStyle::with_template("{spinner} {msg} [{pos}/{len}]").expect("template"),
     );
     progress.set_message("reference");
-    let result = run_all(p, opts, &progress);
+    let result = run_all(p, opts, &progress, open);
     progress.finish_and_clear();
     result
 }
 
-fn run_all(p: &mut Prepared, opts: &RunOptions, progress: &indicatif::ProgressBar) -> Result<Runs> {
+fn run_all(
+    p: &mut Prepared,
+    opts: &RunOptions,
+    progress: &indicatif::ProgressBar,
+    open: &mut OpenBackend,
+) -> Result<Runs> {
     let mut reference = DecoderBackend::reference(p.model.clone());
     let ref_run = reference.run(&p.inputs, &reference_selection(p.selection.globs())?);
     if let Some(e) = ref_run.error {
@@ -261,7 +276,7 @@ fn run_all(p: &mut Prepared, opts: &RunOptions, progress: &indicatif::ProgressBa
         let label = spec.label();
         progress.inc(1);
         progress.set_message(label.clone());
-        let mut backend = crate::backend::make_backend(spec, &p.ckpt, &p.model)?;
+        let mut backend = open(spec, &p.ckpt, &p.model)?;
         if let Err(why) = backend.check() {
             return Err(Error::usage(format!("backend `{label}` cannot run here: {why}")));
         }

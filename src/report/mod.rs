@@ -6,6 +6,7 @@
 //! snapshot-tested on a fixed comparison.
 
 pub mod audit;
+pub mod band;
 pub mod doc;
 pub mod format;
 pub mod json;
@@ -331,6 +332,23 @@ pub enum Format {
     Markdown,
     Json,
     Svg,
+    /// JUnit XML (`hefprobe suite` and `merge`).
+    Junit,
+    /// One self-contained HTML page (`hefprobe suite` and `merge`).
+    Html,
+}
+
+impl Format {
+    pub fn name(self) -> &'static str {
+        match self {
+            Format::Terminal => "terminal",
+            Format::Markdown => "markdown",
+            Format::Json => "json",
+            Format::Svg => "svg",
+            Format::Junit => "junit",
+            Format::Html => "html",
+        }
+    }
 }
 
 impl ReportTarget {
@@ -341,8 +359,12 @@ impl ReportTarget {
             "markdown" | "md" => Format::Markdown,
             "json" => Format::Json,
             "svg" => Format::Svg,
+            "junit" => Format::Junit,
+            "html" => Format::Html,
             other => {
-                return Err(format!("report format `{other}`: expected terminal, markdown, json or svg"))
+                return Err(format!(
+                    "report format `{other}`: expected terminal, markdown, json, svg, junit or html"
+                ))
             }
         };
         if format == Format::Svg && p == "-" {
@@ -357,6 +379,13 @@ impl ReportTarget {
 
 /// Render every requested report. Writes files; returns what goes to stdout.
 pub fn emit(report: &mut Report, targets: &[ReportTarget], color: bool) -> Result<String> {
+    if let Some(t) = targets.iter().find(|t| matches!(t.format, Format::Junit | Format::Html)) {
+        return Err(Error::usage(format!(
+            "--report {}: JUnit and HTML reports are written by `hefprobe suite` and `hefprobe merge`; \
+             a single run writes terminal, markdown, json or svg",
+            t.format.name()
+        )));
+    }
     let mut stdout = String::new();
     // SVGs first, so Markdown can link them.
     for t in targets.iter().filter(|t| t.format == Format::Svg) {
@@ -368,7 +397,7 @@ pub fn emit(report: &mut Report, targets: &[ReportTarget], color: bool) -> Resul
             Format::Terminal => terminal::render(report, color && t.path.is_none()),
             Format::Markdown => markdown::render(report, t.path.as_deref()),
             Format::Json => json::render(report),
-            Format::Svg => unreachable!(),
+            Format::Svg | Format::Junit | Format::Html => unreachable!(),
         };
         match &t.path {
             None => stdout.push_str(&text),
