@@ -204,4 +204,3 @@ mod tests {
         assert_eq!(failure(&f), "prob_sum_err 0.5 > 0.05 (by 0.45)");
     }
 }
-
