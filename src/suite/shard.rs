@@ -60,9 +60,9 @@ impl Shard {
                 Error::usage("CI_NODE_INDEX is set without CI_NODE_TOTAL (GitLab sets both for `parallel:`)")
             })?;
             let n = number(&n, "CI_NODE_TOTAL")?;
-            return Ok((n > 1)
+            return (n > 1)
                 .then(|| Shard::new(number(&index, "CI_NODE_INDEX")?, n, "CI_NODE_INDEX"))
-                .transpose()?);
+                .transpose();
         }
         if let Some(index) = get("JOB_COMPLETION_INDEX") {
             let n = match total {
@@ -78,7 +78,7 @@ impl Shard {
                 )?,
             };
             let k = number(&index, "JOB_COMPLETION_INDEX")? + 1;
-            return Ok((n > 1).then(|| Shard::new(k, n, "JOB_COMPLETION_INDEX")).transpose()?);
+            return (n > 1).then(|| Shard::new(k, n, "JOB_COMPLETION_INDEX")).transpose();
         }
         Ok(None)
     }
