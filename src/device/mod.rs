@@ -123,26 +123,27 @@ pub const RPC_FAILED_RUN: &str = "a failed run over HailoRT's RPC client shuts t
      on the server (configured_infer_model_hrpc_client.cpp run_async); every later call fails, so \
      hefprobe refuses them with the first failure";
 
-/// Plain facts about the device a run used, recorded with every suite run.
-#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+/// What a device reports about itself, recorded with every suite result so a figure can be
+/// traced to the library, chip and temperature (or simulator) that produced it.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct DeviceFacts {
-    /// `real` or the simulator profile (`sim`, `sim-h10`).
+    /// `sim` or `hailo`.
     pub kind: String,
-    /// HailoRT library version `major.minor.revision` (real), or hefprobe's version (simulated).
-    pub library_version: String,
-    /// Device id(s) as HailoRT lists them; `simulated` for the simulator.
-    pub device_id: String,
-    /// `hailo_device_architecture_t` name (HAILO10H, ...), or `None` when HailoRT did not say.
+    /// HailoRT's version (`hailo_get_library_version`).
+    pub library_version: Option<String>,
+    pub device_id: Option<String>,
+    /// The device architecture as HailoRT names it (`HAILO10H`, ...).
     pub architecture: Option<String>,
-    /// Chip temperature in °C where the API gives it (not over the 5.2 RPC client).
-    pub chip_temperature_c: Option<f32>,
+    pub temperature_c: Option<f32>,
+    /// For the simulated device: hefprobe's version and what the simulated HEF computes.
+    pub simulator: Option<String>,
 }
 
 /// A HEF on a device: `VDevice` + `Hef`.
 pub trait Device {
     /// One sentence naming the device (and library version for the real one).
     fn describe(&self) -> String;
-    /// Library version, device id and architecture, as plain data.
+    /// The facts a nightly record keeps: library version, device id, architecture.
     fn facts(&self) -> DeviceFacts;
     /// Network groups in HEF order (`Hef::get_network_groups_names`).
     fn network_groups(&self) -> Vec<String>;

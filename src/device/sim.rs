@@ -221,6 +221,8 @@ struct Core {
     /// sim-h10: the first failed run, after which every call on the configured models fails
     /// (one server-side shutdown takes both groups' rings with it in this model).
     poisoned: Option<String>,
+    /// The planted noise's stream (SimSpec::noise), continued across runs.
+    noise: Option<(rand_chacha::ChaCha8Rng, rand_distr::Normal<f32>)>,
 }
 
 pub struct SimDevice {
@@ -311,6 +313,19 @@ impl SimDevice {
                 }
             }
         }
+        let noise = match spec.noise {
+            Some(n) => {
+                use rand::SeedableRng;
+                let normal = rand_distr::Normal::new(0.0, n.std).map_err(|e| {
+                    Error::input(
+                        format!("{what} resource {}", super::synth_hef::SIM_RESOURCE),
+                        format!("noise: {e}"),
+                    )
+                })?;
+                Some((rand_chacha::ChaCha8Rng::seed_from_u64(n.seed), normal))
+            }
+            None => None,
+        };
         Ok(SimDevice {
             hef: Rc::new(hef),
             what,
@@ -322,6 +337,7 @@ impl SimDevice {
                 spec,
                 profile: SimProfile::Sim,
                 poisoned: None,
+                noise,
             })),
             checkpoint: ckpt,
         })
@@ -394,16 +410,23 @@ impl Device for SimDevice {
     }
 
     fn facts(&self) -> DeviceFacts {
-        let profile = self.core.borrow().profile;
+        let s = self.core.borrow();
+        let mut about =
+            format!("hefprobe {} simulated Hailo-10H, quant {}", env!("CARGO_PKG_VERSION"), s.spec.quant);
+        if !s.spec.faults.is_empty() {
+            about += &format!(", faults {}", s.spec.faults.join(" "));
+        }
+        if let Some(n) = s.spec.noise {
+            about += &format!(", planted noise std {}", n.std);
+        }
         DeviceFacts {
-            kind: profile.name().to_string(),
-            library_version: format!("hefprobe-sim {}", env!("CARGO_PKG_VERSION")),
-            device_id: "simulated".into(),
-            architecture: Some(match profile {
-                SimProfile::Sim => "SIMULATED".into(),
-                SimProfile::SimH10 => "HAILO10H (simulated)".into(),
-            }),
-            chip_temperature_c: None,
+            // `sim` or `sim-h10` (the RPC client's limits).
+            kind: s.profile.name().into(),
+            // The simulator executes HEFs for the Hailo-10H (hw_arch HAILO1XH, as synth-hef writes).
+            architecture: Some("HAILO10H".into()),
+            device_id: Some("simulated".into()),
+            simulator: Some(about),
+            ..DeviceFacts::default()
         }
     }
 
@@ -621,7 +644,11 @@ impl SimModel {
         let out = core.model.step(&input, &mut store, &mut NoTaps, &mut stack)?;
         drop(stack);
         drop(hooks);
-        let rows: Vec<Vec<f32>> = out.to_vec2()?;
+        let mut rows: Vec<Vec<f32>> = out.to_vec2()?;
+        if let Some((rng, normal)) = core.noise.as_mut() {
+            use rand_distr::Distribution;
+            rows.iter_mut().flatten().for_each(|x| *x += normal.sample(rng));
+        }
         let full = self.prefill && core.spec.mistakes.contains(&Mistake::FullSequenceOutput);
         // The graph's output is the frame's last position (genai reads one [1, 1, vocab] row).
         let picked: Vec<&Vec<f32>> =

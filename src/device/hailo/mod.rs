@@ -287,15 +287,16 @@ impl Device for HailoDevice {
     fn facts(&self) -> DeviceFacts {
         let (major, minor, revision) = self.version;
         DeviceFacts {
-            kind: "real".into(),
-            library_version: format!("{major}.{minor}.{revision}"),
-            device_id: self.device_ids.clone(),
+            kind: "hailo".into(),
+            library_version: Some(format!("{major}.{minor}.{revision}")),
+            device_id: (!self.device_ids.is_empty()).then(|| self.device_ids.clone()),
             architecture: self
                 .architecture
                 .map(|a| architecture_name(a).map_or_else(|| format!("architecture {a}"), str::to_string)),
             // The 5.2 RPC client has no temperature call the shim exposes (Device is not
             // reachable through a VDeviceHrpcClient); left out rather than guessed.
-            chip_temperature_c: None,
+            temperature_c: None,
+            simulator: None,
         }
     }
 
