@@ -25,6 +25,12 @@ pub struct BenchArgs {
     /// Repetitions (the median is reported).
     #[arg(long, default_value_t = 3)]
     pub reps: usize,
+    /// Threads for the decoder's kernels (default: every core).
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// Time the decoder per op class (prefill and decode, taps off) and print the table.
+    #[arg(long)]
+    pub profile: bool,
 }
 
 struct Figures {
@@ -73,13 +79,16 @@ pub fn peak_rss_mib() -> Option<f64> {
 }
 
 pub fn run(a: BenchArgs) -> Result<ExitCode> {
+    if let Some(n) = a.threads {
+        crate::model::kernels::set_threads(n);
+    }
     let t = Instant::now();
     let ckpt = SynthSpec::preset(&a.preset, 0)?.build()?;
     let model = Decoder::new(&ckpt)?;
     let build_s = t.elapsed().as_secs_f64();
     let c = &model.cfg;
     let prompt: Vec<u32> = (0..a.prompt_len).map(|i| ((i * 7919 + 13) % c.vocab_size) as u32).collect();
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let threads = crate::model::kernels::threads();
     println!(
         "bench: {} ({:.1} M params, {} layers, hidden {}), {threads} threads, synthesized in {build_s:.1} s",
         a.preset,
@@ -96,6 +105,38 @@ pub fn run(a: BenchArgs) -> Result<ExitCode> {
         off.1.push(f.decode_ms);
     }
     let rss_off = peak_rss_mib();
+    if a.profile {
+        crate::model::profile::enable();
+        crate::model::profile::reset();
+        let mut cache = FullCache::new(model.cfg.num_layers);
+        let input = StepInput {
+            phase: Phase::Prefill,
+            embeds: model.embed_tokens(&prompt)?,
+            positions: (0..prompt.len()).collect(),
+            frame: None,
+        };
+        let t = Instant::now();
+        model.step(&input, &mut cache, &mut NoTaps, &mut NoHooks)?;
+        let pre = (t.elapsed().as_secs_f64(), crate::model::profile::snapshot().unwrap_or_default());
+        crate::model::profile::reset();
+        let t = Instant::now();
+        for k in 0..a.decode {
+            let input = StepInput {
+                phase: Phase::Decode(k),
+                embeds: model.embed_tokens(&[1])?,
+                positions: vec![prompt.len() + k],
+                frame: None,
+            };
+            model.step(&input, &mut cache, &mut NoTaps, &mut NoHooks)?;
+        }
+        let dec = (t.elapsed().as_secs_f64(), crate::model::profile::snapshot().unwrap_or_default());
+        println!("{:<40}{:>16}{:>22}", "profile (taps off)", format!("prefill {}", a.prompt_len), "decode (per token)");
+        for ((op, p), (_, d)) in pre.1.iter().zip(&dec.1) {
+            let n = a.decode.max(1) as f64;
+            println!("{:<40}{:>10.1} ms {:>3.0}%{:>15.2} ms {:>3.0}%", op.name(), p * 1e3, 100.0 * p / pre.0, d * 1e3 / n, 100.0 * d / dec.0);
+        }
+        println!("{:<40}{:>10.1} ms{:>22.2} ms", "total (wall)", pre.0 * 1e3, dec.0 * 1e3 / a.decode.max(1) as f64);
+    }
     let dir = tempfile_dir()?;
     let mut on = (Vec::new(), Vec::new());
     for r in 0..reps {

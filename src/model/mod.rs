@@ -3,8 +3,13 @@
 pub mod config;
 #[cfg(feature = "crosscheck")]
 pub mod crosscheck;
+pub mod attention;
+pub mod cache;
 pub mod decoder;
 pub mod hooks;
+pub mod kernels;
+pub mod pool;
+pub mod profile;
 pub mod rope;
 pub mod run;
 pub mod synth;
