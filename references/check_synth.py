@@ -40,7 +40,7 @@ DECODE = [9, 140, 33]
 
 def patch_attention(fault: str, layer: int):
     """Replace modeling_llama's eager attention with one that applies `fault` at `layer`,
-    written from the definitions in src/fault/catalog.rs."""
+    written from the definitions in src/fault/catalog/attention.rs."""
     import transformers.models.llama.modeling_llama as ml
 
     original = ml.eager_attention_forward

@@ -9,7 +9,7 @@ use hefprobe::compare::metrics;
 use hefprobe::device::driver::LlmDriver;
 use hefprobe::device::sim::SimDevice;
 use hefprobe::device::synth_hef::{sim_spec, synth_hef, Mistake, SimCheckpoint, SynthHefOptions};
-use hefprobe::explain::diag;
+use hefprobe::explain::diag::{self, ParityVerdict};
 use hefprobe::hef::Hef;
 use hefprobe::inputs::{DecodeSpec, InputSet};
 use hefprobe::model::synth::SynthSpec;
@@ -130,14 +130,17 @@ fn cache_layout_fault_drifts_only_in_decode_and_parity_names_the_cache() {
     }
     let model = Decoder::new(&ckpt).unwrap();
     let p = diag::parity(&mut dev.driver, &h, &model, &prompt(24)).unwrap();
-    assert!(p.verdict.contains("the cache write (prefill) and read (tbt) disagree"), "{}", p.verdict);
+    assert_eq!(p.verdict, ParityVerdict::CacheWriteReadDisagree, "{p:?}");
+    let sentence = p.verdict.sentence();
+    assert!(sentence.contains("the cache write (prefill) and read (tbt) disagree"), "{sentence}");
     let diff = diag::cache_diff(&mut dev.driver, &h, &model, &prompt(23)).unwrap();
     assert!(diff.iter().all(|r| r.max_lsb > 100), "{diff:?}");
     // And the clean HEF's parity agrees, its cache within a few LSB.
     let (_, clean) = hef(small());
     let mut dev = backend(&clean);
     let p = diag::parity(&mut dev.driver, &clean, &model, &prompt(24)).unwrap();
-    assert!(p.verdict.starts_with("prefill and tbt agree"), "{}", p.verdict);
+    assert_eq!(p.verdict, ParityVerdict::Agree, "{p:?}");
+    assert!(p.verdict.sentence().starts_with("prefill and tbt agree"), "{}", p.verdict.sentence());
     let diff = diag::cache_diff(&mut dev.driver, &clean, &model, &prompt(23)).unwrap();
     assert!(diff.iter().all(|r| r.max_lsb <= 8), "{diff:?}");
 }

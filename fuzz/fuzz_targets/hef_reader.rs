@@ -11,10 +11,11 @@ use libfuzzer_sys::fuzz_target;
 fn exercise(bytes: &[u8]) {
     let Ok(hef) = Hef::from_bytes(bytes, "fuzz.hef") else { return };
     let report = hef::audit(&hef, &Expectations::default());
-    let _ = report.to_terminal();
-    let _ = report.to_markdown();
+    let doc = hefprobe::report::audit::audit_doc(&report);
+    let _ = doc.terminal(false);
+    let _ = doc.markdown();
     let _ = report.to_json();
-    let _ = hef::diff(&hef, &hef);
+    let _ = hefprobe::report::audit::diff_doc(&hef::diff(&hef, &hef)).markdown();
     let _ = hef.to_bytes();
 }
 

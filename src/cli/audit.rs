@@ -3,7 +3,9 @@
 
 use super::ModelArgs;
 use crate::error::Result;
-use crate::hef::{audit_file, diff, diff_to_markdown, diff_to_terminal, Expectations, Hef, Severity};
+use crate::hef::{audit_file, diff, Expectations, Hef, Severity};
+use crate::report::audit::{audit_doc, diff_doc};
+use crate::report::doc::Doc;
 use clap::Args;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -32,10 +34,8 @@ pub fn run(a: AuditArgs) -> Result<ExitCode> {
         let diffs = diff(&x, &y);
         if a.json {
             println!("{}", serde_json::to_string_pretty(&diffs).expect("json"));
-        } else if a.markdown {
-            print!("{}", diff_to_markdown(&diffs));
         } else {
-            print!("{}", diff_to_terminal(&diffs));
+            print!("{}", text(&diff_doc(&diffs), a.markdown));
         }
         let errors = diffs.iter().any(|d| d.severity == Severity::Error);
         return Ok(if errors { ExitCode::from(1) } else { ExitCode::SUCCESS });
@@ -52,10 +52,16 @@ pub fn run(a: AuditArgs) -> Result<ExitCode> {
     let report = audit_file(&a.hef, &expect)?;
     if a.json {
         println!("{}", report.to_json());
-    } else if a.markdown {
-        print!("{}", report.to_markdown());
     } else {
-        print!("{}", report.to_terminal());
+        print!("{}", text(&audit_doc(&report), a.markdown));
     }
     Ok(if report.has_errors() { ExitCode::from(1) } else { ExitCode::SUCCESS })
+}
+
+fn text(doc: &Doc, markdown: bool) -> String {
+    if markdown {
+        doc.markdown()
+    } else {
+        doc.terminal(false)
+    }
 }

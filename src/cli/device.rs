@@ -8,10 +8,10 @@ use crate::capture::Capture;
 use crate::device::driver::{write_frames, LlmDriver};
 use crate::error::Result;
 use crate::explain::diag;
+use crate::explain::diagnosis::Diagnosis;
 use crate::inputs::InputSet;
 use crate::model::Decoder;
 use clap::Args;
-use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -70,12 +70,6 @@ pub struct DiagnoseArgs {
     pub json: Option<PathBuf>,
 }
 
-fn table() -> Table {
-    let mut t = Table::new();
-    t.load_preset(UTF8_FULL_CONDENSED).force_no_tty();
-    t
-}
-
 pub fn diagnose(a: DiagnoseArgs) -> Result<ExitCode> {
     let ckpt = a.model.load()?;
     let mut inputs = a.prompt.input_set(&ckpt)?;
@@ -84,73 +78,16 @@ pub fn diagnose(a: DiagnoseArgs) -> Result<ExitCode> {
     let (mut device, hef) = open_device(&a.hef)?;
     let mut driver = LlmDriver::open(device.as_mut(), &hef, &a.hef.display().to_string())?;
     println!("{}", device.describe());
-    let mut problems = Vec::new();
 
     let parity = diag::parity(&mut driver, &hef, &model, &inputs.prompt)?;
-    let cache = diag::cache_diff(&mut driver, &hef, &model, &inputs.prompt[..inputs.prompt.len() - 1])?;
+    let cache_tokens = inputs.prompt.len() - 1;
+    let cache = diag::cache_diff(&mut driver, &hef, &model, &inputs.prompt[..cache_tokens])?;
     let mut backend = HefBackend::from_parts("device", device, driver);
-    let rep = diag::repeatability(&mut backend, &inputs, a.repeat)?;
-
-    println!(
-        "\nrepeatability: {} runs, max |Δ logit| between runs {}{}",
-        rep.runs,
-        crate::compare::fmt_num(rep.max_abs),
-        rep.worst_key.as_ref().map(|k| format!(" (at {k})")).unwrap_or_default()
-    );
-    if rep.max_abs > 0.0 {
-        problems.push("runs differ: compare figures carry run-to-run noise".to_string());
-    }
-    println!("\nprefill/decode parity at position {} (logits vs the reference):", parity.position);
-    let mut t = table();
-    t.set_header(vec!["path", "cosine", "KL", "argmax"]);
-    for r in &parity.rows {
-        match &r.unavailable {
-            Some(why) => {
-                t.add_row(vec![r.path.clone(), "-".into(), "-".into(), format!("unavailable: {why}")])
-            }
-            None => t.add_row(vec![
-                r.path.clone(),
-                format!("{:.6}", r.cosine.unwrap_or(f64::NAN)),
-                crate::compare::fmt_num(r.kl.unwrap_or(f64::NAN)),
-                if r.argmax_matches == Some(true) { "same".into() } else { "DIFFERS".into() },
-            ]),
-        };
-    }
-    println!("{t}\n{}", parity.verdict);
-    if !parity.verdict.starts_with("prefill and tbt agree") {
-        problems.push(parity.verdict.clone());
-    }
-    println!(
-        "\ncache diff after prefilling {} tokens (LSB = one quantization step of the cache layer):",
-        inputs.prompt.len() - 1
-    );
-    let mut t = table();
-    t.set_header(vec!["layer", "k/v", "max LSB", "mean LSB", "worst kv head (max LSB)"]);
-    for r in &cache {
-        t.add_row(vec![
-            r.layer.to_string(),
-            r.kind.to_string(),
-            r.max_lsb.to_string(),
-            format!("{:.2}", r.mean_lsb),
-            format!("{} ({})", r.worst_head, r.worst_head_max_lsb),
-        ]);
-    }
-    println!("{t}");
-    if let Some(r) = cache.iter().find(|r| r.max_lsb > a.lsb_tolerance) {
-        problems.push(format!(
-            "layer {} {} cache entries differ from the reference by up to {} LSB (tolerance {})",
-            r.layer, r.kind, r.max_lsb, a.lsb_tolerance
-        ));
-    }
+    let repeatability = diag::repeatability(&mut backend, &inputs, a.repeat)?;
+    let d = Diagnosis { repeatability, parity, cache_tokens, cache, lsb_tolerance: a.lsb_tolerance };
+    print!("{}", d.doc().terminal(false));
     if let Some(p) = &a.json {
-        let v = serde_json::json!({"schema": "hefprobe.diagnose/1", "repeatability": rep, "parity": parity, "cache_diff": cache});
-        crate::error::write_file(p, serde_json::to_string_pretty(&v).expect("json") + "\n")?;
+        crate::error::write_file(p, d.to_json())?;
     }
-    if problems.is_empty() {
-        println!("\nno problem found");
-        Ok(ExitCode::SUCCESS)
-    } else {
-        println!("\nproblems:\n- {}", problems.join("\n- "));
-        Ok(ExitCode::from(1))
-    }
+    Ok(if d.problems().is_empty() { ExitCode::SUCCESS } else { ExitCode::from(1) })
 }

@@ -3,10 +3,10 @@
 
 use super::run::command_line;
 use crate::error::Result;
-use crate::explain::matrix::{render_markdown, run_matrix};
-use crate::fault::catalog::CATALOG;
+use crate::explain::matrix::{doc, run_matrix};
+use crate::fault::catalog::REGISTRY;
+use crate::report::doc::{Doc, Table};
 use clap::Args;
-use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -18,32 +18,36 @@ pub struct FaultsArgs {
     /// Write the matrix as Markdown here (default: print it).
     #[arg(long, value_name = "PATH", requires = "matrix")]
     pub markdown: Option<PathBuf>,
+    /// Print the catalog (or the matrix) as JSON (schema hefprobe.doc/1) instead.
+    #[arg(long, conflicts_with = "markdown")]
+    pub json: bool,
 }
 
 pub fn run(a: FaultsArgs) -> Result<ExitCode> {
     if !a.matrix {
-        let mut t = Table::new();
-        t.load_preset(UTF8_FULL_CONDENSED).force_no_tty();
-        t.set_header(vec!["fault", "finding", "what it computes"]);
-        for (name, finding, what) in CATALOG {
-            t.add_row(vec![
-                name.to_string(),
-                finding.map_or("-".into(), |f| f.to_string()),
-                what.to_string(),
+        let mut t = Table::new(["fault", "finding", "what it computes"]);
+        for f in REGISTRY {
+            t.row([
+                f.name.to_string(),
+                f.finding.map_or("-".into(), |f| f.to_string()),
+                f.summary.to_string(),
             ]);
         }
-        println!("{t}");
-        println!("spec: NAME[:PARAMS][@layers=RANGE], e.g. shared-softmax@layers=0, rope:interleaved,target=q, position-shift:1");
+        let mut d = Doc::new();
+        d.table(t).line(
+            "spec: NAME[:PARAMS][@layers=RANGE], e.g. shared-softmax@layers=0, rope:interleaved,target=q, position-shift:1",
+        );
+        print!("{}", if a.json { d.json() } else { d.terminal(false) });
         return Ok(ExitCode::SUCCESS);
     }
     let rows = run_matrix()?;
-    let md = render_markdown(&rows, &command_line());
+    let d = doc(&rows, &command_line());
     match &a.markdown {
         Some(p) => {
-            crate::error::write_file(p, &md)?;
+            crate::error::write_file(p, d.markdown())?;
             println!("wrote {}", p.display());
         }
-        None => print!("{md}"),
+        None => print!("{}", if a.json { d.json() } else { d.markdown() }),
     }
     Ok(if rows.iter().all(|r| r.ok) { ExitCode::SUCCESS } else { ExitCode::from(1) })
 }

@@ -3,7 +3,7 @@
 use super::run::command_line;
 use crate::error::Result;
 use crate::probe::schema::Probe;
-use crate::probe::sweep::{render_markdown, run_sweep, write_svg};
+use crate::probe::sweep::{doc, run_sweep, write_svg};
 use clap::Args;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -32,7 +32,7 @@ pub fn run(a: SweepArgs) -> Result<ExitCode> {
         write_svg(&points, p)?;
     }
     let svg_rel = a.svg.as_deref().map(|s| crate::report::relative_to(s, a.markdown.as_deref()));
-    let md = render_markdown(&probe, &points, &command_line(), svg_rel.as_deref());
+    let md = doc(&probe, &points, &command_line(), svg_rel.as_deref()).markdown();
     if let Some(p) = &a.json {
         crate::error::write_file(p, serde_json::to_string_pretty(&points).expect("json") + "\n")?;
     }

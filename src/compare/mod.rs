@@ -37,32 +37,6 @@ pub struct Failure {
     pub rule: String,
 }
 
-impl Failure {
-    pub fn describe(&self) -> String {
-        let (op, by) = match self.dir {
-            Dir::Min => ("<", self.bound - self.value),
-            Dir::Max => (">", self.value - self.bound),
-        };
-        format!("{} {} {op} {} (by {})", self.metric, fmt_num(self.value), fmt_num(self.bound), fmt_num(by))
-    }
-}
-
-/// A number in 4 significant digits, or "inf".
-pub fn fmt_num(v: f64) -> String {
-    if v.is_infinite() {
-        return if v > 0.0 { "inf".into() } else { "-inf".into() };
-    }
-    if v.is_nan() {
-        return "nan".into();
-    }
-    if v == 0.0 || (v.abs() >= 1e-3 && v.abs() < 1e5) {
-        let s = format!("{v:.6}");
-        let s = s.trim_end_matches('0').trim_end_matches('.');
-        return if s.is_empty() || s == "-" { "0".into() } else { s.to_string() };
-    }
-    format!("{v:.3e}")
-}
-
 /// Logits figures of one tap (docs/METRICS.md: argmax agreement, top-k, KL, margins, Δp).
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct LogitsSummary {

@@ -67,7 +67,49 @@ pub struct ParityRow {
 pub struct Parity {
     pub position: usize,
     pub rows: Vec<ParityRow>,
-    pub verdict: String,
+    pub verdict: ParityVerdict,
+}
+
+/// What the three parity paths say together. Decided once, in [`parity`]; printed as a
+/// sentence (and carried as that sentence in `hefprobe.diagnose/1` JSON).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ParityVerdict {
+    Agree,
+    /// (a) fails: nothing after it can be judged.
+    PrefillDrifts,
+    /// (b) fails, (c) passes: finding 9.
+    CacheWriteReadDisagree,
+    /// (b) and (c) fail.
+    DecodeComputeDrifts,
+    /// (b) fails and (c) could not run.
+    TbtDriftsCacheUnavailable,
+}
+
+impl ParityVerdict {
+    pub fn sentence(self) -> &'static str {
+        match self {
+            ParityVerdict::Agree => "prefill and tbt agree with the reference",
+            ParityVerdict::PrefillDrifts => {
+                "prefill itself drifts: parity cannot separate the cache from the compute"
+            }
+            ParityVerdict::CacheWriteReadDisagree => {
+                "tbt computes correctly from a cache in the reference's layout but not from \
+                 the cache prefill wrote: the cache write (prefill) and read (tbt) disagree (finding 9)"
+            }
+            ParityVerdict::DecodeComputeDrifts => {
+                "tbt drifts even over a correct cache: the decode compute, not the cache"
+            }
+            ParityVerdict::TbtDriftsCacheUnavailable => {
+                "tbt drifts; the cache could not be rewritten to tell write from read"
+            }
+        }
+    }
+}
+
+impl Serialize for ParityVerdict {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        s.serialize_str(self.sentence())
+    }
 }
 
 /// Reference logits at the last position of `prompt`, and the reference cache after all but
@@ -150,17 +192,11 @@ pub fn parity(driver: &mut LlmDriver, hef: &Hef, model: &Decoder, prompt: &[u32]
     }
     let ok = |r: &ParityRow| r.cosine.is_some_and(|c| c >= 0.999) && r.argmax_matches == Some(true);
     let verdict = match (ok(&rows[0]), ok(&rows[1]), rows.get(2).map(|r| (r.unavailable.is_none(), ok(r)))) {
-        (false, _, _) => "prefill itself drifts: parity cannot separate the cache from the compute".into(),
-        (true, true, _) => "prefill and tbt agree with the reference".into(),
-        (true, false, Some((true, true))) => {
-            "tbt computes correctly from a cache in the reference's layout but not from \
-             the cache prefill wrote: the cache write (prefill) and read (tbt) disagree (finding 9)"
-                .into()
-        }
-        (true, false, Some((true, false))) => {
-            "tbt drifts even over a correct cache: the decode compute, not the cache".into()
-        }
-        (true, false, _) => "tbt drifts; the cache could not be rewritten to tell write from read".into(),
+        (false, _, _) => ParityVerdict::PrefillDrifts,
+        (true, true, _) => ParityVerdict::Agree,
+        (true, false, Some((true, true))) => ParityVerdict::CacheWriteReadDisagree,
+        (true, false, Some((true, false))) => ParityVerdict::DecodeComputeDrifts,
+        (true, false, _) => ParityVerdict::TbtDriftsCacheUnavailable,
     };
     Ok(Parity { position: n - 1, rows, verdict })
 }

@@ -12,6 +12,8 @@ use crate::explain::ExplainSpec;
 use crate::inputs::{DecodeSpec, InputSet};
 use crate::model::synth::SynthSpec;
 use crate::model::{Arch, Checkpoint, Decoder};
+use crate::report::doc::{Cell, Doc, Table, Text};
+use crate::report::format::cos;
 use crate::tap::TapSelection;
 use serde::Serialize;
 use std::sync::Arc;
@@ -116,43 +118,58 @@ pub fn run_matrix() -> Result<Vec<MatrixRow>> {
     CASES.iter().map(|(spec, expected)| run_case(&ckpt, &inputs, spec, expected)).collect()
 }
 
-pub fn render_markdown(rows: &[MatrixRow], command: &str) -> String {
-    use std::fmt::Write;
-    let mut o = String::new();
-    let _ = writeln!(o, "# Fault localization matrix\n");
-    let _ = writeln!(
-        o,
+/// The matrix as a document: how it was run, one row per fault, how many passed.
+pub fn doc(rows: &[MatrixRow], command: &str) -> Doc {
+    let mut d = Doc::new();
+    d.heading(1, "Fault localization matrix");
+    d.line(format!(
         "Each fault of the catalog is injected into a synthesized llama (hidden 64, 3 layers, 4 heads, \
          2 kv heads, vocab 512; 12 prompt tokens, 3 teacher-forced decode steps). `located` is where \
          `run` puts the first drift (default thresholds); `rank` is the injected fault's place in \
          `explain`'s ranking over the whole catalog grid ({} candidates), by match cosine with the \
-         observed capture.\n",
+         observed capture.",
         crate::fault::catalog::grid(&matrix_model().map(|m| m.0.config).expect("matrix model")).len()
-    );
-    let _ = writeln!(o, "Produced by `{command}` (hefprobe {}).\n", env!("CARGO_PKG_VERSION"));
-    let _ = writeln!(
-        o,
-        "| fault | finding | expected | located | rank | match cosine | runner-up (cosine) | ties | ok |"
-    );
-    let _ = writeln!(o, "|---|---:|---|---|---:|---:|---|---|---|");
+    ))
+    .blank();
+    d.line(
+        Text::from("Produced by ")
+            .and(Text::code(command))
+            .and(format!(" (hefprobe {}).", env!("CARGO_PKG_VERSION"))),
+    )
+    .blank();
+    let mut t = Table::new([
+        "fault",
+        "finding",
+        "expected",
+        "located",
+        "rank",
+        "match cosine",
+        "runner-up (cosine)",
+        "ties",
+        "ok",
+    ])
+    .align("lrllrrlll");
     for r in rows {
-        let _ = writeln!(
-            o,
-            "| `{}` | {} | `{}` | {} | {} | {:.6} | {} | {} | {} |",
-            r.fault,
-            r.finding.map_or("-".into(), |f| f.to_string()),
-            r.expected,
-            r.located.as_deref().map_or("not located".to_string(), |l| format!("`{l}`")),
-            r.rank.map_or("-".into(), |k| k.to_string()),
-            r.match_cosine,
-            r.runner_up.as_ref().map_or("-".to_string(), |(f, c)| format!("`{f}` ({c:.6})")),
-            if r.ties.is_empty() { "-".to_string() } else { r.ties.join(", ") },
-            if r.ok { "yes" } else { "**no**" }
-        );
+        t.row([
+            Cell::from(Text::code(&r.fault)),
+            r.finding.map_or("-".into(), |f| f.to_string()).into(),
+            Text::code(&r.expected).into(),
+            r.located.as_deref().map_or(Text::from("not located"), Text::code).into(),
+            r.rank.map_or("-".into(), |k| k.to_string()).into(),
+            cos(Some(r.match_cosine)).into(),
+            match &r.runner_up {
+                Some((f, c)) => Text::code(f).and(format!(" ({})", cos(Some(*c)))),
+                None => Text::from("-"),
+            }
+            .into(),
+            if r.ties.is_empty() { "-".to_string() } else { r.ties.join(", ") }.into(),
+            if r.ok { Text::from("yes") } else { Text::strong("no") }.into(),
+        ]);
     }
+    d.table(t);
     let ok = rows.iter().filter(|r| r.ok).count();
-    let _ = writeln!(o, "\n{ok} of {} faults located at the expected tap and ranked first.", rows.len());
-    o
+    d.blank().line(format!("{ok} of {} faults located at the expected tap and ranked first.", rows.len()));
+    d
 }
 
 pub fn check_all(rows: &[MatrixRow]) -> Result<()> {

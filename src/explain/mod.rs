@@ -1,9 +1,11 @@
 //! Explaining drift: rank the fault catalog against an observation ([`rank`]), prove every
 //! fault is located and ranked first ([`matrix`]), and the device diagnostics that separate a
-//! cache write from a decode compute ([`diag`]). Above `report` (it fills report types) and
-//! below `probe` (which calls it as one stage of a run).
+//! cache write from a decode compute ([`diag`], concluded in [`diagnosis`]). Above `report`
+//! (it fills report types and renders through its document) and below `probe` (which calls it
+//! as one stage of a run).
 
 pub mod diag;
+pub mod diagnosis;
 pub mod matrix;
 pub mod rank;
 

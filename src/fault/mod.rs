@@ -1,5 +1,9 @@
 //! Fault models: known mechanisms of numeric drift, each injectable into the reference so the
 //! emulator can reproduce (and `explain` can rank) what a device does.
+//!
+//! A fault of the catalog is a [`Mechanism`]: its typed parameters, parsed once from the spec,
+//! and the hooks they drive. Its [`Entry`] (name, finding, summary, parameters, grid, per-layer
+//! rule) is the one place that says everything else about it; [`catalog::REGISTRY`] lists them.
 
 pub mod catalog;
 pub mod quant;
@@ -7,8 +11,10 @@ pub mod spec;
 
 use crate::error::Result;
 use crate::inputs::InputSet;
+use crate::model::config::ModelConfig;
 use crate::model::hooks::Hooks;
 use crate::model::{Checkpoint, Decoder};
+use spec::FaultSpec;
 
 /// A fault model. `hooks` is called once per run, so stateful hooks start fresh.
 pub trait Fault: Send + Sync {
@@ -26,5 +32,101 @@ pub trait Fault: Send + Sync {
     /// What the fault did, for reports (e.g. each quantizer's scale, zero point, clip rate).
     fn notes(&self) -> Vec<String> {
         Vec::new()
+    }
+}
+
+/// A fault of the catalog: [`Fault`] less `spec()`, which [`Parsed`] answers from the spec it
+/// keeps, so no fault stores or returns its own spec.
+pub trait Mechanism: Send + Sync + Sized + 'static {
+    /// Everything the catalog says about this fault.
+    const ENTRY: Entry;
+    /// The typed parameters of a spec naming this fault; the registry has already refused
+    /// unknown keys and layers it does not take ([`Entry::keys`], [`Entry::per_layer`]).
+    fn parse(spec: &FaultSpec, cfg: &ModelConfig) -> Result<Self>;
+    /// The hooks for one run; `spec` says which layers the fault applies to.
+    fn hooks<'a>(&'a self, spec: &'a FaultSpec) -> Box<dyn Hooks + 'a>;
+    fn transform_weights(&self, _ckpt: &mut Checkpoint) -> Result<()> {
+        Ok(())
+    }
+    fn prepare(&self, _model: &Decoder, _inputs: &[InputSet]) -> Result<()> {
+        Ok(())
+    }
+    fn notes(&self) -> Vec<String> {
+        Vec::new()
+    }
+}
+
+/// One registry entry: what the catalog says about one fault.
+pub struct Entry {
+    /// The NAME of `NAME[:PARAMS][@layers=RANGE]`.
+    pub name: &'static str,
+    /// The finding it models, as `hefprobe faults` and `explain` number them.
+    pub finding: Option<u32>,
+    /// What it computes, in one line (`hefprobe faults`); the type's doc comment is precise.
+    pub summary: &'static str,
+    /// The parameter keys it takes, the positional ones first, in the order errors list them.
+    pub keys: &'static [&'static str],
+    /// How many of `keys` may be given without their name.
+    pub positional: usize,
+    /// It acts per layer: it takes `@layers=`, and `explain` narrows it to each layer in turn.
+    pub per_layer: bool,
+    /// What `explain` ranks by default on this model: the PARAMS of each spec ("" for the bare
+    /// name). Empty when the fault cannot apply to the model.
+    pub grid: fn(&ModelConfig) -> Vec<String>,
+    /// The spec (its name already matched) parsed into the fault: [`parse_boxed`].
+    pub parse: fn(FaultSpec, &ModelConfig) -> Result<Box<dyn Fault>>,
+}
+
+impl Entry {
+    /// Whether `text` (a spec) names this fault.
+    pub fn names(&self, text: &str) -> bool {
+        text.split([':', '@']).next() == Some(self.name)
+    }
+
+    /// This fault's grid as full specs.
+    pub fn grid_specs(&self, cfg: &ModelConfig) -> Vec<String> {
+        (self.grid)(cfg)
+            .into_iter()
+            .map(|p| if p.is_empty() { self.name.to_string() } else { format!("{}:{p}", self.name) })
+            .collect()
+    }
+}
+
+/// A catalog fault as parsed: the spec it came from and its typed mechanism.
+pub struct Parsed<M> {
+    pub spec: FaultSpec,
+    pub mechanism: M,
+}
+
+impl<M: Mechanism> Parsed<M> {
+    /// Check `spec` against `M`'s entry (keys, then layers), then parse its typed parameters.
+    pub fn new(spec: FaultSpec, cfg: &ModelConfig) -> Result<Self> {
+        spec.allow(M::ENTRY.keys, M::ENTRY.positional)?;
+        spec.check_layers(cfg.num_layers, M::ENTRY.per_layer)?;
+        let mechanism = M::parse(&spec, cfg)?;
+        Ok(Parsed { spec, mechanism })
+    }
+}
+
+/// [`Entry::parse`] of every mechanism.
+pub fn parse_boxed<M: Mechanism>(spec: FaultSpec, cfg: &ModelConfig) -> Result<Box<dyn Fault>> {
+    Ok(Box::new(Parsed::<M>::new(spec, cfg)?))
+}
+
+impl<M: Mechanism> Fault for Parsed<M> {
+    fn spec(&self) -> String {
+        self.spec.text.clone()
+    }
+    fn transform_weights(&self, ckpt: &mut Checkpoint) -> Result<()> {
+        self.mechanism.transform_weights(ckpt)
+    }
+    fn prepare(&self, model: &Decoder, inputs: &[InputSet]) -> Result<()> {
+        self.mechanism.prepare(model, inputs)
+    }
+    fn hooks(&self) -> Box<dyn Hooks + '_> {
+        self.mechanism.hooks(&self.spec)
+    }
+    fn notes(&self) -> Vec<String> {
+        self.mechanism.notes()
     }
 }

@@ -18,7 +18,7 @@
 //! Points: block-input, norm, qkv, scores, probs, attn-out, mlp-act, mlp-out, logits.
 
 use super::spec::FaultSpec;
-use super::Fault;
+use super::{parse_boxed, Entry, Mechanism};
 use crate::capture::NoTaps;
 use crate::error::Result;
 use crate::inputs::InputSet;
@@ -75,7 +75,6 @@ struct SiteStat {
 }
 
 pub struct QuantFault {
-    spec: FaultSpec,
     weight_bits: Option<u32>,
     act: Option<(u32, bool)>,
     points: Vec<String>,
@@ -87,70 +86,6 @@ pub struct QuantFault {
 }
 
 impl QuantFault {
-    pub fn parse(spec: FaultSpec, cfg: &ModelConfig) -> Result<Self> {
-        spec.allow(&["preset", "weights", "acts", "points", "inputs", "rope_bits"], 1)?;
-        spec.check_layers(cfg.num_layers, false)?;
-        let mut weight_bits = None;
-        let mut act = None;
-        if let Some(short) = spec.get("preset", Some(0)) {
-            let bad = || spec.err(format!("`{short}` is not a shorthand like w8a16, w4a16, w8, a8"));
-            let mut rest = short;
-            if let Some(r) = rest.strip_prefix('w') {
-                let n: String = r.chars().take_while(char::is_ascii_digit).collect();
-                weight_bits = Some(match n.as_str() {
-                    "8" => 8,
-                    "4" => 4,
-                    _ => return Err(bad()),
-                });
-                rest = &r[n.len()..];
-            }
-            if let Some(r) = rest.strip_prefix('a') {
-                act = Some(match r {
-                    "8" => (8, false),
-                    "16" => (16, true),
-                    _ => return Err(bad()),
-                });
-                rest = "";
-            }
-            if !rest.is_empty() || (weight_bits.is_none() && act.is_none()) {
-                return Err(bad());
-            }
-        }
-        if spec.get("weights", None).is_some() {
-            weight_bits = match spec.choice("weights", None, "none", &["int8", "int4", "none"])? {
-                "int8" => Some(8),
-                "int4" => Some(4),
-                _ => None,
-            };
-        }
-        if spec.get("acts", None).is_some() {
-            act = match spec.choice("acts", None, "none", &["uint8", "int16", "none"])? {
-                "uint8" => Some((8, false)),
-                "int16" => Some((16, true)),
-                _ => None,
-            };
-        }
-        let points: Vec<String> = match spec.get("points", None) {
-            None => POINTS.iter().map(|p| p.to_string()).collect(),
-            Some(p) => p.split('+').map(String::from).collect(),
-        };
-        if let Some(bad) = points.iter().find(|p| !POINTS.contains(&p.as_str())) {
-            return Err(spec.err(format!("point `{bad}` is not one of {}", POINTS.join(", "))));
-        }
-        let runtime_inputs = spec.choice("inputs", None, "runtime", &["runtime", "none"])? == "runtime";
-        let rope_bits = spec.int("rope_bits", None, 16, 4..=16)? as u32;
-        Ok(QuantFault {
-            spec,
-            weight_bits,
-            act,
-            points,
-            runtime_inputs,
-            rope_bits,
-            stats: Mutex::new(BTreeMap::new()),
-            embed_range: Mutex::new(None),
-        })
-    }
-
     fn point_of(tap: Tap) -> Option<&'static str> {
         Some(match tap {
             Tap::Layer(_, LayerTap::Input) => "block-input",
@@ -279,9 +214,78 @@ impl Hooks for QuantHooks<'_> {
     }
 }
 
-impl Fault for QuantFault {
-    fn spec(&self) -> String {
-        self.spec.text.clone()
+impl Mechanism for QuantFault {
+    const ENTRY: Entry = Entry {
+        name: "quant",
+        finding: Some(7),
+        summary:
+            "weights int8/int4 per channel, activations uint8/int16 per tensor, runtime input quantization",
+        keys: &["preset", "weights", "acts", "points", "inputs", "rope_bits"],
+        positional: 1,
+        per_layer: false,
+        grid: |_| ["w8a16", "w8a8", "w4a16", "w4a8"].map(String::from).to_vec(),
+        parse: parse_boxed::<Self>,
+    };
+
+    fn parse(spec: &FaultSpec, _cfg: &ModelConfig) -> Result<Self> {
+        let mut weight_bits = None;
+        let mut act = None;
+        if let Some(short) = spec.get("preset", Some(0)) {
+            let bad = || spec.err(format!("`{short}` is not a shorthand like w8a16, w4a16, w8, a8"));
+            let mut rest = short;
+            if let Some(r) = rest.strip_prefix('w') {
+                let n: String = r.chars().take_while(char::is_ascii_digit).collect();
+                weight_bits = Some(match n.as_str() {
+                    "8" => 8,
+                    "4" => 4,
+                    _ => return Err(bad()),
+                });
+                rest = &r[n.len()..];
+            }
+            if let Some(r) = rest.strip_prefix('a') {
+                act = Some(match r {
+                    "8" => (8, false),
+                    "16" => (16, true),
+                    _ => return Err(bad()),
+                });
+                rest = "";
+            }
+            if !rest.is_empty() || (weight_bits.is_none() && act.is_none()) {
+                return Err(bad());
+            }
+        }
+        if spec.get("weights", None).is_some() {
+            weight_bits = match spec.choice("weights", None, "none", &["int8", "int4", "none"])? {
+                "int8" => Some(8),
+                "int4" => Some(4),
+                _ => None,
+            };
+        }
+        if spec.get("acts", None).is_some() {
+            act = match spec.choice("acts", None, "none", &["uint8", "int16", "none"])? {
+                "uint8" => Some((8, false)),
+                "int16" => Some((16, true)),
+                _ => None,
+            };
+        }
+        let points: Vec<String> = match spec.get("points", None) {
+            None => POINTS.iter().map(|p| p.to_string()).collect(),
+            Some(p) => p.split('+').map(String::from).collect(),
+        };
+        if let Some(bad) = points.iter().find(|p| !POINTS.contains(&p.as_str())) {
+            return Err(spec.err(format!("point `{bad}` is not one of {}", POINTS.join(", "))));
+        }
+        let runtime_inputs = spec.choice("inputs", None, "runtime", &["runtime", "none"])? == "runtime";
+        let rope_bits = spec.int("rope_bits", None, 16, 4..=16)? as u32;
+        Ok(QuantFault {
+            weight_bits,
+            act,
+            points,
+            runtime_inputs,
+            rope_bits,
+            stats: Mutex::new(BTreeMap::new()),
+            embed_range: Mutex::new(None),
+        })
     }
 
     fn transform_weights(&self, ckpt: &mut Checkpoint) -> Result<()> {
@@ -330,7 +334,7 @@ impl Fault for QuantFault {
         Ok(())
     }
 
-    fn hooks(&self) -> Box<dyn Hooks + '_> {
+    fn hooks<'a>(&'a self, _spec: &'a FaultSpec) -> Box<dyn Hooks + 'a> {
         Box::new(QuantHooks(self))
     }
 
@@ -406,11 +410,11 @@ mod tests {
     #[test]
     fn shorthand_and_errors() {
         let cfg = crate::model::synth::preset_config("tinystories").unwrap();
-        let f = QuantFault::parse(FaultSpec::parse("quant:w8a16").unwrap(), &cfg).unwrap();
+        let f = QuantFault::parse(&FaultSpec::parse("quant:w8a16").unwrap(), &cfg).unwrap();
         assert_eq!((f.weight_bits, f.act), (Some(8), Some((16, true))));
-        let e = QuantFault::parse(FaultSpec::parse("quant:w3").unwrap(), &cfg).err().unwrap().to_string();
+        let e = QuantFault::parse(&FaultSpec::parse("quant:w3").unwrap(), &cfg).err().unwrap().to_string();
         assert!(e.contains("shorthand"), "{e}");
-        let e = QuantFault::parse(FaultSpec::parse("quant:a8,points=qkv+softmax").unwrap(), &cfg)
+        let e = QuantFault::parse(&FaultSpec::parse("quant:a8,points=qkv+softmax").unwrap(), &cfg)
             .err()
             .unwrap()
             .to_string();

@@ -114,6 +114,13 @@ impl FaultSpec {
             .ok_or_else(|| self.err(format!("`{key}` = `{v}` is not valid; valid: {}", options.join(", "))))
     }
 
+    /// A parameter that takes one of the words of `C`, as its typed value.
+    pub fn pick<C: Choice>(&self, key: &str, positional: Option<usize>, default: C) -> Result<C> {
+        let words: Vec<&str> = C::WORDS.iter().map(|w| w.0).collect();
+        let word = self.choice(key, positional, default.word(), &words)?;
+        Ok(C::WORDS.iter().find(|w| w.0 == word).map_or(default, |w| w.1))
+    }
+
     pub fn applies(&self, layer: usize) -> bool {
         self.layers.as_ref().is_none_or(|ls| ls.contains(&layer))
     }
@@ -128,6 +135,20 @@ impl FaultSpec {
             },
             None => Ok(()),
         }
+    }
+}
+
+/// A parameter whose value is one of a few words (`rope:sin-sign`, `target=q`), as an enum.
+pub trait Choice: Copy + PartialEq + 'static {
+    /// Every value with its word, in the order errors list them and grids use them.
+    const WORDS: &'static [(&'static str, Self)];
+
+    fn word(self) -> &'static str {
+        Self::WORDS.iter().find(|w| w.1 == self).map(|w| w.0).expect("every value of a Choice has a word")
+    }
+
+    fn all() -> impl Iterator<Item = Self> {
+        Self::WORDS.iter().map(|w| w.1)
     }
 }
 

@@ -372,7 +372,7 @@ fn diff_config(a: &Hef, b: &Hef, out: &mut Vec<Difference>) {
         let vb = cb.pointer(&format!("/{}", key.replace('.', "/"))).cloned().unwrap_or(Value::Null);
         if va != vb {
             let subject = format!("config key {key}");
-            let (x, y) = (super::render::value_text(&va), super::render::value_text(&vb));
+            let (x, y) = (value_text(&va), value_text(&vb));
             out.push(difference(
                 "config-value",
                 Severity::Warning,
@@ -382,6 +382,15 @@ fn diff_config(a: &Hef, b: &Hef, out: &mut Vec<Difference>) {
                 "genai runs with different values",
             ));
         }
+    }
+}
+
+/// JSON text of a config value; f32 values (stored as f64 in a `Value`) print as f32 (0.8, not
+/// 0.800000011920929).
+pub fn value_text(value: &Value) -> String {
+    match value.as_f64() {
+        Some(x) if value.is_f64() && f64::from(x as f32) == x => format!("{}", x as f32),
+        _ => value.to_string(),
     }
 }
 
@@ -409,14 +418,14 @@ mod tests {
 
     #[test]
     fn identical_hefs_have_no_differences() {
-        let hef = LlmSpec::tiny().build();
+        let hef = LlmSpec::tiny().build().unwrap();
         assert!(diff(&hef, &hef).is_empty());
     }
 
     #[test]
     fn groups_pair_by_role_when_names_differ() {
-        let a = LlmSpec::tiny().build();
-        let b = LlmSpec { name: "other".into(), ..LlmSpec::tiny() }.build();
+        let a = LlmSpec::tiny().build().unwrap();
+        let b = LlmSpec { name: "other".into(), ..LlmSpec::tiny() }.build().unwrap();
         let diffs = diff(&a, &b);
         assert_eq!(ids(&diffs), ["group-name", "group-name"], "{diffs:#?}");
         assert_eq!((diffs[0].a.as_str(), diffs[0].b.as_str()), ("tiny_llm__prefill", "other__prefill"));
@@ -424,7 +433,7 @@ mod tests {
 
     #[test]
     fn shape_dtype_and_missing_layers_are_errors_orders_warnings() {
-        let a = LlmSpec::tiny().build();
+        let a = LlmSpec::tiny().build().unwrap();
         let mut b = a.clone();
         b.groups[0].outputs[0].shape = Shape3::new(1, 8, 256);
         b.groups[0].inputs[0].data_bytes = 1;
@@ -447,7 +456,7 @@ mod tests {
 
     #[test]
     fn renamed_layers_pair_by_position() {
-        let a = LlmSpec::tiny().build();
+        let a = LlmSpec::tiny().build().unwrap();
         let mut b = a.clone();
         b.groups[0].outputs[0].name = "tiny_llm__prefill/logits".into();
         let diffs = diff(&a, &b);
@@ -457,8 +466,8 @@ mod tests {
 
     #[test]
     fn resources_and_config_values_are_compared() {
-        let a = LlmSpec::tiny().build();
-        let mut b = LlmSpec { kv_cache_size: 64, ..LlmSpec::tiny() }.build();
+        let a = LlmSpec::tiny().build().unwrap();
+        let mut b = LlmSpec { kv_cache_size: 64, ..LlmSpec::tiny() }.build().unwrap();
         b.resources.retain(|r| r.name != "tokenizer.json");
         b.resources.push(Resource::new("extra.bin", vec![1]));
         let diffs = diff(&a, &b);
@@ -475,7 +484,7 @@ mod tests {
 
     #[test]
     fn output_order_change_is_a_warning() {
-        let mut a = LlmSpec::tiny().build();
+        let mut a = LlmSpec::tiny().build().unwrap();
         let mut second = a.groups[0].outputs[0].clone();
         second.name = "tiny_llm__prefill/output_layer2".into();
         a.groups[0].outputs.push(second);
@@ -483,7 +492,5 @@ mod tests {
         b.groups[0].outputs.reverse();
         let diffs = diff(&a, &b);
         assert_eq!(ids(&diffs), ["output-order"]);
-        let rendered = crate::hef::diff_to_markdown(&diffs);
-        assert!(rendered.contains("| warning  | output-order |"), "{rendered}");
     }
 }

@@ -1,11 +1,13 @@
 //! HEF files: the container (header, hashes, regions), the proto subset, the plain-data model the
-//! rest of hefprobe uses, hailo-config.json as genai reads it, and the structural audit and diff.
+//! rest of hefprobe uses, hailo-config.json as genai reads it, and the structural audit and diff
+//! (`report::audit` renders them).
 //!
 //! Everything here mirrors HailoRT v5.2.0 (see `docs/HAILO-RUNTIME.md`); each number that
 //! comes from HailoRT names its source file next to it.
 
 pub mod audit;
 pub mod container;
+mod container_write;
 mod decode;
 pub mod diff;
 mod encode;
@@ -13,8 +15,13 @@ pub mod finding;
 pub mod llm_config;
 pub mod model;
 pub mod proto;
-mod render;
 pub mod synth;
+// Tests of the whole folder (writer ↔ reader, damaged files); a file's own tests sit in it or in
+// `<file>_tests.rs` beside it (docs/ARCHITECTURE.md, "Tests").
+#[cfg(test)]
+mod robustness_tests;
+#[cfg(test)]
+mod roundtrip_tests;
 #[cfg(test)]
 mod test_strategy;
 
@@ -22,4 +29,3 @@ pub use audit::{audit, audit_file, AuditReport, Expectations};
 pub use diff::{diff, Difference};
 pub use finding::{Finding, Severity};
 pub use model::{CacheLayer, FormatOrder, Hef, LlmGroups, NetworkGroup, QuantInfo, Resource, Shape3, Stream};
-pub use render::{diff_to_markdown, diff_to_terminal};

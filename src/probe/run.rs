@@ -17,7 +17,7 @@ use crate::model::synth::SynthSpec;
 use crate::model::tokenizer::{Tokenizer, SYNTH_TOKENIZER_VOCAB};
 use crate::model::{Checkpoint, Decoder};
 use crate::probe::schema::{CheckpointSpec, InputsSpec, Probe};
-use crate::report::{BackendInfo, CheckpointInfo, InputInfo, ProbeInfo, Report};
+use crate::report::{BackendInfo, BackendStatus, CheckpointInfo, InputInfo, ProbeInfo, Report};
 use crate::tap::TapSelection;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -116,18 +116,13 @@ fn reference_selection(probe_taps: &[String]) -> Result<TapSelection> {
     TapSelection::parse(&globs)
 }
 
-fn status_of(run: &BackendRun) -> String {
+fn status_of(run: &BackendRun) -> BackendStatus {
     match &run.error {
-        None => "ok".into(),
-        Some(e) => {
-            let done = run
-                .record
-                .phases
-                .last()
-                .map(|(p, _, _)| format!("after {p}"))
-                .unwrap_or_else(|| "before the first phase".into());
-            format!("stopped {done}: {e}")
-        }
+        None => BackendStatus::Ok,
+        Some(e) => BackendStatus::Stopped {
+            after: run.record.phases.last().map(|(p, _, _)| *p),
+            error: e.to_string(),
+        },
     }
 }
 

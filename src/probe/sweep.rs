@@ -11,6 +11,8 @@ use crate::inputs::{DecodeSpec, InputSet};
 use crate::model::{Checkpoint, Decoder};
 use crate::probe::run::{build_inputs, load_checkpoint, synth_spec};
 use crate::probe::schema::{Probe, SweepSpec};
+use crate::report::doc::{Cell, Doc, Table, Text};
+use crate::report::format::{cos, pct};
 use crate::tap::TapSelection;
 use serde::Serialize;
 use std::sync::Arc;
@@ -206,41 +208,55 @@ pub fn run_sweep(probe: &Probe, mut progress: impl FnMut(&str)) -> Result<Vec<Sw
     Ok(points)
 }
 
-pub fn render_markdown(probe: &Probe, points: &[SweepPoint], command: &str, svg: Option<&str>) -> String {
-    use std::fmt::Write;
-    let mut o = String::new();
-    let _ = writeln!(o, "# hefprobe sweep: {}\n", probe.name);
+/// The sweep as a document: the question, how it was produced, one row per point and the plot.
+pub fn doc(probe: &Probe, points: &[SweepPoint], command: &str, svg: Option<&str>) -> Doc {
+    let mut d = Doc::new();
+    d.heading(1, format!("hefprobe sweep: {}", probe.name));
     let finding = probe.finding.map(|f| format!(" (finding {f})")).unwrap_or_default();
-    let _ = writeln!(o, "**Question{finding}.** {}\n", probe.question);
-    let _ = writeln!(o, "Produced by `{command}` (hefprobe {}).\n", env!("CARGO_PKG_VERSION"));
-    let _ = writeln!(
-        o,
+    d.line(Text::strong(format!("Question{finding}.")).and(format!(" {}", probe.question))).blank();
+    d.line(
+        Text::from("Produced by ")
+            .and(Text::code(command))
+            .and(format!(" (hefprobe {}).", env!("CARGO_PKG_VERSION"))),
+    )
+    .blank();
+    d.line(
         "Logits figures are teacher-forced on the reference's greedy tokens (mean over phases); \
-         generation figures are the emulated device's own greedy tokens.\n"
-    );
-    let _ = writeln!(o, "| model | setting | prompt | logits cosine | KL mean | argmax | longest run | distinct | first divergence | reference run / distinct |");
-    let _ = writeln!(o, "|---|---|---:|---:|---:|---:|---:|---:|---:|---|");
+         generation figures are the emulated device's own greedy tokens.",
+    )
+    .blank();
+    let mut t = Table::new([
+        "model",
+        "setting",
+        "prompt",
+        "logits cosine",
+        "KL mean",
+        "argmax",
+        "longest run",
+        "distinct",
+        "first divergence",
+        "reference run / distinct",
+    ])
+    .align("llrrrrrrrl");
     for p in points {
-        let _ = writeln!(
-            o,
-            "| {} | `{}` | {} | {:.6} | {:.4} | {:.0}% | {} | {:.2} | {} | {} / {:.2} |",
-            p.model,
-            p.setting,
-            p.prompt_len,
-            p.logits_cosine,
-            p.kl_mean,
-            p.argmax_agreement * 100.0,
-            p.longest_run,
-            p.distinct_ratio,
-            p.first_divergence.map_or("none".into(), |s| format!("step {s}")),
-            p.reference_longest_run,
-            p.reference_distinct_ratio
-        );
+        t.row([
+            Cell::from(p.model.as_str()),
+            Text::code(&p.setting).into(),
+            p.prompt_len.to_string().into(),
+            cos(Some(p.logits_cosine)).into(),
+            format!("{:.4}", p.kl_mean).into(),
+            pct(p.argmax_agreement).into(),
+            p.longest_run.to_string().into(),
+            format!("{:.2}", p.distinct_ratio).into(),
+            p.first_divergence.map_or("none".into(), |s| format!("step {s}")).into(),
+            format!("{} / {:.2}", p.reference_longest_run, p.reference_distinct_ratio).into(),
+        ]);
     }
+    d.table(t);
     if let Some(s) = svg {
-        let _ = writeln!(o, "\n![{s}]({s})");
+        d.blank().figure(s);
     }
-    o
+    d
 }
 
 /// Metric vs hidden size, one line per setting.

@@ -1,15 +1,22 @@
-//! Reports: one plain, serializable [`Report`] and renderers for the terminal, Markdown,
-//! JSON and SVG. Renderers are pure functions of the report, so every one is snapshot-tested
-//! on a fixed comparison.
+//! Reports: one plain, serializable [`Report`] and the one rendering layer every command
+//! prints through: [`doc`] (a small document with terminal, Markdown and JSON back-ends) and
+//! [`format`] (every number and the sentences around them). `terminal` and `markdown` build
+//! the run report's document, `audit` the HEF audit's and diff's, `json` is the report's own
+//! schema and `svg` its plots. Renderers are pure functions of the report, so every one is
+//! snapshot-tested on a fixed comparison.
 
+pub mod audit;
+pub mod doc;
+pub mod format;
 pub mod json;
 pub mod markdown;
 pub mod svg;
+mod tables;
 pub mod terminal;
 
 use crate::compare::lens::LensRow;
 use crate::compare::locate::Located;
-use crate::compare::{PairComparison, TapRow, View};
+use crate::compare::{Flip, PairComparison, TapRow, View};
 use crate::error::{Error, Result};
 use crate::tap::Phase;
 use serde::Serialize;
@@ -73,8 +80,77 @@ pub struct InputInfo {
 pub struct BackendInfo {
     pub name: String,
     pub kind: String,
-    /// "ok", or what stopped it and where.
-    pub status: String,
+    pub status: BackendStatus,
+}
+
+/// How a backend's run ended. The JSON report carries it as one string: "ok", or what
+/// stopped it and where.
+#[derive(Debug, Clone, PartialEq)]
+pub enum BackendStatus {
+    Ok,
+    /// `after`: the last phase that finished, if any did.
+    Stopped {
+        after: Option<Phase>,
+        error: String,
+    },
+}
+
+impl BackendStatus {
+    pub fn is_ok(&self) -> bool {
+        *self == BackendStatus::Ok
+    }
+}
+
+impl std::fmt::Display for BackendStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            BackendStatus::Ok => f.write_str("ok"),
+            BackendStatus::Stopped { after: Some(p), error } => write!(f, "stopped after {p}: {error}"),
+            BackendStatus::Stopped { after: None, error } => {
+                write!(f, "stopped before the first phase: {error}")
+            }
+        }
+    }
+}
+
+impl Serialize for BackendStatus {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+/// The first drift of one phase as the JSON report carries it: compare's figures, with the
+/// failed bounds and the sentence worded here.
+#[derive(Debug, Clone, Serialize)]
+pub struct LocatedDrift {
+    pub phase: Phase,
+    pub tap: String,
+    pub failures: Vec<String>,
+    pub cosine: Option<f64>,
+    pub worst_heads: Vec<(usize, f64)>,
+    pub worst_positions: Vec<(usize, f64)>,
+    pub prob_sum_err: Option<f64>,
+    pub mask_leak: Option<usize>,
+    pub first_flip: Option<Flip>,
+    pub sentence: String,
+}
+
+impl From<Located> for LocatedDrift {
+    fn from(l: Located) -> Self {
+        let sentence = format::located_sentence(&l);
+        LocatedDrift {
+            failures: l.failures.iter().map(format::failure).collect(),
+            phase: l.phase,
+            tap: l.tap,
+            cosine: l.cosine,
+            worst_heads: l.worst_heads,
+            worst_positions: l.worst_positions,
+            prob_sum_err: l.prob_sum_err,
+            mask_leak: l.mask_leak,
+            first_flip: l.first_flip,
+            sentence,
+        }
+    }
 }
 
 /// One fault's match against the observed capture (filled by `explain`).
@@ -125,7 +201,7 @@ pub struct Report {
     pub backends: Vec<BackendInfo>,
     pub comparisons: Vec<PairComparison>,
     /// Per comparison (same order): the first failing tap of each phase.
-    pub located: Vec<Vec<Located>>,
+    pub located: Vec<Vec<LocatedDrift>>,
     /// Per candidate: layers whose own error fails in the local view.
     pub blame: Vec<(String, Vec<usize>)>,
     pub lens: Vec<(String, Vec<LensRow>)>,
@@ -155,7 +231,7 @@ impl Report {
     }
 
     pub fn add_comparison(&mut self, pair: PairComparison) {
-        self.located.push(crate::compare::locate::locate(&pair));
+        self.located.push(crate::compare::locate::locate(&pair).into_iter().map(Into::into).collect());
         self.comparisons.push(pair);
     }
 
@@ -216,82 +292,6 @@ pub fn worst_per_tap(pair: &PairComparison) -> Vec<(&TapRow, usize, usize)> {
             (worst, failed, rows.len())
         })
         .collect()
-}
-
-/// The header of the tap table; `local cosine` only when a local view exists.
-pub fn tap_header(local: bool) -> Vec<&'static str> {
-    let mut h = vec!["tap", "worst phase", "fails", "cosine", "SQNR dB", "max |Δ|"];
-    if local {
-        h.push("local cosine");
-    }
-    h.push("verdict");
-    h
-}
-
-/// One tap-table row as text, in `tap_header` order.
-pub fn tap_cells(row: &TapRow, failed: usize, total: usize, local: Option<&PairComparison>) -> Vec<String> {
-    use terminal::{cos, sci, sqnr, verdict};
-    let m = row.metrics.as_ref();
-    let mut cells = vec![
-        row.tap.clone(),
-        row.phase.to_string(),
-        format!("{failed}/{total}"),
-        cos(row.cosine()),
-        sqnr(m.map(|m| m.sqnr_db)),
-        sci(m.map(|m| m.max_abs)),
-    ];
-    if let Some(l) = local {
-        cells.push(cos(l.row(row.phase, &row.tap).and_then(TapRow::cosine)));
-    }
-    cells.push(verdict(row));
-    cells
-}
-
-pub const PHASE_HEADER: [&str; 6] =
-    ["phase", "first failing tap", "logits cosine", "argmax", "KL mean", "flips"];
-
-/// One row per phase, in `PHASE_HEADER` order, with whether the phase failed.
-pub fn phase_rows(pair: &PairComparison) -> Vec<(bool, Vec<String>)> {
-    use crate::compare::fmt_num;
-    let mut phases: Vec<Phase> = pair.rows.iter().map(|r| r.phase).collect();
-    phases.dedup();
-    phases
-        .into_iter()
-        .map(|phase| {
-            let first = pair.rows.iter().find(|r| r.phase == phase && r.failed());
-            let logits = pair.row(phase, "logits");
-            let l = logits.and_then(|r| r.logits.as_ref());
-            let cells = vec![
-                phase.to_string(),
-                first.map_or("-".to_string(), |r| r.tap.clone()),
-                terminal::cos(logits.and_then(TapRow::cosine)),
-                l.map_or("-".into(), |l| terminal::pct(l.argmax_agreement)),
-                l.map_or("-".into(), |l| fmt_num(l.kl_mean)),
-                l.map_or("-".into(), |l| l.flips.len().to_string()),
-            ];
-            (first.is_some(), cells)
-        })
-        .collect()
-}
-
-pub const EXPLAIN_HEADER: [&str; 7] =
-    ["rank", "fault", "finding", "match cosine", "argmax agree", "KL mean", "note"];
-
-/// One explain row as text, in `EXPLAIN_HEADER` order.
-pub fn explain_cells(r: &ExplainRow, rank: String) -> Vec<String> {
-    let mut note = r.note.clone().unwrap_or_default();
-    if !r.ties.is_empty() {
-        note += &format!("{}ties: {}", if note.is_empty() { "" } else { "; " }, r.ties.join(", "));
-    }
-    vec![
-        rank,
-        r.fault.clone(),
-        r.finding.map_or("-".into(), |f| f.to_string()),
-        format!("{:.6}", r.match_cosine),
-        terminal::pct(r.argmax_agreement),
-        if r.kl_mean.is_nan() { "-".into() } else { crate::compare::fmt_num(r.kl_mean) },
-        note,
-    ]
 }
 
 /// The rows worth a first look: every tap of the first drifting layer, only `layers.I.out` of

@@ -1,0 +1,101 @@
+//! The fault catalog. Each fault names the finding it models and defines precisely what it
+//! computes, so it can be re-implemented on HF's attention and give the same tensors.
+//!
+//! [`REGISTRY`] lists one [`Entry`] per fault; everything here (parsing, the grid `explain`
+//! ranks, which faults it narrows per layer, the findings) reads it. Adding a fault is one
+//! [`Mechanism`] with its `ENTRY`, and its line in [`REGISTRY`].
+
+pub mod attention;
+pub mod cache;
+pub mod output;
+pub mod rope;
+
+use super::quant::QuantFault;
+use super::spec::FaultSpec;
+use super::{Entry, Fault, Mechanism, Parsed};
+use crate::error::{Error, Result};
+use crate::model::config::ModelConfig;
+
+/// Every fault, in the order `hefprobe faults` lists them and `explain`'s grid ranks them.
+pub const REGISTRY: &[Entry] = &[
+    attention::SharedSoftmax::ENTRY,
+    attention::MaskRepeat::ENTRY,
+    rope::RopeFault::ENTRY,
+    rope::PositionShift::ENTRY,
+    cache::CacheLayout::ENTRY,
+    output::NoLmHead::ENTRY,
+    output::FirstSlot::ENTRY,
+    output::LmHeadShards::ENTRY,
+    QuantFault::ENTRY,
+];
+
+/// The entry named `name`.
+pub fn entry(name: &str) -> Option<&'static Entry> {
+    REGISTRY.iter().find(|e| e.name == name)
+}
+
+pub fn finding_of(name: &str) -> Option<u32> {
+    entry(name).and_then(|e| e.finding)
+}
+
+/// Whether `text` (a spec) names the fault `M`, e.g. `is::<CacheLayout>("cache-layout:interleave")`.
+pub fn is<M: Mechanism>(text: &str) -> bool {
+    M::ENTRY.names(text)
+}
+
+/// Parse one spec into a fault, checking it applies to this architecture.
+pub fn parse(text: &str, cfg: &ModelConfig) -> Result<Box<dyn Fault>> {
+    let spec = FaultSpec::parse(text)?;
+    match entry(&spec.name) {
+        Some(e) => (e.parse)(spec, cfg),
+        None => {
+            let names: Vec<&str> = REGISTRY.iter().map(|e| e.name).collect();
+            let hint = crate::error::closest(&spec.name, names.iter().copied())
+                .map(|c| format!(" (did you mean `{c}`?)"))
+                .unwrap_or_default();
+            Err(Error::usage(format!(
+                "unknown fault `{}`{hint}; known faults: {}",
+                spec.name,
+                names.join(", ")
+            )))
+        }
+    }
+}
+
+pub fn parse_all(texts: &[String], cfg: &ModelConfig) -> Result<Vec<Box<dyn Fault>>> {
+    texts.iter().map(|t| parse(t, cfg)).collect()
+}
+
+/// Parse one spec as the fault `M`, keeping its typed parameters (the device simulator reads
+/// cache-layout's layout this way). A spec naming another fault is refused.
+pub fn parse_as<M: Mechanism>(text: &str, cfg: &ModelConfig) -> Result<Parsed<M>> {
+    let spec = FaultSpec::parse(text)?;
+    if spec.name != M::ENTRY.name {
+        return Err(spec.err(format!("expected a `{}` fault", M::ENTRY.name)));
+    }
+    Parsed::new(spec, cfg)
+}
+
+/// The parameter grid `explain` ranks first: every fault with its main parameters, over all
+/// layers. `explain` then refines the best per-layer faults layer by layer ([`per_layer`]).
+pub fn grid(cfg: &ModelConfig) -> Vec<String> {
+    REGISTRY.iter().flat_map(|e| e.grid_specs(cfg)).collect()
+}
+
+/// Faults that act per layer, narrowed to each single layer: `spec@layers=l` for every l.
+/// Empty when the spec is not per layer or already names layers.
+pub fn per_layer(spec: &str, cfg: &ModelConfig) -> Vec<String> {
+    let per_layer = REGISTRY.iter().any(|e| e.per_layer && e.names(spec));
+    if !per_layer || spec.contains('@') || cfg.num_layers < 2 {
+        return Vec::new();
+    }
+    (0..cfg.num_layers).map(|l| format!("{spec}@layers={l}")).collect()
+}
+
+/// A grid entry for faults whose bare name is their only setting.
+fn bare(_: &ModelConfig) -> Vec<String> {
+    vec![String::new()]
+}
+
+#[cfg(test)]
+mod tests;

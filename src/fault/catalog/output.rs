@@ -1,0 +1,178 @@
+//! Faults of the output: which tensor, which position, and how the logits are quantized.
+
+use super::bare;
+use crate::error::Result;
+use crate::fault::spec::{Choice, FaultSpec};
+use crate::fault::{parse_boxed, Entry, Mechanism};
+use crate::model::config::ModelConfig;
+use crate::model::hooks::{Hooks, StepCtx};
+use crate::tap::Tap;
+use candle_core::{Device, Tensor};
+
+/// **no-lm-head** (finding 1). The output is the final-norm hidden state [T, hidden], as a
+/// graph that stops before lm_head returns it.
+pub struct NoLmHead;
+
+impl Mechanism for NoLmHead {
+    const ENTRY: Entry = Entry {
+        name: "no-lm-head",
+        finding: Some(1),
+        summary: "the output is the final-norm hidden state, not logits",
+        keys: &[],
+        positional: 0,
+        per_layer: false,
+        grid: bare,
+        parse: parse_boxed::<Self>,
+    };
+
+    fn parse(_spec: &FaultSpec, _cfg: &ModelConfig) -> Result<Self> {
+        Ok(NoLmHead)
+    }
+
+    fn hooks<'a>(&'a self, _spec: &'a FaultSpec) -> Box<dyn Hooks + 'a> {
+        Box::new(NoLmHeadHooks(None))
+    }
+}
+
+struct NoLmHeadHooks(Option<Tensor>);
+
+impl Hooks for NoLmHeadHooks {
+    fn edit(&mut self, _ctx: &StepCtx, tap: Tap, t: Tensor) -> Result<Tensor> {
+        match tap {
+            Tap::FinalNorm => {
+                self.0 = Some(t.clone());
+                Ok(t)
+            }
+            Tap::Logits => Ok(self.0.take().unwrap_or(t)),
+            _ => Ok(t),
+        }
+    }
+}
+
+/// **first-slot-output** (finding 2). Each phase returns one row, its first position's
+/// logits [1, vocab], where the runtime expects the last position's.
+pub struct FirstSlot;
+
+impl Mechanism for FirstSlot {
+    const ENTRY: Entry = Entry {
+        name: "first-slot-output",
+        finding: Some(2),
+        summary: "each phase returns its first position's logits instead of its last",
+        keys: &[],
+        positional: 0,
+        per_layer: false,
+        grid: bare,
+        parse: parse_boxed::<Self>,
+    };
+
+    fn parse(_spec: &FaultSpec, _cfg: &ModelConfig) -> Result<Self> {
+        Ok(FirstSlot)
+    }
+
+    fn hooks<'a>(&'a self, _spec: &'a FaultSpec) -> Box<dyn Hooks + 'a> {
+        Box::new(FirstSlotHooks)
+    }
+}
+
+struct FirstSlotHooks;
+
+impl Hooks for FirstSlotHooks {
+    fn edit(&mut self, _ctx: &StepCtx, tap: Tap, t: Tensor) -> Result<Tensor> {
+        if tap == Tap::Logits {
+            return Ok(t.narrow(0, 0, 1)?);
+        }
+        Ok(t)
+    }
+}
+
+/// The `scale` lm-head-shards dequantizes each shard with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ShardScale {
+    /// Each shard's own scale.
+    Own,
+    /// Shard 0's scale for every shard.
+    Shard0,
+}
+
+impl Choice for ShardScale {
+    const WORDS: &'static [(&'static str, Self)] = &[("own", Self::Own), ("shard0", Self::Shard0)];
+}
+
+/// **lm-head-shards:N** (finding 12). The vocabulary is split into N contiguous shards of
+/// ⌈V/N⌉ (the last shorter); each shard's logits are quantized symmetrically to `bits`
+/// (default 8) with its own scale s_i = max|x_i| / (2^(bits−1) − 1) over the phase, q =
+/// round-half-even(x / s_i). Dequantized with s_i (`scale=own`: quantization noise only) or
+/// with shard 0's scale s_0 (`scale=shard0`: every other shard mis-scaled).
+pub struct LmHeadShards {
+    pub n: usize,
+    pub scale: ShardScale,
+    pub bits: u32,
+}
+
+impl Mechanism for LmHeadShards {
+    const ENTRY: Entry = Entry {
+        name: "lm-head-shards",
+        finding: Some(12),
+        summary:
+            "vocab split into N shards quantized with their own scales (or all dequantized with shard 0's)",
+        keys: &["n", "scale", "bits"],
+        positional: 1,
+        per_layer: false,
+        grid: |_| [2, 3, 4].map(|n| format!("{n},scale={}", ShardScale::Shard0.word())).to_vec(),
+        parse: parse_boxed::<Self>,
+    };
+
+    fn parse(spec: &FaultSpec, cfg: &ModelConfig) -> Result<Self> {
+        let n = spec.int("n", Some(0), 2, 2..=16)? as usize;
+        if n > cfg.vocab_size {
+            return Err(spec.err(format!("{n} shards for a vocabulary of {}", cfg.vocab_size)));
+        }
+        let scale = spec.pick("scale", None, ShardScale::Own)?;
+        let bits = spec.int("bits", None, 8, 2..=16)? as u32;
+        Ok(LmHeadShards { n, scale, bits })
+    }
+
+    fn hooks<'a>(&'a self, _spec: &'a FaultSpec) -> Box<dyn Hooks + 'a> {
+        Box::new(LmHeadShardsHooks(self))
+    }
+}
+
+struct LmHeadShardsHooks<'a>(&'a LmHeadShards);
+
+impl Hooks for LmHeadShardsHooks<'_> {
+    fn edit(&mut self, _ctx: &StepCtx, tap: Tap, t: Tensor) -> Result<Tensor> {
+        if tap != Tap::Logits {
+            return Ok(t);
+        }
+        let f = self.0;
+        let (rows, vocab) = t.dims2()?;
+        let mut x: Vec<f32> = t.flatten_all()?.to_vec1()?;
+        let width = vocab.div_ceil(f.n);
+        let qmax = ((1u32 << (f.bits - 1)) - 1) as f32;
+        let scale_of = |x: &[f32], i: usize| -> f32 {
+            let lo = i * width;
+            let hi = ((i + 1) * width).min(vocab);
+            let m = (0..rows)
+                .flat_map(|r| x[r * vocab + lo..r * vocab + hi].iter())
+                .fold(0f32, |a, &b| a.max(b.abs()));
+            if m == 0.0 {
+                1.0
+            } else {
+                m / qmax
+            }
+        };
+        let scales: Vec<f32> = (0..f.n).map(|i| scale_of(&x, i)).collect();
+        for r in 0..rows {
+            for c in 0..vocab {
+                let i = c / width;
+                let q = (x[r * vocab + c] / scales[i]).round_ties_even().clamp(-qmax, qmax);
+                let s = match f.scale {
+                    ShardScale::Own => scales[i],
+                    ShardScale::Shard0 => scales[0],
+                };
+                x[r * vocab + c] = q * s;
+            }
+        }
+        Ok(Tensor::from_vec(x, (rows, vocab), &Device::Cpu)?)
+    }
+}

@@ -1,0 +1,121 @@
+//! The tables of a run report, built once for the terminal and Markdown: tap and fault names
+//! are code (plain on a terminal), verdicts carry a tone (coloured on a terminal), alignment
+//! shows in Markdown.
+
+use super::doc::{Cell, Table, Text, Tone};
+use super::format::{cos, num, pct, sci, sqnr, verdict};
+use super::{AttributionRow, ExplainRow};
+use crate::compare::{PairComparison, TapRow};
+use crate::tap::Phase;
+
+/// A name as code, unless it is the "-" of a missing one.
+fn code_or_dash(s: String) -> Cell {
+    Cell::from(if s == "-" { Text::from(s) } else { Text::code(s) })
+}
+
+/// One row per tap (its worst phase); `local cosine` only when a local view exists.
+pub fn taps(rows: &[(&TapRow, usize, usize)], local: Option<&PairComparison>) -> Table {
+    let mut header = vec!["tap", "worst phase", "fails", "cosine", "SQNR dB", "max |Δ|"];
+    if local.is_some() {
+        header.push("local cosine");
+    }
+    header.push("verdict");
+    let mut t = Table::new(header).align(if local.is_some() { "llrrrrrl" } else { "llrrrrl" });
+    for &(row, failed, total) in rows {
+        let m = row.metrics.as_ref();
+        let mut cells = vec![
+            Cell::from(Text::code(&row.tap)),
+            row.phase.to_string().into(),
+            format!("{failed}/{total}").into(),
+            cos(row.cosine()).into(),
+            sqnr(m.map(|m| m.sqnr_db)).into(),
+            sci(m.map(|m| m.max_abs)).into(),
+        ];
+        if let Some(l) = local {
+            cells.push(cos(l.row(row.phase, &row.tap).and_then(TapRow::cosine)).into());
+        }
+        let tone = match (row.checked(), row.failed()) {
+            (false, _) => Tone::Muted,
+            (true, true) => Tone::Bad,
+            (true, false) => Tone::Good,
+        };
+        cells.push(Cell::from(verdict(row)).tone(tone));
+        t.row(cells);
+    }
+    t
+}
+
+/// One row per phase: its first failing tap (red when there is one) and the logits figures.
+pub fn phases(pair: &PairComparison) -> Table {
+    let mut t = Table::new(["phase", "first failing tap", "logits cosine", "argmax", "KL mean", "flips"])
+        .align("llrrrr");
+    let mut phases: Vec<Phase> = pair.rows.iter().map(|r| r.phase).collect();
+    phases.dedup();
+    for phase in phases {
+        let first = pair.rows.iter().find(|r| r.phase == phase && r.failed());
+        let logits = pair.row(phase, "logits");
+        let l = logits.and_then(|r| r.logits.as_ref());
+        let tone = if first.is_some() { Tone::Bad } else { Tone::Plain };
+        t.row([
+            phase.to_string().into(),
+            code_or_dash(first.map_or("-".to_string(), |r| r.tap.clone())).tone(tone),
+            cos(logits.and_then(TapRow::cosine)).into(),
+            l.map_or("-".into(), |l| pct(l.argmax_agreement)).into(),
+            l.map_or("-".into(), |l| num(l.kl_mean)).into(),
+            l.map_or("-".to_string(), |l| l.flips.len().to_string()).into(),
+        ]);
+    }
+    t
+}
+
+/// Ranked faults: the first `limit`, then the clean reference's row ranked `baseline_rank`.
+pub fn explain(
+    rows: &[ExplainRow],
+    limit: usize,
+    baseline: Option<&ExplainRow>,
+    baseline_rank: &str,
+) -> Table {
+    let mut t = Table::new(["rank", "fault", "finding", "match cosine", "argmax agree", "KL mean", "note"])
+        .align("rlrrrrl");
+    let ranked = rows.iter().take(limit).map(|r| (r, r.rank.to_string()));
+    for (r, rank) in ranked.chain(baseline.map(|b| (b, baseline_rank.to_string()))) {
+        let mut note = r.note.clone().unwrap_or_default();
+        if !r.ties.is_empty() {
+            note += &format!("{}ties: {}", if note.is_empty() { "" } else { "; " }, r.ties.join(", "));
+        }
+        t.row([
+            rank.into(),
+            Cell::from(Text::code(&r.fault)),
+            r.finding.map_or("-".into(), |f| f.to_string()).into(),
+            cos(Some(r.match_cosine)).into(),
+            pct(r.argmax_agreement).into(),
+            if r.kl_mean.is_nan() { "-".to_string() } else { num(r.kl_mean) }.into(),
+            note.into(),
+        ]);
+    }
+    t
+}
+
+/// fp32 ↔ quantization emulation ↔ observed, per tap.
+pub fn attribution(rows: &[AttributionRow]) -> Table {
+    let mut t = Table::new([
+        "phase",
+        "tap",
+        "fp32 vs observed",
+        "fp32 vs quant emulation",
+        "emulation vs observed",
+        "explained",
+    ])
+    .align("llrrrr");
+    for a in rows {
+        t.row([
+            a.phase.to_string().into(),
+            Cell::from(Text::code(&a.tap)),
+            cos(Some(a.reference_vs_observed)).into(),
+            cos(Some(a.reference_vs_quant)).into(),
+            cos(Some(a.quant_vs_observed)).into(),
+            format!("{:.0}%", a.explained * 100.0).into(),
+        ]);
+    }
+    t
+}
