@@ -80,6 +80,11 @@ pub fn enable() {
     FORCED.store(true, Ordering::Relaxed);
 }
 
+/// Turn the timer off again (unless `HEFPROBE_PROFILE` asks for it).
+pub fn disable() {
+    FORCED.store(false, Ordering::Relaxed);
+}
+
 pub fn reset() {
     for n in &NANOS {
         n.store(0, Ordering::Relaxed);
