@@ -17,6 +17,7 @@ pub mod inputs;
 pub mod model;
 pub mod probe;
 pub mod report;
+pub mod suite;
 pub mod tap;
 
 pub use error::{Error, Result};

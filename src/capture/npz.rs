@@ -122,13 +122,16 @@ fn read_npy(r: &mut impl Read, len: u64) -> std::result::Result<ArrayD<f32>, Str
             read_exact(r, &mut b).map_err(|_| "bad npy header: truncated header length".to_string())?;
             (u32::from_le_bytes(b) as usize, 12usize)
         }
-        v => return Err(format!("bad npy header: format version {v}.{} (numpy writes 1.0 to 3.0)", magic[7])),
+        v => {
+            return Err(format!("bad npy header: format version {v}.{} (numpy writes 1.0 to 3.0)", magic[7]))
+        }
     };
     if header_len > MAX_HEADER {
         return Err(format!("bad npy header: {header_len} bytes long (numpy's limit is {MAX_HEADER})"));
     }
     let mut text = vec![0u8; header_len];
-    read_exact(r, &mut text).map_err(|_| format!("bad npy header: the member ends inside its {header_len}-byte header"))?;
+    read_exact(r, &mut text)
+        .map_err(|_| format!("bad npy header: the member ends inside its {header_len}-byte header"))?;
     let text = std::str::from_utf8(&text).map_err(|_| "bad npy header: not text".to_string())?;
     let h = parse_header(text).map_err(|e| format!("bad npy header: {e} (header: {})", text.trim_end()))?;
     let n = h.shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
@@ -214,7 +217,9 @@ fn parse_header(text: &str) -> std::result::Result<Header, String> {
         .split(',')
         .map(str::trim)
         .filter(|s| !s.is_empty())
-        .map(|s| s.trim_end_matches('L').parse::<usize>().map_err(|_| format!("shape entry `{s}` is not a size")))
+        .map(|s| {
+            s.trim_end_matches('L').parse::<usize>().map_err(|_| format!("shape entry `{s}` is not a size"))
+        })
         .collect::<std::result::Result<Vec<_>, _>>()?;
     let (order, code) = match descr.chars().next() {
         Some(c @ ('<' | '>' | '|' | '=')) => (c, &descr[1..]),

@@ -6,7 +6,8 @@ fn npz_with(name: &str, member: &[u8]) -> Vec<u8> {
     let mut buf = std::io::Cursor::new(Vec::new());
     {
         let mut z = zip::ZipWriter::new(&mut buf);
-        let opts = zip::write::SimpleFileOptions::default().compression_method(zip::CompressionMethod::Stored);
+        let opts =
+            zip::write::SimpleFileOptions::default().compression_method(zip::CompressionMethod::Stored);
         z.start_file(name, opts).unwrap();
         z.write_all(member).unwrap();
         z.finish().unwrap();
@@ -61,7 +62,10 @@ fn fortran_order_and_big_endian_are_honoured() {
 
 #[test]
 fn a_header_claiming_a_huge_shape_is_an_error_before_any_allocation() {
-    let bytes = npz_with("x.npy", &npy("{'descr': '<f4', 'fortran_order': False, 'shape': (1000000000000,), }", &[0; 8]));
+    let bytes = npz_with(
+        "x.npy",
+        &npy("{'descr': '<f4', 'fortran_order': False, 'shape': (1000000000000,), }", &[0; 8]),
+    );
     let e = err(&bytes);
     assert!(e.contains("<bytes>") && e.contains("`x`") && e.contains("truncated or damaged"), "{e}");
     assert!(e.contains("[1000000000000]") && e.contains("8 bytes of data"), "{e}");
@@ -85,12 +89,15 @@ fn each_kind_of_damage_has_its_own_message() {
     // Bad header.
     let e = err(&npz_with("h.npy", &npy("{'descr': '<f4', 'shape': (4,), }", &[0; 16])));
     assert!(e.contains("bad npy header") && e.contains("fortran_order"), "{e}");
-    let e = err(&npz_with("h.npy", &npy("{'descr': '<f4', 'fortran_order': False, 'shape': (x,), }", &[0; 16])));
+    let e =
+        err(&npz_with("h.npy", &npy("{'descr': '<f4', 'fortran_order': False, 'shape': (x,), }", &[0; 16])));
     assert!(e.contains("bad npy header") && e.contains("`x` is not a size"), "{e}");
     // Unsupported dtype, named.
-    let e = err(&npz_with("d.npy", &npy("{'descr': '<f2', 'fortran_order': False, 'shape': (4,), }", &[0; 8])));
+    let e =
+        err(&npz_with("d.npy", &npy("{'descr': '<f2', 'fortran_order': False, 'shape': (4,), }", &[0; 8])));
     assert!(e.contains("unsupported dtype float16") && e.contains("float32"), "{e}");
-    let e = err(&npz_with("d.npy", &npy("{'descr': '<c8', 'fortran_order': False, 'shape': (1,), }", &[0; 8])));
+    let e =
+        err(&npz_with("d.npy", &npy("{'descr': '<c8', 'fortran_order': False, 'shape': (1,), }", &[0; 8])));
     assert!(e.contains("unsupported dtype '<c8' (complex)"), "{e}");
     // Not a zip at all.
     let e = err(b"definitely not a zip");
@@ -99,7 +106,10 @@ fn each_kind_of_damage_has_its_own_message() {
 
 #[test]
 fn a_member_is_read_on_demand_by_key() {
-    let bytes = npz_with("k.npy", &npy("{'descr': '<i4', 'fortran_order': False, 'shape': (), }", &7i32.to_le_bytes()));
+    let bytes = npz_with(
+        "k.npy",
+        &npy("{'descr': '<i4', 'fortran_order': False, 'shape': (), }", &7i32.to_le_bytes()),
+    );
     let mut f = NpzFile::from_reader(std::io::Cursor::new(bytes), PathBuf::from("m.npz")).unwrap();
     assert_eq!(f.keys(), ["k"]);
     assert_eq!(f.read("k").unwrap().iter().copied().collect::<Vec<_>>(), [7.0]);

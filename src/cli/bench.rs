@@ -245,7 +245,12 @@ fn print_profile(model: &Decoder, prompt: &[u32], decode: usize) -> Result<()> {
     let dec = (t.elapsed().as_secs_f64(), profile::snapshot().unwrap_or_default());
     profile::disable();
     let n = decode.max(1) as f64;
-    println!("{:<40}{:>18}{:>24}", "profile (taps off)", format!("prefill {}", prompt.len()), "decode (per token)");
+    println!(
+        "{:<40}{:>18}{:>24}",
+        "profile (taps off)",
+        format!("prefill {}", prompt.len()),
+        "decode (per token)"
+    );
     for ((op, p), (_, d)) in pre.1.iter().zip(&dec.1) {
         println!(
             "{:<40}{:>10.1} ms {:>4.0}%{:>15.3} ms {:>4.0}%",

@@ -97,7 +97,8 @@ fn sum(x: &[f32]) -> f32 {
 
 /// Weights every token multiplies by: the projections of every layer and the lm_head.
 fn linear_params(c: &Config) -> usize {
-    let (h, i, q, kv) = (c.hidden_size, c.intermediate_size, c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim);
+    let (h, i, q, kv) =
+        (c.hidden_size, c.intermediate_size, c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim);
     c.num_layers * (h * q + 2 * h * kv + q * h + 3 * h * i) + c.vocab_size * h
 }
 

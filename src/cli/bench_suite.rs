@@ -65,32 +65,38 @@ pub fn run(a: &BenchArgs) -> Result<ExitCode> {
             Some(py) => Some(run_hf(py, hf_script, c, all, reps)?),
             None => None,
         };
-        let prompt = |n: usize| -> Vec<u32> { (0..n).map(|i| ((i * 7919 + 13) % c.vocab_size) as u32).collect() };
+        let prompt =
+            |n: usize| -> Vec<u32> { (0..n).map(|i| ((i * 7919 + 13) % c.vocab_size) as u32).collect() };
         let (short, long) = (prompt(SHORT), prompt(LONG));
-        let timed = |threads: usize, prompt: &[u32], decode: usize, taps: bool, label: &str| -> Result<(f64, f64)> {
-            kernels::set_threads(threads);
-            let dir = bench::tempfile_dir()?;
-            bench::measure(&model, &short[..8], 1, &mut NoTaps)?; // warm-up
-            let (mut p, mut d) = (Vec::new(), Vec::new());
-            for r in 0..reps {
-                eprint!("\r{shape}: {label}, {threads} thread(s), rep {}/{reps}   ", r + 1);
-                let mut none = NoTaps;
-                let mut npz = if taps { Some(NpzSink::create(&dir.join("suite.npz"), TapSelection::all())?) } else { None };
-                let sink: &mut dyn TapSink = match npz.as_mut() {
-                    Some(s) => s,
-                    None => &mut none,
-                };
-                let f = bench::measure(&model, prompt, decode, sink)?;
-                if let Some(s) = npz.as_mut() {
-                    s.finish()?;
+        let timed =
+            |threads: usize, prompt: &[u32], decode: usize, taps: bool, label: &str| -> Result<(f64, f64)> {
+                kernels::set_threads(threads);
+                let dir = bench::tempfile_dir()?;
+                bench::measure(&model, &short[..8], 1, &mut NoTaps)?; // warm-up
+                let (mut p, mut d) = (Vec::new(), Vec::new());
+                for r in 0..reps {
+                    eprint!("\r{shape}: {label}, {threads} thread(s), rep {}/{reps}   ", r + 1);
+                    let mut none = NoTaps;
+                    let mut npz = if taps {
+                        Some(NpzSink::create(&dir.join("suite.npz"), TapSelection::all())?)
+                    } else {
+                        None
+                    };
+                    let sink: &mut dyn TapSink = match npz.as_mut() {
+                        Some(s) => s,
+                        None => &mut none,
+                    };
+                    let f = bench::measure(&model, prompt, decode, sink)?;
+                    if let Some(s) = npz.as_mut() {
+                        s.finish()?;
+                    }
+                    p.push(f.prefill_ms);
+                    d.push(f.decode_ms);
                 }
-                p.push(f.prefill_ms);
-                d.push(f.decode_ms);
-            }
-            let _ = std::fs::remove_dir_all(&dir);
-            eprintln!();
-            Ok((median(p), median(d)))
-        };
+                let _ = std::fs::remove_dir_all(&dir);
+                eprintln!();
+                Ok((median(p), median(d)))
+            };
         let off = timed(all, &short, DECODE, false, "prefill 128 + decode, taps off")?;
         let one = timed(1, &short, DECODE, false, "prefill 128 + decode, taps off")?;
         let on = timed(all, &short, DECODE, true, "prefill 128 + decode, all taps")?;
@@ -101,13 +107,62 @@ pub fn run(a: &BenchArgs) -> Result<ExitCode> {
         let overhead = |on: f64, off: f64| format!("all-tap overhead {:+.1}%", 100.0 * (on / off - 1.0));
         let name = |what: &str| format!("{shape} {what}");
         rows.extend([
-            Row { what: name("prefill 128"), threads: all, ms: off.0, limit: pre(SHORT, &lim_all), hf_ms: hf.map(|h| h.short), note: String::new() },
-            Row { what: name("prefill 128"), threads: 1, ms: one.0, limit: pre(SHORT, &lim_one), hf_ms: None, note: format!("{all} vs 1 thread: {:.2}×", one.0 / off.0) },
-            Row { what: name("prefill 128, all taps"), threads: all, ms: on.0, limit: None, hf_ms: None, note: overhead(on.0, off.0) },
-            Row { what: name("prefill 1024"), threads: all, ms: long_off.0, limit: pre(LONG, &lim_all), hf_ms: hf.map(|h| h.long), note: String::new() },
-            Row { what: name("decode @128"), threads: all, ms: off.1, limit: dec(&lim_all), hf_ms: hf.map(|h| h.decode), note: String::new() },
-            Row { what: name("decode @128"), threads: 1, ms: one.1, limit: dec(&lim_one), hf_ms: None, note: format!("{all} vs 1 thread: {:.2}×", one.1 / off.1) },
-            Row { what: name("decode @128, all taps"), threads: all, ms: on.1, limit: None, hf_ms: None, note: overhead(on.1, off.1) },
+            Row {
+                what: name("prefill 128"),
+                threads: all,
+                ms: off.0,
+                limit: pre(SHORT, &lim_all),
+                hf_ms: hf.map(|h| h.short),
+                note: String::new(),
+            },
+            Row {
+                what: name("prefill 128"),
+                threads: 1,
+                ms: one.0,
+                limit: pre(SHORT, &lim_one),
+                hf_ms: None,
+                note: format!("{all} vs 1 thread: {:.2}×", one.0 / off.0),
+            },
+            Row {
+                what: name("prefill 128, all taps"),
+                threads: all,
+                ms: on.0,
+                limit: None,
+                hf_ms: None,
+                note: overhead(on.0, off.0),
+            },
+            Row {
+                what: name("prefill 1024"),
+                threads: all,
+                ms: long_off.0,
+                limit: pre(LONG, &lim_all),
+                hf_ms: hf.map(|h| h.long),
+                note: String::new(),
+            },
+            Row {
+                what: name("decode @128"),
+                threads: all,
+                ms: off.1,
+                limit: dec(&lim_all),
+                hf_ms: hf.map(|h| h.decode),
+                note: String::new(),
+            },
+            Row {
+                what: name("decode @128"),
+                threads: 1,
+                ms: one.1,
+                limit: dec(&lim_one),
+                hf_ms: None,
+                note: format!("{all} vs 1 thread: {:.2}×", one.1 / off.1),
+            },
+            Row {
+                what: name("decode @128, all taps"),
+                threads: all,
+                ms: on.1,
+                limit: None,
+                hf_ms: None,
+                note: overhead(on.1, off.1),
+            },
         ]);
         let rss = peak_rss_mib().map_or("n/a".into(), |m| format!("{m:.0} MiB"));
         eprintln!("{shape}: done, peak RSS so far {rss}");
@@ -133,7 +188,10 @@ fn print_table(rows: &[Row], lim_all: &Limits, lim_one: &Limits, all: usize) {
             Some(h) => (format!("{h:.2} ms"), format!("{:.2}× faster", h / r.ms)),
             None => ("".into(), "".into()),
         };
-        println!("| {} | {} | {:.2} ms | {lim} | {pct} | {hf} | {ratio} | {} |", r.what, r.threads, r.ms, r.note);
+        println!(
+            "| {} | {} | {:.2} ms | {lim} | {pct} | {hf} | {ratio} | {} |",
+            r.what, r.threads, r.ms, r.note
+        );
     }
     let rss = peak_rss_mib().map_or("n/a".into(), |m| format!("{m:.0} MiB"));
     println!();
@@ -175,5 +233,9 @@ fn run_hf(python: &Path, script: &Path, c: &ModelConfig, threads: usize, reps: u
     let v: serde_json::Value =
         serde_json::from_str(last).map_err(|e| fail(format!("last line is not the JSON figures: {e}")))?;
     let get = |k: &str| v.get(k).and_then(|x| x.as_f64()).ok_or_else(|| fail(format!("no `{k}` in {last}")));
-    Ok(Hf { short: get(&format!("prefill_{SHORT}"))?, long: get(&format!("prefill_{LONG}"))?, decode: get("decode")? })
+    Ok(Hf {
+        short: get(&format!("prefill_{SHORT}"))?,
+        long: get(&format!("prefill_{LONG}"))?,
+        decode: get("decode")?,
+    })
 }

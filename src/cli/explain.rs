@@ -35,6 +35,9 @@ pub struct ExplainArgs {
     /// Quantization configuration for three-way attribution (e.g. w8a16).
     #[arg(long, value_name = "QUANT")]
     pub quant: Option<String>,
+    /// Run on this checkpoint instead of the probe's: a HF folder or a .gguf file.
+    #[arg(long, value_name = "PATH")]
+    pub checkpoint: Option<PathBuf>,
     #[command(flatten)]
     pub out: ReportArgs,
 }
@@ -69,6 +72,7 @@ pub fn run(a: ExplainArgs) -> Result<ExitCode> {
         thresholds: a.out.thresholds.clone(),
         command: command_line(),
         explain: Some(spec),
+        checkpoint: a.checkpoint.clone(),
         ..Default::default()
     };
     let mut result = run_probe(&probe, &opts)?;

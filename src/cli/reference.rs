@@ -31,7 +31,7 @@ pub struct ReferenceArgs {
 }
 
 pub fn run(a: ReferenceArgs) -> Result<ExitCode> {
-    let ckpt = a.model.load()?;
+    let ckpt = a.model.load_quiet()?;
     let inputs = a.prompt.input_set(&ckpt)?;
     let selection = TapSelection::parse(&a.taps)?;
     selection.check_against(ckpt.config.num_layers)?;
@@ -54,6 +54,9 @@ pub fn run(a: ReferenceArgs) -> Result<ExitCode> {
     );
     for (k, v) in &c.defaults_applied {
         println!("  config.json has no `{k}`: transformers' default {v} applied");
+    }
+    if let Some(line) = crate::report::format::unknown_keys_line(&c.unknown_keys) {
+        println!("  {line}");
     }
     for ((phase, tokens, positions), argmax) in record.phases.iter().zip(&record.argmax) {
         let pos = match (positions.first(), positions.last()) {

@@ -21,10 +21,17 @@ pub struct SweepArgs {
     /// Write every point as JSON here.
     #[arg(long, value_name = "PATH")]
     pub json: Option<PathBuf>,
+    /// Run on this checkpoint instead of the probe's (a HF folder or a .gguf file); it also
+    /// replaces the sweep's model axis (`hidden`, `checkpoints`).
+    #[arg(long, value_name = "PATH")]
+    pub checkpoint: Option<PathBuf>,
 }
 
 pub fn run(a: SweepArgs) -> Result<ExitCode> {
-    let probe = Probe::load(&a.probe)?;
+    let mut probe = Probe::load(&a.probe)?;
+    if let Some(c) = &a.checkpoint {
+        probe = probe.with_checkpoint(c);
+    }
     let bar = indicatif::ProgressBar::new_spinner();
     let points = run_sweep(&probe, |label| bar.set_message(label.to_string()))?;
     bar.finish_and_clear();

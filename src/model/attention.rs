@@ -150,7 +150,11 @@ fn dims(q: &Tensor, kv: &Tensor) -> candle_core::Result<Dims> {
     let (h, t, d) = q.dims3()?;
     let (kvn, s, d2) = kv.dims3()?;
     if d != d2 || kvn == 0 || h % kvn != 0 {
-        candle_core::bail!("attention: q {:?} and k/v {:?} do not pair (GQA needs heads % kv_heads = 0)", q.dims(), kv.dims());
+        candle_core::bail!(
+            "attention: q {:?} and k/v {:?} do not pair (GQA needs heads % kv_heads = 0)",
+            q.dims(),
+            kv.dims()
+        );
     }
     Ok(Dims { h, t, s, d, n_rep: h / kvn })
 }
@@ -164,7 +168,12 @@ fn check_allowed(allowed: &[Vec<bool>], t: usize, s: usize) -> candle_core::Resu
 
 /// Scaled scores [H, T, S] of q [H, T, D] against k [KV, S, D]: -inf where `allowed` forbids
 /// (`allowed` None: every entry computed, for a hook's own additive mask).
-pub fn scores(q: &Tensor, k: &Tensor, allowed: Option<&[Vec<bool>]>, scale: f32) -> candle_core::Result<Tensor> {
+pub fn scores(
+    q: &Tensor,
+    k: &Tensor,
+    allowed: Option<&[Vec<bool>]>,
+    scale: f32,
+) -> candle_core::Result<Tensor> {
     let (q, k) = (f32_rows(q)?.contiguous()?, f32_rows(k)?);
     let g = dims(&q, &k)?;
     if let Some(a) = allowed {
@@ -235,7 +244,13 @@ pub fn probs_v(probs: &Tensor, v: &Tensor) -> candle_core::Result<Tensor> {
 
 /// softmax(q·kᵀ·scale, masked by `allowed`)·v in one pass per query row, as [T, H·D]; equal
 /// bit for bit to [`scores`] → [`softmax`] → [`probs_v`].
-pub fn fused(q: &Tensor, k: &Tensor, v: &Tensor, allowed: &[Vec<bool>], scale: f32) -> candle_core::Result<Tensor> {
+pub fn fused(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    allowed: &[Vec<bool>],
+    scale: f32,
+) -> candle_core::Result<Tensor> {
     let (q, k, v) = (f32_rows(q)?.contiguous()?, f32_rows(k)?, f32_rows(v)?);
     let g = dims(&q, &k)?;
     if v.dims() != k.dims() {
@@ -312,7 +327,8 @@ mod tests {
 
     #[test]
     fn fused_and_explicit_agree_bit_for_bit_and_match_the_slow_path() {
-        for (h, kv, t, s, d) in [(9, 3, 13, 13, 64), (14, 2, 1, 40, 64), (4, 4, 7, 19, 24), (6, 2, 3, 9, 10)] {
+        for (h, kv, t, s, d) in [(9, 3, 13, 13, 64), (14, 2, 1, 40, 64), (4, 4, 7, 19, 24), (6, 2, 3, 9, 10)]
+        {
             let (q, k, v, allowed) = case(h, kv, t, s, d);
             let scale = 1.0 / (d as f64).sqrt();
             for threads in [1, 0] {

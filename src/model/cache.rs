@@ -84,7 +84,13 @@ impl FullCache {
 
 /// Room for `needed` entries in `buf` [KV, cap, D] holding `len`: the buffer itself, or a new
 /// one at least twice as large with the first `len` entries copied.
-fn ensure(buf: &Option<Tensor>, like: &Tensor, len: usize, needed: usize, reserve: usize) -> candle_core::Result<Tensor> {
+fn ensure(
+    buf: &Option<Tensor>,
+    like: &Tensor,
+    len: usize,
+    needed: usize,
+    reserve: usize,
+) -> candle_core::Result<Tensor> {
     let cap = buf.as_ref().map_or(0, |b| b.dim(1).unwrap_or(0));
     if let Some(b) = buf.as_ref().filter(|_| needed <= cap) {
         return Ok(b.clone());
@@ -99,7 +105,14 @@ fn ensure(buf: &Option<Tensor>, like: &Tensor, len: usize, needed: usize, reserv
 }
 
 impl KvStore for FullCache {
-    fn append(&mut self, layer: usize, k: &Tensor, v: &Tensor, positions: &[usize], phase: Phase) -> Result<()> {
+    fn append(
+        &mut self,
+        layer: usize,
+        k: &Tensor,
+        v: &Tensor,
+        positions: &[usize],
+        phase: Phase,
+    ) -> Result<()> {
         let _s = span(Op::Cache);
         let (reserve, n_layers) = (self.reserve, self.layers.len());
         let l = self
@@ -130,7 +143,12 @@ impl KvStore for FullCache {
             .layer(layer)
             .ok_or_else(|| Error::usage(format!("layer {layer}: cache read before any write")))?;
         let l = &self.layers[layer];
-        Ok(CacheView { k, v, positions: l.positions.iter().map(|p| Some(*p)).collect(), writers: l.writers.clone() })
+        Ok(CacheView {
+            k,
+            v,
+            positions: l.positions.iter().map(|p| Some(*p)).collect(),
+            writers: l.writers.clone(),
+        })
     }
 }
 
@@ -164,7 +182,12 @@ mod tests {
             assert_eq!(view.k.dims(), &[2, pos, 3]);
             let diff = (&view.k - want.as_ref().unwrap()).unwrap().abs().unwrap().sum_all().unwrap();
             assert_eq!(diff.to_scalar::<f32>().unwrap(), 0.0);
-            let dv = ((&view.v / 2.0).unwrap() - want.as_ref().unwrap()).unwrap().abs().unwrap().sum_all().unwrap();
+            let dv = ((&view.v / 2.0).unwrap() - want.as_ref().unwrap())
+                .unwrap()
+                .abs()
+                .unwrap()
+                .sum_all()
+                .unwrap();
             assert_eq!(dv.to_scalar::<f32>().unwrap(), 0.0);
             assert_eq!(view.positions.len(), pos);
             // A view taken before the append still shows what it showed.

@@ -68,7 +68,8 @@ impl SharedOut {
 
 /// `t` as an f32 CPU tensor whose last dimension is contiguous (a copy only when needed).
 pub fn f32_rows(t: &Tensor) -> candle_core::Result<Tensor> {
-    let t = if t.dtype() == candle_core::DType::F32 { t.clone() } else { t.to_dtype(candle_core::DType::F32)? };
+    let t =
+        if t.dtype() == candle_core::DType::F32 { t.clone() } else { t.to_dtype(candle_core::DType::F32)? };
     let last_unit = t.layout().stride().last().is_none_or(|&s| s == 1);
     if last_unit {
         Ok(t)
@@ -290,7 +291,8 @@ mod tests {
             for threads in [1, 0] {
                 set_threads(threads);
                 let got = linear(&x, &w, Some(&b)).unwrap();
-                let diff = (got - &want).unwrap().abs().unwrap().max_all().unwrap().to_scalar::<f32>().unwrap();
+                let diff =
+                    (got - &want).unwrap().abs().unwrap().max_all().unwrap().to_scalar::<f32>().unwrap();
                 assert!(diff < 1e-4, "t={t} threads={threads}: {diff}");
             }
             set_threads(0);
@@ -307,7 +309,10 @@ mod tests {
         let us: Vec<f32> = u.flatten_all().unwrap().to_vec1().unwrap();
         for ((o, g), u) in got.iter().zip(&gs).zip(&us) {
             let want = (*g as f64) / (1.0 + (-*g as f64).exp()) * *u as f64;
-            assert!((*o as f64 - want).abs() <= 4.0 * f32::EPSILON as f64 * want.abs().max(1e-30), "{o} vs {want}");
+            assert!(
+                (*o as f64 - want).abs() <= 4.0 * f32::EPSILON as f64 * want.abs().max(1e-30),
+                "{o} vs {want}"
+            );
         }
     }
 }

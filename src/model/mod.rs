@@ -1,12 +1,15 @@
-//! The float32 reference: config, weights, the instrumented decoder, tokenizer, synthesis.
+//! The float32 reference: config, weights (safetensors folders and GGUF files), the
+//! instrumented decoder, tokenizer, synthesis.
 
+pub mod attention;
+pub mod cache;
 pub mod config;
 #[cfg(feature = "crosscheck")]
 pub mod crosscheck;
-pub mod attention;
-pub mod cache;
 pub mod decoder;
+pub mod gguf;
 pub mod hooks;
+pub mod hub;
 pub mod kernels;
 pub mod pool;
 pub mod profile;

@@ -93,7 +93,9 @@ pub fn reset() {
 
 /// Seconds accumulated per op class since the last reset, in [`OPS`] order; None when off.
 pub fn snapshot() -> Option<Vec<(Op, f64)>> {
-    enabled().then(|| OPS.iter().zip(&NANOS).map(|(op, n)| (*op, n.load(Ordering::Relaxed) as f64 / 1e9)).collect())
+    enabled().then(|| {
+        OPS.iter().zip(&NANOS).map(|(op, n)| (*op, n.load(Ordering::Relaxed) as f64 / 1e9)).collect()
+    })
 }
 
 /// Times the rest of the enclosing scope as `op` (nothing when profiling is off).
