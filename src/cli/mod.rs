@@ -2,6 +2,8 @@
 
 mod audit;
 mod bench;
+mod bench_limits;
+mod bench_suite;
 mod compare;
 mod device;
 mod doctor;

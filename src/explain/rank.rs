@@ -43,8 +43,14 @@ pub fn match_captures(emulated: &Capture, observed: &Capture, keys: &[String]) -
             n += 1; // a shape the observation does not have: no match on this tap
             continue;
         };
-        cos_sum += metrics::basic(&ev, &ov, None).cosine;
+        let (b, nonfinite) = metrics::basic_counted(&ev, &ov, None);
         n += 1;
+        if nonfinite > 0 {
+            // The observation is finite here (explain leaves out taps where it is not), so an
+            // emulation that goes NaN or inf does not reproduce it: no match on this tap.
+            continue;
+        }
+        cos_sum += b.cosine;
         if key.ends_with("/logits") {
             let vocab = *o.shape().last().unwrap_or(&1);
             for (a, b) in ev.chunks(vocab).zip(ov.chunks(vocab)) {
@@ -70,9 +76,16 @@ fn first_drift_layer(reference: &Capture, observed: &Capture, keys: &[String]) -
         let layer = crate::tap::Tap::parse(k.split_once('/')?.1)?.layer()?;
         let (r, o) = (reference.get_key(k)?, observed.get_key(k)?);
         let (rv, ov) = aligned(r, o)?;
-        let c = metrics::basic(&rv, &ov, None).cosine;
-        (c < 1.0 - 1e-6).then_some(layer)
+        let (b, nonfinite) = metrics::basic_counted(&rv, &ov, None);
+        (nonfinite > 0 || b.cosine < 1.0 - 1e-6).then_some(layer)
     })
+}
+
+/// True when `a` holds a value a cosine cannot rank on: NaN, +inf, or -inf outside the
+/// attention scores (where -inf is the causal mask).
+fn holds_nonfinite(key: &str, a: &ArrayD<f32>) -> bool {
+    let scores = key.ends_with(".attn.scores");
+    a.iter().any(|v| v.is_nan() || *v == f32::INFINITY || (!scores && *v == f32::NEG_INFINITY))
 }
 
 /// Keys of `observed` that name canonical taps (what an emulation can reproduce).
@@ -130,11 +143,27 @@ pub fn explain(
     observed: &Capture,
     spec: &ExplainSpec,
 ) -> Result<ExplainReport> {
-    let keys = shared_keys(observed);
+    let mut keys = shared_keys(observed);
     if keys.is_empty() {
         return Err(Error::usage(format!(
             "explain: `{observed_name}` holds no canonical PHASE/TAP keys to match emulations against"
         )));
+    }
+    // A tap where the observation itself is NaN or inf has no cosine to rank on
+    // (docs/METRICS.md): it is left out of the ranking and named in the conclusion.
+    let nonfinite: Vec<String> =
+        keys.iter().filter(|k| observed.get_key(k).is_some_and(|a| holds_nonfinite(k, a))).cloned().collect();
+    keys.retain(|k| !nonfinite.contains(k));
+    if keys.is_empty() {
+        return Err(Error::input(
+            observed_name,
+            format!(
+                "every canonical tap holds NaN or inf ({} taps, first `{}`): there is nothing finite to rank \
+                 fault emulations on; capture an earlier layer or fewer tokens, where the values are finite",
+                nonfinite.len(),
+                nonfinite[0]
+            ),
+        ));
     }
     let mut tap_names: Vec<String> =
         keys.iter().map(|k| k.split_once('/').expect("key").1.to_string()).collect();
@@ -233,7 +262,13 @@ pub fn explain(
         ties: Vec::new(),
         note: None,
     };
-    let conclusion = conclude(&rows, &baseline, observed_name);
+    let mut conclusion = conclude(&rows, &baseline, observed_name);
+    if let Some(first) = nonfinite.first() {
+        conclusion.push_str(&format!(
+            " {} tap(s) where `{observed_name}` holds NaN or inf were left out of the ranking (first `{first}`).",
+            nonfinite.len()
+        ));
+    }
     let attribution = match &spec.quant {
         Some(q) => attribute(ckpt, inputs, reference, observed, &keys, &taps, q)?,
         None => Vec::new(),
@@ -327,4 +362,38 @@ fn attribute(
             })
         })
         .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ndarray::IxDyn;
+
+    fn cap(key: &str, v: Vec<f32>) -> Capture {
+        let mut c = Capture::default();
+        c.insert(key.to_string(), ArrayD::from_shape_vec(IxDyn(&[1, v.len()]), v).unwrap());
+        c
+    }
+
+    #[test]
+    fn an_emulation_that_goes_nan_does_not_match_a_finite_observation() {
+        let keys = vec!["prefill/layers.0.out".to_string()];
+        let observed = cap(&keys[0], vec![1.0, 2.0, 3.0]);
+        let nan = cap(&keys[0], vec![f32::NAN; 3]);
+        let half = cap(&keys[0], vec![1.0, f32::NAN, 3.0]);
+        assert_eq!(match_captures(&nan, &observed, &keys).cosine, 0.0);
+        assert_eq!(match_captures(&half, &observed, &keys).cosine, 0.0, "NaN is never averaged in");
+        assert_eq!(match_captures(&observed, &observed, &keys).cosine, 1.0);
+        assert_eq!(first_drift_layer(&observed, &half, &keys), Some(0));
+    }
+
+    #[test]
+    fn nonfinite_observed_taps_are_told_apart_from_the_causal_mask() {
+        let a = |v: Vec<f32>| ArrayD::from_shape_vec(IxDyn(&[v.len()]), v).unwrap();
+        let ninf = f32::NEG_INFINITY;
+        assert!(!holds_nonfinite("prefill/layers.0.attn.scores", &a(vec![0.5, ninf])));
+        assert!(holds_nonfinite("prefill/layers.0.attn.probs", &a(vec![0.5, ninf])));
+        assert!(holds_nonfinite("prefill/layers.0.attn.scores", &a(vec![f32::NAN, 0.0])));
+        assert!(!holds_nonfinite("prefill/logits", &a(vec![0.5, 1.0])));
+    }
 }

@@ -1,6 +1,8 @@
 //! The float32 reference: config, weights (safetensors folders and GGUF files), the
 //! instrumented decoder, tokenizer, synthesis.
 
+pub mod attention;
+pub mod cache;
 pub mod config;
 #[cfg(feature = "crosscheck")]
 pub mod crosscheck;
@@ -8,6 +10,9 @@ pub mod decoder;
 pub mod gguf;
 pub mod hooks;
 pub mod hub;
+pub mod kernels;
+pub mod pool;
+pub mod profile;
 pub mod rope;
 pub mod run;
 pub mod synth;
