@@ -103,9 +103,9 @@ simd! {
                 shifted[j] = chunk[j] - max;
             }
             let e = exp8(shifted);
-            for j in 0..LANES {
-                chunk[j] = e[j];
-                acc[j] += e[j];
+            chunk.copy_from_slice(&e);
+            for (a, v) in acc.iter_mut().zip(e) {
+                *a += v;
             }
         }
         for i in full..x.len() {
@@ -353,7 +353,8 @@ mod tests {
         let (q, k, _, allowed) = case(2, 1, 4, 10, 8);
         let sc = scores(&q, &k, Some(&allowed), 0.5).unwrap();
         let p = softmax(&sc).unwrap();
-        let (sc, p): (Vec<Vec<Vec<f32>>>, Vec<Vec<Vec<f32>>>) = (sc.to_vec3().unwrap(), p.to_vec3().unwrap());
+        let sc: Vec<Vec<Vec<f32>>> = sc.to_vec3().unwrap();
+        let p: Vec<Vec<Vec<f32>>> = p.to_vec3().unwrap();
         for h in 0..2 {
             for (t, row) in allowed.iter().enumerate() {
                 for (j, &a) in row.iter().enumerate() {

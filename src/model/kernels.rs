@@ -58,6 +58,8 @@ impl SharedOut {
     }
     /// # Safety
     /// `start..start + len` lies in the buffer and no other part touches it.
+    // The buffer is shared through a raw pointer on purpose: each thread borrows its own part.
+    #[allow(clippy::mut_from_ref)]
     pub unsafe fn slice(&self, start: usize, len: usize) -> &mut [f32] {
         std::slice::from_raw_parts_mut(self.0.add(start), len)
     }
@@ -189,7 +191,7 @@ pub fn exp8(x: [f32; LANES]) -> [f32; LANES] {
         p = p * r + 8.333_452e-3;
         p = p * r + 4.166_579_6e-2;
         p = p * r + 1.666_666_5e-1;
-        p = p * r + 5.000_000_1e-1;
+        p = p * r + 0.5; // 5.0000001e-1 in Cephes' expf, the same f32
         p = p * (r * r) + r + 1.0;
         let scale = f32::from_bits(((n as i32 + 127) as u32) << 23);
         let e = p * scale;
