@@ -17,9 +17,11 @@ use std::ops::Range;
 /// still pays off, a few thousand does not.
 const MIN_PARALLEL_WORK: usize = 32 * 1024;
 
-/// Chunks per thread: enough that a thread that starts late or is descheduled leaves little
-/// for the others to wait on.
-const CHUNKS_PER_THREAD: usize = 4;
+/// Parts an op is cut into, whatever the thread count: enough that a thread that starts late
+/// or is descheduled leaves little for the others to wait on. Fixed, so the part boundaries (and
+/// with them gemm's blocking, hence every rounding) are the same on 1 thread, on many, and when
+/// the pool is busy with another caller's job: the reference is bit-for-bit repeatable.
+const PARTS: usize = 8;
 
 /// Run kernels on `n` threads (the caller included), at most the pool's size; the first call
 /// before any kernel runs fixes that size (`hefprobe bench --threads`).
@@ -35,12 +37,12 @@ pub fn threads() -> usize {
 /// Call `f` on disjoint parts of `0..n_items` (part boundaries on multiples of `align`), in
 /// parallel when `work` (multiply-adds or element ops) is worth a second thread.
 pub fn for_parts(n_items: usize, align: usize, work: usize, f: impl Fn(Range<usize>) + Sync) {
+    let align = align.max(1);
+    let chunk = n_items.div_ceil(PARTS).div_ceil(align).max(1) * align;
     let threads = if work >= MIN_PARALLEL_WORK { threads() } else { 1 };
     if threads <= 1 {
-        return f(0..n_items);
+        return pool::in_chunks(n_items, chunk, &f);
     }
-    let align = align.max(1);
-    let chunk = n_items.div_ceil(threads * CHUNKS_PER_THREAD).div_ceil(align) * align;
     pool::pool().run(n_items, chunk, &f);
 }
 
@@ -290,14 +292,18 @@ mod tests {
             let w = Tensor::randn(0f32, 1.0, (200, 96), &dev).unwrap();
             let b = Tensor::randn(0f32, 1.0, 200, &dev).unwrap();
             let want = x.matmul(&w.t().unwrap()).unwrap().broadcast_add(&b).unwrap();
+            let mut runs = Vec::new();
             for threads in [1, 0] {
                 set_threads(threads);
                 let got = linear(&x, &w, Some(&b)).unwrap();
                 let diff =
-                    (got - &want).unwrap().abs().unwrap().max_all().unwrap().to_scalar::<f32>().unwrap();
+                    (&got - &want).unwrap().abs().unwrap().max_all().unwrap().to_scalar::<f32>().unwrap();
                 assert!(diff < 1e-4, "t={t} threads={threads}: {diff}");
+                runs.push(got.flatten_all().unwrap().to_vec1::<f32>().unwrap());
             }
             set_threads(0);
+            // The part boundaries do not depend on the thread count: the same bits either way.
+            assert_eq!(runs[0], runs[1], "t={t}: one thread and all threads round differently");
         }
     }
 

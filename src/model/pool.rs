@@ -126,7 +126,7 @@ impl Pool {
         let chunk = chunk.max(1);
         let guard = match self.submit.try_lock() {
             Ok(g) if self.threads() > 1 && items > chunk => g,
-            _ => return f(0..items),
+            _ => return in_chunks(items, chunk, f),
         };
         let s = self.shared;
         let allowed = allowed_workers(self.workers.len());
@@ -160,6 +160,17 @@ impl Pool {
         // A chunk lost to a panic would leave a silently wrong result: fail as loudly as the
         // caller's own panic would.
         assert!(!worker_panicked, "a decoder kernel panicked on a worker thread");
+    }
+}
+
+/// The same chunks `run` hands out, on the calling thread alone (a busy pool, one thread): the
+/// part boundaries never depend on who runs them.
+pub fn in_chunks(items: usize, chunk: usize, f: &(dyn Fn(Range<usize>) + Sync)) {
+    let chunk = chunk.max(1);
+    let mut start = 0;
+    while start < items {
+        f(start..items.min(start + chunk));
+        start += chunk;
     }
 }
 
