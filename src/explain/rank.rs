@@ -75,6 +75,43 @@ fn first_drift_layer(reference: &Capture, observed: &Capture, keys: &[String]) -
     })
 }
 
+/// Non-finite entries of the observation, per key, in key order: NaN anywhere, and ±inf where
+/// the reference does not hold the same infinity (masked scores are −inf on both sides).
+pub fn nonfinite_keys(reference: &Capture, observed: &Capture, keys: &[String]) -> Vec<(String, usize)> {
+    keys.iter()
+        .filter_map(|k| {
+            let o = observed.get_key(k)?;
+            let n = match reference.get_key(k).filter(|r| r.shape() == o.shape()) {
+                Some(r) => o.iter().zip(r.iter()).filter(|(x, y)| !x.is_finite() && !(x.is_infinite() && x == y)).count(),
+                None => o.iter().filter(|x| x.is_nan() || (x.is_infinite() && **x > 0.0)).count(),
+            };
+            (n > 0).then(|| (k.clone(), n))
+        })
+        .collect()
+}
+
+/// The verdict when the observation holds non-finite values: no fault is ranked, because no
+/// numeric fault the catalog emulates produces NaN, and a cosine over NaN means nothing.
+fn refuse_nonfinite(observed_name: &str, taps: Vec<String>, bad: &[(String, usize)]) -> ExplainReport {
+    let total: usize = bad.iter().map(|(_, n)| n).sum();
+    let (first, n) = &bad[0];
+    let more = if bad.len() > 1 { format!("; {} keys in all, {total} values", bad.len()) } else { String::new() };
+    ExplainReport {
+        observed: observed_name.to_string(),
+        taps,
+        rows: Vec::new(),
+        baseline: None,
+        conclusion: format!(
+            "explain refuses to rank: `{observed_name}` holds non-finite values (NaN or ±inf where the reference is \
+             finite), first at {first} ({n} values{more}). No fault in the catalog computes NaN or inf, so none is \
+             ranked; a non-finite output is a device or runtime failure (overflow, a wrong output quantization, \
+             uninitialized memory) to fix before explaining drift."
+        ),
+        attribution: Vec::new(),
+        nonfinite: bad.to_vec(),
+    }
+}
+
 /// Keys of `observed` that name canonical taps (what an emulation can reproduce).
 pub fn shared_keys(observed: &Capture) -> Vec<String> {
     observed
@@ -140,13 +177,23 @@ pub fn explain(
         keys.iter().map(|k| k.split_once('/').expect("key").1.to_string()).collect();
     tap_names.sort_by_cached_key(|t| crate::tap::key_order(&format!("prefill/{t}")));
     tap_names.dedup();
+    let bad = nonfinite_keys(reference, observed, &keys);
+    if !bad.is_empty() {
+        return Ok(refuse_nonfinite(observed_name, tap_names, &bad));
+    }
     let taps = TapSelection::parse(&tap_names)?;
     let candidates: Vec<String> =
         spec.faults.clone().unwrap_or_else(|| crate::fault::catalog::grid(&model.cfg));
 
     let base = match_captures(reference, observed, &keys);
     let mut results: Vec<Candidate> = Vec::new();
+    // Each candidate is one emulated run: a minute or more on a real model, so say where it is
+    // (indicatif draws nothing when stderr is not a terminal).
+    let bar = indicatif::ProgressBar::new(candidates.len() as u64);
+    bar.set_style(indicatif::ProgressStyle::with_template("explain {pos}/{len} {msg}").expect("template"));
     let evaluate = |specs: Vec<String>| -> Result<Candidate> {
+        bar.set_message(specs.join(" + "));
+        bar.inc(1);
         let cap = emulate(ckpt, &specs, inputs, &taps)?;
         Ok(Candidate {
             spec: specs.join(" + "),
@@ -172,6 +219,7 @@ pub fn explain(
     for c in results.iter().filter(|c| !c.clean_like).take(REFINE) {
         narrowed.extend(crate::fault::catalog::per_layer(&c.spec, &model.cfg));
     }
+    bar.inc_length(narrowed.len() as u64);
     for spec in narrowed {
         if !results.iter().any(|c| c.spec == spec) {
             results.push(evaluate(vec![spec])?);
@@ -181,6 +229,7 @@ pub fn explain(
         sort(&mut results);
         let top: Vec<String> =
             results.iter().filter(|c| !c.clean_like).take(5).map(|c| c.spec.clone()).collect();
+        bar.inc_length((top.len() * top.len().saturating_sub(1) / 2) as u64);
         for i in 0..top.len() {
             for j in i + 1..top.len() {
                 results.push(evaluate(vec![top[i].clone(), top[j].clone()])?);
@@ -188,6 +237,7 @@ pub fn explain(
         }
     }
     sort(&mut results);
+    bar.finish_and_clear();
 
     // Faults whose emulations agree on these inputs (to float noise) are one row with ties.
     let mut rows: Vec<ExplainRow> = Vec::new();
@@ -245,6 +295,7 @@ pub fn explain(
         baseline: Some(baseline),
         conclusion,
         attribution,
+        nonfinite: Vec::new(),
     })
 }
 

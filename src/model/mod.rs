@@ -5,6 +5,7 @@ pub mod config;
 pub mod crosscheck;
 pub mod decoder;
 pub mod hooks;
+pub mod memory;
 pub mod rope;
 pub mod run;
 pub mod synth;

@@ -109,18 +109,9 @@ impl Checkpoint {
         for file in &files {
             let bytes = read_file(file)?;
             hasher.update(&bytes);
-            let st = SafeTensors::deserialize(&bytes).map_err(|e| {
-                Error::input(
-                    file.display().to_string(),
-                    format!("corrupt or truncated safetensors file: {e}"),
-                )
-            })?;
-            for (name, view) in st.tensors() {
-                dtypes.insert(format!("{:?}", view.dtype()).to_lowercase());
-                let t = view_to_f32(&view)
-                    .map_err(|msg| Error::input(format!("{} tensor `{name}`", file.display()), msg))?;
-                raw.insert(name, t);
-            }
+            let (tensors, file_dtypes) = tensors_from_bytes(&bytes, &file.display().to_string())?;
+            raw.extend(tensors);
+            dtypes.extend(file_dtypes);
         }
         let source = CheckpointSource::Dir(dir.to_path_buf());
         let tensors = check_tensors(&config, raw, &source.to_string())?;
@@ -169,8 +160,10 @@ impl Checkpoint {
         let mut meta = std::collections::HashMap::new();
         meta.insert("format".to_string(), "pt".to_string());
         let path = dir.join("model.safetensors");
+        // safetensors 0.8 writes through its own temporary file in the folder and renames it.
         safetensors::serialize_to_file(views, Some(meta), &path)
             .map_err(|e| Error::input(path.display().to_string(), format!("writing safetensors: {e}")))?;
+        crate::error::announce(&path);
         Ok(())
     }
 }
@@ -222,6 +215,24 @@ fn weight_files(dir: &Path) -> Result<Vec<PathBuf>> {
             }
         })
         .collect()
+}
+
+/// Every tensor of one safetensors file's bytes, as f32, with the dtypes it stored. `what`
+/// names the file in errors. (The unit `fuzz/fuzz_targets/safetensors.rs` drives.)
+pub fn tensors_from_bytes(
+    bytes: &[u8],
+    what: &str,
+) -> Result<(BTreeMap<String, Tensor>, std::collections::BTreeSet<String>)> {
+    let st = SafeTensors::deserialize(bytes)
+        .map_err(|e| Error::input(what, format!("corrupt or truncated safetensors file: {e}")))?;
+    let mut out = BTreeMap::new();
+    let mut dtypes = std::collections::BTreeSet::new();
+    for (name, view) in st.tensors() {
+        dtypes.insert(format!("{:?}", view.dtype()).to_lowercase());
+        let t = view_to_f32(&view).map_err(|msg| Error::input(format!("{what} tensor `{name}`"), msg))?;
+        out.insert(name, t);
+    }
+    Ok((out, dtypes))
 }
 
 fn view_to_f32(view: &TensorView) -> std::result::Result<Tensor, String> {
