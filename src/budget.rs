@@ -164,8 +164,8 @@ pub fn parse_size(s: &str) -> std::result::Result<u64, String> {
         "tb" => 1_000_000_000_000,
         _ => {
             return Err(format!(
-                "`{s}` is not a size: give bytes or a number with K, M, G, T (powers of 1024) or KB, MB, GB, TB"
-            ))
+            "`{s}` is not a size: give bytes or a number with K, M, G, T (powers of 1024) or KB, MB, GB, TB"
+        ))
         }
     };
     let v: f64 = num.parse().map_err(|_| format!("`{s}` is not a size: `{num}` is not a number"))?;

@@ -3,7 +3,7 @@
 //! The sinks the decoder hands tapped tensors to (none, memory, streaming npz) fill one.
 
 use crate::error::{AtomicFile, Error, Result};
-use crate::tap::{key_order, LayerTap, Phase, Tap, TapSelection};
+use crate::tap::{key_order, Phase, Tap, TapSelection};
 use candle_core::Tensor;
 use ndarray::{ArrayD, IxDyn};
 use std::collections::BTreeMap;
@@ -176,8 +176,7 @@ impl MemorySink {
 
 impl TapSink for MemorySink {
     fn wants(&self, tap: Tap) -> bool {
-        !matches!(tap, Tap::Layer(_, LayerTap::Input | LayerTap::MlpAct))
-            && self.selection.matches(&tap.to_string())
+        tap.is_captured() && self.selection.matches(&tap.to_string())
     }
     fn put(&mut self, phase: Phase, tap: Tap, t: &Tensor) -> Result<()> {
         self.capture.insert(format!("{phase}/{tap}"), tensor_to_array(t)?);
@@ -224,8 +223,7 @@ impl NpzSink {
 
 impl TapSink for NpzSink {
     fn wants(&self, tap: Tap) -> bool {
-        !matches!(tap, Tap::Layer(_, LayerTap::Input | LayerTap::MlpAct))
-            && self.selection.matches(&tap.to_string())
+        tap.is_captured() && self.selection.matches(&tap.to_string())
     }
     fn put(&mut self, phase: Phase, tap: Tap, t: &Tensor) -> Result<()> {
         let key = format!("{phase}/{tap}");

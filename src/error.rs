@@ -163,9 +163,9 @@ impl AtomicFile {
         if let Some(parent) = parent {
             std::fs::create_dir_all(parent).map_err(|e| Error::io(parent, e))?;
         }
-        let name = path.file_name().ok_or_else(|| {
-            Error::usage(format!("`{}` is not a file name to write to", path.display()))
-        })?;
+        let name = path
+            .file_name()
+            .ok_or_else(|| Error::usage(format!("`{}` is not a file name to write to", path.display())))?;
         let temp_name = format!(".{}.tmp-{}", name.to_string_lossy(), std::process::id());
         let temp = parent.map_or_else(|| PathBuf::from(&temp_name), |p| p.join(&temp_name));
         let file = std::fs::File::create(&temp).map_err(|e| Error::io(&temp, e))?;

@@ -154,8 +154,11 @@ impl InputSet {
         w.add_array("greedy_steps", &Array1::from(vec![greedy])).map_err(err)?;
         let chunk: Vec<i64> = self.chunk.map(|c| count(c, "chunk", path)).transpose()?.into_iter().collect();
         w.add_array("chunk", &Array1::from(chunk)).map_err(err)?;
-        w.add_array("start_position", &Array1::from(vec![count(self.start_position, "start position", path)?]))
-            .map_err(err)?;
+        w.add_array(
+            "start_position",
+            &Array1::from(vec![count(self.start_position, "start position", path)?]),
+        )
+        .map_err(err)?;
         let mut file = w.finish().map_err(err)?;
         std::io::Write::flush(&mut file).map_err(|e| Error::io(path, e))?;
         drop(file);
@@ -177,7 +180,10 @@ impl InputSet {
         let key = |name: &str| format!("{what} array `{name}`");
         let to_u32 = |v: Vec<i64>, name: &str| -> Result<Vec<u32>> {
             v.into_iter()
-                .map(|x| u32::try_from(x).map_err(|_| Error::input(key(name), format!("holds {x}, not a token id"))))
+                .map(|x| {
+                    u32::try_from(x)
+                        .map_err(|_| Error::input(key(name), format!("holds {x}, not a token id")))
+                })
                 .collect()
         };
         let scalar = |v: Vec<i64>, name: &str| -> Result<Option<i64>> {
@@ -195,11 +201,15 @@ impl InputSet {
         let greedy = scalar(get("greedy_steps")?, "greedy_steps")?.unwrap_or(-1);
         let chunk = match scalar(get("chunk")?, "chunk")? {
             None => None,
-            Some(c) if c > 0 => Some(usize::try_from(c).map_err(|_| Error::input(key("chunk"), "is too large"))?),
+            Some(c) if c > 0 => {
+                Some(usize::try_from(c).map_err(|_| Error::input(key("chunk"), "is too large"))?)
+            }
             Some(c) => {
                 return Err(Error::input(
                     key("chunk"),
-                    format!("is {c}: a prefill chunk holds at least 1 token (an empty array means no chunking)"),
+                    format!(
+                        "is {c}: a prefill chunk holds at least 1 token (an empty array means no chunking)"
+                    ),
                 ))
             }
         };
@@ -227,7 +237,8 @@ impl InputSet {
 }
 
 fn count(n: usize, what: &str, path: &std::path::Path) -> Result<i64> {
-    i64::try_from(n).map_err(|_| Error::input(path.display().to_string(), format!("{what} {n} does not fit in int64")))
+    i64::try_from(n)
+        .map_err(|_| Error::input(path.display().to_string(), format!("{what} {n} does not fit in int64")))
 }
 
 #[cfg(test)]

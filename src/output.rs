@@ -90,7 +90,10 @@ impl Outputs {
         for (p, flag) in &self.files {
             parent_exists(flag, p)?;
             if p.is_dir() {
-                return Err(Error::usage(format!("{}: is a folder; give a file name to write", named(flag, p))));
+                return Err(Error::usage(format!(
+                    "{}: is a folder; give a file name to write",
+                    named(flag, p)
+                )));
             }
             let Some(c) = canonical(p) else { continue };
             if let Some((_, what)) = inputs.iter().find(|(i, _)| *i == c) {

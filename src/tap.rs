@@ -74,7 +74,9 @@ pub enum LayerTap {
 }
 
 impl LayerTap {
-    pub const CAPTURED: [LayerTap; 10] = [
+    /// Every per-layer tap, edit sites included, in execution order.
+    pub const ALL: [LayerTap; 12] = [
+        LayerTap::Input,
         LayerTap::AttnNorm,
         LayerTap::Q,
         LayerTap::K,
@@ -83,9 +85,15 @@ impl LayerTap {
         LayerTap::Probs,
         LayerTap::AttnOut,
         LayerTap::MlpNorm,
+        LayerTap::MlpAct,
         LayerTap::MlpOut,
         LayerTap::Out,
     ];
+
+    /// The taps a capture holds: every one but the edit sites (`input`, `mlp.act`).
+    pub fn is_captured(self) -> bool {
+        !matches!(self, LayerTap::Input | LayerTap::MlpAct)
+    }
 
     pub fn suffix(self) -> &'static str {
         match self {
@@ -105,22 +113,7 @@ impl LayerTap {
     }
 
     fn from_suffix(s: &str) -> Option<LayerTap> {
-        [
-            LayerTap::Input,
-            LayerTap::AttnNorm,
-            LayerTap::Q,
-            LayerTap::K,
-            LayerTap::V,
-            LayerTap::Scores,
-            LayerTap::Probs,
-            LayerTap::AttnOut,
-            LayerTap::MlpNorm,
-            LayerTap::MlpAct,
-            LayerTap::MlpOut,
-            LayerTap::Out,
-        ]
-        .into_iter()
-        .find(|t| t.suffix() == s)
+        LayerTap::ALL.into_iter().find(|t| t.suffix() == s)
     }
 }
 
@@ -144,6 +137,14 @@ impl Tap {
                 let (idx, suffix) = rest.split_once('.')?;
                 Some(Tap::Layer(idx.parse().ok()?, LayerTap::from_suffix(suffix)?))
             }
+        }
+    }
+
+    /// Whether captures hold this tap (layer edit sites are not captured).
+    pub fn is_captured(self) -> bool {
+        match self {
+            Tap::Layer(_, t) => t.is_captured(),
+            _ => true,
         }
     }
 
@@ -171,7 +172,7 @@ impl Tap {
     pub fn all(layers: usize) -> Vec<Tap> {
         let mut v = vec![Tap::Embed];
         for l in 0..layers {
-            v.extend(LayerTap::CAPTURED.iter().map(|t| Tap::Layer(l, *t)));
+            v.extend(LayerTap::ALL.into_iter().filter(|t| t.is_captured()).map(|t| Tap::Layer(l, t)));
         }
         v.push(Tap::FinalNorm);
         v.push(Tap::Logits);
@@ -272,7 +273,8 @@ pub fn tap_names(layers: usize) -> Vec<String> {
 /// closest tap name or per-layer glob by edit distance.
 pub fn did_you_mean(glob: &str, layers: usize) -> String {
     let mut candidates = tap_names(layers.min(32));
-    candidates.extend(LayerTap::CAPTURED.iter().map(|t| format!("layers.*.{}", t.suffix())));
+    candidates
+        .extend(LayerTap::ALL.iter().filter(|t| t.is_captured()).map(|t| format!("layers.*.{}", t.suffix())));
     candidates.extend((0..layers.min(32)).map(|l| format!("layers.{l}.*")));
     candidates.push("layers.*".into());
     crate::error::closest(glob, candidates.iter().map(String::as_str))

@@ -179,7 +179,11 @@ fn shared_softmax_report_and_readme_example_match_the_tool() {
         .replace(&format!("{dir}/"), "");
     let committed = std::fs::read_to_string(repo("reports/shared-softmax.md")).unwrap();
     assert_same("reports/shared-softmax.md", &committed, &fresh, 0.0);
-    for svg in ["shared-softmax-layers.svg", "shared-softmax-heads-device.svg", "shared-softmax-heads-device-local.svg"] {
+    for svg in [
+        "shared-softmax-layers.svg",
+        "shared-softmax-heads-device.svg",
+        "shared-softmax-heads-device-local.svg",
+    ] {
         let fresh = std::fs::read_to_string(t.path().join(svg)).unwrap();
         let committed = std::fs::read_to_string(repo(&format!("reports/{svg}"))).unwrap();
         // Pixel coordinates may move by one where a figure rounds the other way.
@@ -202,7 +206,8 @@ fn fault_localization_report_matches_the_matrix() {
 #[test]
 fn hidden_size_sweep_report_keeps_its_structure_and_its_hidden_64_figures() {
     let committed = std::fs::read_to_string(repo("reports/hidden-size-sweep.md")).unwrap();
-    let command = "hefprobe sweep probes/hidden-size-degeneracy.toml --report markdown=reports/hidden-size-sweep.md \
+    let command =
+        "hefprobe sweep probes/hidden-size-degeneracy.toml --report markdown=reports/hidden-size-sweep.md \
                    --report svg=reports/hidden-size-sweep.svg";
     assert!(committed.starts_with("# hefprobe sweep: hidden-size-degeneracy\n"), "title");
     assert!(committed.contains(&format!("Produced by `{command}`")), "the script's command");
@@ -224,11 +229,21 @@ fn hidden_size_sweep_report_keeps_its_structure_and_its_hidden_64_figures() {
     let mut narrowed = probe.clone();
     narrowed.sweep.as_mut().unwrap().hidden = vec![64];
     let points = hefprobe::probe::sweep::run_sweep(&narrowed, |_| {}).unwrap();
-    let fresh = hefprobe::probe::sweep::doc(&narrowed, &points, command, Some("hidden-size-sweep.svg")).markdown();
+    let fresh =
+        hefprobe::probe::sweep::doc(&narrowed, &points, command, Some("hidden-size-sweep.svg")).markdown();
     let fresh_rows: Vec<&str> = fresh.lines().filter(|l| l.starts_with("| hidden=64 |")).collect();
     let committed_rows: Vec<&str> = rows.iter().copied().filter(|l| l.starts_with("| hidden=64 |")).collect();
-    assert_same("reports/hidden-size-sweep.md (hidden=64 rows)", &committed_rows.join("\n"), &fresh_rows.join("\n"), 0.0);
+    assert_same(
+        "reports/hidden-size-sweep.md (hidden=64 rows)",
+        &committed_rows.join("\n"),
+        &fresh_rows.join("\n"),
+        0.0,
+    );
 
     let svg = std::fs::read_to_string(repo("reports/hidden-size-sweep.svg")).unwrap();
-    assert!(svg.starts_with("<svg") && svg.contains("logits cosine vs hidden size") && svg.contains("longest run"));
+    assert!(
+        svg.starts_with("<svg")
+            && svg.contains("logits cosine vs hidden size")
+            && svg.contains("longest run")
+    );
 }

@@ -32,7 +32,19 @@ fn emulator(faults: &str) -> String {
 fn synth_small(dir: &Path) -> PathBuf {
     let out = dir.join("small");
     hefprobe()
-        .args(["synth", "--arch", "llama", "--hidden", "64", "--layers", "2", "--heads", "4", "--kv-heads", "2"])
+        .args([
+            "synth",
+            "--arch",
+            "llama",
+            "--hidden",
+            "64",
+            "--layers",
+            "2",
+            "--heads",
+            "4",
+            "--kv-heads",
+            "2",
+        ])
         .args(["--vocab", "512", "-o"])
         .arg(&out)
         .assert()
@@ -83,7 +95,13 @@ fn reference_exits_0_or_2() {
     let t = tempfile::tempdir().unwrap();
     let ck = synth_small(t.path());
     let out = t.path().join("ref.npz");
-    hefprobe().args(["reference", "--checkpoint"]).arg(&ck).args(["--tokens", "1,2,3", "-o"]).arg(&out).assert().code(0);
+    hefprobe()
+        .args(["reference", "--checkpoint"])
+        .arg(&ck)
+        .args(["--tokens", "1,2,3", "-o"])
+        .arg(&out)
+        .assert()
+        .code(0);
     hefprobe()
         .args(["reference", "--checkpoint"])
         .arg(&ck)
@@ -98,7 +116,12 @@ fn reference_exits_0_or_2() {
 fn run_exits_0_1_2_or_3() {
     let t = tempfile::tempdir().unwrap();
     let clean = probe(t.path(), "clean", &emulator(""), "");
-    hefprobe().arg("run").arg(&clean).assert().code(0).stdout(predicate::str::contains("no drift beyond thresholds"));
+    hefprobe()
+        .arg("run")
+        .arg(&clean)
+        .assert()
+        .code(0)
+        .stdout(predicate::str::contains("no drift beyond thresholds"));
     let fault = probe(t.path(), "fault", &emulator("\"shared-softmax@layers=0\""), "");
     hefprobe().arg("run").arg(&fault).arg("--no-explain").assert().code(1);
     hefprobe()
@@ -130,7 +153,13 @@ fn compare_exits_0_1_or_2() {
     let t = tempfile::tempdir().unwrap();
     let ck = synth_small(t.path());
     let a = t.path().join("a.npz");
-    hefprobe().args(["reference", "--checkpoint"]).arg(&ck).args(["--tokens", "1,2,3", "-o"]).arg(&a).assert().code(0);
+    hefprobe()
+        .args(["reference", "--checkpoint"])
+        .arg(&ck)
+        .args(["--tokens", "1,2,3", "-o"])
+        .arg(&a)
+        .assert()
+        .code(0);
     hefprobe().arg("compare").arg(&a).arg(&a).assert().code(0);
     let mut cap = Capture::read_npz(&a).unwrap();
     let mut x = cap.get_key("prefill/logits").unwrap().clone();
@@ -154,7 +183,12 @@ fn compare_exits_0_1_or_2() {
 fn explain_exits_0_1_or_2() {
     let t = tempfile::tempdir().unwrap();
     let p = probe(t.path(), "ex", "", "");
-    hefprobe().arg("explain").arg(&p).args(["--backend", "emulator", "--fault", "no-lm-head"]).assert().code(0);
+    hefprobe()
+        .arg("explain")
+        .arg(&p)
+        .args(["--backend", "emulator", "--fault", "no-lm-head"])
+        .assert()
+        .code(0);
     hefprobe()
         .arg("explain")
         .arg(&p)

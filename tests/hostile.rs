@@ -20,7 +20,8 @@ fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
 }
 
 const HEAD: &str = "version = 1\nname = \"h\"\nquestion = \"q?\"\n";
-const TINY: &str = "[checkpoint]\nsynth = \"tinystories\"\nhidden = 64\nlayers = 2\nheads = 4\nkv_heads = 2\nvocab = 512\n";
+const TINY: &str =
+    "[checkpoint]\nsynth = \"tinystories\"\nhidden = 64\nlayers = 2\nheads = 4\nkv_heads = 2\nvocab = 512\n";
 const INPUTS: &str = "[inputs]\ntokens = [5, 9, 44, 120, 7]\ndecode = 2\n";
 const EMULATOR: &str = "[[backend]]\nname = \"device\"\nkind = \"emulator\"\n";
 
@@ -41,7 +42,15 @@ fn positions_that_wrap_are_refused_not_decoded_forever() {
         .stderr(predicate::str::contains("--decode").and(predicate::str::contains("overflows")));
     // Died inside candle, its backtrace printed twice.
     hefprobe()
-        .args(["reference", "--synth", "tinystories", "--tokens", "1,2", "--start-position", "18446744073709551615"])
+        .args([
+            "reference",
+            "--synth",
+            "tinystories",
+            "--tokens",
+            "1,2",
+            "--start-position",
+            "18446744073709551615",
+        ])
         .arg("-o")
         .arg(std::env::temp_dir().join("hefprobe-never.npz"))
         .assert()
@@ -81,13 +90,14 @@ fn models_beyond_the_memory_budget_are_refused_before_allocation() {
                 .and(predicate::str::contains("needs 262.2 TiB, budget"))
                 .and(predicate::str::contains("--max-memory")),
         );
-    let p = write(t.path(), "big.toml", &format!("{HEAD}[checkpoint]\nsynth = \"tinystories\"\nhidden = 1000000\n{INPUTS}{EMULATOR}"));
-    hefprobe()
-        .arg("run")
-        .arg(&p)
-        .assert()
-        .code(2)
-        .stderr(predicate::str::contains("big.toml [checkpoint]").and(predicate::str::contains("hidden=1000000")));
+    let p = write(
+        t.path(),
+        "big.toml",
+        &format!("{HEAD}[checkpoint]\nsynth = \"tinystories\"\nhidden = 1000000\n{INPUTS}{EMULATOR}"),
+    );
+    hefprobe().arg("run").arg(&p).assert().code(2).stderr(
+        predicate::str::contains("big.toml [checkpoint]").and(predicate::str::contains("hidden=1000000")),
+    );
     // The budget is a flag: a model that fits the machine is refused under a small one.
     hefprobe()
         .args(["--max-memory", "16M", "reference", "--synth", "tinystories", "--tokens", "1,2", "-o"])
@@ -119,13 +129,9 @@ fn thresholds_are_checked_when_read() {
         ("topk=2", "share from 0 to 1"),
         ("top5=0.9", "unknown metric `top5`"),
     ] {
-        hefprobe()
-            .arg("run")
-            .arg(&p)
-            .args(["--threshold", bound])
-            .assert()
-            .code(2)
-            .stderr(predicate::str::contains(format!("--threshold `{bound}`")).and(predicate::str::contains(says)));
+        hefprobe().arg("run").arg(&p).args(["--threshold", bound]).assert().code(2).stderr(
+            predicate::str::contains(format!("--threshold `{bound}`")).and(predicate::str::contains(says)),
+        );
     }
     // A glob matching no tap is an error with a suggestion, as the same typo in `taps` is.
     hefprobe()
@@ -136,12 +142,10 @@ fn thresholds_are_checked_when_read() {
         .code(2)
         .stderr(predicate::str::contains("did you mean `layers.*.attn.probs`"));
     let p = tiny_probe(t.path(), "[thresholds.taps]\n\"logit\" = { cosine = 0.9 }\n");
-    hefprobe()
-        .arg("run")
-        .arg(&p)
-        .assert()
-        .code(2)
-        .stderr(predicate::str::contains("tiny.toml: [thresholds.taps] `logit`").and(predicate::str::contains("`logits`")));
+    hefprobe().arg("run").arg(&p).assert().code(2).stderr(
+        predicate::str::contains("tiny.toml: [thresholds.taps] `logit`")
+            .and(predicate::str::contains("`logits`")),
+    );
 }
 
 #[test]
@@ -192,7 +196,9 @@ fn inputset_files_with_an_empty_prompt_or_a_bad_chunk_are_refused() {
         w.finish().unwrap();
         p
     };
-    for (prompt, chunk, says) in [(vec![], vec![], "`prompt`"), (vec![1, 2], vec![0], "`chunk`"), (vec![1, 2], vec![-4], "`chunk`")] {
+    for (prompt, chunk, says) in
+        [(vec![], vec![], "`prompt`"), (vec![1, 2], vec![0], "`chunk`"), (vec![1, 2], vec![-4], "`chunk`")]
+    {
         let inputs = write_npz(prompt, chunk);
         hefprobe()
             .arg("capture")
@@ -232,7 +238,19 @@ fn an_output_never_destroys_an_input() {
     let ck = t.path().join("ck");
     let synth = |force: bool| {
         let mut c = hefprobe();
-        c.args(["synth", "--arch", "llama", "--hidden", "32", "--layers", "1", "--heads", "2", "--kv-heads", "1"]);
+        c.args([
+            "synth",
+            "--arch",
+            "llama",
+            "--hidden",
+            "32",
+            "--layers",
+            "1",
+            "--heads",
+            "2",
+            "--kv-heads",
+            "1",
+        ]);
         c.arg("-o").arg(&ck);
         if force {
             c.arg("--force");
@@ -250,7 +268,9 @@ fn an_output_never_destroys_an_input() {
         .arg(ck.join("model.safetensors"))
         .assert()
         .code(2)
-        .stderr(predicate::str::contains("model.safetensors").and(predicate::str::contains("the checkpoint")));
+        .stderr(
+            predicate::str::contains("model.safetensors").and(predicate::str::contains("the checkpoint")),
+        );
     assert_eq!(std::fs::read(ck.join("model.safetensors")).unwrap(), weights);
 
     let p = tiny_probe(t.path(), "");
@@ -385,7 +405,9 @@ fn deprecated_output_flags_still_work_and_say_so() {
         .assert()
         .code(0)
         .stdout(predicate::str::contains("hefprobe.audit/1"))
-        .stderr(predicate::str::contains("--json is deprecated").and(predicate::str::contains("--report json")));
+        .stderr(
+            predicate::str::contains("--json is deprecated").and(predicate::str::contains("--report json")),
+        );
     let md = t.path().join("a.md");
     hefprobe()
         .arg("audit")

@@ -131,8 +131,8 @@ impl DumpBackend {
     /// canonical keys, layout transforms. Every map entry is checked; what a file says is never
     /// trusted (this is what `fuzz/fuzz_targets/dump_map.rs` drives).
     pub fn map_capture(mut raw: Capture, text: &str, map_what: &str, npz_what: &str) -> Result<Capture> {
-        let map: MapFile = toml::from_str(text)
-            .map_err(|e| Error::input(map_what, e.to_string().trim_end().to_string()))?;
+        let map: MapFile =
+            toml::from_str(text).map_err(|e| Error::input(map_what, e.to_string().trim_end().to_string()))?;
         let default_phase = match &map.phase {
             None => Phase::Prefill,
             Some(p) => Phase::parse(p).ok_or_else(|| {

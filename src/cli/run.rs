@@ -83,7 +83,11 @@ pub fn probe_inputs(probe: &Probe, backends: &[BackendSpec], outs: &mut Outputs)
 
 /// Write the reports of a probe run, then end it: the reports first, whatever happened, so a
 /// run that stopped half-way still leaves what it finished (docs/ARCHITECTURE.md).
-pub fn finish(mut result: crate::probe::run::ProbeRun, targets: &[ReportTarget], drift: bool) -> Result<ExitCode> {
+pub fn finish(
+    mut result: crate::probe::run::ProbeRun,
+    targets: &[ReportTarget],
+    drift: bool,
+) -> Result<ExitCode> {
     let color = std::io::stdout().is_terminal();
     print!("{}", emit(&mut result.report, targets, color)?);
     if let Some(e) = result.error {

@@ -24,9 +24,19 @@ pub const METRICS: &[(&str, Dir, &str, Range)] = &[
     ("kl_mean", Dir::Max, "mean KL divergence in nats (logits)", Range::NonNegative),
     ("kl_max", Dir::Max, "max KL divergence (logits)", Range::NonNegative),
     ("kl_p99", Dir::Max, "99th percentile KL (logits)", Range::NonNegative),
-    ("flips", Dir::Max, "argmax flips where the reference top-1 margin exceeds flip_margin (logits)", Range::Count),
+    (
+        "flips",
+        Dir::Max,
+        "argmax flips where the reference top-1 margin exceeds flip_margin (logits)",
+        Range::Count,
+    ),
     ("prob_sum_err", Dir::Max, "max |sum over keys - 1| of a head's probs (attn.probs)", Range::NonNegative),
-    ("mask_leak", Dir::Max, "probability mass entries > 1e-6 where the reference masks (attn.probs)", Range::Count),
+    (
+        "mask_leak",
+        Dir::Max,
+        "probability mass entries > 1e-6 where the reference masks (attn.probs)",
+        Range::Count,
+    ),
 ];
 
 /// The values a bound on a metric may take.

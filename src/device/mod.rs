@@ -8,11 +8,13 @@ pub mod driver;
 pub mod frames;
 #[cfg(feature = "hailo")]
 pub mod hailo;
+#[cfg(test)]
+mod layout_tests;
 pub mod sim;
 pub mod synth_hef;
 
-use crate::error::Result;
-use crate::hef::{QuantInfo, Shape3};
+use crate::error::{Error, Result};
+use crate::hef::{NetworkGroup, QuantInfo, Shape3, Stream};
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -90,15 +92,41 @@ pub trait ConfiguredModel {
     fn update_cache_buffer(&mut self, cache_id: u32, bytes: &[u8]) -> Result<()>;
 }
 
-/// Bytes of one cache ring entry as HailoRT pads it: the entry's feature bytes rounded up to
-/// a power of two of at least 64 while ≤ 512, else to a multiple of 512
-/// (cache_manager.cpp `get_cache_ios_infos`, default SG page 512).
-pub fn padded_entry_bytes(feature_bytes: usize) -> usize {
-    if feature_bytes <= 512 {
-        feature_bytes.next_power_of_two().max(64)
-    } else {
-        feature_bytes.div_ceil(512) * 512
-    }
+/// Bytes of one cache ring entry as HailoRT pads it (the HEF layout's rule, kept with the
+/// synthesizer that writes the cache layers).
+pub use crate::hef::synth::padded_entry_bytes;
+
+/// The inputs and outputs of `g` as `InferModel` presents them once genai has set its formats
+/// (llm_server.cpp:209-218): FLOAT32 for `float_inputs` and every output, the hardware type
+/// (`data_bytes`) for every other input.
+pub fn configured_streams(
+    g: &NetworkGroup,
+    float_inputs: &[String],
+) -> Result<(Vec<StreamInfo>, Vec<StreamInfo>)> {
+    let info = |s: &Stream, format: FormatType| StreamInfo {
+        name: s.name.clone(),
+        shape: s.shape,
+        format,
+        quant_infos: if s.quant_per_feature.is_empty() { vec![s.quant] } else { s.quant_per_feature.clone() },
+    };
+    let inputs = g
+        .inputs
+        .iter()
+        .map(|s| {
+            if float_inputs.contains(&s.name) {
+                return Ok(info(s, FormatType::Float32));
+            }
+            let hw = FormatType::from_data_bytes(s.data_bytes).ok_or_else(|| {
+                Error::Device(format!(
+                    "`{}`: {} bytes per element is not a HailoRT type",
+                    s.name, s.data_bytes
+                ))
+            })?;
+            Ok(info(s, hw))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let outputs = g.outputs.iter().map(|s| info(s, FormatType::Float32)).collect();
+    Ok((inputs, outputs))
 }
 
 /// How long one inference may take: genai's INFERENCE_TIMEOUT (inference_manager.hpp:24).

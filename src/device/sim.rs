@@ -6,12 +6,14 @@
 //! returns float32 outputs through the HEF's output quant infos.
 
 use super::synth_hef::{sim_spec, Mistake, SimSpec};
-use super::{ConfiguredModel, Device, FormatType, StreamInfo};
+use super::{configured_streams, padded_entry_bytes, ConfiguredModel, Device, FormatType, StreamInfo};
 use crate::capture::NoTaps;
 use crate::error::{Error, Result};
 use crate::fault::catalog::cache::CacheLayout;
 use crate::fault::Fault;
-use crate::hef::{Hef, NetworkGroup, QuantInfo, Stream};
+use crate::hef::model::dtype_name;
+use crate::hef::synth::data_bytes;
+use crate::hef::{Hef, NetworkGroup, QuantInfo};
 use crate::inputs::{DecodeSpec, InputSet};
 use crate::model::decoder::{CacheView, FrameInputs, KvStore, StepInput};
 use crate::model::hooks::HookStack;
@@ -39,6 +41,8 @@ pub struct Ring {
     quant: Vec<(QuantInfo, QuantInfo)>,
     kv_heads: usize,
     head_dim: usize,
+    /// Bytes of one entry as the runtime pads it.
+    pad: usize,
     /// The cache-layout fault (finding 9), realized where it happens: the prefill group
     /// writes each entry's features in another order than tbt reads them. Per layer:
     /// stored[f] = written[perm[f]]; prefill reads its own entries back through the inverse.
@@ -51,6 +55,7 @@ impl Ring {
         layers: usize,
         kv_heads: usize,
         head_dim: usize,
+        pad: usize,
         quant: Vec<(QuantInfo, QuantInfo)>,
     ) -> Self {
         let empty = vec![vec![0f32; kv_heads * head_dim]; len];
@@ -63,6 +68,7 @@ impl Ring {
             quant,
             kv_heads,
             head_dim,
+            pad,
             prefill_layout: vec![None; layers],
         }
     }
@@ -79,10 +85,10 @@ impl Ring {
         out
     }
 
-    /// Entry bytes as the runtime pads them: the feature bytes rounded up to a power of two of
-    /// at least 64 while ≤ 512, else to a multiple of 512 (cache_manager.cpp get_cache_ios_infos).
+    /// Entry bytes as the runtime pads them (cache_manager.cpp get_cache_ios_infos), from the
+    /// HEF's cache layers.
     pub fn padded_entry_bytes(&self) -> usize {
-        super::padded_entry_bytes(self.kv_heads * self.head_dim * 2)
+        self.pad
     }
 
     /// One ring (cache id 2l = keys of layer l, 2l + 1 = values) as raw bytes, entries in ring
@@ -259,6 +265,7 @@ impl SimDevice {
         let (prefill, _) = hef.llm_groups()?;
         let g = hef.group(&prefill).expect("selected group exists");
         let ring_len = ring_length(g, &what)?;
+        let pad = cache_entry_bytes(&hef, c.num_kv_heads, c.head_dim, &what)?;
         let quant = (0..c.num_layers)
             .map(|l| {
                 let q = |id: usize| {
@@ -269,7 +276,7 @@ impl SimDevice {
                 Ok((q(2 * l)?, q(2 * l + 1)?))
             })
             .collect::<Result<Vec<_>>>()?;
-        let mut ring = Ring::new(ring_len, c.num_layers, c.num_kv_heads, c.head_dim, quant);
+        let mut ring = Ring::new(ring_len, c.num_layers, c.num_kv_heads, c.head_dim, pad, quant);
         for f in &layouts {
             let fs = crate::fault::catalog::parse_as::<CacheLayout>(f, c)?;
             let perm: Vec<usize> = fs
@@ -325,13 +332,26 @@ fn ring_length(g: &NetworkGroup, what: &str) -> Result<usize> {
     }
 }
 
-fn stream_info(s: &Stream, format: FormatType) -> StreamInfo {
-    StreamInfo {
-        name: s.name.clone(),
-        shape: s.shape,
-        format,
-        quant_infos: if s.quant_per_feature.is_empty() { vec![s.quant] } else { s.quant_per_feature.clone() },
+/// The padded entry bytes of the HEF's cache rings. The device holds uint16 entries of
+/// kv_heads × head_dim values, and HailoRT sizes an entry by the layer's hardware features taken
+/// as bytes (cache_manager.cpp:221): a cache layer laid out otherwise cannot be simulated.
+fn cache_entry_bytes(hef: &Hef, kv_heads: usize, head_dim: usize, what: &str) -> Result<usize> {
+    let bytes = data_bytes::CACHE as usize * kv_heads * head_dim;
+    for c in hef.groups.iter().flat_map(|g| g.caches.iter()) {
+        if c.data_bytes != data_bytes::CACHE || c.padded.features as usize != bytes {
+            return Err(Error::input(
+                what,
+                format!(
+                    "cache layer `{}` has entries of {} bytes ({}); the simulated device holds UINT16 entries of \
+                     kv_heads × head_dim = {kv_heads} × {head_dim} values, {bytes} bytes",
+                    c.name,
+                    c.padded.features,
+                    dtype_name(c.data_bytes)
+                ),
+            ));
+        }
     }
+    Ok(padded_entry_bytes(bytes))
 }
 
 impl Device for SimDevice {
@@ -350,22 +370,7 @@ impl Device for SimDevice {
         let g = self.hef.group(group).ok_or_else(|| {
             Error::Device(format!("create_infer_model: {} has no network group `{group}`", self.what))
         })?;
-        let hw = |s: &Stream| {
-            FormatType::from_data_bytes(s.data_bytes).ok_or_else(|| {
-                Error::Device(format!(
-                    "`{}`: {} bytes per element is not a HailoRT type",
-                    s.name, s.data_bytes
-                ))
-            })
-        };
-        let inputs = g
-            .inputs
-            .iter()
-            .map(|s| {
-                Ok(stream_info(s, if float_inputs.contains(&s.name) { FormatType::Float32 } else { hw(s)? }))
-            })
-            .collect::<Result<Vec<_>>>()?;
-        let outputs = g.outputs.iter().map(|s| stream_info(s, FormatType::Float32)).collect();
+        let (inputs, outputs) = configured_streams(g, float_inputs)?;
         let prefill = self.hef.llm_groups()?.0 == group;
         Ok(Box::new(SimModel { core: self.core.clone(), group: g.clone(), inputs, outputs, prefill }))
     }

@@ -1,17 +1,18 @@
 //! `hefprobe synth-hef`: write a simulated LLM HEF in the real container format, for a
-//! checkpoint — prefill and tbt groups with the inputs genai expects (suffixes
-//! `input_layer1..6`), KV-cache layers shared by id, a logits output (optionally sharded),
-//! quant infos from calibration, the four resources genai reads, and one resource of our own
-//! (`hefprobe-sim.json`) naming the checkpoint and the emulator configuration the simulated
-//! device runs. Options write the structural mistakes of the findings table so `audit` can be
+//! checkpoint. The layout (groups, the six genai inputs, logits, KV-cache layers, the four genai
+//! resources) comes from the one synthesizer, `hef::synth`; this module adds what needs the
+//! model: quant infos calibrated on the checkpoint, the resource contents, one resource of our
+//! own (`hefprobe-sim.json`) naming the checkpoint and the emulator configuration the simulated
+//! device runs, and, on request, the structural mistakes of the findings table so `audit` can be
 //! tested against them.
 
 use crate::capture::NoTaps;
 use crate::error::{Error, Result};
 use crate::fault::catalog::{self, rope::PositionShift, rope::RopeFault};
 use crate::fault::quant::Affine;
-use crate::hef::model::extension;
-use crate::hef::{CacheLayer, FormatOrder, Hef, NetworkGroup, QuantInfo, Resource, Shape3, Stream};
+use crate::hef::llm_config;
+use crate::hef::synth::{LlmInput, LlmQuant, LlmResources, LlmSpec};
+use crate::hef::{Hef, QuantInfo, Resource};
 use crate::inputs::{DecodeSpec, InputSet};
 use crate::model::hooks::{Hooks, StepCtx};
 use crate::model::run::{run_inputs, RunRecord};
@@ -161,16 +162,6 @@ pub fn u16_quant(lo: f32, hi: f32) -> QuantInfo {
     QuantInfo { zp: a.zp, scale: a.scale, min: (a.qmin - a.zp) * a.scale, max: (a.qmax - a.zp) * a.scale }
 }
 
-/// RoPE inputs: float32 from the host, quantized by the runtime into [-1, 1] (quantization.hpp).
-pub fn rope_quant() -> QuantInfo {
-    QuantInfo { zp: 32767.0, scale: 1.0 / 32767.0, min: -1.0, max: 1.0 }
-}
-
-/// The mask: uint8, "on" = quantize(1.0) = 255.
-pub fn mask_quant() -> QuantInfo {
-    QuantInfo { zp: 0.0, scale: 1.0 / 255.0, min: 0.0, max: 1.0 }
-}
-
 fn calibrate(model: &Decoder, opts: &SynthHefOptions) -> Result<Ranges> {
     use rand::{Rng, SeedableRng};
     let vocab = model.cfg.vocab_size as u32;
@@ -189,35 +180,30 @@ fn calibrate(model: &Decoder, opts: &SynthHefOptions) -> Result<Ranges> {
     Ok(ranges)
 }
 
-fn stream(name: String, rows: usize, features: usize, data_bytes: u32, quant: QuantInfo) -> Stream {
-    let shape = Shape3::new(1, rows as u32, features as u32);
-    Stream {
-        name,
-        shape,
-        padded: shape,
-        order: FormatOrder::Nhwc,
-        data_bytes,
-        quant,
-        quant_per_feature: Vec::new(),
-        transposed: false,
-    }
+/// A size from the checkpoint or the options as the layout's 32-bit number.
+fn size(what: &str, n: usize) -> Result<u32> {
+    u32::try_from(n).map_err(|_| Error::usage(format!("{what} {n} does not fit a HEF's 32-bit sizes")))
 }
 
-/// Build the HEF.
+/// Build the HEF: the layout from the one synthesizer (`hef::synth`), quant infos calibrated on
+/// the checkpoint, then the structural mistakes and the simulator's resource.
 pub fn synth_hef(ckpt: &Checkpoint, checkpoint: SimCheckpoint, opts: &SynthHefOptions) -> Result<Hef> {
     let c = &ckpt.config;
-    if opts.prefill_tokens == 0 || opts.kv_cache_size <= opts.prefill_tokens {
-        return Err(Error::usage(format!(
-            "--kv-cache-size ({}) must exceed --prefill-tokens ({}), which must be at least 1",
-            opts.kv_cache_size, opts.prefill_tokens
-        )));
-    }
-    if opts.lm_head_shards == 0 || opts.lm_head_shards > c.vocab_size {
-        return Err(Error::usage(format!(
-            "--lm-head-shards {}: expected 1..={}",
-            opts.lm_head_shards, c.vocab_size
-        )));
-    }
+    let spec = LlmSpec {
+        name: opts.name.clone(),
+        vocab: size("vocab_size", c.vocab_size)?,
+        hidden: size("hidden_size", c.hidden_size)?,
+        heads: size("num_attention_heads", c.num_heads)?,
+        kv_heads: size("num_key_value_heads", c.num_kv_heads)?,
+        head_dim: size("head_dim", c.head_dim)?,
+        layers: size("num_hidden_layers", c.num_layers)?,
+        prefill_tokens: size("--prefill-tokens", opts.prefill_tokens)?,
+        kv_cache_size: size("--kv-cache-size", opts.kv_cache_size)?,
+        with_tbt: opts.tbt,
+        lm_head_shards: size("--lm-head-shards", opts.lm_head_shards)?,
+        contexts: 1,
+    };
+    spec.check()?;
     // The device computes these faults; those acting on positions need positions the device
     // never receives (it gets RoPE tables), so they belong in the emulator.
     for f in &opts.faults {
@@ -238,133 +224,108 @@ pub fn synth_hef(ckpt: &Checkpoint, checkpoint: SimCheckpoint, opts: &SynthHefOp
         let a = Affine::calibrate(elo, ehi, 16, false);
         QuantInfo { zp: a.zp, scale: a.scale, min: elo, max: ehi }
     };
-    let embeddings: Vec<u8> = embed
+    let embeddings: Vec<u16> = embed
         .flatten_all()?
         .to_vec1::<f32>()?
         .iter()
-        .flat_map(|&x| (emb_q.quantize(x).clamp(0.0, 65535.0) as u16).to_le_bytes())
+        .map(|&x| emb_q.quantize(x).clamp(0.0, 65535.0) as u16)
         .collect();
     // theta: head_dim values, the rotate-half frequencies duplicated, so cos/sin of the
     // whole head come straight out of genai's tables.
     let half = &model.rope.inv_freq;
-    let theta: Vec<u8> = (0..c.head_dim).flat_map(|i| half[i % half.len()].to_le_bytes()).collect();
-
-    let mut groups = vec![group(ckpt, opts, &ranges, emb_q, true)];
-    if opts.tbt {
-        groups.push(group(ckpt, opts, &ranges, emb_q, false));
+    let theta: Vec<f32> = (0..c.head_dim).map(|i| half[i % half.len()]).collect();
+    let (llo, lhi) = ranges.get("logits");
+    let quant = LlmQuant {
+        embeddings: emb_q,
+        mask: LlmQuant::MASK,
+        rope: LlmQuant::ROPE,
+        logits: u16_quant(llo, lhi),
+        caches: (0..c.num_layers)
+            .map(|l| {
+                let (lo, hi) = ranges.get(&format!("cache.{l}"));
+                (u16_quant(lo, hi), u16_quant(lo, hi))
+            })
+            .collect(),
+    };
+    let resources = LlmResources {
+        embeddings,
+        theta,
+        tokenizer: crate::model::tokenizer::synth_tokenizer_json().to_string().into_bytes(),
+        eos_token_id: c.eos_token_id.unwrap_or(2),
+        stop_token_ids: Vec::new(),
+    };
+    let mut hef = spec.build_with(&quant, &resources)?;
+    hef.sdk_version = format!("hefprobe {} synth-hef", env!("CARGO_PKG_VERSION"));
+    let (flo, fhi) = ranges.get("final_norm");
+    for &m in &opts.mistakes {
+        write_mistake(&mut hef, &spec, m, u16_quant(flo, fhi))?;
     }
-    let spec = SimSpec {
+    let sim = SimSpec {
         schema: SIM_SCHEMA.into(),
         checkpoint,
         faults: opts.faults.clone(),
         quant: opts.quant.clone(),
         mistakes: opts.mistakes.clone(),
     };
-    let tokenizer = crate::model::tokenizer::synth_tokenizer_json().to_string();
-    let resources = vec![
-        Resource::new("embeddings.bin", embeddings),
-        Resource::new("tokenizer.json", tokenizer.into_bytes()),
-        Resource::new("rope_theta_data.bin", theta),
-        Resource::new("hailo-config.json", config_json(ckpt, opts).into_bytes()),
-        Resource::new(SIM_RESOURCE, serde_json::to_vec_pretty(&spec).expect("json")),
-    ];
-    Ok(Hef {
-        version: 3,
-        hw_arch: 103, // HAILO1XH, the Hailo-10H/15H family (device_internal.cpp)
-        sdk_version: format!("hefprobe {} synth-hef", env!("CARGO_PKG_VERSION")),
-        groups,
-        resources,
-        extensions: vec![
-            extension::HAILO_NET_FLOW,
-            extension::PERIPH_CALCULATION_IN_HAILORT,
-            extension::EXTERNAL_RESOURCES,
-        ],
-    })
+    hef.resources.push(Resource::new(SIM_RESOURCE, serde_json::to_vec_pretty(&sim).expect("json")));
+    Ok(hef)
 }
 
-fn config_json(ckpt: &Checkpoint, opts: &SynthHefOptions) -> String {
-    let c = &ckpt.config;
-    let count_key = if opts.mistakes.contains(&Mistake::MisspelledConfigKey) {
-        "prefill_input_tokens_size"
-    } else {
-        "prefill_input_tokens_count"
-    };
-    let mut pre = serde_json::Map::new();
-    pre.insert("kv_cache_size".into(), opts.kv_cache_size.into());
-    pre.insert("num_attention_heads".into(), c.num_heads.into());
-    pre.insert("num_key_value_heads".into(), c.num_kv_heads.into());
-    pre.insert(count_key.into(), opts.prefill_tokens.into());
-    let v = serde_json::json!({
-        "eos_token_id": c.eos_token_id.unwrap_or(2),
-        "default_generation_params": {"do_sample": false, "temperature": 1.0, "repetition_penalty": 1.0},
-        "pre_process_params": pre,
-    });
-    serde_json::to_string_pretty(&v).expect("json")
-}
-
-fn group(
-    ckpt: &Checkpoint,
-    opts: &SynthHefOptions,
-    ranges: &Ranges,
-    emb_q: QuantInfo,
-    prefill: bool,
-) -> NetworkGroup {
-    let c = &ckpt.config;
-    let name = format!("{}__{}", opts.name, if prefill { "prefill" } else { "tbt" });
-    let t = if prefill { opts.prefill_tokens } else { 1 };
-    let l = c.head_dim;
-    let q_heads = if opts.mistakes.contains(&Mistake::WrongRopeWidth) { c.num_kv_heads } else { c.num_heads };
-    let input = |i: usize, features: usize, bytes: u32, q: QuantInfo| {
-        stream(format!("{name}/input_layer{i}"), t, features, bytes, q)
-    };
-    let inputs = vec![
-        input(1, c.hidden_size, 2, emb_q),
-        input(2, opts.kv_cache_size * c.num_heads, 1, mask_quant()),
-        input(3, l * q_heads, 2, rope_quant()),
-        input(4, l * q_heads, 2, rope_quant()),
-        input(5, l * c.num_kv_heads, 2, rope_quant()),
-        input(6, l * c.num_kv_heads, 2, rope_quant()),
-    ];
-    let out_rows = if prefill && opts.mistakes.contains(&Mistake::FullSequenceOutput) { t } else { 1 };
-    let outputs = if opts.mistakes.contains(&Mistake::MissingLmHead) {
-        let (lo, hi) = ranges.get("final_norm");
-        vec![stream(format!("{name}/output_layer1"), out_rows, c.hidden_size, 2, u16_quant(lo, hi))]
-    } else {
-        let (lo, hi) = ranges.get("logits");
-        shard_widths(c.vocab_size, opts.lm_head_shards)
-            .into_iter()
-            .enumerate()
-            .map(|(i, w)| stream(format!("{name}/output_layer{}", i + 1), out_rows, w, 2, u16_quant(lo, hi)))
-            .collect()
-    };
-    let entry = c.num_kv_heads * c.head_dim;
-    let mut caches = Vec::new();
-    for layer in 0..c.num_layers {
-        let (lo, hi) = ranges.get(&format!("cache.{layer}"));
-        for (kind, id) in [("k", 2 * layer), ("v", 2 * layer + 1)] {
-            for (is_input, window, side) in [(true, opts.kv_cache_size - t, "read"), (false, t, "write")] {
-                caches.push(CacheLayer {
-                    name: format!("{name}/cache_{kind}{layer}_{side}"),
-                    is_input,
-                    cache_id: id as u32,
-                    shape: Shape3::new(1, window as u32, entry as u32),
-                    // HailoRT takes the hardware features as the entry's byte count
-                    // (cache_manager.cpp get_cache_ios_infos): 2 bytes per uint16 value.
-                    padded: Shape3::new(1, window as u32, 2 * entry as u32),
-                    order: FormatOrder::Nhwc,
-                    data_bytes: 2,
-                    quant: u16_quant(lo, hi),
-                });
+/// Edit a correct layout into one of the findings' mistakes. `final_norm` is the quant info of
+/// the hidden state a graph without lm_head would output.
+fn write_mistake(hef: &mut Hef, spec: &LlmSpec, mistake: Mistake, final_norm: QuantInfo) -> Result<()> {
+    let prefill = spec.prefill_name();
+    for g in &mut hef.groups {
+        match mistake {
+            Mistake::MissingLmHead => {
+                g.outputs.truncate(1);
+                for s in &mut g.outputs {
+                    (s.shape.features, s.padded.features, s.quant) = (spec.hidden, spec.hidden, final_norm);
+                }
+            }
+            Mistake::FullSequenceOutput if g.name == prefill => {
+                for s in &mut g.outputs {
+                    (s.shape.width, s.padded.width) = (spec.prefill_tokens, spec.prefill_tokens);
+                }
+            }
+            Mistake::FullSequenceOutput | Mistake::MisspelledConfigKey => {}
+            Mistake::WrongRopeWidth => {
+                let q = [LlmInput::QCos.name(&g.name), LlmInput::QSin.name(&g.name)];
+                for s in g.inputs.iter_mut().filter(|s| q.contains(&s.name)) {
+                    let width = spec.head_dim * spec.kv_heads;
+                    (s.shape.features, s.padded.features) = (width, width);
+                }
             }
         }
     }
-    NetworkGroup { name, inputs, outputs, unordered_outputs: Vec::new(), caches, contexts: 1 }
+    if mistake == Mistake::MisspelledConfigKey {
+        misspell_prefill_key(hef)?;
+    }
+    Ok(())
 }
 
-/// Shard widths: ⌈V/N⌉ each, the last shorter (the lm-head-shards fault's split).
-pub fn shard_widths(vocab: usize, n: usize) -> Vec<usize> {
-    let w = vocab.div_ceil(n);
-    (0..n).map(|i| w.min(vocab - (i * w).min(vocab))).filter(|&x| x > 0).collect()
+/// hailo-config.json with `prefill_input_tokens_size` for `prefill_input_tokens_count` (finding 5),
+/// in the same place among the keys.
+fn misspell_prefill_key(hef: &mut Hef) -> Result<()> {
+    let what = "synthesized hailo-config.json";
+    let r = hef
+        .resources
+        .iter_mut()
+        .find(|r| r.name == llm_config::RESOURCE)
+        .ok_or_else(|| Error::input(what, "missing"))?;
+    let mut root: serde_json::Value =
+        serde_json::from_slice(&r.data).map_err(|e| Error::input(what, e.to_string()))?;
+    let Some(serde_json::Value::Object(pre)) = root.get_mut("pre_process_params") else {
+        return Err(Error::input(what, "has no pre_process_params"));
+    };
+    *pre = std::mem::take(pre)
+        .into_iter()
+        .map(|(k, v)| {
+            (if k == "prefill_input_tokens_count" { "prefill_input_tokens_size".into() } else { k }, v)
+        })
+        .collect();
+    *r = Resource::new(llm_config::RESOURCE, serde_json::to_vec_pretty(&root).expect("json"));
+    Ok(())
 }
 
 /// Read `hefprobe-sim.json` from a HEF: None when the HEF is not one hefprobe wrote.
@@ -406,13 +367,6 @@ impl SimCheckpoint {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn shard_widths_cover_the_vocab() {
-        assert_eq!(shard_widths(10, 3), vec![4, 4, 2]);
-        assert_eq!(shard_widths(9, 3), vec![3, 3, 3]);
-        assert_eq!(shard_widths(7, 1), vec![7]);
-    }
 
     #[test]
     fn u16_quant_covers_the_range() {

@@ -82,7 +82,11 @@ pub fn nonfinite_keys(reference: &Capture, observed: &Capture, keys: &[String]) 
         .filter_map(|k| {
             let o = observed.get_key(k)?;
             let n = match reference.get_key(k).filter(|r| r.shape() == o.shape()) {
-                Some(r) => o.iter().zip(r.iter()).filter(|(x, y)| !x.is_finite() && !(x.is_infinite() && x == y)).count(),
+                Some(r) => o
+                    .iter()
+                    .zip(r.iter())
+                    .filter(|(x, y)| !(x.is_finite() || x.is_infinite() && x == y))
+                    .count(),
                 None => o.iter().filter(|x| x.is_nan() || (x.is_infinite() && **x > 0.0)).count(),
             };
             (n > 0).then(|| (k.clone(), n))
@@ -95,7 +99,8 @@ pub fn nonfinite_keys(reference: &Capture, observed: &Capture, keys: &[String]) 
 fn refuse_nonfinite(observed_name: &str, taps: Vec<String>, bad: &[(String, usize)]) -> ExplainReport {
     let total: usize = bad.iter().map(|(_, n)| n).sum();
     let (first, n) = &bad[0];
-    let more = if bad.len() > 1 { format!("; {} keys in all, {total} values", bad.len()) } else { String::new() };
+    let more =
+        if bad.len() > 1 { format!("; {} keys in all, {total} values", bad.len()) } else { String::new() };
     ExplainReport {
         observed: observed_name.to_string(),
         taps,

@@ -1,5 +1,5 @@
 //! The HEF container: header versions 0..3, where the proto, CCWs and external resources sit,
-//! the integrity checks HailoRT makes on load, and a V3 writer.
+//! the integrity checks HailoRT makes on load. The V3 writer is in `container_write.rs`.
 //!
 //! Layout facts are from HailoRT v5.2.0 `hailort/libhailort/src/hef/hef_internal.hpp` (header
 //! structs, lines 116-184) and `hef.cpp` (`parse_hef_file` :542-632, `parse_hef_memview` :654-757,
@@ -10,6 +10,9 @@
 //! overflow-checked arithmetic *before* anything is allocated or read, and a violation is an
 //! `Error::input` that names the file, the byte offset of the header field and the field.
 //! (Upstream's memview path hashes `hef_proto_size` bytes without bounding them first.)
+//!
+//! A little over 600 lines because every header version's layout, its integrity rule and the
+//! bounds that protect it read best side by side; the writer and the tests live beside it.
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -18,6 +21,8 @@ use serde::Serialize;
 use xxhash_rust::xxh3::{xxh3_64, Xxh3};
 
 use crate::error::{Error, Result};
+
+pub use super::container_write::{layout_resources, reseal_v3, write_v3};
 
 /// `HEADER_MAGIC` (hef_internal.hpp): the bytes `01 48 45 46`, "\x01HEF".
 pub const MAGIC: u32 = 0x0148_4546;
@@ -28,7 +33,7 @@ const COMMON_SIZE: u64 = 12;
 pub const CCW_ALIGNMENT: u64 = 4096;
 /// External resources are aligned so the genai server can reinterpret them in place as
 /// float32/uint16 arrays (`generate_theta_from_memview` pre_process.cpp:54-59, token_embedder.hpp).
-const RESOURCE_ALIGNMENT: u64 = 64;
+pub(super) const RESOURCE_ALIGNMENT: u64 = 64;
 /// Hashes stream the file in chunks this large instead of loading CCWs (hundreds of MB) at once.
 const HASH_CHUNK: u64 = 1 << 20;
 
@@ -610,7 +615,7 @@ impl Default for Crc32 {
     }
 }
 
-fn be_u32(b: &[u8], at: usize) -> u32 {
+pub(super) fn be_u32(b: &[u8], at: usize) -> u32 {
     u32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
 }
 
@@ -620,235 +625,6 @@ fn be_u64(b: &[u8], at: usize) -> u64 {
     u64::from_be_bytes(x)
 }
 
-/// Lay out external resources in the additional-info region. Returns the region and, per
-/// resource, its offset relative to offset_zero_point (the CCW section comes first, `ccws_len` bytes).
-pub fn layout_resources(ccws_len: u64, resources: &[&[u8]]) -> (Vec<u8>, Vec<u64>) {
-    let mut region = Vec::new();
-    let mut offsets = Vec::with_capacity(resources.len());
-    for data in resources {
-        let misalign = (ccws_len + region.len() as u64) % RESOURCE_ALIGNMENT;
-        if misalign != 0 {
-            region.resize(region.len() + (RESOURCE_ALIGNMENT - misalign) as usize, 0);
-        }
-        offsets.push(ccws_len + region.len() as u64);
-        region.extend_from_slice(data);
-    }
-    (region, offsets)
-}
-
-/// Write a V3 file: header, proto, padding up to the 4 KiB CCW boundary, CCWs, additional info.
-/// Both hashes are set, so HailoRT takes the proto-hash path and the whole-file hash is also right.
-///
-/// Panics only if the proto is 4 GiB or larger, which the u32 header field cannot express.
-pub fn write_v3(proto: &[u8], ccws: &[u8], additional_info: &[u8]) -> Vec<u8> {
-    let proto_size = u32::try_from(proto.len()).expect("a HEF proto must be smaller than 4 GiB");
-    let padding = (CCW_ALIGNMENT - (56 + proto.len() as u64) % CCW_ALIGNMENT) % CCW_ALIGNMENT;
-    let mut body = Vec::with_capacity(proto.len() + padding as usize + ccws.len() + additional_info.len());
-    body.extend_from_slice(proto);
-    body.resize(body.len() + padding as usize, 0);
-    body.extend_from_slice(ccws);
-    body.extend_from_slice(additional_info);
-
-    let mut out = Vec::with_capacity(56 + body.len());
-    out.extend_from_slice(&MAGIC.to_be_bytes());
-    out.extend_from_slice(&3u32.to_be_bytes());
-    out.extend_from_slice(&proto_size.to_be_bytes());
-    out.extend_from_slice(&xxh3_64(&body).to_be_bytes());
-    out.extend_from_slice(&(padding + ccws.len() as u64).to_be_bytes());
-    out.extend_from_slice(&(padding as u32).to_be_bytes());
-    out.extend_from_slice(&(additional_info.len() as u64).to_be_bytes());
-    out.extend_from_slice(&xxh3_64(proto).to_be_bytes());
-    out.extend_from_slice(&0u64.to_be_bytes()); // reserved1
-    out.extend_from_slice(&body);
-    out
-}
-
-/// Recompute both hashes of a V3 file in place, after deliberately changing its bytes (fuzzing,
-/// tests that corrupt a proto on purpose). Returns false (and changes nothing) when the bytes do
-/// not start with a V3 header whose proto fits the buffer.
-pub fn reseal_v3(bytes: &mut [u8]) -> bool {
-    if bytes.len() < 56 || be_u32(bytes, 0) != MAGIC || be_u32(bytes, 4) != 3 {
-        return false;
-    }
-    let proto_end = 56 + be_u32(bytes, 8) as usize;
-    if proto_end > bytes.len() {
-        return false;
-    }
-    let proto_hash = xxh3_64(&bytes[56..proto_end]);
-    let file_hash = xxh3_64(&bytes[56..]);
-    bytes[40..48].copy_from_slice(&proto_hash.to_be_bytes());
-    bytes[12..20].copy_from_slice(&file_hash.to_be_bytes());
-    true
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn parse_bytes(bytes: &[u8]) -> Result<(Container, Vec<u8>)> {
-        parse(&mut SliceSource(bytes), "model.hef")
-    }
-
-    fn message(r: Result<(Container, Vec<u8>)>) -> String {
-        r.expect_err("parsing should fail").to_string()
-    }
-
-    fn v3_file() -> Vec<u8> {
-        write_v3(b"proto bytes", b"", b"resource")
-    }
-
-    #[test]
-    fn crc32_matches_the_zlib_check_value() {
-        let mut c = Crc32::new();
-        c.update(b"123456789");
-        assert_eq!(c.finish(), 0xCBF4_3926);
-    }
-
-    #[test]
-    fn written_v3_parses_with_ccws_aligned() {
-        let bytes = v3_file();
-        let (c, proto) = parse_bytes(&bytes).unwrap();
-        assert_eq!(proto, b"proto bytes");
-        assert_eq!(c.layout.offset_zero_point % CCW_ALIGNMENT, 0);
-        assert_eq!(c.layout.declared_file_size, bytes.len() as u64);
-        assert!(matches!(c.integrity, Integrity::Xxh3Proto { .. }));
-    }
-
-    #[test]
-    fn truncated_header_names_the_offset() {
-        let bytes = v3_file();
-        let msg = message(parse_bytes(&bytes[..30]));
-        assert!(msg.contains("model.hef offset 12"), "{msg}");
-        assert!(msg.contains("56 bytes but the file has only 30"), "{msg}");
-        let msg = message(parse_bytes(&bytes[..5]));
-        assert!(msg.contains("offset 0") && msg.contains("5 bytes"), "{msg}");
-    }
-
-    #[test]
-    fn oversized_proto_length_names_the_field() {
-        let mut bytes = v3_file();
-        bytes[8..12].copy_from_slice(&u32::MAX.to_be_bytes());
-        let msg = message(parse_bytes(&bytes[..176]));
-        assert!(
-            msg.contains("offset 8 (header field hef_proto_size): says 4294967295 bytes but only 120 remain after the 56-byte header"),
-            "{msg}"
-        );
-    }
-
-    #[test]
-    fn wrong_magic_is_rejected() {
-        let mut bytes = v3_file();
-        bytes[0] = 0x7f;
-        let msg = message(parse_bytes(&bytes));
-        assert!(msg.contains("offset 0 (header field magic)") && msg.contains("0x7f484546"), "{msg}");
-    }
-
-    #[test]
-    fn unknown_version_is_rejected() {
-        let mut bytes = v3_file();
-        bytes[4..8].copy_from_slice(&4u32.to_be_bytes());
-        let msg = message(parse_bytes(&bytes));
-        assert!(msg.contains("offset 4 (header field version)") && msg.contains("is 4"), "{msg}");
-    }
-
-    #[test]
-    fn proto_hash_mismatch_is_rejected() {
-        let mut bytes = v3_file();
-        bytes[56] ^= 1;
-        let msg = message(parse_bytes(&bytes));
-        assert!(msg.contains("offset 40 (header field proto_xxh3_64bits)"), "{msg}");
-    }
-
-    #[test]
-    fn whole_file_hash_is_checked_when_the_proto_hash_is_zero() {
-        let mut bytes = v3_file();
-        bytes[40..48].fill(0);
-        assert!(matches!(parse_bytes(&bytes).unwrap().0.integrity, Integrity::Xxh3File { .. }));
-        let last = bytes.len() - 1;
-        bytes[last] ^= 0xff;
-        let msg = message(parse_bytes(&bytes));
-        assert!(msg.contains("offset 12 (header field xxh3_64bits)"), "{msg}");
-    }
-
-    #[test]
-    fn padding_smaller_than_ccws_is_rejected() {
-        let mut bytes = v3_file();
-        bytes[20..28].copy_from_slice(&0u64.to_be_bytes());
-        let msg = message(parse_bytes(&bytes));
-        assert!(msg.contains("ccws_size_with_padding"), "{msg}");
-    }
-
-    /// V1 and V2 bodies are proto + CCWs with the hash over both; build them by hand.
-    fn v1_v2_file(version: u32, proto: &[u8], ccws: &[u8]) -> Vec<u8> {
-        let mut body = proto.to_vec();
-        body.extend_from_slice(ccws);
-        let mut out = MAGIC.to_be_bytes().to_vec();
-        out.extend_from_slice(&version.to_be_bytes());
-        out.extend_from_slice(&(proto.len() as u32).to_be_bytes());
-        if version == 1 {
-            let mut crc = Crc32::new();
-            crc.update(&body);
-            out.extend_from_slice(&crc.finish().to_be_bytes());
-            out.extend_from_slice(&(ccws.len() as u64).to_be_bytes());
-            out.extend_from_slice(&[0; 4]);
-        } else {
-            out.extend_from_slice(&xxh3_64(&body).to_be_bytes());
-            out.extend_from_slice(&(ccws.len() as u64).to_be_bytes());
-            out.extend_from_slice(&[0; 16]);
-        }
-        out.extend_from_slice(&body);
-        out
-    }
-
-    #[test]
-    fn v1_and_v2_hash_everything_after_the_header() {
-        for version in [1, 2] {
-            let mut bytes = v1_v2_file(version, b"proto", b"ccws");
-            let (c, proto) = parse_bytes(&bytes).unwrap();
-            assert_eq!(proto, b"proto");
-            assert_eq!(c.layout.offset_zero_point, c.layout.header_size + 5);
-            let last = bytes.len() - 1;
-            bytes[last] ^= 1;
-            let msg = message(parse_bytes(&bytes));
-            assert!(msg.contains("offset 12"), "{msg}");
-            let msg = message(parse_bytes(&bytes[..bytes.len() - 1]));
-            assert!(msg.contains("ccws_size"), "{msg}");
-        }
-    }
-
-    #[test]
-    fn v0_is_read_but_md5_is_not_verified() {
-        let mut bytes = MAGIC.to_be_bytes().to_vec();
-        bytes.extend_from_slice(&0u32.to_be_bytes());
-        bytes.extend_from_slice(&3u32.to_be_bytes());
-        bytes.extend_from_slice(&[0; 20]);
-        bytes.extend_from_slice(b"abc");
-        let (c, proto) = parse_bytes(&bytes).unwrap();
-        assert_eq!((c.integrity, proto.as_slice()), (Integrity::Md5NotVerified, &b"abc"[..]));
-    }
-
-    #[test]
-    fn resource_past_eof_names_the_resource_and_offset() {
-        let bytes = v3_file();
-        let (c, _) = parse_bytes(&bytes).unwrap();
-        let err =
-            read_resource(&mut SliceSource(&bytes), &c.layout, "embeddings.bin", 4, 100, 0, "model.hef")
-                .unwrap_err()
-                .to_string();
-        let start = c.layout.offset_zero_point + 4;
-        assert!(err.contains(&format!("offset {start} (external resource `embeddings.bin`)")), "{err}");
-        let err =
-            read_resource(&mut SliceSource(&bytes), &c.layout, "x", u64::MAX, 1, 0, "model.hef").unwrap_err();
-        assert!(err.to_string().contains("overflows"));
-    }
-
-    #[test]
-    fn resource_hash_mismatch_is_rejected() {
-        let bytes = v3_file();
-        let (c, _) = parse_bytes(&bytes).unwrap();
-        let ok = read_resource(&mut SliceSource(&bytes), &c.layout, "r", 0, 8, xxh3_64(b"resource"), "m.hef");
-        assert_eq!(ok.unwrap(), b"resource");
-        let bad = read_resource(&mut SliceSource(&bytes), &c.layout, "r", 0, 8, 1, "m.hef").unwrap_err();
-        assert!(bad.to_string().contains("external resource `r`"));
-    }
-}
+#[path = "container_tests.rs"]
+mod tests;

@@ -360,7 +360,3 @@ fn sort_outputs(outputs: &mut Vec<Stream>, order: &[String]) -> Vec<String> {
 #[cfg(test)]
 #[path = "decode_tests.rs"]
 mod tests;
-
-#[cfg(test)]
-#[path = "robustness_tests.rs"]
-mod robustness_tests;

@@ -418,14 +418,14 @@ mod tests {
 
     #[test]
     fn identical_hefs_have_no_differences() {
-        let hef = LlmSpec::tiny().build();
+        let hef = LlmSpec::tiny().build().unwrap();
         assert!(diff(&hef, &hef).is_empty());
     }
 
     #[test]
     fn groups_pair_by_role_when_names_differ() {
-        let a = LlmSpec::tiny().build();
-        let b = LlmSpec { name: "other".into(), ..LlmSpec::tiny() }.build();
+        let a = LlmSpec::tiny().build().unwrap();
+        let b = LlmSpec { name: "other".into(), ..LlmSpec::tiny() }.build().unwrap();
         let diffs = diff(&a, &b);
         assert_eq!(ids(&diffs), ["group-name", "group-name"], "{diffs:#?}");
         assert_eq!((diffs[0].a.as_str(), diffs[0].b.as_str()), ("tiny_llm__prefill", "other__prefill"));
@@ -433,7 +433,7 @@ mod tests {
 
     #[test]
     fn shape_dtype_and_missing_layers_are_errors_orders_warnings() {
-        let a = LlmSpec::tiny().build();
+        let a = LlmSpec::tiny().build().unwrap();
         let mut b = a.clone();
         b.groups[0].outputs[0].shape = Shape3::new(1, 8, 256);
         b.groups[0].inputs[0].data_bytes = 1;
@@ -456,7 +456,7 @@ mod tests {
 
     #[test]
     fn renamed_layers_pair_by_position() {
-        let a = LlmSpec::tiny().build();
+        let a = LlmSpec::tiny().build().unwrap();
         let mut b = a.clone();
         b.groups[0].outputs[0].name = "tiny_llm__prefill/logits".into();
         let diffs = diff(&a, &b);
@@ -466,8 +466,8 @@ mod tests {
 
     #[test]
     fn resources_and_config_values_are_compared() {
-        let a = LlmSpec::tiny().build();
-        let mut b = LlmSpec { kv_cache_size: 64, ..LlmSpec::tiny() }.build();
+        let a = LlmSpec::tiny().build().unwrap();
+        let mut b = LlmSpec { kv_cache_size: 64, ..LlmSpec::tiny() }.build().unwrap();
         b.resources.retain(|r| r.name != "tokenizer.json");
         b.resources.push(Resource::new("extra.bin", vec![1]));
         let diffs = diff(&a, &b);
@@ -484,7 +484,7 @@ mod tests {
 
     #[test]
     fn output_order_change_is_a_warning() {
-        let mut a = LlmSpec::tiny().build();
+        let mut a = LlmSpec::tiny().build().unwrap();
         let mut second = a.groups[0].outputs[0].clone();
         second.name = "tiny_llm__prefill/output_layer2".into();
         a.groups[0].outputs.push(second);

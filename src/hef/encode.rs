@@ -226,7 +226,3 @@ fn cache_layer(c: &CacheLayer, sys_index: u32) -> ProtoHefEdgeLayer {
     let cache_id = i32::try_from(c.cache_id).unwrap_or(i32::MAX);
     edge_layer(direction, CONNECTION_CACHE, cache_id, info)
 }
-
-#[cfg(test)]
-#[path = "roundtrip_tests.rs"]
-mod tests;

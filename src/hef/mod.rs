@@ -7,6 +7,7 @@
 
 pub mod audit;
 pub mod container;
+mod container_write;
 mod decode;
 pub mod diff;
 mod encode;
@@ -15,6 +16,12 @@ pub mod llm_config;
 pub mod model;
 pub mod proto;
 pub mod synth;
+// Tests of the whole folder (writer ↔ reader, damaged files); a file's own tests sit in it or in
+// `<file>_tests.rs` beside it (docs/ARCHITECTURE.md, "Tests").
+#[cfg(test)]
+mod robustness_tests;
+#[cfg(test)]
+mod roundtrip_tests;
 #[cfg(test)]
 mod test_strategy;
 

@@ -65,7 +65,7 @@ proptest! {
 
     #[test]
     fn mutated_llm_hef_never_panics(muts in proptest::collection::vec(mutation(), 1..4), reseal in any::<bool>()) {
-        let mut bytes = LlmSpec::tiny().build().to_bytes();
+        let mut bytes = LlmSpec::tiny().build().unwrap().to_bytes();
         for m in muts {
             let m = focus(m, bytes.len());
             apply(&mut bytes, &m);
@@ -89,7 +89,7 @@ proptest! {
 
 #[test]
 fn resealed_proto_corruption_is_a_proto_error_not_a_panic() {
-    let mut bytes = LlmSpec::tiny().build().to_bytes();
+    let mut bytes = LlmSpec::tiny().build().unwrap().to_bytes();
     bytes[60] = 0xff; // inside the proto: an invalid tag
     bytes[61] = 0xff;
     assert!(reseal_v3(&mut bytes));

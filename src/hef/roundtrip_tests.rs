@@ -27,7 +27,7 @@ proptest! {
 
 #[test]
 fn written_hef_declares_what_hailort_requires() {
-    let mut hef = crate::hef::synth::LlmSpec::tiny().build();
+    let mut hef = crate::hef::synth::LlmSpec::tiny().build().unwrap();
     hef.extensions.clear();
     let back = Hef::from_bytes(&hef.to_bytes(), "x.hef").unwrap();
     assert_eq!(back.extensions, vec![13, 26]);

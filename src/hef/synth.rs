@@ -1,10 +1,18 @@
-//! A synthetic LLM-shaped HEF: the interface genai expects (six inputs per group, a [1,1,vocab]
-//! logits output, KV-cache layers shared by prefill and tbt, the four resources), sized from a
-//! few numbers. Used by tests, as fuzzing seeds, and by the simulator as a stand-in HEF.
+//! The one synthesizer of the LLM HEF layout HailoRT's genai server drives (hailort v5.2.0,
+//! `hailort_server/genai/llm`): a `…prefill` and an optional `…tbt` network group, the six inputs
+//! genai finds by suffix, the logits output (one, or a sharded lm_head), KV-cache layers shared
+//! by id between the groups, and the four resources genai reads.
 //!
-//! Widths follow what genai writes (facts §2.4-2.7): embeddings [1, T, hidden] uint16; mask
-//! [1, T, kv_cache_size × heads] uint8; RoPE Q [1, T, L × heads], K [1, T, L × kv_heads] with
-//! L = head_dim theta values; T = prefill_input_tokens_count for prefill, 1 for tbt.
+//! The layout is decided here, from a few numbers ([`LlmSpec`]); what depends on a model comes
+//! from the caller: the quant infos ([`LlmQuant`], a compiler's calibration) and the resource
+//! contents ([`LlmResources`]). Unit tests, audits and the fuzzing seeds in `fuzz/seeds` use
+//! [`LlmSpec::build`] with fixed ones; `synth-hef` (`device::synth_hef`) calibrates them on a
+//! checkpoint, adds the simulator's own resource and writes the simulated device's HEF.
+//!
+//! Widths are what genai writes (pre_process.cpp), with T = prefill_input_tokens_count rows for
+//! prefill and 1 for tbt: embeddings [1, T, hidden], mask [1, T, kv_cache_size × heads], RoPE Q
+//! [1, T, L × heads] and K [1, T, L × kv_heads] with L = head_dim theta values. The hardware
+//! types are in [`data_bytes`].
 
 use serde_json::json;
 
@@ -12,6 +20,72 @@ use super::llm_config;
 use super::model::{
     extension, CacheLayer, FormatOrder, Hef, NetworkGroup, QuantInfo, Resource, Shape3, Stream,
 };
+use crate::error::{Error, Result};
+
+/// Bytes per element on the hardware (`data_bytes` of the edge layer; HailoRT takes the layer's
+/// type from it, hef.cpp `get_cache_layer_info` / `fill_layer_info_with_base_info` →
+/// `HailoRTCommon::get_format_type`: 1 → UINT8, 2 → UINT16).
+pub mod data_bytes {
+    /// genai accepts only UINT16 embeddings and copies `embeddings.bin` rows into the frame as
+    /// they are (pre_process.cpp:87, :124-130).
+    pub const EMBEDDINGS: u32 = 2;
+    /// genai writes the mask byte by byte, "on" being 1.0 quantized to uint8 with the mask's
+    /// quant info (llm_server.cpp:332, pre_process.cpp:133-174).
+    pub const MASK: u32 = 1;
+    /// The host sends float32 (genai sets FLOAT32 on every positional-embedding input,
+    /// llm_server.cpp:211-214, :228-231) and the runtime quantizes it into this type with the
+    /// layer's quant info, so the frame genai builds (L × heads float32 per row,
+    /// pre_process.cpp:31) does not depend on it. HailoRT v5.2.0 does not fix it; 16 bits keep
+    /// cos/sin within 1/32767 (an 8-bit layer over [-1, 1] would be 1/127 coarse).
+    pub const ROPE: u32 = 2;
+    /// Logits: genai reads every output as float32 (llm_server.cpp:216-218, :233-235); the
+    /// runtime dequantizes from this type.
+    pub const LOGITS: u32 = 2;
+    /// KV-cache entries hold uint16 values. HailoRT sizes a ring entry from the layer's hardware
+    /// features taken as bytes (cache_manager.cpp:221), so `padded.features` is
+    /// `CACHE × kv_heads × head_dim`.
+    pub const CACHE: u32 = 2;
+}
+
+/// Bytes of one cache ring entry as HailoRT pads it: the entry's bytes (the layer's
+/// `padded.features`) rounded up to a power of two of at least 64 while ≤ 512, else to a multiple
+/// of 512 (cache_manager.cpp:223-228 with `get_nearest_powerof_2(entry, 64)` and the default SG
+/// page size 512, memory_requirements_calculator.cpp:28).
+pub fn padded_entry_bytes(feature_bytes: usize) -> usize {
+    if feature_bytes <= 512 {
+        feature_bytes.next_power_of_two().max(64)
+    } else {
+        feature_bytes.div_ceil(512) * 512
+    }
+}
+
+/// genai's six inputs, each found by its default suffix `input_layer1..6`
+/// (pre_process.hpp:27-32); the synthesizer names them `<group>/input_layerN`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LlmInput {
+    Embeddings,
+    Mask,
+    QCos,
+    QSin,
+    KCos,
+    KSin,
+}
+
+impl LlmInput {
+    pub const ALL: [LlmInput; 6] = [
+        LlmInput::Embeddings,
+        LlmInput::Mask,
+        LlmInput::QCos,
+        LlmInput::QSin,
+        LlmInput::KCos,
+        LlmInput::KSin,
+    ];
+
+    /// The input's name in `group`.
+    pub fn name(self, group: &str) -> String {
+        format!("{group}/input_layer{}", self as u32 + 1)
+    }
+}
 
 /// The numbers a synthetic LLM HEF is built from.
 #[derive(Debug, Clone, PartialEq)]
@@ -24,9 +98,84 @@ pub struct LlmSpec {
     pub kv_heads: u32,
     pub head_dim: u32,
     pub layers: u32,
+    /// `prefill_input_tokens_count`: rows of a prefill frame.
     pub prefill_tokens: u32,
+    /// `kv_cache_size`: entries of every cache ring.
     pub kv_cache_size: u32,
+    /// false = "base scope": no tbt group, every step re-runs prefill.
     pub with_tbt: bool,
+    /// Outputs the logits are split over, ⌈vocab / N⌉ wide each (a sharded lm_head, finding 12).
+    pub lm_head_shards: u32,
+    /// Dynamic contexts per group. genai never looks; more than one exercises the reader.
+    pub contexts: usize,
+}
+
+/// Quant infos of the layers: what a compiler's calibration would choose.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LlmQuant {
+    pub embeddings: QuantInfo,
+    pub mask: QuantInfo,
+    /// All four RoPE inputs.
+    pub rope: QuantInfo,
+    /// Every logits output.
+    pub logits: QuantInfo,
+    /// Per layer: the key cache's and the value cache's.
+    pub caches: Vec<(QuantInfo, QuantInfo)>,
+}
+
+impl LlmQuant {
+    /// The mask: uint8 over [0, 1], so genai's "on" value quantize(1.0) is 255.
+    pub const MASK: QuantInfo = QuantInfo { zp: 0.0, scale: 1.0 / 255.0, min: 0.0, max: 1.0 };
+
+    /// RoPE: cos and sin lie in [-1, 1]; uint16 over it ([`data_bytes::ROPE`]).
+    pub const ROPE: QuantInfo = QuantInfo { zp: 32767.0, scale: 1.0 / 32767.0, min: -1.0, max: 1.0 };
+
+    /// Fixed uint16 ranges for tests and fuzzing seeds: [-8, 8) for embeddings and caches,
+    /// [-32, 32) for logits (limvals end at the largest value 65535 stands for).
+    pub fn fixed(layers: u32) -> Self {
+        let pm8 = QuantInfo { zp: 32768.0, scale: 1.0 / 4096.0, min: -8.0, max: 32767.0 / 4096.0 };
+        LlmQuant {
+            embeddings: pm8,
+            mask: Self::MASK,
+            rope: Self::ROPE,
+            logits: QuantInfo { zp: 32768.0, scale: 1.0 / 1024.0, min: -32.0, max: 32767.0 / 1024.0 },
+            caches: vec![(pm8, pm8); layers as usize],
+        }
+    }
+}
+
+/// The contents of the resources that depend on the model.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LlmResources {
+    /// `embeddings.bin`: vocab rows of hidden values in the embeddings input's quantized domain.
+    pub embeddings: Vec<u16>,
+    /// `rope_theta_data.bin`: L = head_dim frequencies.
+    pub theta: Vec<f32>,
+    /// `tokenizer.json`.
+    pub tokenizer: Vec<u8>,
+    /// hailo-config.json `eos_token_id` (the one key genai requires) and `stop_token_id`
+    /// (written only when not empty).
+    pub eos_token_id: u32,
+    pub stop_token_ids: Vec<u32>,
+}
+
+impl LlmResources {
+    /// Patterned embeddings, standard RoPE frequencies, and a tokenizer whose vocabulary is
+    /// exactly `vocab` (its last two ids are the eos and stop tokens).
+    pub fn synthetic(spec: &LlmSpec) -> Self {
+        let half = (spec.head_dim / 2).max(1);
+        LlmResources {
+            embeddings: (0..u64::from(spec.vocab) * u64::from(spec.hidden))
+                .map(|i| (i as u32).wrapping_mul(7919) as u16)
+                .collect(),
+            theta: (0..spec.head_dim)
+                .map(|i| 10000f32.powf(-((i % half) as f32) * 2.0 / spec.head_dim as f32))
+                .collect(),
+            tokenizer: tokenizer_json(spec.vocab).into_bytes(),
+            eos_token_id: spec.vocab.saturating_sub(2),
+            stop_token_ids: vec![spec.vocab.saturating_sub(1)],
+        }
+    }
 }
 
 impl LlmSpec {
@@ -43,6 +192,8 @@ impl LlmSpec {
             prefill_tokens: 8,
             kv_cache_size: 32,
             with_tbt: true,
+            lm_head_shards: 1,
+            contexts: 2,
         }
     }
 
@@ -54,140 +205,214 @@ impl LlmSpec {
         format!("{}__tbt", self.name)
     }
 
-    pub fn build(&self) -> Hef {
-        let mut groups = vec![self.group(&self.prefill_name(), self.prefill_tokens)];
+    /// The HEF with fixed quant infos ([`LlmQuant::fixed`]) and synthetic resources
+    /// ([`LlmResources::synthetic`]).
+    pub fn build(&self) -> Result<Hef> {
+        self.check()?;
+        self.build_with(&LlmQuant::fixed(self.layers), &LlmResources::synthetic(self))
+    }
+
+    /// The HEF with the caller's quant infos and resources.
+    pub fn build_with(&self, quant: &LlmQuant, res: &LlmResources) -> Result<Hef> {
+        self.check()?;
+        self.check_parts(quant, res)?;
+        let mut groups = vec![self.group(&self.prefill_name(), self.prefill_tokens, quant)];
         if self.with_tbt {
-            groups.push(self.group(&self.tbt_name(), 1));
+            groups.push(self.group(&self.tbt_name(), 1, quant));
         }
-        Hef {
+        let embeddings = res.embeddings.iter().flat_map(|x| x.to_le_bytes()).collect();
+        let theta = res.theta.iter().flat_map(|x| x.to_le_bytes()).collect();
+        Ok(Hef {
             version: 3,
             hw_arch: 103, // HAILO1XH: the Hailo-10H/15H family (device_internal.cpp:749-752)
             sdk_version: "hefprobe-synth".into(),
             groups,
-            resources: self.resources(),
+            resources: vec![
+                Resource::new("embeddings.bin", embeddings),
+                Resource::new("tokenizer.json", res.tokenizer.clone()),
+                Resource::new("rope_theta_data.bin", theta),
+                Resource::new(llm_config::RESOURCE, self.config_json(res).into_bytes()),
+            ],
             extensions: vec![
                 extension::HAILO_NET_FLOW,
                 extension::PERIPH_CALCULATION_IN_HAILORT,
                 extension::EXTERNAL_RESOURCES,
             ],
+        })
+    }
+
+    /// Numbers the layout cannot be built from, as usage errors naming the field.
+    pub fn check(&self) -> Result<()> {
+        if self.prefill_tokens == 0 || self.kv_cache_size <= self.prefill_tokens {
+            return Err(Error::usage(format!(
+                "kv_cache_size ({}) must exceed prefill_input_tokens_count ({}), which must be at least 1: \
+                 a prefill group reads kv_cache_size − prefill_input_tokens_count cache entries",
+                self.kv_cache_size, self.prefill_tokens
+            )));
         }
+        if self.lm_head_shards == 0 || self.lm_head_shards > self.vocab {
+            return Err(Error::usage(format!(
+                "lm_head_shards {}: expected 1..={} (the vocabulary)",
+                self.lm_head_shards, self.vocab
+            )));
+        }
+        let (cache, heads, kv_heads) =
+            (u64::from(data_bytes::CACHE), u64::from(self.heads), u64::from(self.kv_heads));
+        let products = [
+            ("mask width kv_cache_size × num_attention_heads", u64::from(self.kv_cache_size) * heads),
+            ("Q RoPE width head_dim × num_attention_heads", u64::from(self.head_dim) * heads),
+            (
+                "cache entry bytes 2 × num_key_value_heads × head_dim",
+                cache * kv_heads * u64::from(self.head_dim),
+            ),
+            ("embeddings.bin values vocab × hidden", u64::from(self.vocab) * u64::from(self.hidden)),
+        ];
+        for (what, n) in products {
+            if n > u64::from(u32::MAX) {
+                return Err(Error::usage(format!("{what} is {n}; a HEF shape holds 32-bit sizes")));
+            }
+        }
+        Ok(())
+    }
+
+    /// The caller's quant infos and resources must fit the layout.
+    fn check_parts(&self, quant: &LlmQuant, res: &LlmResources) -> Result<()> {
+        let lengths = [
+            ("cache quant infos (one pair per layer)", quant.caches.len(), self.layers as usize, "layers"),
+            (
+                "embeddings.bin values",
+                res.embeddings.len(),
+                (self.vocab * self.hidden) as usize,
+                "vocab × hidden",
+            ),
+            ("rope_theta_data.bin values", res.theta.len(), self.head_dim as usize, "head_dim"),
+        ];
+        for (what, got, want, of) in lengths {
+            if got != want {
+                return Err(Error::usage(format!("{got} {what} given; the layout needs {want} ({of})")));
+            }
+        }
+        Ok(())
     }
 
     /// One group with T token rows per frame.
-    pub fn group(&self, name: &str, rows: u32) -> NetworkGroup {
-        let theta = self.head_dim;
-        let input = |i: u32, features: u32, data_bytes: u32, quant: QuantInfo| {
-            stream(&format!("{name}/input_layer{i}"), rows, features, data_bytes, quant)
-        };
-        let pe = QuantInfo { zp: 128.0, scale: 1.0 / 127.0, min: -1.0, max: 1.0 };
+    fn group(&self, name: &str, rows: u32, quant: &LlmQuant) -> NetworkGroup {
+        let inputs = LlmInput::ALL
+            .into_iter()
+            .map(|input| {
+                let (features, bytes, q) = match input {
+                    LlmInput::Embeddings => (self.hidden, data_bytes::EMBEDDINGS, quant.embeddings),
+                    LlmInput::Mask => (self.kv_cache_size * self.heads, data_bytes::MASK, quant.mask),
+                    LlmInput::QCos | LlmInput::QSin => {
+                        (self.head_dim * self.heads, data_bytes::ROPE, quant.rope)
+                    }
+                    LlmInput::KCos | LlmInput::KSin => {
+                        (self.head_dim * self.kv_heads, data_bytes::ROPE, quant.rope)
+                    }
+                };
+                stream(input.name(name), rows, features, bytes, q)
+            })
+            .collect();
+        // genai reads one [1, 1, vocab] row: the graph's output is the frame's last position.
+        let outputs = shard_widths(self.vocab, self.lm_head_shards)
+            .into_iter()
+            .enumerate()
+            .map(|(i, w)| {
+                stream(format!("{name}/output_layer{}", i + 1), 1, w, data_bytes::LOGITS, quant.logits)
+            })
+            .collect();
         NetworkGroup {
             name: name.to_string(),
-            inputs: vec![
-                input(1, self.hidden, 2, QuantInfo { zp: 32768.0, scale: 1.0 / 4096.0, min: -8.0, max: 8.0 }),
-                input(
-                    2,
-                    self.kv_cache_size * self.heads,
-                    1,
-                    QuantInfo { zp: 0.0, scale: 1.0 / 255.0, min: 0.0, max: 1.0 },
-                ),
-                input(3, theta * self.heads, 1, pe),
-                input(4, theta * self.heads, 1, pe),
-                input(5, theta * self.kv_heads, 1, pe),
-                input(6, theta * self.kv_heads, 1, pe),
-            ],
-            outputs: vec![stream(
-                &format!("{name}/output_layer1"),
-                1,
-                self.vocab,
-                2,
-                QuantInfo { zp: 32768.0, scale: 1.0 / 1024.0, min: -32.0, max: 32.0 },
-            )],
+            inputs,
+            outputs,
             unordered_outputs: vec![],
-            caches: self.caches(name, rows),
-            contexts: 2,
+            caches: self.caches(name, rows, quant),
+            contexts: self.contexts,
         }
     }
 
     /// Per layer a K and a V cache (ids 2l, 2l+1), each with a read window of KV − T entries and a
-    /// write window of T, so every group's ring is kv_cache_size entries (cache_manager.cpp).
-    fn caches(&self, group: &str, rows: u32) -> Vec<CacheLayer> {
+    /// write window of T, so every group's ring is kv_cache_size entries (cache_manager.cpp:237-268
+    /// requires one length for all). Entries are kv_heads × head_dim values; the hardware width is
+    /// their bytes ([`data_bytes::CACHE`]).
+    fn caches(&self, group: &str, rows: u32, quant: &LlmQuant) -> Vec<CacheLayer> {
         let entry = self.kv_heads * self.head_dim;
         let mut caches = Vec::new();
-        for id in 0..self.layers * 2 {
-            let kind = if id % 2 == 0 { "k" } else { "v" };
-            for (is_input, window, side) in
-                [(true, self.kv_cache_size - rows, "read"), (false, rows, "write")]
-            {
-                caches.push(CacheLayer {
-                    name: format!("{group}/cache_{kind}{}_{side}", id / 2),
-                    is_input,
-                    cache_id: id,
-                    shape: Shape3::new(1, window, entry),
-                    padded: Shape3::new(1, window, entry),
-                    order: FormatOrder::Nhwc,
-                    data_bytes: 1,
-                    quant: QuantInfo { zp: 128.0, scale: 0.05, min: -6.4, max: 6.35 },
-                });
+        for (layer, &(k, v)) in quant.caches.iter().enumerate() {
+            for (kind, id, q) in [("k", 2 * layer, k), ("v", 2 * layer + 1, v)] {
+                for (is_input, window, side) in
+                    [(true, self.kv_cache_size - rows, "read"), (false, rows, "write")]
+                {
+                    caches.push(CacheLayer {
+                        name: format!("{group}/cache_{kind}{layer}_{side}"),
+                        is_input,
+                        cache_id: id as u32,
+                        shape: Shape3::new(1, window, entry),
+                        padded: Shape3::new(1, window, data_bytes::CACHE * entry),
+                        order: FormatOrder::Nhwc,
+                        data_bytes: data_bytes::CACHE,
+                        quant: q,
+                    });
+                }
             }
         }
         caches
     }
 
-    fn resources(&self) -> Vec<Resource> {
-        let embeddings: Vec<u8> =
-            (0..self.vocab * self.hidden).flat_map(|i| ((i * 7919) as u16).to_le_bytes()).collect();
-        let theta: Vec<u8> = (0..self.head_dim)
-            .flat_map(|i| {
-                (10000f32.powf(-((i % (self.head_dim / 2).max(1)) as f32) * 2.0 / self.head_dim as f32))
-                    .to_le_bytes()
-            })
-            .collect();
-        vec![
-            Resource::new("embeddings.bin", embeddings),
-            Resource::new("tokenizer.json", self.tokenizer_json().into_bytes()),
-            Resource::new("rope_theta_data.bin", theta),
-            Resource::new(llm_config::RESOURCE, self.config_json().into_bytes()),
-        ]
-    }
-
-    /// A tokenizer.json whose vocab (model.vocab plus added tokens) is exactly `vocab`.
-    fn tokenizer_json(&self) -> String {
-        let base = self.vocab.saturating_sub(2);
-        let vocab: serde_json::Map<String, serde_json::Value> =
-            (0..base).map(|i| (format!("t{i}"), json!(i))).collect();
-        json!({
-            "version": "1.0",
-            "added_tokens": [
-                {"id": base, "content": "<|endoftext|>", "special": true},
-                {"id": base + 1, "content": "<|im_end|>", "special": true},
-            ],
-            "model": {"type": "BPE", "vocab": vocab, "merges": []},
-        })
-        .to_string()
-    }
-
-    fn config_json(&self) -> String {
-        json!({
-            "eos_token_id": self.vocab.saturating_sub(2),
-            "stop_token_id": [self.vocab.saturating_sub(1)],
-            "default_generation_params": {"do_sample": false, "temperature": 1.0, "repetition_penalty": 1.0},
-            "pre_process_params": {
+    fn config_json(&self, res: &LlmResources) -> String {
+        let mut root = serde_json::Map::new();
+        root.insert("eos_token_id".into(), res.eos_token_id.into());
+        if !res.stop_token_ids.is_empty() {
+            root.insert("stop_token_id".into(), res.stop_token_ids.clone().into());
+        }
+        // Greedy, untempered, unpenalised: the settings comparisons need (genai applies the
+        // repetition penalty even without sampling, post_process.cpp).
+        root.insert(
+            "default_generation_params".into(),
+            json!({"do_sample": false, "temperature": 1.0, "repetition_penalty": 1.0}),
+        );
+        root.insert(
+            "pre_process_params".into(),
+            json!({
                 "kv_cache_size": self.kv_cache_size,
                 "num_attention_heads": self.heads,
                 "num_key_value_heads": self.kv_heads,
                 "prefill_input_tokens_count": self.prefill_tokens,
-            },
-        })
-        .to_string()
+            }),
+        );
+        serde_json::to_string_pretty(&root).expect("a map of numbers serializes")
     }
 }
 
+/// Shard widths: ⌈V/N⌉ each, the last shorter (the lm-head-shards fault's split).
+pub fn shard_widths(vocab: u32, n: u32) -> Vec<u32> {
+    let w = vocab.div_ceil(n.max(1));
+    (0..n).map(|i| w.min(vocab - (i.saturating_mul(w)).min(vocab))).filter(|&x| x > 0).collect()
+}
+
+/// A tokenizer.json whose vocab (model.vocab plus added tokens) is exactly `vocab`.
+fn tokenizer_json(vocab: u32) -> String {
+    let base = vocab.saturating_sub(2);
+    let words: serde_json::Map<String, serde_json::Value> =
+        (0..base).map(|i| (format!("t{i}"), json!(i))).collect();
+    json!({
+        "version": "1.0",
+        "added_tokens": [
+            {"id": base, "content": "<|endoftext|>", "special": true},
+            {"id": base + 1, "content": "<|im_end|>", "special": true},
+        ],
+        "model": {"type": "BPE", "vocab": words, "merges": []},
+    })
+    .to_string()
+}
+
 /// A [1, rows, features] NHWC stream with padding equal to the shape.
-fn stream(name: &str, rows: u32, features: u32, data_bytes: u32, quant: QuantInfo) -> Stream {
+fn stream(name: String, rows: u32, features: u32, data_bytes: u32, quant: QuantInfo) -> Stream {
+    let shape = Shape3::new(1, rows, features);
     Stream {
-        name: name.to_string(),
-        shape: Shape3::new(1, rows, features),
-        padded: Shape3::new(1, rows, features),
+        name,
+        shape,
+        padded: shape,
         order: FormatOrder::Nhwc,
         data_bytes,
         quant,
@@ -197,20 +422,5 @@ fn stream(name: &str, rows: u32, features: u32, data_bytes: u32, quant: QuantInf
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn synthetic_hef_round_trips_through_the_file_format() {
-        let hef = LlmSpec::tiny().build();
-        let bytes = hef.to_bytes();
-        assert_eq!(Hef::from_bytes(&bytes, "synth.hef").unwrap(), hef);
-    }
-
-    #[test]
-    fn synthetic_hef_selects_its_groups() {
-        let spec = LlmSpec::tiny();
-        let hef = spec.build();
-        assert_eq!(hef.llm_groups().unwrap(), (spec.prefill_name(), Some(spec.tbt_name())));
-    }
-}
+#[path = "synth_tests.rs"]
+mod tests;

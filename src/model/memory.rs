@@ -57,8 +57,12 @@ pub fn params(cfg: &ModelConfig) -> Bytes {
     let kv = Bytes::new(cfg.num_kv_heads as u64).times(cfg.head_dim as u64);
     // q_proj + o_proj, k_proj + v_proj, gate/up/down, two norms (biases and q/k norms are
     // a rounding error next to these and are left out).
-    let per_layer =
-        q.times(h).times(2).plus(kv.times(h).times(2)).plus(Bytes::new(h).times(i).times(3)).plus(Bytes::new(h).times(2));
+    let per_layer = q
+        .times(h)
+        .times(2)
+        .plus(kv.times(h).times(2))
+        .plus(Bytes::new(h).times(i).times(3))
+        .plus(Bytes::new(h).times(2));
     let embed = Bytes::new(v).times(h);
     let lm_head = if cfg.tie_word_embeddings { Bytes::ZERO } else { embed };
     embed.plus(per_layer.times(cfg.num_layers as u64)).plus(lm_head).plus(Bytes::new(h))
@@ -78,7 +82,13 @@ pub fn kv_cache(cfg: &ModelConfig, positions: u64) -> Bytes {
         .times(cfg.head_dim as u64)
         .times(positions)
         .times(F32)
-        .plus(Bytes::new(2).times(cfg.num_kv_heads as u64).times(cfg.head_dim as u64).times(positions).times(F32))
+        .plus(
+            Bytes::new(2)
+                .times(cfg.num_kv_heads as u64)
+                .times(cfg.head_dim as u64)
+                .times(positions)
+                .times(F32),
+        )
 }
 
 /// Working tensors of one phase of `t` tokens over `s` keys: scores, mask and probabilities
@@ -106,9 +116,10 @@ const LAYERS_SCANNED: usize = 4096;
 
 fn selected(cfg: &ModelConfig, sel: &TapSelection) -> Selected {
     let scanned = cfg.num_layers.min(LAYERS_SCANNED);
-    let per_kind = LayerTap::CAPTURED
-        .iter()
-        .map(|&kind| {
+    let per_kind = LayerTap::ALL
+        .into_iter()
+        .filter(|t| t.is_captured())
+        .map(|kind| {
             let n = (0..scanned).filter(|&l| sel.matches(&Tap::Layer(l, kind).to_string())).count() as u64;
             let n = if cfg.num_layers > scanned && n > 0 { cfg.num_layers as u64 } else { n };
             (kind, n)
@@ -139,10 +150,7 @@ fn tap_elements(cfg: &ModelConfig, sel: &Selected, t_sum: Bytes, ts_sum: Bytes) 
         total = total.plus(per_layer.times(layers));
     }
     let flat = |on: bool, width: u64| if on { t_sum.times(width) } else { Bytes::ZERO };
-    total
-        .plus(flat(sel.embed, h))
-        .plus(flat(sel.final_norm, h))
-        .plus(flat(sel.logits, cfg.vocab_size as u64))
+    total.plus(flat(sel.embed, h)).plus(flat(sel.final_norm, h)).plus(flat(sel.logits, cfg.vocab_size as u64))
 }
 
 /// The planned memory of running `inputs` with `taps` recorded.
@@ -158,14 +166,17 @@ pub fn estimate(cfg: &ModelConfig, inputs: &InputSet, taps: &TapSelection, held:
         phases.push((r.len() as u64, seen));
     }
     let (t_max, s_max) = phases.iter().copied().max_by_key(|&(t, s)| t.saturating_mul(s)).unwrap_or((1, 1));
-    let widest = activations(cfg, t_max, s_max).get().max(activations(cfg, 1, prompt.saturating_add(steps)).get());
+    let widest =
+        activations(cfg, t_max, s_max).get().max(activations(cfg, 1, prompt.saturating_add(steps)).get());
     let sel = selected(cfg, taps);
     // Decode step k sees prompt + k + 1 keys: Σ_k (prompt + k + 1) = N·prompt + N(N+1)/2.
     let triangle = Bytes(Bytes::new(steps).times(steps.saturating_add(1)).get().map(|x| x / 2));
     let decode_ts = Bytes::new(steps).times(prompt).plus(triangle);
     let prefill_ts: Bytes = phases.iter().map(|&(t, s)| Bytes::new(t).times(s)).sum();
     let taps_bytes = match held {
-        TapsHeld::Streamed => tap_elements(cfg, &sel, Bytes::new(t_max), Bytes::new(t_max).times(s_max)).times(F32),
+        TapsHeld::Streamed => {
+            tap_elements(cfg, &sel, Bytes::new(t_max), Bytes::new(t_max).times(s_max)).times(F32)
+        }
         TapsHeld::InMemory { captures } => {
             tap_elements(cfg, &sel, positions, prefill_ts.plus(decode_ts)).times(F32).times(captures)
         }

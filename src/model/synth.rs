@@ -276,7 +276,13 @@ impl SynthOverrides {
         ];
         for (key, v, min) in dims {
             if let Some(v) = v.filter(|&v| v < min) {
-                let why = if min == 1 { "must be at least 1" } else if key == "vocab" { "must be at least 8" } else { "must be at least 2" };
+                let why = if min == 1 {
+                    "must be at least 1"
+                } else if key == "vocab" {
+                    "must be at least 8"
+                } else {
+                    "must be at least 2"
+                };
                 return Err((key, v.to_string(), why));
             }
         }
@@ -293,12 +299,14 @@ impl SynthOverrides {
 
     /// [`SynthOverrides::validate`] as the command line says it: `--weight-scale NaN: ...`.
     pub fn check_cli(&self) -> Result<()> {
-        self.validate().map_err(|(key, v, why)| Error::usage(format!("--{} {v}: {why}", key.replace('_', "-"))))
+        self.validate()
+            .map_err(|(key, v, why)| Error::usage(format!("--{} {v}: {why}", key.replace('_', "-"))))
     }
 
     /// [`SynthOverrides::validate`] as a probe says it: `p.toml [checkpoint] key `hidden`: ...`.
     pub fn check_in(&self, what: &str) -> Result<()> {
-        self.validate().map_err(|(key, v, why)| Error::input(format!("{what} key `{key}`"), format!("is {v}: {why}")))
+        self.validate()
+            .map_err(|(key, v, why)| Error::input(format!("{what} key `{key}`"), format!("is {v}: {why}")))
     }
 }
 

@@ -13,9 +13,9 @@ use crate::compare::thresholds::Thresholds;
 use crate::compare::{compare_selected, lens, locate, RowStatus, View};
 use crate::error::{Error, Result};
 use crate::inputs::{DecodeSpec, InputSet};
+use crate::model::memory::{self, TapsHeld};
 use crate::model::synth::SynthSpec;
 use crate::model::tokenizer::{Tokenizer, SYNTH_TOKENIZER_VOCAB};
-use crate::model::memory::{self, TapsHeld};
 use crate::model::{Checkpoint, Decoder};
 use crate::probe::schema::{CheckpointSpec, InputsSpec, Probe};
 use crate::report::{BackendInfo, BackendStatus, CheckpointInfo, InputInfo, ProbeInfo, Report};
@@ -184,7 +184,8 @@ pub fn prepare(probe: &Probe, opts: &RunOptions) -> Result<Prepared> {
             "{what}: no backend to compare with the reference; add a [[backend]] or pass --backend"
         )));
     }
-    let ckpt = load_checkpoint(&probe.checkpoint).map_err(|e| in_probe(e, &format!("{what} [checkpoint]")))?;
+    let ckpt =
+        load_checkpoint(&probe.checkpoint).map_err(|e| in_probe(e, &format!("{what} [checkpoint]")))?;
     let layers = ckpt.config.num_layers;
     let inputs = build_inputs(&probe.inputs, &ckpt)?;
     let selection = TapSelection::parse(&probe.taps)?;
@@ -193,8 +194,13 @@ pub fn prepare(probe: &Probe, opts: &RunOptions) -> Result<Prepared> {
     // The reference and every backend keep their captures (a local view is one more each);
     // an emulator's faults may rewrite the weights (quantization), one more copy.
     let captures = 1 + 2 * specs.len() as u64;
-    memory::check_run(&ckpt.config, &inputs, &reference_selection(&probe.taps)?, TapsHeld::InMemory { captures })
-        .map_err(|e| in_probe(e, &format!("{what} [inputs]")))?;
+    memory::check_run(
+        &ckpt.config,
+        &inputs,
+        &reference_selection(&probe.taps)?,
+        TapsHeld::InMemory { captures },
+    )
+    .map_err(|e| in_probe(e, &format!("{what} [inputs]")))?;
     let model = Arc::new(Decoder::new(&ckpt)?);
     let mut report = Report::new(ProbeInfo {
         name: probe.name.clone(),
@@ -397,10 +403,14 @@ pub struct ProbeRun {
 pub fn run_probe(probe: &Probe, opts: &RunOptions) -> Result<ProbeRun> {
     let mut p = prepare(probe, opts)?;
     let mut runs = run_backends(&mut p, opts)?;
-    let stages = compare_runs(&mut p, &runs)
-        .map_err(|e| ("compare", e))
-        .and_then(|_| explain_stage(&mut p, &runs, probe, opts).map_err(|e| ("explain", e)))
-        .and_then(|_| save(&runs, opts).map_err(|e| ("save", e)));
+    // The stages run in order; the first to fail names itself.
+    let stages = match compare_runs(&mut p, &runs) {
+        Err(e) => Err(("compare", e)),
+        Ok(_) => match explain_stage(&mut p, &runs, probe, opts) {
+            Err(e) => Err(("explain", e)),
+            Ok(_) => save(&runs, opts).map_err(|e| ("save", e)),
+        },
+    };
     let mut error = runs.backends.iter_mut().find_map(|b| b.error.take());
     if let Err((stage, e)) = stages {
         p.report.incomplete.push(format!("the {stage} stage stopped: {e}"));

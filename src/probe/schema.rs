@@ -154,8 +154,8 @@ impl ThresholdsSpec {
             t.default.insert(k.clone(), v);
         }
         for (glob, bounds) in &self.taps {
-            let mut rule =
-                Rule::new(glob, bounds.clone()).map_err(|e| Error::usage(format!("[thresholds.taps] {e}")))?;
+            let mut rule = Rule::new(glob, bounds.clone())
+                .map_err(|e| Error::usage(format!("[thresholds.taps] {e}")))?;
             rule.origin = format!("[thresholds.taps] `{glob}`");
             t.rules.push(rule);
         }
@@ -297,7 +297,10 @@ impl SweepSpec {
         let bad = |key: &str, msg: String| Err(Error::input(format!("{what} key `{key}`"), msg));
         if let Some(d) = self.head_dim {
             if d == 0 || d % 2 != 0 {
-                return bad("head_dim", format!("is {d}: RoPE rotates pairs, so a head dim is even and at least 2"));
+                return bad(
+                    "head_dim",
+                    format!("is {d}: RoPE rotates pairs, so a head dim is even and at least 2"),
+                );
             }
         }
         if self.kv_ratio == Some(0) {

@@ -47,7 +47,9 @@ pub struct SweepPoint {
 fn logits_drift(t: &Thresholds, cos: f64, kl: f64, agree: f64) -> Vec<String> {
     let bounds = t.bounds_for("logits");
     let mut out = Vec::new();
-    for (metric, value, below_fails) in [("cosine", cos, true), ("kl_mean", kl, false), ("argmax", agree, true)] {
+    for (metric, value, below_fails) in
+        [("cosine", cos, true), ("kl_mean", kl, false), ("argmax", agree, true)]
+    {
         if let Some((bound, _)) = bounds.get(metric) {
             let fails = value.is_nan() || if below_fails { value < *bound } else { value > *bound };
             if fails {

@@ -237,7 +237,7 @@ mod tests {
     #[test]
     fn renderers_show_tables_and_findings() {
         let spec = LlmSpec::tiny();
-        let mut hef = spec.build();
+        let mut hef = spec.build().unwrap();
         for g in &mut hef.groups {
             g.outputs[0].shape.features = spec.hidden;
         }
@@ -258,7 +258,7 @@ mod tests {
     /// Moved from `hef/diff.rs`'s `output_order_change_is_a_warning` with the renderer.
     #[test]
     fn diff_markdown_pads_its_table() {
-        let mut a = LlmSpec::tiny().build();
+        let mut a = LlmSpec::tiny().build().unwrap();
         let mut second = a.groups[0].outputs[0].clone();
         second.name = "tiny_llm__prefill/output_layer2".into();
         a.groups[0].outputs.push(second);

@@ -7,7 +7,7 @@ use crate::hef::synth::LlmSpec;
 
 fn clean() -> (LlmSpec, Hef) {
     let spec = LlmSpec::tiny();
-    let hef = spec.build();
+    let hef = spec.build().unwrap();
     (spec, hef)
 }
 
