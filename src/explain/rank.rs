@@ -76,18 +76,24 @@ fn first_drift_layer(reference: &Capture, observed: &Capture, keys: &[String]) -
 }
 
 /// Non-finite entries of the observation, per key, in key order: NaN anywhere, and ±inf where
-/// the reference does not hold the same infinity (masked scores are −inf on both sides).
+/// the reference does not hold the same infinity (masked scores are −inf on both sides). In an
+/// `attn.scores` tap −inf is a mask entry by the tap's definition, so a wrong mask (the
+/// `mask-repeat` fault of the catalog, finding 4) is drift to rank, not a non-finite output.
 pub fn nonfinite_keys(reference: &Capture, observed: &Capture, keys: &[String]) -> Vec<(String, usize)> {
     keys.iter()
         .filter_map(|k| {
             let o = observed.get_key(k)?;
-            let n = match reference.get_key(k).filter(|r| r.shape() == o.shape()) {
-                Some(r) => o
-                    .iter()
-                    .zip(r.iter())
-                    .filter(|(x, y)| !(x.is_finite() || x.is_infinite() && x == y))
-                    .count(),
-                None => o.iter().filter(|x| x.is_nan() || (x.is_infinite() && **x > 0.0)).count(),
+            let n = if k.ends_with("attn.scores") {
+                o.iter().filter(|x| x.is_nan() || (x.is_infinite() && **x > 0.0)).count()
+            } else {
+                match reference.get_key(k).filter(|r| r.shape() == o.shape()) {
+                    Some(r) => o
+                        .iter()
+                        .zip(r.iter())
+                        .filter(|(x, y)| !(x.is_finite() || x.is_infinite() && x == y))
+                        .count(),
+                    None => o.iter().filter(|x| x.is_nan() || (x.is_infinite() && **x > 0.0)).count(),
+                }
             };
             (n > 0).then(|| (k.clone(), n))
         })
@@ -383,4 +389,34 @@ fn attribute(
             })
         })
         .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::nonfinite_keys;
+    use crate::capture::Capture;
+    use ndarray::{ArrayD, IxDyn};
+
+    fn cap(key: &str, v: &[f32]) -> Capture {
+        let mut c = Capture::default();
+        c.insert(key.to_string(), ArrayD::from_shape_vec(IxDyn(&[v.len()]), v.to_vec()).unwrap());
+        c
+    }
+
+    #[test]
+    fn a_wrong_mask_is_drift_but_nan_and_stray_infinities_are_not() {
+        let inf = f32::INFINITY;
+        let scores = "prefill/layers.1.attn.scores".to_string();
+        // mask-repeat (finding 4) masks entries the reference keeps: −inf in scores is a mask.
+        let r = cap(&scores, &[0.5, -inf, 0.25]);
+        let o = cap(&scores, &[-inf, -inf, 0.25]);
+        assert!(nonfinite_keys(&r, &o, std::slice::from_ref(&scores)).is_empty());
+        let o = cap(&scores, &[f32::NAN, -inf, inf]);
+        assert_eq!(nonfinite_keys(&r, &o, std::slice::from_ref(&scores)), vec![(scores.clone(), 2)]);
+        // Outside scores, −inf where the reference is finite is a non-finite output.
+        let out = "prefill/layers.1.out".to_string();
+        let r = cap(&out, &[0.5, 1.0]);
+        let o = cap(&out, &[-inf, 1.0]);
+        assert_eq!(nonfinite_keys(&r, &o, std::slice::from_ref(&out)), vec![(out.clone(), 1)]);
+    }
 }
