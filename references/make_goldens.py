@@ -18,6 +18,7 @@ npz writer below fixes zip timestamps, the same bytes).
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import io
 import json
@@ -152,6 +153,38 @@ LLAMA3_ROPE = {
     "original_max_position_embeddings": 2048,
 }
 
+LINEAR_ROPE = {"rope_type": "linear", "rope_theta": 10000.0, "factor": 4.0}
+
+# Real Qwen2.5 configs carry {"type": "yarn", "factor": 4.0, "original_max_position_embeddings":
+# 32768} with rope_theta 1e6. Here theta 1e4 and an original context of 2048 put the 8
+# frequencies of head_dim 16 in all three YaRN regimes: with beta_fast 32 and beta_slow 1 the
+# correction range is dims [2, 6] (i=0,1 extrapolated = unchanged, i=2..5 blended, i=6,7
+# interpolated = /4), and the attention factor 0.1*ln(4)+1 = 1.1386 scales cos and sin.
+YARN_ROPE = {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0, "original_max_position_embeddings": 2048}
+
+# Further YaRN and linear parameter sets whose inv_freq and attention factor HF computes are
+# recorded in qwen2-yarn/case.json ("rope_variants"), for a Rust unit check of every optional key.
+ROPE_VARIANTS = [
+    {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768, "rope_theta": 1000000.0},
+    {"rope_type": "yarn", "factor": 4, "original_max_position_embeddings": 2048, "beta_fast": 16, "beta_slow": 2},
+    {"rope_type": "yarn", "factor": 8.0, "original_max_position_embeddings": 1024, "mscale": 1.0, "mscale_all_dim": 0.5},
+    {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 2048, "attention_factor": 0.9},
+    {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 2048, "truncate": False},
+    {"rope_type": "yarn", "factor": 2.0, "original_max_position_embeddings": 64, "beta_fast": 1, "beta_slow": 1},
+    {"rope_type": "yarn", "factor": 0.5, "original_max_position_embeddings": 2048},
+    {"rope_type": "linear", "factor": 2.5},
+]
+
+# SmolLM2-135M's published config.json (HuggingFaceTB/SmolLM2-135M, written by nanotron's
+# converter): keys transformers' LlamaConfig does not define or does not read, plus the
+# transformers-4 rope form it uses. hefprobe must accept them and still equal HF.
+SMOLLM2_KEYS = {
+    "is_llama_config": True,
+    "rope_interleaved": False,
+    "pretraining_tp": 1,
+    "rope_scaling": None,
+}
+
 # Sizes: hidden 64 is fixed for llama-tied, mistral-swa and qwen3; the other
 # cases use hidden 32 or 16 and small MLPs to keep references/ well under 3 MB.
 # The npz files must stay uncompressed (candle's npz reader is built without
@@ -267,6 +300,56 @@ CASES = [
             tie_word_embeddings=True,  # like the small real Qwen3 checkpoints
             rms_norm_eps=1e-6,
             rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
+        ),
+    ),
+    # --- added with linear/yarn RoPE and real-world config.json keys. New cases go at the
+    # end: each case's seed is BASE_SEED + 1000 * its index.
+    dict(
+        name="llama-linear",
+        cls=LlamaConfig,
+        storage_dtype="float16",
+        config=dict(
+            hidden_size=32,
+            num_attention_heads=2,  # head_dim 16
+            num_key_value_heads=1,
+            intermediate_size=64,
+            tie_word_embeddings=False,
+            rms_norm_eps=1e-5,
+            # Every frequency / 4: at positions 0..15 the fastest pair turns 3.75 rad
+            # instead of 15, so an unscaled decoder is far off from the first position on.
+            rope_parameters=dict(LINEAR_ROPE),
+        ),
+    ),
+    dict(
+        name="qwen2-yarn",
+        cls=Qwen2Config,
+        storage_dtype="bfloat16",
+        legacy_rope_config="qwen2.5",  # rope_theta + rope_scaling {"type": "yarn", ...}
+        config=dict(
+            hidden_size=32,
+            num_attention_heads=2,  # head_dim 16
+            num_key_value_heads=1,
+            intermediate_size=48,
+            tie_word_embeddings=False,
+            use_sliding_window=False,
+            rms_norm_eps=1e-6,
+            max_position_embeddings=8192,  # = factor * original: no HF "implicit factor" warning
+            rope_parameters=dict(YARN_ROPE),
+        ),
+    ),
+    dict(
+        name="llama-smollm2-keys",
+        cls=LlamaConfig,
+        storage_dtype="bfloat16",
+        smollm2_keys=True,  # rewrite config.json with SmolLM2-135M's published extra keys
+        config=dict(
+            hidden_size=48,
+            num_attention_heads=3,  # head_dim 16, 3 query heads per kv head like SmolLM2-135M
+            num_key_value_heads=1,
+            intermediate_size=128,
+            tie_word_embeddings=True,
+            rms_norm_eps=1e-5,
+            rope_parameters={"rope_type": "default", "rope_theta": 100000.0},
         ),
     ),
 ]
@@ -563,6 +646,86 @@ def write_legacy_rope_config(case_dir: Path) -> None:
     p.write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
 
 
+def write_qwen25_rope_config(case_dir: Path) -> None:
+    """Rewrite config.json the way Qwen2.5's published configs give YaRN: top-level
+    rope_theta + rope_scaling {"type": "yarn", "factor", "original_max_position_embeddings"}
+    (`type`, not `rope_type`) and torch_dtype."""
+    p = case_dir / "config.json"
+    cfg = json.loads(p.read_text())
+    rp = dict(cfg.pop("rope_parameters"))
+    cfg["rope_theta"] = rp.pop("rope_theta")
+    rp["type"] = rp.pop("rope_type")
+    cfg["rope_scaling"] = rp
+    cfg["torch_dtype"] = cfg.pop("dtype")
+    p.write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
+
+
+def write_smollm2_config(case_dir: Path) -> None:
+    """Rewrite config.json with SmolLM2-135M's published keys: top-level rope_theta,
+    rope_scaling null, torch_dtype, and nanotron's is_llama_config / rope_interleaved."""
+    p = case_dir / "config.json"
+    cfg = json.loads(p.read_text())
+    rp = dict(cfg.pop("rope_parameters"))
+    cfg["rope_theta"] = rp.pop("rope_theta")
+    cfg["torch_dtype"] = cfg.pop("dtype")
+    cfg.update(SMOLLM2_KEYS)
+    p.write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
+
+
+def rope_of(cls, **kwargs):
+    """HF's rotary embedding for a config: (inv_freq as f32 list, attention_scaling)."""
+    config = cls(**copy.deepcopy({**COMMON, **kwargs}))  # HF edits rope_parameters in place
+    module = {LlamaConfig: modeling_llama.LlamaRotaryEmbedding, Qwen2Config: modeling_qwen2.Qwen2RotaryEmbedding}[cls]
+    rot = module(config)
+    return [float(x) for x in rot.inv_freq], float(rot.attention_scaling), rot.rope_type
+
+
+def check_scaled_rope(model, case) -> dict:
+    """linear/yarn: the loaded model uses the scaled rope (not the default), the legacy form
+    loads to the same frequencies as the transformers-5 form, and the variants are recorded."""
+    rp = case["config"]["rope_parameters"]
+    rot = model.model.rotary_emb
+    if rot.rope_type != rp["rope_type"]:
+        fail(f"loaded model uses rope_type {rot.rope_type}, expected {rp['rope_type']}")
+    hd = head_dim_of(model.config)
+    plain = 1.0 / rp["rope_theta"] ** (np.arange(0, hd, 2) / hd)
+    if np.allclose(rot.inv_freq.double().numpy(), plain, rtol=1e-3):
+        fail(f"{rp['rope_type']} scaling not applied")
+    cfg_kwargs = {k: v for k, v in case["config"].items()}
+    inv5, scale5, _ = rope_of(case["cls"], **cfg_kwargs)
+    if inv5 != [float(x) for x in rot.inv_freq] or scale5 != float(rot.attention_scaling):
+        fail("the config.json as written loads to another rope than the transformers-5 form")
+    print(f"  {rp['rope_type']} rope: attention_scaling {float(rot.attention_scaling):.6f}, inv_freq {[f'{x:.3g}' for x in inv5]}")
+    out = {"rope_type": rot.rope_type, "attention_scaling": float(rot.attention_scaling)}
+    if rp["rope_type"] == "yarn":
+        if float(rot.attention_scaling) == 1.0:
+            fail("yarn attention factor not applied")
+        variants = []
+        for v in ROPE_VARIANTS:
+            base = {k: cfg_kwargs[k] for k in ("hidden_size", "num_attention_heads", "max_position_embeddings")}
+            params = {"rope_theta": 10000.0, **v}
+            inv, scale, kind = rope_of(case["cls"], **base, rope_parameters=dict(params))
+            if kind != v["rope_type"]:
+                fail(f"variant {v} built rope_type {kind}")
+            variants.append({"rope_parameters": params, "head_dim": hd, "max_position_embeddings": base["max_position_embeddings"],
+                             "inv_freq_f32": inv, "attention_scaling": scale})
+        out["rope_variants"] = variants
+    return out
+
+
+def check_smollm2_keys(model, case) -> dict:
+    """The published SmolLM2 keys load as plain attributes and change nothing."""
+    for k, v in SMOLLM2_KEYS.items():
+        if k == "rope_scaling":
+            continue
+        if getattr(model.config, k, "absent") != v:
+            fail(f"config.{k} = {getattr(model.config, k, 'absent')!r} after loading, expected {v!r}")
+    inv, scale, kind = rope_of(case["cls"], **case["config"])
+    if kind != "default" or inv != [float(x) for x in model.model.rotary_emb.inv_freq] or scale != 1.0:
+        fail("SmolLM2 keys changed the rope")
+    return {"extra_keys": sorted(SMOLLM2_KEYS)}
+
+
 def check_llama3(model, case, case_dir: Path) -> dict:
     rp_expected = case["config"]["rope_parameters"]
     rp = dict(model.config.rope_parameters)
@@ -630,9 +793,15 @@ def build_case(idx: int, case: dict) -> dict:
     model.save_pretrained(case_dir, **save_kwargs)
     del model
     config_form = "transformers-5 (rope_parameters)"
-    if case.get("legacy_rope_config"):
+    if case.get("legacy_rope_config") == "qwen2.5":
+        write_qwen25_rope_config(case_dir)
+        config_form = "Qwen2.5 published form (top-level rope_theta + rope_scaling with `type`, torch_dtype)"
+    elif case.get("legacy_rope_config"):
         write_legacy_rope_config(case_dir)
         config_form = "legacy transformers-4 (top-level rope_theta + rope_scaling, torch_dtype)"
+    elif case.get("smollm2_keys"):
+        write_smollm2_config(case_dir)
+        config_form = "SmolLM2-135M published form (rope_theta, rope_scaling null, is_llama_config, rope_interleaved, pretraining_tp, torch_dtype)"
 
     weight_files = sorted(p.name for p in case_dir.glob("*.safetensors"))
     keys = []
@@ -664,7 +833,11 @@ def build_case(idx: int, case: dict) -> dict:
         fail("reloaded tied lm_head differs from embed_tokens")
     install_hooks(model)
     extra = {}
-    if case.get("legacy_rope_config"):
+    if case["config"]["rope_parameters"]["rope_type"] in ("linear", "yarn"):
+        extra["scaled_rope"] = check_scaled_rope(model, case)
+    if case.get("smollm2_keys"):
+        extra["smollm2_keys"] = check_smollm2_keys(model, case)
+    if case.get("legacy_rope_config") is True:
         extra["llama3"] = check_llama3(model, case, case_dir)
         # Same weights under a transformers-5 form config must give the same model.
         ref = AutoModelForCausalLM.from_config(cfg, attn_implementation="eager", dtype=torch.float32)

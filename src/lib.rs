@@ -19,6 +19,7 @@ pub mod model;
 pub mod output;
 pub mod probe;
 pub mod report;
+pub mod suite;
 pub mod tap;
 
 pub use error::{Error, Result};

@@ -85,10 +85,13 @@ fn bad_inputs_name_the_culprit() {
     edit_config(&d, |c| {
         c.insert(
             "rope_parameters".into(),
-            serde_json::json!({"rope_theta": 1e4, "rope_type": "yarn", "factor": 4.0}),
+            serde_json::json!({"rope_theta": 1e4, "rope_type": "longrope", "factor": 4.0}),
         );
     });
-    reference(&d, &out, &["--tokens", "1,2"]).code(2).stderr(predicate::str::contains("rope_type `yarn`"));
+    // yarn and linear are supported now; longrope and dynamic are still refused.
+    reference(&d, &out, &["--tokens", "1,2"])
+        .code(2)
+        .stderr(predicate::str::contains("rope_type `longrope`"));
 
     let d = fresh("act");
     edit_config(&d, |c| {
@@ -145,4 +148,42 @@ fn bad_inputs_name_the_culprit() {
     reference(&d, &out, &["--tokens", "1", "--taps", "layer.0.*"])
         .code(2)
         .stderr(predicate::str::contains("`layer.0.*` selects no tap"));
+}
+
+#[test]
+fn absurd_dimensions_and_nonfinite_weights_exit_2_naming_the_culprit() {
+    // Issue 11: a tiny config.json claiming a huge model aborted on allocation, and NaN
+    // weights gave exit 0 with "next token 0".
+    let t = tempfile::tempdir().unwrap();
+    let out = t.path().join("cap.npz");
+    let d = t.path().join("ck");
+    synth(&d);
+    for (key, big) in
+        [("num_hidden_layers", 1_000_000_000u64), ("hidden_size", 1_000_000), ("vocab_size", 1_000_000_000)]
+    {
+        let original = std::fs::read_to_string(d.join("config.json")).unwrap();
+        edit_config(&d, |c| {
+            c.insert(key.into(), big.into());
+        });
+        reference(&d, &out, &["--tokens", "1,2"])
+            .code(2)
+            .stderr(predicate::str::contains(format!("`{key}`")).and(predicate::str::contains("disagree")));
+        std::fs::write(d.join("config.json"), original).unwrap();
+    }
+
+    let mut ck = hefprobe::model::Checkpoint::load(&d).unwrap();
+    let name = "model.layers.1.mlp.up_proj.weight";
+    let t0 = ck.tensors[name].clone();
+    let mut v: Vec<f32> = t0.flatten_all().unwrap().to_vec1().unwrap();
+    v[5] = f32::NAN;
+    v[7] = f32::INFINITY;
+    ck.tensors.insert(name.into(), candle_core::Tensor::from_vec(v, t0.dims(), t0.device()).unwrap());
+    for dtype in [candle_core::DType::F32, candle_core::DType::BF16] {
+        ck.save(&d, dtype).unwrap();
+        reference(&d, &out, &["--tokens", "1,2"]).code(2).stderr(
+            predicate::str::contains(format!("`{name}`"))
+                .and(predicate::str::contains("2 non-finite values"))
+                .and(predicate::str::contains("index 5")),
+        );
+    }
 }

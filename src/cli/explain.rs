@@ -34,6 +34,9 @@ pub struct ExplainArgs {
     /// Quantization configuration for three-way attribution (e.g. w8a16).
     #[arg(long, value_name = "QUANT")]
     pub quant: Option<String>,
+    /// Run on this checkpoint instead of the probe's: a HF folder or a .gguf file.
+    #[arg(long, value_name = "PATH")]
+    pub checkpoint: Option<PathBuf>,
     #[command(flatten)]
     pub out: ReportArgs,
 }
@@ -73,6 +76,7 @@ pub fn run(a: ExplainArgs) -> Result<ExitCode> {
         thresholds: a.out.thresholds.clone(),
         command: command_line(),
         explain: Some(spec),
+        checkpoint: a.checkpoint.clone(),
         ..Default::default()
     };
     // Exit 1 when the observation drifts from the reference beyond the thresholds, explained

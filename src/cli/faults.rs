@@ -4,9 +4,12 @@
 use super::deprecated;
 use super::run::command_line;
 use crate::error::Result;
-use crate::explain::matrix::{doc, run_matrix};
+use crate::explain::matrix::{doc, matrix_model, run_matrix_on, setup_of, synth_setup};
 use crate::fault::catalog::REGISTRY;
+use crate::model::Checkpoint;
 use crate::output::Outputs;
+use crate::probe::run::build_inputs;
+use crate::probe::schema::InputsSpec;
 use crate::report::doc::{Doc, Table};
 use crate::report::{deliver, only, Format, ReportTarget};
 use clap::Args;
@@ -25,6 +28,15 @@ pub struct FaultsArgs {
     /// Deprecated: --report markdown=PATH.
     #[arg(long, value_name = "PATH", requires = "matrix", hide = true)]
     pub markdown: Option<PathBuf>,
+    /// Run the matrix on this checkpoint (HF folder or .gguf) instead of the synthesized model.
+    #[arg(long, value_name = "PATH", requires = "matrix")]
+    pub checkpoint: Option<PathBuf>,
+    /// Prompt text for --checkpoint, with its tokenizer (default: 12 fixed token ids).
+    #[arg(long, requires = "checkpoint")]
+    pub text: Option<String>,
+    /// Greedy decode steps for --checkpoint, then teacher-forced in every run.
+    #[arg(long, default_value_t = 3, requires = "checkpoint")]
+    pub decode: usize,
     /// Deprecated: --report json.
     #[arg(long, conflicts_with = "markdown", hide = true)]
     pub json: bool,
@@ -84,8 +96,28 @@ pub fn run(a: FaultsArgs) -> Result<ExitCode> {
         print!("{stdout}");
         return Ok(ExitCode::SUCCESS);
     }
-    let rows = run_matrix()?;
-    let d = doc(&rows, &command_line());
+    let (ckpt, inputs, setup) = match &a.checkpoint {
+        None => {
+            let (ckpt, inputs) = matrix_model()?;
+            (ckpt, inputs, synth_setup())
+        }
+        Some(path) => {
+            let ckpt = Checkpoint::load(path)?;
+            // Without text: the synthesized matrix's token pattern, within this vocabulary.
+            let vocab = ckpt.config.vocab_size as u32;
+            let spec = InputsSpec {
+                tokens: a.text.is_none().then(|| (0..12).map(|i| (i * 41 + 7) % vocab).collect()),
+                text: a.text.clone(),
+                decode: Some(a.decode),
+                ..Default::default()
+            };
+            let inputs = build_inputs(&spec, &ckpt)?;
+            let setup = setup_of(&ckpt, &inputs);
+            (ckpt, inputs, setup)
+        }
+    };
+    let rows = run_matrix_on(&ckpt, &inputs)?;
+    let d = doc(&rows, &command_line(), &setup, &ckpt.config);
     for t in &targets {
         deliver(t, &render(&d, t), &mut stdout)?;
     }

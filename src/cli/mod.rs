@@ -8,6 +8,7 @@ mod explain;
 mod faults;
 mod reference;
 pub mod run;
+mod suite;
 mod sweep;
 mod synth;
 mod synth_hef;
@@ -65,14 +66,27 @@ pub enum Command {
     Diagnose(device::DiagnoseArgs),
     /// Measure the reference: prefill and decode speed, taps off and on, peak memory.
     Bench(bench::BenchArgs),
+    /// Probes × targets against a baseline, for nightly runs: JUnit, JSON, Markdown, HTML, history.
+    Suite(suite::SuiteArgs),
+    /// Merge the JSON summaries of a sharded suite run into the outputs one run would give.
+    Merge(suite::MergeArgs),
+    /// Plot a figure over the runs of a suite history, with its baseline band.
+    Trend(suite::TrendArgs),
 }
 
 /// Where the model comes from: a checkpoint folder or a synthesized preset.
 #[derive(Args, Debug, Clone)]
 pub struct ModelArgs {
-    /// HF checkpoint folder (config.json + model.safetensors or a sharded index).
-    #[arg(long, value_name = "DIR", conflicts_with = "synth")]
+    /// HF checkpoint folder (config.json + model.safetensors or a sharded index), a .gguf file,
+    /// or a model id (ORG/NAME) already in the local Hugging Face hub cache (nothing is downloaded).
+    #[arg(long, value_name = "DIR|FILE.gguf|ID", conflicts_with = "synth")]
     pub checkpoint: Option<PathBuf>,
+    /// With a model id: the branch, tag or full commit sha in the hub cache.
+    #[arg(long, value_name = "REV", default_value = crate::model::hub::DEFAULT_REVISION, requires = "checkpoint")]
+    pub revision: String,
+    /// config.json keys hefprobe does not know are an error (exit 2) instead of a warning.
+    #[arg(long, requires = "checkpoint")]
+    pub strict_config: bool,
     /// Synthesize the checkpoint in memory from a preset instead (see `hefprobe synth --help`).
     #[arg(long, value_name = "PRESET")]
     pub synth: Option<String>,
@@ -89,14 +103,35 @@ impl ModelArgs {
         }
     }
 
+    /// The model, with config.json's unknown keys noted on stderr (stdout may be JSON).
     pub fn load(&self) -> Result<Checkpoint> {
-        match (&self.checkpoint, &self.synth) {
-            (Some(dir), _) => Checkpoint::load(dir),
+        let ckpt = self.load_quiet()?;
+        if let Some(line) = crate::report::format::unknown_keys_line(&ckpt.config.unknown_keys) {
+            eprintln!("{line}");
+        }
+        Ok(ckpt)
+    }
+
+    /// The model; the caller shows its unknown keys (`reference` in its header).
+    pub fn load_quiet(&self) -> Result<Checkpoint> {
+        match (&self.checkpoint_dir()?, &self.synth) {
+            (Some(dir), _) => {
+                let ckpt = Checkpoint::load(dir)?;
+                if self.strict_config {
+                    ckpt.config.refuse_unknown_keys(&dir.join("config.json").display().to_string())?;
+                }
+                Ok(ckpt)
+            }
             (None, Some(p)) => SynthSpec::preset(p, self.synth_seed)?.build(),
             (None, None) => {
                 Err(Error::usage("no model: give --checkpoint DIR, or --synth PRESET for a synthesized one"))
             }
         }
+    }
+
+    /// `--checkpoint` as a folder: a model id resolved to its hub-cache snapshot.
+    pub fn checkpoint_dir(&self) -> Result<Option<PathBuf>> {
+        self.checkpoint.as_deref().map(|p| crate::model::hub::resolve(p, &self.revision)).transpose()
     }
 }
 
@@ -175,6 +210,9 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Command::Capture(a) => device::capture(a),
         Command::Diagnose(a) => device::diagnose(a),
         Command::Bench(a) => bench::run(a),
+        Command::Suite(a) => suite::suite(a),
+        Command::Merge(a) => suite::merge(a),
+        Command::Trend(a) => suite::trend(a),
     }
 }
 
@@ -184,7 +222,7 @@ pub struct PromptArgs {
     /// Prompt token ids: 1,2,3.
     #[arg(long, value_name = "IDS", value_parser = parse_ids, conflicts_with = "text")]
     pub tokens: Option<Ids>,
-    /// Prompt text, tokenized with the checkpoint's tokenizer.json (or --tokenizer).
+    /// Prompt text, tokenized with the checkpoint's tokenizer.json, a GGUF's own, or --tokenizer.
     #[arg(long)]
     pub text: Option<String>,
     /// tokenizer.json to use with --text (default: the checkpoint folder's).

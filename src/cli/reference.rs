@@ -38,7 +38,7 @@ pub fn run(a: ReferenceArgs) -> Result<ExitCode> {
     a.prompt.register(&mut outs);
     outs.file("-o", &a.out).check()?;
     let selection = TapSelection::parse(&a.taps)?;
-    let ckpt = a.model.load()?;
+    let ckpt = a.model.load_quiet()?;
     let inputs = a.prompt.input_set(&ckpt)?;
     selection.check_against(ckpt.config.num_layers)?;
     memory::check_run(&ckpt.config, &inputs, &selection, TapsHeld::Streamed)?;
@@ -61,6 +61,9 @@ pub fn run(a: ReferenceArgs) -> Result<ExitCode> {
     );
     for (k, v) in &c.defaults_applied {
         println!("  config.json has no `{k}`: transformers' default {v} applied");
+    }
+    if let Some(line) = crate::report::format::unknown_keys_line(&c.unknown_keys) {
+        println!("  {line}");
     }
     for ((phase, tokens, positions), argmax) in record.phases.iter().zip(&record.argmax) {
         let pos = match (positions.first(), positions.last()) {

@@ -32,6 +32,9 @@ pub struct RunArgs {
     /// Skip ranking fault models even if the probe asks for it.
     #[arg(long)]
     pub no_explain: bool,
+    /// Run on this checkpoint instead of the probe's: a HF folder or a .gguf file.
+    #[arg(long, value_name = "PATH")]
+    pub checkpoint: Option<PathBuf>,
 }
 
 /// Report options shared by run, compare and explain.
@@ -141,6 +144,7 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
         command: command_line(),
         no_explain: a.no_explain,
         explain: None,
+        checkpoint: a.checkpoint.clone(),
     };
     finish(run_probe(&probe, &opts)?, &targets, true)
 }

@@ -29,6 +29,10 @@ pub struct SweepArgs {
     /// Deprecated: --report json=PATH.
     #[arg(long, value_name = "PATH", hide = true)]
     pub json: Option<PathBuf>,
+    /// Run on this checkpoint instead of the probe's (a HF folder or a .gguf file); it also
+    /// replaces the sweep's model axis (`hidden`, `checkpoints`).
+    #[arg(long, value_name = "PATH")]
+    pub checkpoint: Option<PathBuf>,
 }
 
 impl SweepArgs {
@@ -56,7 +60,10 @@ impl SweepArgs {
 /// `[thresholds]`, default cosine ≥ 0.999): the sweep found drift (README, "Exit codes").
 pub fn run(a: SweepArgs) -> Result<ExitCode> {
     let targets = a.targets();
-    let probe = Probe::load(&a.probe)?;
+    let mut probe = Probe::load(&a.probe)?;
+    if let Some(c) = &a.checkpoint {
+        probe = probe.with_checkpoint(c);
+    }
     let mut outs = Outputs::new();
     super::run::probe_inputs(&probe, &[], &mut outs);
     for t in &targets {

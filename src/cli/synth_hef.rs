@@ -1,7 +1,7 @@
 //! `hefprobe synth-hef`: write a simulated LLM HEF for a checkpoint (see device::synth_hef).
 
 use super::{parse_ids, Ids, ModelArgs};
-use crate::device::synth_hef::{synth_hef, Mistake, SimCheckpoint, SynthHefOptions};
+use crate::device::synth_hef::{synth_hef, Mistake, SimCheckpoint, SimNoise, SynthHefOptions};
 use crate::error::{Error, Result};
 use crate::model::synth::SynthSpec;
 use clap::Args;
@@ -39,6 +39,13 @@ pub struct SynthHefArgs {
     /// Calibration prompt (token ids); several allowed; default two seeded random prompts.
     #[arg(long = "calib-tokens", value_name = "IDS", value_parser = parse_ids)]
     pub calibration: Vec<Ids>,
+    /// Plant run-to-run noise: Gaussian, this standard deviation in logits, different on every
+    /// run (for testing `hefprobe suite`'s repeatability gate; a real device has none).
+    #[arg(long, value_name = "STD")]
+    pub noise: Option<f32>,
+    /// Seed of --noise's stream.
+    #[arg(long, default_value_t = 0, requires = "noise")]
+    pub noise_seed: u64,
 }
 
 pub fn run(a: SynthHefArgs) -> Result<ExitCode> {
@@ -46,7 +53,7 @@ pub fn run(a: SynthHefArgs) -> Result<ExitCode> {
     a.model.register(&mut outs);
     outs.file("-o", &a.out).check()?;
     let ckpt = a.model.load()?;
-    let source = match (&a.model.checkpoint, &a.model.synth) {
+    let source = match (&a.model.checkpoint_dir()?, &a.model.synth) {
         (Some(dir), _) => SimCheckpoint::Path {
             path: std::fs::canonicalize(dir).map_err(|e| Error::io(dir, e))?,
             hash: ckpt.hash.clone(),
@@ -63,6 +70,7 @@ pub fn run(a: SynthHefArgs) -> Result<ExitCode> {
         lm_head_shards: a.lm_head_shards,
         mistakes: a.mistakes.iter().map(|m| Mistake::parse(m)).collect::<Result<_>>()?,
         calibration: a.calibration.iter().map(|i| i.0.clone()).collect(),
+        noise: a.noise.map(|std| SimNoise { std, seed: a.noise_seed }),
         ..Default::default()
     };
     let hef = synth_hef(&ckpt, source, &opts)?;

@@ -65,10 +65,30 @@ impl StreamInfo {
     }
 }
 
+/// What a device reports about itself, recorded with every suite result so a figure can be
+/// traced to the library, chip and temperature (or simulator) that produced it.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct DeviceFacts {
+    /// `sim` or `hailo`.
+    pub kind: String,
+    /// HailoRT's version (`hailo_get_library_version`).
+    pub library_version: Option<String>,
+    pub device_id: Option<String>,
+    /// The device architecture as HailoRT names it (`HAILO10H`, ...).
+    pub architecture: Option<String>,
+    pub temperature_c: Option<f32>,
+    /// For the simulated device: hefprobe's version and what the simulated HEF computes.
+    pub simulator: Option<String>,
+}
+
 /// A HEF on a device: `VDevice` + `Hef`.
 pub trait Device {
     /// One sentence naming the device (and library version for the real one).
     fn describe(&self) -> String;
+    /// The facts a nightly record keeps. Devices that report nothing more give their kind.
+    fn facts(&self) -> DeviceFacts {
+        DeviceFacts { kind: "device".into(), ..DeviceFacts::default() }
+    }
     /// Network groups in HEF order (`Hef::get_network_groups_names`).
     fn network_groups(&self) -> Vec<String>;
     /// `create_infer_model(hef, group)`, `set_enable_kv_cache(true)`, float32 for `float_inputs`

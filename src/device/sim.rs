@@ -214,6 +214,8 @@ struct Core {
     ring: Ring,
     tbt_steps: usize,
     spec: SimSpec,
+    /// The planted noise's stream (SimSpec::noise), continued across runs.
+    noise: Option<(rand_chacha::ChaCha8Rng, rand_distr::Normal<f32>)>,
 }
 
 pub struct SimDevice {
@@ -292,10 +294,23 @@ impl SimDevice {
                 }
             }
         }
+        let noise = match spec.noise {
+            Some(n) => {
+                use rand::SeedableRng;
+                let normal = rand_distr::Normal::new(0.0, n.std).map_err(|e| {
+                    Error::input(
+                        format!("{what} resource {}", super::synth_hef::SIM_RESOURCE),
+                        format!("noise: {e}"),
+                    )
+                })?;
+                Some((rand_chacha::ChaCha8Rng::seed_from_u64(n.seed), normal))
+            }
+            None => None,
+        };
         Ok(SimDevice {
             hef: Rc::new(hef),
             what,
-            core: Rc::new(RefCell::new(Core { model, faults, ring, tbt_steps: 0, spec })),
+            core: Rc::new(RefCell::new(Core { model, faults, ring, tbt_steps: 0, spec, noise })),
             checkpoint: ckpt,
         })
     }
@@ -360,6 +375,25 @@ impl Device for SimDevice {
         let faults =
             if s.spec.faults.is_empty() { "no faults".to_string() } else { s.spec.faults.join(", ") };
         format!("simulated device for {} (quant {}, {faults})", self.what, s.spec.quant)
+    }
+
+    fn facts(&self) -> super::DeviceFacts {
+        let s = self.core.borrow();
+        let mut about =
+            format!("hefprobe {} simulated Hailo-10H, quant {}", env!("CARGO_PKG_VERSION"), s.spec.quant);
+        if !s.spec.faults.is_empty() {
+            about += &format!(", faults {}", s.spec.faults.join(" "));
+        }
+        if let Some(n) = s.spec.noise {
+            about += &format!(", planted noise std {}", n.std);
+        }
+        super::DeviceFacts {
+            kind: "sim".into(),
+            // The simulator executes HEFs for the Hailo-10H (hw_arch HAILO1XH, as synth-hef writes).
+            architecture: Some("HAILO10H".into()),
+            simulator: Some(about),
+            ..super::DeviceFacts::default()
+        }
     }
 
     fn network_groups(&self) -> Vec<String> {
@@ -508,7 +542,11 @@ impl ConfiguredModel for SimModel {
         let out = core.model.step(&input, &mut store, &mut NoTaps, &mut stack)?;
         drop(stack);
         drop(hooks);
-        let rows: Vec<Vec<f32>> = out.to_vec2()?;
+        let mut rows: Vec<Vec<f32>> = out.to_vec2()?;
+        if let Some((rng, normal)) = core.noise.as_mut() {
+            use rand_distr::Distribution;
+            rows.iter_mut().flatten().for_each(|x| *x += normal.sample(rng));
+        }
         let full = self.prefill && core.spec.mistakes.contains(&Mistake::FullSequenceOutput);
         // The graph's output is the frame's last position (genai reads one [1, 1, vocab] row).
         let picked: Vec<&Vec<f32>> =

@@ -88,6 +88,21 @@ pub struct SimSpec {
     /// Quantization of the compiled graph, `quant` fault parameters (e.g. "a16", "w8a16").
     pub quant: String,
     pub mistakes: Vec<Mistake>,
+    /// Planted run-to-run noise (tests of the suite's repeatability gate): see [`SimNoise`].
+    /// Absent from HEFs written without it, so their resource is unchanged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub noise: Option<SimNoise>,
+}
+
+/// Run-to-run noise a real device should not have, planted so the suite's repeatability gate
+/// can be tested: every output value gets Gaussian noise of standard deviation `std` (output
+/// units, i.e. logits), drawn from a ChaCha8 stream seeded with `seed` that continues across
+/// runs — two runs of the same inputs differ, and a test sees the same sequence every time.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct SimNoise {
+    pub std: f32,
+    pub seed: u64,
 }
 
 #[derive(Debug, Clone)]
@@ -103,6 +118,8 @@ pub struct SynthHefOptions {
     pub mistakes: Vec<Mistake>,
     /// Calibration prompts (token ids); empty = seeded random prompts.
     pub calibration: Vec<Vec<u32>>,
+    /// Planted run-to-run noise (see [`SimNoise`]).
+    pub noise: Option<SimNoise>,
 }
 
 impl Default for SynthHefOptions {
@@ -118,6 +135,7 @@ impl Default for SynthHefOptions {
             lm_head_shards: 1,
             mistakes: Vec::new(),
             calibration: Vec::new(),
+            noise: None,
         }
     }
 }
@@ -204,6 +222,9 @@ pub fn synth_hef(ckpt: &Checkpoint, checkpoint: SimCheckpoint, opts: &SynthHefOp
         contexts: 1,
     };
     spec.check()?;
+    if let Some(n) = opts.noise.filter(|n| !(n.std.is_finite() && n.std > 0.0)) {
+        return Err(Error::usage(format!("--noise {}: give a standard deviation above 0", n.std)));
+    }
     // The device computes these faults; those acting on positions need positions the device
     // never receives (it gets RoPE tables), so they belong in the emulator.
     for f in &opts.faults {
@@ -266,6 +287,7 @@ pub fn synth_hef(ckpt: &Checkpoint, checkpoint: SimCheckpoint, opts: &SynthHefOp
         faults: opts.faults.clone(),
         quant: opts.quant.clone(),
         mistakes: opts.mistakes.clone(),
+        noise: opts.noise,
     };
     hef.resources.push(Resource::new(SIM_RESOURCE, serde_json::to_vec_pretty(&sim).expect("json")));
     Ok(hef)

@@ -115,20 +115,62 @@ pub fn run_case(ckpt: &Checkpoint, inputs: &InputSet, spec: &str, expected: &str
 
 pub fn run_matrix() -> Result<Vec<MatrixRow>> {
     let (ckpt, inputs) = matrix_model()?;
-    CASES.iter().map(|(spec, expected)| run_case(&ckpt, &inputs, spec, expected)).collect()
+    run_matrix_on(&ckpt, &inputs)
 }
 
-/// The matrix as a document: how it was run, one row per fault, how many passed.
-pub fn doc(rows: &[MatrixRow], command: &str) -> Doc {
+/// The matrix on any checkpoint and inputs (e.g. a real trained model, `faults --matrix
+/// --checkpoint`). A greedy decode is resolved by the clean model first and then
+/// teacher-forced, so reference and faulty runs see the same tokens.
+pub fn run_matrix_on(ckpt: &Checkpoint, inputs: &InputSet) -> Result<Vec<MatrixRow>> {
+    let mut inputs = inputs.clone();
+    if let DecodeSpec::Greedy(_) = inputs.decode {
+        let model = Arc::new(Decoder::new(ckpt)?);
+        let run =
+            DecoderBackend::reference(model).run(&inputs, &TapSelection::parse(&["logits".to_string()])?);
+        if let Some(e) = run.error {
+            return Err(e);
+        }
+        inputs.decode = DecodeSpec::Forced(run.record.decode_tokens);
+    }
+    CASES.iter().map(|(spec, expected)| run_case(ckpt, &inputs, spec, expected)).collect()
+}
+
+/// What the matrix ran on, for the document: the synthesized matrix model's sentence.
+pub fn synth_setup() -> String {
+    "a synthesized llama (hidden 64, 3 layers, 4 heads, 2 kv heads, vocab 512; 12 prompt tokens, \
+     3 teacher-forced decode steps)"
+        .to_string()
+}
+
+/// The same sentence for any checkpoint and inputs.
+pub fn setup_of(ckpt: &Checkpoint, inputs: &InputSet) -> String {
+    let c = &ckpt.config;
+    format!(
+        "{} ({}, hidden {}, {} layers, {} heads, {} kv heads, vocab {}; {} prompt tokens, {} teacher-forced \
+         decode steps)",
+        ckpt.source,
+        c.arch.name(),
+        c.hidden_size,
+        c.num_layers,
+        c.num_heads,
+        c.num_kv_heads,
+        c.vocab_size,
+        inputs.prompt.len(),
+        inputs.decode.steps()
+    )
+}
+
+/// The matrix as a document: how it was run, one row per fault, how many passed. `setup` is
+/// [`synth_setup`] or [`setup_of`]; `cfg` the model's config (its catalog grid is counted).
+pub fn doc(rows: &[MatrixRow], command: &str, setup: &str, cfg: &crate::model::config::ModelConfig) -> Doc {
     let mut d = Doc::new();
     d.heading(1, "Fault localization matrix");
     d.line(format!(
-        "Each fault of the catalog is injected into a synthesized llama (hidden 64, 3 layers, 4 heads, \
-         2 kv heads, vocab 512; 12 prompt tokens, 3 teacher-forced decode steps). `located` is where \
+        "Each fault of the catalog is injected into {setup}. `located` is where \
          `run` puts the first drift (default thresholds); `rank` is the injected fault's place in \
          `explain`'s ranking over the whole catalog grid ({} candidates), by match cosine with the \
          observed capture.",
-        crate::fault::catalog::grid(&matrix_model().map(|m| m.0.config).expect("matrix model")).len()
+        crate::fault::catalog::grid(cfg).len()
     ))
     .blank();
     d.line(

@@ -9,12 +9,25 @@
 //!   see values its calibration did not): s = (max − min)/(qmax − qmin),
 //!   zp = qmin − round(min / s), q = clamp(round-half-even(x / s + zp), qmin, qmax),
 //!   x' = (q − zp)·s. Masked (−inf) scores stay −inf.
+//! - a site's channels: the last axis of the [tokens, features] sites (block-input, norm,
+//!   attn-out, mlp-act, mlp-out, logits); (head, head-dim) pairs of q/k/v ([heads, tokens, D]).
+//!   scores and probs have no feature axis (their last axis is key positions, which grows with
+//!   the cache) and are one channel. Calibration keeps a min/max per channel; per tensor uses
+//!   their joint range, so it is exactly the per-tensor quantizer above.
+//! - `granularity=channel`: one affine per channel instead, each from its own min/max with
+//!   the same headroom (per-channel activation scales).
+//! - `keep=K` (K ≥ 1): at every site with more than K channels, the K channels of largest
+//!   calibrated magnitude max(|min|, |max|) (ties: lower index) are quantized in int16 over
+//!   their own joint range (per channel with `granularity=channel`), and the per-tensor range
+//!   of the others no longer contains them: the "massive activation" channels of trained LLMs
+//!   (a few residual-stream channels orders of magnitude above the rest) kept in 16 bits.
 //! - inputs, as HailoRT's runtime makes them: embeddings as uint16 affine over the embedding
 //!   table's range (embeddings.bin), RoPE cos/sin clipped to [−1, 1] and rounded half to even
 //!   in `rope_bits` (default 16) affine steps (quantization.hpp); the 0/1 mask is exact.
 //!
 //! Spec: `quant:w8a16` (shorthand: w4|w8, a8|a16, either may be absent) or
-//! `quant:weights=int8,acts=int16,points=qkv+probs,inputs=runtime,rope_bits=16`.
+//! `quant:weights=int8,acts=int16,points=qkv+probs,inputs=runtime,rope_bits=16`, plus
+//! `granularity=tensor|channel` and `keep=K` on either form (`quant:w8a8,granularity=channel`).
 //! Points: block-input, norm, qkv, scores, probs, attn-out, mlp-act, mlp-out, logits.
 
 use super::spec::FaultSpec;
@@ -65,13 +78,65 @@ impl Affine {
     }
 }
 
+/// How a site's flat values map onto its channels (module doc).
+#[derive(Debug, Clone, Copy)]
+enum Channels {
+    One,
+    Last(usize),
+    /// [heads, tokens, d]: channel = head·d + j.
+    HeadDim {
+        tokens: usize,
+        d: usize,
+        heads: usize,
+    },
+}
+
+impl Channels {
+    fn of(tap: Tap, dims: &[usize]) -> Self {
+        match (QuantFault::point_of(tap), dims) {
+            (Some("scores" | "probs"), _) | (_, []) => Channels::One,
+            (Some("qkv"), &[heads, tokens, d]) => Channels::HeadDim { tokens, d, heads },
+            (_, d) => Channels::Last(d[d.len() - 1].max(1)),
+        }
+    }
+
+    fn count(self) -> usize {
+        match self {
+            Channels::One => 1,
+            Channels::Last(n) => n,
+            Channels::HeadDim { d, heads, .. } => heads * d,
+        }
+    }
+
+    fn index(self, i: usize) -> usize {
+        match self {
+            Channels::One => 0,
+            Channels::Last(n) => i % n,
+            Channels::HeadDim { tokens, d, .. } => (i / (tokens * d)) * d + i % d,
+        }
+    }
+}
+
+/// Calibrated range per channel (lo > hi: no finite value seen) and clip counts of one site.
 #[derive(Debug, Clone, Default)]
 struct SiteStat {
-    min: f32,
-    max: f32,
-    seen: bool,
+    lo: Vec<f32>,
+    hi: Vec<f32>,
     clipped: u64,
     total: u64,
+}
+
+impl SiteStat {
+    /// The joint range of the given channels, if any of them saw a finite value.
+    fn range(&self, channels: impl Iterator<Item = usize>) -> Option<(f32, f32)> {
+        let (lo, hi) = channels
+            .fold((f32::INFINITY, f32::NEG_INFINITY), |(lo, hi), c| (lo.min(self.lo[c]), hi.max(self.hi[c])));
+        (lo <= hi).then_some((lo, hi))
+    }
+
+    fn all(&self) -> Option<(f32, f32)> {
+        self.range(0..self.lo.len())
+    }
 }
 
 pub struct QuantFault {
@@ -80,6 +145,9 @@ pub struct QuantFault {
     points: Vec<String>,
     runtime_inputs: bool,
     rope_bits: u32,
+    per_channel: bool,
+    /// Channels per site kept in int16 (module doc); 0: none.
+    keep: usize,
     /// Calibrated ranges and clip counts per site ("layers.3.attn.probs").
     stats: Mutex<BTreeMap<String, SiteStat>>,
     embed_range: Mutex<Option<(f32, f32)>>,
@@ -123,9 +191,42 @@ fn quantize_weight(w: &Tensor, bits: u32) -> Result<Tensor> {
 /// HEADROOM of the calibrated range on each side.
 const HEADROOM: f32 = 0.1;
 
-fn calibrated(s: &SiteStat, bits: u32, signed: bool) -> Affine {
-    let pad = (s.max - s.min) * HEADROOM;
-    Affine::calibrate(s.min - pad, s.max + pad, bits, signed)
+fn calibrated((min, max): (f32, f32), bits: u32, signed: bool) -> Affine {
+    let pad = (max - min) * HEADROOM;
+    Affine::calibrate(min - pad, max + pad, bits, signed)
+}
+
+impl QuantFault {
+    /// One quantizer per channel of a calibrated site (module doc); None: nothing seen there.
+    fn site_quantizers(&self, s: &SiteStat) -> Option<Vec<Affine>> {
+        let (bits, signed) = self.act.expect("act set");
+        let all = s.all()?;
+        let n = s.lo.len();
+        let mut kept = vec![false; n];
+        if self.keep > 0 && n > self.keep {
+            let mag = |c: usize| if s.lo[c] <= s.hi[c] { s.lo[c].abs().max(s.hi[c].abs()) } else { 0.0 };
+            let mut order: Vec<usize> = (0..n).collect();
+            order.sort_by(|&a, &b| mag(b).total_cmp(&mag(a)).then(a.cmp(&b)));
+            for &c in &order[..self.keep] {
+                kept[c] = true;
+            }
+        }
+        let group = |k: bool| s.range((0..n).filter(|&c| kept[c] == k)).unwrap_or(all);
+        let (rest, wide) = (group(false), group(true));
+        Some(
+            (0..n)
+                .map(|c| {
+                    let own = if self.per_channel { s.range(std::iter::once(c)).unwrap_or(all) } else { all };
+                    match (kept[c], self.per_channel) {
+                        (true, true) => calibrated(own, 16, true),
+                        (true, false) => calibrated(wide, 16, true),
+                        (false, true) => calibrated(own, bits, signed),
+                        (false, false) => calibrated(rest, bits, signed),
+                    }
+                })
+                .collect(),
+        )
+    }
 }
 
 /// Records the finite min/max at every site during calibration.
@@ -134,15 +235,17 @@ struct Calibrate<'a>(&'a QuantFault);
 impl Hooks for Calibrate<'_> {
     fn edit(&mut self, _ctx: &StepCtx, tap: Tap, t: Tensor) -> Result<Tensor> {
         if self.0.quantized_site(tap) {
+            let ch = Channels::of(tap, t.dims());
             let v: Vec<f32> = t.flatten_all()?.to_vec1()?;
             let mut stats = self.0.stats.lock().expect("stats lock");
             let e = stats.entry(tap.to_string()).or_default();
-            for x in v.into_iter().filter(|x| x.is_finite()) {
-                if !e.seen {
-                    (e.min, e.max, e.seen) = (x, x, true);
-                }
-                e.min = e.min.min(x);
-                e.max = e.max.max(x);
+            if e.lo.len() != ch.count() {
+                (e.lo, e.hi) = (vec![f32::INFINITY; ch.count()], vec![f32::NEG_INFINITY; ch.count()]);
+            }
+            for (i, x) in v.into_iter().enumerate().filter(|(_, x)| x.is_finite()) {
+                let c = ch.index(i);
+                e.lo[c] = e.lo[c].min(x);
+                e.hi[c] = e.hi[c].max(x);
             }
         }
         Ok(t)
@@ -165,15 +268,19 @@ impl QuantHooks<'_> {
 impl Hooks for QuantHooks<'_> {
     fn edit(&mut self, _ctx: &StepCtx, tap: Tap, t: Tensor) -> Result<Tensor> {
         let f = self.0;
-        let q = if tap == Tap::Embed && f.runtime_inputs {
+        let ch = Channels::of(tap, t.dims());
+        let (q, ch) = if tap == Tap::Embed && f.runtime_inputs {
             let (lo, hi) = f.embed_range.lock().expect("lock").unwrap_or((-1.0, 1.0));
-            Affine::calibrate(lo, hi, 16, false)
+            (vec![Affine::calibrate(lo, hi, 16, false)], Channels::One)
         } else if f.quantized_site(tap) {
-            let (bits, signed) = f.act.expect("act set");
             let stats = f.stats.lock().expect("lock");
-            match stats.get(&tap.to_string()) {
-                Some(s) if s.seen => calibrated(s, bits, signed),
-                _ => return Ok(t),
+            match stats.get(&tap.to_string()).filter(|s| s.lo.len() == ch.count()) {
+                Some(s) => match f.site_quantizers(s) {
+                    Some(q) => (q, ch),
+                    None => return Ok(t),
+                },
+                // Not calibrated at this shape (a site the calibration runs never reached).
+                None => return Ok(t),
             }
         } else {
             return Ok(t);
@@ -183,8 +290,9 @@ impl Hooks for QuantHooks<'_> {
         let mut clipped = 0u64;
         let out: Vec<f32> = v
             .iter()
-            .map(|&x| {
-                let (y, c) = q.apply(x);
+            .enumerate()
+            .map(|(i, &x)| {
+                let (y, c) = q[ch.index(i)].apply(x);
                 clipped += u64::from(c);
                 y
             })
@@ -218,9 +326,9 @@ impl Mechanism for QuantFault {
     const ENTRY: Entry = Entry {
         name: "quant",
         finding: Some(7),
-        summary:
-            "weights int8/int4 per channel, activations uint8/int16 per tensor, runtime input quantization",
-        keys: &["preset", "weights", "acts", "points", "inputs", "rope_bits"],
+        summary: "weights int8/int4 per channel, activations uint8/int16 per tensor (or per channel, \
+                  or with the top-K channels in int16), runtime input quantization",
+        keys: &["preset", "weights", "acts", "points", "inputs", "rope_bits", "granularity", "keep"],
         positional: 1,
         per_layer: false,
         grid: |_| ["w8a16", "w8a8", "w4a16", "w4a8"].map(String::from).to_vec(),
@@ -277,7 +385,16 @@ impl Mechanism for QuantFault {
         }
         let runtime_inputs = spec.choice("inputs", None, "runtime", &["runtime", "none"])? == "runtime";
         let rope_bits = spec.int("rope_bits", None, 16, 4..=16)? as u32;
+        let per_channel = spec.choice("granularity", None, "tensor", &["tensor", "channel"])? == "channel";
+        let keep = spec.int("keep", None, 0, 0..=65536)? as usize;
+        if (per_channel || keep > 0) && act.is_none() {
+            return Err(
+                spec.err("granularity and keep shape the activation quantizer: give acts too (e.g. w8a8)")
+            );
+        }
         Ok(QuantFault {
+            per_channel,
+            keep,
             weight_bits,
             act,
             points,
@@ -348,15 +465,20 @@ impl Mechanism for QuantFault {
             let kind = if signed { "int" } else { "uint" };
             let mut worst: Vec<(&String, f64, Affine)> = stats
                 .iter()
-                .filter(|(_, s)| s.seen)
-                .map(|(k, s)| {
+                .filter_map(|(k, s)| {
                     let rate = if s.total > 0 { s.clipped as f64 / s.total as f64 } else { 0.0 };
-                    (k, rate, calibrated(s, bits, signed))
+                    Some((k, rate, calibrated(s.all()?, bits, signed)))
                 })
                 .collect();
             worst.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(b.0)));
+            let how = if self.per_channel { "per channel" } else { "per tensor" };
+            let kept = if self.keep > 0 {
+                format!(", the top {} channels of each site in int16", self.keep)
+            } else {
+                String::new()
+            };
             v.push(format!(
-                "activations {kind}{bits} affine per tensor at {} sites ({})",
+                "activations {kind}{bits} affine {how}{kept} at {} sites ({})",
                 worst.len(),
                 self.points.join("+")
             ));
@@ -407,8 +529,68 @@ mod tests {
         assert_eq!(q[1][1], 0.0, "1.0 is below half a step of 100/7");
     }
 
+    fn fault(spec: &str) -> QuantFault {
+        let cfg = crate::model::synth::preset_config("tinystories").unwrap();
+        QuantFault::parse(&FaultSpec::parse(spec).unwrap(), &cfg).unwrap()
+    }
+
+    /// Channels 0..3 with ranges [0, 1], [-1, 1], [0, 100]: a massive-activation channel.
+    fn site() -> SiteStat {
+        SiteStat { lo: vec![0.0, -1.0, 0.0], hi: vec![1.0, 1.0, 100.0], ..Default::default() }
+    }
+
+    #[test]
+    fn per_tensor_per_channel_and_kept_channels() {
+        let pad = |lo: f32, hi: f32| (lo - (hi - lo) * HEADROOM, hi + (hi - lo) * HEADROOM);
+        let tensor = fault("quant:a8").site_quantizers(&site()).unwrap();
+        let joint = calibrated((-1.0, 100.0), 8, false);
+        assert_eq!(tensor, vec![joint; 3], "per tensor: one quantizer over the joint range");
+        let (lo, hi) = pad(-1.0, 100.0);
+        assert_eq!(joint, Affine::calibrate(lo, hi, 8, false));
+
+        let chan = fault("quant:a8,granularity=channel").site_quantizers(&site()).unwrap();
+        assert_eq!(chan[0], calibrated((0.0, 1.0), 8, false));
+        assert_eq!(chan[2], calibrated((0.0, 100.0), 8, false));
+        assert!(chan[0].scale < joint.scale / 50.0, "a small channel gets its own fine scale");
+
+        let kept = fault("quant:a8,keep=1").site_quantizers(&site()).unwrap();
+        assert_eq!(kept[2], calibrated((0.0, 100.0), 16, true), "the massive channel in int16");
+        let rest = calibrated((-1.0, 1.0), 8, false);
+        assert_eq!((kept[0], kept[1]), (rest, rest), "the others share a range without it");
+        // 0.5 survives to within half a step of [-1.2, 1.2]/255, not of [-11.1, 110.1]/255.
+        assert!((kept[0].apply(0.5).0 - 0.5).abs() <= rest.scale / 2.0 + 1e-6);
+        assert!((tensor[0].apply(0.5).0 - 0.5).abs() > rest.scale);
+
+        // keep needs more channels than it keeps: one-channel sites (scores, probs) are as per tensor.
+        let one = SiteStat { lo: vec![-3.0], hi: vec![4.0], ..Default::default() };
+        assert_eq!(
+            fault("quant:a8,keep=1").site_quantizers(&one).unwrap(),
+            vec![calibrated((-3.0, 4.0), 8, false)]
+        );
+    }
+
+    #[test]
+    fn channels_of_each_site_kind() {
+        let q = Channels::of(Tap::Layer(0, LayerTap::Q), &[2, 3, 4]);
+        assert_eq!(q.count(), 8);
+        // [head 1, token 2, j 3] is flat index 1·12 + 2·4 + 3 = 23 -> channel 1·4 + 3.
+        assert_eq!(q.index(23), 7);
+        assert_eq!(Channels::of(Tap::Layer(0, LayerTap::Scores), &[2, 3, 5]).count(), 1);
+        let x = Channels::of(Tap::Layer(0, LayerTap::MlpAct), &[3, 6]);
+        assert_eq!((x.count(), x.index(13)), (6, 1));
+    }
+
     #[test]
     fn shorthand_and_errors() {
+        let cfg = crate::model::synth::preset_config("tinystories").unwrap();
+        let e =
+            QuantFault::parse(&FaultSpec::parse("quant:w8,keep=4").unwrap(), &cfg).err().unwrap().to_string();
+        assert!(e.contains("acts"), "{e}");
+        let e = QuantFault::parse(&FaultSpec::parse("quant:a8,granularity=row").unwrap(), &cfg)
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains("channel"), "{e}");
         let cfg = crate::model::synth::preset_config("tinystories").unwrap();
         let f = QuantFault::parse(&FaultSpec::parse("quant:w8a16").unwrap(), &cfg).unwrap();
         assert_eq!((f.weight_bits, f.act), (Some(8), Some((16, true))));

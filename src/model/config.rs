@@ -1,13 +1,29 @@
-//! `config.json` of a Hugging Face decoder checkpoint, read the way transformers 5 reads it.
+//! `config.json` of a Hugging Face decoder checkpoint, read the way transformers 5.23 reads it.
 //!
-//! Supported `model_type`s: llama, mistral, qwen2, qwen3. Every key that changes the forward
-//! pass is parsed; keys known not to change it are listed in [`IGNORED_KEYS`]; any other key
-//! is an error naming it, because a key we do not understand may change the numerics
-//! (finding 5 of the findings table was a key silently ignored). Where a numerics key is
-//! missing, transformers' class default applies (as HF would) and is recorded in
-//! [`ModelConfig::defaults_applied`] so reports can say so.
+//! Supported `model_type`s: llama, mistral, qwen2, qwen3. What hefprobe knows about each key —
+//! how it is read, the class default transformers applies when it is absent, which
+//! architectures it is for — is the table in [`keys`]. From it:
+//! - a key that changes the forward pass is parsed; where it is missing, transformers' class
+//!   default applies (as HF would) and is recorded in [`ModelConfig::defaults_applied`];
+//! - a value hefprobe does not implement (a `quantization_config`, a RoPE type other than
+//!   default/linear/llama3/yarn, softcapping, another activation, mrope) is an error naming
+//!   the key, the value and what is supported;
+//! - a key the table does not know is refused if its name hints at the forward pass (finding 5
+//!   of the findings table was a key silently ignored), and otherwise accepted and listed in
+//!   [`ModelConfig::unknown_keys`], which every report shows (`--strict-config` refuses them).
+//!
+//! Every dimension is bounded before anything is sized by it: the parameters the config
+//! implies cannot take more bytes than the weight files hold ([`WeightBudget`]).
 
-use crate::error::{closest, Error, Result};
+mod keys;
+mod rope;
+mod size;
+#[cfg(test)]
+mod tests;
+mod window;
+
+use crate::error::{Error, Result};
+use keys::{Dflt, Read, Unknown};
 use serde_json::{Map, Value};
 use std::path::Path;
 
@@ -45,6 +61,16 @@ impl Arch {
             Arch::Qwen3 => "Qwen3ForCausalLM",
         }
     }
+
+    /// The transformers configuration class that reads config.json.
+    pub fn hf_config_class(self) -> &'static str {
+        match self {
+            Arch::Llama => "LlamaConfig",
+            Arch::Mistral => "MistralConfig",
+            Arch::Qwen2 => "Qwen2Config",
+            Arch::Qwen3 => "Qwen3Config",
+        }
+    }
 }
 
 /// Rotary embedding as configured (`rope_parameters` in transformers 5, `rope_theta` +
@@ -59,6 +85,10 @@ pub struct RopeConfig {
 #[serde(tag = "rope_type", rename_all = "lowercase")]
 pub enum RopeScaling {
     Default,
+    /// transformers `_compute_linear_scaling_rope_parameters`: every frequency divided by `factor`.
+    Linear {
+        factor: f64,
+    },
     /// transformers `_compute_llama3_parameters`.
     Llama3 {
         factor: f64,
@@ -66,6 +96,29 @@ pub enum RopeScaling {
         high_freq_factor: f64,
         original_max_position_embeddings: usize,
     },
+    /// transformers `_compute_yarn_parameters`, with the optional keys as written (`None` =
+    /// absent; the defaults are applied where HF applies them, in `model::rope`).
+    Yarn {
+        factor: f64,
+        original_max_position_embeddings: usize,
+        attention_factor: Option<f64>,
+        beta_fast: Option<f64>,
+        beta_slow: Option<f64>,
+        mscale: Option<f64>,
+        mscale_all_dim: Option<f64>,
+        truncate: bool,
+    },
+}
+
+/// A config.json key hefprobe does not know and accepted because its name gives no hint that
+/// it changes the forward pass: transformers keeps such a key as an attribute nobody reads.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct UnknownKey {
+    pub key: String,
+    /// The value as JSON, shortened to 60 characters.
+    pub value: String,
+    /// Who writes it, or why it is harmless.
+    pub note: String,
 }
 
 /// The normalized configuration the decoder runs.
@@ -96,83 +149,28 @@ pub struct ModelConfig {
     pub eos_token_id: Option<u32>,
     /// Numerics keys missing from config.json, with the HF class default that was applied.
     pub defaults_applied: Vec<(String, String)>,
+    /// Keys hefprobe does not know, accepted (see [`UnknownKey`]).
+    pub unknown_keys: Vec<UnknownKey>,
 }
 
-/// Keys that do not change the float32 forward pass at inference (metadata, training,
-/// generation, caching, dtype hints — weights are computed in f32 whatever their dtype).
-pub const IGNORED_KEYS: &[&str] = &[
-    "_name_or_path",
-    "architectures",
-    "attention_dropout",
-    "bos_token_id",
-    "eos_token_id",
-    "pad_token_id",
-    "dtype",
-    "torch_dtype",
-    "transformers_version",
-    "initializer_range",
-    "use_cache",
-    "output_attentions",
-    "output_hidden_states",
-    "return_dict",
-    "is_decoder",
-    "is_encoder_decoder",
-    "tie_encoder_decoder",
-    "chunk_size_feed_forward",
-    "pretraining_tp",
-    "model_type",
-    "id2label",
-    "label2id",
-    "problem_type",
-    "tokenizer_class",
-    "max_length",
-    "min_length",
-    "do_sample",
-    "temperature",
-    "top_p",
-    "top_k",
-    "repetition_penalty",
-    "bad_words_ids",
-    "cross_attention_hidden_size",
-    "add_cross_attention",
-    "prefix",
-    "sep_token_id",
-    "decoder_start_token_id",
-    "task_specific_params",
-    "finetuning_task",
-    "num_beams",
-    "_attn_implementation_autoset",
-    "rope_interleave",
-];
-
-const NUMERIC_KEYS: &[&str] = &[
-    "hidden_size",
-    "intermediate_size",
-    "num_hidden_layers",
-    "num_attention_heads",
-    "num_key_value_heads",
-    "head_dim",
-    "vocab_size",
-    "rms_norm_eps",
-    "rope_theta",
-    "rope_scaling",
-    "rope_parameters",
-    "max_position_embeddings",
-    "attention_bias",
-    "mlp_bias",
-    "tie_word_embeddings",
-    "hidden_act",
-    "sliding_window",
-    "use_sliding_window",
-    "max_window_layers",
-    "layer_types",
-    "use_mrope",
-];
+/// What the weight files hold, to bound the dimensions config.json claims before anything is
+/// sized by them (a 2 KB config.json saying `num_hidden_layers: 1000000000` must not abort).
+#[derive(Debug, Clone)]
+pub struct WeightBudget {
+    /// Total bytes of the weight files.
+    pub bytes: u64,
+    /// Names them in messages ("the weight files", "model.gguf").
+    pub what: String,
+}
 
 struct Reader<'a> {
     file: String,
     obj: &'a Map<String, Value>,
+    arch: Arch,
     defaults: Vec<(String, String)>,
+    /// `num_attention_heads` and `hidden_size`, for the defaults derived from them.
+    heads: usize,
+    hidden: usize,
 }
 
 impl<'a> Reader<'a> {
@@ -184,30 +182,52 @@ impl<'a> Reader<'a> {
         self.obj.get(key).filter(|v| !v.is_null())
     }
 
-    fn usize_req(&self, key: &str) -> Result<usize> {
+    fn as_usize(&self, key: &str, v: &Value) -> Result<usize> {
+        v.as_u64()
+            .and_then(|n| usize::try_from(n).ok())
+            .ok_or_else(|| self.err(key, format!("expected a non-negative integer, found {v}")))
+    }
+
+    fn read(&self, key: &str) -> Read {
+        keys::row(key, self.arch).map(|k| k.read).expect("every key read by name has a row for every arch")
+    }
+
+    /// A required positive dimension.
+    fn dim(&self, key: &str) -> Result<usize> {
+        debug_assert!(matches!(self.read(key), Read::Dim));
         match self.present(key) {
             None => Err(self.err(key, "missing; a checkpoint config must give it")),
             Some(v) => self.as_usize(key, v),
         }
     }
 
-    fn as_usize(&self, key: &str, v: &Value) -> Result<usize> {
-        v.as_u64()
-            .map(|n| n as usize)
-            .ok_or_else(|| self.err(key, format!("expected a non-negative integer, found {v}")))
+    fn resolve(&self, d: Dflt) -> usize {
+        match d {
+            Dflt::Int(n) => n,
+            Dflt::Heads => self.heads,
+            Dflt::HiddenOverHeads => self.hidden.checked_div(self.heads).unwrap_or(0),
+        }
     }
 
-    fn usize_or(&mut self, key: &str, default: usize) -> Result<usize> {
-        match self.present(key) {
-            Some(v) => self.as_usize(key, v),
-            None => {
-                self.defaults.push((key.into(), default.to_string()));
-                Ok(default)
+    fn int(&mut self, key: &str) -> Result<usize> {
+        let Read::Int { default, noted, null } = self.read(key) else {
+            unreachable!("{key} is not an Int row")
+        };
+        match self.obj.get(key) {
+            Some(Value::Null) if null.is_some() => Ok(self.resolve(null.expect("checked"))),
+            Some(v) if !v.is_null() => self.as_usize(key, v),
+            _ => {
+                let n = self.resolve(default);
+                if noted {
+                    self.defaults.push((key.into(), n.to_string()));
+                }
+                Ok(n)
             }
         }
     }
 
-    fn f64_or(&mut self, key: &str, default: f64) -> Result<f64> {
+    fn float(&mut self, key: &str) -> Result<f64> {
+        let Read::Float { default } = self.read(key) else { unreachable!("{key} is not a Float row") };
         match self.present(key) {
             Some(v) => v.as_f64().ok_or_else(|| self.err(key, format!("expected a number, found {v}"))),
             None => {
@@ -217,69 +237,51 @@ impl<'a> Reader<'a> {
         }
     }
 
-    fn bool_or(&mut self, key: &str, default: bool) -> Result<bool> {
+    fn flag(&mut self, key: &str) -> Result<bool> {
+        let Read::Flag { default, noted } = self.read(key) else { unreachable!("{key} is not a Flag row") };
         match self.present(key) {
             Some(v) => v.as_bool().ok_or_else(|| self.err(key, format!("expected true or false, found {v}"))),
             None => {
-                self.defaults.push((key.into(), default.to_string()));
+                if noted {
+                    self.defaults.push((key.into(), default.to_string()));
+                }
                 Ok(default)
             }
         }
     }
+
+    /// Every key of the file against the table: refusals and unknown keys.
+    fn check_keys(&self) -> Result<Vec<UnknownKey>> {
+        let mut unknown = Vec::new();
+        for (name, value) in self.obj {
+            let note = match keys::row(name, self.arch).map(|k| k.read) {
+                Some(Read::Only { ok, msg }) => {
+                    if !value.is_null() && !ok(value) {
+                        let msg = msg.replace("{v}", &short(value)).replace("{arch}", self.arch.name());
+                        return Err(self.err(name, msg));
+                    }
+                    continue;
+                }
+                Some(Read::Foreign(note)) => note.to_string(),
+                Some(_) => continue,
+                None => match keys::classify_unknown(name, self.arch) {
+                    Unknown::Report(note) => note,
+                    Unknown::Refuse(msg) => return Err(self.err(name, msg)),
+                },
+            };
+            unknown.push(UnknownKey { key: name.clone(), value: short(value), note });
+        }
+        Ok(unknown)
+    }
 }
 
-/// transformers 5 class defaults, per model type (configuration_*.py `__init__` signatures).
-struct ArchDefaults {
-    rms_norm_eps: f64,
-    rope_theta: f64,
-    tie_word_embeddings: bool,
-    max_position_embeddings: usize,
-    /// Qwen3Config defaults `head_dim` to 128; the others derive hidden/heads.
-    head_dim: Option<usize>,
-    /// MistralConfig defaults `sliding_window` to 4096; Qwen2/3 use it only with
-    /// `use_sliding_window` (default false).
-    sliding_window: Option<usize>,
-    max_window_layers: usize,
-}
-
-fn arch_defaults(arch: Arch) -> ArchDefaults {
-    match arch {
-        Arch::Llama => ArchDefaults {
-            rms_norm_eps: 1e-6,
-            rope_theta: 10000.0,
-            tie_word_embeddings: false,
-            max_position_embeddings: 2048,
-            head_dim: None,
-            sliding_window: None,
-            max_window_layers: 0,
-        },
-        Arch::Mistral => ArchDefaults {
-            rms_norm_eps: 1e-6,
-            rope_theta: 10000.0,
-            tie_word_embeddings: false,
-            max_position_embeddings: 4096 * 32,
-            head_dim: None,
-            sliding_window: Some(4096),
-            max_window_layers: 0,
-        },
-        Arch::Qwen2 => ArchDefaults {
-            rms_norm_eps: 1e-6,
-            rope_theta: 10000.0,
-            tie_word_embeddings: false,
-            max_position_embeddings: 32768,
-            head_dim: None,
-            sliding_window: Some(4096),
-            max_window_layers: 28,
-        },
-        Arch::Qwen3 => ArchDefaults {
-            rms_norm_eps: 1e-6,
-            rope_theta: 10000.0,
-            tie_word_embeddings: false,
-            max_position_embeddings: 32768,
-            head_dim: Some(128),
-            sliding_window: Some(4096),
-            max_window_layers: 28,
-        },
+/// A JSON value for a message, at most 60 characters.
+fn short(v: &Value) -> String {
+    let s = v.to_string();
+    if s.chars().count() <= 60 {
+        s
+    } else {
+        format!("{}…", s.chars().take(59).collect::<String>())
     }
 }
 
@@ -291,69 +293,39 @@ impl ModelConfig {
 
     /// `file` names the source in error messages.
     pub fn from_json_str(text: &str, file: &str) -> Result<Self> {
+        Self::from_json_str_within(text, file, None)
+    }
+
+    /// As [`Self::from_json_str`], with the dimensions bounded by what the weights hold.
+    pub fn from_json_str_within(text: &str, file: &str, budget: Option<&WeightBudget>) -> Result<Self> {
         let value: Value =
             serde_json::from_str(text).map_err(|e| Error::input(file, format!("not valid JSON: {e}")))?;
         let obj =
             value.as_object().ok_or_else(|| Error::input(file, "expected a JSON object at the top level"))?;
-        Self::from_map(obj, file)
+        Self::from_map_within(obj, file, budget)
     }
 
     pub fn from_map(obj: &Map<String, Value>, file: &str) -> Result<Self> {
-        let mut r = Reader { file: file.to_string(), obj, defaults: Vec::new() };
-        for key in obj.keys() {
-            if !IGNORED_KEYS.contains(&key.as_str()) && !NUMERIC_KEYS.contains(&key.as_str()) {
-                let hint = closest(key, IGNORED_KEYS.iter().chain(NUMERIC_KEYS).copied())
-                    .map(|k| format!(" (did you mean `{k}`?)"))
-                    .unwrap_or_default();
-                return Err(r.err(
-                    key,
-                    format!(
-                        "unknown key{hint}; hefprobe cannot tell whether it changes the forward \
-                         pass, so it refuses to guess. Supported keys: {}",
-                        NUMERIC_KEYS.join(", ")
-                    ),
-                ));
-            }
-        }
-        let model_type = match r.present("model_type") {
-            None => return Err(r.err("model_type", "missing; expected one of llama, mistral, qwen2, qwen3")),
-            Some(v) => v.as_str().unwrap_or_default().to_string(),
-        };
-        let arch = Arch::parse(&model_type).ok_or_else(|| {
-            r.err(
-                "model_type",
-                format!("`{model_type}` is not supported; expected one of llama, mistral, qwen2, qwen3"),
-            )
-        })?;
-        let d = arch_defaults(arch);
+        Self::from_map_within(obj, file, None)
+    }
 
-        if let Some(act) = r.present("hidden_act") {
-            if act.as_str() != Some("silu") {
-                return Err(r.err("hidden_act", format!("{act} is not supported; only \"silu\" is")));
-            }
-        }
-        if let Some(v) = r.present("use_mrope") {
-            if v.as_bool() != Some(false) {
-                return Err(r.err("use_mrope", "multimodal RoPE is not supported; only false is"));
-            }
-        }
+    pub fn from_map_within(
+        obj: &Map<String, Value>,
+        file: &str,
+        budget: Option<&WeightBudget>,
+    ) -> Result<Self> {
+        let arch = read_arch(obj, file)?;
+        let mut r = Reader { file: file.to_string(), obj, arch, defaults: Vec::new(), heads: 0, hidden: 0 };
+        let unknown_keys = r.check_keys()?;
 
-        let hidden_size = r.usize_req("hidden_size")?;
-        let intermediate_size = r.usize_req("intermediate_size")?;
-        let num_layers = r.usize_req("num_hidden_layers")?;
-        let num_heads = r.usize_req("num_attention_heads")?;
-        let vocab_size = r.usize_req("vocab_size")?;
-        // MistralConfig defaults num_key_value_heads to 8; the others to num_attention_heads.
-        let kv_default = if arch == Arch::Mistral { 8 } else { num_heads };
-        let num_kv_heads = r.usize_or("num_key_value_heads", kv_default)?;
-        let head_dim = match d.head_dim {
-            Some(hd) => r.usize_or("head_dim", hd)?,
-            None => match r.present("head_dim") {
-                Some(v) => r.as_usize("head_dim", v)?,
-                None if num_heads > 0 => hidden_size / num_heads,
-                None => 0,
-            },
-        };
+        let hidden_size = r.dim("hidden_size")?;
+        let intermediate_size = r.dim("intermediate_size")?;
+        let num_layers = r.dim("num_hidden_layers")?;
+        let num_heads = r.dim("num_attention_heads")?;
+        let vocab_size = r.dim("vocab_size")?;
+        (r.heads, r.hidden) = (num_heads, hidden_size);
+        let num_kv_heads = r.int("num_key_value_heads")?;
+        let head_dim = r.int("head_dim")?;
         for (key, v) in [
             ("hidden_size", hidden_size),
             ("intermediate_size", intermediate_size),
@@ -378,54 +350,45 @@ impl ModelConfig {
                 r.err("head_dim", format!("{head_dim} is odd; rotate-half RoPE needs an even head_dim"))
             );
         }
+        let tie_word_embeddings = r.flag("tie_word_embeddings")?;
+        let dims = size::Dims {
+            hidden: hidden_size,
+            intermediate: intermediate_size,
+            layers: num_layers,
+            heads: num_heads,
+            kv_heads: num_kv_heads,
+            head_dim,
+            vocab: vocab_size,
+            tied: tie_word_embeddings,
+        };
+        size::check_size(&r, &dims, budget)?;
 
-        let rms_norm_eps = r.f64_or("rms_norm_eps", d.rms_norm_eps)?;
-        let max_position_embeddings = r.usize_or("max_position_embeddings", d.max_position_embeddings)?;
-        let rope = read_rope(&mut r, d.rope_theta, head_dim, max_position_embeddings)?;
-        let tie_word_embeddings = r.bool_or("tie_word_embeddings", d.tie_word_embeddings)?;
+        let rms_norm_eps = r.float("rms_norm_eps")?;
+        let max_position_embeddings = r.int("max_position_embeddings")?;
+        let default_theta = 10000.0; // RotaryEmbeddingConfigMixin.default_theta
+        let rope = rope::read_rope(&mut r, default_theta, head_dim, max_position_embeddings)?;
 
-        // Projection biases: modeling_llama uses attention_bias for q/k/v/o and mlp_bias for
-        // the MLP; modeling_qwen2 hard-codes bias=True on q/k/v and False on o_proj;
-        // modeling_qwen3 uses attention_bias for q/k/v/o; modeling_mistral has no biases.
+        // Projection biases, as the table's attention_bias/mlp_bias rows say.
         let (qkv_bias, o_bias, mlp_bias) = match arch {
             Arch::Llama => {
-                let a = r.bool_or("attention_bias", false)?;
-                (a, a, r.bool_or("mlp_bias", false)?)
+                let a = r.flag("attention_bias")?;
+                (a, a, r.flag("mlp_bias")?)
             }
             Arch::Qwen3 => {
-                let a = r.bool_or("attention_bias", false)?;
+                let a = r.flag("attention_bias")?;
                 (a, a, false)
             }
             Arch::Qwen2 => (true, false, false),
             Arch::Mistral => (false, false, false),
         };
-        if !matches!(arch, Arch::Llama) {
-            if let Some(v) = r.present("mlp_bias") {
-                if v.as_bool() == Some(true) {
-                    return Err(r.err("mlp_bias", format!("{} has no MLP bias in transformers", arch.name())));
-                }
-            }
-        }
-        if matches!(arch, Arch::Qwen2 | Arch::Mistral) {
-            if let Some(v) = r.present("attention_bias") {
-                let expected = arch == Arch::Qwen2;
-                if v.as_bool() != Some(expected) && v.as_bool().is_some() {
-                    return Err(r.err(
-                        "attention_bias",
-                        format!(
-                            "{} ignores this key in transformers (its biases are fixed); found {v}",
-                            arch.name()
-                        ),
-                    ));
-                }
-            }
-        }
 
-        let sliding_window = read_sliding_window(&mut r, arch, &d, num_layers)?;
+        let sliding_window = window::read_sliding_window(&mut r, arch, num_layers)?;
         let token_id = |key: &str| -> Option<u32> {
             match obj.get(key) {
-                Some(Value::Number(n)) => n.as_u64().map(|n| n as u32),
-                Some(Value::Array(a)) => a.first().and_then(|v| v.as_u64()).map(|n| n as u32),
+                Some(Value::Number(n)) => n.as_u64().and_then(|n| u32::try_from(n).ok()),
+                Some(Value::Array(a)) => {
+                    a.first().and_then(|v| v.as_u64()).and_then(|n| u32::try_from(n).ok())
+                }
                 _ => None,
             }
         };
@@ -453,7 +416,27 @@ impl ModelConfig {
             bos_token_id,
             eos_token_id,
             defaults_applied: r.defaults,
+            unknown_keys,
         })
+    }
+
+    /// `--strict-config` / a probe's `strict_config = true`: unknown keys are an error.
+    pub fn refuse_unknown_keys(&self, file: &str) -> Result<()> {
+        if self.unknown_keys.is_empty() {
+            return Ok(());
+        }
+        let keys: Vec<String> = self.unknown_keys.iter().map(|k| format!("`{}`", k.key)).collect();
+        Err(Error::input(
+            file,
+            format!(
+                "strict config: {} unknown key{} ({}); hefprobe would accept and report {} \
+                 without --strict-config (strict_config = true in a probe)",
+                keys.len(),
+                if keys.len() == 1 { "" } else { "s" },
+                keys.join(", "),
+                if keys.len() == 1 { "it" } else { "them" },
+            ),
+        ))
     }
 
     /// The config.json transformers 5 would write for this configuration.
@@ -472,29 +455,7 @@ impl ModelConfig {
         m.insert("rms_norm_eps".into(), self.rms_norm_eps.into());
         m.insert("max_position_embeddings".into(), self.max_position_embeddings.into());
         m.insert("tie_word_embeddings".into(), self.tie_word_embeddings.into());
-        let mut rope = Map::new();
-        rope.insert("rope_theta".into(), self.rope.theta.into());
-        match &self.rope.scaling {
-            RopeScaling::Default => {
-                rope.insert("rope_type".into(), "default".into());
-            }
-            RopeScaling::Llama3 {
-                factor,
-                low_freq_factor,
-                high_freq_factor,
-                original_max_position_embeddings,
-            } => {
-                rope.insert("rope_type".into(), "llama3".into());
-                rope.insert("factor".into(), (*factor).into());
-                rope.insert("low_freq_factor".into(), (*low_freq_factor).into());
-                rope.insert("high_freq_factor".into(), (*high_freq_factor).into());
-                rope.insert(
-                    "original_max_position_embeddings".into(),
-                    (*original_max_position_embeddings).into(),
-                );
-            }
-        }
-        m.insert("rope_parameters".into(), Value::Object(rope));
+        m.insert("rope_parameters".into(), rope::to_hf_json(&self.rope));
         match self.arch {
             Arch::Llama => {
                 m.insert("attention_bias".into(), self.qkv_bias.into());
@@ -547,241 +508,14 @@ impl ModelConfig {
     }
 }
 
-fn read_rope(
-    r: &mut Reader,
-    default_theta: f64,
-    head_dim: usize,
-    max_positions: usize,
-) -> Result<RopeConfig> {
-    // transformers 5 writes `rope_parameters` {rope_theta, rope_type, ...}; transformers 4
-    // wrote top-level `rope_theta` and `rope_scaling` {rope_type|type, ...}. Both are read;
-    // if both give a theta they must agree.
-    let params = r.present("rope_parameters");
-    let legacy_scaling = r.present("rope_scaling");
-    let top_theta = match r.present("rope_theta") {
-        Some(v) => {
-            Some(v.as_f64().ok_or_else(|| r.err("rope_theta", format!("expected a number, found {v}")))?)
-        }
-        None => None,
+/// `model_type`, which picks the class (and so the table rows) for everything else.
+fn read_arch(obj: &Map<String, Value>, file: &str) -> Result<Arch> {
+    let err = |msg: String| Error::input(format!("{file} key `model_type`"), msg);
+    let model_type = match obj.get("model_type").filter(|v| !v.is_null()) {
+        None => return Err(err("missing; expected one of llama, mistral, qwen2, qwen3".into())),
+        Some(v) => v.as_str().unwrap_or_default().to_string(),
     };
-    let (key, scaling_obj) = match (params, legacy_scaling) {
-        (Some(p), None) => ("rope_parameters", Some(p)),
-        (None, Some(s)) => ("rope_scaling", Some(s)),
-        (None, None) => ("rope_parameters", None),
-        (Some(_), Some(_)) => {
-            return Err(r.err(
-                "rope_scaling",
-                "both `rope_parameters` and `rope_scaling` are present; keep one (transformers 5 writes rope_parameters)",
-            ))
-        }
-    };
-    let obj = match scaling_obj {
-        None => None,
-        Some(Value::Object(o)) => Some(o),
-        Some(v) => return Err(r.err(key, format!("expected an object, found {v}"))),
-    };
-    let param_theta = match obj.and_then(|o| o.get("rope_theta")) {
-        Some(v) => {
-            Some(v.as_f64().ok_or_else(|| r.err(key, format!("rope_theta: expected a number, found {v}")))?)
-        }
-        None => None,
-    };
-    let theta = match (top_theta, param_theta) {
-        (Some(a), Some(b)) if a != b => {
-            return Err(r.err(key, format!("rope_theta {b} disagrees with top-level rope_theta {a}")))
-        }
-        (Some(a), _) | (None, Some(a)) => a,
-        (None, None) => {
-            r.defaults.push(("rope_theta".into(), format!("{default_theta}")));
-            default_theta
-        }
-    };
-    if theta <= 0.0 {
-        return Err(r.err("rope_theta", format!("{theta} must be positive")));
-    }
-    let rope_type = obj
-        .and_then(|o| o.get("rope_type").or_else(|| o.get("type")))
-        .and_then(|v| v.as_str())
-        .unwrap_or("default");
-    let num = |name: &str| -> Result<f64> {
-        obj.and_then(|o| o.get(name))
-            .and_then(|v| v.as_f64())
-            .ok_or_else(|| r.err(key, format!("rope_type {rope_type} needs a numeric `{name}`")))
-    };
-    let scaling = match rope_type {
-        "default" => RopeScaling::Default,
-        "llama3" => RopeScaling::Llama3 {
-            factor: num("factor")?,
-            low_freq_factor: num("low_freq_factor")?,
-            high_freq_factor: num("high_freq_factor")?,
-            // transformers fills a missing original_max_position_embeddings with
-            // max_position_embeddings (RotaryEmbeddingConfigMixin).
-            original_max_position_embeddings: match obj
-                .and_then(|o| o.get("original_max_position_embeddings"))
-            {
-                Some(_) => num("original_max_position_embeddings")? as usize,
-                None => max_positions,
-            },
-        },
-        other => {
-            return Err(
-                r.err(key, format!("rope_type `{other}` is not supported; supported: default, llama3"))
-            )
-        }
-    };
-    if let Some(o) = obj {
-        if let Some(f) = o.get("partial_rotary_factor").and_then(|v| v.as_f64()) {
-            if f != 1.0 {
-                return Err(r.err(
-                    key,
-                    format!("partial_rotary_factor {f} is not supported (head_dim {head_dim} fully rotated)"),
-                ));
-            }
-        }
-    }
-    Ok(RopeConfig { theta, scaling })
-}
-
-fn read_sliding_window(
-    r: &mut Reader,
-    arch: Arch,
-    d: &ArchDefaults,
-    num_layers: usize,
-) -> Result<Vec<Option<usize>>> {
-    let window = match r.obj.get("sliding_window") {
-        Some(Value::Null) => None,
-        Some(v) => Some(r.as_usize("sliding_window", v)?),
-        None => d.sliding_window,
-    };
-    if window == Some(0) {
-        return Err(r.err("sliding_window", "0 would hide every key; use null for no window"));
-    }
-    match arch {
-        Arch::Llama => {
-            if window.is_some() {
-                return Err(r.err("sliding_window", "llama has no sliding-window attention in transformers"));
-            }
-            Ok(vec![None; num_layers])
-        }
-        // modeling_mistral: every layer uses config.sliding_window (null = full attention).
-        Arch::Mistral => {
-            if !r.obj.contains_key("sliding_window") {
-                r.defaults.push(("sliding_window".into(), format!("{window:?}")));
-            }
-            Ok(vec![window; num_layers])
-        }
-        // configuration_qwen2/3: sliding_window applies only with use_sliding_window; the
-        // layers that slide are given by layer_types, which defaults to "sliding_attention"
-        // for layer indices >= max_window_layers.
-        Arch::Qwen2 | Arch::Qwen3 => {
-            let use_sw = match r.present("use_sliding_window") {
-                Some(v) => v.as_bool().ok_or_else(|| {
-                    r.err("use_sliding_window", format!("expected true or false, found {v}"))
-                })?,
-                None => false,
-            };
-            let window = if use_sw { window } else { None };
-            let types: Vec<bool> = match r.present("layer_types") {
-                Some(Value::Array(a)) => {
-                    if a.len() != num_layers {
-                        return Err(r.err(
-                            "layer_types",
-                            format!("has {} entries, num_hidden_layers is {num_layers}", a.len()),
-                        ));
-                    }
-                    a.iter()
-                        .map(|t| match t.as_str() {
-                            Some("sliding_attention") => Ok(true),
-                            Some("full_attention") => Ok(false),
-                            _ => Err(r.err(
-                                "layer_types",
-                                format!("{t} is not \"full_attention\" or \"sliding_attention\""),
-                            )),
-                        })
-                        .collect::<Result<_>>()?
-                }
-                Some(v) => return Err(r.err("layer_types", format!("expected a list, found {v}"))),
-                None => {
-                    let mwl = match r.present("max_window_layers") {
-                        Some(v) => r.as_usize("max_window_layers", v)?,
-                        None => d.max_window_layers,
-                    };
-                    (0..num_layers).map(|i| i >= mwl).collect()
-                }
-            };
-            Ok(types.into_iter().map(|s| if s { window } else { None }).collect())
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn cfg(extra: &str) -> Result<ModelConfig> {
-        let text = format!(
-            r#"{{"model_type":"llama","hidden_size":64,"intermediate_size":128,
-                "num_hidden_layers":2,"num_attention_heads":4,"vocab_size":256{extra}}}"#
-        );
-        ModelConfig::from_json_str(&text, "config.json")
-    }
-
-    #[test]
-    fn rope_theta_in_rope_parameters_is_read() {
-        let c = cfg(r#","rope_parameters":{"rope_theta":500000.0,"rope_type":"default"}"#).unwrap();
-        assert_eq!(c.rope.theta, 500000.0);
-        assert!(!c.defaults_applied.iter().any(|(k, _)| k == "rope_theta"));
-    }
-
-    #[test]
-    fn missing_theta_is_an_applied_default_not_a_silent_one() {
-        let c = cfg("").unwrap();
-        assert_eq!(c.rope.theta, 10000.0);
-        assert!(c.defaults_applied.iter().any(|(k, _)| k == "rope_theta"));
-        assert_eq!(c.num_kv_heads, 4);
-        assert_eq!(c.head_dim, 16);
-    }
-
-    #[test]
-    fn unknown_key_is_named_with_a_hint() {
-        let e = cfg(r#","rms_norm_epsilon":1e-5"#).unwrap_err().to_string();
-        assert!(e.contains("`rms_norm_epsilon`"), "{e}");
-        assert!(e.contains("did you mean `rms_norm_eps`"), "{e}");
-    }
-
-    #[test]
-    fn unsupported_rope_type_and_activation_are_named() {
-        let e = cfg(r#","rope_parameters":{"rope_theta":1.0,"rope_type":"yarn","factor":2.0}"#)
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("rope_type `yarn` is not supported"), "{e}");
-        let e = cfg(r#","hidden_act":"gelu""#).unwrap_err().to_string();
-        assert!(e.contains("hidden_act") && e.contains("gelu"), "{e}");
-    }
-
-    #[test]
-    fn missing_required_field_is_named() {
-        let e = ModelConfig::from_json_str(r#"{"model_type":"qwen2","hidden_size":64}"#, "c.json")
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("`intermediate_size`") && e.contains("missing"), "{e}");
-    }
-
-    #[test]
-    fn qwen2_window_applies_from_max_window_layers() {
-        let text = r#"{"model_type":"qwen2","hidden_size":64,"intermediate_size":128,
-            "num_hidden_layers":3,"num_attention_heads":4,"vocab_size":256,
-            "use_sliding_window":true,"sliding_window":4,"max_window_layers":1}"#;
-        let c = ModelConfig::from_json_str(text, "c").unwrap();
-        assert_eq!(c.sliding_window, vec![None, Some(4), Some(4)]);
-        assert!(c.qkv_bias && !c.o_bias);
-    }
-
-    #[test]
-    fn hf_json_round_trips() {
-        let c = cfg(r#","rope_parameters":{"rope_theta":10000.0,"rope_type":"llama3","factor":8.0,"low_freq_factor":1.0,"high_freq_factor":4.0,"original_max_position_embeddings":64}"#).unwrap();
-        let back = ModelConfig::from_map(c.to_hf_json().as_object().unwrap(), "rt").unwrap();
-        assert_eq!(back.rope, c.rope);
-        assert_eq!(back.head_dim, c.head_dim);
-    }
+    Arch::parse(&model_type).ok_or_else(|| {
+        err(format!("`{model_type}` is not supported; expected one of llama, mistral, qwen2, qwen3"))
+    })
 }

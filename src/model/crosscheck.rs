@@ -46,6 +46,11 @@ pub fn candle_transformers_logits(
                     original_max_position_embeddings: *original_max_position_embeddings,
                     rope_type: llama::Llama3RopeType::Llama3,
                 }),
+                RopeScaling::Linear { .. } | RopeScaling::Yarn { .. } => {
+                    return Err(Error::Unsupported(
+                        "candle-transformers' llama implements default and llama3 RoPE only".into(),
+                    ))
+                }
             };
             let cfg = llama::Config {
                 hidden_size: c.hidden_size,

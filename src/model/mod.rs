@@ -1,11 +1,14 @@
-//! The float32 reference: config, weights, the instrumented decoder, tokenizer, synthesis.
+//! The float32 reference: config, weights (safetensors folders and GGUF files), the
+//! instrumented decoder, tokenizer, synthesis.
 
 pub mod config;
 #[cfg(feature = "crosscheck")]
 pub mod crosscheck;
 pub mod decoder;
+pub mod gguf;
 pub mod hooks;
 pub mod memory;
+pub mod hub;
 pub mod rope;
 pub mod run;
 pub mod synth;

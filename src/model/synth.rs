@@ -342,6 +342,7 @@ fn base_config(arch: Arch) -> ModelConfig {
         bos_token_id: Some(1),
         eos_token_id: Some(2),
         defaults_applied: Vec::new(),
+        unknown_keys: Vec::new(),
     }
 }
 

@@ -31,6 +31,11 @@ impl Tokenizer {
         Ok(Tokenizer { inner, path: path.to_path_buf() })
     }
 
+    /// The tokenizer a GGUF file describes in its `tokenizer.ggml.*` metadata.
+    pub fn from_gguf(path: &Path) -> Result<Self> {
+        Ok(Tokenizer { inner: crate::model::gguf::tokenizer::load(path)?, path: path.to_path_buf() })
+    }
+
     /// The tokenizer `hefprobe synth` writes, in memory (for `--synth` models).
     pub fn synth() -> Self {
         let json = synth_tokenizer_json().to_string();
@@ -110,8 +115,8 @@ pub fn synth_tokenizer_json() -> serde_json::Value {
 /// Ids the synthesized tokenizer needs (3 specials + 256 bytes).
 pub const SYNTH_TOKENIZER_VOCAB: usize = 259;
 
-/// GPT-2's byte-to-unicode table, which ByteLevel pre-tokenizers use.
-fn byte_level_alphabet() -> Vec<char> {
+/// GPT-2's byte-to-unicode table, which ByteLevel pre-tokenizers use (index = byte).
+pub(crate) fn byte_level_alphabet() -> Vec<char> {
     let mut bs: Vec<u32> = (b'!' as u32..=b'~' as u32).chain(0xA1..=0xAC).chain(0xAE..=0xFF).collect();
     let mut cs = bs.clone();
     let mut n = 0;

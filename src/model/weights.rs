@@ -2,7 +2,7 @@
 //! f32/f16/bf16 on disk, held as f32 tensors keyed by their HF checkpoint names.
 
 use crate::error::{read_file, read_text, Error, Result};
-use crate::model::config::ModelConfig;
+use crate::model::config::{ModelConfig, WeightBudget};
 use candle_core::{DType, Device, Tensor};
 use safetensors::{tensor::TensorView, Dtype, SafeTensors};
 use std::collections::BTreeMap;
@@ -49,6 +49,11 @@ pub fn expected_tensors(cfg: &ModelConfig) -> Vec<(String, Vec<usize>)> {
 #[derive(Debug, Clone, serde::Serialize)]
 pub enum CheckpointSource {
     Dir(PathBuf),
+    /// A GGUF file, dequantized to f32; `quant` is its weights' dominant type (e.g. Q4_1).
+    Gguf {
+        path: PathBuf,
+        quant: String,
+    },
     Synth(String),
 }
 
@@ -56,6 +61,9 @@ impl std::fmt::Display for CheckpointSource {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             CheckpointSource::Dir(p) => write!(f, "{}", p.display()),
+            CheckpointSource::Gguf { path, quant } => {
+                write!(f, "gguf {} ({quant} dequantized)", path.display())
+            }
             CheckpointSource::Synth(s) => write!(f, "synth {s}"),
         }
     }
@@ -67,7 +75,7 @@ pub struct Checkpoint {
     pub config: ModelConfig,
     pub tensors: BTreeMap<String, Tensor>,
     pub source: CheckpointSource,
-    /// xxh3-64 of config.json and the weight files' bytes (or of the synth spec).
+    /// xxh3-64 of config.json and the weight files' bytes (of the GGUF file; of the synth spec).
     pub hash: String,
     /// The dtype the weights were stored in.
     pub stored_dtype: String,
@@ -89,8 +97,11 @@ impl Checkpoint {
         }
     }
 
-    /// Load `dir/config.json` and its weights.
+    /// Load `dir/config.json` and its weights, or a GGUF file (see [`crate::model::gguf`]).
     pub fn load(dir: &Path) -> Result<Self> {
+        if crate::model::gguf::is_gguf(dir) {
+            return crate::model::gguf::load(dir);
+        }
         if !dir.is_dir() {
             return Err(Error::input(
                 dir.display().to_string(),
@@ -99,11 +110,20 @@ impl Checkpoint {
         }
         let config_path = dir.join("config.json");
         let config_text = read_text(&config_path)?;
-        let config = ModelConfig::from_json_str(&config_text, &config_path.display().to_string())?;
+        // The weight files' sizes bound what config.json may claim, before anything is sized
+        // by it.
+        let files = weight_files(dir)?;
+        let bytes =
+            files.iter().try_fold(0u64, |sum, f| Ok::<_, Error>(sum.saturating_add(data_bytes(f)?)))?;
+        let budget = WeightBudget { bytes, what: weight_files_name(&files) };
+        let config = ModelConfig::from_json_str_within(
+            &config_text,
+            &config_path.display().to_string(),
+            Some(&budget),
+        )?;
         let mut hasher = xxhash_rust::xxh3::Xxh3::new();
         hasher.update(config_text.as_bytes());
 
-        let files = weight_files(dir)?;
         let mut raw: BTreeMap<String, Tensor> = BTreeMap::new();
         let mut dtypes = std::collections::BTreeSet::new();
         for file in &files {
@@ -229,10 +249,92 @@ pub fn tensors_from_bytes(
     let mut dtypes = std::collections::BTreeSet::new();
     for (name, view) in st.tensors() {
         dtypes.insert(format!("{:?}", view.dtype()).to_lowercase());
-        let t = view_to_f32(&view).map_err(|msg| Error::input(format!("{what} tensor `{name}`"), msg))?;
+        let tensor_what = || format!("{what} tensor `{name}`");
+        if let Some((count, first)) = nonfinite(&view) {
+            return Err(Error::input(
+                tensor_what(),
+                format!(
+                    "holds {count} non-finite value{} (NaN or ±Inf; the first at flat index \
+                     {first}): the checkpoint is damaged or was saved after training diverged, \
+                     and every tap downstream of it would be NaN",
+                    if count == 1 { "" } else { "s" }
+                ),
+            ));
+        }
+        let t = view_to_f32(&view).map_err(|msg| Error::input(tensor_what(), msg))?;
         out.insert(name, t);
     }
     Ok((out, dtypes))
+}
+
+/// The tensor data bytes a safetensors file holds, from its header alone (8 bytes of header
+/// length, the JSON header, then the data): enough to bound config.json before the weights
+/// are read, and to name a truncated or corrupt file first.
+fn data_bytes(file: &Path) -> Result<u64> {
+    use std::io::Read;
+    let corrupt = |msg: String| {
+        Error::input(file.display().to_string(), format!("corrupt or truncated safetensors file: {msg}"))
+    };
+    let mut f = std::fs::File::open(file).map_err(|e| Error::io(file, e))?;
+    let len = f.metadata().map_err(|e| Error::io(file, e))?.len();
+    let mut n = [0u8; 8];
+    f.read_exact(&mut n)
+        .map_err(|_| corrupt(format!("{len} bytes, shorter than the 8-byte header length")))?;
+    let n = u64::from_le_bytes(n);
+    // safetensors' MAX_HEADER_SIZE (tensor.rs): 100_000_000 bytes.
+    if n > 100_000_000 || n > len - 8 {
+        return Err(corrupt(format!("header length {n} does not fit the file's {len} bytes")));
+    }
+    let mut header = vec![0u8; n as usize];
+    f.read_exact(&mut header).map_err(|e| Error::io(file, e))?;
+    let header: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_slice(&header).map_err(|e| corrupt(format!("header is not a JSON object: {e}")))?;
+    let data = header
+        .iter()
+        .filter(|(k, _)| *k != "__metadata__")
+        .filter_map(|(_, v)| v.get("data_offsets")?.get(1)?.as_u64())
+        .max()
+        .unwrap_or(0);
+    if 8 + n + data != len {
+        return Err(corrupt(format!(
+            "the header describes {data} bytes of tensor data, the file holds {}",
+            len - 8 - n
+        )));
+    }
+    Ok(data)
+}
+
+fn weight_files_name(files: &[PathBuf]) -> String {
+    match files {
+        [one] => {
+            one.file_name().map_or_else(|| one.display().to_string(), |n| n.to_string_lossy().into_owned())
+        }
+        many => format!("the {} weight files", many.len()),
+    }
+}
+
+/// How many values of a float tensor are NaN or ±Inf, and the index of the first: one pass
+/// over the stored bits (all exponent bits set), no conversion. `None` when all are finite.
+pub fn nonfinite(view: &TensorView) -> Option<(usize, usize)> {
+    fn scan<const N: usize>(data: &[u8], is_bad: impl Fn([u8; N]) -> bool) -> Option<(usize, usize)> {
+        let mut found: Option<(usize, usize)> = None;
+        for (i, chunk) in data.chunks_exact(N).enumerate() {
+            if is_bad(chunk.try_into().expect("chunks_exact")) {
+                found = Some(found.map_or((1, i), |(n, first)| (n + 1, first)));
+            }
+        }
+        found
+    }
+    let data = view.data();
+    match view.dtype() {
+        Dtype::F32 => scan::<4>(data, |b| u32::from_le_bytes(b) & 0x7f80_0000 == 0x7f80_0000),
+        Dtype::F16 => scan::<2>(data, |b| u16::from_le_bytes(b) & 0x7c00 == 0x7c00),
+        Dtype::BF16 => scan::<2>(data, |b| u16::from_le_bytes(b) & 0x7f80 == 0x7f80),
+        Dtype::F64 => {
+            scan::<8>(data, |b| u64::from_le_bytes(b) & 0x7ff0_0000_0000_0000 == 0x7ff0_0000_0000_0000)
+        }
+        _ => None,
+    }
 }
 
 fn view_to_f32(view: &TensorView) -> std::result::Result<Tensor, String> {
@@ -262,6 +364,19 @@ pub fn check_tensors(
     let mut out = BTreeMap::new();
     // Older exports carry the rotary buffer; it is recomputed from the config.
     raw.retain(|k, _| !k.ends_with("rotary_emb.inv_freq"));
+    // Every layer has at least 9 tensors, so more layers than tensors is impossible; saying so
+    // here keeps the list of expected names (sized by the config) bounded by the file.
+    if cfg.num_layers > raw.len() {
+        return Err(Error::input(
+            source,
+            format!(
+                "config.json's num_hidden_layers = {} needs at least {} tensors; the checkpoint holds {}",
+                cfg.num_layers,
+                cfg.num_layers.saturating_mul(9),
+                raw.len()
+            ),
+        ));
+    }
     for (name, shape) in expected_tensors(cfg) {
         let t = raw.remove(&name).ok_or_else(|| {
             let hint = if name == "lm_head.weight" {

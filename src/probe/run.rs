@@ -39,6 +39,8 @@ pub struct RunOptions {
     pub no_explain: bool,
     /// Run explain with these settings whatever the probe says.
     pub explain: Option<crate::explain::ExplainSpec>,
+    /// Replace the probe's `[checkpoint]`: a HF folder or a .gguf file (`--checkpoint`).
+    pub checkpoint: Option<PathBuf>,
 }
 
 pub fn synth_spec(c: &CheckpointSpec) -> Result<SynthSpec> {
@@ -48,9 +50,26 @@ pub fn synth_spec(c: &CheckpointSpec) -> Result<SynthSpec> {
     Ok(s)
 }
 
+/// config.json's unknown keys on stderr, for commands whose output has no header (sweep).
+pub fn note_unknown_keys(ckpt: &Checkpoint) {
+    if let Some(line) = crate::report::format::unknown_keys_line(&ckpt.config.unknown_keys) {
+        eprintln!("{line}");
+    }
+}
+
 pub fn load_checkpoint(c: &CheckpointSpec) -> Result<Checkpoint> {
     match &c.path {
-        Some(p) => Checkpoint::load(p),
+        Some(p) => {
+            let dir = crate::model::hub::resolve(
+                p,
+                c.revision.as_deref().unwrap_or(crate::model::hub::DEFAULT_REVISION),
+            )?;
+            let ckpt = Checkpoint::load(&dir)?;
+            if c.strict_config {
+                ckpt.config.refuse_unknown_keys(&dir.join("config.json").display().to_string())?;
+            }
+            Ok(ckpt)
+        }
         None => synth_spec(c)?.build(),
     }
 }
@@ -63,6 +82,7 @@ pub fn build_inputs(spec: &InputsSpec, ckpt: &Checkpoint) -> Result<InputSet> {
             let tok = match (&spec.tokenizer, &ckpt.source) {
                 (Some(p), _) => Tokenizer::load(p)?,
                 (None, crate::model::weights::CheckpointSource::Dir(d)) => Tokenizer::load(&d.join("tokenizer.json"))?,
+                (None, crate::model::weights::CheckpointSource::Gguf { path, .. }) => Tokenizer::from_gguf(path)?,
                 (None, _) if ckpt.config.vocab_size >= SYNTH_TOKENIZER_VOCAB => Tokenizer::synth(),
                 (None, _) => {
                     return Err(Error::usage(format!(
@@ -168,7 +188,7 @@ pub struct Runs {
     pub backends: Vec<BackendOutput>,
 }
 
-/// Stage 1: load the checkpoint, build the InputSet, parse taps and thresholds, pick the
+/// Stage 1: load the checkpoint (the command line's replaces the probe's), build the InputSet, parse taps and thresholds, pick the
 /// backends (the command line's replace the probe's).
 pub fn prepare(probe: &Probe, opts: &RunOptions) -> Result<Prepared> {
     let what = probe.path.display().to_string();
@@ -184,8 +204,10 @@ pub fn prepare(probe: &Probe, opts: &RunOptions) -> Result<Prepared> {
             "{what}: no backend to compare with the reference; add a [[backend]] or pass --backend"
         )));
     }
-    let ckpt =
-        load_checkpoint(&probe.checkpoint).map_err(|e| in_probe(e, &format!("{what} [checkpoint]")))?;
+    let ckpt = match &opts.checkpoint {
+        Some(p) => Checkpoint::load(p)?,
+        None => load_checkpoint(&probe.checkpoint).map_err(|e| in_probe(e, &format!("{what} [checkpoint]")))?,
+    };
     let layers = ckpt.config.num_layers;
     let inputs = build_inputs(&probe.inputs, &ckpt)?;
     let selection = TapSelection::parse(&probe.taps)?;
@@ -210,6 +232,7 @@ pub fn prepare(probe: &Probe, opts: &RunOptions) -> Result<Prepared> {
         command: opts.command.clone(),
     });
     report.checkpoint = Some(checkpoint_info(&ckpt));
+    report.config.unknown_keys = ckpt.config.unknown_keys.clone();
     Ok(Prepared {
         ckpt,
         model,
@@ -227,17 +250,32 @@ pub fn prepare(probe: &Probe, opts: &RunOptions) -> Result<Prepared> {
 /// teacher-forced on its tokens, each with its local view where it takes overrides. A backend
 /// that stops half-way keeps what it finished; a backend that cannot start is an error.
 pub fn run_backends(p: &mut Prepared, opts: &RunOptions) -> Result<Runs> {
+    run_backends_with(p, opts, &mut crate::backend::make_backend)
+}
+
+/// How [`run_backends_with`] gets each backend: [`crate::backend::make_backend`], or a caller's
+/// own (the suite keeps one device open across probes instead of reopening it per probe).
+pub type OpenBackend<'a> =
+    dyn FnMut(&BackendSpec, &Checkpoint, &Arc<Decoder>) -> Result<Box<dyn Backend>> + 'a;
+
+/// Stage 2 with the backends opened by `open`.
+pub fn run_backends_with(p: &mut Prepared, opts: &RunOptions, open: &mut OpenBackend) -> Result<Runs> {
     let progress = indicatif::ProgressBar::new(p.specs.len() as u64 + 1);
     progress.set_style(
         indicatif::ProgressStyle::with_template("{spinner} {msg} [{pos}/{len}]").expect("template"),
     );
     progress.set_message("reference");
-    let result = run_all(p, opts, &progress);
+    let result = run_all(p, opts, &progress, open);
     progress.finish_and_clear();
     result
 }
 
-fn run_all(p: &mut Prepared, opts: &RunOptions, progress: &indicatif::ProgressBar) -> Result<Runs> {
+fn run_all(
+    p: &mut Prepared,
+    opts: &RunOptions,
+    progress: &indicatif::ProgressBar,
+    open: &mut OpenBackend,
+) -> Result<Runs> {
     let mut reference = DecoderBackend::reference(p.model.clone());
     let ref_run = reference.run(&p.inputs, &reference_selection(p.selection.globs())?);
     if let Some(e) = ref_run.error {
@@ -263,7 +301,7 @@ fn run_all(p: &mut Prepared, opts: &RunOptions, progress: &indicatif::ProgressBa
         let label = spec.label();
         progress.inc(1);
         progress.set_message(label.clone());
-        let mut backend = crate::backend::make_backend(spec, &p.ckpt, &p.model)?;
+        let mut backend = open(spec, &p.ckpt, &p.model)?;
         if let Err(why) = backend.check() {
             return Err(Error::usage(format!("backend `{label}` cannot run here: {why}")));
         }

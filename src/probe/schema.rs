@@ -67,6 +67,11 @@ pub struct SweepSpec {
     /// Greedy steps for the degeneracy metrics.
     #[serde(default = "default_generate")]
     pub generate: usize,
+    /// How each generated token is computed: "kv" (prefill once, then one decode step per
+    /// token through the KV cache; the default) and/or "base" (no decode: the prefill re-run
+    /// over the whole sequence at every generated step, as finding 16's base-scope runs did).
+    #[serde(default)]
+    pub scope: Vec<String>,
 }
 
 fn default_generate() -> usize {
@@ -77,11 +82,16 @@ fn all_taps() -> Vec<String> {
     vec!["*".into()]
 }
 
-/// `[checkpoint]`: a folder, or a synth preset with overrides of its dims.
+/// `[checkpoint]`: a folder or GGUF file, or a synth preset with overrides of its dims.
 #[derive(Debug, Clone, Default)]
 pub struct CheckpointSpec {
-    /// A checkpoint folder, relative to the probe file.
+    /// A checkpoint folder or .gguf file, relative to the probe file, or a model id (ORG/NAME)
+    /// in the local Hugging Face hub cache when no such folder exists.
     pub path: Option<PathBuf>,
+    /// With a model id: the branch, tag or commit sha in the hub cache (default main).
+    pub revision: Option<String>,
+    /// config.json keys hefprobe does not know are an error instead of a warning.
+    pub strict_config: bool,
     /// Or a synth preset, so the probe runs anywhere.
     pub synth: Option<String>,
     pub seed: u64,
@@ -107,8 +117,10 @@ impl<'de> Deserialize<'de> for CheckpointSpec {
         let path = take(&mut table, "path")?;
         let synth = take(&mut table, "synth")?;
         let seed = take(&mut table, "seed")?.unwrap_or(0);
+        let revision = take(&mut table, "revision")?;
+        let strict_config = take(&mut table, "strict_config")?.unwrap_or(false);
         let overrides = SynthOverrides::deserialize(toml::Value::Table(table)).map_err(D::Error::custom)?;
-        Ok(CheckpointSpec { path, synth, seed, overrides })
+        Ok(CheckpointSpec { path, synth, seed, revision, strict_config, overrides })
     }
 }
 
@@ -199,6 +211,18 @@ impl Default for CompareSpec {
 }
 
 impl Probe {
+    /// This probe on another checkpoint (`--checkpoint`): `[checkpoint]` is replaced (a synth
+    /// preset's overrides no longer apply) and so is a sweep's model axis (`hidden`,
+    /// `checkpoints`): the sweep runs its other axes on this one model.
+    pub fn with_checkpoint(mut self, path: &Path) -> Self {
+        self.checkpoint = CheckpointSpec { path: Some(path.to_path_buf()), ..Default::default() };
+        if let Some(sw) = self.sweep.as_mut() {
+            sw.hidden.clear();
+            sw.checkpoints.clear();
+        }
+        self
+    }
+
     pub fn load(path: &Path) -> Result<Self> {
         let text = crate::error::read_text(path)?;
         Self::parse(&text, path)
@@ -220,7 +244,7 @@ impl Probe {
         if p.checkpoint.path.is_some() == p.checkpoint.synth.is_some() {
             return Err(Error::input(
                 format!("{what} [checkpoint]"),
-                "give exactly one of `path` (a checkpoint folder) or `synth` (a preset)",
+                "give exactly one of `path` (a checkpoint folder or .gguf file) or `synth` (a preset)",
             ));
         }
         if p.inputs.tokens.is_some() == p.inputs.text.is_some() {
@@ -261,8 +285,26 @@ impl Probe {
                 }
             }
         };
-        rel(&mut p.checkpoint.path);
+        // A model id stays as written when no folder of that name sits beside the probe: the
+        // loader looks it up in the hub cache.
+        let is_id =
+            |x: &Path| x.to_str().is_some_and(crate::model::hub::is_repo_id) && !base.join(x).exists();
+        if !p.checkpoint.path.as_deref().is_some_and(is_id) {
+            rel(&mut p.checkpoint.path);
+        }
+        if p.checkpoint.path.is_none() && (p.checkpoint.revision.is_some() || p.checkpoint.strict_config) {
+            return Err(Error::input(
+                format!("{what} [checkpoint]"),
+                "`revision` and `strict_config` apply to a checkpoint `path`, not to `synth`",
+            ));
+        }
         if let Some(sw) = p.sweep.as_mut() {
+            if let Some(bad) = sw.scope.iter().find(|s| !matches!(s.as_str(), "kv" | "base")) {
+                return Err(Error::input(
+                    format!("{what} key `sweep.scope`"),
+                    format!("`{bad}` is not a scope; use \"kv\" (KV-cache decode) or \"base\" (prefill re-run per token)"),
+                ));
+            }
             for c in &mut sw.checkpoints {
                 if c.is_relative() {
                     *c = base.join(&*c);

@@ -24,6 +24,8 @@ pub struct SweepPoint {
     pub model: String,
     pub hidden: usize,
     pub setting: String,
+    /// "kv" or "base" ([sweep] scope).
+    pub scope: String,
     pub prompt_len: usize,
     /// Logits cosine, mean over phases (teacher-forced on the reference's tokens).
     pub logits_cosine: f64,
@@ -102,6 +104,34 @@ fn logits_figures(reference: &Capture, candidate: &Capture) -> (f64, f64, f64) {
     (cos / n.max(1) as f64, kl / rows.max(1) as f64, agree as f64 / rows.max(1) as f64)
 }
 
+/// First maximum of the last row of the prefill's logits: the greedy rule of DecodeSpec.
+fn last_argmax(c: &Capture) -> Result<u32> {
+    let l =
+        c.get_key("prefill/logits").ok_or_else(|| Error::usage("base scope: no prefill/logits captured"))?;
+    let vocab = *l.shape().last().unwrap_or(&1);
+    let v = l.as_slice().expect("standard layout");
+    let row = &v[v.len() - vocab..];
+    let best = row.iter().enumerate().fold(0, |b, (i, x)| if *x > row[b] { i } else { b });
+    Ok(best as u32)
+}
+
+/// Base scope's free generation: the whole sequence re-run as one prefill per new token.
+fn base_generate(backend: &mut DecoderBackend, greedy: &InputSet, steps: usize) -> Result<Vec<u32>> {
+    let logits = TapSelection::parse(&["logits".to_string()])?;
+    let mut tokens = Vec::with_capacity(steps);
+    for _ in 0..steps {
+        let mut step = greedy.clone();
+        step.prompt.extend(&tokens);
+        step.decode = DecodeSpec::Greedy(0);
+        let run = backend.run(&step, &logits);
+        if let Some(e) = run.error {
+            return Err(e);
+        }
+        tokens.push(last_argmax(&run.capture)?);
+    }
+    Ok(tokens)
+}
+
 fn prompt_of_len(base: &[u32], len: usize) -> Vec<u32> {
     base.iter().copied().cycle().take(len).collect()
 }
@@ -119,12 +149,14 @@ fn models(probe: &Probe, sw: &SweepSpec) -> Result<Vec<Model>> {
             .iter()
             .map(|p| {
                 let ckpt = Checkpoint::load(p)?;
+                crate::probe::run::note_unknown_keys(&ckpt);
                 Ok(Model { label: p.display().to_string(), hidden: ckpt.config.hidden_size, ckpt })
             })
             .collect();
     }
     if sw.hidden.is_empty() {
         let ckpt = load_checkpoint(&probe.checkpoint)?;
+        crate::probe::run::note_unknown_keys(&ckpt);
         return Ok(vec![Model { label: ckpt.source.to_string(), hidden: ckpt.config.hidden_size, ckpt }]);
     }
     if probe.checkpoint.synth.is_none() {
@@ -187,6 +219,7 @@ pub fn run_sweep(probe: &Probe, mut progress: impl FnMut(&str)) -> Result<Vec<Sw
         }
     }
     let thresholds = probe.thresholds.build()?;
+    let scopes: Vec<String> = if sw.scope.is_empty() { vec!["kv".into()] } else { sw.scope.clone() };
     let mut points = Vec::new();
     for m in models(probe, &sw)? {
         let base_inputs = build_inputs(&probe.inputs, &m.ckpt)?;
@@ -225,36 +258,64 @@ pub fn run_sweep(probe: &Probe, mut progress: impl FnMut(&str)) -> Result<Vec<Sw
             if let Some(e) = reference.error {
                 return Err(e);
             }
-            let ref_tokens = reference.record.decode_tokens.clone();
-            let mut forced: InputSet = greedy.clone();
-            forced.decode = DecodeSpec::Forced(ref_tokens.clone());
-            for (label, fault_specs, quant) in &settings {
-                progress(&format!("{} {label} prompt {len}", m.label));
-                let mut emu = DecoderBackend::emulator(label, &m.ckpt, fault_specs, quant.as_deref())?;
-                let tf = emu.run(&forced, &logits);
-                let free = emu.run(&greedy, &logits);
-                if let Some(e) = tf.error.or(free.error) {
-                    return Err(e);
+            let kv_ref_tokens = reference.record.decode_tokens.clone();
+            for scope in &scopes {
+                let base = scope == "base";
+                // Teacher-forced figures: kv decodes the reference's tokens through the cache;
+                // base runs prompt + those tokens as one prefill (what base scope computes).
+                let (ref_tokens, ref_capture, forced) = if base {
+                    let mut r = DecoderBackend::reference(model.clone());
+                    let ref_tokens = base_generate(&mut r, &greedy, sw.generate)?;
+                    let mut full = greedy.clone();
+                    full.prompt.extend(&ref_tokens);
+                    full.decode = DecodeSpec::Greedy(0);
+                    let run = r.run(&full, &logits);
+                    if let Some(e) = run.error {
+                        return Err(e);
+                    }
+                    (ref_tokens, run.capture, full)
+                } else {
+                    let mut forced: InputSet = greedy.clone();
+                    forced.decode = DecodeSpec::Forced(kv_ref_tokens.clone());
+                    (kv_ref_tokens.clone(), reference.capture.clone(), forced)
+                };
+                for (label, fault_specs, quant) in &settings {
+                    let shown = if base { format!("{label} (base scope)") } else { label.clone() };
+                    progress(&format!("{} {shown} prompt {len}", m.label));
+                    let mut emu = DecoderBackend::emulator(label, &m.ckpt, fault_specs, quant.as_deref())?;
+                    let tf = emu.run(&forced, &logits);
+                    if let Some(e) = tf.error {
+                        return Err(e);
+                    }
+                    let tokens = if base {
+                        base_generate(&mut emu, &greedy, sw.generate)?
+                    } else {
+                        let free = emu.run(&greedy, &logits);
+                        if let Some(e) = free.error {
+                            return Err(e);
+                        }
+                        free.record.decode_tokens.clone()
+                    };
+                    let (cos, kl, agree) = logits_figures(&ref_capture, &tf.capture);
+                    let drift = logits_drift(&thresholds, cos, kl, agree);
+                    points.push(SweepPoint {
+                        model: m.label.clone(),
+                        hidden: m.hidden,
+                        setting: shown,
+                        scope: scope.clone(),
+                        prompt_len: len,
+                        logits_cosine: cos,
+                        kl_mean: kl,
+                        argmax_agreement: agree,
+                        longest_run: longest_run(&tokens),
+                        distinct_ratio: distinct_ratio(&tokens),
+                        first_divergence: tokens.iter().zip(&ref_tokens).position(|(a, b)| a != b),
+                        reference_longest_run: longest_run(&ref_tokens),
+                        reference_distinct_ratio: distinct_ratio(&ref_tokens),
+                        tokens,
+                        drift,
+                    });
                 }
-                let (cos, kl, agree) = logits_figures(&reference.capture, &tf.capture);
-                let drift = logits_drift(&thresholds, cos, kl, agree);
-                let tokens = free.record.decode_tokens.clone();
-                points.push(SweepPoint {
-                    model: m.label.clone(),
-                    hidden: m.hidden,
-                    setting: label.clone(),
-                    prompt_len: len,
-                    logits_cosine: cos,
-                    kl_mean: kl,
-                    argmax_agreement: agree,
-                    longest_run: longest_run(&tokens),
-                    distinct_ratio: distinct_ratio(&tokens),
-                    first_divergence: tokens.iter().zip(&ref_tokens).position(|(a, b)| a != b),
-                    reference_longest_run: longest_run(&ref_tokens),
-                    reference_distinct_ratio: distinct_ratio(&ref_tokens),
-                    tokens,
-                    drift,
-                });
             }
         }
     }

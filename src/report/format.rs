@@ -158,6 +158,22 @@ pub fn phase_span(phases: &[Phase]) -> String {
     parts.join(", ")
 }
 
+/// The one line every command that loads a model prints when config.json carries keys
+/// hefprobe does not know: each key with its value, and how to refuse them.
+pub fn unknown_keys_line(keys: &[crate::model::config::UnknownKey]) -> Option<String> {
+    if keys.is_empty() {
+        return None;
+    }
+    let list: Vec<String> = keys.iter().map(|k| format!("`{}` = {}", k.key, k.value)).collect();
+    Some(format!(
+        "note: config.json has {} key{} hefprobe does not read, accepted as not changing the forward pass: {} \
+         (--strict-config refuses them)",
+        keys.len(),
+        if keys.len() == 1 { "" } else { "s" },
+        list.join(", ")
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -68,6 +68,13 @@ fn facts(report: &Report) -> Table {
             t.row([Cell::from("config default"), text.into()]);
         }
     }
+    for k in &report.config.unknown_keys {
+        let text = Text::code(&k.key).and(" = ").and(Text::code(&k.value)).and(format!(
+            " — not read by hefprobe, accepted as not changing the forward pass ({}); --strict-config refuses it",
+            k.note
+        ));
+        t.row([Cell::from("config unknown key"), text.into()]);
+    }
     if let Some(i) = &report.inputs {
         let chunk = i.chunk.map(|c| format!(", prefill chunks of {c} (remainder first)")).unwrap_or_default();
         let phases = phase_span(&i.phases);

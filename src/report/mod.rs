@@ -6,6 +6,7 @@
 //! snapshot-tested on a fixed comparison.
 
 pub mod audit;
+pub mod band;
 pub mod doc;
 pub mod format;
 pub mod json;
@@ -65,6 +66,14 @@ pub struct CheckpointInfo {
     pub vocab: usize,
     pub stored_dtype: String,
     pub defaults_applied: Vec<(String, String)>,
+}
+
+/// What config.json said beyond what the decoder runs (JSON `config`).
+#[derive(Debug, Clone, Serialize, Default)]
+pub struct ConfigInfo {
+    /// Keys hefprobe does not know, accepted because their names give no hint they change the
+    /// forward pass (`--strict-config` refuses them).
+    pub unknown_keys: Vec<crate::model::config::UnknownKey>,
 }
 
 #[derive(Debug, Clone, Serialize, Default)]
@@ -201,6 +210,7 @@ pub struct Report {
     pub tool: ToolInfo,
     pub probe: ProbeInfo,
     pub checkpoint: Option<CheckpointInfo>,
+    pub config: ConfigInfo,
     pub inputs: Option<InputInfo>,
     pub backends: Vec<BackendInfo>,
     pub comparisons: Vec<PairComparison>,
@@ -222,6 +232,7 @@ impl Report {
             tool: ToolInfo::default(),
             probe,
             checkpoint: None,
+            config: ConfigInfo::default(),
             inputs: None,
             backends: Vec::new(),
             comparisons: Vec::new(),
@@ -325,6 +336,23 @@ pub enum Format {
     Markdown,
     Json,
     Svg,
+    /// JUnit XML (`hefprobe suite` and `merge`).
+    Junit,
+    /// One self-contained HTML page (`hefprobe suite` and `merge`).
+    Html,
+}
+
+impl Format {
+    pub fn name(self) -> &'static str {
+        match self {
+            Format::Terminal => "terminal",
+            Format::Markdown => "markdown",
+            Format::Json => "json",
+            Format::Svg => "svg",
+            Format::Junit => "junit",
+            Format::Html => "html",
+        }
+    }
 }
 
 impl Format {
@@ -351,8 +379,12 @@ impl ReportTarget {
             "markdown" | "md" => Format::Markdown,
             "json" => Format::Json,
             "svg" => Format::Svg,
+            "junit" => Format::Junit,
+            "html" => Format::Html,
             other => {
-                return Err(format!("report format `{other}`: expected terminal, markdown, json or svg"))
+                return Err(format!(
+                    "report format `{other}`: expected terminal, markdown, json, svg, junit or html"
+                ))
             }
         };
         if format == Format::Svg && p == "-" {
@@ -419,6 +451,13 @@ pub fn deliver(target: &ReportTarget, text: &str, stdout: &mut String) -> Result
 
 /// Render every requested report. Writes files; returns what goes to stdout.
 pub fn emit(report: &mut Report, targets: &[ReportTarget], color: bool) -> Result<String> {
+    if let Some(t) = targets.iter().find(|t| matches!(t.format, Format::Junit | Format::Html)) {
+        return Err(Error::usage(format!(
+            "--report {}: JUnit and HTML reports are written by `hefprobe suite` and `hefprobe merge`; \
+             a single run writes terminal, markdown, json or svg",
+            t.format.name()
+        )));
+    }
     let mut stdout = String::new();
     // SVGs first, so Markdown can link them.
     for t in targets.iter().filter(|t| t.format == Format::Svg) {
@@ -430,7 +469,7 @@ pub fn emit(report: &mut Report, targets: &[ReportTarget], color: bool) -> Resul
             Format::Terminal => terminal::render(report, color && t.path.is_none()),
             Format::Markdown => markdown::render(report, t.path.as_deref()),
             Format::Json => json::render(report),
-            Format::Svg => unreachable!(),
+            Format::Svg | Format::Junit | Format::Html => unreachable!(),
         };
         match &t.path {
             None => stdout.push_str(&text),

@@ -57,6 +57,9 @@ fn header(report: &Report) -> Doc {
             d.line(format!("  note: config.json has no `{k}`; transformers' default {v} applied"));
         }
     }
+    if let Some(line) = super::format::unknown_keys_line(&report.config.unknown_keys) {
+        d.line(format!("  {line}"));
+    }
     if let Some(i) = &report.inputs {
         let chunk = i.chunk.map(|c| format!(", prefill chunks of {c}")).unwrap_or_default();
         let phases = phase_span(&i.phases);

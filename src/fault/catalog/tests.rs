@@ -157,7 +157,7 @@ fn refusals_keep_their_messages() {
         ("lm-head-shards:2@layers=0", "fault `lm-head-shards:2@layers=0`: this fault is not per layer; drop `@layers=`"),
         (
             "quant:foo=1",
-            "fault `quant:foo=1`: unknown parameter `foo`; it takes: preset, weights, acts, points, inputs, rope_bits",
+            "fault `quant:foo=1`: unknown parameter `foo`; it takes: preset, weights, acts, points, inputs, rope_bits, granularity, keep",
         ),
         ("quant:w8@layers=0", "fault `quant:w8@layers=0`: this fault is not per layer; drop `@layers=`"),
         (

@@ -1,0 +1,250 @@
+//! `hefprobe suite` (probes × targets against a baseline, for nightly jobs), `hefprobe merge`
+//! (shards back into one result) and `hefprobe trend` (a figure over the history's runs).
+
+use crate::error::{Error, Result};
+use crate::report::{Format, ReportTarget};
+use crate::suite::figures::Figure;
+use crate::suite::history::{self, TrendSpec};
+use crate::suite::run::{run_suite, Clock, SuiteOptions};
+use crate::suite::shard::Shard;
+use crate::suite::spec::{is_suite_file, Suite};
+use crate::suite::{emit, finish, merge, Finish};
+use clap::Args;
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// Baseline, history and reports: what `suite` and `merge` both write.
+#[derive(Args, Debug, Clone)]
+pub struct SuiteOutputArgs {
+    /// The baseline (hefprobe.baseline/1 JSON): per probe × target × tap, the figures of the
+    /// last accepted run.
+    #[arg(long, value_name = "FILE")]
+    pub baseline: Option<PathBuf>,
+    /// Write this run's figures into the baseline where they improved (the file is created if
+    /// missing).
+    #[arg(long, requires = "baseline")]
+    pub update_baseline: bool,
+    /// With --update-baseline: write the new figures even where they are worse (an intended change).
+    #[arg(long, requires = "update_baseline")]
+    pub accept: bool,
+    /// Append one JSON line per pair to this history (for `hefprobe trend`).
+    #[arg(long, value_name = "FILE.jsonl")]
+    pub history: Option<PathBuf>,
+    /// FORMAT=PATH, several allowed; FORMAT: terminal, markdown, json, junit, html; PATH `-` is
+    /// stdout. Default: terminal on stdout. Markdown is also appended to $GITHUB_STEP_SUMMARY
+    /// when that is set.
+    #[arg(long = "report", value_name = "FORMAT=PATH", value_parser = ReportTarget::parse)]
+    pub reports: Vec<ReportTarget>,
+}
+
+#[derive(Args, Debug)]
+pub struct SuiteArgs {
+    /// A SUITE.toml, or probe files (probes/*.toml).
+    #[arg(required = true, value_name = "SUITE.toml | PROBE.toml")]
+    pub inputs: Vec<PathBuf>,
+    /// Targets instead of the suite's (or each probe's own backends): hef=PATH (several allowed,
+    /// labelled by file stem), dump=PATH[,map=MAP], emulator[=FAULT+FAULT].
+    #[arg(long = "backend", value_name = "SPEC")]
+    pub backends: Vec<String>,
+    /// Run shard K of N (1-based). Default: from CI_NODE_INDEX/CI_NODE_TOTAL (GitLab) or
+    /// JOB_COMPLETION_INDEX (Kubernetes, 0-based; N from --shard-total or HEFPROBE_SHARD_TOTAL).
+    #[arg(long, value_name = "K/N")]
+    pub shard: Option<String>,
+    /// The number of shards when the index comes from JOB_COMPLETION_INDEX.
+    #[arg(long, value_name = "N")]
+    pub shard_total: Option<usize>,
+    /// The git revision the HEFs were built from, for targets whose suite entry and
+    /// `HEF.rev` sidecar do not say.
+    #[arg(long, value_name = "REV")]
+    pub hef_revision: Option<String>,
+    /// Do not explain confirmed failures (explain emulates the fault catalog: the slow part).
+    #[arg(long)]
+    pub no_explain: bool,
+    #[command(flatten)]
+    pub out: SuiteOutputArgs,
+}
+
+#[derive(Args, Debug)]
+pub struct MergeArgs {
+    /// The shards' JSON summaries (`hefprobe suite --shard K/N --report json=PATH`).
+    #[arg(required = true, value_name = "SHARD.json")]
+    pub shards: Vec<PathBuf>,
+    #[command(flatten)]
+    pub out: SuiteOutputArgs,
+}
+
+#[derive(Args, Debug)]
+pub struct TrendArgs {
+    /// The history (`hefprobe suite --history FILE.jsonl`).
+    pub history: PathBuf,
+    /// svg=PATH writes the plot; terminal (default) prints each pair's latest figure.
+    #[arg(long = "report", value_name = "FORMAT=PATH", value_parser = ReportTarget::parse)]
+    pub reports: Vec<ReportTarget>,
+    /// cosine, sqnr_db, kl or argmax.
+    #[arg(long, default_value = "cosine")]
+    pub figure: String,
+    /// The tap whose figure is plotted.
+    #[arg(long, default_value = "logits")]
+    pub tap: String,
+    /// Only these pairs, PROBE/TARGET; several allowed.
+    #[arg(long = "pair", value_name = "PROBE/TARGET")]
+    pub pairs: Vec<String>,
+}
+
+/// The command line without `--shard`: the command that runs the whole suite, the same in
+/// every shard and in the merge.
+fn whole_command() -> String {
+    let line = super::run::command_line();
+    let mut out: Vec<&str> = Vec::new();
+    let mut skip = false;
+    for w in line.split(' ') {
+        if skip {
+            skip = false;
+            continue;
+        }
+        if w == "--shard" || w == "--shard-total" {
+            skip = true;
+            continue;
+        }
+        if w.starts_with("--shard=") || w.starts_with("--shard-total=") {
+            continue;
+        }
+        out.push(w);
+    }
+    out.join(" ")
+}
+
+fn step_summary() -> Option<PathBuf> {
+    std::env::var_os("GITHUB_STEP_SUMMARY").filter(|v| !v.is_empty()).map(PathBuf::from)
+}
+
+/// Refuse a report format a suite does not write before anything runs.
+fn check_formats(out: &SuiteOutputArgs) -> Result<()> {
+    match out.reports.iter().find(|t| t.format == Format::Svg) {
+        Some(_) => Err(Error::usage(
+            "--report svg: a suite's plots are inline in its HTML report (--report html=PATH); `hefprobe trend` \
+             writes SVG",
+        )),
+        None => Ok(()),
+    }
+}
+
+fn targets(out: &SuiteOutputArgs) -> Vec<ReportTarget> {
+    if out.reports.is_empty() {
+        vec![ReportTarget { format: Format::Terminal, path: None }]
+    } else {
+        out.reports.clone()
+    }
+}
+
+fn report(r: &crate::suite::result::SuiteResult, out: &SuiteOutputArgs) -> Result<ExitCode> {
+    let finished = finish(
+        r,
+        &Finish {
+            baseline: out.baseline.clone(),
+            update_baseline: out.update_baseline,
+            accept: out.accept,
+            history: out.history.clone(),
+        },
+    )?;
+    let color = std::io::stdout().is_terminal();
+    print!("{}", emit(r, &targets(out), color, step_summary().as_deref())?);
+    for line in finished {
+        eprintln!("{line}");
+    }
+    Ok(ExitCode::from(r.exit_code()))
+}
+
+pub fn suite(a: SuiteArgs) -> Result<ExitCode> {
+    check_formats(&a.out)?;
+    let mut suite = match a.inputs.as_slice() {
+        [one] if is_suite_file(one)? => Suite::load(one)?,
+        many => {
+            if let Some(s) = many.iter().find(|p| is_suite_file(p).unwrap_or(false)) {
+                return Err(Error::usage(format!(
+                    "{} is a suite file: give it alone, or give probe files only",
+                    s.display()
+                )));
+            }
+            Suite::from_probes(many)?
+        }
+    };
+    if !a.backends.is_empty() {
+        suite.set_cli_targets(&a.backends)?;
+    }
+    let env = |k: &str| std::env::var(k).ok();
+    let shard = Shard::resolve(a.shard.as_deref(), a.shard_total, &env)?;
+    let opts = SuiteOptions {
+        baseline: a.out.baseline.clone(),
+        update_baseline: a.out.update_baseline,
+        shard,
+        hef_revision: a.hef_revision.clone(),
+        command: whole_command(),
+        clock: Clock::System,
+        no_explain: a.no_explain,
+    };
+    let result = run_suite(&suite, &opts)?;
+    report(&result, &a.out)
+}
+
+pub fn merge(a: MergeArgs) -> Result<ExitCode> {
+    check_formats(&a.out)?;
+    let result = merge::merge_files(&a.shards)?;
+    report(&result, &a.out)
+}
+
+pub fn trend(a: TrendArgs) -> Result<ExitCode> {
+    let figure = Figure::parse(&a.figure).ok_or_else(|| {
+        Error::usage(format!("--figure `{}`: expected cosine, sqnr_db, kl or argmax", a.figure))
+    })?;
+    let spec = TrendSpec { figure, tap: a.tap.clone(), pairs: a.pairs.clone() };
+    let lines = history::read(&a.history)?;
+    let trends = history::trends(&lines, &spec);
+    if trends.is_empty() {
+        return Err(Error::input(
+            a.history.display().to_string(),
+            format!(
+                "no run has a {} of tap `{}`{}",
+                figure.title(),
+                spec.tap,
+                if spec.pairs.is_empty() { "" } else { " for those pairs" }
+            ),
+        ));
+    }
+    let reports = if a.reports.is_empty() {
+        vec![ReportTarget { format: Format::Terminal, path: None }]
+    } else {
+        a.reports
+    };
+    for t in &reports {
+        match (t.format, &t.path) {
+            (Format::Svg, Some(path)) => {
+                let svg = crate::report::band::render(&history::plot(&trends, &spec)).map_err(|e| {
+                    Error::input(path.display().to_string(), format!("drawing the plot: {e}"))
+                })?;
+                crate::error::write_file(path, svg)?;
+            }
+            (Format::Terminal, None) => {
+                print!("{}", history::doc(&trends, &spec).terminal(std::io::stdout().is_terminal()))
+            }
+            (Format::Terminal, Some(path)) => {
+                crate::error::write_file(path, history::doc(&trends, &spec).terminal(false))?
+            }
+            (Format::Markdown, path) => {
+                let md = history::doc(&trends, &spec).markdown();
+                match path {
+                    Some(p) => crate::error::write_file(p, md)?,
+                    None => print!("{md}"),
+                }
+            }
+            (f, _) => {
+                return Err(Error::usage(format!(
+                    "--report {}: trend writes svg=PATH, terminal or markdown",
+                    f.name()
+                )))
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,290 @@
+//! The RoPE keys of config.json, read as transformers 5.23 reads them
+//! (`RotaryEmbeddingConfigMixin` in modeling_rope_utils.py): `rope_parameters`
+//! {rope_type, rope_theta, ...} in the transformers 5 form, top-level `rope_theta` plus
+//! `rope_scaling` {rope_type|type, ...} in the transformers 4 form.
+
+use super::{Reader, RopeConfig, RopeScaling};
+use crate::error::{closest, Result};
+use serde_json::{Map, Value};
+
+/// The rope types hefprobe computes, for messages.
+const SUPPORTED: &str = "default, linear, llama3, yarn";
+
+/// The keys each rope type reads (`_validate_*_rope_parameters`: required and optional keys;
+/// `type` is the transformers 4 spelling of `rope_type`; `partial_rotary_factor` is allowed
+/// everywhere and checked separately).
+fn allowed_keys(rope_type: &str) -> &'static [&'static str] {
+    match rope_type {
+        "default" => &["rope_type", "type", "rope_theta", "partial_rotary_factor"],
+        "linear" => &["rope_type", "type", "rope_theta", "partial_rotary_factor", "factor"],
+        "llama3" => &[
+            "rope_type",
+            "type",
+            "rope_theta",
+            "partial_rotary_factor",
+            "factor",
+            "low_freq_factor",
+            "high_freq_factor",
+            "original_max_position_embeddings",
+        ],
+        "yarn" => &[
+            "rope_type",
+            "type",
+            "rope_theta",
+            "partial_rotary_factor",
+            "factor",
+            "original_max_position_embeddings",
+            "attention_factor",
+            "beta_fast",
+            "beta_slow",
+            "mscale",
+            "mscale_all_dim",
+            "truncate",
+        ],
+        _ => &[],
+    }
+}
+
+pub(super) fn read_rope(
+    r: &mut Reader,
+    default_theta: f64,
+    head_dim: usize,
+    max_positions: usize,
+) -> Result<RopeConfig> {
+    // Both forms are read; if both give a theta they must agree. transformers lets
+    // rope_scaling win over rope_parameters (`rope_scaling or self.rope_parameters`); two
+    // blocks in one file are refused instead.
+    let params = r.present("rope_parameters");
+    let legacy_scaling = r.present("rope_scaling");
+    let top_theta = match r.present("rope_theta") {
+        Some(v) => {
+            Some(v.as_f64().ok_or_else(|| r.err("rope_theta", format!("expected a number, found {v}")))?)
+        }
+        None => None,
+    };
+    let (key, scaling_obj) = match (params, legacy_scaling) {
+        (Some(p), None) => ("rope_parameters", Some(p)),
+        (None, Some(s)) => ("rope_scaling", Some(s)),
+        (None, None) => ("rope_parameters", None),
+        (Some(_), Some(_)) => {
+            return Err(r.err(
+                "rope_scaling",
+                "both `rope_parameters` and `rope_scaling` are present; keep one (transformers 5 writes rope_parameters)",
+            ))
+        }
+    };
+    let obj = match scaling_obj {
+        None => None,
+        Some(Value::Object(o)) => Some(o),
+        Some(v) => return Err(r.err(key, format!("expected an object, found {v}"))),
+    };
+    let param_theta = match obj.and_then(|o| o.get("rope_theta")) {
+        Some(v) => {
+            Some(v.as_f64().ok_or_else(|| r.err(key, format!("rope_theta: expected a number, found {v}")))?)
+        }
+        None => None,
+    };
+    let theta = match (top_theta, param_theta) {
+        (Some(a), Some(b)) if a != b => {
+            return Err(r.err(key, format!("rope_theta {b} disagrees with top-level rope_theta {a}")))
+        }
+        (Some(a), _) | (None, Some(a)) => a,
+        (None, None) => {
+            r.defaults.push(("rope_theta".into(), format!("{default_theta}")));
+            default_theta
+        }
+    };
+    if theta <= 0.0 {
+        return Err(r.err("rope_theta", format!("{theta} must be positive")));
+    }
+    // standardize_rope_params: `rope_type` defaults to `type`, then to "default".
+    let rope_type = obj
+        .and_then(|o| o.get("rope_type").or_else(|| o.get("type")))
+        .and_then(|v| v.as_str())
+        .unwrap_or("default");
+    if let Some(o) = obj {
+        if rope_type == "mrope" || o.contains_key("mrope_section") {
+            return Err(r.err(
+                key,
+                format!("multimodal RoPE (mrope) is not supported; supported rope types: {SUPPORTED}"),
+            ));
+        }
+        if let Some(f) = o.get("partial_rotary_factor").and_then(|v| v.as_f64()) {
+            if f != 1.0 {
+                return Err(r.err(
+                    key,
+                    format!("partial_rotary_factor {f} is not supported (head_dim {head_dim} fully rotated)"),
+                ));
+            }
+        }
+    }
+    let allowed = allowed_keys(rope_type);
+    if allowed.is_empty() {
+        return Err(r.err(key, format!("rope_type `{rope_type}` is not supported; supported: {SUPPORTED}")));
+    }
+    if let Some(o) = obj {
+        check_keys(r, key, rope_type, o, allowed)?;
+    }
+    let get = |name: &str| obj.and_then(|o| o.get(name)).filter(|v| !v.is_null());
+    let num = |name: &str| -> Result<f64> {
+        get(name)
+            .and_then(|v| v.as_f64())
+            .filter(|x| x.is_finite())
+            .ok_or_else(|| r.err(key, format!("rope_type {rope_type} needs a numeric `{name}`")))
+    };
+    let opt_num = |name: &str| -> Result<Option<f64>> { get(name).map(|_| num(name)).transpose() };
+    // standardize_rope_params fills a missing original_max_position_embeddings of llama3 and
+    // yarn with max_position_embeddings, and lets a top-level one win (the Phi3 exception; the
+    // second standardize call inside `_compute_*_parameters` sees it as an attribute).
+    let original = |r: &Reader| -> Result<usize> {
+        if let Some(v) = r.present("original_max_position_embeddings") {
+            return r.as_usize("original_max_position_embeddings", v);
+        }
+        match get("original_max_position_embeddings") {
+            // A whole number written as 2048.0 is what HF computes with too.
+            Some(v) => v
+                .as_f64()
+                .filter(|x| *x >= 1.0 && x.fract() == 0.0 && *x < 1e15)
+                .map(|x| x as usize)
+                .ok_or_else(|| {
+                    r.err(
+                        key,
+                        format!("original_max_position_embeddings: expected a positive integer, found {v}"),
+                    )
+                }),
+            None => Ok(max_positions),
+        }
+    };
+    let positive = |name: &str, x: f64| -> Result<f64> {
+        if x > 0.0 {
+            Ok(x)
+        } else {
+            Err(r.err(key, format!("`{name}` {x} must be positive")))
+        }
+    };
+    let scaling = match rope_type {
+        "default" => RopeScaling::Default,
+        // _compute_linear_scaling_rope_parameters: inv_freq /= factor.
+        "linear" => RopeScaling::Linear { factor: positive("factor", num("factor")?)? },
+        "llama3" => RopeScaling::Llama3 {
+            factor: num("factor")?,
+            low_freq_factor: num("low_freq_factor")?,
+            high_freq_factor: num("high_freq_factor")?,
+            original_max_position_embeddings: original(r)?,
+        },
+        "yarn" => {
+            let original_max_position_embeddings = original(r)?;
+            if original_max_position_embeddings == 0 {
+                return Err(r.err("original_max_position_embeddings", "must be at least 1"));
+            }
+            // `_validate_yarn_rope_parameters` requires the key; an explicit null means
+            // max_position_embeddings / original_max_position_embeddings (`_compute_yarn_parameters`).
+            let factor = match obj.and_then(|o| o.get("factor")) {
+                Some(Value::Null) => max_positions as f64 / original_max_position_embeddings as f64,
+                _ => num("factor")?,
+            };
+            let truncate = match get("truncate") {
+                None => true, // `config.rope_parameters.get("truncate", True)`
+                Some(v) => v
+                    .as_bool()
+                    .ok_or_else(|| r.err(key, format!("truncate: expected true or false, found {v}")))?,
+            };
+            RopeScaling::Yarn {
+                factor: positive("factor", factor)?,
+                original_max_position_embeddings,
+                attention_factor: opt_num("attention_factor")?,
+                beta_fast: opt_num("beta_fast")?,
+                beta_slow: opt_num("beta_slow")?,
+                mscale: opt_num("mscale")?,
+                mscale_all_dim: opt_num("mscale_all_dim")?,
+                truncate,
+            }
+        }
+        _ => unreachable!("allowed_keys is empty for every other type"),
+    };
+    Ok(RopeConfig { theta, scaling })
+}
+
+/// A key inside the rope block that its type does not read: transformers only warns
+/// ("Unrecognized keys in `rope_parameters`"), but every key there is about the rotation, so a
+/// typo (`low_freq_factors`) is refused rather than silently ignored.
+fn check_keys(
+    r: &Reader,
+    key: &str,
+    rope_type: &str,
+    o: &Map<String, Value>,
+    allowed: &[&'static str],
+) -> Result<()> {
+    for name in o.keys() {
+        if !allowed.contains(&name.as_str()) {
+            let hint = closest(name, allowed.iter().copied())
+                .map(|k| format!(" (did you mean `{k}`?)"))
+                .unwrap_or_default();
+            return Err(r.err(
+                key,
+                format!(
+                    "`{name}` is not a key of rope_type {rope_type}{hint}; it reads {}",
+                    allowed.iter().filter(|k| **k != "type").copied().collect::<Vec<_>>().join(", ")
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The rope block transformers 5 writes for `rope`.
+pub(super) fn to_hf_json(rope: &RopeConfig) -> Value {
+    let mut m = Map::new();
+    m.insert("rope_theta".into(), rope.theta.into());
+    let mut put = |k: &str, v: Value| {
+        m.insert(k.into(), v);
+    };
+    match &rope.scaling {
+        RopeScaling::Default => put("rope_type", "default".into()),
+        RopeScaling::Linear { factor } => {
+            put("rope_type", "linear".into());
+            put("factor", (*factor).into());
+        }
+        RopeScaling::Llama3 {
+            factor,
+            low_freq_factor,
+            high_freq_factor,
+            original_max_position_embeddings,
+        } => {
+            put("rope_type", "llama3".into());
+            put("factor", (*factor).into());
+            put("low_freq_factor", (*low_freq_factor).into());
+            put("high_freq_factor", (*high_freq_factor).into());
+            put("original_max_position_embeddings", (*original_max_position_embeddings).into());
+        }
+        RopeScaling::Yarn {
+            factor,
+            original_max_position_embeddings,
+            attention_factor,
+            beta_fast,
+            beta_slow,
+            mscale,
+            mscale_all_dim,
+            truncate,
+        } => {
+            put("rope_type", "yarn".into());
+            put("factor", (*factor).into());
+            put("original_max_position_embeddings", (*original_max_position_embeddings).into());
+            for (k, v) in [
+                ("attention_factor", attention_factor),
+                ("beta_fast", beta_fast),
+                ("beta_slow", beta_slow),
+                ("mscale", mscale),
+                ("mscale_all_dim", mscale_all_dim),
+            ] {
+                if let Some(v) = v {
+                    put(k, (*v).into());
+                }
+            }
+            if !truncate {
+                put("truncate", false.into());
+            }
+        }
+    }
+    Value::Object(m)
+}

@@ -1,0 +1,245 @@
+//! GGUF checkpoints (llama.cpp's one-file format) for the llama, qwen2 and qwen3 architectures,
+//! loaded the way transformers 5.23 loads them with `from_pretrained(dir, gguf_file=...)`:
+//! config from the metadata ([`config`]), every tensor dequantized to float32 and renamed to
+//! its HF name, llama's Q/K rows un-permuted ([`tensors`]), and the tokenizer rebuilt from
+//! `tokenizer.ggml.*` ([`tokenizer`]). The result is an ordinary [`Checkpoint`].
+//!
+//! transformers 5.23 routes these three architectures through its legacy GGUF reader
+//! (`modeling_gguf_pytorch_utils.load_gguf_checkpoint`: they are not in
+//! `integrations/gguf/gguf_conversion_mapping.GGUF_ARCHS`), which dequantizes every tensor with
+//! gguf-py's `dequantize` into a plain dense model; hefprobe dequantizes with candle's reader.
+//!
+//! Every size read from the file is untrusted (the contract of `src/hef/container.rs`): candle's
+//! reader bounds strings, arrays and header counts by the file length, and before any tensor is
+//! read its byte size is computed here with overflow-checked arithmetic and bounded by the file
+//! length. A violation is an `Error::input` naming the file and the tensor or key.
+
+pub mod config;
+mod tensors;
+pub mod tokenizer;
+
+use crate::error::{Error, Result};
+use crate::model::weights::{check_tensors, Checkpoint, CheckpointSource};
+use candle_core::quantized::gguf_file::{Content, TensorInfo, Value};
+use std::io::{BufReader, Read, Seek};
+use std::path::{Path, PathBuf};
+
+/// The first four bytes of every GGUF file (gguf.md: `GGUF` as a little-endian u32).
+const MAGIC: &[u8; 4] = b"GGUF";
+
+/// True when `path` is a file that starts with the GGUF magic.
+pub fn is_gguf(path: &Path) -> bool {
+    let mut head = [0u8; 4];
+    path.is_file()
+        && std::fs::File::open(path).and_then(|mut f| f.read_exact(&mut head)).is_ok()
+        && &head == MAGIC
+}
+
+/// An open GGUF file: its parsed header and its length.
+pub struct GgufFile {
+    pub path: PathBuf,
+    pub content: Content,
+    pub len: u64,
+    reader: BufReader<std::fs::File>,
+}
+
+impl GgufFile {
+    pub fn open(path: &Path) -> Result<Self> {
+        let file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
+        let len = file.metadata().map_err(|e| Error::io(path, e))?.len();
+        let mut reader = BufReader::new(file);
+        // candle's header reader divides by `general.alignment` without checking it for zero;
+        // a crafted header must be an input error, never a panic.
+        let parsed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| Content::read(&mut reader)));
+        let content = match parsed {
+            Ok(Ok(c)) => c,
+            Ok(Err(e)) => {
+                return Err(Error::input(
+                    path.display().to_string(),
+                    format!("not a readable GGUF file: {e}"),
+                ))
+            }
+            Err(_) => {
+                return Err(Error::input(
+                    path.display().to_string(),
+                    "malformed GGUF header (general.alignment must be a power of two)",
+                ))
+            }
+        };
+        if content.tensor_data_offset > len {
+            return Err(Error::input(
+                path.display().to_string(),
+                format!(
+                    "tensor data starts at byte {} past the end of the file ({len} bytes)",
+                    content.tensor_data_offset
+                ),
+            ));
+        }
+        Ok(GgufFile { path: path.to_path_buf(), content, len, reader })
+    }
+
+    fn what(&self, key: &str) -> String {
+        format!("{} key `{key}`", self.path.display())
+    }
+
+    pub fn get(&self, key: &str) -> Option<&Value> {
+        self.content.metadata.get(key)
+    }
+
+    /// A non-negative integer of any GGUF integer type.
+    pub fn uint(&self, key: &str) -> Result<Option<u64>> {
+        let Some(v) = self.get(key) else { return Ok(None) };
+        let n = match v {
+            Value::U8(x) => Some(*x as u64),
+            Value::U16(x) => Some(*x as u64),
+            Value::U32(x) => Some(*x as u64),
+            Value::U64(x) => Some(*x),
+            Value::I8(x) => u64::try_from(*x).ok(),
+            Value::I16(x) => u64::try_from(*x).ok(),
+            Value::I32(x) => u64::try_from(*x).ok(),
+            Value::I64(x) => u64::try_from(*x).ok(),
+            _ => None,
+        };
+        n.map(Some).ok_or_else(|| {
+            Error::input(self.what(key), format!("expected a non-negative integer, found {v:?}"))
+        })
+    }
+
+    /// A number (float or integer).
+    pub fn float(&self, key: &str) -> Result<Option<f64>> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(Value::F32(x)) => Ok(Some(*x as f64)),
+            Some(Value::F64(x)) => Ok(Some(*x)),
+            Some(_) => Ok(self.uint(key)?.map(|n| n as f64)),
+        }
+    }
+
+    pub fn string(&self, key: &str) -> Result<Option<&str>> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(Value::String(s)) => Ok(Some(s)),
+            Some(v) => Err(Error::input(self.what(key), format!("expected a string, found {v:?}"))),
+        }
+    }
+
+    pub fn boolean(&self, key: &str) -> Result<Option<bool>> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(Value::Bool(b)) => Ok(Some(*b)),
+            Some(v) => Err(Error::input(self.what(key), format!("expected true or false, found {v:?}"))),
+        }
+    }
+
+    pub fn strings(&self, key: &str) -> Result<Option<Vec<&str>>> {
+        let Some(v) = self.get(key) else { return Ok(None) };
+        let bad = || Error::input(self.what(key), "expected an array of strings");
+        let Value::Array(items) = v else { return Err(bad()) };
+        items
+            .iter()
+            .map(|x| match x {
+                Value::String(s) => Ok(s.as_str()),
+                _ => Err(bad()),
+            })
+            .collect::<Result<_>>()
+            .map(Some)
+    }
+
+    pub fn ints(&self, key: &str) -> Result<Option<Vec<i64>>> {
+        let Some(v) = self.get(key) else { return Ok(None) };
+        let bad = || Error::input(self.what(key), "expected an array of integers");
+        let Value::Array(items) = v else { return Err(bad()) };
+        items
+            .iter()
+            .map(|x| match x {
+                Value::I8(n) => Ok(*n as i64),
+                Value::I16(n) => Ok(*n as i64),
+                Value::I32(n) => Ok(*n as i64),
+                Value::I64(n) => Ok(*n),
+                Value::U8(n) => Ok(*n as i64),
+                Value::U16(n) => Ok(*n as i64),
+                Value::U32(n) => Ok(*n as i64),
+                _ => Err(bad()),
+            })
+            .collect::<Result<_>>()
+            .map(Some)
+    }
+
+    /// Tensor names, sorted (the header's own order is not kept by candle's reader).
+    pub fn tensor_names(&self) -> Vec<&str> {
+        let mut v: Vec<&str> = self.content.tensor_infos.keys().map(String::as_str).collect();
+        v.sort();
+        v
+    }
+
+    /// Read one tensor and dequantize it to float32, its byte size bounded by the file first.
+    pub fn dequantize(&mut self, name: &str) -> Result<candle_core::Tensor> {
+        let what = format!("{} tensor `{name}`", self.path.display());
+        let info =
+            self.content.tensor_infos.get(name).ok_or_else(|| Error::input(&what, "not in the file"))?;
+        bound_tensor(info, self.content.tensor_data_offset, self.len).map_err(|m| Error::input(&what, m))?;
+        let q = info
+            .read(&mut self.reader, self.content.tensor_data_offset, &candle_core::Device::Cpu)
+            .map_err(|e| Error::input(&what, format!("unreadable: {e}")))?;
+        q.dequantize(&candle_core::Device::Cpu)
+            .and_then(|t| t.to_dtype(candle_core::DType::F32))
+            .map_err(|e| Error::input(&what, format!("cannot dequantize {:?}: {e}", info.ggml_dtype)))
+    }
+
+    /// xxh3-64 of the whole file, streamed.
+    pub fn hash(&mut self) -> Result<String> {
+        let mut h = xxhash_rust::xxh3::Xxh3::new();
+        self.reader.seek(std::io::SeekFrom::Start(0)).map_err(|e| Error::io(&self.path, e))?;
+        let mut buf = vec![0u8; 1 << 20];
+        loop {
+            let n = self.reader.read(&mut buf).map_err(|e| Error::io(&self.path, e))?;
+            if n == 0 {
+                break;
+            }
+            h.update(&buf[..n]);
+        }
+        Ok(format!("xxh3:{:016x}", h.digest()))
+    }
+}
+
+/// The tensor's byte size from its shape and type, with overflow-checked arithmetic, and the
+/// check that it lies inside the file (candle's reader computes the element count unchecked).
+fn bound_tensor(info: &TensorInfo, data_offset: u64, file_len: u64) -> std::result::Result<u64, String> {
+    let dims = info.shape.dims();
+    let elems = dims
+        .iter()
+        .try_fold(1u64, |acc, &d| acc.checked_mul(d as u64))
+        .ok_or_else(|| format!("shape {dims:?} overflows"))?;
+    let block = info.ggml_dtype.block_size() as u64;
+    if elems % block != 0 {
+        return Err(format!(
+            "{elems} elements are not a whole number of {:?} blocks of {block}",
+            info.ggml_dtype
+        ));
+    }
+    let bytes = (elems / block)
+        .checked_mul(info.ggml_dtype.type_size() as u64)
+        .ok_or_else(|| format!("shape {dims:?} overflows"))?;
+    let start = data_offset.checked_add(info.offset).ok_or("tensor offset overflows")?;
+    let end = start.checked_add(bytes).ok_or("tensor offset overflows")?;
+    if end > file_len {
+        return Err(format!(
+            "needs bytes {start}..{end} ({:?}, shape {dims:?}) but the file has {file_len} bytes (truncated?)",
+            info.ggml_dtype
+        ));
+    }
+    Ok(bytes)
+}
+
+/// Load a GGUF file as a float32 checkpoint.
+pub fn load(path: &Path) -> Result<Checkpoint> {
+    let mut file = GgufFile::open(path)?;
+    let config = config::from_metadata(&file)?;
+    let (raw, quant, stored) = tensors::read_all(&mut file, &config)?;
+    let source = CheckpointSource::Gguf { path: path.to_path_buf(), quant };
+    let tensors = check_tensors(&config, raw, &source.to_string())?;
+    Ok(Checkpoint { config, tensors, hash: file.hash()?, source, stored_dtype: stored })
+}
+
+#[cfg(test)]
+mod tests;

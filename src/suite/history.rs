@@ -1,0 +1,198 @@
+//! Trends: every suite run (or merge) appends one JSON line per pair to a history file — date,
+//! the HEF build's revision, the device's facts, the figures, and the baseline and band they were
+//! judged by — and `hefprobe trend` plots one figure of one tap over the runs, each pair's
+//! accepted band shaded behind it. JSON Lines, so a nightly job only ever appends, and any tool
+//! can read it.
+
+use super::figures::{Band, Figure, Figures};
+use super::result::{Status, SuiteResult};
+use crate::device::DeviceFacts;
+use crate::error::{Error, Result};
+use crate::report::band::{BandPlot, BandSeries};
+use crate::report::doc::{Doc, Table};
+use crate::report::format::num;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::Path;
+
+pub const HISTORY_SCHEMA: &str = "hefprobe.history/1";
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HistoryLine {
+    pub schema: String,
+    pub date: String,
+    pub suite: String,
+    pub probe: String,
+    pub target: String,
+    pub status: Status,
+    pub hef_revision: Option<String>,
+    pub device: Option<DeviceFacts>,
+    pub band: Option<Band>,
+    pub figures: BTreeMap<String, Figures>,
+    pub baseline: Option<BTreeMap<String, Figures>>,
+}
+
+/// The lines a run adds (skipped pairs have nothing to add).
+pub fn lines(r: &SuiteResult) -> Vec<HistoryLine> {
+    r.pairs
+        .iter()
+        .filter(|p| p.status != Status::Skipped)
+        .map(|p| HistoryLine {
+            schema: HISTORY_SCHEMA.into(),
+            date: r.date.clone(),
+            suite: r.suite.clone(),
+            probe: p.probe.clone(),
+            target: p.target.clone(),
+            status: p.status,
+            hef_revision: p.hef_revision.clone(),
+            device: p.device.clone(),
+            band: p.band,
+            figures: p.figures.clone(),
+            baseline: p.baseline.clone(),
+        })
+        .collect()
+}
+
+pub fn append(path: &Path, r: &SuiteResult) -> Result<usize> {
+    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent).map_err(|e| Error::io(parent, e))?;
+    }
+    let mut f =
+        std::fs::OpenOptions::new().create(true).append(true).open(path).map_err(|e| Error::io(path, e))?;
+    let new = lines(r);
+    let mut text = String::new();
+    for l in &new {
+        text += &serde_json::to_string(l).expect("history lines serialize");
+        text.push('\n');
+    }
+    f.write_all(text.as_bytes()).map_err(|e| Error::io(path, e))?;
+    Ok(new.len())
+}
+
+pub fn read(path: &Path) -> Result<Vec<HistoryLine>> {
+    let text = crate::error::read_text(path)?;
+    let mut out = Vec::new();
+    for (n, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
+        let l: HistoryLine = serde_json::from_str(line).map_err(|e| {
+            Error::input(format!("{} line {}", path.display(), n + 1), format!("not a history line: {e}"))
+        })?;
+        if l.schema != HISTORY_SCHEMA {
+            return Err(Error::input(
+                format!("{} line {}", path.display(), n + 1),
+                format!("schema `{}`; this hefprobe reads `{HISTORY_SCHEMA}`", l.schema),
+            ));
+        }
+        out.push(l);
+    }
+    Ok(out)
+}
+
+/// What to plot.
+#[derive(Debug, Clone)]
+pub struct TrendSpec {
+    pub figure: Figure,
+    pub tap: String,
+    /// `PROBE/TARGET` pairs to keep (empty: all).
+    pub pairs: Vec<String>,
+}
+
+/// One pair's figure over the runs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Trend {
+    pub probe: String,
+    pub target: String,
+    /// (date, value, status).
+    pub points: Vec<(String, f64, Status)>,
+    /// The latest run's accepted range: baseline − band … baseline (or up to baseline + band
+    /// for KL, where lower is better).
+    pub band: Option<(f64, f64)>,
+}
+
+pub fn trends(history: &[HistoryLine], spec: &TrendSpec) -> Vec<Trend> {
+    let mut out: Vec<Trend> = Vec::new();
+    for l in history {
+        let key = format!("{}/{}", l.probe, l.target);
+        if !spec.pairs.is_empty() && !spec.pairs.contains(&key) {
+            continue;
+        }
+        let Some(v) = l.figures.get(&spec.tap).and_then(|f| spec.figure.get(f)) else { continue };
+        let i = match out.iter().position(|t| t.probe == l.probe && t.target == l.target) {
+            Some(i) => i,
+            None => {
+                out.push(Trend {
+                    probe: l.probe.clone(),
+                    target: l.target.clone(),
+                    points: Vec::new(),
+                    band: None,
+                });
+                out.len() - 1
+            }
+        };
+        let t = &mut out[i];
+        t.points.push((l.date.clone(), v, l.status));
+        let base = l.baseline.as_ref().and_then(|b| b.get(&spec.tap)).and_then(|f| spec.figure.get(f));
+        t.band = base.zip(l.band).map(|(b, band)| {
+            let w = band.of(spec.figure, b);
+            if spec.figure.higher_is_better() {
+                (b - w, b)
+            } else {
+                (b, b + w)
+            }
+        });
+    }
+    out
+}
+
+/// The plot: runs along x (by date), one line per pair.
+pub fn plot(trends: &[Trend], spec: &TrendSpec) -> BandPlot {
+    let mut dates: Vec<String> = trends.iter().flat_map(|t| t.points.iter().map(|p| p.0.clone())).collect();
+    dates.sort();
+    dates.dedup();
+    let steps = dates.iter().map(|d| d.get(..16).unwrap_or(d).replace('T', " ")).collect();
+    BandPlot {
+        caption: format!(
+            "{} of {} over runs (shaded: accepted band of the latest run)",
+            spec.figure.title(),
+            spec.tap
+        ),
+        x_desc: "run".into(),
+        y_desc: spec.figure.title().into(),
+        steps,
+        series: trends
+            .iter()
+            .map(|t| BandSeries {
+                label: format!("{} × {}", t.probe, t.target),
+                points: t
+                    .points
+                    .iter()
+                    .filter_map(|(d, v, _)| dates.iter().position(|x| x == d).map(|i| (i, *v)))
+                    .collect(),
+                band: t.band,
+            })
+            .collect(),
+    }
+}
+
+/// The table `hefprobe trend` prints: each pair's latest figure against its band.
+pub fn doc(trends: &[Trend], spec: &TrendSpec) -> Doc {
+    let mut d = Doc::new();
+    d.line(format!("{} of {} over runs", spec.figure.title(), spec.tap));
+    let mut t = Table::new(["probe", "target", "runs", "first", "latest", "accepted band", "latest status"])
+        .align("llrrrll");
+    for tr in trends {
+        let (first, last) = (tr.points.first(), tr.points.last());
+        t.row([
+            tr.probe.clone(),
+            tr.target.clone(),
+            tr.points.len().to_string(),
+            first.map_or("-".into(), |p| num(p.1)),
+            last.map_or("-".into(), |p| num(p.1)),
+            tr.band.map_or("-".into(), |(lo, hi)| format!("{} … {}", num(lo), num(hi))),
+            last.map_or("-".into(), |p| p.2.name().to_string()),
+        ]);
+    }
+    d.table(t);
+    d
+}

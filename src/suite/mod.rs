@@ -1,0 +1,103 @@
+//! Nightly regression runs: many probes × targets (HEFs, dumps, emulator settings), judged
+//! against a baseline with a noise band from each device's own repeatability, reported as JUnit,
+//! JSON (`hefprobe.suite/1`), Markdown for a pull request, and one offline HTML page, with a
+//! JSONL history for trends. Sharded by the CI system's matrix (`--shard K/N`), merged back
+//! byte for byte (`hefprobe merge`).
+//!
+//! - [`spec`]: SUITE.toml, targets, settings;   [`shard`]: which pairs this host runs;
+//! - [`run`]: the probe stages per pair, the gate ([`gate`]), re-runs, explain;
+//! - [`figures`]: per-tap figures, the noise band, regressions;   [`baseline`]: the ratchet;
+//! - [`result`]: what a run decides, as data;   [`merge`]: shards back into one result;
+//! - [`summary`] (terminal, Markdown), [`junit`], [`html`], [`history`] (JSONL, trend plots).
+
+pub mod baseline;
+pub mod figures;
+pub mod gate;
+pub mod history;
+pub mod html;
+pub mod junit;
+pub mod merge;
+pub mod result;
+pub mod run;
+pub mod shard;
+pub mod spec;
+pub mod summary;
+
+use crate::error::{Error, Result};
+use crate::report::{Format, ReportTarget};
+use result::SuiteResult;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+/// What a finished result updates besides its reports.
+#[derive(Debug, Clone, Default)]
+pub struct Finish {
+    pub baseline: Option<PathBuf>,
+    pub update_baseline: bool,
+    pub accept: bool,
+    pub history: Option<PathBuf>,
+}
+
+/// Ratchet the baseline and append the history, as asked; returns the lines to print.
+pub fn finish(r: &SuiteResult, f: &Finish) -> Result<Vec<String>> {
+    let mut said = Vec::new();
+    if f.update_baseline {
+        let path =
+            f.baseline.as_ref().ok_or_else(|| Error::usage("--update-baseline needs --baseline FILE"))?;
+        let mut b = baseline::Baseline::load_or_new(path, true)?;
+        let u = b.update(&r.pairs, f.accept);
+        b.save(path)?;
+        let how = if f.accept { "accepted as they are" } else { "ratcheted: improvements only" };
+        said.push(format!(
+            "baseline {}: {} pairs added, {} changed, {} with worse figures kept as they were ({how})",
+            path.display(),
+            u.added,
+            u.changed,
+            u.held
+        ));
+    }
+    if let Some(h) = &f.history {
+        let n = history::append(h, r)?;
+        said.push(format!("history {}: {n} lines appended", h.display()));
+    }
+    Ok(said)
+}
+
+/// Render every requested report; files are written, stdout's share returned. Markdown is also
+/// appended to `step_summary` (GitHub's `$GITHUB_STEP_SUMMARY`) when given.
+pub fn emit(
+    r: &SuiteResult,
+    targets: &[ReportTarget],
+    color: bool,
+    step_summary: Option<&Path>,
+) -> Result<String> {
+    let mut stdout = String::new();
+    for t in targets {
+        let text = match t.format {
+            Format::Terminal => summary::doc(r).terminal(color && t.path.is_none()),
+            Format::Markdown => summary::doc(r).markdown(),
+            Format::Json => r.to_json(),
+            Format::Junit => junit::render(r),
+            Format::Html => html::render(r)?,
+            Format::Svg => {
+                return Err(Error::usage(
+                    "--report svg: a suite's plots are inline in its HTML report (--report html=PATH); \
+                     `hefprobe trend` writes SVG",
+                ))
+            }
+        };
+        match &t.path {
+            None => stdout.push_str(&text),
+            Some(p) => crate::error::write_file(p, text)?,
+        }
+    }
+    if let Some(path) = step_summary {
+        let mut f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .map_err(|e| Error::io(path, e))?;
+        f.write_all(summary::doc(r).markdown().as_bytes()).map_err(|e| Error::io(path, e))?;
+    }
+    Ok(stdout)
+}

@@ -1,0 +1,312 @@
+//! What a suite run decides, as plain data: one [`PairResult`] per probe × target with a typed
+//! [`Status`], and the [`SuiteResult`] around them. Serialized, it is the JSON summary
+//! (`hefprobe.suite/1`) and also a shard's file: `hefprobe merge` reads shards back and renders
+//! every output from them, so everything a report shows is in here.
+
+use super::figures::{Band, Figures, PhaseSeries, Regression};
+use super::shard::Shard;
+use super::spec::{BandFloors, GateSpec};
+use crate::backend::BackendKind;
+use crate::device::DeviceFacts;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+pub const SUITE_SCHEMA: &str = "hefprobe.suite/1";
+
+/// How a pair ended. Decided once, in `suite::run`; exit codes and every report read it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    /// Worse than its baseline by more than the noise band (confirmed by a re-run).
+    Regressed,
+    /// Beyond its thresholds with no baseline to call it known (confirmed by a re-run).
+    Failed,
+    /// The device disagreed with itself in the repeatability gate: not compared.
+    Unstable,
+    /// The pair could not run (input, device or runtime error).
+    Error,
+    /// Failed once, passed on the re-run.
+    Flaky,
+    /// Beyond its thresholds, but no worse than its baseline.
+    Known,
+    Pass,
+    /// Nothing to run (a sweep probe).
+    Skipped,
+}
+
+impl Status {
+    pub const ALL: [Status; 8] = [
+        Status::Regressed,
+        Status::Failed,
+        Status::Unstable,
+        Status::Error,
+        Status::Flaky,
+        Status::Known,
+        Status::Pass,
+        Status::Skipped,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Status::Regressed => "regressed",
+            Status::Failed => "failed",
+            Status::Unstable => "unstable",
+            Status::Error => "error",
+            Status::Flaky => "flaky",
+            Status::Known => "known",
+            Status::Pass => "pass",
+            Status::Skipped => "skipped",
+        }
+    }
+
+    /// Fails the run (and the pull request).
+    pub fn is_failure(self) -> bool {
+        matches!(self, Status::Regressed | Status::Failed | Status::Unstable | Status::Error)
+    }
+}
+
+/// Why a pair could not run, and whose fault that is (the exit code: input 2, device 3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ErrorKind {
+    /// A file, key or flag is wrong (a HEF for another architecture or checkpoint, a probe the
+    /// HEF cannot take).
+    Input,
+    /// The device or runtime failed.
+    Device,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PairError {
+    pub kind: ErrorKind,
+    pub message: String,
+}
+
+impl PairError {
+    pub fn from_error(e: &crate::error::Error) -> PairError {
+        use crate::error::Error as E;
+        let kind = match e {
+            E::Device(_) | E::Compute { .. } => ErrorKind::Device,
+            _ => ErrorKind::Input,
+        };
+        PairError { kind, message: e.to_string() }
+    }
+}
+
+/// The repeatability gate of one pair: the same InputSet `runs` times on the device.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GateResult {
+    pub runs: usize,
+    /// Largest |Δ logit| between run 1 and a later run, and where.
+    pub max_abs: f64,
+    pub worst_key: Option<String>,
+    /// Run 1 against the later runs: lowest logits cosine, SQNR (None: identical), highest KL,
+    /// lowest argmax agreement.
+    pub cosine: f64,
+    pub sqnr_db: Option<f64>,
+    pub kl: f64,
+    pub argmax: f64,
+    pub stable: bool,
+}
+
+/// One probe × target.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PairResult {
+    pub probe: String,
+    pub probe_file: Option<String>,
+    pub finding: Option<u32>,
+    pub target: String,
+    pub kind: Option<BackendKind>,
+    pub status: Status,
+    /// The first drift beyond thresholds, as the run report words it ("prefill: first drift at
+    /// logits — cosine …").
+    pub located: Option<String>,
+    /// Figures worse than the baseline by more than the band, taps in network order.
+    pub regressions: Vec<Regression>,
+    /// The explain verdict of a confirmed failure.
+    pub explanation: Option<String>,
+    /// What the first run said, when a failing pair was re-run (flaky, or confirmed).
+    pub first_run: Option<String>,
+    /// Why a pair was skipped.
+    pub note: Option<String>,
+    pub gate: Option<GateResult>,
+    pub band: Option<Band>,
+    /// Worst figures per tap over the run's phases.
+    pub figures: BTreeMap<String, Figures>,
+    /// The baseline the pair was judged against.
+    pub baseline: Option<BTreeMap<String, Figures>>,
+    /// Cosine per phase of `logits` and of the located tap, for the plots.
+    pub series: Vec<PhaseSeries>,
+    /// The device that ran it (each shard may run on another host).
+    pub device: Option<DeviceFacts>,
+    pub hef_revision: Option<String>,
+    pub error: Option<PairError>,
+    /// Wall time of this pair: its share of the probe run plus its own gate, re-run, explain.
+    pub seconds: f64,
+}
+
+impl PairResult {
+    /// A pair with nothing decided yet.
+    pub fn new(probe: &crate::probe::schema::Probe, target: &str, kind: Option<BackendKind>) -> PairResult {
+        PairResult {
+            probe: probe.name.clone(),
+            probe_file: Some(probe.path.display().to_string()),
+            finding: probe.finding,
+            target: target.to_string(),
+            kind,
+            status: Status::Pass,
+            located: None,
+            regressions: Vec::new(),
+            explanation: None,
+            first_run: None,
+            note: None,
+            gate: None,
+            band: None,
+            figures: BTreeMap::new(),
+            baseline: None,
+            series: Vec::new(),
+            device: None,
+            hef_revision: None,
+            error: None,
+            seconds: 0.0,
+        }
+    }
+
+    pub fn key(&self) -> (String, String) {
+        (self.probe.clone(), self.target.clone())
+    }
+}
+
+/// A pair of the whole suite, in report order (every shard carries the whole plan).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PlanEntry {
+    pub probe: String,
+    pub target: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TargetInfo {
+    pub label: String,
+    pub kind: BackendKind,
+    pub path: Option<String>,
+    pub revision: Option<String>,
+}
+
+/// Pairs per status.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Counts {
+    pub pairs: usize,
+    pub pass: usize,
+    pub known: usize,
+    pub flaky: usize,
+    pub regressed: usize,
+    pub failed: usize,
+    pub unstable: usize,
+    pub error: usize,
+    pub skipped: usize,
+}
+
+impl Counts {
+    pub fn of(pairs: &[PairResult]) -> Counts {
+        let mut c = Counts { pairs: pairs.len(), ..Counts::default() };
+        for p in pairs {
+            *c.slot(p.status) += 1;
+        }
+        c
+    }
+
+    fn slot(&mut self, s: Status) -> &mut usize {
+        match s {
+            Status::Pass => &mut self.pass,
+            Status::Known => &mut self.known,
+            Status::Flaky => &mut self.flaky,
+            Status::Regressed => &mut self.regressed,
+            Status::Failed => &mut self.failed,
+            Status::Unstable => &mut self.unstable,
+            Status::Error => &mut self.error,
+            Status::Skipped => &mut self.skipped,
+        }
+    }
+
+    pub fn get(&self, s: Status) -> usize {
+        let mut c = self.clone();
+        *c.slot(s)
+    }
+}
+
+/// Where the time went. `probes` is what `hefprobe run` would have spent on the same pairs
+/// (prepare, reference, backends, compare); the rest is the suite's own work.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Timing {
+    pub total: f64,
+    pub probes: f64,
+    /// Opening each device once, reading its facts.
+    pub devices: f64,
+    pub gate: f64,
+    pub reruns: f64,
+    pub explain: f64,
+}
+
+impl Timing {
+    pub fn add(&mut self, o: &Timing) {
+        self.total += o.total;
+        self.probes += o.probes;
+        self.devices += o.devices;
+        self.gate += o.gate;
+        self.reruns += o.reruns;
+        self.explain += o.explain;
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SuiteResult {
+    pub schema: String,
+    pub hefprobe: String,
+    pub suite: String,
+    pub file: Option<String>,
+    /// The command that runs the whole suite (a `--shard` flag left out).
+    pub command: String,
+    /// When the run started (UTC, RFC 3339); a merge keeps the earliest shard's.
+    pub date: String,
+    /// This file's shard; None for a whole run or a merge.
+    pub shard: Option<Shard>,
+    pub plan: Vec<PlanEntry>,
+    pub targets: Vec<TargetInfo>,
+    pub gate: GateSpec,
+    pub floors: BandFloors,
+    /// The baseline file the pairs were judged against.
+    pub baseline: Option<String>,
+    pub counts: Counts,
+    pub timing: Timing,
+    pub pairs: Vec<PairResult>,
+}
+
+impl SuiteResult {
+    pub fn to_json(&self) -> String {
+        serde_json::to_string_pretty(self).expect("suite results serialize") + "\n"
+    }
+
+    /// The exit code every command shares: 2 an input or usage error, 3 a device or runtime
+    /// error (an unstable device included), 1 a regression or failed probe, 0 otherwise (known
+    /// failures and flaky pairs included).
+    pub fn exit_code(&self) -> u8 {
+        let any = |f: &dyn Fn(&PairResult) -> bool| self.pairs.iter().any(f);
+        if any(&|p| p.error.as_ref().is_some_and(|e| e.kind == ErrorKind::Input)) {
+            2
+        } else if any(&|p| p.status == Status::Unstable || p.status == Status::Error) {
+            3
+        } else if any(&|p| matches!(p.status, Status::Regressed | Status::Failed)) {
+            1
+        } else {
+            0
+        }
+    }
+}

@@ -1,0 +1,538 @@
+//! Running a suite: every probe of the plan through the probe's own named stages
+//! (`probe::run::{prepare, run_backends_with, compare_runs, explain_stage}`), once per probe
+//! with every target of this shard as a backend (so the reference runs once per probe), then
+//! per pair: the repeatability gate (device targets), the verdict against the baseline, one
+//! re-run of a failing pair, and the explanation of a failure the re-run confirmed.
+
+use super::baseline::Baseline;
+use super::figures::{figures, phase_series, regressions, Band, PhaseSeries};
+use super::gate::Spread;
+use super::gate::{gate, open, OpenDevice, Shared};
+use super::result::*;
+use super::shard::Shard;
+use super::spec::{Suite, Target};
+use crate::backend::{make_backend, Backend, BackendKind, BackendSpec};
+use crate::compare::View;
+use crate::error::Result;
+use crate::explain::ExplainSpec;
+use crate::model::{Checkpoint, Decoder};
+use crate::probe::run::{
+    compare_runs, explain_stage, prepare, run_backends_with, Prepared, RunOptions, Runs,
+};
+use crate::probe::schema::Probe;
+use crate::report::format::num;
+use crate::report::Report;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Instant, SystemTime};
+
+/// Where times and the date come from. `Fixed` makes a run's outputs a function of its
+/// results alone (durations 0, the given date), as the merge test needs to compare bytes.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Clock {
+    System,
+    Fixed(String),
+}
+
+impl Clock {
+    pub fn date(&self) -> String {
+        match self {
+            Clock::System => rfc3339(SystemTime::now()),
+            Clock::Fixed(d) => d.clone(),
+        }
+    }
+
+    fn start(&self) -> Stopwatch {
+        Stopwatch((*self == Clock::System).then(Instant::now))
+    }
+}
+
+struct Stopwatch(Option<Instant>);
+
+impl Stopwatch {
+    fn secs(&self) -> f64 {
+        self.0.map_or(0.0, |t| t.elapsed().as_secs_f64())
+    }
+}
+
+/// UTC, to the second: `2025-01-31T02:00:00Z` (the civil date from days since 1970, after
+/// Howard Hinnant's `civil_from_days`).
+pub fn rfc3339(t: SystemTime) -> String {
+    let secs = t.duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_secs()) as i64;
+    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z", rem / 3600, rem % 3600 / 60, rem % 60)
+}
+
+/// Command-line settings of a suite run.
+#[derive(Debug, Clone)]
+pub struct SuiteOptions {
+    pub baseline: Option<PathBuf>,
+    /// The baseline is about to be written: a missing file is an empty baseline.
+    pub update_baseline: bool,
+    pub shard: Option<Shard>,
+    /// The HEF build's revision, for targets whose suite entry and sidecar do not say.
+    pub hef_revision: Option<String>,
+    /// The command that runs the whole suite.
+    pub command: String,
+    pub clock: Clock,
+    pub no_explain: bool,
+}
+
+impl Default for SuiteOptions {
+    fn default() -> Self {
+        SuiteOptions {
+            baseline: None,
+            update_baseline: false,
+            shard: None,
+            hef_revision: None,
+            command: String::new(),
+            clock: Clock::System,
+            no_explain: false,
+        }
+    }
+}
+
+/// Every pair of the suite in report order: probe × target, or probe × its own backends.
+/// `None` as the target: a probe with nothing to run against.
+pub fn plan(suite: &Suite) -> Vec<(usize, Option<Target>)> {
+    let mut out = Vec::new();
+    for (i, probe) in suite.probes.iter().enumerate() {
+        let own: Vec<Target> = probe
+            .backends
+            .iter()
+            .map(|b| Target { label: b.label(), spec: b.clone(), revision: None })
+            .collect();
+        let targets = if suite.targets.is_empty() { own } else { suite.targets.clone() };
+        if targets.is_empty() {
+            out.push((i, None));
+        }
+        out.extend(targets.into_iter().map(|t| (i, Some(t))));
+    }
+    out
+}
+
+/// The label a plan entry is keyed by.
+fn label(t: &Option<Target>) -> String {
+    t.as_ref().map_or_else(|| "-".to_string(), |t| t.label.clone())
+}
+
+/// A probe that asks a grid question (`hefprobe sweep`), not a pairwise one.
+fn is_sweep_only(p: &Probe) -> bool {
+    p.sweep.is_some() && p.backends.is_empty()
+}
+
+fn revision(t: &Target, fallback: Option<&String>) -> Option<String> {
+    if t.spec.kind != BackendKind::Hef {
+        return None;
+    }
+    let sidecar = || {
+        let path = t.spec.path.as_ref()?;
+        let mut side = path.clone().into_os_string();
+        side.push(".rev");
+        let text = std::fs::read_to_string(PathBuf::from(side)).ok()?;
+        text.lines().next().map(|l| l.trim().to_string()).filter(|l| !l.is_empty())
+    };
+    t.revision.clone().or_else(sidecar).or_else(|| fallback.cloned())
+}
+
+struct Ctx<'a> {
+    suite: &'a Suite,
+    opts: &'a SuiteOptions,
+    baseline: Option<Baseline>,
+    devices: BTreeMap<String, std::result::Result<OpenDevice, PairError>>,
+    timing: Timing,
+}
+
+/// Run the suite (this shard of it).
+pub fn run_suite(suite: &Suite, opts: &SuiteOptions) -> Result<SuiteResult> {
+    let total = opts.clock.start();
+    let date = opts.clock.date();
+    let baseline = match &opts.baseline {
+        Some(p) => Some(Baseline::load_or_new(p, opts.update_baseline)?),
+        None => None,
+    };
+    let plan = plan(suite);
+    let keys: Vec<(String, String)> =
+        plan.iter().map(|(i, t)| (suite.probes[*i].name.clone(), label(t))).collect();
+    let mine = match &opts.shard {
+        Some(s) => s.select(&keys),
+        None => vec![true; plan.len()],
+    };
+    let mut ctx = Ctx { suite, opts, baseline, devices: BTreeMap::new(), timing: Timing::default() };
+    let mut pairs = Vec::new();
+    for (i, probe) in suite.probes.iter().enumerate() {
+        let here: Vec<&Option<Target>> =
+            plan.iter().zip(&mine).filter(|((pi, _), m)| *pi == i && **m).map(|((_, t), _)| t).collect();
+        if here.is_empty() {
+            continue;
+        }
+        let done = probe_pairs(&mut ctx, probe, &here);
+        for p in &done {
+            eprintln!("{} × {}: {}", p.probe, p.target, p.status.name());
+        }
+        pairs.extend(done);
+    }
+    ctx.timing.total = total.secs();
+    Ok(SuiteResult {
+        schema: SUITE_SCHEMA.into(),
+        hefprobe: env!("CARGO_PKG_VERSION").into(),
+        suite: suite.name.clone(),
+        file: suite.file.as_ref().map(|f| f.display().to_string()),
+        command: opts.command.clone(),
+        date,
+        shard: opts.shard,
+        plan: keys.into_iter().map(|(probe, target)| PlanEntry { probe, target }).collect(),
+        targets: suite
+            .targets
+            .iter()
+            .map(|t| TargetInfo {
+                label: t.label.clone(),
+                kind: t.spec.kind,
+                path: t.spec.path.as_ref().map(|p| p.display().to_string()),
+                revision: revision(t, opts.hef_revision.as_ref()),
+            })
+            .collect(),
+        gate: suite.gate,
+        floors: suite.floors,
+        baseline: opts.baseline.as_ref().map(|p| p.display().to_string()),
+        counts: Counts::of(&pairs),
+        timing: ctx.timing,
+        pairs,
+    })
+}
+
+/// A run of one probe against some of its targets: the stages up to compare.
+struct ProbeRun {
+    p: Prepared,
+    runs: Runs,
+}
+
+fn run_stages(ctx: &Ctx, probe: &Probe, specs: Vec<BackendSpec>) -> Result<ProbeRun> {
+    let opts = RunOptions {
+        command: format!(
+            "hefprobe run {}{}",
+            probe.path.display(),
+            specs.iter().map(|s| format!(" --backend {}", cli_spec(s))).collect::<String>()
+        ),
+        backends: specs,
+        thresholds: ctx.suite.thresholds.clone(),
+        no_explain: true,
+        ..RunOptions::default()
+    };
+    let mut p = prepare(probe, &opts)?;
+    if let Some(bad) = p.specs.iter().find_map(|s| checkpoint_mismatch(ctx, s, &p.ckpt)) {
+        return Err(bad);
+    }
+    let devices = &ctx.devices;
+    let mut open_backend =
+        |spec: &BackendSpec, ckpt: &Checkpoint, model: &Arc<Decoder>| -> Result<Box<dyn Backend>> {
+            let label = spec.label();
+            match devices.get(&label) {
+                Some(Ok(d)) if spec.kind == BackendKind::Hef => {
+                    Ok(Box::new(Shared { device: d.backend.clone(), label }) as Box<dyn Backend>)
+                }
+                _ => make_backend(spec, ckpt, model),
+            }
+        };
+    let runs = run_backends_with(&mut p, &opts, &mut open_backend)?;
+    Ok(ProbeRun { p, runs })
+}
+
+/// A simulated HEF made from another checkpoint than the probe's reference (as `hef::open`
+/// refuses it).
+fn checkpoint_mismatch(ctx: &Ctx, spec: &BackendSpec, ckpt: &Checkpoint) -> Option<crate::error::Error> {
+    let Some(Ok(d)) = ctx.devices.get(&spec.label()) else { return None };
+    let made_from = d.made_from.as_ref()?;
+    (made_from != &ckpt.hash).then(|| {
+        crate::error::Error::input(
+            spec.path.as_ref().map_or_else(|| spec.label(), |p| p.display().to_string()),
+            format!(
+                "was made from checkpoint {made_from}, but the probe's reference is {} ({}); compare a HEF with \
+                 the checkpoint it was compiled from",
+                ckpt.hash, ckpt.source
+            ),
+        )
+    })
+}
+
+/// A spec as `--backend` takes it, for the command that reproduces one pair.
+fn cli_spec(s: &BackendSpec) -> String {
+    match s.kind {
+        BackendKind::Reference => "reference".into(),
+        BackendKind::Emulator if s.faults.is_empty() => "emulator".into(),
+        BackendKind::Emulator => format!("emulator={}", s.faults.join("+")),
+        BackendKind::Dump | BackendKind::Hef => {
+            let path = s.path.as_ref().map(|p| p.display().to_string()).unwrap_or_default();
+            let map = s.map.as_ref().map(|m| format!(",map={}", m.display())).unwrap_or_default();
+            format!("{}={path}{map}", s.kind)
+        }
+    }
+}
+
+/// The verdict of one target in a probe run, before any re-run.
+struct Eval {
+    status: Status,
+    located: Option<(String, String)>,
+    regressions: Vec<super::figures::Regression>,
+    figures: BTreeMap<String, super::figures::Figures>,
+    series: Vec<PhaseSeries>,
+}
+
+fn evaluate(
+    report: &Report,
+    target: &str,
+    base: Option<&BTreeMap<String, super::figures::Figures>>,
+    band: &Band,
+) -> Option<Eval> {
+    let idx = report.comparisons.iter().position(|c| c.candidate == target && c.view == View::Cumulative)?;
+    let pair = &report.comparisons[idx];
+    let figs = figures(pair);
+    let located = report.located[idx].first().map(|l| (l.sentence.clone(), l.tap.clone()));
+    let regs = base.map(|b| regressions(&figs, b, band)).unwrap_or_default();
+    let status = match (pair.passed(), base.is_some(), regs.is_empty()) {
+        (_, true, false) => Status::Regressed,
+        (true, _, _) => Status::Pass,
+        (false, true, true) => Status::Known,
+        (false, false, _) => Status::Failed,
+    };
+    let mut taps = vec!["logits".to_string()];
+    if let Some((_, t)) = &located {
+        if t != "logits" {
+            taps.push(t.clone());
+        }
+    }
+    let series = taps.iter().filter_map(|t| phase_series(pair, t)).collect();
+    Some(Eval { status, located, regressions: regs, figures: figs, series })
+}
+
+fn apply(pair: &mut PairResult, e: Eval) {
+    pair.status = e.status;
+    pair.located = e.located.map(|(s, _)| s);
+    pair.regressions = e.regressions;
+    pair.figures = e.figures;
+    pair.series = e.series;
+}
+
+/// One line on what a run of a pair said (kept in `first_run` when it is re-run).
+fn said(pair: &PairResult) -> String {
+    let mut s = pair.status.name().to_string();
+    if let Some(r) = pair.regressions.first() {
+        s += &format!(": {} {} {} (baseline {})", r.tap, r.figure.title(), num(r.value), num(r.baseline));
+    } else if let Some(l) = &pair.located {
+        s += &format!(": {l}");
+    }
+    s
+}
+
+fn probe_pairs(ctx: &mut Ctx, probe: &Probe, here: &[&Option<Target>]) -> Vec<PairResult> {
+    let mut pairs: Vec<PairResult> = Vec::new();
+    let mut runnable: Vec<(usize, Target)> = Vec::new();
+    for t in here {
+        let mut pair = PairResult::new(probe, &label(t), t.as_ref().map(|t| t.spec.kind));
+        match t {
+            _ if is_sweep_only(probe) => {
+                pair.status = Status::Skipped;
+                pair.note =
+                    Some("a sweep probe ([sweep], no [[backend]]): run it with `hefprobe sweep`".into());
+            }
+            None => {
+                pair.status = Status::Error;
+                pair.error = Some(PairError {
+                    kind: ErrorKind::Input,
+                    message: format!(
+                        "{}: no backend to compare with the reference; add a [[backend]] or give the suite targets",
+                        probe.path.display()
+                    ),
+                });
+            }
+            Some(t) => {
+                pair.hef_revision = revision(t, ctx.opts.hef_revision.as_ref());
+                pair.baseline = ctx.baseline.as_ref().and_then(|b| b.get(&probe.name, &t.label)).cloned();
+                if t.spec.kind == BackendKind::Hef {
+                    let watch = ctx.opts.clock.start();
+                    let dev = ctx
+                        .devices
+                        .entry(t.label.clone())
+                        .or_insert_with(|| open(t).map_err(|e| PairError::from_error(&e)));
+                    ctx.timing.devices += watch.secs();
+                    match dev {
+                        Ok(d) => pair.device = Some(d.facts.clone()),
+                        Err(e) => {
+                            pair.status = Status::Error;
+                            pair.error = Some(e.clone());
+                        }
+                    }
+                }
+                if pair.error.is_none() {
+                    runnable.push((pairs.len(), t.clone()));
+                }
+            }
+        }
+        pairs.push(pair);
+    }
+    if runnable.is_empty() {
+        return pairs;
+    }
+    let spec_of = |t: &Target| BackendSpec { name: Some(t.label.clone()), ..t.spec.clone() };
+    let watch = ctx.opts.clock.start();
+    let run = run_stages(ctx, probe, runnable.iter().map(|(_, t)| spec_of(t)).collect());
+    let mut run = match run {
+        Ok(r) => r,
+        Err(e) => {
+            for (i, _) in &runnable {
+                pairs[*i].status = Status::Error;
+                pairs[*i].error = Some(PairError::from_error(&e));
+            }
+            return pairs;
+        }
+    };
+    // Gate every device target before anything is compared.
+    let mut bands: BTreeMap<usize, Band> = BTreeMap::new();
+    let mut own: BTreeMap<usize, f64> = BTreeMap::new();
+    for (i, t) in &runnable {
+        let output = run.runs.backends.iter().find(|b| b.label == t.label);
+        if let Some(e) = output.and_then(|b| b.error.as_ref()) {
+            pairs[*i].status = Status::Error;
+            pairs[*i].error = Some(PairError::from_error(e));
+            continue;
+        }
+        let mut spread: Option<Spread> = None;
+        if let Some(Ok(d)) = ctx.devices.get(&t.label).filter(|_| t.spec.kind == BackendKind::Hef) {
+            let g = ctx.opts.clock.start();
+            match gate(&d.backend, &run.p.inputs, &ctx.suite.gate) {
+                Ok((result, s)) => {
+                    let stable = result.stable;
+                    pairs[*i].gate = Some(result);
+                    spread = Some(s);
+                    if !stable {
+                        pairs[*i].status = Status::Unstable;
+                    }
+                }
+                Err(e) => {
+                    pairs[*i].status = Status::Error;
+                    pairs[*i].error = Some(PairError::from_error(&e));
+                }
+            }
+            let secs = g.secs();
+            ctx.timing.gate += secs;
+            *own.entry(*i).or_default() += secs;
+        }
+        bands.insert(*i, Band::new(&ctx.suite.floors, spread.as_ref()));
+    }
+    let compared = compare_runs(&mut run.p, &run.runs);
+    let probe_secs = watch.secs() - own.values().sum::<f64>();
+    ctx.timing.probes += probe_secs;
+    if let Err(e) = compared {
+        for (i, _) in &runnable {
+            if pairs[*i].error.is_none() {
+                pairs[*i].status = Status::Error;
+                pairs[*i].error = Some(PairError::from_error(&e));
+            }
+        }
+        return pairs;
+    }
+    let mut failing: Vec<(usize, Target)> = Vec::new();
+    for (i, t) in &runnable {
+        let share = probe_secs / runnable.len() as f64;
+        pairs[*i].seconds = share + own.get(i).copied().unwrap_or(0.0);
+        let Some(band) = bands.get(i).copied() else { continue };
+        pairs[*i].band = Some(band);
+        if pairs[*i].status != Status::Pass {
+            continue; // unstable: not compared
+        }
+        if let Some(e) = evaluate(&run.p.report, &t.label, pairs[*i].baseline.as_ref(), &band) {
+            apply(&mut pairs[*i], e);
+        }
+        if matches!(pairs[*i].status, Status::Regressed | Status::Failed) {
+            failing.push((*i, t.clone()));
+        }
+    }
+    if !failing.is_empty() {
+        rerun(ctx, probe, &mut pairs, &failing, &bands);
+    }
+    pairs
+}
+
+/// Re-run the failing pairs once: passing now makes them flaky; failing again confirms them,
+/// and a confirmed failure is explained.
+fn rerun(
+    ctx: &mut Ctx,
+    probe: &Probe,
+    pairs: &mut [PairResult],
+    failing: &[(usize, Target)],
+    bands: &BTreeMap<usize, Band>,
+) {
+    let watch = ctx.opts.clock.start();
+    let specs =
+        failing.iter().map(|(_, t)| BackendSpec { name: Some(t.label.clone()), ..t.spec.clone() }).collect();
+    let again = run_stages(ctx, probe, specs).and_then(|mut r| compare_runs(&mut r.p, &r.runs).map(|_| r));
+    let secs = watch.secs();
+    ctx.timing.reruns += secs;
+    let mut again = match again {
+        Ok(r) => r,
+        Err(e) => {
+            for (i, _) in failing {
+                pairs[*i].first_run = Some(said(&pairs[*i]));
+                pairs[*i].status = Status::Error;
+                pairs[*i].error = Some(PairError::from_error(&e));
+            }
+            return;
+        }
+    };
+    let mut confirmed = Vec::new();
+    for (i, t) in failing {
+        let pair = &mut pairs[*i];
+        pair.seconds += secs / failing.len() as f64;
+        let first = said(pair);
+        if let Some(e) =
+            again.runs.backends.iter().find(|b| b.label == t.label).and_then(|b| b.error.as_ref())
+        {
+            pair.first_run = Some(first);
+            pair.status = Status::Error;
+            pair.error = Some(PairError::from_error(e));
+            continue;
+        }
+        let band = bands[i];
+        if let Some(e) = evaluate(&again.p.report, &t.label, pair.baseline.as_ref(), &band) {
+            apply(pair, e);
+        }
+        pair.first_run = Some(first);
+        if matches!(pair.status, Status::Pass | Status::Known) {
+            pair.status = Status::Flaky;
+        } else {
+            confirmed.push((*i, t.label.clone()));
+        }
+    }
+    let settings = &ctx.suite.explain;
+    let wanted =
+        settings.enabled && !ctx.opts.no_explain && (probe.explain.is_some() || settings.faults.is_some());
+    if !wanted {
+        return;
+    }
+    for (i, target) in confirmed {
+        let watch = ctx.opts.clock.start();
+        let mut spec: ExplainSpec = probe.explain.clone().unwrap_or_default();
+        spec.observed = Some(target);
+        if let Some(f) = &settings.faults {
+            spec.faults = Some(f.clone());
+        }
+        let opts = RunOptions { explain: Some(spec), ..RunOptions::default() };
+        pairs[i].explanation = match explain_stage(&mut again.p, &again.runs, probe, &opts) {
+            Ok(()) => again.p.report.explain.take().map(|e| e.conclusion),
+            Err(e) => Some(format!("explain could not run: {e}")),
+        };
+        let secs = watch.secs();
+        ctx.timing.explain += secs;
+        pairs[i].seconds += secs;
+    }
+}

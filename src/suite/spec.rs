@@ -1,0 +1,404 @@
+//! The suite file (`SUITE.toml`): which probes (globs), against which targets (HEFs, dumps,
+//! emulator settings), and the settings that judge them (repeatability gate, noise-band floors,
+//! explain). A list of probe files on the command line is a suite too, each probe against its
+//! own backends or the `--backend` targets. Unknown keys are errors naming the key.
+//!
+//! ```toml
+//! version = 1
+//! name = "nightly"
+//! probes = ["probes/*.toml"]          # globs, relative to this file
+//! exclude = ["probes/hidden-size-*"]
+//!
+//! [[target]]
+//! name = "tonight"                    # the label in every report and in the baseline
+//! kind = "hef"
+//! path = "build/model.hef"
+//! revision = "4f2c1e9"                # optional; else PATH.rev, else --hef-revision
+//!
+//! [gate]                              # repeatability gate of device targets
+//! runs = 3
+//! min_cosine = 0.9999
+//!
+//! [band]                              # noise-band floors
+//! cosine = 1e-4
+//!
+//! [explain]                           # explain confirmed failures
+//! faults = ["shared-softmax@layers=0", "cache-layout:transpose"]
+//! ```
+
+use crate::backend::{BackendKind, BackendSpec};
+use crate::error::{Error, Result};
+use crate::probe::schema::Probe;
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+pub const SUITE_VERSION: u32 = 1;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SuiteFile {
+    version: u32,
+    name: Option<String>,
+    probes: Vec<String>,
+    #[serde(default)]
+    exclude: Vec<String>,
+    #[serde(default, rename = "target")]
+    targets: Vec<TargetSpec>,
+    #[serde(default)]
+    gate: GateSpec,
+    #[serde(default)]
+    band: BandFloors,
+    #[serde(default)]
+    explain: ExplainSettings,
+    /// Extra bounds for every probe, as `--threshold` takes them.
+    #[serde(default)]
+    thresholds: Vec<String>,
+}
+
+/// One `[[target]]`: a probe's `[[backend]]` table, plus the build's revision.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct TargetSpec {
+    pub name: Option<String>,
+    pub kind: BackendKind,
+    #[serde(default)]
+    pub faults: Vec<String>,
+    pub quant: Option<String>,
+    pub path: Option<PathBuf>,
+    pub map: Option<PathBuf>,
+    /// The git revision the HEF was built from.
+    pub revision: Option<String>,
+}
+
+/// A target as the suite runs it: its label, the backend it is, the build's revision.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Target {
+    pub label: String,
+    pub spec: BackendSpec,
+    pub revision: Option<String>,
+}
+
+/// The repeatability gate: the same InputSet `runs` times on a device before any comparison.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct GateSpec {
+    #[serde(default = "default_runs")]
+    pub runs: usize,
+    /// The lowest logits cosine allowed between two runs of the same inputs. The default keeps
+    /// a device's own noise under a tenth of the slack of the default bound (cosine ≥ 0.999,
+    /// compare/thresholds.rs), so noise alone cannot carry a pair across a threshold.
+    #[serde(default = "default_min_cosine")]
+    pub min_cosine: f64,
+}
+
+fn default_runs() -> usize {
+    3
+}
+
+fn default_min_cosine() -> f64 {
+    0.9999
+}
+
+impl Default for GateSpec {
+    fn default() -> Self {
+        GateSpec { runs: default_runs(), min_cosine: default_min_cosine() }
+    }
+}
+
+/// The least a figure must worsen, against its baseline, to be a regression; the device's own
+/// run-to-run spread widens it (see [`super::figures::Band`]).
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct BandFloors {
+    /// Cosine points.
+    #[serde(default = "floor_cosine")]
+    pub cosine: f64,
+    /// Decibels.
+    #[serde(default = "floor_sqnr")]
+    pub sqnr_db: f64,
+    /// Nats of mean KL divergence.
+    #[serde(default = "floor_kl")]
+    pub kl: f64,
+    /// Share of positions whose argmax agrees (0.05 = 5 points: one flip in a 20-token prefill).
+    #[serde(default = "floor_argmax")]
+    pub argmax: f64,
+}
+
+fn floor_cosine() -> f64 {
+    1e-4
+}
+fn floor_sqnr() -> f64 {
+    1.0
+}
+fn floor_kl() -> f64 {
+    1e-4
+}
+fn floor_argmax() -> f64 {
+    0.05
+}
+
+impl Default for BandFloors {
+    fn default() -> Self {
+        BandFloors { cosine: floor_cosine(), sqnr_db: floor_sqnr(), kl: floor_kl(), argmax: floor_argmax() }
+    }
+}
+
+/// Whether confirmed failures are explained, and against which faults (default: each probe's
+/// own `[explain]`, over the whole catalog). Explaining ranks every fault by emulating it, so a
+/// nightly job may want a short list.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ExplainSettings {
+    #[serde(default = "yes")]
+    pub enabled: bool,
+    pub faults: Option<Vec<String>>,
+}
+
+fn yes() -> bool {
+    true
+}
+
+impl Default for ExplainSettings {
+    fn default() -> Self {
+        ExplainSettings { enabled: true, faults: None }
+    }
+}
+
+/// A suite, loaded: its probes in order and the targets they run against.
+#[derive(Debug, Clone)]
+pub struct Suite {
+    pub name: String,
+    pub file: Option<PathBuf>,
+    pub probes: Vec<Probe>,
+    /// Empty: every probe against its own `[[backend]]`s.
+    pub targets: Vec<Target>,
+    pub gate: GateSpec,
+    pub floors: BandFloors,
+    pub explain: ExplainSettings,
+    pub thresholds: Vec<String>,
+}
+
+/// Whether `path` is a suite file (it has a top-level `probes` list) rather than a probe.
+pub fn is_suite_file(path: &Path) -> Result<bool> {
+    let text = crate::error::read_text(path)?;
+    let table: toml::Table = toml::from_str(&text)
+        .map_err(|e| Error::input(path.display().to_string(), e.to_string().trim_end().to_string()))?;
+    Ok(table.contains_key("probes"))
+}
+
+impl Suite {
+    pub fn load(path: &Path) -> Result<Suite> {
+        let what = path.display().to_string();
+        let text = crate::error::read_text(path)?;
+        let f: SuiteFile =
+            toml::from_str(&text).map_err(|e| Error::input(&what, e.to_string().trim_end().to_string()))?;
+        if f.version != SUITE_VERSION {
+            return Err(Error::input(
+                format!("{what} key `version`"),
+                format!(
+                    "{} is not a suite schema version this hefprobe reads (it reads {SUITE_VERSION})",
+                    f.version
+                ),
+            ));
+        }
+        let base = path.parent().unwrap_or(Path::new("."));
+        let paths = expand(&f.probes, &f.exclude, base, &what)?;
+        let probes = paths.iter().map(|p| Probe::load(p)).collect::<Result<Vec<_>>>()?;
+        let targets = f.targets.iter().map(|t| target_from_file(t, base)).collect::<Result<Vec<_>>>()?;
+        let name = f.name.unwrap_or_else(|| {
+            path.file_stem().map(|s| s.to_string_lossy().to_string()).unwrap_or_else(|| "suite".into())
+        });
+        let suite = Suite {
+            name,
+            file: Some(path.to_path_buf()),
+            probes,
+            targets,
+            gate: f.gate,
+            floors: f.band,
+            explain: f.explain,
+            thresholds: f.thresholds,
+        };
+        suite.check(&what)?;
+        Ok(suite)
+    }
+
+    /// The probes given on the command line, as a suite with default settings.
+    pub fn from_probes(paths: &[PathBuf]) -> Result<Suite> {
+        let probes = paths.iter().map(|p| Probe::load(p)).collect::<Result<Vec<_>>>()?;
+        let suite = Suite {
+            name: "probes".into(),
+            file: None,
+            probes,
+            targets: Vec::new(),
+            gate: GateSpec::default(),
+            floors: BandFloors::default(),
+            explain: ExplainSettings::default(),
+            thresholds: Vec::new(),
+        };
+        suite.check("the command line")?;
+        Ok(suite)
+    }
+
+    /// Replace the targets with the command line's `--backend` specs.
+    pub fn set_cli_targets(&mut self, specs: &[String]) -> Result<()> {
+        self.targets = specs.iter().map(|s| target_from_cli(s)).collect::<Result<_>>()?;
+        self.check("--backend")
+    }
+
+    fn check(&self, what: &str) -> Result<()> {
+        if self.probes.is_empty() {
+            return Err(Error::input(
+                what,
+                "names no probe; give probe files or `probes = [\"probes/*.toml\"]`",
+            ));
+        }
+        let mut seen: Vec<(&str, &Path)> = Vec::new();
+        for p in &self.probes {
+            if let Some((_, other)) = seen.iter().find(|(n, _)| *n == p.name) {
+                return Err(Error::input(
+                    what,
+                    format!(
+                        "probes {} and {} are both named `{}`; pairs and baselines are keyed by probe name",
+                        other.display(),
+                        p.path.display(),
+                        p.name
+                    ),
+                ));
+            }
+            seen.push((&p.name, &p.path));
+        }
+        let mut labels: Vec<&str> = Vec::new();
+        for t in &self.targets {
+            if labels.contains(&t.label.as_str()) {
+                return Err(Error::input(
+                    what,
+                    format!("two targets are labelled `{}`; give each a `name` in a suite file", t.label),
+                ));
+            }
+            labels.push(&t.label);
+        }
+        if self.gate.runs < 2 {
+            return Err(Error::input(format!("{what} [gate] runs"), "needs at least 2 runs to compare"));
+        }
+        Ok(())
+    }
+}
+
+/// Probe files matching `globs` (relative to `base`), less `exclude`, sorted and de-duplicated
+/// (the order of pairs in every report and shard).
+fn expand(globs: &[String], exclude: &[String], base: &Path, what: &str) -> Result<Vec<PathBuf>> {
+    let pattern = |g: &str| -> Result<glob::Pattern> {
+        let full = base.join(g);
+        glob::Pattern::new(&full.to_string_lossy())
+            .map_err(|e| Error::input(format!("{what} probes"), format!("`{g}` is not a glob: {e}")))
+    };
+    let excluded = exclude.iter().map(|g| pattern(g)).collect::<Result<Vec<_>>>()?;
+    let mut out = Vec::new();
+    for g in globs {
+        let full = base.join(g);
+        let matches = glob::glob(&full.to_string_lossy())
+            .map_err(|e| Error::input(format!("{what} probes"), format!("`{g}` is not a glob: {e}")))?;
+        let mut found: Vec<PathBuf> = matches.filter_map(|m| m.ok()).filter(|p| p.is_file()).collect();
+        if found.is_empty() {
+            return Err(Error::input(format!("{what} probes"), format!("`{g}` matches no file")));
+        }
+        found.sort();
+        for p in found {
+            if !excluded.iter().any(|x| x.matches_path(&p)) && !out.contains(&p) {
+                out.push(p);
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn target_from_file(t: &TargetSpec, base: &Path) -> Result<Target> {
+    let rel =
+        |p: &Option<PathBuf>| p.as_ref().map(|p| if p.is_relative() { base.join(p) } else { p.clone() });
+    let spec = BackendSpec {
+        name: t.name.clone(),
+        kind: t.kind,
+        faults: t.faults.clone(),
+        quant: t.quant.clone(),
+        path: rel(&t.path),
+        map: rel(&t.map),
+    };
+    if matches!(t.kind, BackendKind::Hef | BackendKind::Dump) {
+        spec.path()?;
+    }
+    let label = t.name.clone().unwrap_or_else(|| default_label(&spec));
+    Ok(Target { label, spec, revision: t.revision.clone() })
+}
+
+fn target_from_cli(s: &str) -> Result<Target> {
+    let spec = BackendSpec::parse_cli(s)?;
+    Ok(Target { label: default_label(&spec), spec, revision: None })
+}
+
+/// A file's stem for HEFs and dumps (`model.hef` → `model`): nightly builds keep their file
+/// names, so the label — and the baseline's key — stays the same from night to night.
+fn default_label(spec: &BackendSpec) -> String {
+    match (spec.kind, &spec.path) {
+        (BackendKind::Hef | BackendKind::Dump, Some(p)) => {
+            p.file_stem().map(|s| s.to_string_lossy().to_string()).unwrap_or_else(|| spec.label())
+        }
+        _ => spec.label(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+        let p = dir.join(name);
+        std::fs::write(&p, text).unwrap();
+        p
+    }
+
+    const PROBE: &str =
+        "version = 1\nname = \"NAME\"\nquestion = \"q?\"\n[checkpoint]\nsynth = \"tinystories\"\n\
+                         [inputs]\ntokens = [1, 2, 3]\n";
+
+    #[test]
+    fn a_suite_file_expands_globs_in_order_and_resolves_paths() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("p")).unwrap();
+        for n in ["b", "a", "skip"] {
+            write(&dir.path().join("p"), &format!("{n}.toml"), &PROBE.replace("NAME", n));
+        }
+        let suite = write(
+            dir.path(),
+            "SUITE.toml",
+            "version = 1\nprobes = [\"p/*.toml\"]\nexclude = [\"p/skip.toml\"]\n\
+             [[target]]\nname = \"tonight\"\nkind = \"hef\"\npath = \"m.hef\"\nrevision = \"abc\"\n\
+             [gate]\nruns = 2\n",
+        );
+        assert!(is_suite_file(&suite).unwrap());
+        let s = Suite::load(&suite).unwrap();
+        let names: Vec<&str> = s.probes.iter().map(|p| p.name.as_str()).collect();
+        assert_eq!(names, ["a", "b"]);
+        assert_eq!(s.name, "SUITE");
+        assert_eq!(s.targets[0].label, "tonight");
+        assert_eq!(s.targets[0].spec.path.as_deref(), Some(dir.path().join("m.hef").as_path()));
+        assert_eq!((s.gate.runs, s.gate.min_cosine), (2, 0.9999));
+    }
+
+    #[test]
+    fn mistakes_are_named() {
+        let dir = tempfile::tempdir().unwrap();
+        write(dir.path(), "a.toml", &PROBE.replace("NAME", "a"));
+        let typo = write(dir.path(), "S.toml", "version = 1\nprobes = [\"a.toml\"]\n[gate]\nrunz = 2\n");
+        let e = Suite::load(&typo).unwrap_err().to_string();
+        assert!(e.contains("S.toml") && e.contains("runz"), "{e}");
+        let none = write(dir.path(), "N.toml", "version = 1\nprobes = [\"nothing/*.toml\"]\n");
+        let e = Suite::load(&none).unwrap_err().to_string();
+        assert!(e.contains("matches no file"), "{e}");
+        let mut s = Suite::from_probes(&[dir.path().join("a.toml")]).unwrap();
+        let e = s.set_cli_targets(&["hef=x/m.hef".into(), "hef=y/m.hef".into()]).unwrap_err().to_string();
+        assert!(e.contains("two targets are labelled `m`"), "{e}");
+        s.set_cli_targets(&["hef=x/tonight.hef".into(), "emulator=shared-softmax".into()]).unwrap();
+        let labels: Vec<&str> = s.targets.iter().map(|t| t.label.as_str()).collect();
+        assert_eq!(labels, ["tonight", "emulator[shared-softmax]"]);
+    }
+}

@@ -1,0 +1,250 @@
+//! The suite's summary as one document (report::doc): the terminal view and the Markdown that
+//! fits a pull-request comment are two renderings of it. Also the sentences every output
+//! shares — what decided a pair, the noise band, a device — worded once, here.
+
+use super::figures::{tap_order, Figure, Regression};
+use super::result::{PairResult, Status, SuiteResult};
+use crate::device::DeviceFacts;
+use crate::report::doc::{Cell, Doc, Table, Text, Tone};
+use crate::report::format::{cos, num, pct};
+
+/// One regression: `logits cosine 0.642903 vs baseline 0.999994: worse by 0.357 (band 1e-4)`.
+pub fn regression_sentence(r: &Regression) -> String {
+    let show = |v: f64| match r.figure {
+        Figure::Cosine => cos(Some(v)),
+        Figure::Argmax => pct(v),
+        _ => num(v),
+    };
+    format!(
+        "{} {} {} vs baseline {}: worse by {} (noise band {})",
+        r.tap,
+        r.figure.title(),
+        show(r.value),
+        show(r.baseline),
+        num(r.figure.worse_by(r.value, r.baseline)),
+        num(r.band)
+    )
+}
+
+/// What decided a pair, in one paragraph: for a failure, the regression or located drift and
+/// the explanation — the JUnit failure message.
+pub fn why(p: &PairResult) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    match p.status {
+        Status::Regressed => {
+            let more = p.regressions.len().saturating_sub(1);
+            if let Some(r) = p.regressions.first() {
+                let more = if more > 0 { format!(" (+{more} more figures)") } else { String::new() };
+                parts.push(format!("worse than its baseline: {}{more}", regression_sentence(r)));
+            }
+        }
+        Status::Failed => parts.push("beyond its thresholds, with no baseline to call it known".into()),
+        Status::Known => parts.push("beyond its thresholds, but no worse than its baseline".into()),
+        Status::Unstable => {
+            if let Some(g) = &p.gate {
+                parts.push(format!(
+                    "the device disagrees with itself: over {} runs of the same inputs, logits cosine down to {} and \
+                     argmax agreement {} between runs (max |Δ logit| {}{}); not compared",
+                    g.runs,
+                    cos(Some(g.cosine)),
+                    pct(g.argmax),
+                    num(g.max_abs),
+                    g.worst_key.as_ref().map(|k| format!(" at {k}")).unwrap_or_default()
+                ));
+            }
+        }
+        Status::Flaky => parts.push(format!(
+            "failed the first run ({}), passed the re-run",
+            p.first_run.as_deref().unwrap_or("?")
+        )),
+        Status::Pass if p.baseline.is_none() => parts.push("within thresholds (no baseline yet)".into()),
+        Status::Pass => parts.push("within thresholds and its baseline".into()),
+        Status::Error => {
+            if let Some(e) = &p.error {
+                parts.push(e.message.clone());
+            }
+        }
+        Status::Skipped => parts.push(p.note.clone().unwrap_or_else(|| "skipped".into())),
+    }
+    if p.status != Status::Flaky {
+        if let Some(l) = &p.located {
+            parts.push(l.clone());
+        }
+    }
+    if let Some(e) = &p.explanation {
+        parts.push(e.clone());
+    }
+    if matches!(p.status, Status::Regressed | Status::Failed) {
+        if let Some(f) = &p.first_run {
+            parts.push(format!("confirmed by a re-run (first run: {f})"));
+        }
+    }
+    parts.join(". ")
+}
+
+/// The headline figure of a pair: the logits' worst cosine, else the worst-cosine tap's.
+pub fn headline(p: &PairResult) -> Option<(String, f64, Option<f64>)> {
+    let tap = match p.figures.get("logits").and_then(|f| f.cosine) {
+        Some(_) => "logits".to_string(),
+        None => tap_order(p.figures.keys())
+            .into_iter()
+            .filter(|t| p.figures[*t].cosine.is_some())
+            .min_by(|a, b| p.figures[*a].cosine.unwrap().total_cmp(&p.figures[*b].cosine.unwrap()))?
+            .clone(),
+    };
+    let value = p.figures[&tap].cosine?;
+    let base = p.baseline.as_ref().and_then(|b| b.get(&tap)).and_then(|f| f.cosine);
+    Some((tap, value, base))
+}
+
+/// One line on a device: `sim HAILO10H — hefprobe 0.1.0 simulated Hailo-10H, quant a16`.
+pub fn device_line(f: &DeviceFacts) -> String {
+    let mut bits: Vec<String> = vec![f.kind.clone()];
+    bits.extend(f.architecture.clone());
+    bits.extend(f.device_id.clone());
+    bits.extend(f.library_version.as_ref().map(|v| format!("HailoRT {v}")));
+    bits.extend(f.temperature_c.map(|t| format!("{t:.1} °C")));
+    let mut s = bits.join(" ");
+    if let Some(sim) = &f.simulator {
+        s += &format!(" — {sim}");
+    }
+    s
+}
+
+/// The rule, stated.
+pub fn band_sentence(r: &SuiteResult) -> String {
+    let f = &r.floors;
+    format!(
+        "a figure regresses when it is worse than its baseline by more than the noise band: the larger of a floor \
+         (cosine {}, SQNR {} dB, KL {}, argmax agreement {}) and what the device's own run-to-run spread does to it; \
+         device targets first run the same inputs {} times and are unstable below a logits cosine of {} between runs \
+         or with any other argmax",
+        num(f.cosine),
+        num(f.sqnr_db),
+        num(f.kl),
+        pct(f.argmax),
+        r.gate.runs,
+        num(r.gate.min_cosine)
+    )
+}
+
+pub fn counts_sentence(r: &SuiteResult) -> String {
+    let c = &r.counts;
+    let parts: Vec<String> = Status::ALL
+        .iter()
+        .filter(|s| c.get(**s) > 0)
+        .map(|s| format!("{} {}", c.get(*s), s.name()))
+        .collect();
+    format!("{} pairs: {}", c.pairs, if parts.is_empty() { "none".into() } else { parts.join(", ") })
+}
+
+fn tone(s: Status) -> Tone {
+    match s {
+        Status::Pass | Status::Known | Status::Flaky => Tone::Good,
+        Status::Skipped => Tone::Muted,
+        _ => Tone::Bad,
+    }
+}
+
+fn pairs_table(pairs: &[&PairResult]) -> Table {
+    let mut t = Table::new(["probe", "target", "status", "cosine (baseline)", "why"]).align("lllrl");
+    for p in pairs {
+        let fig = headline(p).map_or("-".to_string(), |(tap, v, base)| {
+            let base = base.map(|b| format!(" ({})", cos(Some(b)))).unwrap_or_default();
+            format!("{tap} {}{base}", cos(Some(v)))
+        });
+        let status =
+            if p.status.is_failure() { p.status.name().to_uppercase() } else { p.status.name().to_string() };
+        t.row([
+            Cell::from(Text::code(&p.probe)),
+            Cell::from(Text::code(&p.target)),
+            Cell::from(Text::strong(status)).tone(tone(p.status)),
+            fig.into(),
+            why(p).into(),
+        ]);
+    }
+    t
+}
+
+/// The summary document.
+pub fn doc(r: &SuiteResult) -> Doc {
+    let mut d = Doc::new();
+    let shard = r.shard.map(|s| format!(" (shard {s})")).unwrap_or_default();
+    d.heading(2, format!("hefprobe suite: {}{shard}", r.suite));
+    let exit = r.exit_code();
+    d.line(Text::strong("Result.").and(format!(" {} (exit {exit}).", counts_sentence(r)))).blank();
+    let (bad, good): (Vec<&PairResult>, Vec<&PairResult>) =
+        r.pairs.iter().partition(|p| !matches!(p.status, Status::Pass | Status::Skipped));
+    if !bad.is_empty() {
+        d.table(pairs_table(&bad)).blank();
+    }
+    if !good.is_empty() {
+        let mut inner = Doc::new();
+        inner.table(pairs_table(&good));
+        d.details(format!("{} passing or skipped pairs", good.len()), inner).blank();
+    }
+    d.fact(Text::from("command: ").and(Text::code(&r.command)));
+    match &r.baseline {
+        Some(b) => d.fact(Text::from("baseline: ").and(Text::code(b))),
+        None => d.fact("baseline: none (a failure is \"failed\", never \"known\")"),
+    };
+    d.fact(format!("noise band: {}", band_sentence(r)));
+    for t in &r.targets {
+        let rev = t.revision.as_ref().map(|v| format!(", revision {v}")).unwrap_or_default();
+        let path = t.path.as_ref().map(|p| format!(" {p}")).unwrap_or_default();
+        d.fact(Text::from("target ").and(Text::code(&t.label)).and(format!(": {}{path}{rev}", t.kind)));
+    }
+    let mut devices: Vec<(String, String)> = Vec::new();
+    for p in &r.pairs {
+        if let Some(f) = &p.device {
+            let e = (p.target.clone(), device_line(f));
+            if !devices.contains(&e) {
+                devices.push(e);
+            }
+        }
+    }
+    for (target, line) in devices {
+        d.fact(Text::from("device of ").and(Text::code(target)).and(format!(": {line}")));
+    }
+    let t = &r.timing;
+    if t.total > 0.0 {
+        d.fact(format!(
+            "time: {} s, of which the probes' own stages {} s and the suite's {} s (devices {} s, gate {} s, re-runs {} s, \
+             explain {} s)",
+            secs(t.total),
+            secs(t.probes),
+            secs((t.total - t.probes).max(0.0)),
+            secs(t.devices),
+            secs(t.gate),
+            secs(t.reruns),
+            secs(t.explain)
+        ));
+    }
+    d.fact(format!("hefprobe {}, {}", r.hefprobe, r.date));
+    d
+}
+
+fn secs(s: f64) -> String {
+    format!("{s:.1}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::suite::figures::Figure;
+
+    #[test]
+    fn a_regression_reads_as_figures_and_band() {
+        let r = Regression {
+            tap: "logits".into(),
+            figure: Figure::Cosine,
+            value: 0.64,
+            baseline: 0.99999,
+            band: 1e-4,
+        };
+        assert_eq!(
+            regression_sentence(&r),
+            "logits cosine 0.640000 vs baseline 0.999990: worse by 0.35999 (noise band 1.000e-4)"
+        );
+    }
+}

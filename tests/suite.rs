@@ -1,0 +1,442 @@
+//! `hefprobe suite` end to end: the probe catalog against simulated HEFs (a clean HEF passes
+//! against its baseline; a planted fault fails exactly the faulted target's probes, with JUnit
+//! failures naming the located tap and the explanation), planted run-to-run noise failing the
+//! gate as unstable, a HEF for another architecture as an input error, shards merging byte for
+//! byte into the unsharded result, and every output parsed (JUnit validated against the
+//! committed schema).
+
+mod xsd;
+
+use hefprobe::device::synth_hef::{synth_hef, SimCheckpoint, SimNoise, SynthHefOptions};
+use hefprobe::model::synth::SynthSpec;
+use hefprobe::report::ReportTarget;
+use hefprobe::suite::baseline::Baseline;
+use hefprobe::suite::figures::Figures;
+use hefprobe::suite::result::{ErrorKind, Status, SuiteResult};
+use hefprobe::suite::run::{run_suite, Clock, SuiteOptions};
+use hefprobe::suite::shard::Shard;
+use hefprobe::suite::spec::Suite;
+use hefprobe::suite::{emit, finish, history, merge, Finish};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+fn repo(p: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(p)
+}
+
+/// A simulated HEF of the catalog's checkpoint (tinystories, seed 0), prefilling in chunks of
+/// 16 as probes/kv-cache-layout.toml does.
+fn write_hef(dir: &Path, name: &str, opts: SynthHefOptions, hw_arch: Option<i32>) -> PathBuf {
+    let spec = SynthSpec::preset("tinystories", 0).unwrap();
+    let ckpt = spec.build().unwrap();
+    let mut hef = synth_hef(&ckpt, SimCheckpoint::Synth(spec), &opts).unwrap();
+    if let Some(a) = hw_arch {
+        hef.hw_arch = a;
+    }
+    let path = dir.join(name);
+    std::fs::write(&path, hef.to_bytes()).unwrap();
+    path
+}
+
+fn small() -> SynthHefOptions {
+    SynthHefOptions { prefill_tokens: 16, kv_cache_size: 256, ..Default::default() }
+}
+
+fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+fn opts(baseline: Option<&Path>, update: bool) -> SuiteOptions {
+    SuiteOptions {
+        baseline: baseline.map(Path::to_path_buf),
+        update_baseline: update,
+        command: "hefprobe suite SUITE.toml".into(),
+        clock: Clock::Fixed("2025-01-31T02:00:00Z".into()),
+        ..SuiteOptions::default()
+    }
+}
+
+fn targets(specs: &[&str]) -> Vec<ReportTarget> {
+    specs.iter().map(|s| ReportTarget::parse(s).unwrap()).collect()
+}
+
+/// Every output of a result, rendered (terminal without colour).
+fn outputs(r: &SuiteResult, dir: &Path, tag: &str) -> BTreeMap<&'static str, String> {
+    let mut out = BTreeMap::new();
+    for (format, ext) in
+        [("json", "json"), ("junit", "xml"), ("markdown", "md"), ("html", "html"), ("terminal", "txt")]
+    {
+        let path = dir.join(format!("{tag}.{ext}"));
+        emit(r, &targets(&[&format!("{format}={}", path.display())]), false, None).unwrap();
+        out.insert(format, std::fs::read_to_string(path).unwrap());
+    }
+    out
+}
+
+/// The JUnit document validates against junit-10.xsd; returns it parsed-friendly.
+fn check_junit(text: &str) {
+    let errors = xsd::junit().validate(text);
+    assert!(
+        errors.is_empty(),
+        "JUnit does not validate against junit-10.xsd:\n{}\n{text}",
+        errors.join("\n")
+    );
+}
+
+/// The HTML page parses whole, has an inline SVG per failing pair and nothing from elsewhere.
+fn check_html(text: &str, failing: usize) {
+    let doc = roxmltree::Document::parse_with_options(
+        text,
+        roxmltree::ParsingOptions { allow_dtd: true, ..Default::default() },
+    )
+    .unwrap_or_else(|e| panic!("the HTML is not well-formed: {e}"));
+    let svgs = doc.descendants().filter(|n| n.tag_name().name() == "svg").count();
+    assert!(svgs >= failing, "{svgs} inline SVGs for {failing} failing pairs");
+    for n in doc.descendants().filter(|n| n.is_element()) {
+        assert!(
+            !matches!(n.tag_name().name(), "script" | "link" | "img" | "iframe"),
+            "<{}>",
+            n.tag_name().name()
+        );
+        for a in n.attributes() {
+            if matches!(a.name(), "src" | "href") {
+                assert!(!a.value().contains(':'), "{}={} points elsewhere", a.name(), a.value());
+            }
+        }
+    }
+    let rows =
+        doc.descendants().filter(|n| n.attribute("class").is_some_and(|c| c.starts_with("pair "))).count();
+    assert!(rows > 0);
+}
+
+#[test]
+fn xsd_validator_rejects_what_the_schema_rejects() {
+    xsd::self_test();
+}
+
+#[test]
+fn the_catalog_against_simulated_hefs() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let clean = write_hef(d, "clean.hef", small(), None);
+    let faulted = write_hef(
+        d,
+        "faulted.hef",
+        SynthHefOptions { faults: vec!["shared-softmax@layers=0".into()], ..small() },
+        None,
+    );
+    let suite_text = |tonight: &Path| {
+        format!(
+            "version = 1\nname = \"nightly\"\nprobes = [\"{}/*.toml\"]\n\
+             [[target]]\nname = \"release\"\nkind = \"hef\"\npath = \"{}\"\n\
+             [[target]]\nname = \"tonight\"\nkind = \"hef\"\npath = \"{}\"\nrevision = \"abc1234\"\n\
+             [gate]\nruns = 2\n\
+             [explain]\nfaults = [\"shared-softmax@layers=0\", \"cache-layout:transpose\"]\n",
+            repo("probes").display(),
+            clean.display(),
+            tonight.display()
+        )
+    };
+    let baseline = d.join("baseline.json");
+    let history_file = d.join("history.jsonl");
+    let finish_with = |update| Finish {
+        baseline: Some(baseline.clone()),
+        update_baseline: update,
+        accept: false,
+        history: Some(history_file.clone()),
+    };
+
+    // Night 1: both targets are the clean HEF; the first baseline is written.
+    let s1 = Suite::load(&write(d, "night1.toml", &suite_text(&clean))).unwrap();
+    let probes = s1.probes.len();
+    let n1 = run_suite(&s1, &opts(Some(&baseline), true)).unwrap();
+    finish(&n1, &finish_with(true)).unwrap();
+    let sweeps = n1.pairs.iter().filter(|p| p.status == Status::Skipped).count();
+    assert_eq!(sweeps, 2, "the sweep probe is skipped against each target");
+    assert_eq!(n1.counts.pass, 2 * probes - sweeps, "{}", outputs(&n1, d, "n1")["terminal"]);
+    assert_eq!(n1.exit_code(), 0);
+    for p in n1.pairs.iter().filter(|p| p.status == Status::Pass) {
+        let g = p.gate.as_ref().expect("device targets are gated");
+        assert!(g.stable && g.max_abs == 0.0, "the simulated device is deterministic: {g:?}");
+        assert_eq!(p.device.as_ref().unwrap().architecture.as_deref(), Some("HAILO10H"));
+    }
+    assert_eq!(
+        n1.pairs.iter().find(|p| p.target == "tonight").unwrap().hef_revision.as_deref(),
+        Some("abc1234")
+    );
+
+    // Night 2: tonight's HEF shares the softmax in layer 0.
+    let s2 = Suite::load(&write(d, "night2.toml", &suite_text(&faulted))).unwrap();
+    let n2 = run_suite(&s2, &opts(Some(&baseline), false)).unwrap();
+    finish(&n2, &finish_with(false)).unwrap();
+    let out = outputs(&n2, d, "n2");
+    for p in n2.pairs.iter().filter(|p| p.status != Status::Skipped) {
+        if p.target == "release" {
+            assert_eq!(p.status, Status::Pass, "the clean HEF passes against its baseline: {p:?}");
+            continue;
+        }
+        assert_eq!(p.status, Status::Regressed, "{}: {}", p.probe, out["terminal"]);
+        assert_eq!(p.regressions[0].tap, "logits");
+        let located = p.located.as_deref().unwrap();
+        assert!(located.contains("first drift at logits"), "{located}");
+        let explained = p.explanation.as_deref().unwrap();
+        assert!(explained.starts_with("best explanation: shared-softmax@layers=0"), "{explained}");
+        assert!(p.first_run.as_deref().unwrap().starts_with("regressed"), "re-run once and confirmed");
+    }
+    assert_eq!(n2.counts.regressed, probes - 1);
+    assert_eq!(n2.exit_code(), 1);
+
+    check_junit(&out["junit"]);
+    let junit = roxmltree::Document::parse(&out["junit"]).unwrap();
+    let failures: Vec<roxmltree::Node> = junit.descendants().filter(|n| n.has_tag_name("failure")).collect();
+    assert_eq!(failures.len(), probes - 1);
+    for f in &failures {
+        let message = f.attribute("message").unwrap();
+        assert_eq!(f.attribute("type"), Some("regressed"));
+        assert!(message.contains("first drift at logits"), "the located tap: {message}");
+        assert!(message.contains("best explanation: shared-softmax@layers=0"), "the explanation: {message}");
+        assert_eq!(f.parent().unwrap().attribute("classname"), Some("hefprobe.tonight"));
+    }
+    assert_eq!(junit.descendants().filter(|n| n.has_tag_name("testcase")).count(), 2 * probes);
+    check_html(&out["html"], probes - 1);
+    let json: serde_json::Value = serde_json::from_str(&out["json"]).unwrap();
+    assert_eq!(json["schema"], "hefprobe.suite/1");
+    assert_eq!(json["counts"]["regressed"], probes - 1);
+    assert!(
+        out["markdown"].contains("**REGRESSED**") && out["markdown"].contains("noise band"),
+        "{}",
+        out["markdown"]
+    );
+
+    // The history has both nights; the trend of tonight's logits cosine shows the drop.
+    let lines = history::read(&history_file).unwrap();
+    assert_eq!(lines.len(), 2 * (2 * probes - sweeps));
+    let spec = history::TrendSpec {
+        figure: hefprobe::suite::figures::Figure::Cosine,
+        tap: "logits".into(),
+        pairs: vec!["shared-softmax/tonight".into(), "shared-softmax/release".into()],
+    };
+    let trends = history::trends(&lines, &spec);
+    assert_eq!(trends.len(), 2);
+    let tonight = trends.iter().find(|t| t.target == "tonight").unwrap();
+    assert!(tonight.points[1].1 < tonight.band.unwrap().0, "{tonight:?}");
+    let svg = hefprobe::report::band::render(&history::plot(&trends, &spec)).unwrap();
+    assert!(roxmltree::Document::parse(&svg).is_ok());
+}
+
+#[test]
+fn planted_noise_fails_the_gate_as_unstable_and_a_foreign_hef_is_an_input_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let noisy = write_hef(
+        d,
+        "noisy.hef",
+        SynthHefOptions { noise: Some(SimNoise { std: 0.2, seed: 1 }), ..small() },
+        None,
+    );
+    // hw_arch 0: a HEF compiled for Hailo-8.
+    let foreign = write_hef(d, "foreign.hef", small(), Some(0));
+    let suite = write(
+        d,
+        "S.toml",
+        &format!(
+            "version = 1\nprobes = [\"{}\"]\n[[target]]\nkind = \"hef\"\npath = \"{}\"\n[[target]]\nkind = \"hef\"\npath = \"{}\"\n",
+            repo("probes/shared-softmax.toml").display(),
+            noisy.display(),
+            foreign.display()
+        ),
+    );
+    // A baseline the noise would regress against, were the pair compared.
+    let mut b = Baseline::default();
+    let perfect = Figures { argmax: Some(1.0), cosine: Some(1.0), kl: Some(0.0), sqnr_db: Some(200.0) };
+    b.pairs
+        .entry("shared-softmax".into())
+        .or_default()
+        .insert("noisy".into(), BTreeMap::from([("logits".into(), perfect)]));
+    let baseline = d.join("b.json");
+    b.save(&baseline).unwrap();
+    let r = run_suite(&Suite::load(&suite).unwrap(), &opts(Some(&baseline), false)).unwrap();
+    let noisy = r.pairs.iter().find(|p| p.target == "noisy").unwrap();
+    assert_eq!(noisy.status, Status::Unstable, "{noisy:?}");
+    let g = noisy.gate.as_ref().unwrap();
+    assert!(!g.stable && g.runs == 3 && g.cosine < 0.9999, "{g:?}");
+    assert!(noisy.regressions.is_empty() && noisy.figures.is_empty(), "not compared");
+    let foreign = r.pairs.iter().find(|p| p.target == "foreign").unwrap();
+    let e = foreign.error.as_ref().unwrap();
+    assert_eq!((foreign.status, e.kind), (Status::Error, ErrorKind::Input));
+    assert!(e.message.contains("HAILO8") && e.message.contains("HAILO10H"), "{}", e.message);
+    assert_eq!(r.exit_code(), 2, "an input error outranks the unstable device (3)");
+    let out = outputs(&r, d, "r");
+    check_junit(&out["junit"]);
+    let junit = roxmltree::Document::parse(&out["junit"]).unwrap();
+    let types: Vec<&str> =
+        junit.descendants().filter(|n| n.has_tag_name("error")).filter_map(|n| n.attribute("type")).collect();
+    assert_eq!(types, ["unstable", "input"]);
+    assert!(out["terminal"].contains("the device disagrees with itself"), "{}", out["terminal"]);
+}
+
+const SMALL_PROBE: &str = "version = 1\nname = \"NAME\"\nquestion = \"q?\"\n\
+    [checkpoint]\nsynth = \"tinystories\"\nhidden = 64\nlayers = 2\nheads = 4\nkv_heads = 2\nintermediate = 128\nvocab = 300\n\
+    [inputs]\ntokens = TOKENS\ndecode = 2\n";
+
+/// Three small probes and a suite of three emulator targets: `tonight` is clean on night 1 and
+/// shares a softmax on night 2 (regressed), `release` stays clean (pass), `stand-in` always
+/// repeats the mask (known, once the baseline has it).
+fn small_suite(d: &Path, tonight_faults: &str) -> PathBuf {
+    std::fs::create_dir_all(d.join("p")).unwrap();
+    for (i, tokens) in
+        ["[5, 17, 42, 99, 3, 7]", "[1, 2, 3, 4, 5, 6, 7, 8, 9]", "[250, 31, 8, 64]"].iter().enumerate()
+    {
+        write(
+            &d.join("p"),
+            &format!("p{i}.toml"),
+            &SMALL_PROBE.replace("NAME", &format!("small-{i}")).replace("TOKENS", tokens),
+        );
+    }
+    write(
+        d,
+        "S.toml",
+        &format!(
+            "version = 1\nname = \"small\"\nprobes = [\"p/*.toml\"]\n\
+             [[target]]\nname = \"tonight\"\nkind = \"emulator\"\nfaults = [{tonight_faults}]\n\
+             [[target]]\nname = \"release\"\nkind = \"emulator\"\n\
+             [[target]]\nname = \"stand-in\"\nkind = \"emulator\"\nfaults = [\"mask-repeat\"]\n\
+             [explain]\nfaults = [\"shared-softmax@layers=0\", \"mask-repeat\"]\n"
+        ),
+    )
+}
+
+#[test]
+fn three_shards_merge_to_the_unsharded_result_byte_for_byte() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let baseline = d.join("baseline.json");
+    let night1 = Suite::load(&small_suite(d, "")).unwrap();
+    let r1 = run_suite(&night1, &opts(Some(&baseline), true)).unwrap();
+    assert_eq!((r1.counts.pass, r1.counts.failed), (6, 3), "no baseline yet: the stand-in fails");
+    finish(&r1, &Finish { baseline: Some(baseline.clone()), update_baseline: true, ..Finish::default() })
+        .unwrap();
+    let frozen = std::fs::read_to_string(&baseline).unwrap();
+
+    let night2 = Suite::load(&small_suite(d, "\"shared-softmax@layers=0\"")).unwrap();
+    let whole = run_suite(&night2, &opts(Some(&baseline), false)).unwrap();
+    let count = |s: Status| whole.pairs.iter().filter(|p| p.status == s).count();
+    assert_eq!((count(Status::Regressed), count(Status::Pass), count(Status::Known)), (3, 3, 3));
+    assert!(whole.pairs.iter().filter(|p| p.status == Status::Regressed).all(|p| p.explanation.is_some()));
+
+    let mut shards = Vec::new();
+    for k in 1..=3 {
+        let mut o = opts(Some(&baseline), false);
+        o.shard = Some(Shard::new(k, 3, "test").unwrap());
+        let r = run_suite(&night2, &o).unwrap();
+        assert_eq!(r.pairs.len(), 3, "9 pairs over 3 shards, evenly");
+        let path = d.join(format!("shard-{k}.json"));
+        emit(&r, &targets(&[&format!("json={}", path.display())]), false, None).unwrap();
+        shards.push(path);
+    }
+    shards.reverse(); // the order given does not matter
+    let merged = merge::merge_files(&shards).unwrap();
+    assert_eq!(merged, whole);
+    let (a, b) = (outputs(&whole, d, "whole"), outputs(&merged, d, "merged"));
+    for (format, text) in &a {
+        assert_eq!(text, &b[format], "{format} differs");
+    }
+    check_junit(&a["junit"]);
+    check_html(&a["html"], 3 + 3);
+
+    // History and the baseline update come out the same too.
+    for (tag, r) in [("whole", &whole), ("merged", &merged)] {
+        std::fs::write(&baseline, &frozen).unwrap();
+        let f = Finish {
+            baseline: Some(baseline.clone()),
+            update_baseline: true,
+            history: Some(d.join(format!("{tag}.jsonl"))),
+            ..Finish::default()
+        };
+        finish(r, &f).unwrap();
+        std::fs::rename(&baseline, d.join(format!("{tag}-baseline.json"))).unwrap();
+    }
+    let read = |p: &str| std::fs::read_to_string(d.join(p)).unwrap();
+    assert_eq!(read("whole.jsonl"), read("merged.jsonl"));
+    assert_eq!(read("whole-baseline.json"), read("merged-baseline.json"));
+    assert_eq!(
+        read("whole-baseline.json"),
+        frozen,
+        "the ratchet keeps the regressed target's better figures"
+    );
+
+    // A missing shard is named, not merged into a smaller run.
+    let e = merge::merge_files(&shards[..2]).unwrap_err().to_string();
+    assert!(e.contains("in no shard given"), "{e}");
+}
+
+#[test]
+fn the_command_line_exit_codes_files_and_step_summary() {
+    use assert_cmd::Command;
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let suite = small_suite(d, "");
+    let run = |args: &[&str], env: &[(&str, &Path)]| {
+        let mut c = Command::cargo_bin("hefprobe").unwrap();
+        c.current_dir(d).args(args);
+        for v in ["GITHUB_STEP_SUMMARY", "CI_NODE_INDEX", "CI_NODE_TOTAL", "JOB_COMPLETION_INDEX"] {
+            c.env_remove(v);
+        }
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        c.assert()
+    };
+    let s = suite.to_str().unwrap();
+    // No baseline: the stand-in's planted fault is a failed probe.
+    run(
+        &[
+            "suite",
+            s,
+            "--baseline",
+            "b.json",
+            "--update-baseline",
+            "--report",
+            "json=r1.json",
+            "--report",
+            "junit=r1.xml",
+        ],
+        &[],
+    )
+    .code(1);
+    assert!(d.join("b.json").exists());
+    check_junit(&std::fs::read_to_string(d.join("r1.xml")).unwrap());
+    // Against the baseline it is known: exit 0, and the summary goes to GitHub's step summary.
+    let summary = d.join("summary.md");
+    run(
+        &["suite", s, "--baseline", "b.json", "--history", "h.jsonl", "--report", "markdown=-"],
+        &[("GITHUB_STEP_SUMMARY", &summary)],
+    )
+    .code(0)
+    .stdout(predicates::str::contains("3 known"));
+    assert!(std::fs::read_to_string(&summary).unwrap().contains("3 known"));
+    // Shards from the flag and from GitLab's variables, merged.
+    run(&["suite", s, "--baseline", "b.json", "--shard", "1/2", "--report", "json=s1.json"], &[]).code(0);
+    let mut c = Command::cargo_bin("hefprobe").unwrap();
+    c.current_dir(d)
+        .args(["suite", s, "--baseline", "b.json", "--report", "json=s2.json"])
+        .env_remove("GITHUB_STEP_SUMMARY")
+        .env("CI_NODE_INDEX", "2")
+        .env("CI_NODE_TOTAL", "2")
+        .assert()
+        .code(0);
+    run(&["merge", "s1.json", "s2.json", "--report", "json=m.json", "--history", "h.jsonl"], &[]).code(0);
+    let m: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(d.join("m.json")).unwrap()).unwrap();
+    assert_eq!((m["counts"]["pairs"].as_u64(), m["counts"]["known"].as_u64()), (Some(9), Some(3)));
+    assert!(m["shard"].is_null() && !m["command"].as_str().unwrap().contains("--shard"));
+    // The trend of two runs.
+    run(&["trend", "h.jsonl", "--report", "svg=trend.svg", "--pair", "small-0/stand-in"], &[]).code(0);
+    assert!(roxmltree::Document::parse(&std::fs::read_to_string(d.join("trend.svg")).unwrap()).is_ok());
+    // Usage errors are exit 2.
+    run(&["suite", s, "--shard", "3/2"], &[]).code(2);
+    run(&["suite", s, "--report", "svg=x"], &[]).code(2);
+    run(&["run", "p/p0.toml", "--report", "junit=x.xml", "--backend", "emulator"], &[]).code(2);
+}
