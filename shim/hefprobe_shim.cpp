@@ -23,6 +23,8 @@
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <fstream>
+#include <map>
 #include <memory>
 #include <new>
 #include <string>
@@ -159,6 +161,17 @@ Stream describe_stream(const hailort::InferModel::InferStream &stream)
 struct hp_vdevice {
     std::shared_ptr<hailort::VDevice> vdevice;
     hp_vdevice_info info;
+    // Each HEF's bytes, read once and shared by every group created from it. The 5.2 public
+    // API has no way to share more than that over RPC: every create_infer_model overload
+    // VDeviceHrpcClient implements (the path and the MemoryView one, vdevice_hrpc_client.hpp)
+    // sends the whole buffer with VDEVICE__CREATE_INFER_MODEL (vdevice_hrpc_client.cpp
+    // create_infer_model), and the Hef / shared_ptr<Buffer> overloads are not overridden there,
+    // so they would run the local base class on an RPC client. genai shares one Hef because
+    // it runs on the server, next to the device (llm_server.cpp). Sharing the host copy is what
+    // the client side can do; the device still receives the HEF once per group.
+    // The bytes sit in a DMA-able buffer, as the path overload allocates them
+    // (vdevice_hrpc_client.cpp 153-167: Buffer::create(size, BufferStorageParams::create_dma())).
+    std::map<std::string, hailort::BufferPtr> hef_bytes;
 };
 
 // Member order is destruction order reversed, and it matters:
@@ -181,7 +194,9 @@ struct hp_model {
     hailort::ConfiguredInferModel configured;
     hailort::ConfiguredInferModel::Bindings bindings;
     std::vector<std::pair<uint32_t, hailort::BufferPtr>> cache_snapshot;
-    std::string poisoned; // non-empty: why run() is refused
+    hailort::BufferPtr hef; // the shared bytes the model was created from
+    std::string poisoned; // non-empty: the first failure; every later call is refused with it
+    bool timed_out = false; // a job may still be in flight: destroying would free under it
 };
 
 namespace {
@@ -194,6 +209,51 @@ const std::vector<Stream> *streams_of(const hp_model *model, int is_output)
 std::string group_context(const hp_model &model)
 {
     return "group " + quoted(model.group) + " of " + model.hef_path;
+}
+
+// Over RPC any failed run shuts the configured model down on the server
+// (configured_infer_model_hrpc_client.cpp run_async calls shutdown() on failure), so after the
+// first failure nothing else is sent: every later call names that first failure.
+// A failed init_cache/update_cache_offset poisons too: the ring's read/write offsets are then
+// unknown, and every later token would be computed against the wrong cache entries.
+void poison(hp_model &model, const std::string &what, const char *why)
+{
+    if (model.poisoned.empty()) {
+        model.poisoned = "refused: " + what + "; " + why + ": configure the group again";
+    }
+}
+
+constexpr const char *RUN_FAILED = "any failed run shuts the configured model down over HailoRT's RPC client";
+constexpr const char *CACHE_FAILED = "the KV cache offsets are unknown after a failed cache call";
+
+// "HAILO_TIMEOUT (4)"-style text: hailo_get_status_message returns the enum's name (hailort.h).
+std::string status_text(hailo_status status)
+{
+    const char *name = hailo_get_status_message(status);
+    return std::string(nullptr != name ? name : "unknown status") + " (" + std::to_string(static_cast<int>(status)) +
+           ")";
+}
+
+// Configure/create failures the RPC deadline or memory cause: say what raises the deadline
+// (HAILO_REQUEST_TIMEOUT_SECONDS, read by hrpc/client.cpp; create_infer_model waits
+// LONG_RPC_ACTION_TIMEOUT = 45 s, hrpc_protocol/serializer.hpp) and how big the HEF is.
+std::string deadline_hint(hailo_status status, size_t hef_size)
+{
+    switch (status) {
+    case HAILO_TIMEOUT:
+    case HAILO_OUT_OF_HOST_MEMORY:
+    case HAILO_OUT_OF_HOST_CMA_MEMORY:
+    case HAILO_OUT_OF_FW_MEMORY:
+    case HAILO_OUT_OF_DESCRIPTORS:
+    case HAILO_RPC_FAILED:
+    case HAILO_COMMUNICATION_CLOSED:
+        return "; the HEF is " + std::to_string(hef_size) +
+               " bytes: the RPC deadline for create/configure is 45 s (LONG_RPC_ACTION_TIMEOUT), raised with "
+               "the environment variable HAILO_REQUEST_TIMEOUT_SECONDS, and the device must hold the HEF once "
+               "per group";
+    default:
+        return "";
+    }
 }
 
 } // namespace
@@ -313,15 +373,47 @@ extern "C" int hp_model_create(hp_vdevice *vdevice, const char *hef_path, const 
         model->hef_path = hef_path;
         model->group = group;
 
-        // The path overload: on Hailo-10H, VDeviceHrpcClient overrides only it and the MemoryView
-        // one (it reads the file and sends it over RPC); the Hef and shared_ptr<Buffer> overloads
-        // fall back to the local base class (vdevice_hrpc_client.cpp, vdevice.hpp). The name
-        // must be exactly a network group name (infer_model.cpp InferModelBase::create).
-        auto infer_model = model->vdevice->create_infer_model(model->hef_path, model->group);
+        // The HEF's bytes once per vdevice (see hp_vdevice::hef_bytes for why not more).
+        auto &shared = vdevice->hef_bytes[model->hef_path];
+        if (!shared) {
+            std::ifstream file(model->hef_path, std::ios::binary | std::ios::ate);
+            const std::streamoff end = file ? static_cast<std::streamoff>(file.tellg()) : -1;
+            if (!file || end <= 0) {
+                vdevice->hef_bytes.erase(model->hef_path);
+                return fail(err, err_len, HAILO_OPEN_FILE_FAILURE,
+                            "hp_model_create: cannot read " + quoted(model->hef_path) +
+                                " (missing, empty or not a regular file)");
+            }
+            auto buffer = hailort::Buffer::create_shared(static_cast<size_t>(end),
+                                                          hailort::BufferStorageParams::create_dma());
+            if (!buffer) {
+                vdevice->hef_bytes.erase(model->hef_path);
+                return fail(err, err_len, buffer.status(),
+                            "hp_model_create: allocating " + std::to_string(end) + " bytes for " +
+                                quoted(model->hef_path));
+            }
+            file.seekg(0);
+            file.read(reinterpret_cast<char *>(buffer.value()->data()), end);
+            if (file.gcount() != end) {
+                vdevice->hef_bytes.erase(model->hef_path);
+                return fail(err, err_len, HAILO_FILE_OPERATION_FAILURE,
+                            "hp_model_create: short read of " + quoted(model->hef_path) + ": " +
+                                std::to_string(file.gcount()) + " of " + std::to_string(end) + " bytes");
+            }
+            shared = buffer.release();
+        }
+        model->hef = shared;
+
+        // The MemoryView overload: on Hailo-10H, VDeviceHrpcClient overrides only it and the
+        // path one (which reads the file and calls it); the Hef and shared_ptr<Buffer>
+        // overloads fall back to the local base class (vdevice_hrpc_client.cpp, vdevice.hpp).
+        // The name must be exactly a network group name (infer_model.cpp InferModelBase::create).
+        auto infer_model = model->vdevice->create_infer_model(
+            hailort::MemoryView(*model->hef), model->group);
         if (!infer_model) {
             return fail(err, err_len, infer_model.status(),
                         "VDevice::create_infer_model(" + quoted(model->hef_path) + ", " + quoted(model->group) +
-                            ")");
+                            ")" + deadline_hint(infer_model.status(), model->hef->size()));
         }
         model->infer_model = infer_model.release();
 
@@ -361,7 +453,9 @@ extern "C" int hp_model_create(hp_vdevice *vdevice, const char *hef_path, const 
 
         auto configured = model->infer_model->configure();
         if (!configured) {
-            return fail(err, err_len, configured.status(), "InferModel::configure() for " + group_context(*model));
+            return fail(err, err_len, configured.status(),
+                        "InferModel::configure() for " + group_context(*model) +
+                            deadline_hint(configured.status(), model->hef->size()));
         }
         model->configured = configured.release();
 
@@ -407,6 +501,17 @@ extern "C" int hp_model_create(hp_vdevice *vdevice, const char *hef_path, const 
 
 extern "C" void hp_model_destroy(hp_model *model)
 {
+    if (nullptr != model && model->timed_out) {
+        // A timed-out job may still complete: HailoRT's completion callback then writes into
+        // the staging buffers and touches the configured model (the HRPC client's callback
+        // holds a raw `this`, configured_infer_model_hrpc_client.cpp run_async_impl). Freeing
+        // them would be a use-after-free, so the model is leaked, and the process says so.
+        std::fprintf(stderr,
+                     "hefprobe: leaking the configured model of %s: a run timed out and may still be in "
+                     "flight; restart the process to release it\n",
+                     group_context(*model).c_str());
+        return;
+    }
     delete model;
 }
 
@@ -550,12 +655,18 @@ extern "C" int hp_model_run(hp_model *model, const hp_input *inputs, size_t inpu
         const hailo_status status = model->configured.run(model->bindings, std::chrono::milliseconds(timeout_ms));
         if (HAILO_TIMEOUT == status) {
             // The job may still be in flight and complete into the staging buffers later: a next
-            // run could read a mix of two inferences.
-            model->poisoned = "hp_model_run: an earlier ConfiguredInferModel::run for " + group_context(*model) +
-                              " timed out after " + std::to_string(timeout_ms) +
-                              " ms and may still be in flight; configure the group again";
+            // run could read a mix of two inferences, and destroying the model would free them
+            // under it (hp_model_destroy leaks it instead).
+            model->timed_out = true;
         }
         if (HAILO_SUCCESS != status) {
+            poison(*model, "hp_model_run: an earlier ConfiguredInferModel::run(bindings, " +
+                               std::to_string(timeout_ms) + " ms) for " + group_context(*model) + " failed with " +
+                               status_text(status) +
+                               (HAILO_TIMEOUT == status ? "; the job may still be in flight, so the model is leaked, "
+                                                          "not destroyed"
+                                                        : ""),
+                   RUN_FAILED);
             return fail(err, err_len, status,
                         "ConfiguredInferModel::run(bindings, " + std::to_string(timeout_ms) + " ms) for " +
                             group_context(*model));
@@ -578,11 +689,15 @@ extern "C" int hp_model_init_cache(hp_model *model, uint32_t read_offset, char *
         if (nullptr == model) {
             return fail(err, err_len, HAILO_INVALID_ARGUMENT, "hp_model_init_cache: NULL model");
         }
+        if (!model->poisoned.empty()) {
+            return fail(err, err_len, HAILO_INVALID_OPERATION, model->poisoned);
+        }
         const hailo_status status = model->configured.init_cache(read_offset);
         if (HAILO_SUCCESS != status) {
-            return fail(err, err_len, status,
-                        "ConfiguredInferModel::init_cache(" + std::to_string(read_offset) + ") for " +
-                            group_context(*model));
+            const std::string what = "ConfiguredInferModel::init_cache(" + std::to_string(read_offset) + ") for " +
+                                     group_context(*model);
+            poison(*model, "an earlier " + what + " failed with " + status_text(status), CACHE_FAILED);
+            return fail(err, err_len, status, what);
         }
         return static_cast<int>(HAILO_SUCCESS);
     });
@@ -594,11 +709,15 @@ extern "C" int hp_model_update_cache_offset(hp_model *model, int32_t offset_delt
         if (nullptr == model) {
             return fail(err, err_len, HAILO_INVALID_ARGUMENT, "hp_model_update_cache_offset: NULL model");
         }
+        if (!model->poisoned.empty()) {
+            return fail(err, err_len, HAILO_INVALID_OPERATION, model->poisoned);
+        }
         const hailo_status status = model->configured.update_cache_offset(offset_delta_entries);
         if (HAILO_SUCCESS != status) {
-            return fail(err, err_len, status,
-                        "ConfiguredInferModel::update_cache_offset(" + std::to_string(offset_delta_entries) +
-                            ") for " + group_context(*model));
+            const std::string what = "ConfiguredInferModel::update_cache_offset(" + std::to_string(offset_delta_entries) +
+                                     ") for " + group_context(*model);
+            poison(*model, "an earlier " + what + " failed with " + status_text(status), CACHE_FAILED);
+            return fail(err, err_len, status, what);
         }
         return static_cast<int>(HAILO_SUCCESS);
     });
@@ -609,6 +728,9 @@ extern "C" int hp_model_cache_snapshot(hp_model *model, size_t *count, char *err
     return guarded("hp_model_cache_snapshot", err, err_len, [&]() -> int {
         if (nullptr == model || nullptr == count) {
             return fail(err, err_len, HAILO_INVALID_ARGUMENT, "hp_model_cache_snapshot: NULL argument");
+        }
+        if (!model->poisoned.empty()) {
+            return fail(err, err_len, HAILO_INVALID_OPERATION, model->poisoned);
         }
         *count = 0;
         model->cache_snapshot.clear();
@@ -691,6 +813,9 @@ extern "C" int hp_model_update_cache_buffer(hp_model *model, uint32_t cache_id, 
     return guarded("hp_model_update_cache_buffer", err, err_len, [&]() -> int {
         if (nullptr == model || (nullptr == data && 0 != size)) {
             return fail(err, err_len, HAILO_INVALID_ARGUMENT, "hp_model_update_cache_buffer: NULL argument");
+        }
+        if (!model->poisoned.empty()) {
+            return fail(err, err_len, HAILO_INVALID_OPERATION, model->poisoned);
         }
         // Overwrites the whole backing ring; the size must match it exactly
         // (CacheBuffer::write_cache, cache_buffer.cpp). HailoRT only reads from the view.

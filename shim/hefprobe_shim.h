@@ -87,13 +87,19 @@ void hp_vdevice_destroy(hp_vdevice *vdevice);
 int hp_hef_network_groups(const char *hef_path, char *names, size_t capacity, size_t *needed, char *err,
                           size_t err_len);
 
-/* create_infer_model(hef_path, group) (the path overload: the only one, with the MemoryView one,
- * that works over Hailo-10H's RPC), set_enable_kv_cache(true), FLOAT32 for the named inputs and
- * every output, configure(), create_bindings() with page-aligned staging buffers of each
- * stream's frame size. */
+/* create_infer_model(MemoryView of the HEF, group) (the MemoryView overload: the only one, with
+ * the path one, that works over Hailo-10H's RPC), set_enable_kv_cache(true), FLOAT32 for the
+ * named inputs and every output, configure(), create_bindings() with page-aligned staging
+ * buffers of each stream's frame size. The HEF file is read once per vdevice into a DMA-able
+ * buffer shared by every group created from it. A create/configure failure caused by memory or
+ * the RPC deadline (45 s, LONG_RPC_ACTION_TIMEOUT) names the HEF's size and the environment
+ * variable HAILO_REQUEST_TIMEOUT_SECONDS, which replaces HailoRT's RPC deadlines. */
 int hp_model_create(hp_vdevice *vdevice, const char *hef_path, const char *group,
                     const char *const *float_inputs, size_t float_input_count, hp_model **out, char *err,
                     size_t err_len);
+/* Frees the model, except after a run that timed out: then the job may still complete into the
+ * staging buffers and HailoRT's callback holds a raw pointer to the configured model, so the
+ * model is leaked and a line saying so goes to stderr. */
 void hp_model_destroy(hp_model *model);
 
 /* Stream queries: is_output 0 = inputs() order, 1 = outputs() order. */
@@ -106,8 +112,9 @@ int hp_model_stream_quant_infos(const hp_model *model, int is_output, size_t ind
 
 /* Copies every input (each exactly once, size == its frame size) into the staging buffers,
  * ConfiguredInferModel::run(bindings, timeout), then copies every output into outputs[i]
- * (outputs() order, size == frame size). After HAILO_TIMEOUT the model refuses further runs:
- * the timed-out job may still complete into its staging buffers. */
+ * (outputs() order, size == frame size). After any failed run (over RPC, HailoRT shuts the
+ * configured model down on the server), or a failed init_cache/update_cache_offset, every later
+ * call on the model fails with HAILO_INVALID_OPERATION and a message naming the first failure. */
 int hp_model_run(hp_model *model, const hp_input *inputs, size_t input_count, const hp_output *outputs,
                  size_t output_count, uint32_t timeout_ms, char *err, size_t err_len);
 

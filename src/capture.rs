@@ -9,6 +9,8 @@ use ndarray::{ArrayD, IxDyn};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+pub mod npz;
+
 #[derive(Debug, Clone, Default)]
 pub struct Capture {
     entries: BTreeMap<String, ArrayD<f32>>,
@@ -94,54 +96,18 @@ impl Capture {
         out.commit()
     }
 
-    /// Read every array of an `.npz`. Integer and f64 arrays are converted to f32; other
-    /// dtypes are refused with the key named.
+    /// Read every array of an `.npz`. Integer, bool and f64 arrays are converted to f32;
+    /// other dtypes, damaged headers and truncated data are refused with the member named
+    /// (see [`npz`]).
     pub fn read_npz(path: &Path) -> Result<Self> {
-        let what = path.display().to_string();
-        let file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
-        let mut r = ndarray_npy::NpzReader::new(file)
-            .map_err(|e| Error::input(&what, format!("not a readable .npz archive: {e}")))?;
-        let names = r.names().map_err(|e| Error::input(&what, format!("reading the archive index: {e}")))?;
+        let mut f = npz::NpzFile::open(path)?;
         let mut cap = Capture::default();
-        for name in names {
-            let key = name.strip_suffix(".npy").unwrap_or(&name).to_string();
-            let arr =
-                read_any(&mut r, &name).map_err(|msg| Error::input(format!("{what} array `{key}`"), msg))?;
+        for key in f.keys() {
+            let arr = f.read(&key)?;
             cap.entries.insert(key, arr);
         }
         Ok(cap)
     }
-}
-
-fn read_any<R: std::io::Read + std::io::Seek>(
-    r: &mut ndarray_npy::NpzReader<R>,
-    name: &str,
-) -> std::result::Result<ArrayD<f32>, String> {
-    macro_rules! try_as {
-        ($t:ty) => {
-            if let Ok(a) = r.by_name::<ndarray::OwnedRepr<$t>, IxDyn>(name) {
-                return Ok(a.mapv(|x| x as f32));
-            }
-        };
-    }
-    if let Ok(a) = r.by_name::<ndarray::OwnedRepr<f32>, IxDyn>(name) {
-        return Ok(a);
-    }
-    try_as!(f64);
-    try_as!(i64);
-    try_as!(i32);
-    try_as!(i16);
-    try_as!(i8);
-    try_as!(u8);
-    try_as!(u16);
-    try_as!(u32);
-    try_as!(u64);
-    if let Ok(a) = r.by_name::<ndarray::OwnedRepr<bool>, IxDyn>(name) {
-        return Ok(a.mapv(|x| if x { 1.0 } else { 0.0 }));
-    }
-    Err("unsupported dtype (expected float32, float64 or an integer type; convert float16 \
-         arrays to float32 before saving)"
-        .into())
 }
 
 /// Receives tapped tensors. `wants` is asked first so that unselected taps cost nothing.

@@ -189,3 +189,198 @@ fn a_prompt_longer_than_the_kv_cache_says_so() {
     let e = dev.drive(&inputs, &mut Capture::default(), &mut Default::default()).unwrap_err().to_string();
     assert!(e.contains("kv_cache_size = 128"), "{e}");
 }
+
+/// What one recorded frame carries that genai's routing decides: the group (`prefill`/`tbt`),
+/// the cache offset delta, and the positions and embeddings rows of the rows it adds.
+type Sent = (String, i32, Vec<u32>, Vec<u16>);
+
+fn sent_frames(dev: &mut HefBackend) -> Vec<Sent> {
+    let frames = dev.driver.record.take().unwrap();
+    frames
+        .into_iter()
+        .map(|s| {
+            let n = s.cache_offset_delta as usize;
+            let rows = s.frames.rows;
+            let features = s.frames.embeddings.len() / rows;
+            let group = s.group.rsplit("__").next().unwrap().to_string();
+            (
+                group,
+                s.cache_offset_delta,
+                s.frames.positions[rows - n..].to_vec(),
+                s.frames.embeddings[(rows - n) * features..].to_vec(),
+            )
+        })
+        .collect()
+}
+
+/// The frames genai's rules say: `(group, tokens, first position)` per frame.
+fn expected(h: &Hef, frames: &[(&str, &[u32], u32)]) -> Vec<Sent> {
+    let emb: Vec<u16> = h
+        .resource("embeddings.bin")
+        .unwrap()
+        .chunks_exact(2)
+        .map(|b| u16::from_le_bytes([b[0], b[1]]))
+        .collect();
+    let features = 64;
+    frames
+        .iter()
+        .map(|(g, tokens, start)| {
+            let rows: Vec<u16> = tokens
+                .iter()
+                .flat_map(|&t| emb[t as usize * features..(t as usize + 1) * features].to_vec())
+                .collect();
+            (g.to_string(), tokens.len() as i32, (*start..*start + tokens.len() as u32).collect(), rows)
+        })
+        .collect()
+}
+
+fn first_prompt(h: &Hef, tokens: &[u32], reasoning: Option<u32>) -> (HefBackend, Vec<Vec<f32>>) {
+    let mut dev = backend(h);
+    if let Some(r) = reasoning {
+        dev.driver.config.begin_of_reasoning_token_id = r as i32;
+    }
+    dev.driver.record = Some(Vec::new());
+    dev.driver.new_conversation().unwrap();
+    let logits = dev.driver.prefill(tokens).unwrap();
+    (dev, logits)
+}
+
+#[test]
+fn reasoning_prompts_are_split_around_the_token_which_is_dropped_each_part_remainder_first() {
+    // llm_server.cpp handle_prefill_phase (~896-936): prefill before, prefill after, each
+    // through get_next_token_prefill (remainder first, chunks of p = 16); the token is never sent.
+    let (_, h) = hef(small());
+    let p = prompt(40);
+    let r = 299;
+    assert!(!p.contains(&r));
+    // In the middle: 7 before (one chunk of 7), 32 after (two chunks of 16).
+    let mut tokens = p.clone();
+    tokens[7] = r;
+    let (mut dev, logits) = first_prompt(&h, &tokens, Some(r));
+    let want = expected(
+        &h,
+        &[("prefill", &tokens[..7], 0), ("prefill", &tokens[8..24], 7), ("prefill", &tokens[24..], 23)],
+    );
+    assert_eq!(sent_frames(&mut dev), want);
+    assert_eq!(logits.len(), 3);
+    // The next token goes to tbt at position 39: the cache holds 39 tokens, not 40.
+    dev.driver.record = Some(Vec::new());
+    dev.driver.step(5).unwrap();
+    assert_eq!(sent_frames(&mut dev), expected(&h, &[("tbt", &[5], 39)]));
+
+    // At the start: nothing before (no frame), 39 after: a remainder of 7, then two of 16.
+    let mut tokens = p.clone();
+    tokens[0] = r;
+    let (mut dev, _) = first_prompt(&h, &tokens, Some(r));
+    let want = expected(
+        &h,
+        &[("prefill", &tokens[1..8], 0), ("prefill", &tokens[8..24], 7), ("prefill", &tokens[24..], 23)],
+    );
+    assert_eq!(sent_frames(&mut dev), want);
+
+    // At the end: 39 before; nothing after, so genai reads the logits of the part before.
+    let mut tokens = p.clone();
+    tokens[39] = r;
+    let (mut dev, logits) = first_prompt(&h, &tokens, Some(r));
+    let want = expected(
+        &h,
+        &[("prefill", &tokens[..7], 0), ("prefill", &tokens[7..23], 7), ("prefill", &tokens[23..39], 23)],
+    );
+    assert_eq!(sent_frames(&mut dev), want);
+    assert_eq!(logits.len(), 3);
+
+    // Only the first occurrence splits; later ones are fed like any token.
+    let mut tokens = p[..20].to_vec();
+    (tokens[3], tokens[10]) = (r, r);
+    let (mut dev, _) = first_prompt(&h, &tokens, Some(r));
+    let want = expected(&h, &[("prefill", &tokens[..3], 0), ("prefill", &tokens[4..], 3)]);
+    assert_eq!(sent_frames(&mut dev), want);
+
+    // A HEF without the key (INVALID_TOKEN_VALUE) never splits.
+    let (mut dev, _) = first_prompt(&h, &tokens, None);
+    let want = expected(&h, &[("prefill", &tokens[..4], 0), ("prefill", &tokens[4..], 4)]);
+    assert_eq!(sent_frames(&mut dev), want);
+}
+
+#[test]
+fn a_one_token_request_takes_tbt_when_the_hef_has_it_even_as_a_first_prompt() {
+    // llm_server.cpp generate_next_token_on_demand (~857-868).
+    let (_, h) = hef(small());
+    let (mut dev, logits) = first_prompt(&h, &[42], None);
+    assert_eq!(sent_frames(&mut dev), expected(&h, &[("tbt", &[42], 0)]));
+    assert_eq!(logits.len(), 1);
+    // The 1-token routing comes before the reasoning check: the token is sent, not dropped.
+    let (mut dev, _) = first_prompt(&h, &[42], Some(42));
+    assert_eq!(sent_frames(&mut dev), expected(&h, &[("tbt", &[42], 0)]));
+    // Without a tbt group the prefill group takes it.
+    let (_, base) = hef(SynthHefOptions { tbt: false, ..small() });
+    let (mut dev, _) = first_prompt(&base, &[42], None);
+    assert_eq!(sent_frames(&mut dev), expected(&base, &[("prefill", &[42], 0)]));
+    // And a reasoning-only prompt there sends nothing: refused, not a stale read.
+    let mut dev = backend(&base);
+    dev.driver.config.begin_of_reasoning_token_id = 42;
+    dev.driver.new_conversation().unwrap();
+    let e = dev.driver.prefill(&[42]).unwrap_err().to_string();
+    assert!(e.contains("begin_of_reasoning_token_id") && e.contains("no tbt group"), "{e}");
+}
+
+fn backend_h10(h: &Hef) -> HefBackend {
+    let spec = sim_spec(h, "sim.hef").unwrap().unwrap();
+    let mut dev: Box<dyn hefprobe::device::Device> = Box::new(
+        SimDevice::with_profile(h.clone(), spec, "sim.hef".into(), hefprobe::device::SimProfile::SimH10)
+            .unwrap(),
+    );
+    let driver = LlmDriver::open(dev.as_mut(), h, "sim.hef").unwrap();
+    HefBackend::from_parts("device", dev, driver)
+}
+
+#[test]
+fn sim_h10_refuses_cache_calls_and_a_failed_run_poisons_the_model() {
+    use hefprobe::device::Device;
+    use hefprobe::error::Error;
+    let (ckpt, h) = hef(small());
+    let mut dev = backend_h10(&h);
+    match dev.driver.cache_buffers() {
+        Err(Error::Unsupported(m)) => {
+            assert!(m.starts_with("get_cache_buffers: unavailable on this device (HailoRT 5.2 RPC)"), "{m}")
+        }
+        other => panic!("{:?}", other.map(|b| b.len())),
+    }
+    assert!(matches!(dev.driver.update_cache_buffer(0, &[]), Err(Error::Unsupported(_))));
+    // Parity runs (a) and (b); (c) is unavailable, and a clean HEF still agrees.
+    let model = Decoder::new(&ckpt).unwrap();
+    let p = diag::parity(&mut dev.driver, &h, &model, &prompt(24)).unwrap();
+    assert_eq!(p.verdict, ParityVerdict::Agree, "{p:?}");
+    assert_eq!(p.rows[2].unavailable.as_deref(), Some(diag::UNAVAILABLE_OVER_RPC));
+
+    // A failed run (an input left unbound) poisons the configured model: every later call names
+    // the first failure.
+    let spec = sim_spec(&h, "sim.hef").unwrap().unwrap();
+    let mut sim =
+        SimDevice::with_profile(h.clone(), spec, "sim.hef".into(), hefprobe::device::SimProfile::SimH10)
+            .unwrap();
+    let (prefill, _) = h.llm_groups().unwrap();
+    let mut m = sim.configure(&prefill, &[]).unwrap();
+    let first = m.run(&[], std::time::Duration::from_secs(1)).unwrap_err().to_string();
+    assert!(first.contains("was not bound"), "{first}");
+    let later = m.init_cache(0).unwrap_err().to_string();
+    assert!(
+        later.contains("unusable after an earlier failure") && later.contains("was not bound"),
+        "{later}"
+    );
+    // The plain simulator keeps going after a failed run, as a local device does.
+    let spec = sim_spec(&h, "sim.hef").unwrap().unwrap();
+    let mut sim = SimDevice::from_hef(h.clone(), spec, "sim.hef".into()).unwrap();
+    let mut m = sim.configure(&prefill, &[]).unwrap();
+    assert!(m.run(&[], std::time::Duration::from_secs(1)).is_err());
+    m.init_cache(0).unwrap();
+}
+
+#[test]
+fn sim_h10_parity_still_catches_the_cache_layout_fault_without_the_cache() {
+    let (ckpt, h) = hef(SynthHefOptions { faults: vec!["cache-layout:transpose".into()], ..small() });
+    let model = Decoder::new(&ckpt).unwrap();
+    let mut dev = backend_h10(&h);
+    let p = diag::parity(&mut dev.driver, &h, &model, &prompt(24)).unwrap();
+    assert_eq!(p.verdict, ParityVerdict::TbtDriftsCacheUnavailable, "{p:?}");
+}

@@ -7,7 +7,7 @@ use crate::capture::Capture;
 use crate::device::driver::LlmDriver;
 use crate::device::sim::SimDevice;
 use crate::device::synth_hef::sim_spec;
-use crate::device::Device;
+use crate::device::{Device, SimProfile};
 use crate::error::{Error, Result};
 use crate::hef::Hef;
 use crate::inputs::{DecodeSpec, InputSet};
@@ -24,13 +24,21 @@ pub struct HefBackend {
     _device: Box<dyn Device>,
 }
 
-/// Open the device a HEF needs: simulated when hefprobe wrote it, else the real one.
-pub fn open_device(path: &Path) -> Result<(Box<dyn Device>, Hef)> {
+/// Open the device a HEF needs: simulated when hefprobe wrote it (as `profile`, default
+/// `sim`), else the real one (where a simulator profile is a usage error).
+pub fn open_device(path: &Path, profile: Option<SimProfile>) -> Result<(Box<dyn Device>, Hef)> {
     let what = path.display().to_string();
     let hef = Hef::read(path)?;
     if let Some(spec) = sim_spec(&hef, &what)? {
-        let dev = SimDevice::from_hef(hef.clone(), spec, what)?;
+        let dev = SimDevice::with_profile(hef.clone(), spec, what, profile.unwrap_or_default())?;
         return Ok((Box::new(dev), hef));
+    }
+    if let Some(p) = profile {
+        return Err(Error::usage(format!(
+            "device `{}` simulates a device, but {what} is a compiled HEF (no hefprobe-sim.json resource): \
+             leave the device choice out to run it on the real device",
+            p.name()
+        )));
     }
     real_device(path, hef)
 }
@@ -52,8 +60,8 @@ fn real_device(path: &Path, _hef: Hef) -> Result<(Box<dyn Device>, Hef)> {
 
 /// The `hef` backend for the HEF at `path`, refused when it was made from another checkpoint
 /// than the reference's.
-pub fn open(label: &str, path: &Path, ckpt: &Checkpoint) -> Result<HefBackend> {
-    let (mut device, hef) = open_device(path)?;
+pub fn open(label: &str, path: &Path, profile: Option<SimProfile>, ckpt: &Checkpoint) -> Result<HefBackend> {
+    let (mut device, hef) = open_device(path, profile)?;
     if let Some(sim) = sim_spec(&hef, &path.display().to_string())? {
         let made_from = sim.checkpoint.load()?.hash;
         if made_from != ckpt.hash {

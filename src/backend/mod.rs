@@ -63,6 +63,6 @@ pub fn make_backend(spec: &BackendSpec, ckpt: &Checkpoint, model: &Arc<Decoder>)
             Box::new(DecoderBackend::emulator(&label, ckpt, &spec.faults, spec.quant.as_deref())?)
         }
         BackendKind::Dump => Box::new(dump::DumpBackend::open(&label, spec.path()?, spec.map.as_deref())?),
-        BackendKind::Hef => Box::new(hef::open(&label, spec.path()?, ckpt)?),
+        BackendKind::Hef => Box::new(hef::open(&label, spec.path()?, spec.sim_profile()?, ckpt)?),
     })
 }

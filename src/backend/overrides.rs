@@ -22,6 +22,11 @@ impl Overrides<'_> {
 }
 
 impl Hooks for Overrides<'_> {
+    /// Overrides replace block inputs only; attention is left to the decoder.
+    fn needs_explicit_attention(&self, _layer: usize) -> bool {
+        false
+    }
+
     fn edit(&mut self, ctx: &StepCtx, tap: Tap, t: Tensor) -> Result<Tensor> {
         let Tap::Layer(l, LayerTap::Input) = tap else { return Ok(t) };
         let source = if l == 0 { Tap::Embed } else { Tap::Layer(l - 1, LayerTap::Out) };

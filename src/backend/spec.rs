@@ -1,6 +1,7 @@
 //! What names a backend: its kind (typed) and where its data comes from, as a probe's
 //! `[[backend]]` table or a `--backend` flag gives it.
 
+use crate::device::SimProfile;
 use crate::error::{Error, Result};
 use serde::Deserialize;
 use std::fmt;
@@ -61,11 +62,13 @@ pub struct BackendSpec {
     pub path: Option<PathBuf>,
     /// dump: name map TOML (their name -> canonical tap).
     pub map: Option<PathBuf>,
+    /// hef: the simulated device for a simulated HEF, `sim` (default) or `sim-h10`.
+    pub device: Option<String>,
 }
 
 impl BackendSpec {
     pub fn new(kind: BackendKind) -> Self {
-        BackendSpec { name: None, kind, faults: vec![], quant: None, path: None, map: None }
+        BackendSpec { name: None, kind, faults: vec![], quant: None, path: None, map: None, device: None }
     }
 
     pub fn label(&self) -> String {
@@ -75,12 +78,14 @@ impl BackendSpec {
         })
     }
 
-    /// From the command line: `emulator`, `emulator=FAULT+FAULT`, `dump=PATH[,map=MAP]`, `hef=PATH`.
+    /// From the command line: `emulator`, `emulator=FAULT+FAULT`, `dump=PATH[,map=MAP]`,
+    /// `hef=PATH[,device=sim|sim-h10]`.
     pub fn parse_cli(s: &str) -> Result<Self> {
         let (kind_text, rest) = s.split_once('=').unwrap_or((s, ""));
         let kind = BackendKind::parse(kind_text).ok_or_else(|| {
             Error::usage(format!(
-                "--backend `{kind_text}`: expected reference, emulator[=FAULT+FAULT], dump=PATH[,map=MAP] or hef=PATH"
+                "--backend `{kind_text}`: expected reference, emulator[=FAULT+FAULT], dump=PATH[,map=MAP] or \
+                 hef=PATH[,device=sim|sim-h10]"
             ))
         })?;
         let mut spec = BackendSpec::new(kind);
@@ -98,12 +103,26 @@ impl BackendSpec {
                 for p in parts {
                     match p.split_once('=') {
                         Some(("map", m)) if kind == BackendKind::Dump => spec.map = Some(PathBuf::from(m)),
+                        Some(("device", d)) if kind == BackendKind::Hef => {
+                            SimProfile::parse(d)?;
+                            spec.device = Some(d.to_string());
+                        }
                         _ => return Err(Error::usage(format!("--backend {s}: unknown option `{p}`"))),
                     }
                 }
             }
         }
         Ok(spec)
+    }
+
+    /// The simulated device a hef backend asks for (`device`), checked.
+    pub fn sim_profile(&self) -> Result<Option<SimProfile>> {
+        self.device
+            .as_deref()
+            .map(|d| {
+                SimProfile::parse(d).map_err(|e| Error::usage(format!("backend `{}`: {e}", self.label())))
+            })
+            .transpose()
     }
 
     /// The file a dump or hef backend reads.
@@ -125,5 +144,9 @@ mod tests {
         let b = BackendSpec::parse_cli("dump=d.npz,map=m.toml").unwrap();
         assert_eq!((b.path.unwrap(), b.map.unwrap()), (PathBuf::from("d.npz"), PathBuf::from("m.toml")));
         assert!(BackendSpec::parse_cli("gpu").is_err());
+        let b = BackendSpec::parse_cli("hef=m.hef,device=sim-h10").unwrap();
+        assert_eq!(b.sim_profile().unwrap(), Some(SimProfile::SimH10));
+        assert!(BackendSpec::parse_cli("hef=m.hef,device=h8").is_err());
+        assert!(BackendSpec::parse_cli("dump=d.npz,device=sim").is_err());
     }
 }

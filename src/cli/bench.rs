@@ -1,39 +1,67 @@
 //! `hefprobe bench`: speed and memory of the reference (figures, not a pass/fail test).
-//! Build with `--release`; the README records the figures.
+//! Build with `--release`; the README records the figures. Every figure is printed beside the
+//! machine limit it is bounded by (measured in the same run, see [`bench_limits`]).
 
+use super::bench_limits::{self as limits, Limits};
 use crate::capture::{NoTaps, NpzSink, TapSink};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::model::decoder::{Decoder, FullCache, StepInput};
 use crate::model::hooks::NoHooks;
+use crate::model::kernels;
 use crate::model::synth::SynthSpec;
+use crate::model::Checkpoint;
 use crate::tap::{Phase, TapSelection};
 use clap::Args;
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
 
+/// Most repetitions accepted: the median of more does not move, and a typo (`--reps 1000000`)
+/// should not hold the machine for hours.
+const MAX_REPS: usize = 100;
+
 #[derive(Args, Debug)]
 pub struct BenchArgs {
-    /// Synth preset to measure.
-    #[arg(long, default_value = "smollm2-135m")]
+    /// Synth preset to measure (random weights of that shape).
+    #[arg(long, default_value = "smollm2-135m", conflicts_with = "checkpoint")]
     pub preset: String,
-    /// Prompt length for the prefill measurement.
+    /// Measure a checkpoint instead of a preset: a HF directory (or a .gguf file where
+    /// `Checkpoint::load` reads them).
+    #[arg(long, value_name = "DIR|FILE.gguf")]
+    pub checkpoint: Option<PathBuf>,
+    /// Prompt length for the prefill measurement (1 ..= max_position_embeddings - decode).
     #[arg(long, default_value_t = 128)]
     pub prompt_len: usize,
     /// Decode steps measured after the prefill.
     #[arg(long, default_value_t = 16)]
     pub decode: usize,
-    /// Repetitions (the median is reported).
+    /// Repetitions (the median is reported), 1 ..= 100.
     #[arg(long, default_value_t = 3)]
     pub reps: usize,
+    /// Threads for the decoder's kernels (default: every core).
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// Time the decoder per op class (prefill and decode, taps off) and print the table.
+    #[arg(long)]
+    pub profile: bool,
+    /// Run the benchmark suite (SmolLM2-135M and Qwen2.5-0.5B shapes, prefill 128/1024,
+    /// decode, taps off/on, 1 vs all threads) and print one table.
+    #[arg(long)]
+    pub suite: bool,
+    /// Python interpreter with torch and transformers (pins in references/requirements.txt):
+    /// the suite then runs scripts/bench-hf.py on the same shapes and threads, side by side.
+    #[arg(long, value_name = "PYTHON")]
+    pub hf_python: Option<PathBuf>,
 }
 
-struct Figures {
-    prefill_ms: f64,
-    decode_ms: f64,
+pub struct Figures {
+    pub prefill_ms: f64,
+    pub decode_ms: f64,
 }
 
-fn measure(model: &Decoder, prompt: &[u32], decode: usize, sink: &mut dyn TapSink) -> Result<Figures> {
-    let mut cache = FullCache::new(model.cfg.num_layers);
+/// One prefill of `prompt` then `decode` greedy steps; times of the prefill and of one step.
+pub fn measure(model: &Decoder, prompt: &[u32], decode: usize, sink: &mut dyn TapSink) -> Result<Figures> {
+    let mut cache = FullCache::with_capacity(model.cfg.num_layers, prompt.len() + decode);
     let t0 = Instant::now();
     let input = StepInput {
         phase: Phase::Prefill,
@@ -59,9 +87,9 @@ fn measure(model: &Decoder, prompt: &[u32], decode: usize, sink: &mut dyn TapSin
     Ok(Figures { prefill_ms, decode_ms })
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
+pub fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
+    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
 }
 
 /// Peak resident set size so far (VmHWM), in MiB.
@@ -72,58 +100,173 @@ pub fn peak_rss_mib() -> Option<f64> {
     Some(kb / 1024.0)
 }
 
+/// The flags' bounds, checked before anything is built: each error names its flag.
+pub fn check_args(a: &BenchArgs, max_positions: Option<usize>) -> Result<()> {
+    if a.reps == 0 || a.reps > MAX_REPS {
+        return Err(Error::usage(format!("--reps {} is out of range: give 1 ..= {MAX_REPS}", a.reps)));
+    }
+    if a.threads == Some(0) {
+        return Err(Error::usage("--threads 0: give at least 1 (omit the flag for every core)"));
+    }
+    if a.prompt_len == 0 {
+        return Err(Error::usage("--prompt-len 0: the prefill needs at least 1 token"));
+    }
+    if let Some(max) = max_positions {
+        let total = a.prompt_len.saturating_add(a.decode);
+        if total > max {
+            return Err(Error::usage(format!(
+                "--prompt-len {} plus --decode {} = {total} positions, beyond the model's \
+                 max_position_embeddings = {max}: lower --prompt-len or --decode",
+                a.prompt_len, a.decode
+            )));
+        }
+    }
+    Ok(())
+}
+
 pub fn run(a: BenchArgs) -> Result<ExitCode> {
+    check_args(&a, None)?;
+    if let Some(n) = a.threads {
+        kernels::set_threads(n);
+    }
+    if a.suite {
+        return super::bench_suite::run(&a);
+    }
     let t = Instant::now();
-    let ckpt = SynthSpec::preset(&a.preset, 0)?.build()?;
+    let (name, ckpt) = match &a.checkpoint {
+        Some(p) => (p.display().to_string(), Checkpoint::load(p)?),
+        None => (a.preset.clone(), SynthSpec::preset(&a.preset, 0)?.build()?),
+    };
     let model = Decoder::new(&ckpt)?;
+    check_args(&a, Some(model.cfg.max_position_embeddings))?;
     let build_s = t.elapsed().as_secs_f64();
     let c = &model.cfg;
     let prompt: Vec<u32> = (0..a.prompt_len).map(|i| ((i * 7919 + 13) % c.vocab_size) as u32).collect();
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let threads = kernels::threads();
     println!(
-        "bench: {} ({:.1} M params, {} layers, hidden {}), {threads} threads, synthesized in {build_s:.1} s",
-        a.preset,
+        "bench: {name} ({:.1} M params, {} layers, hidden {}), {threads} threads, loaded in {build_s:.1} s",
         c.num_params() as f64 / 1e6,
         c.num_layers,
         c.hidden_size
     );
-    let reps = a.reps.max(1);
+    let lim = limits::measure(threads);
+    println!(
+        "limits (measured now, {threads} threads): sgemm {:.1} GFLOP/s, read bandwidth {:.2} GB/s",
+        lim.sgemm_gflops, lim.read_gbs
+    );
+    let reps = a.reps;
     let mut off = (Vec::new(), Vec::new());
     measure(&model, &prompt, 1, &mut NoTaps)?; // warm-up
-    for _ in 0..reps {
+    for r in 0..reps {
+        eprint!("\rtaps off: rep {}/{reps}", r + 1);
         let f = measure(&model, &prompt, a.decode, &mut NoTaps)?;
         off.0.push(f.prefill_ms);
         off.1.push(f.decode_ms);
     }
+    eprintln!();
     let rss_off = peak_rss_mib();
+    if a.profile {
+        print_profile(&model, &prompt, a.decode)?;
+    }
     let dir = tempfile_dir()?;
     let mut on = (Vec::new(), Vec::new());
     for r in 0..reps {
-        let mut sink = NpzSink::create(&dir.join(format!("bench-{r}.npz")), TapSelection::all())?;
+        eprint!("\rall taps: rep {}/{reps}", r + 1);
+        let path = dir.join("bench.npz");
+        let mut sink = NpzSink::create(&path, TapSelection::all())?;
         let f = measure(&model, &prompt, a.decode, &mut sink)?;
         sink.finish()?;
         on.0.push(f.prefill_ms);
         on.1.push(f.decode_ms);
     }
-    let npz_mib = std::fs::metadata(dir.join("bench-0.npz")).map_or(0.0, |m| m.len() as f64 / 1048576.0);
+    eprintln!();
+    let npz_mib = std::fs::metadata(dir.join("bench.npz")).map_or(0.0, |m| m.len() as f64 / 1048576.0);
     let _ = std::fs::remove_dir_all(&dir);
     let rss_on = peak_rss_mib();
+    let (pre_off, dec_off) = (median(off.0), median(off.1));
     let fmt_rss = |r: Option<f64>| r.map_or("n/a".to_string(), |m| format!("{m:.0} MiB"));
-    println!("{:<28}{:>14}{:>22}", "", "taps off", "all taps -> npz");
+    println!("{:<28}{:>14}{:>22}{:>18}", "", "taps off", "all taps -> npz", "off vs limit");
     println!(
-        "{:<28}{:>11.1} ms{:>19.1} ms",
+        "{:<28}{:>11.1} ms{:>19.1} ms{:>17.0}%",
         format!("prefill {} tokens", a.prompt_len),
-        median(off.0),
-        median(on.0)
+        pre_off,
+        median(on.0),
+        limits::pct(prefill_limit_ms(c, a.prompt_len, &lim), pre_off)
     );
-    println!("{:<28}{:>11.1} ms{:>19.1} ms", "decode (per token)", median(off.1), median(on.1));
+    println!(
+        "{:<28}{:>11.2} ms{:>19.2} ms{:>17.0}%",
+        "decode (per token)",
+        dec_off,
+        median(on.1),
+        limits::pct(decode_limit_ms(c, a.prompt_len, &lim), dec_off)
+    );
     println!("{:<28}{:>14}{:>22}", "peak RSS (VmHWM, cumulative)", fmt_rss(rss_off), fmt_rss(rss_on));
     println!("all-taps capture of one run: {npz_mib:.0} MiB on disk (median of {reps} runs reported)");
+    println!("off vs limit: the time the sgemm (prefill) or read-bandwidth (decode) limit allows, as % of the time taken");
     Ok(ExitCode::SUCCESS)
 }
 
-fn tempfile_dir() -> Result<std::path::PathBuf> {
+/// The fastest a `t`-token prefill could be at the measured sgemm rate, in ms.
+pub fn prefill_limit_ms(c: &crate::model::config::ModelConfig, t: usize, lim: &Limits) -> f64 {
+    limits::prefill_flops(c, t) / (lim.sgemm_gflops * 1e9) * 1e3
+}
+
+/// The fastest a decode step at context `s` could be at the measured read bandwidth, in ms.
+pub fn decode_limit_ms(c: &crate::model::config::ModelConfig, s: usize, lim: &Limits) -> f64 {
+    limits::decode_bytes(c, s) / (lim.read_gbs * 1e9) * 1e3
+}
+
+/// Time per op class of one prefill and of `decode` steps (taps off), as a table.
+fn print_profile(model: &Decoder, prompt: &[u32], decode: usize) -> Result<()> {
+    use crate::model::profile;
+    profile::enable();
+    profile::reset();
+    let mut cache = FullCache::with_capacity(model.cfg.num_layers, prompt.len() + decode);
+    let input = StepInput {
+        phase: Phase::Prefill,
+        embeds: model.embed_tokens(prompt)?,
+        positions: (0..prompt.len()).collect(),
+        frame: None,
+    };
+    let t = Instant::now();
+    model.step(&input, &mut cache, &mut NoTaps, &mut NoHooks)?;
+    let pre = (t.elapsed().as_secs_f64(), profile::snapshot().unwrap_or_default());
+    profile::reset();
+    let t = Instant::now();
+    for k in 0..decode {
+        let input = StepInput {
+            phase: Phase::Decode(k),
+            embeds: model.embed_tokens(&[1])?,
+            positions: vec![prompt.len() + k],
+            frame: None,
+        };
+        model.step(&input, &mut cache, &mut NoTaps, &mut NoHooks)?;
+    }
+    let dec = (t.elapsed().as_secs_f64(), profile::snapshot().unwrap_or_default());
+    profile::disable();
+    let n = decode.max(1) as f64;
+    println!(
+        "{:<40}{:>18}{:>24}",
+        "profile (taps off)",
+        format!("prefill {}", prompt.len()),
+        "decode (per token)"
+    );
+    for ((op, p), (_, d)) in pre.1.iter().zip(&dec.1) {
+        println!(
+            "{:<40}{:>10.1} ms {:>4.0}%{:>15.3} ms {:>4.0}%",
+            op.name(),
+            p * 1e3,
+            100.0 * p / pre.0,
+            d * 1e3 / n,
+            100.0 * d / dec.0
+        );
+    }
+    println!("{:<40}{:>10.1} ms{:>24.3} ms", "total (wall)", pre.0 * 1e3, dec.0 * 1e3 / n);
+    Ok(())
+}
+
+pub fn tempfile_dir() -> Result<PathBuf> {
     let dir = std::env::temp_dir().join(format!("hefprobe-bench-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).map_err(|e| crate::error::Error::io(&dir, e))?;
+    std::fs::create_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
     Ok(dir)
 }

@@ -6,7 +6,8 @@ use super::{ModelArgs, PromptArgs};
 use crate::backend::hef::{open_device, HefBackend};
 use crate::capture::Capture;
 use crate::device::driver::{write_frames, LlmDriver};
-use crate::error::Result;
+use crate::device::SimProfile;
+use crate::error::{Error, Result};
 use crate::explain::diag;
 use crate::explain::diagnosis::Diagnosis;
 use crate::inputs::InputSet;
@@ -28,6 +29,14 @@ pub struct CaptureArgs {
     /// Also record every frame sent (embeddings, mask, RoPE, positions, cache offsets).
     #[arg(long, value_name = "NPZ")]
     pub record_frames: Option<PathBuf>,
+    /// The simulated device for a simulated HEF: `sim` (default) or `sim-h10` (Hailo-10H's RPC
+    /// client limits: no cache reads, a failed run poisons the model).
+    #[arg(long, value_name = "DEVICE", value_parser = parse_device)]
+    pub device: Option<SimProfile>,
+}
+
+pub(super) fn parse_device(s: &str) -> std::result::Result<SimProfile, String> {
+    SimProfile::parse(s).map_err(|e| e.to_string())
 }
 
 pub fn capture(a: CaptureArgs) -> Result<ExitCode> {
@@ -38,7 +47,7 @@ pub fn capture(a: CaptureArgs) -> Result<ExitCode> {
     }
     outs.check()?;
     let inputs = InputSet::from_npz(&a.inputs)?;
-    let (mut device, hef) = open_device(&a.hef)?;
+    let (mut device, hef) = open_device(&a.hef, a.device)?;
     let mut driver = LlmDriver::open(device.as_mut(), &hef, &a.hef.display().to_string())?;
     if a.record_frames.is_some() {
         driver.record = Some(Vec::new());
@@ -68,9 +77,13 @@ pub struct DiagnoseArgs {
     /// Runs of the repeatability gate.
     #[arg(long, default_value_t = 3)]
     pub repeat: usize,
-    /// Cache entries may differ from the reference's by this many quantization steps.
-    #[arg(long, default_value_t = 8)]
-    pub lsb_tolerance: u32,
+    /// Cache entries may differ from the reference's by this many quantization steps (default:
+    /// each cache layer's own tolerance, from its scale and the calibration spread).
+    #[arg(long)]
+    pub lsb_tolerance: Option<u32>,
+    /// The simulated device for a simulated HEF: `sim` (default) or `sim-h10`.
+    #[arg(long, value_name = "DEVICE", value_parser = parse_device)]
+    pub device: Option<SimProfile>,
     /// Write every figure as JSON here.
     #[arg(long, value_name = "PATH")]
     pub json: Option<PathBuf>,
@@ -81,16 +94,31 @@ pub fn diagnose(a: DiagnoseArgs) -> Result<ExitCode> {
     let mut inputs = a.prompt.input_set(&ckpt)?;
     inputs.chunk = None;
     let model = Decoder::new(&ckpt)?;
-    let (mut device, hef) = open_device(&a.hef)?;
+    let (mut device, hef) = open_device(&a.hef, a.device)?;
     let mut driver = LlmDriver::open(device.as_mut(), &hef, &a.hef.display().to_string())?;
     println!("{}", device.describe());
 
     let parity = diag::parity(&mut driver, &hef, &model, &inputs.prompt)?;
     let cache_tokens = inputs.prompt.len() - 1;
-    let cache = diag::cache_diff(&mut driver, &hef, &model, &inputs.prompt[..cache_tokens])?;
+    // The cache diff never stops diagnose: over RPC it is unavailable, and any other failure is
+    // reported beside the figures the other diagnostics have.
+    let (cache, cache_unavailable, cache_failed) =
+        match diag::cache_diff(&mut driver, &hef, &model, &inputs.prompt[..cache_tokens]) {
+            Ok(rows) => (rows, None, false),
+            Err(e @ Error::Unsupported(_)) => (Vec::new(), Some(diag::unavailable(&e)), false),
+            Err(e) => (Vec::new(), Some(e.to_string()), true),
+        };
     let mut backend = HefBackend::from_parts("device", device, driver);
     let repeatability = diag::repeatability(&mut backend, &inputs, a.repeat)?;
-    let d = Diagnosis { repeatability, parity, cache_tokens, cache, lsb_tolerance: a.lsb_tolerance };
+    let d = Diagnosis {
+        repeatability,
+        parity,
+        cache_tokens,
+        cache,
+        cache_unavailable,
+        cache_failed,
+        lsb_tolerance: a.lsb_tolerance,
+    };
     print!("{}", d.doc().terminal(false));
     if let Some(p) = &a.json {
         crate::error::write_file(p, d.to_json())?;

@@ -2,8 +2,11 @@
 
 mod audit;
 mod bench;
+mod bench_limits;
+mod bench_suite;
 mod compare;
 mod device;
+mod doctor;
 mod explain;
 mod faults;
 mod reference;
@@ -64,6 +67,9 @@ pub enum Command {
     Capture(device::CaptureArgs),
     /// Repeatability, prefill/decode parity and cache diff of a HEF against its checkpoint.
     Diagnose(device::DiagnoseArgs),
+    /// On a device host, first: HailoRT, the device, the HEF's target and which diagnostics
+    /// this device allows, in one table. Never waits on a device for more than 10 s.
+    Doctor(doctor::DoctorArgs),
     /// Measure the reference: prefill and decode speed, taps off and on, peak memory.
     Bench(bench::BenchArgs),
     /// Probes × targets against a baseline, for nightly runs: JUnit, JSON, Markdown, HTML, history.
@@ -209,6 +215,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Command::SynthHef(a) => synth_hef::run(a),
         Command::Capture(a) => device::capture(a),
         Command::Diagnose(a) => device::diagnose(a),
+        Command::Doctor(a) => doctor::run(a),
         Command::Bench(a) => bench::run(a),
         Command::Suite(a) => suite::suite(a),
         Command::Merge(a) => suite::merge(a),

@@ -39,6 +39,17 @@ impl Metrics {
     pub fn nonfinite(&self) -> usize {
         self.nan_ref + self.nan_cand + self.inf_mismatch
     }
+
+    /// The cosine, or None when no element was comparable because every one was non-finite
+    /// (docs/METRICS.md: NaN is counted, never averaged in; such a row has no cosine).
+    pub fn cosine_opt(&self) -> Option<f64> {
+        (!self.cosine.is_nan()).then_some(self.cosine)
+    }
+
+    /// The SQNR, or None on the same condition as [`Metrics::cosine_opt`].
+    pub fn sqnr_opt(&self) -> Option<f64> {
+        (!self.sqnr_db.is_nan()).then_some(self.sqnr_db)
+    }
 }
 
 /// Cosine with the conventions: both zero → 1; one zero → 0; clamped to [−1, 1].
@@ -81,10 +92,23 @@ pub struct Basic {
 }
 
 pub fn basic(r: &[f32], x: &[f32], masked: Option<&[bool]>) -> Basic {
+    basic_counted(r, x, masked).0
+}
+
+/// [`basic`] and the count of non-finite elements (NaN on either side, inf on one side only)
+/// it left out. When nothing finite was left to compare the cosine and SQNR are NaN ("no
+/// figure", as in [`compute`]), never the "both zero → 1" of an empty sum.
+pub fn basic_counted(r: &[f32], x: &[f32], masked: Option<&[bool]>) -> (Basic, usize) {
     let (mut dot, mut rr, mut xx, mut dd, mut max_abs) = (0f64, 0f64, 0f64, 0f64, 0f64);
+    let (mut n, mut nonfinite) = (0usize, 0usize);
     for i in 0..r.len() {
         let (a, b) = (r[i] as f64, x[i] as f64);
-        if masked.is_some_and(|mk| mk[i]) || !a.is_finite() || !b.is_finite() {
+        if masked.is_some_and(|mk| mk[i]) {
+            continue;
+        }
+        if !a.is_finite() || !b.is_finite() {
+            // Same-sign inf on both sides is excluded like a mask (compute's convention).
+            nonfinite += usize::from(a.is_nan() || b.is_nan() || a != b);
             continue;
         }
         let d = a - b;
@@ -93,8 +117,14 @@ pub fn basic(r: &[f32], x: &[f32], masked: Option<&[bool]>) -> Basic {
         xx += b * b;
         dd += d * d;
         max_abs = max_abs.max(d.abs());
+        n += 1;
     }
-    Basic { cosine: cosine_from(dot, rr, xx), sqnr_db: sqnr_from(rr, dd), max_abs }
+    let b = if n == 0 && nonfinite > 0 {
+        Basic { cosine: f64::NAN, sqnr_db: f64::NAN, max_abs }
+    } else {
+        Basic { cosine: cosine_from(dot, rr, xx), sqnr_db: sqnr_from(rr, dd), max_abs }
+    };
+    (b, nonfinite)
 }
 
 /// All element-wise metrics. `masked[i]` excludes element i. Lengths must match (the caller
@@ -136,8 +166,15 @@ pub fn compute(r: &[f32], x: &[f32], masked: Option<&[bool]>) -> Metrics {
         }
     }
     m.n = abs.len();
-    m.cosine = cosine_from(dot, rr, xx);
-    m.sqnr_db = sqnr_from(rr, dd);
+    if m.n == 0 && m.nonfinite() > 0 {
+        // Nothing finite to compare: "both zero → 1" must not turn an all-NaN tensor into a
+        // perfect match. NaN here means "no figure" (cosine_opt / sqnr_opt give None).
+        m.cosine = f64::NAN;
+        m.sqnr_db = f64::NAN;
+    } else {
+        m.cosine = cosine_from(dot, rr, xx);
+        m.sqnr_db = sqnr_from(rr, dd);
+    }
     if m.n > 0 {
         m.max_abs = abs.iter().copied().fold(0.0, f64::max);
         m.mean_abs = abs.iter().sum::<f64>() / m.n as f64;
@@ -271,6 +308,30 @@ mod tests {
         assert!(close(m.sqnr_db, 20.0 * (2.0f64 / 1.0).log10()));
         let m = compute(&[1., 1.], &[-1., -1.], None);
         assert!(close(m.cosine, -1.0) || (m.cosine + 1.0).abs() < 1e-15);
+    }
+
+    #[test]
+    fn an_all_nan_candidate_has_no_cosine_and_no_sqnr() {
+        let r = [1.0f32, 2.0, 3.0];
+        let x = [f32::NAN; 3];
+        let m = compute(&r, &x, None);
+        assert_eq!((m.n, m.nan_cand, m.nonfinite()), (0, 3, 3));
+        assert_eq!((m.cosine_opt(), m.sqnr_opt()), (None, None));
+        // Every element masked (nothing non-finite) keeps the "both zero → 1" convention.
+        let m = compute(&r, &r, Some(&[true; 3]));
+        assert_eq!(m.cosine_opt(), Some(1.0));
+    }
+
+    #[test]
+    fn basic_counts_nonfinite_and_has_no_cosine_when_nothing_finite_is_left() {
+        let inf = f32::INFINITY;
+        let (b, bad) = basic_counted(&[1.0, 2.0, inf, inf], &[1.0, f32::NAN, inf, -inf], None);
+        assert_eq!(bad, 2, "one NaN and one opposite-sign inf; the same-sign inf is excluded");
+        assert_eq!(b.cosine, 1.0);
+        let (b, bad) = basic_counted(&[1.0, 2.0], &[f32::NAN, f32::NAN], None);
+        assert_eq!(bad, 2);
+        assert!(b.cosine.is_nan() && b.sqnr_db.is_nan(), "{b:?}");
+        assert!(basic(&[0.0, 0.0], &[0.0, 0.0], None).cosine == 1.0, "both zero is still a match");
     }
 
     #[test]

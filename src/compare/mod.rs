@@ -104,8 +104,15 @@ impl TapRow {
         matches!(self.status, RowStatus::Compared | RowStatus::ShapeMismatch)
     }
 
+    /// The cosine; None when the row was not compared or had nothing finite to compare.
     pub fn cosine(&self) -> Option<f64> {
-        self.metrics.as_ref().map(|m| m.cosine)
+        self.metrics.as_ref().and_then(|m| m.cosine_opt())
+    }
+
+    /// True when the row holds NaN or one-sided inf values (counted, not averaged in): a
+    /// ranking or a verdict must not treat its figures as a measurement of the finite data.
+    pub fn has_nonfinite(&self) -> bool {
+        self.metrics.as_ref().is_some_and(|m| m.nonfinite() > 0)
     }
 
     pub fn layer(&self) -> Option<usize> {
@@ -246,9 +253,9 @@ pub fn metric_value(row: &TapRow, name: &str) -> Option<f64> {
     let l = row.logits.as_ref();
     let p = row.probs.as_ref();
     Some(match name {
-        "cosine" => m.cosine,
+        "cosine" => m.cosine_opt()?,
         "cosine_no_outliers" => row.cosine_no_outliers?,
-        "sqnr" => m.sqnr_db,
+        "sqnr" => m.sqnr_opt()?,
         "max_abs" => m.max_abs,
         "mean_abs" => m.mean_abs,
         "p99_abs" => m.p99_abs,

@@ -231,17 +231,68 @@ impl LlmDriver {
             .collect()
     }
 
-    /// Prefill `tokens` in chunks (remainder first); returns each chunk's logits.
+    /// The first request of a generation, as genai routes it (llm_server.cpp v5.2.0):
+    /// - `generate_next_token_on_demand` (~857-868): a 1-token request goes to the tbt group
+    ///   when the HEF has one, even as a first prompt (and then is never split);
+    /// - `handle_prefill_phase` (~896-936): on the first prefill of a generation whose tokens
+    ///   contain `begin_of_reasoning_token_id`, the part before its first occurrence and the
+    ///   part after it are prefilled separately, each remainder-first
+    ///   (`get_next_token_prefill` ~782-805), and the token itself is never sent;
+    /// - otherwise the whole prompt in chunks, remainder first.
+    ///
+    /// Returns the logits of every frame sent, in order. genai reads its output buffer even
+    /// when a part sends no frame (reasoning token at the end: the logits are the part
+    /// before's); a prompt that sends nothing at all is refused here.
     pub fn prefill(&mut self, tokens: &[u32]) -> Result<Vec<Vec<f32>>> {
-        if self.pre.usage + tokens.len() > self.pre.kv {
+        if tokens.is_empty() {
+            return Err(Error::usage("an empty prompt: genai asserts a request has at least one token"));
+        }
+        if tokens.len() == 1 && self.tbt.is_some() {
+            return Ok(vec![self.step(tokens[0])?]);
+        }
+        let parts: Vec<&[u32]> = match self.reasoning_split(tokens) {
+            Some(at) => vec![&tokens[..at], &tokens[at + 1..]],
+            None => vec![tokens],
+        };
+        let sent: usize = parts.iter().map(|p| p.len()).sum();
+        if sent == 0 {
             return Err(Error::usage(format!(
-                "{} tokens after {} already in the conversation exceed kv_cache_size = {}: the device \
-                 would overwrite the oldest cache entries",
-                tokens.len(),
-                self.pre.usage,
-                self.pre.kv
+                "the prompt is only begin_of_reasoning_token_id ({}) and the HEF has no tbt group: genai \
+                 drops that token and sends no frame, so there are no logits to read",
+                self.config.begin_of_reasoning_token_id
             )));
         }
+        self.check_room(sent)?;
+        let mut out = Vec::new();
+        for part in parts {
+            out.extend(self.prefill_chunks(part)?);
+        }
+        Ok(out)
+    }
+
+    /// Where genai splits a first prompt: the first occurrence of
+    /// `begin_of_reasoning_token_id` (`std::find`), when the HEF names one.
+    pub fn reasoning_split(&self, tokens: &[u32]) -> Option<usize> {
+        let id = self.config.begin_of_reasoning_token_id;
+        if id == crate::hef::llm_config::INVALID_TOKEN || id < 0 {
+            return None;
+        }
+        tokens.iter().position(|&t| t as i64 == id as i64)
+    }
+
+    fn check_room(&self, n: usize) -> Result<()> {
+        if self.pre.usage + n > self.pre.kv {
+            return Err(Error::usage(format!(
+                "{n} tokens after {} already in the conversation exceed kv_cache_size = {}: the device \
+                 would overwrite the oldest cache entries",
+                self.pre.usage, self.pre.kv
+            )));
+        }
+        Ok(())
+    }
+
+    /// `get_next_token_prefill`: `tokens` in chunks of at most p rows, remainder first.
+    fn prefill_chunks(&mut self, tokens: &[u32]) -> Result<Vec<Vec<f32>>> {
         let mut out = Vec::new();
         let mut start = 0;
         for n in chunks(tokens.len(), self.pre.p) {

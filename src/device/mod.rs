@@ -4,6 +4,7 @@
 //! shim over the InferModel API, because on Hailo-10H HailoRT's C API cannot configure a
 //! network group (VDeviceHrpcClient::configure returns HAILO_NOT_IMPLEMENTED).
 
+pub mod doctor;
 pub mod driver;
 pub mod frames;
 #[cfg(feature = "hailo")]
@@ -65,6 +66,63 @@ impl StreamInfo {
     }
 }
 
+/// Which simulated device runs a simulated HEF (`--device`, a `hef` backend's `device=`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SimProfile {
+    /// A local device (PCIe, Hailo-8/15 style): every InferModel call is available.
+    #[default]
+    Sim,
+    /// Hailo-10H, where the VDevice is an RPC client to hailort_server on the chip: the cache
+    /// reads and writes are unsupported ([`RPC_CACHE_UNSUPPORTED`]) and any failed run poisons
+    /// the configured model ([`RPC_FAILED_RUN`]).
+    SimH10,
+}
+
+impl SimProfile {
+    pub const NAMES: [&'static str; 2] = ["sim", "sim-h10"];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            SimProfile::Sim => "sim",
+            SimProfile::SimH10 => "sim-h10",
+        }
+    }
+
+    pub fn parse(s: &str) -> Result<Self> {
+        match s {
+            "sim" => Ok(SimProfile::Sim),
+            "sim-h10" => Ok(SimProfile::SimH10),
+            _ => Err(Error::usage(format!(
+                "device `{s}`: expected one of {} (a compiled HEF picks the real device by itself)",
+                Self::NAMES.join(", ")
+            ))),
+        }
+    }
+
+    /// Whether the device is reached over HailoRT's RPC client (Hailo-10H).
+    pub fn over_rpc(self) -> bool {
+        self == SimProfile::SimH10
+    }
+}
+
+/// Why the KV-cache calls are never made over RPC. Every caller prints this as the reason a
+/// diagnostic is unavailable; it starts with the phrase `diagnose` shows.
+pub const RPC_CACHE_UNSUPPORTED: &str = "unavailable on this device (HailoRT 5.2 RPC): on Hailo-10H the \
+     VDevice is an RPC client, and get_cache_buffers makes hailort_server pack every cache ring into one \
+     reply copied into a pool buffer of header + 2048 bytes (hailort_server/hailort_server.cpp \
+     ~569-580, hrpc/response_writer.hpp, hrpc/rpc_connection.cpp): real rings are megabytes, so the \
+     server's heap overflows and the client closes its loop (HAILO_COMMUNICATION_CLOSED for every later \
+     call); update_cache_buffer is refused on the host before sending \
+     (configured_infer_model_hrpc_client.cpp). hefprobe never makes either call there";
+
+/// What a failed run does over RPC: hailort_server shuts the configured model down
+/// (configured_infer_model_hrpc_client.cpp `run_async` / hailort_server.cpp's
+/// ConfiguredInferModel_RUN_ASYNC handler), so every later call on it fails.
+pub const RPC_FAILED_RUN: &str = "a failed run over HailoRT's RPC client shuts the configured model down \
+     on the server (configured_infer_model_hrpc_client.cpp run_async); every later call fails, so \
+     hefprobe refuses them with the first failure";
+
 /// What a device reports about itself, recorded with every suite result so a figure can be
 /// traced to the library, chip and temperature (or simulator) that produced it.
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -85,10 +143,8 @@ pub struct DeviceFacts {
 pub trait Device {
     /// One sentence naming the device (and library version for the real one).
     fn describe(&self) -> String;
-    /// The facts a nightly record keeps. Devices that report nothing more give their kind.
-    fn facts(&self) -> DeviceFacts {
-        DeviceFacts { kind: "device".into(), ..DeviceFacts::default() }
-    }
+    /// The facts a nightly record keeps: library version, device id, architecture.
+    fn facts(&self) -> DeviceFacts;
     /// Network groups in HEF order (`Hef::get_network_groups_names`).
     fn network_groups(&self) -> Vec<String>;
     /// `create_infer_model(hef, group)`, `set_enable_kv_cache(true)`, float32 for `float_inputs`

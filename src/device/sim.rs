@@ -6,7 +6,10 @@
 //! returns float32 outputs through the HEF's output quant infos.
 
 use super::synth_hef::{sim_spec, Mistake, SimSpec};
-use super::{configured_streams, padded_entry_bytes, ConfiguredModel, Device, FormatType, StreamInfo};
+use super::{
+    configured_streams, padded_entry_bytes, ConfiguredModel, Device, DeviceFacts, FormatType, SimProfile,
+    StreamInfo, RPC_CACHE_UNSUPPORTED, RPC_FAILED_RUN,
+};
 use crate::capture::NoTaps;
 use crate::error::{Error, Result};
 use crate::fault::catalog::cache::CacheLayout;
@@ -214,6 +217,10 @@ struct Core {
     ring: Ring,
     tbt_steps: usize,
     spec: SimSpec,
+    profile: SimProfile,
+    /// sim-h10: the first failed run, after which every call on the configured models fails
+    /// (one server-side shutdown takes both groups' rings with it in this model).
+    poisoned: Option<String>,
     /// The planted noise's stream (SimSpec::noise), continued across runs.
     noise: Option<(rand_chacha::ChaCha8Rng, rand_distr::Normal<f32>)>,
 }
@@ -237,6 +244,18 @@ impl SimDevice {
             )
         })?;
         Self::from_hef(hef, spec, what)
+    }
+
+    /// [`SimDevice::from_hef`] as the Hailo-10H RPC client (`SimProfile::SimH10`) or a local
+    /// device.
+    pub fn with_profile(hef: Hef, spec: SimSpec, what: String, profile: SimProfile) -> Result<Self> {
+        let dev = Self::from_hef(hef, spec, what)?;
+        dev.core.borrow_mut().profile = profile;
+        Ok(dev)
+    }
+
+    pub fn profile(&self) -> SimProfile {
+        self.core.borrow().profile
     }
 
     pub fn from_hef(hef: Hef, spec: SimSpec, what: String) -> Result<Self> {
@@ -310,7 +329,16 @@ impl SimDevice {
         Ok(SimDevice {
             hef: Rc::new(hef),
             what,
-            core: Rc::new(RefCell::new(Core { model, faults, ring, tbt_steps: 0, spec, noise })),
+            core: Rc::new(RefCell::new(Core {
+                model,
+                faults,
+                ring,
+                tbt_steps: 0,
+                spec,
+                profile: SimProfile::Sim,
+                poisoned: None,
+                noise,
+            })),
             checkpoint: ckpt,
         })
     }
@@ -374,10 +402,14 @@ impl Device for SimDevice {
         let s = self.core.borrow();
         let faults =
             if s.spec.faults.is_empty() { "no faults".to_string() } else { s.spec.faults.join(", ") };
-        format!("simulated device for {} (quant {}, {faults})", self.what, s.spec.quant)
+        let profile = match s.profile {
+            SimProfile::Sim => "simulated device",
+            SimProfile::SimH10 => "simulated Hailo-10H (RPC client limits)",
+        };
+        format!("{profile} for {} (quant {}, {faults})", self.what, s.spec.quant)
     }
 
-    fn facts(&self) -> super::DeviceFacts {
+    fn facts(&self) -> DeviceFacts {
         let s = self.core.borrow();
         let mut about =
             format!("hefprobe {} simulated Hailo-10H, quant {}", env!("CARGO_PKG_VERSION"), s.spec.quant);
@@ -387,12 +419,14 @@ impl Device for SimDevice {
         if let Some(n) = s.spec.noise {
             about += &format!(", planted noise std {}", n.std);
         }
-        super::DeviceFacts {
-            kind: "sim".into(),
+        DeviceFacts {
+            // `sim` or `sim-h10` (the RPC client's limits).
+            kind: s.profile.name().into(),
             // The simulator executes HEFs for the Hailo-10H (hw_arch HAILO1XH, as synth-hef writes).
             architecture: Some("HAILO10H".into()),
+            device_id: Some("simulated".into()),
             simulator: Some(about),
-            ..super::DeviceFacts::default()
+            ..DeviceFacts::default()
         }
     }
 
@@ -474,7 +508,75 @@ impl ConfiguredModel for SimModel {
         &self.outputs
     }
 
-    fn run(&mut self, inputs: &[(String, Vec<u8>)], _timeout: Duration) -> Result<Vec<Vec<u8>>> {
+    fn run(&mut self, inputs: &[(String, Vec<u8>)], timeout: Duration) -> Result<Vec<Vec<u8>>> {
+        self.check_usable()?;
+        let result = self.run_inner(inputs, timeout);
+        if let Err(e) = &result {
+            let mut core = self.core.borrow_mut();
+            if core.profile.over_rpc() && core.poisoned.is_none() {
+                core.poisoned = Some(format!("run of group `{}`: {e}", self.group.name));
+            }
+        }
+        result
+    }
+
+    fn init_cache(&mut self, read_offset: u32) -> Result<()> {
+        self.check_usable()?;
+        let mut core = self.core.borrow_mut();
+        let len = core.ring.len;
+        if read_offset as usize >= len {
+            return Err(Error::Device(format!(
+                "init_cache({read_offset}): the ring has {len} entries (HAILO_INVALID_ARGUMENT)"
+            )));
+        }
+        core.ring.read_offset = read_offset as usize;
+        core.tbt_steps = 0;
+        Ok(())
+    }
+
+    fn update_cache_offset(&mut self, delta: i32) -> Result<()> {
+        self.check_usable()?;
+        let mut core = self.core.borrow_mut();
+        let len = core.ring.len as i64;
+        core.ring.read_offset = ((core.ring.read_offset as i64 + delta as i64).rem_euclid(len)) as usize;
+        Ok(())
+    }
+
+    fn cache_buffers(&mut self) -> Result<BTreeMap<u32, Vec<u8>>> {
+        self.check_cache_access("get_cache_buffers")?;
+        let core = self.core.borrow();
+        let ids = 2 * core.model.cfg.num_layers as u32;
+        Ok((0..ids).filter_map(|id| core.ring.raw(id).map(|b| (id, b))).collect())
+    }
+
+    fn update_cache_buffer(&mut self, cache_id: u32, bytes: &[u8]) -> Result<()> {
+        self.check_cache_access("update_cache_buffer")?;
+        self.core.borrow_mut().ring.write_raw(cache_id, bytes)
+    }
+}
+
+impl SimModel {
+    /// sim-h10: refuse every call after a failed run, naming it.
+    fn check_usable(&self) -> Result<()> {
+        match &self.core.borrow().poisoned {
+            Some(first) => Err(Error::Device(format!(
+                "group `{}` is unusable after an earlier failure ({first}); {RPC_FAILED_RUN}",
+                self.group.name
+            ))),
+            None => Ok(()),
+        }
+    }
+
+    /// sim-h10: the cache calls are unsupported before anything is sent.
+    fn check_cache_access(&self, call: &str) -> Result<()> {
+        self.check_usable()?;
+        if self.core.borrow().profile.over_rpc() {
+            return Err(Error::Unsupported(format!("{call}: {RPC_CACHE_UNSUPPORTED}")));
+        }
+        Ok(())
+    }
+
+    fn run_inner(&mut self, inputs: &[(String, Vec<u8>)], _timeout: Duration) -> Result<Vec<Vec<u8>>> {
         let mut guard = self.core.borrow_mut();
         let core = &mut *guard;
         let c = core.model.cfg.clone();
@@ -573,35 +675,5 @@ impl ConfiguredModel for SimModel {
             outputs.push(bytes);
         }
         Ok(outputs)
-    }
-
-    fn init_cache(&mut self, read_offset: u32) -> Result<()> {
-        let mut core = self.core.borrow_mut();
-        let len = core.ring.len;
-        if read_offset as usize >= len {
-            return Err(Error::Device(format!(
-                "init_cache({read_offset}): the ring has {len} entries (HAILO_INVALID_ARGUMENT)"
-            )));
-        }
-        core.ring.read_offset = read_offset as usize;
-        core.tbt_steps = 0;
-        Ok(())
-    }
-
-    fn update_cache_offset(&mut self, delta: i32) -> Result<()> {
-        let mut core = self.core.borrow_mut();
-        let len = core.ring.len as i64;
-        core.ring.read_offset = ((core.ring.read_offset as i64 + delta as i64).rem_euclid(len)) as usize;
-        Ok(())
-    }
-
-    fn cache_buffers(&mut self) -> Result<BTreeMap<u32, Vec<u8>>> {
-        let core = self.core.borrow();
-        let ids = 2 * core.model.cfg.num_layers as u32;
-        Ok((0..ids).filter_map(|id| core.ring.raw(id).map(|b| (id, b))).collect())
-    }
-
-    fn update_cache_buffer(&mut self, cache_id: u32, bytes: &[u8]) -> Result<()> {
-        self.core.borrow_mut().ring.write_raw(cache_id, bytes)
     }
 }

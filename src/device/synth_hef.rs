@@ -180,20 +180,27 @@ pub fn u16_quant(lo: f32, hi: f32) -> QuantInfo {
     QuantInfo { zp: a.zp, scale: a.scale, min: (a.qmin - a.zp) * a.scale, max: (a.qmax - a.zp) * a.scale }
 }
 
+/// The ranges the HEF's quant infos are calibrated on. By default the simulated compiler's one
+/// calibration set ([`super::sim::calibration_inputs`]), the same the simulated graph's
+/// activations are calibrated on. It used to be a smaller set of its own (2 prompts of 32 tokens,
+/// 8 greedy steps): the cache ranges then clipped ordinary prompts (tokens 1..40 on tinystories),
+/// and the clipped cache entries moved later layers' keys and values by up to 182 LSB.
 fn calibrate(model: &Decoder, opts: &SynthHefOptions) -> Result<Ranges> {
-    use rand::{Rng, SeedableRng};
-    let vocab = model.cfg.vocab_size as u32;
-    let prompts = if opts.calibration.is_empty() {
-        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(0x6361_6c69);
-        (0..2).map(|_| (0..32).map(|_| rng.random_range(0..vocab)).collect()).collect()
+    let inputs: Vec<InputSet> = if opts.calibration.is_empty() {
+        super::sim::calibration_inputs(model.cfg.vocab_size)
     } else {
-        opts.calibration.clone()
+        opts.calibration
+            .iter()
+            .map(|prompt| {
+                let mut i = InputSet::new(prompt.clone());
+                i.decode = DecodeSpec::Greedy(16);
+                i
+            })
+            .collect()
     };
     let mut ranges = Ranges::default();
-    for prompt in prompts {
-        let mut inputs = InputSet::new(prompt);
-        inputs.decode = DecodeSpec::Greedy(8);
-        run_inputs(model, &inputs, &mut NoTaps, &mut ranges, &mut RunRecord::default())?;
+    for i in &inputs {
+        run_inputs(model, i, &mut NoTaps, &mut ranges, &mut RunRecord::default())?;
     }
     Ok(ranges)
 }

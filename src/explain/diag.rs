@@ -187,7 +187,7 @@ pub fn parity(driver: &mut LlmDriver, hef: &Hef, model: &Decoder, prompt: &[u32]
             cosine: None,
             kl: None,
             argmax_matches: None,
-            unavailable: Some(e.to_string()),
+            unavailable: Some(unavailable(&e)),
         }),
     }
     let ok = |r: &ParityRow| r.cosine.is_some_and(|c| c >= 0.999) && r.argmax_matches == Some(true);
@@ -241,6 +241,19 @@ fn write_reference_cache(
     Ok(())
 }
 
+/// The phrase every cache diagnostic shows when the device cannot read or write its cache
+/// (the full reason is [`crate::device::RPC_CACHE_UNSUPPORTED`]).
+pub const UNAVAILABLE_OVER_RPC: &str = "unavailable on this device (HailoRT 5.2 RPC)";
+
+/// Why a diagnostic could not run, short: the RPC phrase for `Unsupported` cache calls, else the
+/// error itself.
+pub fn unavailable(e: &Error) -> String {
+    match e {
+        Error::Unsupported(m) if m.contains(UNAVAILABLE_OVER_RPC) => UNAVAILABLE_OVER_RPC.to_string(),
+        e => e.to_string(),
+    }
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub struct CacheDiffRow {
     pub layer: usize,
@@ -251,6 +264,11 @@ pub struct CacheDiffRow {
     /// The kv head with the largest difference, and its max.
     pub worst_head: usize,
     pub worst_head_max_lsb: u32,
+    /// What this layer may differ by, from its own scale (see [`cache_tolerance_lsb`]).
+    pub tolerance_lsb: u32,
+    /// Reference values outside the layer's calibrated range (limvals): the cache clips them,
+    /// and later layers attend over the clipped entries.
+    pub clipped: usize,
 }
 
 /// After a prefill of `prompt`, the device's cache entries against the reference's, in LSB.
@@ -280,12 +298,22 @@ pub fn cache_diff(
         for (id, values, kind) in [(2 * layer as u32, false, "k"), (2 * layer as u32 + 1, true, "v")] {
             let raw = buffers.get(&id).ok_or_else(|| Error::Device(format!("no cache id {id}")))?;
             let q = cache_quant(hef, &group, id)?;
-            let (mut max, mut sum, mut n) = (0u32, 0u64, 0usize);
+            let (mut max, mut sum, mut n, mut clipped) = (0u32, 0u64, 0usize, 0usize);
             let mut per_head = vec![0u32; c.num_kv_heads];
             for (j, e) in reference_entries(&cache, layer, values)?.iter().enumerate() {
+                if j * pad + 2 * e.len() > raw.len() {
+                    return Err(Error::Device(format!(
+                        "cache id {id}: get_cache_buffers returned {} bytes, which hold no entry {j} \
+                         ({pad} bytes each)",
+                        raw.len()
+                    )));
+                }
                 for (f, &x) in e.iter().enumerate() {
                     let at = j * pad + 2 * f;
                     let dev = u16::from_le_bytes([raw[at], raw[at + 1]]) as i64;
+                    if !q.is_identity() && (x > q.max || x < q.min) {
+                        clipped += 1;
+                    }
                     let want = q.quantize(x).clamp(0.0, 65535.0) as i64;
                     let lsb = (dev - want).unsigned_abs() as u32;
                     max = max.max(lsb);
@@ -304,8 +332,65 @@ pub fn cache_diff(
                 mean_lsb: sum as f64 / n.max(1) as f64,
                 worst_head,
                 worst_head_max_lsb: worst,
+                tolerance_lsb: cache_tolerance_lsb(&q),
+                clipped,
             });
         }
     }
     Ok(rows)
+}
+
+/// How far a clean compiled graph may move a cache entry, as a fraction of the cache layer's
+/// calibration spread (its limvals, `max − min`: the range the compiler calibrated the layer
+/// over). The entries are not computed from the reference's keys and values: the runtime
+/// quantizes the inputs and the graph every activation upstream of them, and that noise grows
+/// with depth. Measured on the clean tinystories HEF, tokens 1..40: the runtime's input
+/// quantization alone moves the last layer's keys by ~5 of 65,535 steps, 16-bit activations by
+/// up to 15 (0.023 % of the spread); a cache-layout mistake by more than half the spread, and a
+/// cache calibrated too narrowly (clipping) by ~180. 1/1024 (0.098 %) sits four times above
+/// the clean figure and flags the clipping.
+pub const CACHE_SPREAD_FRACTION: f64 = 1.0 / 1024.0;
+
+/// What one cache layer may differ by, in its own LSB: [`CACHE_SPREAD_FRACTION`] of its
+/// calibration spread divided by its scale (one step), plus one step because the device and
+/// the reference round independently. A 16-bit cache spanning its spread gets 65 LSB, an
+/// 8-bit one 2. A quant info with no spread (identity or INVALID, quantization.hpp) has no
+/// scale to judge by: only the rounding step is allowed.
+pub fn cache_tolerance_lsb(q: &QuantInfo) -> u32 {
+    const ROUNDING: u32 = 1;
+    let spread = f64::from(q.max) - f64::from(q.min);
+    let scale = f64::from(q.scale);
+    if q.is_identity() || !(scale > 0.0 && scale.is_finite() && spread > 0.0 && spread.is_finite()) {
+        return ROUNDING;
+    }
+    let steps = (CACHE_SPREAD_FRACTION * spread / scale).ceil();
+    // A scale far below its spread would ask for more steps than a u32 holds: saturate.
+    ROUNDING.saturating_add(if steps >= f64::from(u32::MAX) { u32::MAX } else { steps as u32 })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::device::synth_hef::u16_quant;
+
+    #[test]
+    fn cache_tolerance_comes_from_the_layers_scale_and_spread() {
+        // A 16-bit cache over its calibrated spread: 65,535 steps, 1/128 of them plus rounding.
+        let q16 = u16_quant(-3.0, 5.0);
+        assert_eq!(cache_tolerance_lsb(&q16), 1 + (65535.0f64 / 1024.0).ceil() as u32);
+        assert_eq!(cache_tolerance_lsb(&q16), 65);
+        // The same spread in 8 bits: 255 steps -> 1 + 1.
+        let q8 = QuantInfo { zp: 0.0, scale: 8.0 / 255.0, min: 0.0, max: 8.0 };
+        assert_eq!(cache_tolerance_lsb(&q8), 2);
+        // Scale-free: a wider spread at the same scale allows proportionally more steps.
+        let wide = QuantInfo { max: q16.min + 2.0 * (q16.max - q16.min), ..q16 };
+        assert!(cache_tolerance_lsb(&wide) > cache_tolerance_lsb(&q16) * 19 / 10);
+        // Nothing to judge by: only the rounding step.
+        assert_eq!(cache_tolerance_lsb(&QuantInfo::INVALID), 1);
+        assert_eq!(cache_tolerance_lsb(&QuantInfo { zp: 0.0, scale: 1.0, min: -5.0, max: 5.0 }), 1);
+        let nan = QuantInfo { scale: f32::NAN, ..q16 };
+        assert_eq!(cache_tolerance_lsb(&nan), 1);
+        let tiny = QuantInfo { scale: 1e-30, ..q16 };
+        assert_eq!(cache_tolerance_lsb(&tiny), u32::MAX);
+    }
 }

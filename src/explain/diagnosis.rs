@@ -1,7 +1,7 @@
 //! What `diagnose` concludes from its three measurements ([`super::diag`]): the problems, as
 //! typed values that decide the exit code, and the document that prints them.
 
-use super::diag::{CacheDiffRow, Parity, ParityVerdict, Repeatability};
+use super::diag::{CacheDiffRow, Parity, ParityVerdict, Repeatability, UNAVAILABLE_OVER_RPC};
 use crate::report::doc::{Doc, Table};
 use crate::report::format::{cos, num};
 
@@ -12,8 +12,12 @@ pub struct Diagnosis {
     /// Tokens prefilled before the cache diff.
     pub cache_tokens: usize,
     pub cache: Vec<CacheDiffRow>,
-    /// Cache entries may differ from the reference's by this many quantization steps.
-    pub lsb_tolerance: u32,
+    /// Why the cache diff could not run (then `cache` is empty): the RPC limit on Hailo-10H,
+    /// or the error it met. `cache_failed` says which.
+    pub cache_unavailable: Option<String>,
+    pub cache_failed: bool,
+    /// `--lsb-tolerance`: one tolerance for every cache layer, instead of each row's own.
+    pub lsb_tolerance: Option<u32>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -22,8 +26,11 @@ pub enum Problem {
     RunsDiffer,
     /// Any verdict but [`ParityVerdict::Agree`].
     Parity(ParityVerdict),
-    /// The first cache layer whose entries differ beyond the tolerance.
-    CacheBeyondTolerance { layer: usize, kind: &'static str, max_lsb: u32, tolerance: u32 },
+    /// The worst cache layer (largest max LSB over its tolerance) among `over` layers beyond
+    /// their tolerance.
+    CacheBeyondTolerance { layer: usize, kind: &'static str, max_lsb: u32, tolerance: u32, over: usize },
+    /// The cache diff failed for another reason than the RPC limit.
+    CacheDiffFailed(String),
 }
 
 impl Problem {
@@ -31,9 +38,17 @@ impl Problem {
         match self {
             Problem::RunsDiffer => "runs differ: compare figures carry run-to-run noise".into(),
             Problem::Parity(v) => v.sentence().into(),
-            Problem::CacheBeyondTolerance { layer, kind, max_lsb, tolerance } => format!(
-                "layer {layer} {kind} cache entries differ from the reference by up to {max_lsb} LSB (tolerance {tolerance})"
-            ),
+            Problem::CacheBeyondTolerance { layer, kind, max_lsb, tolerance, over } => {
+                let worst = if *over > 1 {
+                    format!("; the worst of {over} layers over tolerance")
+                } else {
+                    String::new()
+                };
+                format!(
+                    "layer {layer} {kind} cache entries differ from the reference by up to {max_lsb} LSB (tolerance {tolerance}){worst}"
+                )
+            }
+            Problem::CacheDiffFailed(why) => format!("the cache diff failed: {why}"),
         }
     }
 }
@@ -47,15 +62,30 @@ impl Diagnosis {
         if self.parity.verdict != ParityVerdict::Agree {
             problems.push(Problem::Parity(self.parity.verdict));
         }
-        if let Some(r) = self.cache.iter().find(|r| r.max_lsb > self.lsb_tolerance) {
+        let over: Vec<(&CacheDiffRow, u32)> =
+            self.cache.iter().map(|r| (r, self.tolerance(r))).filter(|(r, t)| r.max_lsb > *t).collect();
+        // The worst layer by how far past its own tolerance it is, not the first one.
+        let worst = over.iter().max_by(|(a, ta), (b, tb)| {
+            (a.max_lsb as f64 / (*ta).max(1) as f64).total_cmp(&(b.max_lsb as f64 / (*tb).max(1) as f64))
+        });
+        if let Some((r, t)) = worst {
             problems.push(Problem::CacheBeyondTolerance {
                 layer: r.layer,
                 kind: r.kind,
                 max_lsb: r.max_lsb,
-                tolerance: self.lsb_tolerance,
+                tolerance: *t,
+                over: over.len(),
             });
         }
+        if let (true, Some(why)) = (self.cache_failed, &self.cache_unavailable) {
+            problems.push(Problem::CacheDiffFailed(why.clone()));
+        }
         problems
+    }
+
+    /// The tolerance a cache row is judged by: `--lsb-tolerance` when given, else its own.
+    pub fn tolerance(&self, r: &CacheDiffRow) -> u32 {
+        self.lsb_tolerance.unwrap_or(r.tolerance_lsb)
     }
 
     pub fn doc(&self) -> Doc {
@@ -84,21 +114,48 @@ impl Diagnosis {
             }
         }
         d.table(t).line(self.parity.verdict.sentence());
-        d.blank().line(format!(
-            "cache diff after prefilling {} tokens (LSB = one quantization step of the cache layer):",
-            self.cache_tokens
-        ));
-        let mut t = Table::new(["layer", "k/v", "max LSB", "mean LSB", "worst kv head (max LSB)"]);
-        for r in &self.cache {
-            t.row([
-                r.layer.to_string(),
-                r.kind.to_string(),
-                r.max_lsb.to_string(),
-                format!("{:.2}", r.mean_lsb),
-                format!("{} ({})", r.worst_head, r.worst_head_max_lsb),
+        if let Some(why) = &self.cache_unavailable {
+            d.blank().line(format!("cache diff: {why}"));
+        } else {
+            d.blank().line(format!(
+                "cache diff after prefilling {} tokens (LSB = one quantization step of the cache layer):",
+                self.cache_tokens
+            ));
+            let mut t = Table::new([
+                "layer",
+                "k/v",
+                "max LSB",
+                "tolerance",
+                "mean LSB",
+                "worst kv head (max LSB)",
+                "clipped",
             ]);
+            for r in &self.cache {
+                t.row([
+                    r.layer.to_string(),
+                    r.kind.to_string(),
+                    r.max_lsb.to_string(),
+                    self.tolerance(r).to_string(),
+                    format!("{:.2}", r.mean_lsb),
+                    format!("{} ({})", r.worst_head, r.worst_head_max_lsb),
+                    r.clipped.to_string(),
+                ]);
+            }
+            d.table(t);
+            let clipped: usize = self.cache.iter().map(|r| r.clipped).sum();
+            if clipped > 0 {
+                d.line(format!(
+                    "({clipped} reference values lie outside their cache layer's calibrated range: the cache \
+                     clips them, and every later layer attends over the clipped entries; the HEF's cache \
+                     calibration is narrower than this prompt)"
+                ));
+            }
         }
-        d.table(t);
+        let rpc = self.cache_unavailable.as_deref() == Some(UNAVAILABLE_OVER_RPC)
+            || self.parity.rows.iter().any(|r| r.unavailable.as_deref() == Some(UNAVAILABLE_OVER_RPC));
+        if rpc {
+            d.line(format!("({})", crate::device::RPC_CACHE_UNSUPPORTED));
+        }
         let problems = self.problems();
         if problems.is_empty() {
             d.blank().line("no problem found");
@@ -118,6 +175,7 @@ impl Diagnosis {
             "repeatability": self.repeatability,
             "parity": self.parity,
             "cache_diff": self.cache,
+            "cache_diff_unavailable": self.cache_unavailable,
         });
         serde_json::to_string_pretty(&v).expect("json") + "\n"
     }
@@ -148,8 +206,12 @@ mod tests {
                 mean_lsb: 0.5,
                 worst_head: 1,
                 worst_head_max_lsb: max_lsb,
+                tolerance_lsb: 8,
+                clipped: 0,
             }],
-            lsb_tolerance: 8,
+            cache_unavailable: None,
+            cache_failed: false,
+            lsb_tolerance: None,
         }
     }
 
@@ -162,7 +224,7 @@ mod tests {
             vec![
                 Problem::RunsDiffer,
                 Problem::Parity(ParityVerdict::CacheWriteReadDisagree),
-                Problem::CacheBeyondTolerance { layer: 0, kind: "k", max_lsb: 9, tolerance: 8 },
+                Problem::CacheBeyondTolerance { layer: 0, kind: "k", max_lsb: 9, tolerance: 8, over: 1 },
             ]
         );
         let text = d.doc().terminal(false);
@@ -171,6 +233,48 @@ mod tests {
             .doc()
             .terminal(false)
             .ends_with("\nno problem found\n"));
+    }
+
+    #[test]
+    fn the_worst_cache_layer_is_named_not_the_first_over_tolerance() {
+        let mut d = diagnosis(ParityVerdict::Agree, 0.0, 0);
+        let row = |layer: usize, kind: &'static str, max_lsb: u32, tolerance_lsb: u32| CacheDiffRow {
+            layer,
+            kind,
+            entries: 39,
+            max_lsb,
+            mean_lsb: 1.0,
+            worst_head: 0,
+            worst_head_max_lsb: max_lsb,
+            tolerance_lsb,
+            clipped: 0,
+        };
+        // Layer 3 is over first; layer 5 is furthest over its own tolerance, layer 4 has the
+        // largest LSB count but a tolerance that covers most of it.
+        d.cache = vec![row(2, "v", 5, 8), row(3, "k", 12, 8), row(4, "k", 900, 800), row(5, "v", 176, 20)];
+        assert_eq!(
+            d.problems(),
+            vec![Problem::CacheBeyondTolerance { layer: 5, kind: "v", max_lsb: 176, tolerance: 20, over: 3 }]
+        );
+        let text = d.doc().terminal(false);
+        assert!(
+            text.contains("layer 5 v cache entries differ from the reference by up to 176 LSB (tolerance 20); the worst of 3 layers over tolerance"),
+            "{text}"
+        );
+        // Each row is judged by its own tolerance; --lsb-tolerance replaces them all.
+        d.cache = vec![row(4, "k", 142, 513), row(5, "v", 176, 513)];
+        assert!(d.problems().is_empty());
+        d.lsb_tolerance = Some(150);
+        assert_eq!(
+            d.problems(),
+            vec![Problem::CacheBeyondTolerance {
+                layer: 5,
+                kind: "v",
+                max_lsb: 176,
+                tolerance: 150,
+                over: 1
+            }]
+        );
     }
 
     #[test]

@@ -43,8 +43,14 @@ pub fn match_captures(emulated: &Capture, observed: &Capture, keys: &[String]) -
             n += 1; // a shape the observation does not have: no match on this tap
             continue;
         };
-        cos_sum += metrics::basic(&ev, &ov, None).cosine;
+        let (b, nonfinite) = metrics::basic_counted(&ev, &ov, None);
         n += 1;
+        if nonfinite > 0 {
+            // The observation is finite here (explain leaves out taps where it is not), so an
+            // emulation that goes NaN or inf does not reproduce it: no match on this tap.
+            continue;
+        }
+        cos_sum += b.cosine;
         if key.ends_with("/logits") {
             let vocab = *o.shape().last().unwrap_or(&1);
             for (a, b) in ev.chunks(vocab).zip(ov.chunks(vocab)) {
@@ -70,8 +76,8 @@ fn first_drift_layer(reference: &Capture, observed: &Capture, keys: &[String]) -
         let layer = crate::tap::Tap::parse(k.split_once('/')?.1)?.layer()?;
         let (r, o) = (reference.get_key(k)?, observed.get_key(k)?);
         let (rv, ov) = aligned(r, o)?;
-        let c = metrics::basic(&rv, &ov, None).cosine;
-        (c < 1.0 - 1e-6).then_some(layer)
+        let (b, nonfinite) = metrics::basic_counted(&rv, &ov, None);
+        (nonfinite > 0 || b.cosine < 1.0 - 1e-6).then_some(layer)
     })
 }
 
@@ -178,7 +184,7 @@ pub fn explain(
     observed: &Capture,
     spec: &ExplainSpec,
 ) -> Result<ExplainReport> {
-    let keys = shared_keys(observed);
+    let mut keys = shared_keys(observed);
     if keys.is_empty() {
         return Err(Error::usage(format!(
             "explain: `{observed_name}` holds no canonical PHASE/TAP keys to match emulations against"
@@ -393,13 +399,12 @@ fn attribute(
 
 #[cfg(test)]
 mod tests {
-    use super::nonfinite_keys;
-    use crate::capture::Capture;
+    use super::*;
     use ndarray::{ArrayD, IxDyn};
 
     fn cap(key: &str, v: &[f32]) -> Capture {
         let mut c = Capture::default();
-        c.insert(key.to_string(), ArrayD::from_shape_vec(IxDyn(&[v.len()]), v.to_vec()).unwrap());
+        c.insert(key.to_string(), ArrayD::from_shape_vec(IxDyn(&[1, v.len()]), v.to_vec()).unwrap());
         c
     }
 
@@ -418,5 +423,17 @@ mod tests {
         let r = cap(&out, &[0.5, 1.0]);
         let o = cap(&out, &[-inf, 1.0]);
         assert_eq!(nonfinite_keys(&r, &o, std::slice::from_ref(&out)), vec![(out.clone(), 1)]);
+    }
+
+    #[test]
+    fn an_emulation_that_goes_nan_does_not_match_a_finite_observation() {
+        let keys = vec!["prefill/layers.0.out".to_string()];
+        let observed = cap(&keys[0], &[1.0, 2.0, 3.0]);
+        let nan = cap(&keys[0], &[f32::NAN; 3]);
+        let half = cap(&keys[0], &[1.0, f32::NAN, 3.0]);
+        assert_eq!(match_captures(&nan, &observed, &keys).cosine, 0.0);
+        assert_eq!(match_captures(&half, &observed, &keys).cosine, 0.0, "NaN is never averaged in");
+        assert_eq!(match_captures(&observed, &observed, &keys).cosine, 1.0);
+        assert_eq!(first_drift_layer(&observed, &half, &keys), Some(0));
     }
 }

@@ -11,10 +11,14 @@ use crate::capture::TapSink;
 use crate::error::{ComputeContext, Error, Result};
 use crate::model::config::ModelConfig;
 use crate::model::hooks::{Hooks, Qk, StepCtx};
+use crate::model::profile::{span, Op};
 use crate::model::rope::{Rope, RopeLayout};
 use crate::model::weights::Checkpoint;
+use crate::model::{attention, kernels};
 use crate::tap::{LayerTap, Phase, Tap};
+use crate::timed;
 use candle_core::{DType, Device, Tensor};
+use std::borrow::Cow;
 
 /// A projection `y = x Wᵀ + b`, W [out, in].
 #[derive(Debug, Clone)]
@@ -25,11 +29,12 @@ pub struct Linear {
 
 impl Linear {
     pub fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
-        let y = x.matmul(&self.w.t()?)?;
-        match &self.b {
-            Some(b) => y.broadcast_add(b),
-            None => Ok(y),
-        }
+        self.forward_as(x, Op::Linear)
+    }
+
+    fn forward_as(&self, x: &Tensor, op: Op) -> candle_core::Result<Tensor> {
+        let _s = span(op);
+        kernels::linear(x, &self.w, self.b.as_ref())
     }
 }
 
@@ -84,74 +89,7 @@ pub struct CacheView {
     pub writers: Vec<Phase>,
 }
 
-/// The reference's cache: every entry kept, in order.
-#[derive(Debug, Default, Clone)]
-pub struct FullCache {
-    k: Vec<Option<Tensor>>,
-    v: Vec<Option<Tensor>>,
-    positions: Vec<Vec<usize>>,
-    writers: Vec<Vec<Phase>>,
-}
-
-impl FullCache {
-    pub fn new(layers: usize) -> Self {
-        FullCache {
-            k: vec![None; layers],
-            v: vec![None; layers],
-            positions: vec![Vec::new(); layers],
-            writers: vec![Vec::new(); layers],
-        }
-    }
-
-    /// Number of entries stored for layer 0 (all layers hold the same count).
-    pub fn len(&self) -> usize {
-        self.positions.first().map_or(0, Vec::len)
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// The stored keys/values of `layer` [KV, S, D].
-    pub fn layer(&self, layer: usize) -> Option<(&Tensor, &Tensor)> {
-        Some((self.k.get(layer)?.as_ref()?, self.v.get(layer)?.as_ref()?))
-    }
-}
-
-impl KvStore for FullCache {
-    fn append(
-        &mut self,
-        layer: usize,
-        k: &Tensor,
-        v: &Tensor,
-        positions: &[usize],
-        phase: Phase,
-    ) -> Result<()> {
-        let cat = |old: &Option<Tensor>, new: &Tensor| -> candle_core::Result<Tensor> {
-            match old {
-                Some(o) => Tensor::cat(&[o, new], 1),
-                None => Ok(new.clone()),
-            }
-        };
-        self.k[layer] = Some(cat(&self.k[layer], k).ctx(|| format!("layer {layer} cache append"))?);
-        self.v[layer] = Some(cat(&self.v[layer], v).ctx(|| format!("layer {layer} cache append"))?);
-        self.positions[layer].extend_from_slice(positions);
-        self.writers[layer].extend(std::iter::repeat_n(phase, positions.len()));
-        Ok(())
-    }
-
-    fn read(&self, layer: usize) -> Result<CacheView> {
-        let (k, v) = self
-            .layer(layer)
-            .ok_or_else(|| Error::usage(format!("layer {layer}: cache read before any write")))?;
-        Ok(CacheView {
-            k: k.clone(),
-            v: v.clone(),
-            positions: self.positions[layer].iter().map(|p| Some(*p)).collect(),
-            writers: self.writers[layer].clone(),
-        })
-    }
-}
+pub use crate::model::cache::FullCache;
 
 /// The inputs of one step.
 #[derive(Debug, Clone)]
@@ -184,6 +122,7 @@ fn rotate_with_tables(x: &Tensor, cos: &Tensor, sin: &Tensor) -> candle_core::Re
 }
 
 fn rms_norm(x: &Tensor, w: &Tensor, eps: f64) -> candle_core::Result<Tensor> {
+    let _s = span(Op::Norm);
     candle_nn::ops::rms_norm(&x.contiguous()?, w, eps as f32)
 }
 
@@ -232,6 +171,7 @@ impl Decoder {
                 self.cfg.vocab_size - 1
             )));
         }
+        let _s = span(Op::Embed);
         let ids = Tensor::new(tokens, &Device::Cpu)?;
         self.embed.index_select(&ids, 0).ctx(|| "embedding lookup".into())
     }
@@ -248,6 +188,7 @@ impl Decoder {
         let ctx = StepCtx { phase: input.phase, positions: input.positions.clone() };
         let phase = input.phase;
         let emit = |tap: Tap, t: Tensor, hooks: &mut dyn Hooks, sink: &mut dyn TapSink| -> Result<Tensor> {
+            let _s = span(Op::Taps);
             let t = hooks.edit(&ctx, tap, t)?;
             if sink.wants(tap) {
                 sink.put(phase, tap, &t)?;
@@ -263,7 +204,7 @@ impl Decoder {
         x = emit(Tap::Layer(l_end, LayerTap::Input), x, hooks, sink)?;
         let h = rms_norm(&x, &self.norm, self.cfg.rms_norm_eps).ctx(|| "final norm".into())?;
         let h = emit(Tap::FinalNorm, h, hooks, sink)?;
-        let logits = self.lm_head.forward(&h).ctx(|| "lm_head".into())?;
+        let logits = self.lm_head.forward_as(&h, Op::LmHead).ctx(|| "lm_head".into())?;
         emit(Tap::Logits, logits, hooks, sink)
     }
 
@@ -281,9 +222,12 @@ impl Decoder {
     ) -> Result<Tensor> {
         let cfg = &self.cfg;
         let (t_len, h_n, kv_n, d) = (x.dim(0)?, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim);
-        let n_rep = h_n / kv_n;
+        let explicit = hooks.needs_explicit_attention(l)
+            || sink.wants(Tap::Layer(l, LayerTap::Scores))
+            || sink.wants(Tap::Layer(l, LayerTap::Probs));
         let c = |what: &'static str| move || format!("layer {l} {what}");
         let mut emit = |tap: LayerTap, t: Tensor, hooks: &mut dyn Hooks| -> Result<Tensor> {
+            let _s = span(Op::Taps);
             let tap = Tap::Layer(l, tap);
             let t = hooks.edit(ctx, tap, t)?;
             if sink.wants(tap) {
@@ -296,7 +240,10 @@ impl Decoder {
         let h = emit(LayerTap::AttnNorm, h, hooks)?;
 
         // [T, heads*D] -> [heads, T, D]
-        let heads = |y: Tensor, n: usize| y.reshape((t_len, n, d))?.transpose(0, 1)?.contiguous();
+        let heads = |y: Tensor, n: usize| {
+            let _s = span(Op::Layout);
+            y.reshape((t_len, n, d))?.transpose(0, 1)?.contiguous()
+        };
         let mut q = heads(b.q.forward(&h)?, h_n).ctx(c("q_proj"))?;
         let mut k = heads(b.k.forward(&h)?, kv_n).ctx(c("k_proj"))?;
         let v = heads(b.v.forward(&h)?, kv_n).ctx(c("v_proj"))?;
@@ -304,6 +251,7 @@ impl Decoder {
             q = rms_norm(&q, qn, cfg.rms_norm_eps).ctx(c("q_norm"))?;
             k = rms_norm(&k, kn, cfg.rms_norm_eps).ctx(c("k_norm"))?;
         }
+        let rope_span = span(Op::Rope);
         let q = match (hooks.rope(ctx, l, Qk::Q, &q, &self.rope)?, frame) {
             (Some(q), _) => q,
             (None, Some(f)) => rotate_with_tables(&q, &f.rope_q.0, &f.rope_q.1).ctx(c("rope q"))?,
@@ -314,6 +262,7 @@ impl Decoder {
             (None, Some(f)) => rotate_with_tables(&k, &f.rope_k.0, &f.rope_k.1).ctx(c("rope k"))?,
             (None, None) => self.rope.apply(&k, &ctx.positions, RopeLayout::Half)?,
         };
+        drop(rope_span);
         let q = emit(LayerTap::Q, q, hooks)?;
         let k = emit(LayerTap::K, k, hooks)?;
         let v = emit(LayerTap::V, v, hooks)?;
@@ -321,69 +270,67 @@ impl Decoder {
         cache.append(l, &k, &v, &ctx.positions, ctx.phase)?;
         let CacheView { k: k_all, v: v_all, positions: key_pos, writers } = cache.read(l)?;
         let (k_all, v_all) = hooks.cache_read(ctx, l, k_all, v_all, &writers)?;
-        let s_len = key_pos.len();
 
-        // GQA without copying keys: query head h uses key head h / n_rep (HF repeat_kv).
-        let scale = 1.0 / (d as f64).sqrt();
-        let qg = q.reshape((kv_n, n_rep * t_len, d)).ctx(c("scores"))?;
-        let scores = qg
-            .matmul(&k_all.transpose(1, 2)?)
-            .and_then(|s| s * scale)
-            .and_then(|s| s.reshape((h_n, t_len, s_len)))
-            .ctx(c("scores"))?;
-
-        let allowed: Vec<Vec<bool>> = match frame {
-            Some(f) => f.allowed.clone(),
-            None => ctx
-                .positions
-                .iter()
-                .map(|&qp| {
-                    key_pos
-                        .iter()
-                        .map(|kp| match kp {
-                            None => false,
-                            Some(kp) => *kp <= qp && b.window.is_none_or(|w| qp - kp < w),
-                        })
-                        .collect()
-                })
-                .collect(),
+        let allowed: Cow<[Vec<bool>]> = match frame {
+            Some(f) => Cow::Borrowed(&f.allowed),
+            None => Cow::Owned(allowed_keys(&ctx.positions, &key_pos, b.window)),
         };
-        let mask = match hooks.mask(ctx, l, &allowed, h_n)? {
-            Some(m) => m,
-            None => additive_mask(&allowed)?,
+        // softmax(q·kᵀ / √D + mask)·v; GQA without copies (query head h reads key head
+        // h / n_rep, HF's repeat_kv). Materialized only when a tap or a hook needs it.
+        let scale = (1.0 / (d as f64).sqrt()) as f32;
+        let attn = if explicit {
+            let scores = {
+                let _s = span(Op::ScoresSoftmax);
+                match hooks.mask(ctx, l, &allowed, h_n)? {
+                    Some(m) => attention::scores(&q, &k_all, None, scale).and_then(|s| s.broadcast_add(&m)),
+                    None => attention::scores(&q, &k_all, Some(&allowed), scale),
+                }
+                .ctx(c("scores"))?
+            };
+            let scores = emit(LayerTap::Scores, scores, hooks)?;
+            let probs = {
+                let _s = span(Op::ScoresSoftmax);
+                match hooks.softmax(ctx, l, &scores)? {
+                    Some(p) => p,
+                    None => attention::softmax(&scores).ctx(c("softmax"))?,
+                }
+            };
+            let probs = emit(LayerTap::Probs, probs, hooks)?;
+            timed!(Op::ProbsV, attention::probs_v(&probs, &v_all).ctx(c("probs @ v"))?)
+        } else {
+            let _s = span(Op::FusedAttention);
+            attention::fused(&q, &k_all, &v_all, &allowed, scale).ctx(c("attention"))?
         };
-        let scores = scores.broadcast_add(&mask).ctx(c("mask"))?;
-        let scores = emit(LayerTap::Scores, scores, hooks)?;
-        let probs = match hooks.softmax(ctx, l, &scores)? {
-            Some(p) => p,
-            None => candle_nn::ops::softmax_last_dim(&scores).ctx(c("softmax"))?,
-        };
-        let probs = emit(LayerTap::Probs, probs, hooks)?;
-
-        let attn = probs
-            .reshape((kv_n, n_rep * t_len, s_len))
-            .and_then(|p| p.matmul(&v_all.contiguous()?))
-            .and_then(|a| a.reshape((h_n, t_len, d)))
-            .and_then(|a| a.transpose(0, 1)?.reshape((t_len, h_n * d)))
-            .ctx(c("probs @ v"))?;
         let o = b.o.forward(&attn).ctx(c("o_proj"))?;
         let o = emit(LayerTap::AttnOut, o, hooks)?;
-        let x = (x + o).ctx(c("residual add"))?;
+        let x = timed!(Op::Elementwise, (x + o).ctx(c("residual add"))?);
 
         let h = rms_norm(&x, &b.mlp_norm, cfg.rms_norm_eps).ctx(c("post_attention_layernorm"))?;
         let h = emit(LayerTap::MlpNorm, h, hooks)?;
-        let act = b
-            .gate
-            .forward(&h)
-            .and_then(|g| candle_nn::ops::silu(&g))
-            .and_then(|g| g * b.up.forward(&h)?)
-            .ctx(c("mlp"))?;
+        let (gate, up) = (b.gate.forward(&h).ctx(c("gate_proj"))?, b.up.forward(&h).ctx(c("up_proj"))?);
+        let act = timed!(Op::Elementwise, kernels::silu_mul(&gate, &up).ctx(c("silu"))?);
         let act = emit(LayerTap::MlpAct, act, hooks)?;
         let m = b.down.forward(&act).ctx(c("down_proj"))?;
         let m = emit(LayerTap::MlpOut, m, hooks)?;
-        let x = (x + m).ctx(c("residual add"))?;
+        let x = timed!(Op::Elementwise, (x + m).ctx(c("residual add"))?);
         emit(LayerTap::Out, x, hooks)
     }
+}
+
+/// Which keys each query row may see: causal, and within `window` keys (counting itself) on
+/// sliding-window layers; an empty slot (None) never.
+fn allowed_keys(positions: &[usize], keys: &[Option<usize>], window: Option<usize>) -> Vec<Vec<bool>> {
+    positions
+        .iter()
+        .map(|&qp| {
+            keys.iter()
+                .map(|kp| match kp {
+                    None => false,
+                    Some(kp) => *kp <= qp && window.is_none_or(|w| qp - kp < w),
+                })
+                .collect()
+        })
+        .collect()
 }
 
 /// 0 where allowed, -inf where masked: [1, T, S]. HF adds finfo(f32).min instead of -inf;

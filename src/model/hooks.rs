@@ -59,6 +59,15 @@ pub trait Hooks {
         Ok(None)
     }
 
+    /// Whether `layer` must compute attention explicitly (scores and probs materialized) for
+    /// this hook: true when the hook edits the `scores` or `probs` taps or answers [`Hooks::mask`]
+    /// or [`Hooks::softmax`] there. Otherwise the decoder may use its fused kernel, which calls
+    /// none of those. The default is the safe answer; a hook that leaves attention alone says
+    /// false and lets untapped layers run fused.
+    fn needs_explicit_attention(&self, _layer: usize) -> bool {
+        true
+    }
+
     /// The keys and values [KV, S, D] this step reads back from the cache; `written_in` is
     /// the phase that wrote each of the S entries.
     fn cache_read(
@@ -75,7 +84,11 @@ pub trait Hooks {
 
 /// The faithful forward pass.
 pub struct NoHooks;
-impl Hooks for NoHooks {}
+impl Hooks for NoHooks {
+    fn needs_explicit_attention(&self, _layer: usize) -> bool {
+        false
+    }
+}
 
 /// Several hooks in order: edits and cache reads chain; for the others the first hook that
 /// answers wins.
@@ -127,6 +140,9 @@ impl Hooks for HookStack<'_> {
             }
         }
         Ok(None)
+    }
+    fn needs_explicit_attention(&self, layer: usize) -> bool {
+        self.hooks.iter().any(|h| h.needs_explicit_attention(layer))
     }
     fn cache_read(
         &mut self,

@@ -28,7 +28,7 @@ pub fn run_inputs(
     record: &mut RunRecord,
 ) -> Result<FullCache> {
     inputs.validate(model.cfg.vocab_size, model.cfg.max_position_embeddings)?;
-    let mut cache = FullCache::new(model.cfg.num_layers);
+    let mut cache = FullCache::with_capacity(model.cfg.num_layers, inputs.total_len());
     let mut pos = inputs.start_position;
     let mut last = 0u32;
     for (phase, range) in inputs.prefill_phases() {

@@ -206,7 +206,9 @@ pub fn prepare(probe: &Probe, opts: &RunOptions) -> Result<Prepared> {
     }
     let ckpt = match &opts.checkpoint {
         Some(p) => Checkpoint::load(p)?,
-        None => load_checkpoint(&probe.checkpoint).map_err(|e| in_probe(e, &format!("{what} [checkpoint]")))?,
+        None => {
+            load_checkpoint(&probe.checkpoint).map_err(|e| in_probe(e, &format!("{what} [checkpoint]")))?
+        }
     };
     let layers = ckpt.config.num_layers;
     let inputs = build_inputs(&probe.inputs, &ckpt)?;

@@ -27,6 +27,23 @@ pub fn cos(v: Option<f64>) -> String {
     v.map_or("-".into(), |c| format!("{c:.6}"))
 }
 
+/// A row's cosine: "n/a" when the row was compared but had nothing finite to compare (all NaN
+/// or one-sided inf; docs/METRICS.md), "-" when it was not compared.
+pub fn row_cos(row: Option<&TapRow>) -> String {
+    match row {
+        Some(r) if r.metrics.is_some() && r.cosine().is_none() => "n/a".into(),
+        r => cos(r.and_then(TapRow::cosine)),
+    }
+}
+
+/// A row's SQNR, "n/a" on the same condition as [`row_cos`].
+pub fn row_sqnr(row: &TapRow) -> String {
+    match row.metrics.as_ref() {
+        Some(m) if m.sqnr_opt().is_none() => "n/a".into(),
+        m => sqnr(m.and_then(|m| m.sqnr_opt())),
+    }
+}
+
 pub fn sqnr(v: Option<f64>) -> String {
     v.map_or("-".into(), |s| if s.is_infinite() { "inf".into() } else { format!("{s:.1}") })
 }
@@ -190,6 +207,25 @@ mod tests {
             (cos(None), sqnr(Some(f64::INFINITY)), sci(Some(0.0)), pct(f64::NAN)),
             ("-".to_string(), "inf".to_string(), "0".to_string(), "-".to_string())
         );
+    }
+
+    #[test]
+    fn an_all_nan_row_shows_n_a_never_a_perfect_cosine_and_fails() {
+        use crate::capture::Capture;
+        use crate::compare::{compare, thresholds::Thresholds, View};
+        use crate::tap::Tap;
+        use ndarray::{ArrayD, IxDyn};
+        let (mut r, mut x) = (Capture::default(), Capture::default());
+        r.put(Phase::Prefill, Tap::Embed, ArrayD::from_shape_vec(IxDyn(&[1, 2]), vec![1.0, 2.0]).unwrap());
+        x.put(Phase::Prefill, Tap::Embed, ArrayD::from_elem(IxDyn(&[1, 2]), f32::NAN));
+        let pair = compare(&r, &x, ("r", "x"), View::Cumulative, &Thresholds::default());
+        let row = &pair.rows[0];
+        assert_eq!((row_cos(Some(row)), row_sqnr(row)), ("n/a".to_string(), "n/a".to_string()));
+        assert!(row.failed() && row.has_nonfinite(), "{:?}", row.failures);
+        // A clean row still shows its figure; a missing row shows "-".
+        let same = compare(&r, &r, ("r", "r"), View::Cumulative, &Thresholds::default());
+        assert_eq!(row_cos(Some(&same.rows[0])), "1.000000");
+        assert_eq!(row_cos(None), "-");
     }
 
     #[test]

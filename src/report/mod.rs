@@ -299,9 +299,15 @@ pub fn worst_per_tap(pair: &PairComparison) -> Vec<(&TapRow, usize, usize)> {
                 .iter()
                 .copied()
                 .min_by(|a, b| {
-                    b.failed().cmp(&a.failed()).then_with(|| {
-                        a.cosine().unwrap_or(f64::INFINITY).total_cmp(&b.cosine().unwrap_or(f64::INFINITY))
-                    })
+                    // A row with nothing finite to compare is the worst, not the best.
+                    let key = |r: &TapRow| {
+                        r.cosine().unwrap_or(if r.has_nonfinite() {
+                            f64::NEG_INFINITY
+                        } else {
+                            f64::INFINITY
+                        })
+                    };
+                    b.failed().cmp(&a.failed()).then_with(|| key(a).total_cmp(&key(b)))
                 })
                 .expect("at least one row per tap");
             (worst, failed, rows.len())

@@ -3,7 +3,7 @@
 //! shows in Markdown.
 
 use super::doc::{Cell, Table, Text, Tone};
-use super::format::{cos, num, pct, sci, sqnr, verdict};
+use super::format::{cos, num, pct, row_cos, row_sqnr, sci, verdict};
 use super::{AttributionRow, ExplainRow};
 use crate::compare::{PairComparison, TapRow};
 use crate::tap::Phase;
@@ -27,12 +27,12 @@ pub fn taps(rows: &[(&TapRow, usize, usize)], local: Option<&PairComparison>) ->
             Cell::from(Text::code(&row.tap)),
             row.phase.to_string().into(),
             format!("{failed}/{total}").into(),
-            cos(row.cosine()).into(),
-            sqnr(m.map(|m| m.sqnr_db)).into(),
+            row_cos(Some(row)).into(),
+            row_sqnr(row).into(),
             sci(m.map(|m| m.max_abs)).into(),
         ];
         if let Some(l) = local {
-            cells.push(cos(l.row(row.phase, &row.tap).and_then(TapRow::cosine)).into());
+            cells.push(row_cos(l.row(row.phase, &row.tap)).into());
         }
         let tone = match (row.checked(), row.failed()) {
             (false, _) => Tone::Muted,
@@ -59,7 +59,7 @@ pub fn phases(pair: &PairComparison) -> Table {
         t.row([
             phase.to_string().into(),
             code_or_dash(first.map_or("-".to_string(), |r| r.tap.clone())).tone(tone),
-            cos(logits.and_then(TapRow::cosine)).into(),
+            row_cos(logits).into(),
             l.map_or("-".into(), |l| pct(l.argmax_agreement)).into(),
             l.map_or("-".into(), |l| num(l.kl_mean)).into(),
             l.map_or("-".to_string(), |l| l.flips.len().to_string()).into(),

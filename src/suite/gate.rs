@@ -56,13 +56,14 @@ pub fn open(target: &Target) -> Result<OpenDevice> {
     let path = target.spec.path()?;
     let what = path.display().to_string();
     let hef = Hef::read(path)?;
+    let profile = target.spec.sim_profile()?;
     let (mut device, made_from): (Box<dyn Device>, Option<String>) = match sim_spec(&hef, &what)? {
         Some(spec) => {
-            let dev = SimDevice::from_hef(hef.clone(), spec, what.clone())?;
+            let dev = SimDevice::with_profile(hef.clone(), spec, what.clone(), profile.unwrap_or_default())?;
             let hash = dev.checkpoint.hash.clone();
             (Box::new(dev), Some(hash))
         }
-        None => (open_device(path)?.0, None),
+        None => (open_device(path, profile)?.0, None),
     };
     let facts = device.facts();
     if let Some(arch) = &facts.architecture {

@@ -66,6 +66,8 @@ pub struct TargetSpec {
     pub quant: Option<String>,
     pub path: Option<PathBuf>,
     pub map: Option<PathBuf>,
+    /// hef: the simulated device for a simulated HEF, `sim` (default) or `sim-h10`.
+    pub device: Option<String>,
     /// The git revision the HEF was built from.
     pub revision: Option<String>,
 }
@@ -322,7 +324,9 @@ fn target_from_file(t: &TargetSpec, base: &Path) -> Result<Target> {
         quant: t.quant.clone(),
         path: rel(&t.path),
         map: rel(&t.map),
+        device: t.device.clone(),
     };
+    spec.sim_profile()?;
     if matches!(t.kind, BackendKind::Hef | BackendKind::Dump) {
         spec.path()?;
     }

@@ -4,7 +4,7 @@
 use hailort_sys::hailo_device_architecture_t;
 
 use super::{CHECKED_VERSION, REQUIRED_MAJOR};
-use crate::device::{FormatType, StreamInfo};
+use crate::device::{FormatType, StreamInfo, RPC_CACHE_UNSUPPORTED};
 use crate::error::{Error, Result};
 
 /// The shim is written for HailoRT 5.x: refuse anything else before touching a device.
@@ -75,6 +75,23 @@ pub fn check_cache_snapshot(group: &str, entries: &[(u32, u64)]) -> Result<()> {
         )));
     }
     Ok(())
+}
+
+/// The KV-cache calls are made only where the VDevice is local. On Hailo-10H it is an RPC
+/// client (vdevice.cpp `VDevice::create` picks VDeviceHrpcClient when the device is
+/// HAILO10H), and an architecture HailoRT did not report may be one: both are refused before
+/// the FFI call, with the reason ([`RPC_CACHE_UNSUPPORTED`]).
+pub fn check_cache_access(architecture: Option<i32>, call: &str) -> Result<()> {
+    match architecture {
+        Some(hailort_sys::HAILO_ARCH_HAILO10H) => {
+            Err(Error::Unsupported(format!("{call} on HAILO10H: {RPC_CACHE_UNSUPPORTED}")))
+        }
+        Some(a) if architecture_name(a).is_some() => Ok(()),
+        _ => Err(Error::Unsupported(format!(
+            "{call} on a device whose architecture HailoRT did not report (it may be an RPC client): \
+             {RPC_CACHE_UNSUPPORTED}"
+        ))),
+    }
 }
 
 /// `hailo_device_architecture_t` (hailort.h:426-438) by value.

@@ -23,7 +23,7 @@ use std::path::{Path, PathBuf};
 use std::ptr::NonNull;
 use std::time::Duration;
 
-use super::{ConfiguredModel, Device, StreamInfo};
+use super::{ConfiguredModel, Device, DeviceFacts, StreamInfo};
 use crate::error::{Error, Result};
 use crate::hef::{QuantInfo, Shape3};
 
@@ -33,7 +33,9 @@ mod status;
 #[cfg(test)]
 mod tests;
 
-pub use checks::{architecture_name, check_cache_snapshot, check_input_frames, check_library_version};
+pub use checks::{
+    architecture_name, check_cache_access, check_cache_snapshot, check_input_frames, check_library_version,
+};
 pub use status::{cache_write_error, status_error, status_label, status_message, CallContext};
 
 use checks::format_type;
@@ -59,6 +61,33 @@ pub fn library_version() -> Result<(u32, u32, u32)> {
         ));
     }
     Ok((version.major, version.minor, version.revision))
+}
+
+/// What `doctor` asks of the device: create one VDevice (device_count 1, as every run does),
+/// read its ids and architecture, release it.
+pub fn probe_device() -> Result<super::doctor::RealDevice> {
+    let mut raw: *mut ffi::HpVdevice = std::ptr::null_mut();
+    call("VDevice::create_shared", |err, err_len| {
+        // SAFETY: `raw` is valid for writes and `err` for `err_len` chars; on success the shim
+        // stores an owned handle in `raw`, destroyed below.
+        unsafe { ffi::hp_vdevice_create(&mut raw, err, err_len) }
+    })
+    .map_err(|failure| failure.error(CallContext::default()))?;
+    let vdevice = NonNull::new(raw)
+        .ok_or_else(|| Error::Device("hp_vdevice_create succeeded but returned no handle".into()))?;
+    let mut info = ffi::HpVdeviceInfo { device_ids: [0; ffi::HP_NAME_CAPACITY], architecture: -1 };
+    // SAFETY: `vdevice` is a live handle from hp_vdevice_create; `info` is valid for writes.
+    unsafe { ffi::hp_vdevice_info_get(vdevice.as_ptr(), &mut info) };
+    // SAFETY: the handle came from hp_vdevice_create above, nothing else holds it, and it is
+    // destroyed exactly once.
+    unsafe { ffi::hp_vdevice_destroy(vdevice.as_ptr()) };
+    let architecture = (info.architecture >= 0).then_some(info.architecture);
+    Ok(super::doctor::RealDevice {
+        device_ids: c_chars_to_string(&info.device_ids),
+        cache_local: check_cache_access(architecture, "doctor").is_ok(),
+        architecture: architecture
+            .map(|a| architecture_name(a).map_or_else(|| format!("architecture {a}"), str::to_string)),
+    })
 }
 
 /// The network group names of a HEF, in `Hef::get_network_groups_names()` order.
@@ -255,6 +284,22 @@ impl Device for HailoDevice {
         )
     }
 
+    fn facts(&self) -> DeviceFacts {
+        let (major, minor, revision) = self.version;
+        DeviceFacts {
+            kind: "hailo".into(),
+            library_version: Some(format!("{major}.{minor}.{revision}")),
+            device_id: (!self.device_ids.is_empty()).then(|| self.device_ids.clone()),
+            architecture: self
+                .architecture
+                .map(|a| architecture_name(a).map_or_else(|| format!("architecture {a}"), str::to_string)),
+            // The 5.2 RPC client has no temperature call the shim exposes (Device is not
+            // reachable through a VDeviceHrpcClient); left out rather than guessed.
+            temperature_c: None,
+            simulator: None,
+        }
+    }
+
     fn network_groups(&self) -> Vec<String> {
         self.groups.clone()
     }
@@ -447,6 +492,7 @@ impl ConfiguredModel for HailoModel {
     }
 
     fn cache_buffers(&mut self) -> Result<BTreeMap<u32, Vec<u8>>> {
+        check_cache_access(self.architecture, "get_cache_buffers")?;
         let mut count = 0usize;
         let snapshot = call("ConfiguredInferModel::get_cache_buffers", |err, err_len| {
             // SAFETY: live handle; `count` is valid for writes and `err` for `err_len` chars. The
@@ -463,6 +509,7 @@ impl ConfiguredModel for HailoModel {
     }
 
     fn update_cache_buffer(&mut self, cache_id: u32, bytes: &[u8]) -> Result<()> {
+        check_cache_access(self.architecture, "update_cache_buffer")?;
         call("ConfiguredInferModel::update_cache_buffer", |err, err_len| {
             // SAFETY: live handle; `bytes` is readable for its length during the call and HailoRT
             // only reads from it (MemoryView::create_const in the shim); `err` has `err_len`

@@ -208,7 +208,13 @@ fn explain(status: hailo_status, ctx: &CallContext) -> String {
                  every run. Otherwise raise the timeout; if it keeps happening, reset the device",
                 t.as_millis()
             ),
-            None => format!("HailoRT timed out; {log}"),
+            // create_infer_model/configure over RPC wait LONG_RPC_ACTION_TIMEOUT = 45 s
+            // (hrpc_protocol/serializer.hpp 28); HAILO_REQUEST_TIMEOUT_SECONDS replaces every RPC
+            // deadline (hrpc/client.cpp 18-25).
+            None => format!(
+                "HailoRT timed out. Over Hailo-10H's RPC client, creating or configuring a model is given 45 s; \
+                 for a large HEF set HAILO_REQUEST_TIMEOUT_SECONDS=300 in the environment and retry; {log}"
+            ),
         },
         // InferModelBase::create answers a name that is not a network group of the HEF with
         // "Passing network name is not supported yet!" (infer_model.cpp).

@@ -234,3 +234,17 @@ fn ffi_layouts_match_the_header() {
     assert_eq!(std::mem::size_of::<ffi::HpVdeviceInfo>(), 256 + 4);
     assert_eq!(std::mem::size_of::<ffi::HpInput>(), 3 * std::mem::size_of::<usize>());
 }
+
+#[test]
+fn cache_calls_are_refused_over_rpc_and_on_unknown_architectures() {
+    use crate::error::Error;
+    assert!(check_cache_access(Some(hailort_sys::HAILO_ARCH_HAILO8), "get_cache_buffers").is_ok());
+    for arch in [Some(hailort_sys::HAILO_ARCH_HAILO10H), None, Some(99)] {
+        match check_cache_access(arch, "get_cache_buffers") {
+            Err(Error::Unsupported(m)) => {
+                assert!(m.contains("unavailable on this device (HailoRT 5.2 RPC)"), "{m}")
+            }
+            other => panic!("{arch:?}: {other:?}"),
+        }
+    }
+}

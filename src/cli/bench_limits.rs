@@ -1,0 +1,145 @@
+//! The machine's limits, measured in the same process as the figures they judge: sgemm
+//! throughput (prefill is a chain of matrix products) and read bandwidth (decode reads every
+//! weight once per token). A figure is then printed as a fraction of its limit, so a slow
+//! or busy machine shows up as a low limit rather than as a slow decoder.
+
+use crate::model::config::ModelConfig as Config;
+use std::time::Instant;
+
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Best f32 matrix-product rate, in GFLOP/s (gemm crate, the one candle uses, on a
+    /// 1024³ product, `threads` threads).
+    pub sgemm_gflops: f64,
+    /// Best rate of summing a buffer much larger than the caches, in GB/s (10⁹ bytes).
+    pub read_gbs: f64,
+}
+
+/// Side of the square product timed for the sgemm limit: large enough that packing and
+/// thread start-up are a few percent of it.
+const GEMM_N: usize = 1024;
+/// Bytes read for the bandwidth limit: far beyond any last-level cache.
+const READ_BYTES: usize = 256 << 20;
+/// Best of this many timings (a shared machine: the best is the least disturbed).
+const TRIES: usize = 5;
+
+/// Measure both limits with `threads` threads.
+pub fn measure(threads: usize) -> Limits {
+    Limits { sgemm_gflops: sgemm_gflops(threads.max(1)), read_gbs: read_gbs(threads.max(1)) }
+}
+
+fn sgemm_gflops(threads: usize) -> f64 {
+    let n = GEMM_N;
+    let a: Vec<f32> = (0..n * n).map(|i| (i % 13) as f32 * 0.25).collect();
+    let b: Vec<f32> = (0..n * n).map(|i| (i % 7) as f32 * 0.5).collect();
+    let mut c = vec![0f32; n * n];
+    let par = if threads > 1 { gemm::Parallelism::Rayon(threads) } else { gemm::Parallelism::None };
+    let mut best = f64::INFINITY;
+    for _ in 0..=TRIES {
+        let t = Instant::now();
+        // SAFETY: a, b and c are n×n row-major buffers; the strides below address only them.
+        unsafe {
+            gemm::gemm(
+                n,
+                n,
+                n,
+                c.as_mut_ptr(),
+                1,
+                n as isize,
+                false,
+                a.as_ptr(),
+                1,
+                n as isize,
+                b.as_ptr(),
+                1,
+                n as isize,
+                0.0f32,
+                1.0f32,
+                false,
+                false,
+                false,
+                par,
+            )
+        };
+        best = best.min(t.elapsed().as_secs_f64());
+    }
+    std::hint::black_box(&c);
+    2.0 * (n * n * n) as f64 / best / 1e9
+}
+
+fn read_gbs(threads: usize) -> f64 {
+    let buf = vec![1f32; READ_BYTES / 4];
+    let part = buf.len().div_ceil(threads);
+    let mut best = f64::INFINITY;
+    for _ in 0..=TRIES {
+        let t = Instant::now();
+        let total: f32 = std::thread::scope(|s| {
+            let handles: Vec<_> = buf.chunks(part).map(|c| s.spawn(move || sum(c))).collect();
+            handles.into_iter().map(|h| h.join().unwrap_or(0.0)).sum()
+        });
+        std::hint::black_box(total);
+        best = best.min(t.elapsed().as_secs_f64());
+    }
+    READ_BYTES as f64 / best / 1e9
+}
+
+/// Σ x with 16 independent accumulators, so the loop is bound by memory, not by add latency.
+fn sum(x: &[f32]) -> f32 {
+    let mut acc = [0f32; 16];
+    let mut it = x.chunks_exact(16);
+    for c in &mut it {
+        for j in 0..16 {
+            acc[j] += c[j];
+        }
+    }
+    acc.iter().sum::<f32>() + it.remainder().iter().sum::<f32>()
+}
+
+/// Weights every token multiplies by: the projections of every layer and the lm_head.
+fn linear_params(c: &Config) -> usize {
+    let (h, i, q, kv) =
+        (c.hidden_size, c.intermediate_size, c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim);
+    c.num_layers * (h * q + 2 * h * kv + q * h + 3 * h * i) + c.vocab_size * h
+}
+
+/// Floating-point operations of a `t`-token prefill from position 0: 2 per weight per token
+/// (logits are computed for every row, as transformers does by default), plus q·kᵀ and
+/// probs·v over the causal triangle (2·D per pair, for each).
+pub fn prefill_flops(c: &Config, t: usize) -> f64 {
+    let pairs = (t * (t + 1) / 2) as f64;
+    2.0 * (linear_params(c) * t) as f64 + 4.0 * (c.num_layers * c.num_heads * c.head_dim) as f64 * pairs
+}
+
+/// Bytes one decode step at context `s` must read: every f32 weight once, plus the cached
+/// keys and values of every layer.
+pub fn decode_bytes(c: &Config, s: usize) -> f64 {
+    4.0 * (linear_params(c) + 2 * c.num_layers * c.num_kv_heads * c.head_dim * s) as f64
+}
+
+/// `value` (ms) against the best time `limit_ms` the limit allows: the fraction, in percent.
+pub fn pct(limit_ms: f64, value_ms: f64) -> f64 {
+    100.0 * limit_ms / value_ms
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sum_adds_every_element() {
+        let x: Vec<f32> = (0..1001).map(|i| i as f32).collect();
+        assert_eq!(sum(&x), 500_500.0);
+    }
+
+    #[test]
+    fn flops_and_bytes_follow_the_shape() {
+        let c = crate::model::synth::SynthSpec::preset("smollm2-135m", 0).unwrap().config().unwrap();
+        // 2 flops per weight per token dominate; attention adds the causal triangle.
+        let one = prefill_flops(&c, 1);
+        assert!(one > 2.0 * 1.3e8 && one < 2.0 * 1.4e8, "{one}");
+        assert!(prefill_flops(&c, 128) > 128.0 * one);
+        // Decode reads ~135 M f32 weights: ~0.54 GB.
+        let b = decode_bytes(&c, 0);
+        assert!(b > 0.5e9 && b < 0.6e9, "{b}");
+    }
+}

@@ -1,0 +1,375 @@
+//! Attention kernels: q·kᵀ, softmax and probs·v, in two paths built from the same row functions.
+//!
+//! - explicit: scores [H, T, S] and probs [H, T, S] are materialized, so they can be tapped and
+//!   so hooks can replace the mask or the softmax (faults, device injection);
+//! - fused: one query row at a time, scores and probs live in a scratch row; used when no tap
+//!   and no hook needs them.
+//!
+//! Both paths run the same functions in the same order, so with the default mask and softmax
+//! they give identical bits (a test checks it). Masked keys are skipped, never multiplied: their
+//! score is -inf and their probability exactly 0, as in the explicit tensors. Sums over keys
+//! accumulate key j in lane j mod 8 whichever keys are skipped, and adding a 0 is exact, so
+//! skipping masked keys does not change a sum. GQA without copies: query head h reads key/value
+//! head h / n_rep (transformers' `repeat_kv`).
+
+use crate::model::kernels::{exp8, f32_rows, for_parts, simd, with_data, SharedOut, LANES};
+use candle_core::Tensor;
+
+/// A [N, R, D] tensor's data (D contiguous): row r of head n starts at `start + n·head + r·row`.
+#[derive(Clone, Copy)]
+struct Rows<'a> {
+    data: &'a [f32],
+    start: usize,
+    head: usize,
+    row: usize,
+}
+
+impl<'a> Rows<'a> {
+    fn new(data: &'a [f32], layout: &candle_core::Layout) -> Self {
+        let s = layout.stride();
+        Rows { data, start: layout.start_offset(), head: s[0], row: s[1] }
+    }
+    /// Head `n`'s rows from row 0: row j at `j * self.row`.
+    fn head(&self, n: usize) -> &'a [f32] {
+        &self.data[self.start + n * self.head..]
+    }
+}
+
+/// Σ a[i]·b[i] with 16 lanes, then a fixed pairwise reduction.
+#[inline(always)]
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let n = a.len().min(b.len());
+    let (mut acc0, mut acc1) = ([0f32; LANES], [0f32; LANES]);
+    let full = n / (2 * LANES) * (2 * LANES);
+    for i in (0..full).step_by(2 * LANES) {
+        for j in 0..LANES {
+            acc0[j] += a[i + j] * b[i + j];
+            acc1[j] += a[i + LANES + j] * b[i + LANES + j];
+        }
+    }
+    for i in full..n {
+        let lane = i - full;
+        if lane < LANES {
+            acc0[lane] += a[i] * b[i];
+        } else {
+            acc1[lane - LANES] += a[i] * b[i];
+        }
+    }
+    for j in 0..LANES {
+        acc0[j] += acc1[j];
+    }
+    hsum(acc0)
+}
+
+#[inline(always)]
+fn hsum(a: [f32; LANES]) -> f32 {
+    ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]))
+}
+
+simd! {
+    /// Scores of one query row against S keys (`k` rows `row` apart, `d` wide): q·k · scale for
+    /// allowed keys, -inf for the others (`allowed` None: every key).
+    fn scores_row(q: &[f32], k: &[f32], row: usize, allowed: Option<&[bool]>, scale: f32, out: &mut [f32]) {
+        let d = q.len();
+        for (j, o) in out.iter_mut().enumerate() {
+            *o = if allowed.is_none_or(|a| a[j]) {
+                dot(q, &k[j * row..j * row + d]) * scale
+            } else {
+                f32::NEG_INFINITY
+            };
+        }
+    }
+}
+
+simd! {
+    /// Softmax of one row in place: e^(x - max) / Σ. -inf entries give exactly 0; a row with no
+    /// finite entry gives NaN everywhere (as torch and candle do for an all -inf row).
+    fn softmax_row(x: &mut [f32]) {
+        let max = x.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
+        if max == f32::NEG_INFINITY {
+            x.fill(f32::NAN);
+            return;
+        }
+        let mut acc = [0f32; LANES];
+        let full = x.len() / LANES * LANES;
+        for i in (0..full).step_by(LANES) {
+            let chunk = &mut x[i..i + LANES];
+            if chunk.iter().all(|&v| v == f32::NEG_INFINITY) {
+                chunk.fill(0.0);
+                continue;
+            }
+            let mut shifted = [0f32; LANES];
+            for j in 0..LANES {
+                shifted[j] = chunk[j] - max;
+            }
+            let e = exp8(shifted);
+            chunk.copy_from_slice(&e);
+            for (a, v) in acc.iter_mut().zip(e) {
+                *a += v;
+            }
+        }
+        for i in full..x.len() {
+            let mut shifted = [f32::NEG_INFINITY; LANES];
+            shifted[0] = x[i] - max;
+            x[i] = exp8(shifted)[0];
+            acc[i - full] += x[i];
+        }
+        let sum = hsum(acc);
+        for v in x.iter_mut() {
+            *v /= sum;
+        }
+    }
+}
+
+simd! {
+    /// out[..d] = Σ_j p[j]·v_j over the keys whose probability is not 0, in key order.
+    fn probs_v_row(p: &[f32], v: &[f32], row: usize, out: &mut [f32]) {
+        let d = out.len();
+        out.fill(0.0);
+        for (j, &pj) in p.iter().enumerate() {
+            if pj != 0.0 {
+                let vj = &v[j * row..j * row + d];
+                for i in 0..d {
+                    out[i] += pj * vj[i];
+                }
+            }
+        }
+    }
+}
+
+/// Shapes of one attention call, checked once.
+struct Dims {
+    h: usize,
+    t: usize,
+    s: usize,
+    d: usize,
+    n_rep: usize,
+}
+
+fn dims(q: &Tensor, kv: &Tensor) -> candle_core::Result<Dims> {
+    let (h, t, d) = q.dims3()?;
+    let (kvn, s, d2) = kv.dims3()?;
+    if d != d2 || kvn == 0 || h % kvn != 0 {
+        candle_core::bail!(
+            "attention: q {:?} and k/v {:?} do not pair (GQA needs heads % kv_heads = 0)",
+            q.dims(),
+            kv.dims()
+        );
+    }
+    Ok(Dims { h, t, s, d, n_rep: h / kvn })
+}
+
+fn check_allowed(allowed: &[Vec<bool>], t: usize, s: usize) -> candle_core::Result<()> {
+    if allowed.len() != t || allowed.iter().any(|r| r.len() != s) {
+        candle_core::bail!("attention: the mask is not [{t}][{s}]");
+    }
+    Ok(())
+}
+
+/// Scaled scores [H, T, S] of q [H, T, D] against k [KV, S, D]: -inf where `allowed` forbids
+/// (`allowed` None: every entry computed, for a hook's own additive mask).
+pub fn scores(
+    q: &Tensor,
+    k: &Tensor,
+    allowed: Option<&[Vec<bool>]>,
+    scale: f32,
+) -> candle_core::Result<Tensor> {
+    let (q, k) = (f32_rows(q)?.contiguous()?, f32_rows(k)?);
+    let g = dims(&q, &k)?;
+    if let Some(a) = allowed {
+        check_allowed(a, g.t, g.s)?;
+    }
+    let mut out = vec![0f32; g.h * g.t * g.s];
+    let shared = SharedOut::new(&mut out);
+    with_data(&q, |qs, ql| {
+        with_data(&k, |ks, kl| {
+            let (qs, kr) = (&qs[ql.start_offset()..], Rows::new(ks, kl));
+            for_parts(g.h * g.t, 1, g.h * g.t * g.s * g.d, |rows| {
+                for r in rows {
+                    let (h, t) = (r / g.t, r % g.t);
+                    // SAFETY: row r of the [H·T, S] output belongs to this part only.
+                    let o = unsafe { shared.slice(r * g.s, g.s) };
+                    let a = allowed.map(|a| a[t].as_slice());
+                    scores_row(&qs[r * g.d..(r + 1) * g.d], kr.head(h / g.n_rep), kr.row, a, scale, o);
+                }
+            })
+        })
+    })??;
+    Tensor::from_vec(out, (g.h, g.t, g.s), q.device())
+}
+
+/// Softmax over the last dimension of scores [H, T, S].
+pub fn softmax(scores: &Tensor) -> candle_core::Result<Tensor> {
+    let x = f32_rows(scores)?.contiguous()?;
+    let s = *x.dims().last().unwrap_or(&1);
+    let n = x.elem_count();
+    let mut out = with_data(&x, |xs, l| xs[l.start_offset()..l.start_offset() + n].to_vec())?;
+    let rows = n / s.max(1);
+    let shared = SharedOut::new(&mut out);
+    for_parts(rows, 1, n * 8, |part| {
+        for r in part {
+            // SAFETY: row r belongs to this part only.
+            softmax_row(unsafe { shared.slice(r * s, s) });
+        }
+    });
+    Tensor::from_vec(out, x.dims(), x.device())
+}
+
+/// probs [H, T, S] times v [KV, S, D], as [T, H·D] (heads side by side, o_proj's input).
+pub fn probs_v(probs: &Tensor, v: &Tensor) -> candle_core::Result<Tensor> {
+    let (p, v) = (f32_rows(probs)?.contiguous()?, f32_rows(v)?);
+    let (h, t, s) = p.dims3()?;
+    let (kvn, s2, d) = v.dims3()?;
+    if s != s2 || kvn == 0 || h % kvn != 0 {
+        candle_core::bail!("probs·v: probs {:?} and v {:?} do not pair", p.dims(), v.dims());
+    }
+    let g = Dims { h, t, s, d, n_rep: h / kvn };
+    let mut out = vec![0f32; g.t * g.h * g.d];
+    let shared = SharedOut::new(&mut out);
+    with_data(&p, |ps, pl| {
+        with_data(&v, |vs, vl| {
+            let (ps, vr) = (&ps[pl.start_offset()..], Rows::new(vs, vl));
+            for_parts(g.h * g.t, 1, g.h * g.t * s * g.d, |rows| {
+                for r in rows {
+                    let (h, t) = (r / g.t, r % g.t);
+                    // SAFETY: output row t, head h (d values) belongs to this part only.
+                    let o = unsafe { shared.slice((t * g.h + h) * g.d, g.d) };
+                    probs_v_row(&ps[r * s..(r + 1) * s], vr.head(h / g.n_rep), vr.row, o);
+                }
+            })
+        })
+    })??;
+    Tensor::from_vec(out, (g.t, g.h * g.d), p.device())
+}
+
+/// softmax(q·kᵀ·scale, masked by `allowed`)·v in one pass per query row, as [T, H·D]; equal
+/// bit for bit to [`scores`] → [`softmax`] → [`probs_v`].
+pub fn fused(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    allowed: &[Vec<bool>],
+    scale: f32,
+) -> candle_core::Result<Tensor> {
+    let (q, k, v) = (f32_rows(q)?.contiguous()?, f32_rows(k)?, f32_rows(v)?);
+    let g = dims(&q, &k)?;
+    if v.dims() != k.dims() {
+        candle_core::bail!("attention: k {:?} and v {:?} differ", k.dims(), v.dims());
+    }
+    check_allowed(allowed, g.t, g.s)?;
+    let mut out = vec![0f32; g.t * g.h * g.d];
+    let shared = SharedOut::new(&mut out);
+    with_data(&q, |qs, ql| {
+        with_data(&k, |ks, kl| {
+            with_data(&v, |vs, vl| {
+                let (qs, kr, vr) = (&qs[ql.start_offset()..], Rows::new(ks, kl), Rows::new(vs, vl));
+                for_parts(g.h * g.t, 1, 2 * g.h * g.t * g.s * g.d, |rows| {
+                    let mut row = vec![0f32; g.s];
+                    for r in rows {
+                        let (h, t) = (r / g.t, r % g.t);
+                        let kv = h / g.n_rep;
+                        let q_row = &qs[r * g.d..(r + 1) * g.d];
+                        scores_row(q_row, kr.head(kv), kr.row, Some(&allowed[t]), scale, &mut row);
+                        softmax_row(&mut row);
+                        // SAFETY: output row t, head h (d values) belongs to this part only.
+                        let o = unsafe { shared.slice((t * g.h + h) * g.d, g.d) };
+                        probs_v_row(&row, vr.head(kv), vr.row, o);
+                    }
+                })
+            })
+        })
+    })???;
+    Tensor::from_vec(out, (g.t, g.h * g.d), q.device())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::kernels::set_threads;
+    use candle_core::Device;
+
+    /// The obvious computation with candle ops: q·kᵀ·scale + mask, softmax, ·v.
+    fn slow(q: &Tensor, k: &Tensor, v: &Tensor, allowed: &[Vec<bool>], scale: f64) -> Tensor {
+        let (h, t, d) = q.dims3().unwrap();
+        let n_rep = h / k.dim(0).unwrap();
+        let rep = |x: &Tensor| {
+            let x = x.unsqueeze(1).unwrap();
+            let (kv, _, s, d) = x.dims4().unwrap();
+            x.broadcast_as((kv, n_rep, s, d)).unwrap().reshape((kv * n_rep, s, d)).unwrap()
+        };
+        let (k, v) = (rep(k), rep(v));
+        let mask = crate::model::decoder::additive_mask(allowed).unwrap();
+        let s = (q.matmul(&k.t().unwrap()).unwrap() * scale).unwrap().broadcast_add(&mask).unwrap();
+        let p = candle_nn::ops::softmax_last_dim(&s).unwrap();
+        p.matmul(&v.contiguous().unwrap()).unwrap().transpose(0, 1).unwrap().reshape((t, h * d)).unwrap()
+    }
+
+    fn case(h: usize, kv: usize, t: usize, s: usize, d: usize) -> (Tensor, Tensor, Tensor, Vec<Vec<bool>>) {
+        let dev = Device::Cpu;
+        let q = Tensor::randn(0f32, 1.0, (h, t, d), &dev).unwrap();
+        // Keys and values as a cache view: a narrow of a longer buffer (rows `cap` apart).
+        let cap = s + 5;
+        let k = Tensor::randn(0f32, 1.0, (kv, cap, d), &dev).unwrap().narrow(1, 0, s).unwrap();
+        let v = Tensor::randn(0f32, 1.0, (kv, cap, d), &dev).unwrap().narrow(1, 0, s).unwrap();
+        // Causal with a window of 6, queries at the last t positions.
+        let allowed = (0..t)
+            .map(|i| {
+                let qp = s - t + i;
+                (0..s).map(|kp| kp <= qp && qp - kp < 6).collect()
+            })
+            .collect();
+        (q, k, v, allowed)
+    }
+
+    fn max_diff(a: &Tensor, b: &Tensor) -> f32 {
+        (a - b).unwrap().abs().unwrap().max_all().unwrap().to_scalar().unwrap()
+    }
+
+    #[test]
+    fn fused_and_explicit_agree_bit_for_bit_and_match_the_slow_path() {
+        for (h, kv, t, s, d) in [(9, 3, 13, 13, 64), (14, 2, 1, 40, 64), (4, 4, 7, 19, 24), (6, 2, 3, 9, 10)]
+        {
+            let (q, k, v, allowed) = case(h, kv, t, s, d);
+            let scale = 1.0 / (d as f64).sqrt();
+            for threads in [1, 0] {
+                set_threads(threads);
+                let fused = fused(&q, &k, &v, &allowed, scale as f32).unwrap();
+                let sc = scores(&q, &k, Some(&allowed), scale as f32).unwrap();
+                let explicit = probs_v(&softmax(&sc).unwrap(), &v).unwrap();
+                let (a, b): (Vec<f32>, Vec<f32>) = (
+                    fused.flatten_all().unwrap().to_vec1().unwrap(),
+                    explicit.flatten_all().unwrap().to_vec1().unwrap(),
+                );
+                assert!(a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()), "{h}/{kv}/{t}/{s}/{d}");
+                let want = slow(&q, &k, &v, &allowed, scale);
+                assert!(max_diff(&fused, &want) < 1e-5, "{h}/{kv}/{t}/{s}/{d}: {}", max_diff(&fused, &want));
+            }
+            set_threads(0);
+        }
+    }
+
+    #[test]
+    fn masked_scores_are_minus_infinity_and_their_probs_exactly_zero() {
+        let (q, k, _, allowed) = case(2, 1, 4, 10, 8);
+        let sc = scores(&q, &k, Some(&allowed), 0.5).unwrap();
+        let p = softmax(&sc).unwrap();
+        let sc: Vec<Vec<Vec<f32>>> = sc.to_vec3().unwrap();
+        let p: Vec<Vec<Vec<f32>>> = p.to_vec3().unwrap();
+        for h in 0..2 {
+            for (t, row) in allowed.iter().enumerate() {
+                for (j, &a) in row.iter().enumerate() {
+                    assert_eq!(sc[h][t][j] == f32::NEG_INFINITY, !a);
+                    assert_eq!(p[h][t][j] == 0.0, !a);
+                }
+                assert!((p[h][t].iter().sum::<f32>() - 1.0).abs() < 1e-6);
+            }
+        }
+    }
+
+    #[test]
+    fn a_row_with_every_key_masked_is_nan() {
+        let mut row = vec![f32::NEG_INFINITY; 11];
+        softmax_row(&mut row);
+        assert!(row.iter().all(|x| x.is_nan()));
+    }
+}
