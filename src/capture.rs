@@ -2,7 +2,7 @@
 //! comparison consumes. Stored as `.npz` (numpy's own format, so Python tools read it).
 //! The sinks the decoder hands tapped tensors to (none, memory, streaming npz) fill one.
 
-use crate::error::{Error, Result};
+use crate::error::{AtomicFile, Error, Result};
 use crate::tap::{key_order, Phase, Tap, TapSelection};
 use candle_core::Tensor;
 use ndarray::{ArrayD, IxDyn};
@@ -84,18 +84,16 @@ impl Capture {
         self.entries.extend(other.entries);
     }
 
+    /// Write every entry as an `.npz`, through a temporary file renamed into place.
     pub fn write_npz(&self, path: &Path) -> Result<()> {
-        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-            std::fs::create_dir_all(parent).map_err(|e| Error::io(parent, e))?;
-        }
-        let file = std::fs::File::create(path).map_err(|e| Error::io(path, e))?;
-        let mut w = ndarray_npy::NpzWriter::new(std::io::BufWriter::new(file));
+        let mut out = AtomicFile::create(path)?;
+        let mut w = ndarray_npy::NpzWriter::new(std::io::BufWriter::new(out.take_file()));
         for key in self.keys() {
             w.add_array(key, &self.entries[key])
                 .map_err(|e| Error::input(path.display().to_string(), format!("writing {key}: {e}")))?;
         }
-        w.finish().map_err(|e| Error::input(path.display().to_string(), format!("closing npz: {e}")))?;
-        Ok(())
+        close_npz(w, path)?;
+        out.commit()
     }
 
     /// Read every array of an `.npz`. Integer, bool and f64 arrays are converted to f32;
@@ -152,34 +150,38 @@ impl TapSink for MemorySink {
     }
 }
 
+type NpzFile = ndarray_npy::NpzWriter<std::io::BufWriter<std::fs::File>>;
+
+/// Close an npz: the central directory, then the buffered bytes, each failure named.
+fn close_npz(w: NpzFile, path: &Path) -> Result<()> {
+    let mut inner =
+        w.finish().map_err(|e| Error::input(path.display().to_string(), format!("closing npz: {e}")))?;
+    std::io::Write::flush(&mut inner).map_err(|e| Error::io(path, e))
+}
+
 /// Streams the selected taps into an `.npz` as they are produced, so that all-layer attention
-/// taps of a long prompt never sit in memory together.
+/// taps of a long prompt never sit in memory together. The archive is written under a
+/// temporary name and renamed into place by [`NpzSink::finish`].
 pub struct NpzSink {
     selection: TapSelection,
     path: PathBuf,
-    writer: Option<ndarray_npy::NpzWriter<std::io::BufWriter<std::fs::File>>>,
+    writer: Option<(NpzFile, AtomicFile)>,
     pub written: Vec<String>,
 }
 
 impl NpzSink {
     pub fn create(path: &Path, selection: TapSelection) -> Result<Self> {
-        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-            std::fs::create_dir_all(parent).map_err(|e| Error::io(parent, e))?;
-        }
-        let file = std::fs::File::create(path).map_err(|e| Error::io(path, e))?;
-        Ok(NpzSink {
-            selection,
-            path: path.to_path_buf(),
-            writer: Some(ndarray_npy::NpzWriter::new(std::io::BufWriter::new(file))),
-            written: Vec::new(),
-        })
+        let mut out = AtomicFile::create(path)?;
+        let w = ndarray_npy::NpzWriter::new(std::io::BufWriter::new(out.take_file()));
+        Ok(NpzSink { selection, path: path.to_path_buf(), writer: Some((w, out)), written: Vec::new() })
     }
 
-    /// Close the archive. Called on success and on failure alike: what was written stays.
+    /// Close the archive and put it in place. Called on success and on failure alike: what
+    /// was written stays.
     pub fn finish(&mut self) -> Result<()> {
-        if let Some(w) = self.writer.take() {
-            w.finish()
-                .map_err(|e| Error::input(self.path.display().to_string(), format!("closing npz: {e}")))?;
+        if let Some((w, out)) = self.writer.take() {
+            close_npz(w, &self.path)?;
+            out.commit()?;
         }
         Ok(())
     }
@@ -192,7 +194,7 @@ impl TapSink for NpzSink {
     fn put(&mut self, phase: Phase, tap: Tap, t: &Tensor) -> Result<()> {
         let key = format!("{phase}/{tap}");
         let arr = tensor_to_array(t)?;
-        let w = self.writer.as_mut().ok_or_else(|| Error::usage("npz sink already finished"))?;
+        let (w, _) = self.writer.as_mut().ok_or_else(|| Error::usage("npz sink already finished"))?;
         w.add_array(key.as_str(), &arr)
             .map_err(|e| Error::input(self.path.display().to_string(), format!("writing {key}: {e}")))?;
         self.written.push(key);

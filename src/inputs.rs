@@ -86,9 +86,16 @@ impl InputSet {
         }
     }
 
-    /// Total positions the run occupies.
+    /// Total positions the run occupies (saturating: a count too large to add up is as large
+    /// as a count gets, so every bound it is compared with refuses it).
     pub fn total_len(&self) -> usize {
-        self.prompt.len() + self.decode.steps()
+        self.prompt.len().saturating_add(self.decode.steps())
+    }
+
+    /// One past the last absolute position the run writes, or `None` when that does not fit
+    /// in a `usize` (a start position or decode count near the type's limit).
+    pub fn end_position(&self) -> Option<usize> {
+        self.prompt.len().checked_add(self.decode.steps())?.checked_add(self.start_position)
     }
 
     pub fn validate(&self, vocab: usize, max_positions: usize) -> Result<()> {
@@ -110,11 +117,17 @@ impl InputSet {
                 )));
             }
         }
-        let last = self.start_position + self.total_len();
-        if last > max_positions {
+        // Checked: a start position or decode count near usize::MAX wrapped this sum to a
+        // small number once, and the run then decoded forever.
+        let last = self.end_position();
+        if last.is_none_or(|last| last > max_positions) {
+            let needs = match last {
+                Some(l) => format!("needs positions up to {l}"),
+                None => "needs more positions than a position index holds (the sum overflows)".to_string(),
+            };
             return Err(Error::usage(format!(
-                "the run needs positions up to {last} ({} prompt + {} decode tokens from position {}), \
-                 longer than max_position_embeddings = {max_positions}",
+                "the run {needs}: {} prompt tokens + {} decode steps (--decode / decode) from position {} \
+                 (--start-position / start_position), longer than max_position_embeddings = {max_positions}",
                 self.prompt.len(),
                 self.decode.steps(),
                 self.start_position
@@ -124,25 +137,36 @@ impl InputSet {
     }
 
     /// Write the InputSet as `.npz` so a device host can replay it (`hefprobe capture`).
+    /// `chunk` is empty when the prompt is not chunked, `greedy_steps` is -1 when decode
+    /// tokens are forced.
     pub fn to_npz(&self, path: &std::path::Path) -> Result<()> {
         use ndarray::Array1;
-        let file = std::fs::File::create(path).map_err(|e| Error::io(path, e))?;
-        let mut w = ndarray_npy::NpzWriter::new(file);
+        let mut out = crate::error::AtomicFile::create(path)?;
+        let mut w = ndarray_npy::NpzWriter::new(std::io::BufWriter::new(out.take_file()));
         let err = |e: ndarray_npy::WriteNpzError| Error::input(path.display().to_string(), e.to_string());
-        w.add_array("prompt", &Array1::from(self.prompt.iter().map(|&t| t as i64).collect::<Vec<_>>()))
-            .map_err(err)?;
+        let i64s = |v: &[u32]| Array1::from(v.iter().map(|&t| i64::from(t)).collect::<Vec<_>>());
+        w.add_array("prompt", &i64s(&self.prompt)).map_err(err)?;
         let (greedy, forced) = match &self.decode {
-            DecodeSpec::Greedy(n) => (*n as i64, vec![]),
-            DecodeSpec::Forced(t) => (-1, t.iter().map(|&t| t as i64).collect()),
+            DecodeSpec::Greedy(n) => (count(*n, "decode steps", path)?, vec![]),
+            DecodeSpec::Forced(t) => (-1, t.clone()),
         };
-        w.add_array("decode_tokens", &Array1::from(forced)).map_err(err)?;
+        w.add_array("decode_tokens", &i64s(&forced)).map_err(err)?;
         w.add_array("greedy_steps", &Array1::from(vec![greedy])).map_err(err)?;
-        w.add_array("chunk", &Array1::from(vec![self.chunk.map_or(0, |c| c as i64)])).map_err(err)?;
-        w.add_array("start_position", &Array1::from(vec![self.start_position as i64])).map_err(err)?;
-        w.finish().map_err(err)?;
-        Ok(())
+        let chunk: Vec<i64> = self.chunk.map(|c| count(c, "chunk", path)).transpose()?.into_iter().collect();
+        w.add_array("chunk", &Array1::from(chunk)).map_err(err)?;
+        w.add_array(
+            "start_position",
+            &Array1::from(vec![count(self.start_position, "start position", path)?]),
+        )
+        .map_err(err)?;
+        let mut file = w.finish().map_err(err)?;
+        std::io::Write::flush(&mut file).map_err(|e| Error::io(path, e))?;
+        drop(file);
+        out.commit()
     }
 
+    /// Read an InputSet file. Everything in it is checked here, before a device is opened:
+    /// a missing or mistyped array, an empty prompt, a chunk ≤ 0, a negative count.
     pub fn from_npz(path: &std::path::Path) -> Result<Self> {
         let what = path.display().to_string();
         let file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
@@ -153,31 +177,68 @@ impl InputSet {
                 Error::input(&what, format!("array `{name}` (int64, 1-D) is missing or wrong: {e}"))
             })
         };
+        let key = |name: &str| format!("{what} array `{name}`");
         let to_u32 = |v: Vec<i64>, name: &str| -> Result<Vec<u32>> {
             v.into_iter()
                 .map(|x| {
                     u32::try_from(x)
-                        .map_err(|_| Error::input(&what, format!("`{name}` holds {x}, not a token id")))
+                        .map_err(|_| Error::input(key(name), format!("holds {x}, not a token id")))
                 })
                 .collect()
         };
+        let scalar = |v: Vec<i64>, name: &str| -> Result<Option<i64>> {
+            match v.as_slice() {
+                [] => Ok(None),
+                [x] => Ok(Some(*x)),
+                _ => Err(Error::input(key(name), format!("holds {} values; it takes one", v.len()))),
+            }
+        };
         let prompt = to_u32(get("prompt")?, "prompt")?;
+        if prompt.is_empty() {
+            return Err(Error::input(key("prompt"), "is empty: an InputSet needs at least one prompt token"));
+        }
         let forced = to_u32(get("decode_tokens")?, "decode_tokens")?;
-        let greedy = get("greedy_steps")?.first().copied().unwrap_or(-1);
-        let chunk = get("chunk")?.first().copied().unwrap_or(0);
-        let start = get("start_position")?.first().copied().unwrap_or(0);
-        Ok(InputSet {
-            prompt,
-            chunk: (chunk > 0).then_some(chunk as usize),
-            decode: if greedy >= 0 {
-                DecodeSpec::Greedy(greedy as usize)
-            } else {
-                DecodeSpec::Forced(forced)
-            },
-            start_position: start.max(0) as usize,
-            bos_added: None,
-        })
+        let greedy = scalar(get("greedy_steps")?, "greedy_steps")?.unwrap_or(-1);
+        let chunk = match scalar(get("chunk")?, "chunk")? {
+            None => None,
+            Some(c) if c > 0 => {
+                Some(usize::try_from(c).map_err(|_| Error::input(key("chunk"), "is too large"))?)
+            }
+            Some(c) => {
+                return Err(Error::input(
+                    key("chunk"),
+                    format!(
+                        "is {c}: a prefill chunk holds at least 1 token (an empty array means no chunking)"
+                    ),
+                ))
+            }
+        };
+        let start = scalar(get("start_position")?, "start_position")?.unwrap_or(0);
+        let start = usize::try_from(start)
+            .map_err(|_| Error::input(key("start_position"), format!("is {start}; positions start at 0")))?;
+        let decode = match greedy {
+            -1 => DecodeSpec::Forced(forced),
+            n if n >= 0 => DecodeSpec::Greedy(
+                usize::try_from(n).map_err(|_| Error::input(key("greedy_steps"), "is too large"))?,
+            ),
+            n => {
+                return Err(Error::input(
+                    key("greedy_steps"),
+                    format!("is {n}: give a step count ≥ 0, or -1 when decode_tokens are forced"),
+                ))
+            }
+        };
+        let inputs = InputSet { prompt, chunk, decode, start_position: start, bos_added: None };
+        if inputs.end_position().is_none() {
+            return Err(Error::input(&what, "start_position + prompt + decode steps overflows"));
+        }
+        Ok(inputs)
     }
+}
+
+fn count(n: usize, what: &str, path: &std::path::Path) -> Result<i64> {
+    i64::try_from(n)
+        .map_err(|_| Error::input(path.display().to_string(), format!("{what} {n} does not fit in int64")))
 }
 
 #[cfg(test)]
@@ -211,6 +272,52 @@ mod tests {
         s.to_npz(&dir.path().join("i.npz")).unwrap();
         let back = InputSet::from_npz(&dir.path().join("i.npz")).unwrap();
         assert_eq!(back, s);
+    }
+
+    #[test]
+    fn unchunked_greedy_round_trip_and_bad_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = InputSet::new(vec![3, 4, 5]);
+        s.decode = DecodeSpec::Greedy(4);
+        s.start_position = 2;
+        let p = dir.path().join("i.npz");
+        s.to_npz(&p).unwrap();
+        assert_eq!(InputSet::from_npz(&p).unwrap(), s);
+        let write = |prompt: Vec<i64>, chunk: Vec<i64>, greedy: i64| {
+            use ndarray::Array1;
+            let mut w = ndarray_npy::NpzWriter::new(std::fs::File::create(&p).unwrap());
+            w.add_array("prompt", &Array1::from(prompt)).unwrap();
+            w.add_array("decode_tokens", &Array1::<i64>::from(vec![])).unwrap();
+            w.add_array("greedy_steps", &Array1::from(vec![greedy])).unwrap();
+            w.add_array("chunk", &Array1::from(chunk)).unwrap();
+            w.add_array("start_position", &Array1::from(vec![0i64])).unwrap();
+            w.finish().unwrap();
+        };
+        write(vec![], vec![], 0);
+        let e = InputSet::from_npz(&p).unwrap_err().to_string();
+        assert!(e.contains("`prompt`") && e.contains("empty"), "{e}");
+        for c in [0, -3] {
+            write(vec![1, 2], vec![c], 0);
+            let e = InputSet::from_npz(&p).unwrap_err().to_string();
+            assert!(e.contains("`chunk`") && e.contains(&format!("is {c}")), "{e}");
+        }
+        write(vec![1, 2], vec![], -5);
+        assert!(InputSet::from_npz(&p).unwrap_err().to_string().contains("`greedy_steps`"));
+    }
+
+    #[test]
+    fn positions_that_overflow_are_refused_not_wrapped() {
+        let mut s = InputSet::new(vec![1, 2]);
+        s.decode = DecodeSpec::Greedy(usize::MAX);
+        let e = s.validate(256, 256).unwrap_err().to_string();
+        assert!(e.contains("overflows") && e.contains("--decode"), "{e}");
+        let mut s = InputSet::new(vec![1, 2]);
+        s.start_position = usize::MAX;
+        let e = s.validate(256, 256).unwrap_err().to_string();
+        assert!(e.contains("overflows") && e.contains("--start-position"), "{e}");
+        s.start_position = i64::MAX as usize;
+        s.decode = DecodeSpec::Greedy(i64::MAX as usize);
+        assert!(s.validate(256, 256).is_err());
     }
 
     #[test]

@@ -5,6 +5,7 @@
 //! [`compare`] turn pairs of captures into located, explained drift, and [`report`] renders it.
 
 pub mod backend;
+pub mod budget;
 pub mod capture;
 pub mod cli;
 pub mod compare;
@@ -15,6 +16,7 @@ pub mod fault;
 pub mod hef;
 pub mod inputs;
 pub mod model;
+pub mod output;
 pub mod probe;
 pub mod report;
 pub mod suite;

@@ -249,18 +249,37 @@ impl TapSelection {
     /// Check every glob selects at least one tap of a model with `layers` blocks, so a
     /// typo (`layer.0.*`) is an error instead of an empty capture.
     pub fn check_against(&self, layers: usize) -> Result<()> {
-        let names: Vec<String> = Tap::all(layers).iter().map(Tap::to_string).collect();
+        let names = tap_names(layers);
         for p in &self.patterns {
             if !names.iter().any(|n| p.matches(n)) {
                 return Err(Error::usage(format!(
-                    "tap glob `{}` selects no tap of this {layers}-layer model; taps look like \
+                    "tap glob `{}` selects no tap of this {layers}-layer model{}; taps look like \
                      embed, layers.0.attn.probs, layers.1.out, final_norm, logits",
-                    p.as_str()
+                    p.as_str(),
+                    did_you_mean(p.as_str(), layers)
                 )));
             }
         }
         Ok(())
     }
+}
+
+/// Every capture tap name of a model with `layers` blocks.
+pub fn tap_names(layers: usize) -> Vec<String> {
+    Tap::all(layers).iter().map(Tap::to_string).collect()
+}
+
+/// " (did you mean `layers.*.attn.probs`?)" for a glob that selects nothing, or "": the
+/// closest tap name or per-layer glob by edit distance.
+pub fn did_you_mean(glob: &str, layers: usize) -> String {
+    let mut candidates = tap_names(layers.min(32));
+    candidates
+        .extend(LayerTap::ALL.iter().filter(|t| t.is_captured()).map(|t| format!("layers.*.{}", t.suffix())));
+    candidates.extend((0..layers.min(32)).map(|l| format!("layers.{l}.*")));
+    candidates.push("layers.*".into());
+    crate::error::closest(glob, candidates.iter().map(String::as_str))
+        .map(|c| format!(" (did you mean `{c}`?)"))
+        .unwrap_or_default()
 }
 
 #[cfg(test)]
@@ -317,5 +336,7 @@ mod tests {
         let typo = TapSelection::parse(&["layer.0.*".into()]).unwrap();
         let e = typo.check_against(2).unwrap_err().to_string();
         assert!(e.contains("layer.0.*"), "{e}");
+        assert!(e.contains("did you mean `layers.0.*`"), "{e}");
+        assert_eq!(did_you_mean("layers.*.attn.prob", 6), " (did you mean `layers.*.attn.probs`?)");
     }
 }

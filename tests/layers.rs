@@ -1,7 +1,8 @@
 //! The house's layering (docs/ARCHITECTURE.md): an import only ever points down.
 //!
 //! `cli` → `suite` → `probe` → `explain` → `report` → `compare` → `backend` → `device` →
-//! `fault` → `model` → `hef` → the plain types (`inputs`, `capture`, `tap`, `error`).
+//! `fault` → `model` → `hef` → the plain types (`inputs`, `capture`, `tap`, `budget`, `output`,
+//! `error`).
 //! This test reads every file under `src/` and fails on any `crate::X` path that names a
 //! module above the file's own, so a staircase cannot come back unnoticed.
 
@@ -22,6 +23,7 @@ const LAYERS: &[&[&str]] = &[
     &["hef"],
     &["inputs", "capture"],
     &["tap"],
+    &["budget", "output"],
     &["error"],
 ];
 

@@ -128,6 +128,7 @@ fn fixed_report() -> Report {
         baseline: Some(row(0, "(clean reference)", 0.91, None)),
         conclusion: "best explanation: shared-softmax@layers=1".into(),
         attribution: vec![],
+        nonfinite: vec![],
     });
     report
 }

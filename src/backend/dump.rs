@@ -95,16 +95,19 @@ fn apply(a: ArrayD<f32>, t: &Transform, what: &str) -> Result<ArrayD<f32>> {
         a = a.permuted_axes(IxDyn(p)).as_standard_layout().to_owned();
     }
     if let Some(r) = &t.reshape {
-        let known: i64 = r.iter().filter(|&&d| d != -1).product();
-        let total = a.len() as i64;
+        let shape = a.shape().to_vec();
+        let misfit = || Error::input(what, format!("reshape {r:?} does not fit shape {shape:?}"));
+        if r.iter().any(|&d| d < -1) || r.iter().filter(|&&d| d == -1).count() > 1 {
+            return Err(Error::input(what, format!("reshape {r:?}: dims are ≥ 0, with at most one -1")));
+        }
+        // Checked: a map is input, and a product of its dims once overflowed.
+        let known = r.iter().filter(|&&d| d != -1).try_fold(1usize, |acc, &d| acc.checked_mul(d as usize));
+        let known = known.ok_or_else(misfit)?;
         let dims: Vec<usize> = r
             .iter()
-            .map(|&d| if d == -1 && known > 0 { (total / known) as usize } else { d.max(0) as usize })
+            .map(|&d| if d == -1 { a.len().checked_div(known).unwrap_or(0) } else { d as usize })
             .collect();
-        let shape = a.shape().to_vec();
-        a = a
-            .into_shape_with_order(IxDyn(&dims))
-            .map_err(|_| Error::input(what, format!("reshape {r:?} does not fit shape {shape:?}")))?;
+        a = a.into_shape_with_order(IxDyn(&dims)).map_err(|_| misfit())?;
     }
     Ok(a)
 }
@@ -119,11 +122,17 @@ impl DumpBackend {
         Ok(DumpBackend { name: name.to_string(), path: path.to_path_buf(), capture })
     }
 
-    fn mapped(mut raw: Capture, npz: &Path, map_path: &Path) -> Result<Capture> {
-        let map_what = map_path.display().to_string();
+    fn mapped(raw: Capture, npz: &Path, map_path: &Path) -> Result<Capture> {
         let text = crate::error::read_text(map_path)?;
-        let map: MapFile = toml::from_str(&text)
-            .map_err(|e| Error::input(&map_what, e.to_string().trim_end().to_string()))?;
+        Self::map_capture(raw, &text, &map_path.display().to_string(), &npz.display().to_string())
+    }
+
+    /// Apply a name map (the TOML text of `map_what`) to the arrays of a dump (`npz_what`):
+    /// canonical keys, layout transforms. Every map entry is checked; what a file says is never
+    /// trusted (this is what `fuzz/fuzz_targets/dump_map.rs` drives).
+    pub fn map_capture(mut raw: Capture, text: &str, map_what: &str, npz_what: &str) -> Result<Capture> {
+        let map: MapFile =
+            toml::from_str(text).map_err(|e| Error::input(map_what, e.to_string().trim_end().to_string()))?;
         let default_phase = match &map.phase {
             None => Phase::Prefill,
             Some(p) => Phase::parse(p).ok_or_else(|| {
@@ -137,7 +146,7 @@ impl DumpBackend {
                 let have: Vec<&str> = raw.keys().into_iter().take(12).collect();
                 return Err(Error::input(
                     what,
-                    format!("points at nothing in {}; it holds: {}", npz.display(), have.join(", ")),
+                    format!("points at nothing in {npz_what}; it holds: {}", have.join(", ")),
                 ));
             };
             let (key, a) = match entry {

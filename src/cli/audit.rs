@@ -1,11 +1,13 @@
 //! `hefprobe audit FILE.hef [--against B.hef]`: structural checks a HEF shows on its face
 //! (findings 1, 2, 3, 5, 12), and a structural diff against a reference HEF.
 
-use super::ModelArgs;
+use super::{deprecated, ModelArgs};
 use crate::error::Result;
 use crate::hef::{audit_file, diff, Expectations, Hef, Severity};
+use crate::output::Outputs;
 use crate::report::audit::{audit_doc, diff_doc};
 use crate::report::doc::Doc;
+use crate::report::{deliver, only, Format, ReportTarget};
 use clap::Args;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -17,26 +19,60 @@ pub struct AuditArgs {
     /// Diff against a reference HEF (e.g. an official Hailo LLM HEF) instead.
     #[arg(long, value_name = "HEF")]
     pub against: Option<PathBuf>,
-    /// Print JSON (schema hefprobe.audit/1) instead of tables.
-    #[arg(long, conflicts_with = "markdown")]
+    /// FORMAT=PATH, several allowed; FORMAT: terminal, markdown (ready for a findings page),
+    /// json (schema hefprobe.audit/1); PATH `-` is stdout. Default: terminal tables.
+    #[arg(long = "report", value_name = "FORMAT=PATH", value_parser = ReportTarget::parse)]
+    pub reports: Vec<ReportTarget>,
+    /// Deprecated: --report json.
+    #[arg(long, conflicts_with = "markdown", hide = true)]
     pub json: bool,
-    /// Print Markdown, ready for a findings page.
-    #[arg(long)]
+    /// Deprecated: --report markdown.
+    #[arg(long, hide = true)]
     pub markdown: bool,
     /// The checkpoint the HEF was compiled from: its vocab, hidden size and heads are checked too.
     #[command(flatten)]
     pub model: ModelArgs,
 }
 
+impl AuditArgs {
+    fn targets(&self) -> Vec<ReportTarget> {
+        let mut t = self.reports.clone();
+        if self.json {
+            deprecated("--json", "--report json");
+            t.push(ReportTarget { format: Format::Json, path: None });
+        }
+        if self.markdown {
+            deprecated("--markdown", "--report markdown");
+            t.push(ReportTarget { format: Format::Markdown, path: None });
+        }
+        if t.is_empty() {
+            t.push(ReportTarget { format: Format::Terminal, path: None });
+        }
+        t
+    }
+}
+
+/// Exit 1 when a check fails (an error-severity finding, or an error-severity difference).
 pub fn run(a: AuditArgs) -> Result<ExitCode> {
+    let targets = a.targets();
+    only(&targets, "audit", &[Format::Terminal, Format::Markdown, Format::Json])?;
+    let mut outs = Outputs::new();
+    outs.input("the HEF", &a.hef);
+    if let Some(o) = &a.against {
+        outs.input("--against", o);
+    }
+    a.model.register(&mut outs);
+    crate::report::register(&targets, &mut outs);
+    outs.check()?;
+    let mut stdout = String::new();
     if let Some(other) = &a.against {
         let (x, y) = (Hef::read(&a.hef)?, Hef::read(other)?);
         let diffs = diff(&x, &y);
-        if a.json {
-            println!("{}", serde_json::to_string_pretty(&diffs).expect("json"));
-        } else {
-            print!("{}", text(&diff_doc(&diffs), a.markdown));
+        let json = serde_json::to_string_pretty(&diffs).expect("json") + "\n";
+        for t in &targets {
+            deliver(t, &text(&diff_doc(&diffs), t, &json), &mut stdout)?;
         }
+        print!("{stdout}");
         let errors = diffs.iter().any(|d| d.severity == Severity::Error);
         return Ok(if errors { ExitCode::from(1) } else { ExitCode::SUCCESS });
     }
@@ -50,18 +86,18 @@ pub fn run(a: AuditArgs) -> Result<ExitCode> {
         expect.head_dim = Some(c.head_dim as u32);
     }
     let report = audit_file(&a.hef, &expect)?;
-    if a.json {
-        println!("{}", report.to_json());
-    } else {
-        print!("{}", text(&audit_doc(&report), a.markdown));
+    let json = report.to_json() + "\n";
+    for t in &targets {
+        deliver(t, &text(&audit_doc(&report), t, &json), &mut stdout)?;
     }
+    print!("{stdout}");
     Ok(if report.has_errors() { ExitCode::from(1) } else { ExitCode::SUCCESS })
 }
 
-fn text(doc: &Doc, markdown: bool) -> String {
-    if markdown {
-        doc.markdown()
-    } else {
-        doc.terminal(false)
+fn text(doc: &Doc, t: &ReportTarget, json: &str) -> String {
+    match t.format {
+        Format::Markdown => doc.markdown(),
+        Format::Json => json.to_string(),
+        _ => doc.terminal(false),
     }
 }

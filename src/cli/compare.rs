@@ -8,6 +8,7 @@ use crate::compare::thresholds::Thresholds;
 use crate::compare::{compare, RowStatus, View};
 use crate::error::{Error, Result};
 use crate::inputs::InputSet;
+use crate::output::Outputs;
 use crate::report::{emit, ProbeInfo, Report};
 use crate::tap::TapSelection;
 use clap::Args;
@@ -33,6 +34,18 @@ fn label(p: &std::path::Path) -> String {
 }
 
 pub fn run(a: CompareArgs) -> Result<ExitCode> {
+    let targets = a.out.targets();
+    let mut outs = Outputs::new();
+    outs.input("the reference capture", &a.reference).input("the candidate capture", &a.candidate);
+    if let Some(m) = &a.map {
+        outs.input("the name map", m);
+    }
+    crate::report::register(&targets, &mut outs);
+    outs.check()?;
+    let mut thresholds = Thresholds::default();
+    for t in &a.out.thresholds {
+        thresholds.add_cli(t)?;
+    }
     let reference = Capture::read_npz(&a.reference)?;
     let candidate = match &a.map {
         None => Capture::read_npz(&a.candidate)?,
@@ -41,10 +54,17 @@ pub fn run(a: CompareArgs) -> Result<ExitCode> {
             d.run(&InputSet::new(vec![0]), &TapSelection::all()).capture
         }
     };
-    let mut thresholds = Thresholds::default();
-    for t in &a.out.thresholds {
-        thresholds.add_cli(t)?;
-    }
+    // Globs are checked against the taps the two captures hold (no model here).
+    let mut taps: Vec<String> = reference
+        .keys()
+        .into_iter()
+        .chain(candidate.keys())
+        .filter_map(|k| k.split_once('/').map(|(_, t)| t.to_string()))
+        .collect();
+    taps.sort();
+    taps.dedup();
+    let layers = taps.iter().filter_map(|t| crate::tap::Tap::parse(t)?.layer()).max().map_or(0, |l| l + 1);
+    thresholds.check_globs(&taps, layers)?;
     let (rl, cl) = (label(&a.reference), label(&a.candidate));
     let pair = compare(&reference, &candidate, (&rl, &cl), View::Cumulative, &thresholds);
     if pair.rows.iter().all(|r| !r.checked()) {
@@ -66,6 +86,6 @@ pub fn run(a: CompareArgs) -> Result<ExitCode> {
     let mut report = Report::new(ProbeInfo { command: command_line(), ..Default::default() });
     report.add_comparison(pair);
     let color = std::io::stdout().is_terminal();
-    print!("{}", emit(&mut report, &a.out.targets(), color)?);
+    print!("{}", emit(&mut report, &targets, color)?);
     Ok(if report.drift() { ExitCode::from(1) } else { ExitCode::SUCCESS })
 }

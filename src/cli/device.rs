@@ -40,6 +40,12 @@ pub(super) fn parse_device(s: &str) -> std::result::Result<SimProfile, String> {
 }
 
 pub fn capture(a: CaptureArgs) -> Result<ExitCode> {
+    let mut outs = crate::output::Outputs::new();
+    outs.input("the HEF", &a.hef).input("--inputs", &a.inputs).file("-o", &a.out);
+    if let Some(p) = &a.record_frames {
+        outs.file("--record-frames", p);
+    }
+    outs.check()?;
     let inputs = InputSet::from_npz(&a.inputs)?;
     let (mut device, hef) = open_device(&a.hef, a.device)?;
     let mut driver = LlmDriver::open(device.as_mut(), &hef, &a.hef.display().to_string())?;

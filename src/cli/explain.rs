@@ -1,15 +1,14 @@
 //! `hefprobe explain PROBE.toml`: rank the fault catalog by how well each fault reproduces an
 //! observed capture (a device capture, a dump, or any backend).
 
-use super::run::{command_line, ReportArgs};
+use super::run::{command_line, finish, probe_inputs, ReportArgs};
 use crate::backend::{BackendKind, BackendSpec};
 use crate::error::{Error, Result};
 use crate::explain::ExplainSpec;
+use crate::output::Outputs;
 use crate::probe::run::{run_probe, RunOptions};
 use crate::probe::schema::Probe;
-use crate::report::emit;
 use clap::Args;
-use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -61,6 +60,11 @@ pub fn run(a: ExplainArgs) -> Result<ExitCode> {
             }
         },
     };
+    let targets = a.out.targets();
+    let mut outs = Outputs::new();
+    probe_inputs(&probe, std::slice::from_ref(&observed), &mut outs);
+    crate::report::register(&targets, &mut outs);
+    outs.check()?;
     let spec = ExplainSpec {
         observed: Some(observed.label()),
         faults: (!a.faults.is_empty()).then(|| a.faults.clone()),
@@ -75,11 +79,7 @@ pub fn run(a: ExplainArgs) -> Result<ExitCode> {
         checkpoint: a.checkpoint.clone(),
         ..Default::default()
     };
-    let mut result = run_probe(&probe, &opts)?;
-    let color = std::io::stdout().is_terminal();
-    print!("{}", emit(&mut result.report, &a.out.targets(), color)?);
-    match result.error {
-        Some(e) => Err(e),
-        None => Ok(ExitCode::SUCCESS),
-    }
+    // Exit 1 when the observation drifts from the reference beyond the thresholds, explained
+    // or not: the drift is there either way (README, "Exit codes").
+    finish(run_probe(&probe, &opts)?, &targets, true)
 }

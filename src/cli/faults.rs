@@ -1,14 +1,17 @@
 //! `hefprobe faults`: the fault catalog, and with `--matrix` the proof that each fault is
 //! located and ranked first (reports/fault-localization.md is its output).
 
+use super::deprecated;
 use super::run::command_line;
 use crate::error::Result;
 use crate::explain::matrix::{doc, matrix_model, run_matrix_on, setup_of, synth_setup};
 use crate::fault::catalog::REGISTRY;
 use crate::model::Checkpoint;
+use crate::output::Outputs;
 use crate::probe::run::build_inputs;
 use crate::probe::schema::InputsSpec;
 use crate::report::doc::{Doc, Table};
+use crate::report::{deliver, only, Format, ReportTarget};
 use clap::Args;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -18,8 +21,12 @@ pub struct FaultsArgs {
     /// Inject every fault into a synthesized model and check it is located and ranked first.
     #[arg(long)]
     pub matrix: bool,
-    /// Write the matrix as Markdown here (default: print it).
-    #[arg(long, value_name = "PATH", requires = "matrix")]
+    /// FORMAT=PATH, several allowed; FORMAT: terminal, markdown, json (schema hefprobe.doc/1);
+    /// PATH `-` is stdout. Default: the catalog as a table, the matrix as Markdown.
+    #[arg(long = "report", value_name = "FORMAT=PATH", value_parser = ReportTarget::parse)]
+    pub reports: Vec<ReportTarget>,
+    /// Deprecated: --report markdown=PATH.
+    #[arg(long, value_name = "PATH", requires = "matrix", hide = true)]
     pub markdown: Option<PathBuf>,
     /// Run the matrix on this checkpoint (HF folder or .gguf) instead of the synthesized model.
     #[arg(long, value_name = "PATH", requires = "matrix")]
@@ -30,12 +37,46 @@ pub struct FaultsArgs {
     /// Greedy decode steps for --checkpoint, then teacher-forced in every run.
     #[arg(long, default_value_t = 3, requires = "checkpoint")]
     pub decode: usize,
-    /// Print the catalog (or the matrix) as JSON (schema hefprobe.doc/1) instead.
-    #[arg(long, conflicts_with = "markdown")]
+    /// Deprecated: --report json.
+    #[arg(long, conflicts_with = "markdown", hide = true)]
     pub json: bool,
 }
 
+impl FaultsArgs {
+    fn targets(&self) -> Vec<ReportTarget> {
+        let mut t = self.reports.clone();
+        if let Some(p) = &self.markdown {
+            deprecated("--markdown PATH", "--report markdown=PATH");
+            t.push(ReportTarget { format: Format::Markdown, path: Some(p.clone()) });
+        }
+        if self.json {
+            deprecated("--json", "--report json");
+            t.push(ReportTarget { format: Format::Json, path: None });
+        }
+        if t.is_empty() {
+            let format = if self.matrix { Format::Markdown } else { Format::Terminal };
+            t.push(ReportTarget { format, path: None });
+        }
+        t
+    }
+}
+
+fn render(d: &Doc, t: &ReportTarget) -> String {
+    match t.format {
+        Format::Json => d.json(),
+        Format::Markdown => d.markdown(),
+        _ => d.terminal(false),
+    }
+}
+
+/// Exit 1 when the matrix finds a fault that is not located or not ranked first (a failed check).
 pub fn run(a: FaultsArgs) -> Result<ExitCode> {
+    let targets = a.targets();
+    only(&targets, "faults", &[Format::Terminal, Format::Markdown, Format::Json])?;
+    let mut outs = Outputs::new();
+    crate::report::register(&targets, &mut outs);
+    outs.check()?;
+    let mut stdout = String::new();
     if !a.matrix {
         let mut t = Table::new(["fault", "finding", "what it computes"]);
         for f in REGISTRY {
@@ -49,7 +90,10 @@ pub fn run(a: FaultsArgs) -> Result<ExitCode> {
         d.table(t).line(
             "spec: NAME[:PARAMS][@layers=RANGE], e.g. shared-softmax@layers=0, rope:interleaved,target=q, position-shift:1",
         );
-        print!("{}", if a.json { d.json() } else { d.terminal(false) });
+        for t in &targets {
+            deliver(t, &render(&d, t), &mut stdout)?;
+        }
+        print!("{stdout}");
         return Ok(ExitCode::SUCCESS);
     }
     let (ckpt, inputs, setup) = match &a.checkpoint {
@@ -74,12 +118,9 @@ pub fn run(a: FaultsArgs) -> Result<ExitCode> {
     };
     let rows = run_matrix_on(&ckpt, &inputs)?;
     let d = doc(&rows, &command_line(), &setup, &ckpt.config);
-    match &a.markdown {
-        Some(p) => {
-            crate::error::write_file(p, d.markdown())?;
-            println!("wrote {}", p.display());
-        }
-        None => print!("{}", if a.json { d.json() } else { d.markdown() }),
+    for t in &targets {
+        deliver(t, &render(&d, t), &mut stdout)?;
     }
+    print!("{stdout}");
     Ok(if rows.iter().all(|r| r.ok) { ExitCode::SUCCESS } else { ExitCode::from(1) })
 }

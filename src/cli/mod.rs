@@ -31,11 +31,16 @@ use std::process::ExitCode;
     long_about = "Feeds identical inputs to a float32 reference and to other backends (a HEF on a \
                   device, recorded dumps, a fault emulator), compares every layer, head, position \
                   and phase, locates the first drift and ranks the fault models that explain it.\n\n\
-                  Exit codes: 0 within thresholds, 1 drift beyond a threshold, 2 usage or input error."
+                  Exit codes, the same for every command: 0 within thresholds, 1 drift beyond a \
+                  threshold or a failed check, 2 input or usage error, 3 device or runtime error."
 )]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
+    /// Memory the command may plan to use (512M, 23G, 8GB); sizes from files, flags and probes
+    /// that need more are refused before anything is allocated. Default: MemAvailable.
+    #[arg(long, global = true, value_name = "SIZE", value_parser = crate::budget::parse_size)]
+    pub max_memory: Option<u64>,
 }
 
 #[derive(Subcommand, Debug)]
@@ -97,6 +102,13 @@ pub struct ModelArgs {
 }
 
 impl ModelArgs {
+    /// The checkpoint folder this reads, for the output checks.
+    pub fn register(&self, outs: &mut crate::output::Outputs) {
+        if let Some(dir) = &self.checkpoint {
+            outs.checkpoint("the checkpoint", dir);
+        }
+    }
+
     /// The model, with config.json's unknown keys noted on stderr (stdout may be JSON).
     pub fn load(&self) -> Result<Checkpoint> {
         let ckpt = self.load_quiet()?;
@@ -142,7 +154,9 @@ pub fn parse_ids(s: &str) -> std::result::Result<Ids, String> {
         .map(Ids)
 }
 
-/// Parse and run; errors become exit code 2, drift becomes 1.
+/// Parse and run. Exit codes (README, "Exit codes"): 0 within thresholds, 1 drift or a failed
+/// check (the command returns it), 2 input or usage error, 3 device or runtime error (both
+/// decided by the error's type, [`Error::exit_code`]).
 pub fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(c) => c,
@@ -159,18 +173,36 @@ pub fn main() -> ExitCode {
     match run(cli) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {e}");
-            let mut source = std::error::Error::source(&e);
-            while let Some(s) = source {
-                eprintln!("  caused by: {s}");
-                source = s.source();
-            }
-            ExitCode::from(2)
+            report_error(&e);
+            ExitCode::from(e.exit_code())
         }
     }
 }
 
+/// Print an error and the causes its own message does not already say (a candle error is
+/// part of `Compute`'s message, and printing it again as a cause printed its backtrace twice).
+pub fn report_error(e: &Error) {
+    let top = e.to_string();
+    eprintln!("error: {top}");
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        let text = s.to_string();
+        if !top.contains(text.trim()) {
+            eprintln!("  caused by: {text}");
+        }
+        source = s.source();
+    }
+}
+
+/// A deprecated flag was used: say once, on stderr, what replaces it.
+pub fn deprecated(old: &str, new: &str) {
+    eprintln!("note: {old} is deprecated and goes in the next release; use {new}");
+}
+
 pub fn run(cli: Cli) -> Result<ExitCode> {
+    if let Some(bytes) = cli.max_memory {
+        crate::budget::set(crate::budget::Budget::new(bytes, "--max-memory"));
+    }
     match cli.command {
         Command::Synth(a) => synth::run(a),
         Command::Reference(a) => reference::run(a),
@@ -222,6 +254,13 @@ pub struct PromptArgs {
 }
 
 impl PromptArgs {
+    /// The tokenizer this reads, for the output checks.
+    pub fn register(&self, outs: &mut crate::output::Outputs) {
+        if let Some(t) = &self.tokenizer {
+            outs.input("the tokenizer", t);
+        }
+    }
+
     pub fn input_set(&self, ckpt: &Checkpoint) -> Result<crate::inputs::InputSet> {
         let spec = crate::probe::schema::InputsSpec {
             tokens: self.tokens.as_ref().map(|t| t.0.clone()),

@@ -4,8 +4,10 @@ use super::{ModelArgs, PromptArgs};
 use crate::capture::NpzSink;
 use crate::error::Result;
 use crate::model::hooks::NoHooks;
+use crate::model::memory::{self, TapsHeld};
 use crate::model::run::{run_inputs, RunRecord};
 use crate::model::Decoder;
+use crate::output::Outputs;
 use crate::tap::TapSelection;
 use clap::Args;
 use std::path::PathBuf;
@@ -31,10 +33,15 @@ pub struct ReferenceArgs {
 }
 
 pub fn run(a: ReferenceArgs) -> Result<ExitCode> {
+    let mut outs = Outputs::new();
+    a.model.register(&mut outs);
+    a.prompt.register(&mut outs);
+    outs.file("-o", &a.out).check()?;
+    let selection = TapSelection::parse(&a.taps)?;
     let ckpt = a.model.load_quiet()?;
     let inputs = a.prompt.input_set(&ckpt)?;
-    let selection = TapSelection::parse(&a.taps)?;
     selection.check_against(ckpt.config.num_layers)?;
+    memory::check_run(&ckpt.config, &inputs, &selection, TapsHeld::Streamed)?;
     let model = Decoder::new(&ckpt)?;
     let mut sink = NpzSink::create(&a.out, selection)?;
     let mut record = RunRecord::default();
@@ -72,12 +79,12 @@ pub fn run(a: ReferenceArgs) -> Result<ExitCode> {
     }
     match result {
         Ok(_) => {
-            println!("wrote {} ({} tensors)", a.out.display(), sink.written.len());
+            println!("capture: {} ({} tensors)", a.out.display(), sink.written.len());
             Ok(ExitCode::SUCCESS)
         }
         Err(e) => {
             eprintln!(
-                "wrote {} with the {} phases that finished ({} tensors); the run stopped:",
+                "note: {} holds the {} phases that finished ({} tensors); the run stopped:",
                 a.out.display(),
                 record.phases.len(),
                 sink.written.len()

@@ -2,6 +2,7 @@
 
 use crate::backend::BackendSpec;
 use crate::error::Result;
+use crate::output::Outputs;
 use crate::probe::run::{run_probe, RunOptions};
 use crate::probe::schema::Probe;
 use crate::report::{emit, ReportTarget};
@@ -58,6 +59,47 @@ impl ReportArgs {
     }
 }
 
+/// What a probe run reads: the probe, its checkpoint folder and tokenizer, every backend's
+/// HEF, dump and name map (the probe's and the command line's).
+pub fn probe_inputs(probe: &Probe, backends: &[BackendSpec], outs: &mut Outputs) {
+    outs.input("the probe", &probe.path);
+    if let Some(ck) = &probe.checkpoint.path {
+        outs.checkpoint("the checkpoint", ck);
+    }
+    if let Some(t) = &probe.inputs.tokenizer {
+        outs.input("the tokenizer", t);
+    }
+    if let Some(sw) = &probe.sweep {
+        for ck in &sw.checkpoints {
+            outs.checkpoint("a [sweep] checkpoint", ck);
+        }
+    }
+    for b in probe.backends.iter().chain(backends) {
+        if let Some(p) = &b.path {
+            outs.input(&format!("backend `{}`'s input", b.label()), p);
+        }
+        if let Some(m) = &b.map {
+            outs.input(&format!("backend `{}`'s name map", b.label()), m);
+        }
+    }
+}
+
+/// Write the reports of a probe run, then end it: the reports first, whatever happened, so a
+/// run that stopped half-way still leaves what it finished (docs/ARCHITECTURE.md).
+pub fn finish(
+    mut result: crate::probe::run::ProbeRun,
+    targets: &[ReportTarget],
+    drift: bool,
+) -> Result<ExitCode> {
+    let color = std::io::stdout().is_terminal();
+    print!("{}", emit(&mut result.report, targets, color)?);
+    if let Some(e) = result.error {
+        eprintln!("note: the run did not finish; the reports hold what did (see `incomplete`)");
+        return Err(e);
+    }
+    Ok(if drift && result.report.drift() { ExitCode::from(1) } else { ExitCode::SUCCESS })
+}
+
 /// The command line as typed, quoted where needed, for the Markdown report.
 pub fn command_line() -> String {
     std::env::args()
@@ -83,6 +125,17 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
         b.faults = a.faults.clone();
         backends.push(b);
     }
+    let targets = a.out.targets();
+    let mut outs = Outputs::new();
+    probe_inputs(&probe, &backends, &mut outs);
+    crate::report::register(&targets, &mut outs);
+    if let Some(p) = &a.save_inputs {
+        outs.file("--save-inputs", p);
+    }
+    if let Some(d) = &a.save_captures {
+        outs.dir("--save-captures", d);
+    }
+    outs.check()?;
     let opts = RunOptions {
         backends,
         thresholds: a.out.thresholds.clone(),
@@ -93,12 +146,5 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
         explain: None,
         checkpoint: a.checkpoint.clone(),
     };
-    let mut result = run_probe(&probe, &opts)?;
-    let color = std::io::stdout().is_terminal();
-    print!("{}", emit(&mut result.report, &a.out.targets(), color)?);
-    if let Some(e) = result.error {
-        eprintln!("error: a backend stopped; the reports above hold what finished");
-        return Err(e);
-    }
-    Ok(if result.report.drift() { ExitCode::from(1) } else { ExitCode::SUCCESS })
+    finish(run_probe(&probe, &opts)?, &targets, true)
 }

@@ -1,10 +1,14 @@
 //! `hefprobe sweep PROBE.toml`: run a probe across its [sweep] grid into one table and plot.
 
+use super::deprecated;
 use super::run::command_line;
 use crate::error::Result;
+use crate::output::Outputs;
 use crate::probe::schema::Probe;
 use crate::probe::sweep::{doc, run_sweep, write_svg};
+use crate::report::{deliver, Format, ReportTarget};
 use clap::Args;
+use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -12,14 +16,18 @@ use std::process::ExitCode;
 pub struct SweepArgs {
     /// A probe with a [sweep] section.
     pub probe: PathBuf,
-    /// Write the table as Markdown here (default: print it).
-    #[arg(long, value_name = "PATH")]
+    /// FORMAT=PATH, several allowed: markdown (the table), json (every point), svg=FILE.svg
+    /// (metric vs hidden size), terminal; PATH `-` is stdout. Default: markdown on stdout.
+    #[arg(long = "report", value_name = "FORMAT=PATH", value_parser = ReportTarget::parse)]
+    pub reports: Vec<ReportTarget>,
+    /// Deprecated: --report markdown=PATH.
+    #[arg(long, value_name = "PATH", hide = true)]
     pub markdown: Option<PathBuf>,
-    /// Write the plot (metric vs hidden size) here.
-    #[arg(long, value_name = "PATH")]
+    /// Deprecated: --report svg=PATH.
+    #[arg(long, value_name = "PATH", hide = true)]
     pub svg: Option<PathBuf>,
-    /// Write every point as JSON here.
-    #[arg(long, value_name = "PATH")]
+    /// Deprecated: --report json=PATH.
+    #[arg(long, value_name = "PATH", hide = true)]
     pub json: Option<PathBuf>,
     /// Run on this checkpoint instead of the probe's (a HF folder or a .gguf file); it also
     /// replaces the sweep's model axis (`hidden`, `checkpoints`).
@@ -27,28 +35,63 @@ pub struct SweepArgs {
     pub checkpoint: Option<PathBuf>,
 }
 
+impl SweepArgs {
+    /// `--report` targets, the deprecated flags folded in (each said once on stderr).
+    fn targets(&self) -> Vec<ReportTarget> {
+        let mut t = self.reports.clone();
+        for (old, format, path) in [
+            ("--markdown", Format::Markdown, &self.markdown),
+            ("--svg", Format::Svg, &self.svg),
+            ("--json", Format::Json, &self.json),
+        ] {
+            if let Some(p) = path {
+                deprecated(&format!("{old} PATH"), &format!("--report {}=PATH", format.name()));
+                t.push(ReportTarget { format, path: Some(p.clone()) });
+            }
+        }
+        if t.is_empty() {
+            t.push(ReportTarget { format: Format::Markdown, path: None });
+        }
+        t
+    }
+}
+
+/// Exit 1 when any point's teacher-forced logits fail the probe's logits bounds (its
+/// `[thresholds]`, default cosine ≥ 0.999): the sweep found drift (README, "Exit codes").
 pub fn run(a: SweepArgs) -> Result<ExitCode> {
+    let targets = a.targets();
     let mut probe = Probe::load(&a.probe)?;
     if let Some(c) = &a.checkpoint {
         probe = probe.with_checkpoint(c);
     }
+    let mut outs = Outputs::new();
+    super::run::probe_inputs(&probe, &[], &mut outs);
+    for t in &targets {
+        if let Some(p) = &t.path {
+            outs.file(&t.flag(), p);
+        }
+    }
+    outs.check()?;
     let bar = indicatif::ProgressBar::new_spinner();
     let points = run_sweep(&probe, |label| bar.set_message(label.to_string()))?;
     bar.finish_and_clear();
-    if let Some(p) = &a.svg {
+    for p in targets.iter().filter(|t| t.format == Format::Svg).filter_map(|t| t.path.as_ref()) {
         write_svg(&points, p)?;
     }
-    let svg_rel = a.svg.as_deref().map(|s| crate::report::relative_to(s, a.markdown.as_deref()));
-    let md = doc(&probe, &points, &command_line(), svg_rel.as_deref()).markdown();
-    if let Some(p) = &a.json {
-        crate::error::write_file(p, serde_json::to_string_pretty(&points).expect("json") + "\n")?;
+    // The Markdown links the (first) plot.
+    let svg = targets.iter().find(|t| t.format == Format::Svg).and_then(|t| t.path.clone());
+    let mut stdout = String::new();
+    for t in targets.iter().filter(|t| t.format != Format::Svg) {
+        let svg_rel = svg.as_deref().map(|s| crate::report::relative_to(s, t.path.as_deref()));
+        let d = doc(&probe, &points, &command_line(), svg_rel.as_deref());
+        let text = match t.format {
+            Format::Markdown => d.markdown(),
+            Format::Terminal => d.terminal(t.path.is_none() && std::io::stdout().is_terminal()),
+            Format::Json => serde_json::to_string_pretty(&points).expect("json") + "\n",
+            Format::Svg => unreachable!("written above"),
+        };
+        deliver(t, &text, &mut stdout)?;
     }
-    match &a.markdown {
-        Some(p) => {
-            crate::error::write_file(p, &md)?;
-            println!("wrote {} ({} points)", p.display(), points.len());
-        }
-        None => print!("{md}"),
-    }
-    Ok(ExitCode::SUCCESS)
+    print!("{stdout}");
+    Ok(if points.iter().any(|p| !p.drift.is_empty()) { ExitCode::from(1) } else { ExitCode::SUCCESS })
 }

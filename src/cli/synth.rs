@@ -20,14 +20,18 @@ pub struct SynthArgs {
     /// Weight dtype on disk: f32, f16 or bf16 (the reference always computes in f32).
     #[arg(long, default_value = "f32")]
     pub dtype: String,
-    /// Output folder.
+    /// Output folder (its parent must exist).
     #[arg(short = 'o', long)]
     pub out: PathBuf,
+    /// Overwrite the checkpoint already in the output folder.
+    #[arg(long)]
+    pub force: bool,
 }
 
 impl SynthArgs {
     pub fn spec(&self) -> Result<SynthSpec> {
         let o = &self.overrides;
+        o.check_cli()?;
         let mut spec = match (&self.preset, o.arch) {
             (Some(p), _) => SynthSpec::preset(p, self.seed)?,
             (None, Some(arch)) => {
@@ -70,6 +74,7 @@ pub fn run(a: SynthArgs) -> Result<ExitCode> {
         other => return Err(Error::usage(format!("--dtype {other}: expected f32, f16 or bf16"))),
     };
     let spec = a.spec()?;
+    crate::output::check_checkpoint_out("-o", &a.out, a.force)?;
     let ckpt = spec.build()?;
     ckpt.save(&a.out, dtype)?;
     let tok = if ckpt.config.vocab_size >= SYNTH_TOKENIZER_VOCAB {

@@ -49,6 +49,9 @@ pub struct SynthHefArgs {
 }
 
 pub fn run(a: SynthHefArgs) -> Result<ExitCode> {
+    let mut outs = crate::output::Outputs::new();
+    a.model.register(&mut outs);
+    outs.file("-o", &a.out).check()?;
     let ckpt = a.model.load()?;
     let source = match (&a.model.checkpoint_dir()?, &a.model.synth) {
         (Some(dir), _) => SimCheckpoint::Path {

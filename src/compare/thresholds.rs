@@ -5,27 +5,77 @@ use crate::error::{Error, Result};
 use serde::Serialize;
 use std::collections::BTreeMap;
 
-/// The metrics a bound can name. `min` bounds pass when value ≥ bound, `max` when ≤.
-pub const METRICS: &[(&str, Dir, &str)] = &[
-    ("cosine", Dir::Min, "cosine similarity"),
-    ("cosine_no_outliers", Dir::Min, "cosine without the 4 largest reference channels"),
-    ("sqnr", Dir::Min, "SQNR in dB"),
-    ("max_abs", Dir::Max, "max |r - x|"),
-    ("mean_abs", Dir::Max, "mean |r - x|"),
-    ("p99_abs", Dir::Max, "99th percentile of |r - x|"),
-    ("rel_max", Dir::Max, "max relative error"),
-    ("rel_median", Dir::Max, "median relative error"),
-    ("close", Dir::Min, "share of elements within numpy.isclose tolerances"),
-    ("nonfinite", Dir::Max, "NaN or one-sided inf entries"),
-    ("argmax", Dir::Min, "share of positions with the reference's argmax (logits)"),
-    ("topk", Dir::Min, "mean top-5 overlap (logits)"),
-    ("kl_mean", Dir::Max, "mean KL divergence in nats (logits)"),
-    ("kl_max", Dir::Max, "max KL divergence (logits)"),
-    ("kl_p99", Dir::Max, "99th percentile KL (logits)"),
-    ("flips", Dir::Max, "argmax flips where the reference top-1 margin exceeds flip_margin (logits)"),
-    ("prob_sum_err", Dir::Max, "max |sum over keys - 1| of a head's probs (attn.probs)"),
-    ("mask_leak", Dir::Max, "probability mass entries > 1e-6 where the reference masks (attn.probs)"),
+/// The metrics a bound can name. `min` bounds pass when value ≥ bound, `max` when ≤; the
+/// range is what a bound may be (checked when the bound is read, so `cosine=nan` or
+/// `flips=-1` is refused instead of silently passing or failing everything).
+pub const METRICS: &[(&str, Dir, &str, Range)] = &[
+    ("cosine", Dir::Min, "cosine similarity", Range::Cosine),
+    ("cosine_no_outliers", Dir::Min, "cosine without the 4 largest reference channels", Range::Cosine),
+    ("sqnr", Dir::Min, "SQNR in dB", Range::Finite),
+    ("max_abs", Dir::Max, "max |r - x|", Range::NonNegative),
+    ("mean_abs", Dir::Max, "mean |r - x|", Range::NonNegative),
+    ("p99_abs", Dir::Max, "99th percentile of |r - x|", Range::NonNegative),
+    ("rel_max", Dir::Max, "max relative error", Range::NonNegative),
+    ("rel_median", Dir::Max, "median relative error", Range::NonNegative),
+    ("close", Dir::Min, "share of elements within numpy.isclose tolerances", Range::Share),
+    ("nonfinite", Dir::Max, "NaN or one-sided inf entries", Range::Count),
+    ("argmax", Dir::Min, "share of positions with the reference's argmax (logits)", Range::Share),
+    ("topk", Dir::Min, "mean top-5 overlap (logits)", Range::Share),
+    ("kl_mean", Dir::Max, "mean KL divergence in nats (logits)", Range::NonNegative),
+    ("kl_max", Dir::Max, "max KL divergence (logits)", Range::NonNegative),
+    ("kl_p99", Dir::Max, "99th percentile KL (logits)", Range::NonNegative),
+    (
+        "flips",
+        Dir::Max,
+        "argmax flips where the reference top-1 margin exceeds flip_margin (logits)",
+        Range::Count,
+    ),
+    ("prob_sum_err", Dir::Max, "max |sum over keys - 1| of a head's probs (attn.probs)", Range::NonNegative),
+    (
+        "mask_leak",
+        Dir::Max,
+        "probability mass entries > 1e-6 where the reference masks (attn.probs)",
+        Range::Count,
+    ),
 ];
+
+/// The values a bound on a metric may take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Range {
+    /// −1 ≤ v ≤ 1.
+    Cosine,
+    /// A share: 0 ≤ v ≤ 1.
+    Share,
+    /// 0 ≤ v, finite.
+    NonNegative,
+    /// A count: a whole number ≥ 0.
+    Count,
+    /// Any finite number (dB).
+    Finite,
+}
+
+impl Range {
+    fn admits(self, v: f64) -> bool {
+        v.is_finite()
+            && match self {
+                Range::Cosine => (-1.0..=1.0).contains(&v),
+                Range::Share => (0.0..=1.0).contains(&v),
+                Range::NonNegative => v >= 0.0,
+                Range::Count => v >= 0.0 && v.fract() == 0.0,
+                Range::Finite => true,
+            }
+    }
+
+    fn describe(self) -> &'static str {
+        match self {
+            Range::Cosine => "a number from -1 to 1",
+            Range::Share => "a share from 0 to 1",
+            Range::NonNegative => "a finite number ≥ 0",
+            Range::Count => "a count: a whole number ≥ 0",
+            Range::Finite => "a finite number",
+        }
+    }
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -35,7 +85,18 @@ pub enum Dir {
 }
 
 pub fn metric_dir(name: &str) -> Option<Dir> {
-    METRICS.iter().find(|(n, _, _)| *n == name).map(|(_, d, _)| *d)
+    METRICS.iter().find(|m| m.0 == name).map(|m| m.1)
+}
+
+/// Check a bound's value against its metric's range: the message says the valid range.
+pub fn check_bound(metric: &str, value: f64) -> Result<()> {
+    check_metric(metric)?;
+    let range = METRICS.iter().find(|m| m.0 == metric).map(|m| m.3).expect("checked");
+    if range.admits(value) {
+        Ok(())
+    } else {
+        Err(Error::usage(format!("{metric} = {value}: a bound on {metric} is {}", range.describe())))
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, serde::Deserialize)]
@@ -52,16 +113,20 @@ pub struct Rule {
     #[serde(skip)]
     pattern: glob::Pattern,
     pub bounds: BTreeMap<String, f64>,
+    /// Where the rule was written (`--threshold ...`, `[thresholds.taps]`), for messages;
+    /// empty for the built-in rules, which are not checked against a model's taps.
+    #[serde(skip)]
+    pub origin: String,
 }
 
 impl Rule {
     pub fn new(glob: &str, bounds: BTreeMap<String, f64>) -> Result<Self> {
-        for name in bounds.keys() {
-            check_metric(name)?;
+        for (name, &v) in &bounds {
+            check_bound(name, v).map_err(|e| Error::usage(format!("threshold glob `{glob}`: {e}")))?;
         }
         let pattern = glob::Pattern::new(glob)
             .map_err(|e| Error::usage(format!("threshold glob `{glob}` is not a valid pattern: {e}")))?;
-        Ok(Rule { glob: glob.to_string(), pattern, bounds })
+        Ok(Rule { glob: glob.to_string(), pattern, bounds, origin: format!("threshold glob `{glob}`") })
     }
 
     /// Literal characters of the glob: more means more specific.
@@ -100,9 +165,10 @@ impl Default for Thresholds {
         default.insert("cosine".to_string(), 0.999);
         default.insert("nonfinite".to_string(), 0.0);
         default.insert("flips".to_string(), 0.0);
-        let probs =
+        let mut probs =
             Rule::new("layers.*.attn.probs", [("prob_sum_err".to_string(), 0.05)].into_iter().collect())
                 .expect("valid rule");
+        probs.origin.clear();
         Thresholds { default, rules: vec![probs], policy: Policy::MostSpecific, flip_margin: 1e-3 }
     }
 }
@@ -148,7 +214,7 @@ impl Thresholds {
             .parse()
             .map_err(|_| Error::usage(format!("--threshold `{spec}`: `{value}` is not a number")))?;
         let metric = metric.trim();
-        check_metric(metric)?;
+        check_bound(metric, value).map_err(|e| Error::usage(format!("--threshold `{spec}`: {e}")))?;
         match glob {
             None => {
                 self.default.insert(metric.to_string(), value);
@@ -156,7 +222,28 @@ impl Thresholds {
             Some(g) => {
                 let mut b = BTreeMap::new();
                 b.insert(metric.to_string(), value);
-                self.rules.push(Rule::new(g, b)?);
+                let mut rule = Rule::new(g, b)?;
+                rule.origin = format!("--threshold `{spec}`");
+                self.rules.push(rule);
+            }
+        }
+        Ok(())
+    }
+
+    /// Check that every rule written by the user matches at least one of `taps` (the model's
+    /// tap names, or the taps two captures hold), so a misspelled glob is an error with a
+    /// did-you-mean, as a misspelled tap selection is, instead of a bound silently never applied.
+    /// `layers` sizes the suggestions.
+    pub fn check_globs(&self, taps: &[String], layers: usize) -> Result<()> {
+        for rule in self.rules.iter().filter(|r| !r.origin.is_empty()) {
+            if !taps.iter().any(|t| rule.pattern.matches(t)) {
+                return Err(Error::usage(format!(
+                    "{}: glob `{}` matches no tap{}; taps look like embed, layers.0.attn.probs, \
+                     layers.*.out, final_norm, logits",
+                    rule.origin,
+                    rule.glob,
+                    crate::tap::did_you_mean(&rule.glob, layers)
+                )));
             }
         }
         Ok(())
@@ -194,5 +281,43 @@ mod tests {
         assert_eq!(t.bounds_for("embed")["cosine"].0, 0.9);
         let e = t.add_cli("cosin=0.9").unwrap_err().to_string();
         assert!(e.contains("did you mean `cosine`"), "{e}");
+    }
+
+    #[test]
+    fn bounds_out_of_range_are_refused_with_the_range() {
+        let mut t = Thresholds::default();
+        for (spec, range) in [
+            ("cosine=nan", "from -1 to 1"),
+            ("cosine=1.5", "from -1 to 1"),
+            ("flips=-1", "whole number ≥ 0"),
+            ("flips=0.5", "whole number ≥ 0"),
+            ("topk=2", "from 0 to 1"),
+            ("logits:kl_mean=inf", "finite number ≥ 0"),
+            ("sqnr=-inf", "finite number"),
+        ] {
+            let e = t.add_cli(spec).unwrap_err().to_string();
+            assert!(e.contains(&format!("--threshold `{spec}`")) && e.contains(range), "{spec}: {e}");
+        }
+        let e = t.add_cli("top_k=2").unwrap_err().to_string();
+        assert!(e.contains("unknown metric `top_k`") && e.contains("did you mean `topk`"), "{e}");
+        let e = Rule::new("logits", [("argmax".to_string(), -0.5)].into_iter().collect()).unwrap_err();
+        assert!(e.to_string().contains("argmax = -0.5"), "{e}");
+        t.add_cli("sqnr=-3").unwrap();
+    }
+
+    #[test]
+    fn globs_that_match_no_tap_are_named_with_a_suggestion() {
+        let taps = crate::tap::tap_names(2);
+        let mut t = Thresholds::default();
+        t.check_globs(&taps, 2).unwrap();
+        t.add_cli("layers.*.attn.prob:cosine=0.9").unwrap();
+        let e = t.check_globs(&taps, 2).unwrap_err().to_string();
+        assert!(e.contains("--threshold `layers.*.attn.prob:cosine=0.9`"), "{e}");
+        assert!(e.contains("did you mean `layers.*.attn.probs`"), "{e}");
+        let mut t = Thresholds::default();
+        t.add_cli("logits:cosine=0.9").unwrap();
+        t.check_globs(&taps, 2).unwrap();
+        // The built-in attention rule does not need the taps: a logits-only capture passes.
+        t.check_globs(&["logits".to_string()], 0).unwrap();
     }
 }

@@ -81,11 +81,52 @@ fn first_drift_layer(reference: &Capture, observed: &Capture, keys: &[String]) -
     })
 }
 
-/// True when `a` holds a value a cosine cannot rank on: NaN, +inf, or -inf outside the
-/// attention scores (where -inf is the causal mask).
-fn holds_nonfinite(key: &str, a: &ArrayD<f32>) -> bool {
-    let scores = key.ends_with(".attn.scores");
-    a.iter().any(|v| v.is_nan() || *v == f32::INFINITY || (!scores && *v == f32::NEG_INFINITY))
+/// Non-finite entries of the observation, per key, in key order: NaN anywhere, and ±inf where
+/// the reference does not hold the same infinity (masked scores are −inf on both sides). In an
+/// `attn.scores` tap −inf is a mask entry by the tap's definition, so a wrong mask (the
+/// `mask-repeat` fault of the catalog, finding 4) is drift to rank, not a non-finite output.
+pub fn nonfinite_keys(reference: &Capture, observed: &Capture, keys: &[String]) -> Vec<(String, usize)> {
+    keys.iter()
+        .filter_map(|k| {
+            let o = observed.get_key(k)?;
+            let n = if k.ends_with("attn.scores") {
+                o.iter().filter(|x| x.is_nan() || (x.is_infinite() && **x > 0.0)).count()
+            } else {
+                match reference.get_key(k).filter(|r| r.shape() == o.shape()) {
+                    Some(r) => o
+                        .iter()
+                        .zip(r.iter())
+                        .filter(|(x, y)| !(x.is_finite() || x.is_infinite() && x == y))
+                        .count(),
+                    None => o.iter().filter(|x| x.is_nan() || (x.is_infinite() && **x > 0.0)).count(),
+                }
+            };
+            (n > 0).then(|| (k.clone(), n))
+        })
+        .collect()
+}
+
+/// The verdict when the observation holds non-finite values: no fault is ranked, because no
+/// numeric fault the catalog emulates produces NaN, and a cosine over NaN means nothing.
+fn refuse_nonfinite(observed_name: &str, taps: Vec<String>, bad: &[(String, usize)]) -> ExplainReport {
+    let total: usize = bad.iter().map(|(_, n)| n).sum();
+    let (first, n) = &bad[0];
+    let more =
+        if bad.len() > 1 { format!("; {} keys in all, {total} values", bad.len()) } else { String::new() };
+    ExplainReport {
+        observed: observed_name.to_string(),
+        taps,
+        rows: Vec::new(),
+        baseline: None,
+        conclusion: format!(
+            "explain refuses to rank: `{observed_name}` holds non-finite values (NaN or ±inf where the reference is \
+             finite), first at {first} ({n} values{more}). No fault in the catalog computes NaN or inf, so none is \
+             ranked; a non-finite output is a device or runtime failure (overflow, a wrong output quantization, \
+             uninitialized memory) to fix before explaining drift."
+        ),
+        attribution: Vec::new(),
+        nonfinite: bad.to_vec(),
+    }
 }
 
 /// Keys of `observed` that name canonical taps (what an emulation can reproduce).
@@ -149,33 +190,27 @@ pub fn explain(
             "explain: `{observed_name}` holds no canonical PHASE/TAP keys to match emulations against"
         )));
     }
-    // A tap where the observation itself is NaN or inf has no cosine to rank on
-    // (docs/METRICS.md): it is left out of the ranking and named in the conclusion.
-    let nonfinite: Vec<String> =
-        keys.iter().filter(|k| observed.get_key(k).is_some_and(|a| holds_nonfinite(k, a))).cloned().collect();
-    keys.retain(|k| !nonfinite.contains(k));
-    if keys.is_empty() {
-        return Err(Error::input(
-            observed_name,
-            format!(
-                "every canonical tap holds NaN or inf ({} taps, first `{}`): there is nothing finite to rank \
-                 fault emulations on; capture an earlier layer or fewer tokens, where the values are finite",
-                nonfinite.len(),
-                nonfinite[0]
-            ),
-        ));
-    }
     let mut tap_names: Vec<String> =
         keys.iter().map(|k| k.split_once('/').expect("key").1.to_string()).collect();
     tap_names.sort_by_cached_key(|t| crate::tap::key_order(&format!("prefill/{t}")));
     tap_names.dedup();
+    let bad = nonfinite_keys(reference, observed, &keys);
+    if !bad.is_empty() {
+        return Ok(refuse_nonfinite(observed_name, tap_names, &bad));
+    }
     let taps = TapSelection::parse(&tap_names)?;
     let candidates: Vec<String> =
         spec.faults.clone().unwrap_or_else(|| crate::fault::catalog::grid(&model.cfg));
 
     let base = match_captures(reference, observed, &keys);
     let mut results: Vec<Candidate> = Vec::new();
+    // Each candidate is one emulated run: a minute or more on a real model, so say where it is
+    // (indicatif draws nothing when stderr is not a terminal).
+    let bar = indicatif::ProgressBar::new(candidates.len() as u64);
+    bar.set_style(indicatif::ProgressStyle::with_template("explain {pos}/{len} {msg}").expect("template"));
     let evaluate = |specs: Vec<String>| -> Result<Candidate> {
+        bar.set_message(specs.join(" + "));
+        bar.inc(1);
         let cap = emulate(ckpt, &specs, inputs, &taps)?;
         Ok(Candidate {
             spec: specs.join(" + "),
@@ -201,6 +236,7 @@ pub fn explain(
     for c in results.iter().filter(|c| !c.clean_like).take(REFINE) {
         narrowed.extend(crate::fault::catalog::per_layer(&c.spec, &model.cfg));
     }
+    bar.inc_length(narrowed.len() as u64);
     for spec in narrowed {
         if !results.iter().any(|c| c.spec == spec) {
             results.push(evaluate(vec![spec])?);
@@ -210,6 +246,7 @@ pub fn explain(
         sort(&mut results);
         let top: Vec<String> =
             results.iter().filter(|c| !c.clean_like).take(5).map(|c| c.spec.clone()).collect();
+        bar.inc_length((top.len() * top.len().saturating_sub(1) / 2) as u64);
         for i in 0..top.len() {
             for j in i + 1..top.len() {
                 results.push(evaluate(vec![top[i].clone(), top[j].clone()])?);
@@ -217,6 +254,7 @@ pub fn explain(
         }
     }
     sort(&mut results);
+    bar.finish_and_clear();
 
     // Faults whose emulations agree on these inputs (to float noise) are one row with ties.
     let mut rows: Vec<ExplainRow> = Vec::new();
@@ -262,13 +300,7 @@ pub fn explain(
         ties: Vec::new(),
         note: None,
     };
-    let mut conclusion = conclude(&rows, &baseline, observed_name);
-    if let Some(first) = nonfinite.first() {
-        conclusion.push_str(&format!(
-            " {} tap(s) where `{observed_name}` holds NaN or inf were left out of the ranking (first `{first}`).",
-            nonfinite.len()
-        ));
-    }
+    let conclusion = conclude(&rows, &baseline, observed_name);
     let attribution = match &spec.quant {
         Some(q) => attribute(ckpt, inputs, reference, observed, &keys, &taps, q)?,
         None => Vec::new(),
@@ -280,6 +312,7 @@ pub fn explain(
         baseline: Some(baseline),
         conclusion,
         attribution,
+        nonfinite: Vec::new(),
     })
 }
 
@@ -367,33 +400,40 @@ fn attribute(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ndarray::IxDyn;
+    use ndarray::{ArrayD, IxDyn};
 
-    fn cap(key: &str, v: Vec<f32>) -> Capture {
+    fn cap(key: &str, v: &[f32]) -> Capture {
         let mut c = Capture::default();
-        c.insert(key.to_string(), ArrayD::from_shape_vec(IxDyn(&[1, v.len()]), v).unwrap());
+        c.insert(key.to_string(), ArrayD::from_shape_vec(IxDyn(&[1, v.len()]), v.to_vec()).unwrap());
         c
+    }
+
+    #[test]
+    fn a_wrong_mask_is_drift_but_nan_and_stray_infinities_are_not() {
+        let inf = f32::INFINITY;
+        let scores = "prefill/layers.1.attn.scores".to_string();
+        // mask-repeat (finding 4) masks entries the reference keeps: −inf in scores is a mask.
+        let r = cap(&scores, &[0.5, -inf, 0.25]);
+        let o = cap(&scores, &[-inf, -inf, 0.25]);
+        assert!(nonfinite_keys(&r, &o, std::slice::from_ref(&scores)).is_empty());
+        let o = cap(&scores, &[f32::NAN, -inf, inf]);
+        assert_eq!(nonfinite_keys(&r, &o, std::slice::from_ref(&scores)), vec![(scores.clone(), 2)]);
+        // Outside scores, −inf where the reference is finite is a non-finite output.
+        let out = "prefill/layers.1.out".to_string();
+        let r = cap(&out, &[0.5, 1.0]);
+        let o = cap(&out, &[-inf, 1.0]);
+        assert_eq!(nonfinite_keys(&r, &o, std::slice::from_ref(&out)), vec![(out.clone(), 1)]);
     }
 
     #[test]
     fn an_emulation_that_goes_nan_does_not_match_a_finite_observation() {
         let keys = vec!["prefill/layers.0.out".to_string()];
-        let observed = cap(&keys[0], vec![1.0, 2.0, 3.0]);
-        let nan = cap(&keys[0], vec![f32::NAN; 3]);
-        let half = cap(&keys[0], vec![1.0, f32::NAN, 3.0]);
+        let observed = cap(&keys[0], &[1.0, 2.0, 3.0]);
+        let nan = cap(&keys[0], &[f32::NAN; 3]);
+        let half = cap(&keys[0], &[1.0, f32::NAN, 3.0]);
         assert_eq!(match_captures(&nan, &observed, &keys).cosine, 0.0);
         assert_eq!(match_captures(&half, &observed, &keys).cosine, 0.0, "NaN is never averaged in");
         assert_eq!(match_captures(&observed, &observed, &keys).cosine, 1.0);
         assert_eq!(first_drift_layer(&observed, &half, &keys), Some(0));
-    }
-
-    #[test]
-    fn nonfinite_observed_taps_are_told_apart_from_the_causal_mask() {
-        let a = |v: Vec<f32>| ArrayD::from_shape_vec(IxDyn(&[v.len()]), v).unwrap();
-        let ninf = f32::NEG_INFINITY;
-        assert!(!holds_nonfinite("prefill/layers.0.attn.scores", &a(vec![0.5, ninf])));
-        assert!(holds_nonfinite("prefill/layers.0.attn.probs", &a(vec![0.5, ninf])));
-        assert!(holds_nonfinite("prefill/layers.0.attn.scores", &a(vec![f32::NAN, 0.0])));
-        assert!(!holds_nonfinite("prefill/logits", &a(vec![0.5, 1.0])));
     }
 }

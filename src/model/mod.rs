@@ -11,6 +11,7 @@ pub mod gguf;
 pub mod hooks;
 pub mod hub;
 pub mod kernels;
+pub mod memory;
 pub mod pool;
 pub mod profile;
 pub mod rope;

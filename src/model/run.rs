@@ -35,15 +35,40 @@ pub fn run_inputs(
         let tokens = inputs.prompt[range].to_vec();
         last = step(model, phase, &tokens, &mut pos, &mut cache, sink, hooks, record)?;
     }
-    for k in 0..inputs.decode.steps() {
+    let steps = inputs.decode.steps();
+    let bar = decode_progress(steps);
+    for k in 0..steps {
         let token = match &inputs.decode {
             DecodeSpec::Greedy(_) => last,
             DecodeSpec::Forced(t) => t[k],
         };
         record.decode_tokens.push(token);
         last = step(model, Phase::Decode(k), &[token], &mut pos, &mut cache, sink, hooks, record)?;
+        if let Some(b) = &bar {
+            b.inc(1);
+        }
+    }
+    if let Some(b) = bar {
+        b.finish_and_clear();
     }
     Ok(cache)
+}
+
+/// Decode steps at which a run is long enough to show progress.
+const PROGRESS_FROM_STEPS: usize = 64;
+
+/// A progress bar for a long decode (steps are bounded by max_position_embeddings, checked by
+/// `validate`, and by the memory budget, checked before the run). indicatif draws to stderr
+/// and draws nothing when stderr is not a terminal.
+fn decode_progress(steps: usize) -> Option<indicatif::ProgressBar> {
+    (steps >= PROGRESS_FROM_STEPS).then(|| {
+        let bar = indicatif::ProgressBar::new(steps as u64);
+        bar.set_style(
+            indicatif::ProgressStyle::with_template("decode {pos}/{len} {bar:30} {per_sec} eta {eta}")
+                .expect("template"),
+        );
+        bar
+    })
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -57,6 +82,7 @@ fn step(
     hooks: &mut dyn Hooks,
     record: &mut RunRecord,
 ) -> Result<u32> {
+    // `validate` bounded start + total length by max_position_embeddings, so this cannot wrap.
     let positions: Vec<usize> = (*pos..*pos + tokens.len()).collect();
     let input =
         StepInput { phase, embeds: model.embed_tokens(tokens)?, positions: positions.clone(), frame: None };

@@ -152,6 +152,17 @@ impl SynthSpec {
         if self.heads == 0 || self.kv_heads == 0 || self.hidden == 0 || self.layers == 0 {
             return Err(Error::usage("synth: --hidden, --layers, --heads and --kv-heads must be at least 1"));
         }
+        // The same checks as the flags and probe keys get, for specs built in code (sweeps)
+        // or read from a simulated HEF's resource.
+        let again = SynthOverrides {
+            head_dim: self.head_dim,
+            intermediate: self.intermediate,
+            sliding_window: self.sliding_window,
+            weight_scale: Some(self.weight_scale),
+            massive_scale: Some(self.massive_scale),
+            ..Default::default()
+        };
+        again.validate().map_err(|(key, v, why)| Error::usage(format!("synth: {key} {v} {why}")))?;
         if self.heads % self.kv_heads != 0 {
             return Err(Error::usage(format!(
                 "synth: --kv-heads {} must divide --heads {}",
@@ -171,6 +182,10 @@ impl SynthSpec {
         }
         cfg.intermediate_size = self.intermediate.unwrap_or_else(|| default_intermediate(self.hidden));
         cfg.vocab_size = self.vocab.unwrap_or(cfg.vocab_size);
+        // Before anything sized by these dims is allocated (the per-layer window list below,
+        // then the weights).
+        cfg.sliding_window = Vec::new();
+        crate::model::memory::check_weights(&cfg, &format!("synth {}", self.describe()))?;
         cfg.sliding_window = match (self.arch, self.sliding_window) {
             (Arch::Llama, Some(_)) => {
                 return Err(Error::usage(
@@ -188,7 +203,8 @@ impl SynthSpec {
         Ok(cfg)
     }
 
-    /// Build the checkpoint in memory.
+    /// Build the checkpoint in memory (refused first, by `config`, if its weights exceed the
+    /// memory budget).
     pub fn build(&self) -> Result<Checkpoint> {
         let cfg = self.config()?;
         let tensors = synth_weights(&cfg, self)?;
@@ -242,13 +258,66 @@ pub struct SynthOverrides {
     pub massive_scale: Option<f64>,
 }
 
+impl SynthOverrides {
+    /// The one check of these values, for every place they come from: the first bad one as
+    /// (key, value, what is wrong). Zero dims, a NaN or non-positive scale and an odd head dim
+    /// are refused here, when the flags or the probe are read; sizes too large for memory are
+    /// refused by the budget when the model is built ([`crate::model::memory`]).
+    pub fn validate(&self) -> std::result::Result<(), (&'static str, String, &'static str)> {
+        let dims = [
+            ("hidden", self.hidden, 1),
+            ("layers", self.layers, 1),
+            ("heads", self.heads, 1),
+            ("kv_heads", self.kv_heads, 1),
+            ("head_dim", self.head_dim, 2),
+            ("intermediate", self.intermediate, 1),
+            ("vocab", self.vocab, 8),
+            ("sliding_window", self.sliding_window, 1),
+        ];
+        for (key, v, min) in dims {
+            if let Some(v) = v.filter(|&v| v < min) {
+                let why = if min == 1 {
+                    "must be at least 1"
+                } else if key == "vocab" {
+                    "must be at least 8"
+                } else {
+                    "must be at least 2"
+                };
+                return Err((key, v.to_string(), why));
+            }
+        }
+        if let Some(d) = self.head_dim.filter(|d| d % 2 != 0) {
+            return Err(("head_dim", d.to_string(), "must be even (RoPE rotates pairs)"));
+        }
+        for (key, v) in [("weight_scale", self.weight_scale), ("massive_scale", self.massive_scale)] {
+            if let Some(v) = v.filter(|v| !(v.is_finite() && *v > 0.0)) {
+                return Err((key, v.to_string(), "must be a finite number > 0"));
+            }
+        }
+        Ok(())
+    }
+
+    /// [`SynthOverrides::validate`] as the command line says it: `--weight-scale NaN: ...`.
+    pub fn check_cli(&self) -> Result<()> {
+        self.validate()
+            .map_err(|(key, v, why)| Error::usage(format!("--{} {v}: {why}", key.replace('_', "-"))))
+    }
+
+    /// [`SynthOverrides::validate`] as a probe says it: `p.toml [checkpoint] key `hidden`: ...`.
+    pub fn check_in(&self, what: &str) -> Result<()> {
+        self.validate()
+            .map_err(|(key, v, why)| Error::input(format!("{what} key `{key}`"), format!("is {v}: {why}")))
+    }
+}
+
 fn parse_arch(s: &str) -> std::result::Result<Arch, String> {
     Arch::parse(s).ok_or_else(|| format!("`{s}` is not one of llama, mistral, qwen2, qwen3"))
 }
 
-/// SwiGLU models use about 8/3 of hidden, rounded up to a multiple of 64.
+/// SwiGLU models use about 8/3 of hidden, rounded up to a multiple of 64 (saturating: an
+/// absurd hidden size is refused by the memory budget, not wrapped here).
 fn default_intermediate(hidden: usize) -> usize {
-    (hidden * 8 / 3).div_ceil(64) * 64
+    (hidden.saturating_mul(8) / 3).div_ceil(64).saturating_mul(64)
 }
 
 fn base_config(arch: Arch) -> ModelConfig {

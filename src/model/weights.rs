@@ -129,29 +129,9 @@ impl Checkpoint {
         for file in &files {
             let bytes = read_file(file)?;
             hasher.update(&bytes);
-            let st = SafeTensors::deserialize(&bytes).map_err(|e| {
-                Error::input(
-                    file.display().to_string(),
-                    format!("corrupt or truncated safetensors file: {e}"),
-                )
-            })?;
-            for (name, view) in st.tensors() {
-                dtypes.insert(format!("{:?}", view.dtype()).to_lowercase());
-                let what = || format!("{} tensor `{name}`", file.display());
-                if let Some((count, first)) = nonfinite(&view) {
-                    return Err(Error::input(
-                        what(),
-                        format!(
-                            "holds {count} non-finite value{} (NaN or ±Inf; the first at flat index \
-                             {first}): the checkpoint is damaged or was saved after training diverged, \
-                             and every tap downstream of it would be NaN",
-                            if count == 1 { "" } else { "s" }
-                        ),
-                    ));
-                }
-                let t = view_to_f32(&view).map_err(|msg| Error::input(what(), msg))?;
-                raw.insert(name, t);
-            }
+            let (tensors, file_dtypes) = tensors_from_bytes(&bytes, &file.display().to_string())?;
+            raw.extend(tensors);
+            dtypes.extend(file_dtypes);
         }
         let source = CheckpointSource::Dir(dir.to_path_buf());
         let tensors = check_tensors(&config, raw, &source.to_string())?;
@@ -200,8 +180,10 @@ impl Checkpoint {
         let mut meta = std::collections::HashMap::new();
         meta.insert("format".to_string(), "pt".to_string());
         let path = dir.join("model.safetensors");
+        // safetensors 0.8 writes through its own temporary file in the folder and renames it.
         safetensors::serialize_to_file(views, Some(meta), &path)
             .map_err(|e| Error::input(path.display().to_string(), format!("writing safetensors: {e}")))?;
+        crate::error::announce(&path);
         Ok(())
     }
 }
@@ -253,6 +235,36 @@ fn weight_files(dir: &Path) -> Result<Vec<PathBuf>> {
             }
         })
         .collect()
+}
+
+/// Every tensor of one safetensors file's bytes, as f32, with the dtypes it stored. `what`
+/// names the file in errors. (The unit `fuzz/fuzz_targets/safetensors.rs` drives.)
+pub fn tensors_from_bytes(
+    bytes: &[u8],
+    what: &str,
+) -> Result<(BTreeMap<String, Tensor>, std::collections::BTreeSet<String>)> {
+    let st = SafeTensors::deserialize(bytes)
+        .map_err(|e| Error::input(what, format!("corrupt or truncated safetensors file: {e}")))?;
+    let mut out = BTreeMap::new();
+    let mut dtypes = std::collections::BTreeSet::new();
+    for (name, view) in st.tensors() {
+        dtypes.insert(format!("{:?}", view.dtype()).to_lowercase());
+        let tensor_what = || format!("{what} tensor `{name}`");
+        if let Some((count, first)) = nonfinite(&view) {
+            return Err(Error::input(
+                tensor_what(),
+                format!(
+                    "holds {count} non-finite value{} (NaN or ±Inf; the first at flat index \
+                     {first}): the checkpoint is damaged or was saved after training diverged, \
+                     and every tap downstream of it would be NaN",
+                    if count == 1 { "" } else { "s" }
+                ),
+            ));
+        }
+        let t = view_to_f32(&view).map_err(|msg| Error::input(tensor_what(), msg))?;
+        out.insert(name, t);
+    }
+    Ok((out, dtypes))
 }
 
 /// The tensor data bytes a safetensors file holds, from its header alone (8 bytes of header

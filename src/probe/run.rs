@@ -13,6 +13,7 @@ use crate::compare::thresholds::Thresholds;
 use crate::compare::{compare_selected, lens, locate, RowStatus, View};
 use crate::error::{Error, Result};
 use crate::inputs::{DecodeSpec, InputSet};
+use crate::model::memory::{self, TapsHeld};
 use crate::model::synth::SynthSpec;
 use crate::model::tokenizer::{Tokenizer, SYNTH_TOKENIZER_VOCAB};
 use crate::model::{Checkpoint, Decoder};
@@ -111,6 +112,17 @@ pub fn build_inputs(spec: &InputsSpec, ckpt: &Checkpoint) -> Result<InputSet> {
     Ok(inputs)
 }
 
+/// Say which probe (and table) a budget or usage refusal came from.
+fn in_probe(e: Error, what: &str) -> Error {
+    match e {
+        Error::Budget { what: w, needs, budget, budget_from, fix } => {
+            Error::Budget { what: format!("{what}: {w}"), needs, budget, budget_from, fix }
+        }
+        Error::Usage(msg) => Error::Usage(format!("{what}: {msg}")),
+        other => other,
+    }
+}
+
 pub fn checkpoint_info(ckpt: &Checkpoint) -> CheckpointInfo {
     let c = &ckpt.config;
     CheckpointInfo {
@@ -179,14 +191,8 @@ pub struct Runs {
 /// Stage 1: load the checkpoint (the command line's replaces the probe's), build the InputSet, parse taps and thresholds, pick the
 /// backends (the command line's replace the probe's).
 pub fn prepare(probe: &Probe, opts: &RunOptions) -> Result<Prepared> {
-    let ckpt = match &opts.checkpoint {
-        Some(p) => Checkpoint::load(p)?,
-        None => load_checkpoint(&probe.checkpoint)?,
-    };
-    let model = Arc::new(Decoder::new(&ckpt)?);
-    let inputs = build_inputs(&probe.inputs, &ckpt)?;
-    let selection = TapSelection::parse(&probe.taps)?;
-    selection.check_against(ckpt.config.num_layers)?;
+    let what = probe.path.display().to_string();
+    // Thresholds first: a bad `--threshold` is refused before a model is built.
     let mut thresholds: Thresholds = probe.thresholds.build()?;
     for t in &opts.thresholds {
         thresholds.add_cli(t)?;
@@ -195,10 +201,31 @@ pub fn prepare(probe: &Probe, opts: &RunOptions) -> Result<Prepared> {
         if opts.backends.is_empty() { probe.backends.clone() } else { opts.backends.clone() };
     if specs.is_empty() {
         return Err(Error::usage(format!(
-            "{}: no backend to compare with the reference; add a [[backend]] or pass --backend",
-            probe.path.display()
+            "{what}: no backend to compare with the reference; add a [[backend]] or pass --backend"
         )));
     }
+    let ckpt = match &opts.checkpoint {
+        Some(p) => Checkpoint::load(p)?,
+        None => {
+            load_checkpoint(&probe.checkpoint).map_err(|e| in_probe(e, &format!("{what} [checkpoint]")))?
+        }
+    };
+    let layers = ckpt.config.num_layers;
+    let inputs = build_inputs(&probe.inputs, &ckpt)?;
+    let selection = TapSelection::parse(&probe.taps)?;
+    selection.check_against(layers)?;
+    thresholds.check_globs(&crate::tap::tap_names(layers), layers).map_err(|e| in_probe(e, &what))?;
+    // The reference and every backend keep their captures (a local view is one more each);
+    // an emulator's faults may rewrite the weights (quantization), one more copy.
+    let captures = 1 + 2 * specs.len() as u64;
+    memory::check_run(
+        &ckpt.config,
+        &inputs,
+        &reference_selection(&probe.taps)?,
+        TapsHeld::InMemory { captures },
+    )
+    .map_err(|e| in_probe(e, &format!("{what} [inputs]")))?;
+    let model = Arc::new(Decoder::new(&ckpt)?);
     let mut report = Report::new(ProbeInfo {
         name: probe.name.clone(),
         question: probe.question.clone(),
@@ -410,13 +437,25 @@ pub struct ProbeRun {
     pub error: Option<Error>,
 }
 
-/// Every stage in order.
+/// Every stage in order. Once the backends have run, a stage that fails does not lose the
+/// report: the run returns it with what finished, the failure in `incomplete` and in `error`,
+/// so the command still writes its reports before it exits non-zero.
 pub fn run_probe(probe: &Probe, opts: &RunOptions) -> Result<ProbeRun> {
     let mut p = prepare(probe, opts)?;
     let mut runs = run_backends(&mut p, opts)?;
-    compare_runs(&mut p, &runs)?;
-    explain_stage(&mut p, &runs, probe, opts)?;
-    save(&runs, opts)?;
-    let error = runs.backends.iter_mut().find_map(|b| b.error.take());
+    // The stages run in order; the first to fail names itself.
+    let stages = match compare_runs(&mut p, &runs) {
+        Err(e) => Err(("compare", e)),
+        Ok(_) => match explain_stage(&mut p, &runs, probe, opts) {
+            Err(e) => Err(("explain", e)),
+            Ok(_) => save(&runs, opts).map_err(|e| ("save", e)),
+        },
+    };
+    let mut error = runs.backends.iter_mut().find_map(|b| b.error.take());
+    if let Err((stage, e)) = stages {
+        p.report.incomplete.push(format!("the {stage} stage stopped: {e}"));
+        // A stage error names the input at fault; it outranks a backend that stopped.
+        error = Some(e);
+    }
     Ok(ProbeRun { report: p.report, runs, inputs: p.inputs, error })
 }

@@ -159,18 +159,27 @@ pub struct ThresholdsSpec {
 
 impl ThresholdsSpec {
     pub fn build(&self) -> Result<crate::compare::thresholds::Thresholds> {
-        use crate::compare::thresholds::{Rule, Thresholds};
+        use crate::compare::thresholds::{check_bound, Rule, Thresholds};
         let mut t = Thresholds::default();
-        for (k, v) in &self.default {
-            t.add_cli(&format!("{k}={v}"))?;
+        for (k, &v) in &self.default {
+            check_bound(k, v).map_err(|e| Error::usage(format!("[thresholds.default] {e}")))?;
+            t.default.insert(k.clone(), v);
         }
         for (glob, bounds) in &self.taps {
-            t.rules.push(Rule::new(glob, bounds.clone())?);
+            let mut rule = Rule::new(glob, bounds.clone())
+                .map_err(|e| Error::usage(format!("[thresholds.taps] {e}")))?;
+            rule.origin = format!("[thresholds.taps] `{glob}`");
+            t.rules.push(rule);
         }
         if let Some(p) = self.policy {
             t.policy = p;
         }
         if let Some(m) = self.flip_margin {
+            if !(m.is_finite() && m >= 0.0) {
+                return Err(Error::usage(format!(
+                    "[thresholds] flip_margin = {m}: a top-1 margin is a finite number ≥ 0"
+                )));
+            }
             t.flip_margin = m;
         }
         Ok(t)
@@ -307,9 +316,45 @@ impl Probe {
             rel(&mut b.path);
             rel(&mut b.map);
         }
-        p.thresholds.build()?;
+        p.thresholds.build().map_err(|e| Error::input(&what, e.to_string()))?;
+        p.checkpoint.overrides.check_in(&format!("{what} [checkpoint]"))?;
+        if let Some(sw) = &p.sweep {
+            sw.validate(&format!("{what} [sweep]"))?;
+        }
+        if p.inputs.chunk == Some(0) {
+            return Err(Error::input(
+                format!("{what} [inputs] key `chunk`"),
+                "is 0: a prefill chunk holds at least 1 token (leave the key out for one prefill)",
+            ));
+        }
         p.path = path.to_path_buf();
         Ok(p)
+    }
+}
+
+impl SweepSpec {
+    /// Every grid value usable, checked when the probe is read (a `head_dim = 0` once reached
+    /// `hidden % head_dim` and panicked).
+    pub fn validate(&self, what: &str) -> Result<()> {
+        let bad = |key: &str, msg: String| Err(Error::input(format!("{what} key `{key}`"), msg));
+        if let Some(d) = self.head_dim {
+            if d == 0 || d % 2 != 0 {
+                return bad(
+                    "head_dim",
+                    format!("is {d}: RoPE rotates pairs, so a head dim is even and at least 2"),
+                );
+            }
+        }
+        if self.kv_ratio == Some(0) {
+            return bad("kv_ratio", "is 0: heads / kv_heads is at least 1 (1 = no GQA)".into());
+        }
+        if let Some(h) = self.hidden.iter().find(|&&h| h == 0) {
+            return bad("hidden", format!("holds {h}: a hidden size is at least 1"));
+        }
+        if let Some(n) = self.prompt_len.iter().find(|&&n| n == 0) {
+            return bad("prompt_len", format!("holds {n}: a prompt holds at least 1 token"));
+        }
+        Ok(())
     }
 }
 
@@ -356,5 +401,30 @@ tokens = [1, 2, 3]
         let text = MINIMAL.replace("synth = \"tinystories\"", "synth = \"tinystories\"\nhiden = 64");
         let e = Probe::parse(&text, Path::new("p.toml")).unwrap_err().to_string();
         assert!(e.contains("p.toml") && e.contains("hiden"), "{e}");
+    }
+
+    #[test]
+    fn bad_values_are_refused_when_the_probe_is_read() {
+        let cases = [
+            ("synth = \"tinystories\"", "synth = \"tinystories\"\nweight_scale = nan", "weight_scale"),
+            ("synth = \"tinystories\"", "synth = \"tinystories\"\nsliding_window = 0", "sliding_window"),
+            ("synth = \"tinystories\"", "synth = \"tinystories\"\nintermediate = 0", "intermediate"),
+            ("synth = \"tinystories\"", "synth = \"tinystories\"\nhidden = 0", "hidden"),
+            ("tokens = [1, 2, 3]", "tokens = [1, 2, 3]\nchunk = 0", "chunk"),
+        ];
+        for (from, to, key) in cases {
+            let text = MINIMAL.replace(from, to);
+            let e = Probe::parse(&text, Path::new("p.toml")).unwrap_err().to_string();
+            assert!(e.contains("p.toml") && e.contains(&format!("`{key}`")), "{key}: {e}");
+        }
+        let text = format!("{MINIMAL}\n[sweep]\nhidden = [64]\nhead_dim = 0\n");
+        let e = Probe::parse(&text, Path::new("p.toml")).unwrap_err().to_string();
+        assert!(e.contains("p.toml [sweep] key `head_dim`"), "{e}");
+        let text = format!("{MINIMAL}\n[thresholds.default]\ncosine = nan\n");
+        let e = Probe::parse(&text, Path::new("p.toml")).unwrap_err().to_string();
+        assert!(e.contains("p.toml") && e.contains("cosine = NaN") && e.contains("-1 to 1"), "{e}");
+        let text = format!("{MINIMAL}\n[thresholds.taps]\nlogits = {{ flips = -1 }}\n");
+        let e = Probe::parse(&text, Path::new("p.toml")).unwrap_err().to_string();
+        assert!(e.contains("[thresholds.taps]") && e.contains("flips = -1"), "{e}");
     }
 }

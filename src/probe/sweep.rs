@@ -6,6 +6,7 @@ use crate::backend::decoder::DecoderBackend;
 use crate::backend::Backend;
 use crate::capture::Capture;
 use crate::compare::metrics;
+use crate::compare::thresholds::Thresholds;
 use crate::error::{Error, Result};
 use crate::inputs::{DecodeSpec, InputSet};
 use crate::model::{Checkpoint, Decoder};
@@ -38,6 +39,28 @@ pub struct SweepPoint {
     pub tokens: Vec<u32>,
     pub reference_longest_run: usize,
     pub reference_distinct_ratio: f64,
+    /// The probe's logits bounds this point fails (`cosine 0.995857 < 0.999`); empty within
+    /// them. A sweep drifts, and exits 1, when any point does.
+    pub drift: Vec<String>,
+}
+
+/// Bounds of the probe's `[thresholds]` for the `logits` tap that a sweep point's figures
+/// can be held to (cosine, kl_mean, argmax), and the ones this point fails.
+fn logits_drift(t: &Thresholds, cos: f64, kl: f64, agree: f64) -> Vec<String> {
+    let bounds = t.bounds_for("logits");
+    let mut out = Vec::new();
+    for (metric, value, below_fails) in
+        [("cosine", cos, true), ("kl_mean", kl, false), ("argmax", agree, true)]
+    {
+        if let Some((bound, _)) = bounds.get(metric) {
+            let fails = value.is_nan() || if below_fails { value < *bound } else { value > *bound };
+            if fails {
+                let op = if below_fails { "<" } else { ">" };
+                out.push(format!("{metric} {value:.6} {op} {bound}"));
+            }
+        }
+    }
+    out
 }
 
 /// Longest run of one repeated token.
@@ -142,6 +165,10 @@ fn models(probe: &Probe, sw: &SweepSpec) -> Result<Vec<Model>> {
     let base = synth_spec(&probe.checkpoint)?;
     let head_dim = sw.head_dim.or(base.head_dim).unwrap_or(64);
     let ratio = sw.kv_ratio.unwrap_or(1).max(1);
+    if head_dim == 0 {
+        // Probe::parse refuses `head_dim = 0`; a preset never has it. Kept so no path divides by it.
+        return Err(Error::usage("[sweep] head_dim must be at least 2"));
+    }
     sw.hidden
         .iter()
         .map(|&h| {
@@ -191,11 +218,35 @@ pub fn run_sweep(probe: &Probe, mut progress: impl FnMut(&str)) -> Result<Vec<Sw
             ));
         }
     }
+    let thresholds = probe.thresholds.build()?;
     let scopes: Vec<String> = if sw.scope.is_empty() { vec!["kv".into()] } else { sw.scope.clone() };
     let mut points = Vec::new();
     for m in models(probe, &sw)? {
-        let model = Arc::new(Decoder::new(&m.ckpt)?);
         let base_inputs = build_inputs(&probe.inputs, &m.ckpt)?;
+        let longest = sw.prompt_len.iter().copied().max().unwrap_or(0).max(base_inputs.prompt.len());
+        let mut planned = base_inputs.clone();
+        planned.prompt = vec![0; longest];
+        planned.decode = DecodeSpec::Greedy(sw.generate);
+        // The reference and two emulator runs keep their logits; each emulator may hold a
+        // rewritten copy of the weights.
+        let logits_only = TapSelection::parse(&["logits".to_string()])?;
+        crate::model::memory::check_run(
+            &m.ckpt.config,
+            &planned,
+            &logits_only,
+            crate::model::memory::TapsHeld::InMemory { captures: 3 },
+        )
+        .map_err(|e| match e {
+            Error::Budget { what, needs, budget, budget_from, fix } => Error::Budget {
+                what: format!("{} [sweep] {}: {what}", probe.path.display(), m.label),
+                needs,
+                budget,
+                budget_from,
+                fix: format!("lower prompt_len / generate / hidden in [sweep], or {fix}"),
+            },
+            other => other,
+        })?;
+        let model = Arc::new(Decoder::new(&m.ckpt)?);
         let lens =
             if sw.prompt_len.is_empty() { vec![base_inputs.prompt.len()] } else { sw.prompt_len.clone() };
         for len in lens {
@@ -246,6 +297,7 @@ pub fn run_sweep(probe: &Probe, mut progress: impl FnMut(&str)) -> Result<Vec<Sw
                         free.record.decode_tokens.clone()
                     };
                     let (cos, kl, agree) = logits_figures(&ref_capture, &tf.capture);
+                    let drift = logits_drift(&thresholds, cos, kl, agree);
                     points.push(SweepPoint {
                         model: m.label.clone(),
                         hidden: m.hidden,
@@ -261,6 +313,7 @@ pub fn run_sweep(probe: &Probe, mut progress: impl FnMut(&str)) -> Result<Vec<Sw
                         reference_longest_run: longest_run(&ref_tokens),
                         reference_distinct_ratio: distinct_ratio(&ref_tokens),
                         tokens,
+                        drift,
                     });
                 }
             }
@@ -297,8 +350,9 @@ pub fn doc(probe: &Probe, points: &[SweepPoint], command: &str, svg: Option<&str
         "distinct",
         "first divergence",
         "reference run / distinct",
+        "verdict",
     ])
-    .align("llrrrrrrrl");
+    .align("llrrrrrrrll");
     for p in points {
         t.row([
             Cell::from(p.model.as_str()),
@@ -311,9 +365,15 @@ pub fn doc(probe: &Probe, points: &[SweepPoint], command: &str, svg: Option<&str
             format!("{:.2}", p.distinct_ratio).into(),
             p.first_divergence.map_or("none".into(), |s| format!("step {s}")).into(),
             format!("{} / {:.2}", p.reference_longest_run, p.reference_distinct_ratio).into(),
+            if p.drift.is_empty() { "ok".into() } else { format!("FAIL {}", p.drift.join(", ")).into() },
         ]);
     }
     d.table(t);
+    let drifting = points.iter().filter(|p| !p.drift.is_empty()).count();
+    d.blank().line(format!(
+        "{drifting} of {} points drift beyond the probe's logits bounds (verdict column; exit code 1 when any does).",
+        points.len()
+    ));
     if let Some(s) = svg {
         d.blank().figure(s);
     }
@@ -344,39 +404,42 @@ pub fn write_svg(points: &[SweepPoint], path: &std::path::Path) -> Result<()> {
             })
             .collect()
     };
-    let root = SVGBackend::new(path, (860, 620)).into_drawing_area();
-    root.fill(&WHITE).map_err(|x| e(x.to_string()))?;
-    let (top, bottom) = root.split_vertically(310);
-    draw_lines(
-        &top,
-        &LinePanel {
-            caption: "logits cosine vs hidden size (teacher-forced)",
-            x_desc: "hidden",
-            y_desc: "cosine",
-            x: x0 - pad..x1 + pad,
-            y: y0..1.0005,
-            x_labels: 10,
-            series: series(&|p| p.logits_cosine, true),
-            legend: true,
-        },
-    )
-    .map_err(e)?;
-    draw_lines(
-        &bottom,
-        &LinePanel {
-            caption: "longest run of one repeated token in greedy generation",
-            x_desc: "hidden",
-            y_desc: "tokens",
-            x: x0 - pad..x1 + pad,
-            y: 0.0..runs + 1.0,
-            x_labels: 10,
-            series: series(&|p| p.longest_run as f64, false),
-            legend: false,
-        },
-    )
-    .map_err(e)?;
-    root.present().map_err(|x| e(x.to_string()))?;
-    Ok(())
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (860, 620)).into_drawing_area();
+        root.fill(&WHITE).map_err(|x| e(x.to_string()))?;
+        let (top, bottom) = root.split_vertically(310);
+        draw_lines(
+            &top,
+            &LinePanel {
+                caption: "logits cosine vs hidden size (teacher-forced)",
+                x_desc: "hidden",
+                y_desc: "cosine",
+                x: x0 - pad..x1 + pad,
+                y: y0..1.0005,
+                x_labels: 10,
+                series: series(&|p| p.logits_cosine, true),
+                legend: true,
+            },
+        )
+        .map_err(e)?;
+        draw_lines(
+            &bottom,
+            &LinePanel {
+                caption: "longest run of one repeated token in greedy generation",
+                x_desc: "hidden",
+                y_desc: "tokens",
+                x: x0 - pad..x1 + pad,
+                y: 0.0..runs + 1.0,
+                x_labels: 10,
+                series: series(&|p| p.longest_run as f64, false),
+                legend: false,
+            },
+        )
+        .map_err(e)?;
+        root.present().map_err(|x| e(x.to_string()))?;
+    }
+    crate::error::write_file(path, svg)
 }
 
 #[cfg(test)]

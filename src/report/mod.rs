@@ -186,6 +186,10 @@ pub struct ExplainReport {
     pub baseline: Option<ExplainRow>,
     pub conclusion: String,
     pub attribution: Vec<AttributionRow>,
+    /// Keys of the observation holding non-finite values (with how many): when any does,
+    /// explain ranks nothing and `conclusion` says why.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub nonfinite: Vec<(String, usize)>,
 }
 
 /// Three-way attribution per layer: fp32 ↔ quant emulation ↔ observed.
@@ -357,9 +361,25 @@ impl Format {
     }
 }
 
+impl Format {
+    pub fn name(self) -> &'static str {
+        match self {
+            Format::Terminal => "terminal",
+            Format::Markdown => "markdown",
+            Format::Json => "json",
+            Format::Svg => "svg",
+        }
+    }
+}
+
 impl ReportTarget {
+    /// `FORMAT`, `FORMAT=-` (stdout) or `FORMAT=PATH`; the one parser every reporting command's
+    /// `--report` uses. An empty path is refused here, when the flags are read, not after a run.
     pub fn parse(s: &str) -> std::result::Result<Self, String> {
         let (f, p) = s.split_once('=').unwrap_or((s, "-"));
+        if p.trim().is_empty() {
+            return Err(format!("`{s}`: the path after `=` is empty; give {f}=PATH, or {f}=- for stdout"));
+        }
         let format = match f {
             "terminal" | "table" => Format::Terminal,
             "markdown" | "md" => Format::Markdown,
@@ -381,6 +401,58 @@ impl ReportTarget {
         }
         Ok(ReportTarget { format, path: (p != "-").then(|| PathBuf::from(p)) })
     }
+
+    /// The flag as typed, for messages: `--report markdown=r.md`.
+    pub fn flag(&self) -> String {
+        let f = self.format.name();
+        match &self.path {
+            Some(p) => format!("--report {f}={}", p.display()),
+            None => format!("--report {f}"),
+        }
+    }
+
+    /// The files this target writes, for the output checks made before any compute. An SVG
+    /// target is a prefix: its layers plot stands for the files it writes.
+    pub fn files(&self) -> Option<PathBuf> {
+        let p = self.path.as_ref()?;
+        Some(match self.format {
+            Format::Svg => {
+                let name = p.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
+                p.with_file_name(format!("{name}-layers.svg"))
+            }
+            _ => p.clone(),
+        })
+    }
+}
+
+/// Refuse a format a command does not write, naming the flag and what it does write.
+pub fn only(targets: &[ReportTarget], command: &str, allowed: &[Format]) -> Result<()> {
+    for t in targets {
+        if !allowed.contains(&t.format) {
+            let names: Vec<&str> = allowed.iter().map(|f| f.name()).collect();
+            return Err(Error::usage(format!("{}: `{command}` writes {}", t.flag(), names.join(", "))));
+        }
+    }
+    Ok(())
+}
+
+/// Register every file the targets write with the output checks.
+pub fn register(targets: &[ReportTarget], outputs: &mut crate::output::Outputs) {
+    for t in targets {
+        if let Some(f) = t.files() {
+            outputs.file(&t.flag(), &f);
+        }
+    }
+}
+
+/// Send one rendered report where its target says: a file (written atomically, announced),
+/// or stdout (collected into `stdout`).
+pub fn deliver(target: &ReportTarget, text: &str, stdout: &mut String) -> Result<()> {
+    match &target.path {
+        None => stdout.push_str(text),
+        Some(p) => crate::error::write_file(p, text)?,
+    }
+    Ok(())
 }
 
 /// Render every requested report. Writes files; returns what goes to stdout.

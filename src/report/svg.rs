@@ -56,7 +56,9 @@ pub fn write(report: &Report, prefix: &Path) -> Result<Vec<String>> {
         prefix.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_else(|| "hefprobe".into());
     let mut written = Vec::new();
     let layers_path = prefix.with_file_name(format!("{name}-layers.svg"));
-    if layers_plot(report, &layers_path).map_err(err(&layers_path))? {
+    let mut svg = String::new();
+    if layers_plot(report, &mut svg).map_err(err(&layers_path))? {
+        crate::error::write_file(&layers_path, &svg)?;
         written.push(layers_path.display().to_string());
     }
     for pair in &report.comparisons {
@@ -66,7 +68,9 @@ pub fn write(report: &Report, prefix: &Path) -> Result<Vec<String>> {
             .map(|c| if c.is_alphanumeric() || c == '-' { c } else { '_' })
             .collect();
         let path: PathBuf = prefix.with_file_name(format!("{name}-heads-{safe}.svg"));
-        if heads_plot(pair, &path).map_err(err(&path))? {
+        let mut svg = String::new();
+        if heads_plot(pair, &mut svg).map_err(err(&path))? {
+            crate::error::write_file(&path, &svg)?;
             written.push(path.display().to_string());
         }
     }
@@ -134,7 +138,7 @@ where
     Ok(())
 }
 
-fn layers_plot(report: &Report, path: &Path) -> std::result::Result<bool, String> {
+fn layers_plot(report: &Report, svg: &mut String) -> std::result::Result<bool, String> {
     let points = |v: Vec<(usize, f64)>| -> Vec<(f64, f64)> {
         v.into_iter().filter(|(_, y)| y.is_finite()).map(|(l, y)| (l as f64, y)).collect()
     };
@@ -165,7 +169,7 @@ fn layers_plot(report: &Report, path: &Path) -> std::result::Result<bool, String
         (Some(a), Some(b)) => ((a - 5.0).floor(), (b + 5.0).ceil()),
         _ => (0.0, 100.0),
     };
-    let root = SVGBackend::new(path, (860, 620)).into_drawing_area();
+    let root = SVGBackend::with_string(svg, (860, 620)).into_drawing_area();
     root.fill(&WHITE).map_err(|x| x.to_string())?;
     let (top, bottom) = root.split_vertically(310);
     let x = -0.5f64..(layers as f64 - 0.5);
@@ -206,7 +210,7 @@ fn heat(c: f64, lo: f64) -> RGBColor {
     RGBColor(lerp(120, 255), lerp(0, 245), lerp(20, 200))
 }
 
-fn heads_plot(pair: &PairComparison, path: &Path) -> std::result::Result<bool, String> {
+fn heads_plot(pair: &PairComparison, svg: &mut String) -> std::result::Result<bool, String> {
     let mut cells: Vec<(usize, usize, f64)> = Vec::new();
     for row in &pair.rows {
         let Some(Tap::Layer(l, LayerTap::Probs)) = Tap::parse(&row.tap) else { continue };
@@ -224,7 +228,7 @@ fn heads_plot(pair: &PairComparison, path: &Path) -> std::result::Result<bool, S
     let heads = cells.iter().map(|c| c.1).max().unwrap_or(0) + 1;
     let lo = cells.iter().map(|c| c.2).fold(1.0f64, f64::min).min(0.999);
     let e = |x: &dyn std::fmt::Display| x.to_string();
-    let root = SVGBackend::new(path, (360.max(120 + 40 * heads as u32), 110 + 26 * layers as u32))
+    let root = SVGBackend::with_string(svg, (360.max(120 + 40 * heads as u32), 110 + 26 * layers as u32))
         .into_drawing_area();
     root.fill(&WHITE).map_err(|x| e(&x))?;
     let caption = format!("attn.probs cosine, {} (worst phase): dark {lo:.3}, light 1", label(pair));

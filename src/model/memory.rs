@@ -1,0 +1,266 @@
+//! The model's own memory, estimated from its config and the InputSet before anything is
+//! allocated, and checked against the budget ([`crate::budget`]): weights, the KV cache, the
+//! working tensors of the largest phase, and the taps a run keeps. Every product is checked
+//! (`Bytes`), so absurd dims are a refusal naming them, never a wrapped small number or an
+//! abort inside the allocator.
+//!
+//! The figures follow what the decoder does (`decoder.rs`): f32 weights shared between the
+//! reference and fault-free backends, a `FullCache` that grows by concatenation (one layer's
+//! old and new cache coexist for a moment), scores and probabilities [H, T, S] per layer, and
+//! taps shaped as docs/ARCHITECTURE.md lists them. They are upper bounds within a small factor,
+//! which is what a budget needs: the point is "128 GiB against 23 GiB", not the last megabyte.
+
+use crate::budget::{self, Bytes};
+use crate::error::Result;
+use crate::inputs::InputSet;
+use crate::model::ModelConfig;
+use crate::tap::{LayerTap, Tap, TapSelection};
+
+const F32: u64 = 4;
+
+/// Where a run's taps go while it runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TapsHeld {
+    /// Streamed to disk as produced (`reference -o`): one phase's taps at a time.
+    Streamed,
+    /// Kept in memory until the run ends (`run`, `explain`): this many captures of the selection.
+    InMemory { captures: u64 },
+}
+
+/// A run's planned memory, by part.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Estimate {
+    pub weights: Bytes,
+    pub kv_cache: Bytes,
+    pub activations: Bytes,
+    pub taps: Bytes,
+}
+
+impl Estimate {
+    pub fn total(&self) -> Bytes {
+        self.weights.plus(self.kv_cache).plus(self.activations).plus(self.taps)
+    }
+
+    /// "weights 1.2 GiB + KV cache 3.0 MiB + working tensors 40.0 MiB + taps 2.1 GiB".
+    pub fn breakdown(&self) -> String {
+        format!(
+            "weights {} + KV cache {} + working tensors {} + taps {}",
+            self.weights, self.kv_cache, self.activations, self.taps
+        )
+    }
+}
+
+/// Parameter count, checked (the config's own `num_params` is for display and trusts its dims).
+pub fn params(cfg: &ModelConfig) -> Bytes {
+    let (h, i, v) = (cfg.hidden_size as u64, cfg.intermediate_size as u64, cfg.vocab_size as u64);
+    let q = Bytes::new(cfg.num_heads as u64).times(cfg.head_dim as u64);
+    let kv = Bytes::new(cfg.num_kv_heads as u64).times(cfg.head_dim as u64);
+    // q_proj + o_proj, k_proj + v_proj, gate/up/down, two norms (biases and q/k norms are
+    // a rounding error next to these and are left out).
+    let per_layer = q
+        .times(h)
+        .times(2)
+        .plus(kv.times(h).times(2))
+        .plus(Bytes::new(h).times(i).times(3))
+        .plus(Bytes::new(h).times(2));
+    let embed = Bytes::new(v).times(h);
+    let lm_head = if cfg.tie_word_embeddings { Bytes::ZERO } else { embed };
+    embed.plus(per_layer.times(cfg.num_layers as u64)).plus(lm_head).plus(Bytes::new(h))
+}
+
+/// f32 weights in memory (whatever the dtype on disk: the reference computes in f32).
+pub fn weights(cfg: &ModelConfig) -> Bytes {
+    params(cfg).times(F32)
+}
+
+/// K and V of every layer for `positions` entries, plus one layer's worth again (the
+/// concatenation that appends to a layer's cache holds the old and the new tensor at once).
+pub fn kv_cache(cfg: &ModelConfig, positions: u64) -> Bytes {
+    Bytes::new(cfg.num_layers as u64)
+        .times(2)
+        .times(cfg.num_kv_heads as u64)
+        .times(cfg.head_dim as u64)
+        .times(positions)
+        .times(F32)
+        .plus(
+            Bytes::new(2)
+                .times(cfg.num_kv_heads as u64)
+                .times(cfg.head_dim as u64)
+                .times(positions)
+                .times(F32),
+        )
+}
+
+/// Working tensors of one phase of `t` tokens over `s` keys: scores, mask and probabilities
+/// [H, T, S] (with a copy for the softmax), the MLP's three [T, I], a few [T, hidden] and the
+/// logits [T, vocab].
+pub fn activations(cfg: &ModelConfig, t: u64, s: u64) -> Bytes {
+    let attn = Bytes::new(4).times(cfg.num_heads as u64).times(t).times(s);
+    let mlp = Bytes::new(3).times(t).times(cfg.intermediate_size as u64);
+    let hidden = Bytes::new(8).times(t).times(cfg.hidden_size as u64);
+    let logits = Bytes::new(2).times(t).times(cfg.vocab_size as u64);
+    attn.plus(mlp).plus(hidden).plus(logits).times(F32)
+}
+
+/// How many layers each tap kind is selected in, and whether embed / final_norm / logits are.
+struct Selected {
+    per_kind: Vec<(LayerTap, u64)>,
+    embed: bool,
+    final_norm: bool,
+    logits: bool,
+}
+
+/// Layers looked at one by one; past this, a kind selected in any of them counts for all
+/// (an upper bound, and a config that large is refused by its weights anyway).
+const LAYERS_SCANNED: usize = 4096;
+
+fn selected(cfg: &ModelConfig, sel: &TapSelection) -> Selected {
+    let scanned = cfg.num_layers.min(LAYERS_SCANNED);
+    let per_kind = LayerTap::ALL
+        .into_iter()
+        .filter(|t| t.is_captured())
+        .map(|kind| {
+            let n = (0..scanned).filter(|&l| sel.matches(&Tap::Layer(l, kind).to_string())).count() as u64;
+            let n = if cfg.num_layers > scanned && n > 0 { cfg.num_layers as u64 } else { n };
+            (kind, n)
+        })
+        .collect();
+    Selected {
+        per_kind,
+        embed: sel.matches("embed"),
+        final_norm: sel.matches("final_norm"),
+        logits: sel.matches("logits"),
+    }
+}
+
+/// Elements of the selected taps over phases whose token counts sum to `t_sum` and whose
+/// `T × S` products sum to `ts_sum` (scores and probs are [H, T, S]; every other tap is
+/// proportional to T).
+fn tap_elements(cfg: &ModelConfig, sel: &Selected, t_sum: Bytes, ts_sum: Bytes) -> Bytes {
+    let (h, d) = (cfg.hidden_size as u64, cfg.head_dim as u64);
+    let (heads, kv) = (cfg.num_heads as u64, cfg.num_kv_heads as u64);
+    let mut total = Bytes::ZERO;
+    for &(kind, layers) in &sel.per_kind {
+        let per_layer = match kind {
+            LayerTap::Q => t_sum.times(heads).times(d),
+            LayerTap::K | LayerTap::V => t_sum.times(kv).times(d),
+            LayerTap::Scores | LayerTap::Probs => ts_sum.times(heads),
+            _ => t_sum.times(h),
+        };
+        total = total.plus(per_layer.times(layers));
+    }
+    let flat = |on: bool, width: u64| if on { t_sum.times(width) } else { Bytes::ZERO };
+    total.plus(flat(sel.embed, h)).plus(flat(sel.final_norm, h)).plus(flat(sel.logits, cfg.vocab_size as u64))
+}
+
+/// The planned memory of running `inputs` with `taps` recorded.
+pub fn estimate(cfg: &ModelConfig, inputs: &InputSet, taps: &TapSelection, held: TapsHeld) -> Estimate {
+    let prompt = inputs.prompt.len() as u64;
+    let steps = inputs.decode.steps() as u64;
+    let positions = Bytes::new(prompt).plus(Bytes::new(steps));
+    // Prefill phases: (tokens, keys visible) per chunk.
+    let mut phases: Vec<(u64, u64)> = Vec::new();
+    let mut seen = 0u64;
+    for (_, r) in inputs.prefill_phases() {
+        seen += r.len() as u64;
+        phases.push((r.len() as u64, seen));
+    }
+    let (t_max, s_max) = phases.iter().copied().max_by_key(|&(t, s)| t.saturating_mul(s)).unwrap_or((1, 1));
+    let widest =
+        activations(cfg, t_max, s_max).get().max(activations(cfg, 1, prompt.saturating_add(steps)).get());
+    let sel = selected(cfg, taps);
+    // Decode step k sees prompt + k + 1 keys: Σ_k (prompt + k + 1) = N·prompt + N(N+1)/2.
+    let triangle = Bytes(Bytes::new(steps).times(steps.saturating_add(1)).get().map(|x| x / 2));
+    let decode_ts = Bytes::new(steps).times(prompt).plus(triangle);
+    let prefill_ts: Bytes = phases.iter().map(|&(t, s)| Bytes::new(t).times(s)).sum();
+    let taps_bytes = match held {
+        TapsHeld::Streamed => {
+            tap_elements(cfg, &sel, Bytes::new(t_max), Bytes::new(t_max).times(s_max)).times(F32)
+        }
+        TapsHeld::InMemory { captures } => {
+            tap_elements(cfg, &sel, positions, prefill_ts.plus(decode_ts)).times(F32).times(captures)
+        }
+    };
+    Estimate {
+        weights: weights(cfg),
+        kv_cache: kv_cache(cfg, positions.get().unwrap_or(u64::MAX)),
+        activations: Bytes(widest),
+        taps: taps_bytes,
+    }
+}
+
+/// Refuse a model whose weights alone exceed the budget (before they are drawn or read).
+/// `what` names the model and the dims that size it (`synth hidden=1000000 ...`).
+pub fn check_weights(cfg: &ModelConfig, what: &str) -> Result<()> {
+    budget::current().check(
+        format!("{what}: the weights"),
+        weights(cfg),
+        format!(
+            "{} parameters in f32; lower hidden / intermediate / layers / vocab (flags --hidden, --layers, \
+             ..., or the probe's [checkpoint] keys), or raise --max-memory",
+            params(cfg).get().map_or("more than 2^64".to_string(), |p| if p >= 1_000_000_000 {
+                format!("{:.1} B", p as f64 / 1e9)
+            } else {
+                format!("{:.1} M", p as f64 / 1e6)
+            })
+        ),
+    )
+}
+
+/// Refuse a run whose planned memory exceeds the budget, before the first phase runs.
+pub fn check_run(cfg: &ModelConfig, inputs: &InputSet, taps: &TapSelection, held: TapsHeld) -> Result<()> {
+    let e = estimate(cfg, inputs, taps, held);
+    budget::current().check(
+        format!(
+            "a run of {} prompt tokens and {} decode steps on this model ({})",
+            inputs.prompt.len(),
+            inputs.decode.steps(),
+            e.breakdown()
+        ),
+        e.total(),
+        "shorten the prompt or --decode / decode, record fewer taps (--taps / taps = [...]), or raise --max-memory",
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::budget::Budget;
+    use crate::inputs::DecodeSpec;
+    use crate::model::synth::preset_config;
+
+    #[test]
+    fn params_match_the_configs_own_count() {
+        for p in crate::model::synth::PRESETS {
+            let c = preset_config(p).unwrap();
+            let ours = params(&c).get().unwrap() as f64;
+            let theirs = c.num_params() as f64;
+            assert!((ours / theirs - 1.0).abs() < 0.01, "{p}: {ours} vs {theirs}");
+        }
+    }
+
+    #[test]
+    fn absurd_dims_overflow_into_a_refusal() {
+        let mut c = preset_config("tinystories").unwrap();
+        c.hidden_size = usize::MAX / 2;
+        assert_eq!(weights(&c).get(), None);
+        let b = Budget::new(u64::MAX, "test");
+        assert!(b.check("x", weights(&c), "").is_err());
+    }
+
+    #[test]
+    fn held_taps_grow_quadratically_with_decode_steps() {
+        let c = preset_config("qwen3-0.6b").unwrap();
+        let mut inputs = InputSet::new(vec![1; 16]);
+        inputs.decode = DecodeSpec::Greedy(40_000);
+        let all = TapSelection::all();
+        let held = estimate(&c, &inputs, &all, TapsHeld::InMemory { captures: 1 });
+        let streamed = estimate(&c, &inputs, &all, TapsHeld::Streamed);
+        // 16 heads × 28 layers × 2 (scores, probs) × Σ S ≈ 40000²/2, in f32: about 2.9 TB.
+        assert!(held.taps.get().unwrap() > 2_000_000_000_000, "{}", held.breakdown());
+        assert!(streamed.taps.get().unwrap() < 100_000_000, "{}", streamed.breakdown());
+        let logits = TapSelection::parse(&["logits".into()]).unwrap();
+        let few = estimate(&c, &inputs, &logits, TapsHeld::InMemory { captures: 1 });
+        assert_eq!(few.taps.get(), Some((16 + 40_000) * c.vocab_size as u64 * 4));
+    }
+}

@@ -1,0 +1,335 @@
+//! The exit-code contract, one test per command (README, "Exit codes"): 0 within thresholds,
+//! 1 drift or a failed check, 2 input or usage error, 3 device or runtime error. Every code a
+//! command can end with is driven here through the binary, with the message that goes with it.
+
+use assert_cmd::Command;
+use hefprobe::capture::Capture;
+use hefprobe::inputs::InputSet;
+use predicates::prelude::*;
+use std::path::{Path, PathBuf};
+
+fn hefprobe() -> Command {
+    Command::cargo_bin("hefprobe").unwrap()
+}
+
+/// A 2-layer llama the size of a unit test, as a probe's synth overrides.
+const TINY: &str = "synth = \"tinystories\"\nhidden = 64\nlayers = 2\nheads = 4\nkv_heads = 2\nvocab = 512";
+
+fn probe(dir: &Path, name: &str, backend: &str, extra: &str) -> PathBuf {
+    let p = dir.join(format!("{name}.toml"));
+    let text = format!(
+        "version = 1\nname = \"{name}\"\nquestion = \"q?\"\n[checkpoint]\n{TINY}\n[inputs]\ntokens = [5, 9, 44, 120, 7]\n\
+         decode = 2\n{backend}\n{extra}\n"
+    );
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+fn emulator(faults: &str) -> String {
+    format!("[[backend]]\nname = \"device\"\nkind = \"emulator\"\nfaults = [{faults}]")
+}
+
+fn synth_small(dir: &Path) -> PathBuf {
+    let out = dir.join("small");
+    hefprobe()
+        .args([
+            "synth",
+            "--arch",
+            "llama",
+            "--hidden",
+            "64",
+            "--layers",
+            "2",
+            "--heads",
+            "4",
+            "--kv-heads",
+            "2",
+        ])
+        .args(["--vocab", "512", "-o"])
+        .arg(&out)
+        .assert()
+        .code(0);
+    out
+}
+
+fn synth_hef(dir: &Path, name: &str, extra: &[&str]) -> PathBuf {
+    let h = dir.join(name);
+    hefprobe().args(["synth-hef", "--synth", "tinystories"]).args(extra).arg("-o").arg(&h).assert().code(0);
+    h
+}
+
+/// A simulated HEF whose "device" computes fewer logits than its output stream holds: the
+/// device answers with the wrong number of values, a device error (exit 3).
+fn broken_device_hef(dir: &Path) -> PathBuf {
+    let h = synth_hef(dir, "broken.hef", &[]);
+    let mut hef = hefprobe::hef::Hef::read(&h).unwrap();
+    let sim = hef.resources.iter_mut().find(|r| r.name == "hefprobe-sim.json").unwrap();
+    let mut v: serde_json::Value = serde_json::from_slice(&sim.data).unwrap();
+    v["checkpoint"]["synth"]["vocab"] = 16000.into();
+    // The writer recomputes the resource's XXH3 as HailoRT checks it.
+    sim.data = serde_json::to_vec(&v).unwrap();
+    std::fs::write(&h, hef.to_bytes()).unwrap();
+    h
+}
+
+fn inputs_npz(dir: &Path, prompt: Vec<u32>) -> PathBuf {
+    let p = dir.join("inputs.npz");
+    InputSet::new(prompt).to_npz(&p).unwrap();
+    p
+}
+
+#[test]
+fn synth_exits_0_or_2() {
+    let t = tempfile::tempdir().unwrap();
+    synth_small(t.path());
+    hefprobe()
+        .args(["synth", "--preset", "tinystories", "--heads", "0", "-o"])
+        .arg(t.path().join("x"))
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("--heads 0"));
+}
+
+#[test]
+fn reference_exits_0_or_2() {
+    let t = tempfile::tempdir().unwrap();
+    let ck = synth_small(t.path());
+    let out = t.path().join("ref.npz");
+    hefprobe()
+        .args(["reference", "--checkpoint"])
+        .arg(&ck)
+        .args(["--tokens", "1,2,3", "-o"])
+        .arg(&out)
+        .assert()
+        .code(0);
+    hefprobe()
+        .args(["reference", "--checkpoint"])
+        .arg(&ck)
+        .args(["--tokens", "1,2,3", "--taps", "logit", "-o"])
+        .arg(&out)
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("`logit`").and(predicate::str::contains("did you mean `logits`")));
+}
+
+#[test]
+fn run_exits_0_1_2_or_3() {
+    let t = tempfile::tempdir().unwrap();
+    let clean = probe(t.path(), "clean", &emulator(""), "");
+    hefprobe()
+        .arg("run")
+        .arg(&clean)
+        .assert()
+        .code(0)
+        .stdout(predicate::str::contains("no drift beyond thresholds"));
+    let fault = probe(t.path(), "fault", &emulator("\"shared-softmax@layers=0\""), "");
+    hefprobe().arg("run").arg(&fault).arg("--no-explain").assert().code(1);
+    hefprobe()
+        .arg("run")
+        .arg(&clean)
+        .args(["--threshold", "kl_mean=-1"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("--threshold `kl_mean=-1`"));
+    let hef = broken_device_hef(t.path());
+    let p = t.path().join("dev.toml");
+    std::fs::write(
+        &p,
+        // The probe's reference is the checkpoint the broken HEF names (vocab 16000), so the
+        // checkpoint check passes and the device's short answer is what fails.
+        "version = 1\nname = \"dev\"\nquestion = \"q?\"\n[checkpoint]\nsynth = \"tinystories\"\nvocab = 16000\n[inputs]\ntokens = [5, 9, 44]\n",
+    )
+    .unwrap();
+    hefprobe()
+        .arg("run")
+        .arg(&p)
+        .arg("--backend")
+        .arg(format!("hef={}", hef.display()))
+        .assert()
+        .code(3)
+        .stderr(predicate::str::contains("device:"));
+}
+
+#[test]
+fn compare_exits_0_1_or_2() {
+    let t = tempfile::tempdir().unwrap();
+    let ck = synth_small(t.path());
+    let a = t.path().join("a.npz");
+    hefprobe()
+        .args(["reference", "--checkpoint"])
+        .arg(&ck)
+        .args(["--tokens", "1,2,3", "-o"])
+        .arg(&a)
+        .assert()
+        .code(0);
+    hefprobe().arg("compare").arg(&a).arg(&a).assert().code(0);
+    let mut cap = Capture::read_npz(&a).unwrap();
+    let mut x = cap.get_key("prefill/logits").unwrap().clone();
+    x.iter_mut().for_each(|v| *v = -*v);
+    cap.insert("prefill/logits".into(), x);
+    let b = t.path().join("b.npz");
+    cap.write_npz(&b).unwrap();
+    hefprobe().arg("compare").arg(&a).arg(&b).assert().code(1);
+    hefprobe()
+        .arg("compare")
+        .arg(&a)
+        .arg(t.path().join("missing.npz"))
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("missing.npz"));
+}
+
+/// explain exits 1 when the observation drifts from the reference beyond the thresholds,
+/// whether or not a fault explains it (it used to exit 0).
+#[test]
+fn explain_exits_0_1_or_2() {
+    let t = tempfile::tempdir().unwrap();
+    let p = probe(t.path(), "ex", "", "");
+    hefprobe()
+        .arg("explain")
+        .arg(&p)
+        .args(["--backend", "emulator", "--fault", "no-lm-head"])
+        .assert()
+        .code(0);
+    hefprobe()
+        .arg("explain")
+        .arg(&p)
+        .args(["--backend", "emulator=shared-softmax@layers=1"])
+        .assert()
+        .code(1)
+        .stdout(predicate::str::contains("best explanation: shared-softmax@layers=1"));
+    hefprobe()
+        .arg("explain")
+        .arg(&p)
+        .arg("--observed")
+        .arg(t.path().join("nowhere.npz"))
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("nowhere.npz"));
+}
+
+fn sweep_probe(dir: &Path, quant: &str, head_dim: usize) -> PathBuf {
+    let p = dir.join(format!("sweep-{quant}-{head_dim}.toml"));
+    std::fs::write(
+        &p,
+        format!(
+            "version = 1\nname = \"s\"\nquestion = \"q?\"\n[checkpoint]\nsynth = \"tinystories\"\nlayers = 2\nvocab = 300\n\
+             [inputs]\ntokens = [5, 9, 44, 120, 7, 7, 31]\n[sweep]\nhidden = [64]\nhead_dim = {head_dim}\n\
+             quant = [\"{quant}\"]\ngenerate = 4\n"
+        ),
+    )
+    .unwrap();
+    p
+}
+
+/// sweep exits 1 when a point's teacher-forced logits fail the probe's logits bounds
+/// (default cosine ≥ 0.999), as `run` does on the same drift (it used to exit 0).
+#[test]
+fn sweep_exits_0_1_or_2() {
+    let t = tempfile::tempdir().unwrap();
+    hefprobe()
+        .arg("sweep")
+        .arg(sweep_probe(t.path(), "w8a16", 32))
+        .assert()
+        .code(0)
+        .stdout(predicate::str::contains("0 of 1 points drift"));
+    hefprobe()
+        .arg("sweep")
+        .arg(sweep_probe(t.path(), "w4a8", 32))
+        .assert()
+        .code(1)
+        .stdout(predicate::str::contains("FAIL cosine").and(predicate::str::contains("1 of 1 points drift")));
+    hefprobe()
+        .arg("sweep")
+        .arg(sweep_probe(t.path(), "w8a16", 0))
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("[sweep] key `head_dim`"));
+}
+
+#[test]
+fn faults_exits_0_or_2() {
+    hefprobe().arg("faults").assert().code(0).stdout(predicate::str::contains("shared-softmax"));
+    hefprobe()
+        .args(["faults", "--report", "svg=x"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("--report svg=x: `faults` writes terminal, markdown, json"));
+}
+
+#[test]
+fn audit_and_synth_hef_exit_0_1_or_2() {
+    let t = tempfile::tempdir().unwrap();
+    let clean = synth_hef(t.path(), "clean.hef", &[]);
+    hefprobe().arg("audit").arg(&clean).assert().code(0);
+    // missing-lm-head is not flagged while synth-hef embeds the 259-token byte tokenizer for a
+    // 32000-row checkpoint (logits 288 wide read as padding); issue 11 tokenizer item.
+    let bad = synth_hef(t.path(), "bad.hef", &["--mistake", "full-sequence-output"]);
+    hefprobe().arg("audit").arg(&bad).assert().code(1);
+    let junk = t.path().join("junk.hef");
+    std::fs::write(&junk, b"not a hef at all").unwrap();
+    hefprobe().arg("audit").arg(&junk).assert().code(2).stderr(predicate::str::contains("junk.hef"));
+    hefprobe()
+        .args(["synth-hef", "--checkpoint"])
+        .arg(t.path().join("nowhere"))
+        .arg("-o")
+        .arg(t.path().join("x.hef"))
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("nowhere"));
+}
+
+#[test]
+fn capture_exits_0_2_or_3() {
+    let t = tempfile::tempdir().unwrap();
+    let hef = synth_hef(t.path(), "ts.hef", &[]);
+    let inputs = inputs_npz(t.path(), vec![5, 9, 44]);
+    let out = t.path().join("cap.npz");
+    let capture = |h: &Path| {
+        let mut c = hefprobe();
+        c.arg("capture").arg(h).arg("--inputs").arg(&inputs).arg("-o").arg(&out);
+        c
+    };
+    capture(&hef).assert().code(0);
+    capture(&t.path().join("missing.hef")).assert().code(2).stderr(predicate::str::contains("missing.hef"));
+    capture(&broken_device_hef(t.path())).assert().code(3).stderr(predicate::str::contains("device:"));
+}
+
+#[test]
+fn diagnose_exits_2_or_3() {
+    let t = tempfile::tempdir().unwrap();
+    hefprobe()
+        .arg("diagnose")
+        .arg(t.path().join("missing.hef"))
+        .args(["--synth", "tinystories", "--tokens", "1,2,3"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("missing.hef"));
+    hefprobe()
+        .arg("diagnose")
+        .arg(broken_device_hef(t.path()))
+        .args(["--synth", "tinystories", "--tokens", "1,2,3,4"])
+        .assert()
+        .code(3)
+        .stderr(predicate::str::contains("device:"));
+}
+
+#[test]
+fn bench_exits_0_or_2() {
+    hefprobe()
+        .args(["bench", "--preset", "tinystories", "--prompt-len", "4", "--decode", "1", "--reps", "1"])
+        .assert()
+        .code(0);
+    hefprobe().args(["bench", "--preset", "gpt2"]).assert().code(2).stderr(predicate::str::contains("gpt2"));
+}
+
+#[test]
+fn usage_errors_exit_2_and_help_exits_0() {
+    hefprobe().arg("--help").assert().code(0);
+    hefprobe().arg("no-such-command").assert().code(2);
+    hefprobe()
+        .args(["--max-memory", "lots", "faults"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("`lots` is not a size"));
+}

@@ -1,0 +1,421 @@
+//! Hostile and careless input (issue 11): every finding of that issue that this crate's
+//! inputs, budget, validation and output checks cover, as a regression test. Each asserts the
+//! exit code and that the message names the flag, key or file at fault; each runs in seconds
+//! (a hang would be a test timeout; the budget refusals happen before any allocation).
+
+use assert_cmd::Command;
+use hefprobe::capture::Capture;
+use hefprobe::inputs::{DecodeSpec, InputSet};
+use predicates::prelude::*;
+use std::path::{Path, PathBuf};
+
+fn hefprobe() -> Command {
+    Command::cargo_bin("hefprobe").unwrap()
+}
+
+fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+const HEAD: &str = "version = 1\nname = \"h\"\nquestion = \"q?\"\n";
+const TINY: &str =
+    "[checkpoint]\nsynth = \"tinystories\"\nhidden = 64\nlayers = 2\nheads = 4\nkv_heads = 2\nvocab = 512\n";
+const INPUTS: &str = "[inputs]\ntokens = [5, 9, 44, 120, 7]\ndecode = 2\n";
+const EMULATOR: &str = "[[backend]]\nname = \"device\"\nkind = \"emulator\"\n";
+
+fn tiny_probe(dir: &Path, extra: &str) -> PathBuf {
+    write(dir, "tiny.toml", &format!("{HEAD}{TINY}{INPUTS}{EMULATOR}{extra}"))
+}
+
+#[test]
+fn positions_that_wrap_are_refused_not_decoded_forever() {
+    // `start_position + total_len()` wrapped, so the position check passed and decoding ran on.
+    hefprobe()
+        .args(["reference", "--synth", "tinystories", "--tokens", "1,2", "--decode", "18446744073709551615"])
+        .arg("-o")
+        .arg(std::env::temp_dir().join("hefprobe-never.npz"))
+        .timeout(std::time::Duration::from_secs(60))
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("--decode").and(predicate::str::contains("overflows")));
+    // Died inside candle, its backtrace printed twice.
+    hefprobe()
+        .args([
+            "reference",
+            "--synth",
+            "tinystories",
+            "--tokens",
+            "1,2",
+            "--start-position",
+            "18446744073709551615",
+        ])
+        .arg("-o")
+        .arg(std::env::temp_dir().join("hefprobe-never.npz"))
+        .assert()
+        .code(2)
+        .stderr(
+            predicate::str::contains("--start-position")
+                .and(predicate::str::contains("backtrace").not())
+                .and(predicate::str::contains("caused by").not()),
+        );
+    let t = tempfile::tempdir().unwrap();
+    let max = i64::MAX;
+    let p = write(
+        t.path(),
+        "long.toml",
+        &format!("{HEAD}{TINY}[inputs]\ntokens = [1, 2]\nstart_position = {max}\ndecode = {max}\n{EMULATOR}"),
+    );
+    hefprobe()
+        .arg("run")
+        .arg(&p)
+        .timeout(std::time::Duration::from_secs(60))
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("start_position").and(predicate::str::contains("decode")));
+    assert!(!std::env::temp_dir().join("hefprobe-never.npz").exists());
+}
+
+#[test]
+fn models_beyond_the_memory_budget_are_refused_before_allocation() {
+    let t = tempfile::tempdir().unwrap();
+    hefprobe()
+        .args(["synth", "--preset", "tinystories", "--hidden", "1000000", "-o"])
+        .arg(t.path().join("big"))
+        .assert()
+        .code(2)
+        .stderr(
+            predicate::str::contains("hidden=1000000")
+                .and(predicate::str::contains("needs 262.2 TiB, budget"))
+                .and(predicate::str::contains("--max-memory")),
+        );
+    let p = write(
+        t.path(),
+        "big.toml",
+        &format!("{HEAD}[checkpoint]\nsynth = \"tinystories\"\nhidden = 1000000\n{INPUTS}{EMULATOR}"),
+    );
+    hefprobe().arg("run").arg(&p).assert().code(2).stderr(
+        predicate::str::contains("big.toml [checkpoint]").and(predicate::str::contains("hidden=1000000")),
+    );
+    // The budget is a flag: a model that fits the machine is refused under a small one.
+    hefprobe()
+        .args(["--max-memory", "16M", "reference", "--synth", "tinystories", "--tokens", "1,2", "-o"])
+        .arg(t.path().join("x.npz"))
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("budget 16.0 MiB (--max-memory)"));
+    // Taps a run keeps in memory count too: a long greedy decode over every tap.
+    let p = write(
+        t.path(),
+        "taps.toml",
+        &format!("{HEAD}[checkpoint]\nsynth = \"tinystories\"\n[inputs]\ntokens = [1, 2]\ndecode = 250\n{EMULATOR}"),
+    );
+    hefprobe()
+        .args(["--max-memory", "600M", "run"])
+        .arg(&p)
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("taps.toml [inputs]").and(predicate::str::contains("taps ")));
+}
+
+#[test]
+fn thresholds_are_checked_when_read() {
+    let t = tempfile::tempdir().unwrap();
+    let p = tiny_probe(t.path(), "");
+    for (bound, says) in [
+        ("cosine=nan", "from -1 to 1"),
+        ("flips=-1", "whole number ≥ 0"),
+        ("topk=2", "share from 0 to 1"),
+        ("top5=0.9", "unknown metric `top5`"),
+    ] {
+        hefprobe().arg("run").arg(&p).args(["--threshold", bound]).assert().code(2).stderr(
+            predicate::str::contains(format!("--threshold `{bound}`")).and(predicate::str::contains(says)),
+        );
+    }
+    // A glob matching no tap is an error with a suggestion, as the same typo in `taps` is.
+    hefprobe()
+        .arg("run")
+        .arg(&p)
+        .args(["--threshold", "layers.*.attn.prob:cosine=0.9"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("did you mean `layers.*.attn.probs`"));
+    let p = tiny_probe(t.path(), "[thresholds.taps]\n\"logit\" = { cosine = 0.9 }\n");
+    hefprobe().arg("run").arg(&p).assert().code(2).stderr(
+        predicate::str::contains("tiny.toml: [thresholds.taps] `logit`")
+            .and(predicate::str::contains("`logits`")),
+    );
+}
+
+#[test]
+fn synth_flags_and_sweep_grids_are_checked_when_read() {
+    let t = tempfile::tempdir().unwrap();
+    for (flag, value) in [
+        ("--weight-scale", "nan"),
+        ("--sliding-window", "0"),
+        ("--intermediate", "0"),
+        ("--hidden", "0"),
+        ("--head-dim", "7"),
+    ] {
+        hefprobe()
+            .args(["synth", "--preset", "qwen2.5-0.5b", flag, value, "-o"])
+            .arg(t.path().join("x"))
+            .assert()
+            .code(2)
+            .stderr(predicate::str::contains(flag));
+    }
+    // A remainder by zero in probe/sweep.rs.
+    let p = write(
+        t.path(),
+        "sw.toml",
+        &format!("{HEAD}{TINY}{INPUTS}[sweep]\nhidden = [64]\nhead_dim = 0\nquant = [\"w8a16\"]\n"),
+    );
+    hefprobe()
+        .arg("sweep")
+        .arg(&p)
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("sw.toml [sweep] key `head_dim`"));
+}
+
+#[test]
+fn inputset_files_with_an_empty_prompt_or_a_bad_chunk_are_refused() {
+    let t = tempfile::tempdir().unwrap();
+    let hef = t.path().join("ts.hef");
+    hefprobe().args(["synth-hef", "--synth", "tinystories", "-o"]).arg(&hef).assert().code(0);
+    let write_npz = |prompt: Vec<i64>, chunk: Vec<i64>| {
+        use ndarray::Array1;
+        let p = t.path().join("in.npz");
+        let mut w = ndarray_npy::NpzWriter::new(std::fs::File::create(&p).unwrap());
+        w.add_array("prompt", &Array1::from(prompt)).unwrap();
+        w.add_array("decode_tokens", &Array1::<i64>::from(vec![])).unwrap();
+        w.add_array("greedy_steps", &Array1::from(vec![0i64])).unwrap();
+        w.add_array("chunk", &Array1::from(chunk)).unwrap();
+        w.add_array("start_position", &Array1::from(vec![0i64])).unwrap();
+        w.finish().unwrap();
+        p
+    };
+    for (prompt, chunk, says) in
+        [(vec![], vec![], "`prompt`"), (vec![1, 2], vec![0], "`chunk`"), (vec![1, 2], vec![-4], "`chunk`")]
+    {
+        let inputs = write_npz(prompt, chunk);
+        hefprobe()
+            .arg("capture")
+            .arg(&hef)
+            .arg("--inputs")
+            .arg(&inputs)
+            .arg("-o")
+            .arg(t.path().join("cap.npz"))
+            .assert()
+            .code(2)
+            .stderr(predicate::str::contains("in.npz").and(predicate::str::contains(says)));
+    }
+}
+
+#[test]
+fn an_output_never_destroys_an_input() {
+    let t = tempfile::tempdir().unwrap();
+    let hef = t.path().join("x.hef");
+    hefprobe().args(["synth-hef", "--synth", "tinystories", "-o"]).arg(&hef).assert().code(0);
+    let before = std::fs::read(&hef).unwrap();
+    let mut s = InputSet::new(vec![5, 9]);
+    s.decode = DecodeSpec::Forced(vec![]);
+    let inputs = t.path().join("inputs.npz");
+    s.to_npz(&inputs).unwrap();
+    hefprobe()
+        .arg("capture")
+        .arg(&hef)
+        .arg("--inputs")
+        .arg(&inputs)
+        .arg("-o")
+        .arg(t.path().join(".").join("x.hef"))
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("-o").and(predicate::str::contains("the HEF")));
+    assert_eq!(std::fs::read(&hef).unwrap(), before);
+
+    let ck = t.path().join("ck");
+    let synth = |force: bool| {
+        let mut c = hefprobe();
+        c.args([
+            "synth",
+            "--arch",
+            "llama",
+            "--hidden",
+            "32",
+            "--layers",
+            "1",
+            "--heads",
+            "2",
+            "--kv-heads",
+            "1",
+        ]);
+        c.arg("-o").arg(&ck);
+        if force {
+            c.arg("--force");
+        }
+        c.assert()
+    };
+    synth(false).code(0);
+    synth(false).code(2).stderr(predicate::str::contains("--force"));
+    synth(true).code(0);
+    let weights = std::fs::read(ck.join("model.safetensors")).unwrap();
+    hefprobe()
+        .args(["reference", "--checkpoint"])
+        .arg(&ck)
+        .args(["--tokens", "1,2", "-o"])
+        .arg(ck.join("model.safetensors"))
+        .assert()
+        .code(2)
+        .stderr(
+            predicate::str::contains("model.safetensors").and(predicate::str::contains("the checkpoint")),
+        );
+    assert_eq!(std::fs::read(ck.join("model.safetensors")).unwrap(), weights);
+
+    let p = tiny_probe(t.path(), "");
+    let text = std::fs::read_to_string(&p).unwrap();
+    hefprobe()
+        .arg("run")
+        .arg(&p)
+        .arg("--report")
+        .arg(format!("markdown={}", p.display()))
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("the probe"));
+    assert_eq!(std::fs::read_to_string(&p).unwrap(), text);
+    hefprobe()
+        .arg("run")
+        .arg(&p)
+        .arg("--report")
+        .arg(format!("markdown={}", t.path().join("no/such/dir/r.md").display()))
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("does not exist"));
+}
+
+#[test]
+fn an_empty_report_path_is_refused_when_the_flags_are_read() {
+    let t = tempfile::tempdir().unwrap();
+    let p = tiny_probe(t.path(), "");
+    hefprobe()
+        .arg("run")
+        .arg(&p)
+        .args(["--report", "markdown="])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("`markdown=`").and(predicate::str::contains("empty")));
+}
+
+#[test]
+fn file_only_reports_are_announced_and_temporary_files_are_gone() {
+    let t = tempfile::tempdir().unwrap();
+    let p = tiny_probe(t.path(), "");
+    let (md, json) = (t.path().join("r.md"), t.path().join("r.json"));
+    hefprobe()
+        .arg("run")
+        .arg(&p)
+        .arg("--report")
+        .arg(format!("markdown={}", md.display()))
+        .arg("--report")
+        .arg(format!("json={}", json.display()))
+        .assert()
+        .code(0)
+        .stdout(predicate::str::is_empty())
+        .stderr(
+            predicate::str::contains(format!("wrote {}", md.display()))
+                .and(predicate::str::contains(format!("wrote {}", json.display()))),
+        );
+    let leftovers: Vec<_> = std::fs::read_dir(t.path())
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().contains(".tmp-"))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+}
+
+#[test]
+fn a_run_whose_comparison_fails_still_writes_its_reports() {
+    let t = tempfile::tempdir().unwrap();
+    let mut dump = Capture::default();
+    dump.insert("prefill/logits".into(), ndarray::ArrayD::zeros(ndarray::IxDyn(&[3, 7])));
+    dump.write_npz(&t.path().join("dump.npz")).unwrap();
+    let p = write(
+        t.path(),
+        "dump.toml",
+        &format!("{HEAD}{TINY}{INPUTS}[[backend]]\nname = \"rec\"\nkind = \"dump\"\npath = \"dump.npz\"\n"),
+    );
+    let md = t.path().join("r.md");
+    hefprobe()
+        .arg("run")
+        .arg(&p)
+        .arg("--report")
+        .arg(format!("markdown={}", md.display()))
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("prefill/logits").and(predicate::str::contains("shape")));
+    let text = std::fs::read_to_string(&md).unwrap();
+    assert!(text.contains("the compare stage stopped"), "{text}");
+}
+
+#[test]
+fn explain_refuses_to_rank_a_non_finite_observation() {
+    let t = tempfile::tempdir().unwrap();
+    let p = tiny_probe(t.path(), "");
+    let caps = t.path().join("caps");
+    hefprobe().arg("run").arg(&p).arg("--save-captures").arg(&caps).arg("--no-explain").assert().code(0);
+    let mut cap = Capture::read_npz(&caps.join("device.npz")).unwrap();
+    let key = "prefill/layers.1.attn.out";
+    let mut x = cap.get_key(key).unwrap().clone();
+    x.iter_mut().for_each(|v| *v = f32::NAN);
+    cap.insert(key.into(), x);
+    let observed = t.path().join("nan.npz");
+    cap.write_npz(&observed).unwrap();
+    let json = t.path().join("r.json");
+    hefprobe()
+        .arg("explain")
+        .arg(&p)
+        .arg("--observed")
+        .arg(&observed)
+        .arg("--report")
+        .arg("terminal")
+        .arg("--report")
+        .arg(format!("json={}", json.display()))
+        .assert()
+        .code(1)
+        .stdout(
+            predicate::str::contains("explain refuses to rank")
+                .and(predicate::str::contains(key))
+                .and(predicate::str::contains("nothing in the catalog explains").not()),
+        );
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(json).unwrap()).unwrap();
+    assert_eq!(v["explain"]["rows"].as_array().unwrap().len(), 0);
+    assert_eq!(v["explain"]["nonfinite"][0][0], key);
+}
+
+#[test]
+fn deprecated_output_flags_still_work_and_say_so() {
+    let t = tempfile::tempdir().unwrap();
+    let hef = t.path().join("ts.hef");
+    hefprobe().args(["synth-hef", "--synth", "tinystories", "-o"]).arg(&hef).assert().code(0);
+    hefprobe()
+        .arg("audit")
+        .arg(&hef)
+        .arg("--json")
+        .assert()
+        .code(0)
+        .stdout(predicate::str::contains("hefprobe.audit/1"))
+        .stderr(
+            predicate::str::contains("--json is deprecated").and(predicate::str::contains("--report json")),
+        );
+    let md = t.path().join("a.md");
+    hefprobe()
+        .arg("audit")
+        .arg(&hef)
+        .arg("--report")
+        .arg(format!("markdown={}", md.display()))
+        .assert()
+        .code(0)
+        .stderr(predicate::str::contains(format!("wrote {}", md.display())));
+    assert!(std::fs::read_to_string(&md).unwrap().contains('|'));
+}
