@@ -193,10 +193,14 @@ fn shared_softmax_report_and_readme_example_match_the_tool() {
 
 #[test]
 fn fault_localization_report_matches_the_matrix() {
-    let rows = hefprobe::explain::matrix::run_matrix().unwrap();
-    let fresh = hefprobe::explain::matrix::doc(
+    use hefprobe::explain::matrix;
+    let (ckpt, inputs) = matrix::matrix_model().unwrap();
+    let rows = matrix::run_matrix_on(&ckpt, &inputs).unwrap();
+    let fresh = matrix::doc(
         &rows,
         "hefprobe faults --matrix --report markdown=reports/fault-localization.md",
+        &matrix::synth_setup(),
+        &ckpt.config,
     )
     .markdown();
     let committed = std::fs::read_to_string(repo("reports/fault-localization.md")).unwrap();

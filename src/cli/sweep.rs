@@ -60,6 +60,7 @@ impl SweepArgs {
 /// `[thresholds]`, default cosine ≥ 0.999): the sweep found drift (README, "Exit codes").
 pub fn run(a: SweepArgs) -> Result<ExitCode> {
     let targets = a.targets();
+    crate::report::only(&targets, "sweep", &[Format::Terminal, Format::Markdown, Format::Json, Format::Svg])?;
     let mut probe = Probe::load(&a.probe)?;
     if let Some(c) = &a.checkpoint {
         probe = probe.with_checkpoint(c);
@@ -89,6 +90,7 @@ pub fn run(a: SweepArgs) -> Result<ExitCode> {
             Format::Terminal => d.terminal(t.path.is_none() && std::io::stdout().is_terminal()),
             Format::Json => serde_json::to_string_pretty(&points).expect("json") + "\n",
             Format::Svg => unreachable!("written above"),
+            Format::Junit | Format::Html => unreachable!("refused by only() above"),
         };
         deliver(t, &text, &mut stdout)?;
     }

@@ -184,7 +184,7 @@ pub fn explain(
     observed: &Capture,
     spec: &ExplainSpec,
 ) -> Result<ExplainReport> {
-    let mut keys = shared_keys(observed);
+    let keys = shared_keys(observed);
     if keys.is_empty() {
         return Err(Error::usage(format!(
             "explain: `{observed_name}` holds no canonical PHASE/TAP keys to match emulations against"

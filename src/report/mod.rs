@@ -361,17 +361,6 @@ impl Format {
     }
 }
 
-impl Format {
-    pub fn name(self) -> &'static str {
-        match self {
-            Format::Terminal => "terminal",
-            Format::Markdown => "markdown",
-            Format::Json => "json",
-            Format::Svg => "svg",
-        }
-    }
-}
-
 impl ReportTarget {
     /// `FORMAT`, `FORMAT=-` (stdout) or `FORMAT=PATH`; the one parser every reporting command's
     /// `--report` uses. An empty path is refused here, when the flags are read, not after a run.
