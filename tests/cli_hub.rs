@@ -24,6 +24,8 @@ fn hefprobe() -> Command {
 fn fake_hub(hub: &Path) {
     let repo = hub.join("models--TestOrg--tiny");
     std::fs::create_dir_all(repo.join("refs")).unwrap();
+    // `synth -o` creates its folder, not the folders above it.
+    std::fs::create_dir_all(repo.join("snapshots")).unwrap();
     for (rev, sha) in [("main", SHA), ("v1", OLD_SHA)] {
         let snap = repo.join("snapshots").join(sha);
         Command::cargo_bin("hefprobe")

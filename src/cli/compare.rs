@@ -4,6 +4,7 @@ use super::run::{command_line, ReportArgs};
 use crate::backend::dump::DumpBackend;
 use crate::backend::Backend;
 use crate::capture::Capture;
+use crate::compare::stream::{compare_files, keys_of};
 use crate::compare::thresholds::Thresholds;
 use crate::compare::{compare, RowStatus, View};
 use crate::error::{Error, Result};
@@ -46,27 +47,34 @@ pub fn run(a: CompareArgs) -> Result<ExitCode> {
     for t in &a.out.thresholds {
         thresholds.add_cli(t)?;
     }
-    let reference = Capture::read_npz(&a.reference)?;
-    let candidate = match &a.map {
-        None => Capture::read_npz(&a.candidate)?,
+    let (rl, cl) = (label(&a.reference), label(&a.candidate));
+    // Globs are checked against the taps the two captures hold (no model here).
+    let check_globs = |thresholds: &mut Thresholds, keys: Vec<String>| -> Result<()> {
+        let mut taps: Vec<String> =
+            keys.into_iter().filter_map(|k| k.split_once('/').map(|(_, t)| t.to_string())).collect();
+        taps.sort();
+        taps.dedup();
+        let layers =
+            taps.iter().filter_map(|t| crate::tap::Tap::parse(t)?.layer()).max().map_or(0, |l| l + 1);
+        thresholds.check_globs(&taps, layers)
+    };
+    let pair = match &a.map {
+        // Two captures: read tap by tap, one tap of each side in memory per thread.
+        None => {
+            let (keys, ..) = keys_of(&a.reference, &a.candidate)?;
+            check_globs(&mut thresholds, keys)?;
+            compare_files(&a.reference, &a.candidate, (&rl, &cl), View::Cumulative, &thresholds)?
+        }
+        // A dump through a name map (reshapes and permutes) is read whole.
         Some(m) => {
+            let reference = Capture::read_npz(&a.reference)?;
             let mut d = DumpBackend::open("candidate", &a.candidate, Some(m))?;
-            d.run(&InputSet::new(vec![0]), &TapSelection::all()).capture
+            let candidate = d.run(&InputSet::new(vec![0]), &TapSelection::all()).capture;
+            let keys = reference.keys().into_iter().chain(candidate.keys()).map(String::from).collect();
+            check_globs(&mut thresholds, keys)?;
+            compare(&reference, &candidate, (&rl, &cl), View::Cumulative, &thresholds)
         }
     };
-    // Globs are checked against the taps the two captures hold (no model here).
-    let mut taps: Vec<String> = reference
-        .keys()
-        .into_iter()
-        .chain(candidate.keys())
-        .filter_map(|k| k.split_once('/').map(|(_, t)| t.to_string()))
-        .collect();
-    taps.sort();
-    taps.dedup();
-    let layers = taps.iter().filter_map(|t| crate::tap::Tap::parse(t)?.layer()).max().map_or(0, |l| l + 1);
-    thresholds.check_globs(&taps, layers)?;
-    let (rl, cl) = (label(&a.reference), label(&a.candidate));
-    let pair = compare(&reference, &candidate, (&rl, &cl), View::Cumulative, &thresholds);
     if pair.rows.iter().all(|r| !r.checked()) {
         return Err(Error::input(
             a.candidate.display().to_string(),

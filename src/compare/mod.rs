@@ -4,6 +4,7 @@
 pub mod lens;
 pub mod locate;
 pub mod metrics;
+pub mod stream;
 pub mod thresholds;
 
 use crate::capture::Capture;
@@ -152,7 +153,7 @@ impl PairComparison {
     }
 }
 
-fn split_key(key: &str) -> Option<(Phase, &str)> {
+pub(crate) fn split_key(key: &str) -> Option<(Phase, &str)> {
     let (p, t) = key.split_once('/')?;
     Some((Phase::parse(p)?, t))
 }
@@ -336,7 +337,7 @@ pub fn compare_selected(
     PairComparison { reference: names.0.to_string(), candidate: names.1.to_string(), view, rows }
 }
 
-fn compare_one(
+pub(crate) fn compare_one(
     reference: &Capture,
     candidate: &Capture,
     key: &str,
