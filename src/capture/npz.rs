@@ -147,12 +147,25 @@ fn read_npy(r: &mut impl Read, len: u64) -> std::result::Result<ArrayD<f32>, Str
         ));
     };
     let n = n.unwrap_or(0);
-    let mut data = Vec::with_capacity(bytes);
-    r.take(bytes as u64).read_to_end(&mut data).map_err(|e| format!("reading its data: {e}"))?;
-    if data.len() != bytes {
-        return Err(format!("truncated: {} of the {bytes} data bytes its header promises", data.len()));
-    }
-    let values = convert(&data, h.kind, h.big_endian);
+    let values = if matches!(h.kind, Kind::F32) && !h.big_endian && cfg!(target_endian = "little") {
+        // Little-endian f32 (every capture hefprobe writes): read straight into the values, no
+        // second buffer of the same size (a 1024-token logits tap is 200 MB).
+        let mut values = vec![0f32; n];
+        // SAFETY: `values` owns n f32 = `bytes` bytes (checked above: bytes = n · 4); every bit
+        // pattern is a valid f32, and the byte view is dropped before `values` is used again.
+        let buf = unsafe { std::slice::from_raw_parts_mut(values.as_mut_ptr().cast::<u8>(), bytes) };
+        r.take(bytes as u64)
+            .read_exact(buf)
+            .map_err(|e| format!("truncated: reading its {bytes} data bytes: {e}"))?;
+        values
+    } else {
+        let mut data = Vec::with_capacity(bytes);
+        r.take(bytes as u64).read_to_end(&mut data).map_err(|e| format!("reading its data: {e}"))?;
+        if data.len() != bytes {
+            return Err(format!("truncated: {} of the {bytes} data bytes its header promises", data.len()));
+        }
+        convert(&data, h.kind, h.big_endian)
+    };
     debug_assert_eq!(values.len(), n);
     let shape = IxDyn(&h.shape);
     let arr = if h.fortran {

@@ -25,10 +25,8 @@ pub struct Match {
 
 /// Aligned flat values: compare's alignment, with the single row on either side (an
 /// emulated fault may return one row where the observation has many, and vice versa).
-fn aligned(a: &ArrayD<f32>, b: &ArrayD<f32>) -> Option<(Vec<f32>, Vec<f32>)> {
-    crate::compare::align(a, b)
-        .map(|(x, y, _)| (x, y))
-        .or_else(|| crate::compare::align(b, a).map(|(y, x, _)| (x, y)))
+fn aligned<'a>(a: &'a ArrayD<f32>, b: &'a ArrayD<f32>) -> Option<crate::compare::Aligned<'a>> {
+    crate::compare::align(a, b).or_else(|| crate::compare::align(b, a).map(|(y, x, note)| (x, y, note)))
 }
 
 pub fn match_captures(emulated: &Capture, observed: &Capture, keys: &[String]) -> Match {
@@ -39,7 +37,7 @@ pub fn match_captures(emulated: &Capture, observed: &Capture, keys: &[String]) -
             n += 1;
             continue;
         };
-        let Some((ev, ov)) = aligned(e, o) else {
+        let Some((ev, ov, _)) = aligned(e, o) else {
             n += 1; // a shape the observation does not have: no match on this tap
             continue;
         };
@@ -75,7 +73,7 @@ fn first_drift_layer(reference: &Capture, observed: &Capture, keys: &[String]) -
     keys.iter().find_map(|k| {
         let layer = crate::tap::Tap::parse(k.split_once('/')?.1)?.layer()?;
         let (r, o) = (reference.get_key(k)?, observed.get_key(k)?);
-        let (rv, ov) = aligned(r, o)?;
+        let (rv, ov, _) = aligned(r, o)?;
         let (b, nonfinite) = metrics::basic_counted(&rv, &ov, None);
         (nonfinite > 0 || b.cosine < 1.0 - 1e-6).then_some(layer)
     })
@@ -374,7 +372,7 @@ fn attribute(
     let emulated = emulate(ckpt, &[spec], inputs, taps)?;
     let cos = |a: &Capture, b: &Capture, k: &str| -> f64 {
         match (a.get_key(k), b.get_key(k)) {
-            (Some(x), Some(y)) => aligned(x, y).map_or(0.0, |(x, y)| metrics::basic(&x, &y, None).cosine),
+            (Some(x), Some(y)) => aligned(x, y).map_or(0.0, |(x, y, _)| metrics::basic(&x, &y, None).cosine),
             _ => f64::NAN,
         }
     };
