@@ -95,15 +95,52 @@ impl HefBackend {
                  set [inputs] chunk = {p}, or leave it out to compare the last chunk only"
             )));
         }
-        let kv = self.driver.kv_cache_size();
-        if inputs.total_len() > kv {
-            return Err(Error::usage(format!(
-                "{} prompt + {} decode tokens exceed the HEF's kv_cache_size = {kv}",
-                inputs.prompt.len(),
-                inputs.decode.steps()
-            )));
-        }
+        // A conversation past kv_cache_size is not refused: genai runs it on a ring that
+        // overwrites its oldest entries (see LlmDriver::note_context_full), and the comparison
+        // uses a reference with a window of kv_cache_size keys (`reference_window`).
         Ok(())
+    }
+
+    /// The sliding window the reference needs to be comparable with this HEF on `inputs`, and
+    /// the note that says so: kv_cache_size when the conversation is longer than that. Exact
+    /// for tbt steps past the limit (one row sees the ring's kv_cache_size newest entries, as a
+    /// window of that many keys does); a prefill frame past it gives its earlier rows fewer keys
+    /// (row t of T sees kv − T + t + 1, the mask's columns being the ring's newest entries),
+    /// which a sliding window does not model, and the note says that too.
+    pub fn ring_window(&self, inputs: &InputSet) -> Option<(usize, String)> {
+        let (kv, p) = (self.driver.kv_cache_size(), self.driver.prefill_tokens());
+        let n = inputs.total_len();
+        if n <= kv {
+            return None;
+        }
+        let mut note = format!(
+            "conversation of {n} tokens exceeds the HEF's kv_cache_size {kv}: the device's cache ring overwrote \
+             the oldest entries; the reference attends to the last {kv} keys (sliding window), as genai's ring does"
+        );
+        // Prefill frames (more than one row) that end past kv_cache_size: the prompt's chunks
+        // (a one-token prompt goes to tbt when there is one), and every decode step when the HEF
+        // has no tbt group.
+        let tbt = self.driver.has_tbt();
+        let (prompt, steps) = (inputs.prompt.len(), inputs.decode.steps());
+        let mut full = 0;
+        if !(tbt && prompt == 1) {
+            let mut end = 0usize;
+            for c in crate::device::frames::chunks(prompt, p) {
+                end = end.saturating_add(c);
+                full += usize::from(end > kv);
+            }
+        }
+        if !tbt {
+            // Step k ends at prompt + k + 1 tokens: past kv for every k >= kv − prompt.
+            full += steps - steps.min(kv.saturating_sub(prompt));
+        }
+        if full > 0 {
+            note += &format!(
+                "; {full} prefill frame(s) of {p} rows ran past it, whose rows before the last see only the ring's \
+                 newest {kv} − {p} + row + 1 keys, not a full window: drift from there on may be the ring's, not the HEF's"
+            );
+        }
+        Some((kv, note))
     }
 
     /// Feed `inputs` (decode teacher-forced, or greedy on the device's own argmax).
@@ -148,6 +185,10 @@ impl Backend for HefBackend {
 
     fn capabilities(&self) -> Capabilities {
         Capabilities { all_taps: false, overrides: false }
+    }
+
+    fn reference_window(&self, inputs: &InputSet) -> Option<(usize, String)> {
+        self.ring_window(inputs)
     }
 
     fn run(&mut self, inputs: &InputSet, _taps: &TapSelection) -> BackendRun {

@@ -40,6 +40,12 @@ pub trait Backend {
         Ok(())
     }
     fn capabilities(&self) -> Capabilities;
+    /// When this backend is only comparable with a reference whose attention sees the last K
+    /// keys (a device whose KV cache ring is shorter than the conversation): K, and the note
+    /// the report shows about it.
+    fn reference_window(&self, _inputs: &InputSet) -> Option<(usize, String)> {
+        None
+    }
     /// Run every phase of `inputs` (decode teacher-forced: greedy is resolved beforehand).
     fn run(&mut self, inputs: &InputSet, taps: &TapSelection) -> BackendRun;
     /// Run with every layer fed the reference's own input (`reference` holds `embed` and

@@ -74,6 +74,8 @@ pub struct LlmDriver {
     vocab_rows: usize,
     pub record: Option<Vec<SentFrame>>,
     pub device: String,
+    /// Whether this conversation has said its context is full (genai's client warns once).
+    context_full: bool,
 }
 
 fn frame_check(group: &str, s: &StreamInfo, bytes: usize, role: &str, cfg_note: &str) -> Result<()> {
@@ -163,6 +165,7 @@ impl LlmDriver {
             pre,
             record: None,
             device: device.describe(),
+            context_full: false,
         };
         driver.check_frames()?;
         Ok(driver)
@@ -211,6 +214,7 @@ impl LlmDriver {
     /// `reset_cnversation_context`: counters to 0, then init_cache(0) on the prefill model.
     pub fn new_conversation(&mut self) -> Result<()> {
         self.pre.reset();
+        self.context_full = false;
         self.prefill.model.init_cache(0)
     }
 
@@ -262,7 +266,6 @@ impl LlmDriver {
                 self.config.begin_of_reasoning_token_id
             )));
         }
-        self.check_room(sent)?;
         let mut out = Vec::new();
         for part in parts {
             out.extend(self.prefill_chunks(part)?);
@@ -280,15 +283,36 @@ impl LlmDriver {
         tokens.iter().position(|&t| t as i64 == id as i64)
     }
 
-    fn check_room(&self, n: usize) -> Result<()> {
-        if self.pre.usage + n > self.pre.kv {
-            return Err(Error::usage(format!(
-                "{n} tokens after {} already in the conversation exceed kv_cache_size = {}: the device \
-                 would overwrite the oldest cache entries",
+    /// Tokens seen in this conversation (genai's `m_cache_usage_size`: it keeps counting past
+    /// kv_cache_size).
+    pub fn usage(&self) -> usize {
+        self.pre.usage
+    }
+
+    /// Whether the conversation has reached kv_cache_size (and said so).
+    pub fn context_full(&self) -> bool {
+        self.context_full
+    }
+
+    /// Past a full cache genai neither refuses nor stops (HailoRT v5.2.0): the server flags each
+    /// reply `is_context_full` once `cache_usage_size >= kv_cache_size`
+    /// (hailort_server/genai/llm/llm_server.cpp:616-618) and the client logs a warning the
+    /// first time only (libhailort/src/genai/llm/llm.cpp:769-772). Nothing else changes: a
+    /// prefill chunk that crosses kv_cache_size is sent like any other (get_next_token_prefill,
+    /// llm_server.cpp:764-807, checks no size), the mask caps usage at kv_cache_size
+    /// (pre_process.cpp:133-137), positions keep rising (pre_process.cpp:176-186) and
+    /// `update_cache_offset` wraps the read offset modulo the ring
+    /// (libhailort/src/core_op/resource_manager/cache_manager.cpp:145-162), so each new entry
+    /// overwrites the oldest. Said once per conversation here too, on stderr.
+    fn note_context_full(&mut self) {
+        if !self.context_full && self.pre.usage >= self.pre.kv {
+            self.context_full = true;
+            eprintln!(
+                "warning: conversation context is full ({} tokens, kv_cache_size {}): like genai, generation \
+                 goes on and the device's cache ring overwrites its oldest entries",
                 self.pre.usage, self.pre.kv
-            )));
+            );
         }
-        Ok(())
     }
 
     /// `get_next_token_prefill`: `tokens` in chunks of at most p rows, remainder first.
@@ -300,6 +324,7 @@ impl LlmDriver {
             start += n;
             let frames = self.pre.prefill(&rows);
             out.push(send(&mut self.prefill, frames, n as i32, &mut self.record)?);
+            self.note_context_full();
         }
         Ok(out)
     }
@@ -307,14 +332,8 @@ impl LlmDriver {
     /// One token: tbt when the HEF has it, else prefill (base scope), as
     /// `generate_next_token_on_demand` routes single tokens.
     pub fn step(&mut self, token: u32) -> Result<Vec<f32>> {
-        if self.pre.usage + 1 > self.pre.kv {
-            return Err(Error::usage(format!(
-                "decode step at {} tokens exceeds kv_cache_size = {}",
-                self.pre.usage, self.pre.kv
-            )));
-        }
         let rows = self.rows(&[token])?;
-        match self.tbt.as_mut() {
+        let logits = match self.tbt.as_mut() {
             Some(g) => {
                 let frames = self.pre.tbt(rows.into_iter().next().expect("one row"));
                 send(g, frames, 1, &mut self.record)
@@ -323,7 +342,9 @@ impl LlmDriver {
                 let frames = self.pre.prefill(&rows);
                 send(&mut self.prefill, frames, 1, &mut self.record)
             }
-        }
+        }?;
+        self.note_context_full();
+        Ok(logits)
     }
 
     /// Cache buffers of the prefill group's model (the rings are shared with tbt).

@@ -162,6 +162,19 @@ impl Decoder {
         })
     }
 
+    /// This model with every layer's attention limited to the last `window` keys, HF's sliding
+    /// window (key j visible from query i when i − j < window, as `allowed_keys` applies it to
+    /// Mistral/Qwen2 configs); a layer with a narrower window of its own keeps it. What a
+    /// device whose KV cache ring holds `window` entries computes once the ring wraps.
+    pub fn windowed(&self, window: usize) -> Decoder {
+        let mut model = self.clone();
+        for b in &mut model.blocks {
+            b.window = Some(b.window.map_or(window, |own| own.min(window)));
+        }
+        model.cfg.sliding_window = model.blocks.iter().map(|b| b.window).collect();
+        model
+    }
+
     /// Embedding rows of `tokens` [T, hidden]; a token id past the vocabulary is an error.
     pub fn embed_tokens(&self, tokens: &[u32]) -> Result<Tensor> {
         if let Some(bad) = tokens.iter().find(|&&t| t as usize >= self.cfg.vocab_size) {

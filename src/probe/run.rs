@@ -180,6 +180,9 @@ pub struct BackendOutput {
     pub capture: Capture,
     pub local: Option<(TapSelection, Capture)>,
     pub error: Option<Error>,
+    /// The reference this backend is compared with when it needs its own
+    /// ([`Backend::reference_window`]): its label and capture.
+    pub reference: Option<(String, Capture)>,
 }
 
 /// Stage 2's output.
@@ -314,6 +317,13 @@ fn run_all(
             status: status_of(&run),
         });
         let capabilities = backend.capabilities();
+        let own_reference = match backend.reference_window(&p.inputs) {
+            Some((window, note)) => {
+                p.report.notes.push(format!("backend `{label}`: {note}"));
+                Some(windowed_reference(p, window)?)
+            }
+            None => None,
+        };
         let mut local = None;
         if p.local && capabilities.overrides && run.error.is_none() {
             let taps = TapSelection::parse(
@@ -328,9 +338,21 @@ fn run_all(
             capture: run.capture,
             local,
             error: run.error,
+            reference: own_reference,
         });
     }
     Ok(Runs { reference, backends })
+}
+
+/// The reference with every layer's attention limited to the last `window` keys
+/// ([`Decoder::windowed`]), run on the same inputs (decode already teacher-forced).
+fn windowed_reference(p: &Prepared, window: usize) -> Result<(String, Capture)> {
+    let run = DecoderBackend::reference(Arc::new(p.model.windowed(window)))
+        .run(&p.inputs, &reference_selection(p.selection.globs())?);
+    match run.error {
+        Some(e) => Err(e),
+        None => Ok((format!("reference[window={window}]"), run.capture)),
+    }
 }
 
 /// Stage 3: compare every backend with the reference (cumulative, then local), locate, blame,
@@ -338,10 +360,14 @@ fn run_all(
 pub fn compare_runs(p: &mut Prepared, runs: &Runs) -> Result<()> {
     for b in &runs.backends {
         let label = &b.label;
+        let (ref_label, reference) = match &b.reference {
+            Some((l, c)) => (l.as_str(), c),
+            None => ("reference", &runs.reference),
+        };
         let cumulative = compare_selected(
-            &runs.reference,
+            reference,
             &b.capture,
-            ("reference", label),
+            (ref_label, label),
             View::Cumulative,
             &p.thresholds,
             Some(&p.selection),
@@ -359,15 +385,15 @@ pub fn compare_runs(p: &mut Prepared, runs: &Runs) -> Result<()> {
             }
         }
         if p.lens && b.capabilities.all_taps {
-            p.report.lens.push((label.clone(), lens::logit_lens(&p.model, &runs.reference, &b.capture)?));
+            p.report.lens.push((label.clone(), lens::logit_lens(&p.model, reference, &b.capture)?));
         }
         let failed_any = !cumulative.passed();
         p.report.add_comparison(cumulative);
         if let Some((taps, local)) = &b.local {
             let pair = compare_selected(
-                &runs.reference,
+                reference,
                 local,
-                ("reference", label),
+                (ref_label, label),
                 View::Local,
                 &p.thresholds,
                 Some(taps),
@@ -395,9 +421,9 @@ pub fn explain_stage(p: &mut Prepared, runs: &Runs, probe: &Probe, opts: &RunOpt
         Some(o) if opts.backends.is_empty() || runs.backends.iter().any(|b| b.label == *o) => o.clone(),
         _ => runs.backends[0].label.clone(),
     };
-    let observed_capture = match runs.backends.iter().find(|b| b.label == observed) {
-        Some(b) => &b.capture,
-        None if observed == "reference" => &runs.reference,
+    let (observed_capture, reference) = match runs.backends.iter().find(|b| b.label == observed) {
+        Some(b) => (&b.capture, b.reference.as_ref().map_or(&runs.reference, |(_, c)| c)),
+        None if observed == "reference" => (&runs.reference, &runs.reference),
         None => {
             return Err(Error::usage(format!(
                 "[explain] observed `{observed}` is not a backend of this probe"
@@ -408,7 +434,7 @@ pub fn explain_stage(p: &mut Prepared, runs: &Runs, probe: &Probe, opts: &RunOpt
         &p.ckpt,
         &p.model,
         &p.inputs,
-        &runs.reference,
+        reference,
         &observed,
         observed_capture,
         explain,
@@ -420,6 +446,7 @@ pub fn explain_stage(p: &mut Prepared, runs: &Runs, probe: &Probe, opts: &RunOpt
 pub fn save(runs: &Runs, opts: &RunOptions) -> Result<()> {
     let Some(dir) = &opts.save_captures else { return Ok(()) };
     let all = std::iter::once(("reference", &runs.reference))
+        .chain(runs.backends.iter().filter_map(|b| b.reference.as_ref().map(|(l, c)| (l.as_str(), c))))
         .chain(runs.backends.iter().map(|b| (b.label.as_str(), &b.capture)));
     for (name, cap) in all {
         let safe: String =

@@ -90,6 +90,9 @@ fn facts(report: &Report) -> Table {
     for s in &report.incomplete {
         t.row(["incomplete", s.as_str()]);
     }
+    for s in &report.notes {
+        t.row(["note", s.as_str()]);
+    }
     t
 }
 

@@ -222,6 +222,10 @@ pub struct Report {
     pub explain: Option<ExplainReport>,
     /// What did not finish, if the run failed half-way.
     pub incomplete: Vec<String>,
+    /// What the reader must know to read the comparisons (e.g. a reference windowed to a
+    /// device's KV cache ring), one sentence each.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
     pub svg: Vec<String>,
 }
 
@@ -241,6 +245,7 @@ impl Report {
             lens: Vec::new(),
             explain: None,
             incomplete: Vec::new(),
+            notes: Vec::new(),
             svg: Vec::new(),
         }
     }

@@ -71,6 +71,9 @@ fn header(report: &Report) -> Doc {
     for s in &report.incomplete {
         d.line(format!("incomplete: {s}"));
     }
+    for s in &report.notes {
+        d.line(format!("note: {s}"));
+    }
     d
 }
 
