@@ -8,7 +8,7 @@ use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
     if let Ok(c) = LlmConfig::parse(data, "hailo-config.json") {
-        let _ = c.roles();
+        let _ = c.input_layers_names_suffixes.roles();
         let _ = format!("{c:?}");
     }
 });
