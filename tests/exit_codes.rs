@@ -352,6 +352,24 @@ fn diagnose_exits_2_or_3() {
         .assert()
         .code(3)
         .stderr(predicate::str::contains("device:"));
+    // A format diagnose does not write, and an output folder that does not exist: exit 2,
+    // naming the flag, before the device is opened (this HEF's device would exit 3).
+    hefprobe()
+        .arg("diagnose")
+        .arg(broken_device_hef(t.path()))
+        .args(["--synth", "tinystories", "--tokens", "1,2,3,4", "--report", "svg=plots"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("--report svg=plots"))
+        .stderr(predicate::str::contains("writes terminal, markdown, json"));
+    hefprobe()
+        .arg("diagnose")
+        .arg(broken_device_hef(t.path()))
+        .args(["--synth", "tinystories", "--tokens", "1,2,3,4", "--report"])
+        .arg(format!("json={}", t.path().join("nowhere/d.json").display()))
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("nowhere"));
 }
 
 #[test]
