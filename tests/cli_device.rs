@@ -244,6 +244,66 @@ fn diagnose_passes_a_clean_hef_and_fails_the_cache_layout_one_on_sim_and_sim_h10
 }
 
 #[test]
+fn diagnose_reports_markdown_and_json_with_one_conclusion_and_keeps_json_as_a_deprecated_alias() {
+    let t = tempfile::tempdir().unwrap();
+    let ck = checkpoint(t.path());
+    let faulty = t.path().join("cache-layout.hef");
+    synth_hef(&ck, &faulty, &["--fault", "cache-layout:transpose"]);
+    let tokens: Vec<String> = (1..=12).map(|i| ((i * 37 + 5) % 300).to_string()).collect();
+    let tokens = tokens.join(",");
+    let diagnose = |hef: &Path| {
+        let mut c = hefprobe();
+        c.arg("diagnose").arg(hef).arg("--checkpoint").arg(&ck).args(["--tokens", &tokens]);
+        c
+    };
+    let (md, json) = (t.path().join("d.md"), t.path().join("d.json"));
+    let out = diagnose(&faulty)
+        .arg("--report")
+        .arg(format!("markdown={}", md.display()))
+        .arg("--report")
+        .arg(format!("json={}", json.display()))
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains(format!("wrote {}", md.display())))
+        .stderr(predicate::str::contains(format!("wrote {}", json.display())))
+        .get_output()
+        .stdout
+        .clone();
+    // Only files were asked for: nothing on stdout.
+    assert!(out.is_empty(), "{}", String::from_utf8_lossy(&out));
+    let md = std::fs::read_to_string(&md).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(v["schema"], "hefprobe.diagnose/1");
+    let problems = v["problems"].as_array().unwrap();
+    assert!(!problems.is_empty(), "{v}");
+    for p in problems {
+        assert!(md.contains(&format!("- {}", p.as_str().unwrap())), "{p} not in\n{md}");
+    }
+    assert!(md.contains(v["parity"]["verdict"].as_str().unwrap()), "{md}");
+    assert!(!md.contains("no problem found"), "{md}");
+    assert!(md.starts_with("# Diagnose `"), "{md}");
+    assert!(md.contains("| path | cosine | KL | argmax |"), "{md}");
+
+    // The old flag: the JSON file and the terminal report, and a note said once.
+    let clean = t.path().join("clean.hef");
+    synth_hef(&ck, &clean, &[]);
+    let old = t.path().join("old.json");
+    let assert = diagnose(&clean).arg("--json").arg(&old).assert().code(0);
+    let o = assert.get_output();
+    let (stdout, stderr) = (String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    assert!(stdout.contains("no problem found") && stdout.contains("repeatability: 3 runs"), "{stdout}");
+    assert_eq!(stderr.matches("--json PATH is deprecated").count(), 1, "{stderr}");
+    assert!(stderr.contains("use --report json=PATH"), "{stderr}");
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&old).unwrap()).unwrap();
+    assert_eq!(v["problems"], serde_json::json!([]));
+
+    // JSON on stdout is JSON alone.
+    let o = diagnose(&clean).args(["--report", "json"]).assert().code(0).get_output().stdout.clone();
+    let v: serde_json::Value = serde_json::from_slice(&o).unwrap();
+    assert_eq!(v["schema"], "hefprobe.diagnose/1");
+}
+
+#[test]
 fn diagnose_judges_tinystories_cache_entries_by_each_layers_own_tolerance() {
     // Issue 11's reproduction: a clean 16-bit HEF of the tinystories preset, a 40-token prompt.
     // It failed for two reasons: the synthesized cache ranges were calibrated too narrowly

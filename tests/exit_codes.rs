@@ -262,9 +262,17 @@ fn audit_and_synth_hef_exit_0_1_or_2() {
     let t = tempfile::tempdir().unwrap();
     let clean = synth_hef(t.path(), "clean.hef", &[]);
     hefprobe().arg("audit").arg(&clean).assert().code(0);
-    // missing-lm-head is not flagged while synth-hef embeds the 259-token byte tokenizer for a
-    // 32000-row checkpoint (logits 288 wide read as padding); issue 11 tokenizer item.
-    let bad = synth_hef(t.path(), "bad.hef", &["--mistake", "full-sequence-output"]);
+    // Logits as wide as the hidden size (288) are finding 1, though the embedded tokenizer's
+    // 259 ids would let any wider width read as padding.
+    let bad = synth_hef(t.path(), "bad.hef", &["--mistake", "missing-lm-head"]);
+    hefprobe()
+        .arg("audit")
+        .arg(&bad)
+        .assert()
+        .code(1)
+        .stdout(predicate::str::contains("logits-width"))
+        .stdout(predicate::str::contains("ends before lm_head"));
+    let bad = synth_hef(t.path(), "rows.hef", &["--mistake", "full-sequence-output"]);
     hefprobe().arg("audit").arg(&bad).assert().code(1);
     let junk = t.path().join("junk.hef");
     std::fs::write(&junk, b"not a hef at all").unwrap();
@@ -277,6 +285,38 @@ fn audit_and_synth_hef_exit_0_1_or_2() {
         .assert()
         .code(2)
         .stderr(predicate::str::contains("nowhere"));
+}
+
+#[test]
+fn synth_hef_of_a_small_vocab_checkpoint_passes_its_own_audit() {
+    // vocab 256 is below the 259 ids of the byte tokenizer synth-hef embeds: it is cut to the
+    // checkpoint's vocabulary, so the clean HEF's tokenizer has no id past its embeddings.
+    let t = tempfile::tempdir().unwrap();
+    let ck = t.path().join("ck");
+    hefprobe()
+        .args(["synth", "--arch", "llama", "--hidden", "64", "--layers", "2", "--heads", "4"])
+        .args(["--kv-heads", "2", "--vocab", "256", "-o"])
+        .arg(&ck)
+        .assert()
+        .code(0);
+    let hef = t.path().join("x.hef");
+    hefprobe().args(["synth-hef", "--checkpoint"]).arg(&ck).arg("-o").arg(&hef).assert().code(0);
+    hefprobe()
+        .arg("audit")
+        .arg(&hef)
+        .assert()
+        .code(0)
+        .stdout(predicate::str::contains("embeddings-rows").not());
+    hefprobe().arg("audit").arg(&hef).arg("--checkpoint").arg(&ck).assert().code(0);
+    let bad = t.path().join("bad.hef");
+    hefprobe()
+        .args(["synth-hef", "--checkpoint"])
+        .arg(&ck)
+        .args(["--mistake", "missing-lm-head", "-o"])
+        .arg(&bad)
+        .assert()
+        .code(0);
+    hefprobe().arg("audit").arg(&bad).assert().code(1).stdout(predicate::str::contains("logits-width"));
 }
 
 #[test]
@@ -312,6 +352,24 @@ fn diagnose_exits_2_or_3() {
         .assert()
         .code(3)
         .stderr(predicate::str::contains("device:"));
+    // A format diagnose does not write, and an output folder that does not exist: exit 2,
+    // naming the flag, before the device is opened (this HEF's device would exit 3).
+    hefprobe()
+        .arg("diagnose")
+        .arg(broken_device_hef(t.path()))
+        .args(["--synth", "tinystories", "--tokens", "1,2,3,4", "--report", "svg=plots"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("--report svg=plots"))
+        .stderr(predicate::str::contains("writes terminal, markdown, json"));
+    hefprobe()
+        .arg("diagnose")
+        .arg(broken_device_hef(t.path()))
+        .args(["--synth", "tinystories", "--tokens", "1,2,3,4", "--report"])
+        .arg(format!("json={}", t.path().join("nowhere/d.json").display()))
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("nowhere"));
 }
 
 #[test]

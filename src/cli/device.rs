@@ -2,7 +2,8 @@
 //! what the HEF returns) and `hefprobe diagnose` (repeatability, prefill/decode parity, cache
 //! diff).
 
-use super::{ModelArgs, PromptArgs};
+use super::run::command_line;
+use super::{deprecated, ModelArgs, PromptArgs};
 use crate::backend::hef::{open_device, HefBackend};
 use crate::capture::Capture;
 use crate::device::driver::{write_frames, LlmDriver};
@@ -12,6 +13,8 @@ use crate::explain::diag;
 use crate::explain::diagnosis::Diagnosis;
 use crate::inputs::InputSet;
 use crate::model::Decoder;
+use crate::report::doc::{Doc, Text};
+use crate::report::{deliver, only, Format, ReportTarget};
 use clap::Args;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -84,19 +87,69 @@ pub struct DiagnoseArgs {
     /// The simulated device for a simulated HEF: `sim` (default) or `sim-h10`.
     #[arg(long, value_name = "DEVICE", value_parser = parse_device)]
     pub device: Option<SimProfile>,
-    /// Write every figure as JSON here.
-    #[arg(long, value_name = "PATH")]
+    /// FORMAT=PATH, several allowed; FORMAT: terminal (the default, on stdout), markdown, json
+    /// (every figure, schema hefprobe.diagnose/1); PATH `-` is stdout.
+    #[arg(long = "report", value_name = "FORMAT=PATH", value_parser = ReportTarget::parse)]
+    pub reports: Vec<ReportTarget>,
+    /// Deprecated: --report json=PATH.
+    #[arg(long, value_name = "PATH", hide = true)]
     pub json: Option<PathBuf>,
 }
 
+impl DiagnoseArgs {
+    /// `--report` targets, the deprecated `--json` folded in (said once on stderr). The terminal
+    /// report stays the default unless `--report` asks for something else: `--json PATH` alone
+    /// printed it beside the file, and still does.
+    fn targets(&self) -> Vec<ReportTarget> {
+        let mut t = self.reports.clone();
+        if t.is_empty() {
+            t.push(ReportTarget { format: Format::Terminal, path: None });
+        }
+        if let Some(p) = &self.json {
+            deprecated("--json PATH", "--report json=PATH");
+            t.push(ReportTarget { format: Format::Json, path: Some(p.clone()) });
+        }
+        t
+    }
+}
+
+/// One format of diagnose's report: `device` is the line naming the device and HEF.
+fn render(d: &Diagnosis, device: &str, hef: &std::path::Path, t: &ReportTarget) -> String {
+    match t.format {
+        Format::Json => d.to_json(),
+        Format::Markdown => {
+            let mut doc = Doc::new();
+            doc.heading(1, Text::from("Diagnose ").and(Text::code(hef.display().to_string())));
+            doc.fact(format!("device: {device}"))
+                .fact(Text::from("command: ").and(Text::code(command_line())))
+                .fact(format!("hefprobe {}", env!("CARGO_PKG_VERSION")));
+            doc.append(d.markdown_doc());
+            doc.markdown()
+        }
+        _ => {
+            let mut doc = Doc::new();
+            doc.line(device).append(d.doc());
+            doc.terminal(false)
+        }
+    }
+}
+
 pub fn diagnose(a: DiagnoseArgs) -> Result<ExitCode> {
+    let targets = a.targets();
+    only(&targets, "diagnose", &[Format::Terminal, Format::Markdown, Format::Json])?;
+    let mut outs = crate::output::Outputs::new();
+    outs.input("the HEF", &a.hef);
+    a.model.register(&mut outs);
+    a.prompt.register(&mut outs);
+    crate::report::register(&targets, &mut outs);
+    outs.check()?;
     let ckpt = a.model.load()?;
     let mut inputs = a.prompt.input_set(&ckpt)?;
     inputs.chunk = None;
     let model = Decoder::new(&ckpt)?;
     let (mut device, hef) = open_device(&a.hef, a.device)?;
     let mut driver = LlmDriver::open(device.as_mut(), &hef, &a.hef.display().to_string())?;
-    println!("{}", device.describe());
+    let desc = device.describe();
 
     let parity = diag::parity(&mut driver, &hef, &model, &inputs.prompt)?;
     let cache_tokens = inputs.prompt.len() - 1;
@@ -119,9 +172,10 @@ pub fn diagnose(a: DiagnoseArgs) -> Result<ExitCode> {
         cache_failed,
         lsb_tolerance: a.lsb_tolerance,
     };
-    print!("{}", d.doc().terminal(false));
-    if let Some(p) = &a.json {
-        crate::error::write_file(p, d.to_json())?;
+    let mut stdout = String::new();
+    for t in &targets {
+        deliver(t, &render(&d, &desc, &a.hef, t), &mut stdout)?;
     }
+    print!("{stdout}");
     Ok(if d.problems().is_empty() { ExitCode::SUCCESS } else { ExitCode::from(1) })
 }

@@ -278,7 +278,11 @@ pub fn synth_hef(ckpt: &Checkpoint, checkpoint: SimCheckpoint, opts: &SynthHefOp
     let resources = LlmResources {
         embeddings,
         theta,
-        tokenizer: crate::model::tokenizer::synth_tokenizer_json().to_string().into_bytes(),
+        // Cut to the checkpoint's vocabulary: an id the tokenizer gives must have an embeddings
+        // row and a logit (audit's embeddings-rows and logits-width).
+        tokenizer: crate::model::tokenizer::synth_tokenizer_json_within(c.vocab_size)
+            .to_string()
+            .into_bytes(),
         eos_token_id: c.eos_token_id.unwrap_or(2),
         stop_token_ids: Vec::new(),
     };

@@ -2,7 +2,7 @@
 //! typed values that decide the exit code, and the document that prints them.
 
 use super::diag::{CacheDiffRow, Parity, ParityVerdict, Repeatability, UNAVAILABLE_OVER_RPC};
-use crate::report::doc::{Doc, Table};
+use crate::report::doc::{Block, Doc, Table};
 use crate::report::format::{cos, num};
 
 #[derive(Debug, Clone)]
@@ -88,7 +88,29 @@ impl Diagnosis {
         self.lsb_tolerance.unwrap_or(r.tolerance_lsb)
     }
 
+    /// The terminal document: tables right under the line that introduces them.
     pub fn doc(&self) -> Doc {
+        self.build(false)
+    }
+
+    /// The same document for Markdown: a blank line around every table, which Markdown needs
+    /// to end a paragraph before a table and the table before the next line.
+    pub fn markdown_doc(&self) -> Doc {
+        self.build(true)
+    }
+
+    fn build(&self, spaced: bool) -> Doc {
+        let space = |d: &mut Doc| {
+            if spaced {
+                d.blank();
+            }
+        };
+        // A line after a table, when the table is the last thing so far.
+        let after_table = |d: &mut Doc| {
+            if matches!(d.blocks.last(), Some(Block::Table(_))) {
+                space(d);
+            }
+        };
         let mut d = Doc::new();
         let rep = &self.repeatability;
         d.blank().line(format!(
@@ -101,6 +123,7 @@ impl Diagnosis {
             "prefill/decode parity at position {} (logits vs the reference):",
             self.parity.position
         ));
+        space(&mut d);
         let mut t = Table::new(["path", "cosine", "KL", "argmax"]);
         for r in &self.parity.rows {
             match &r.unavailable {
@@ -113,7 +136,9 @@ impl Diagnosis {
                 ]),
             }
         }
-        d.table(t).line(self.parity.verdict.sentence());
+        d.table(t);
+        space(&mut d);
+        d.line(self.parity.verdict.sentence());
         if let Some(why) = &self.cache_unavailable {
             d.blank().line(format!("cache diff: {why}"));
         } else {
@@ -121,6 +146,7 @@ impl Diagnosis {
                 "cache diff after prefilling {} tokens (LSB = one quantization step of the cache layer):",
                 self.cache_tokens
             ));
+            space(&mut d);
             let mut t = Table::new([
                 "layer",
                 "k/v",
@@ -144,6 +170,7 @@ impl Diagnosis {
             d.table(t);
             let clipped: usize = self.cache.iter().map(|r| r.clipped).sum();
             if clipped > 0 {
+                after_table(&mut d);
                 d.line(format!(
                     "({clipped} reference values lie outside their cache layer's calibrated range: the cache \
                      clips them, and every later layer attends over the clipped entries; the HEF's cache \
@@ -154,6 +181,7 @@ impl Diagnosis {
         let rpc = self.cache_unavailable.as_deref() == Some(UNAVAILABLE_OVER_RPC)
             || self.parity.rows.iter().any(|r| r.unavailable.as_deref() == Some(UNAVAILABLE_OVER_RPC));
         if rpc {
+            after_table(&mut d);
             d.line(format!("({})", crate::device::RPC_CACHE_UNSUPPORTED));
         }
         let problems = self.problems();
@@ -168,14 +196,17 @@ impl Diagnosis {
         d
     }
 
-    /// Every figure, schema `hefprobe.diagnose/1`.
+    /// Every figure, schema `hefprobe.diagnose/1`, and the problems' sentences (empty: none
+    /// found), as the other formats print them.
     pub fn to_json(&self) -> String {
+        let problems: Vec<String> = self.problems().iter().map(Problem::sentence).collect();
         let v = serde_json::json!({
             "schema": "hefprobe.diagnose/1",
             "repeatability": self.repeatability,
             "parity": self.parity,
             "cache_diff": self.cache,
             "cache_diff_unavailable": self.cache_unavailable,
+            "problems": problems,
         });
         serde_json::to_string_pretty(&v).expect("json") + "\n"
     }
@@ -283,5 +314,27 @@ mod tests {
             serde_json::from_str(&diagnosis(ParityVerdict::Agree, 0.0, 0).to_json()).unwrap();
         assert_eq!(v["parity"]["verdict"], "prefill and tbt agree with the reference");
         assert_eq!(v["schema"], "hefprobe.diagnose/1");
+        assert_eq!(v["problems"], serde_json::json!([]));
+        let bad = diagnosis(ParityVerdict::Agree, 0.5, 0);
+        let v: serde_json::Value = serde_json::from_str(&bad.to_json()).unwrap();
+        assert_eq!(v["problems"], serde_json::json!([Problem::RunsDiffer.sentence()]));
+    }
+
+    #[test]
+    fn markdown_sets_every_table_apart_and_the_terminal_keeps_its_layout() {
+        let mut d = diagnosis(ParityVerdict::Agree, 0.0, 0);
+        d.cache[0].clipped = 2;
+        let md = d.markdown_doc().markdown();
+        assert!(md.contains("|\n\n(2 reference values lie outside"), "{md}");
+        assert!(!md.contains("\n\n\n"), "{md}");
+        // A line right after a table would be read as one more row of it.
+        let lines: Vec<&str> = md.lines().collect();
+        for w in lines.windows(2) {
+            let (a, b) = (w[0].starts_with('|'), w[1].starts_with('|'));
+            assert!(a == b || w[0].is_empty() || w[1].is_empty(), "no blank line between {w:?}\n{md}");
+        }
+        assert!(md.contains(&format!("\n\n{}\n", ParityVerdict::Agree.sentence())), "{md}");
+        let term = d.doc().terminal(false);
+        assert!(term.contains(&format!("┘\n{}\n", ParityVerdict::Agree.sentence())), "{term}");
     }
 }

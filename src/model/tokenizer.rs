@@ -74,15 +74,26 @@ impl Tokenizer {
 /// post-processor adds `<s>` with add_special_tokens, like Llama's, so the BOS question of
 /// finding 6 can be asked of it.
 pub fn synth_tokenizer_json() -> serde_json::Value {
+    synth_tokenizer_json_within(SYNTH_TOKENIZER_VOCAB)
+}
+
+/// [`synth_tokenizer_json`] cut to the ids a model of `vocab` tokens has: every id it can give
+/// is below `vocab`, so a HEF embedding it for a small-vocabulary checkpoint agrees with its own
+/// embeddings table (`synth-hef`). Below [`SYNTH_TOKENIZER_VOCAB`] the highest bytes go first
+/// (0xF5..=0xFF never occur in UTF-8, RFC 3629 §4, so down to 248 ids no text loses a byte),
+/// and a byte without an id encodes as `<unk>` instead of vanishing.
+pub fn synth_tokenizer_json_within(vocab: usize) -> serde_json::Value {
     use serde_json::{json, Map, Value};
-    let mut vocab = Map::new();
-    let specials = ["<unk>", "<s>", "</s>"];
+    let mut vocab_map = Map::new();
+    let specials: Vec<&str> = ["<unk>", "<s>", "</s>"].into_iter().take(vocab).collect();
     for (i, s) in specials.iter().enumerate() {
-        vocab.insert(s.to_string(), Value::from(i));
+        vocab_map.insert(s.to_string(), Value::from(i));
     }
-    for (i, ch) in byte_level_alphabet().into_iter().enumerate() {
-        vocab.insert(ch.to_string(), Value::from(specials.len() + i));
+    let bytes = vocab.saturating_sub(specials.len());
+    for (i, ch) in byte_level_alphabet().into_iter().take(bytes).enumerate() {
+        vocab_map.insert(ch.to_string(), Value::from(specials.len() + i));
     }
+    let cut = vocab < SYNTH_TOKENIZER_VOCAB;
     let added: Vec<Value> = specials
         .iter()
         .enumerate()
@@ -91,6 +102,19 @@ pub fn synth_tokenizer_json() -> serde_json::Value {
                    "rstrip": false, "normalized": false, "special": true})
         })
         .collect();
+    // The post-processor names `<s>` (id 1); without that id there is no BOS to add.
+    let post_processor = if specials.len() > 1 {
+        json!({
+            "type": "TemplateProcessing",
+            "single": [{"SpecialToken": {"id": "<s>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}],
+            "pair": [{"SpecialToken": {"id": "<s>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}},
+                     {"Sequence": {"id": "B", "type_id": 1}}],
+            "special_tokens": {"<s>": {"id": "<s>", "ids": [1], "tokens": ["<s>"]}}
+        })
+    } else {
+        Value::Null
+    };
+    let unk = if cut && !specials.is_empty() { Value::from("<unk>") } else { Value::Null };
     json!({
         "version": "1.0",
         "truncation": null,
@@ -98,17 +122,11 @@ pub fn synth_tokenizer_json() -> serde_json::Value {
         "added_tokens": added,
         "normalizer": null,
         "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": true},
-        "post_processor": {
-            "type": "TemplateProcessing",
-            "single": [{"SpecialToken": {"id": "<s>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}],
-            "pair": [{"SpecialToken": {"id": "<s>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}},
-                     {"Sequence": {"id": "B", "type_id": 1}}],
-            "special_tokens": {"<s>": {"id": "<s>", "ids": [1], "tokens": ["<s>"]}}
-        },
+        "post_processor": post_processor,
         "decoder": {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": true},
-        "model": {"type": "BPE", "dropout": null, "unk_token": null, "continuing_subword_prefix": null,
+        "model": {"type": "BPE", "dropout": null, "unk_token": unk, "continuing_subword_prefix": null,
                   "end_of_word_suffix": null, "fuse_unk": false, "byte_fallback": false,
-                  "ignore_merges": false, "vocab": vocab, "merges": []}
+                  "ignore_merges": false, "vocab": vocab_map, "merges": []}
     })
 }
 
@@ -149,5 +167,30 @@ mod tests {
         assert_eq!(with.ids[0], 1);
         assert!(with.bos_added);
         assert_eq!(t.decode(&plain.ids), "Once upon");
+    }
+
+    #[test]
+    fn the_synth_tokenizer_cut_to_a_small_vocabulary_gives_no_id_beyond_it() {
+        use crate::hef::audit::tokenizer_vocab_size;
+        // The full one is the same document.
+        assert_eq!(synth_tokenizer_json_within(SYNTH_TOKENIZER_VOCAB), synth_tokenizer_json());
+        assert_eq!(synth_tokenizer_json_within(4096), synth_tokenizer_json());
+        let dir = tempfile::tempdir().unwrap();
+        for vocab in [256usize, 64, 8, 1] {
+            let json = synth_tokenizer_json_within(vocab).to_string();
+            assert_eq!(tokenizer_vocab_size(json.as_bytes()), Ok(vocab as u32), "vocab {vocab}");
+            let p = dir.path().join(format!("tokenizer-{vocab}.json"));
+            std::fs::write(&p, &json).unwrap();
+            let t = Tokenizer::load(&p).unwrap();
+            assert_eq!(t.vocab_size(), vocab);
+            let e = t.encode("Once upon a time é", true).unwrap();
+            assert!(e.ids.iter().all(|&id| (id as usize) < vocab), "vocab {vocab}: {:?}", e.ids);
+            assert!(!e.ids.is_empty(), "vocab {vocab}: a byte without an id is <unk>, not nothing");
+        }
+        // 256 ids keep every byte UTF-8 uses: text still round-trips.
+        let p = dir.path().join("tokenizer-256.json");
+        let t = Tokenizer::load(&p).unwrap();
+        let e = t.encode("Once upon a time é", false).unwrap();
+        assert_eq!(t.decode(&e.ids), "Once upon a time é");
     }
 }

@@ -402,7 +402,11 @@ impl<'a> Auditor<'a> {
             }
         };
         let exact = self.expect.vocab_size.is_some();
-        if (exact && width != vocab) || (!exact && width < vocab) {
+        // Without the checkpoint's vocab_size a width above the tokenizer's vocabulary reads as
+        // padded lm_head rows, except at the hidden size: that is the graph ending before
+        // lm_head, however small the tokenizer.
+        let hidden_wide = hidden == Some(width) && width != vocab;
+        if (exact && width != vocab) || (!exact && width < vocab) || hidden_wide {
             let msg = format!(
                 "logits are {width} wide but {source} is {vocab}{hint}; genai would sample garbage token ids"
             );

@@ -59,6 +59,33 @@ fn missing_lm_head_is_finding_1() {
 }
 
 #[test]
+fn hidden_wide_logits_are_finding_1_even_when_the_tokenizer_is_smaller_than_the_hidden_size() {
+    // A tokenizer of 16 ids and logits 64 wide: without the checkpoint's vocab_size, a width
+    // above the tokenizer's vocabulary is padding, but not the hidden size's width.
+    let (spec, mut hef) = clean();
+    let small = crate::model::tokenizer::synth_tokenizer_json_within(16).to_string().into_bytes();
+    set_resource(&mut hef, TOKENIZER, small);
+    for g in &mut hef.groups {
+        g.outputs[0].shape.features = spec.hidden;
+    }
+    let report = audit(&hef, &Expectations::default());
+    let f = &report.findings_with("logits-width")[0];
+    assert_eq!((f.severity, f.finding), (Severity::Error, Some(1)));
+    assert!(f.message.contains("64 wide but the tokenizer's vocabulary is 16"), "{}", f.message);
+    assert!(f.message.contains("ends before lm_head"), "{}", f.message);
+    assert!(report.findings_with("logits-padded").is_empty(), "{:#?}", report.findings);
+    // Any other width above the tokenizer's vocabulary is still padding.
+    for g in &mut hef.groups {
+        g.outputs[0].shape.features = spec.hidden + 32;
+    }
+    let report = audit(&hef, &Expectations::default());
+    assert!(report.findings_with("logits-width").is_empty(), "{:#?}", report.findings);
+    let padded = report.findings_with("logits-padded");
+    assert_eq!(padded.len(), 2, "one per group: {:#?}", report.findings);
+    assert!(padded.iter().all(|f| f.severity == Severity::Info));
+}
+
+#[test]
 fn full_sequence_logits_are_finding_2() {
     let (spec, mut hef) = clean();
     hef.groups[0].outputs[0].shape = Shape3::new(1, spec.prefill_tokens, spec.vocab);
