@@ -420,3 +420,46 @@ fn deprecated_output_flags_still_work_and_say_so() {
         .stderr(predicate::str::contains(format!("wrote {}", md.display())));
     assert!(std::fs::read_to_string(&md).unwrap().contains('|'));
 }
+
+#[test]
+fn diagnose_refuses_a_hef_of_another_checkpoint_and_an_unbounded_repeat() {
+    let t = tempfile::tempdir().unwrap();
+    let small = t.path().join("small");
+    hefprobe()
+        .args(["synth", "--arch", "llama", "--hidden", "64", "--layers", "2", "--heads", "4"])
+        .args(["--kv-heads", "2", "--vocab", "512", "-o"])
+        .arg(&small)
+        .assert()
+        .code(0);
+    let hef = t.path().join("small.hef");
+    hefprobe().arg("synth-hef").arg("--checkpoint").arg(&small).arg("-o").arg(&hef).assert().code(0);
+    // Issue 11: this pairing panicked with an index out of bounds in the metrics.
+    hefprobe()
+        .arg("diagnose")
+        .arg(&hef)
+        .args(["--synth", "tinystories", "--tokens", "1,2,3"])
+        .assert()
+        .code(2)
+        .stderr(
+            predicate::str::contains("small.hef").and(predicate::str::contains("was made from checkpoint")),
+        );
+    // The matching checkpoint passes that check.
+    hefprobe()
+        .arg("diagnose")
+        .arg(&hef)
+        .arg("--checkpoint")
+        .arg(&small)
+        .args(["--tokens", "1,2,3"])
+        .assert()
+        .code(0);
+    // Issue 11: --repeat 1000000 ran without bound or progress.
+    hefprobe()
+        .arg("diagnose")
+        .arg(&hef)
+        .arg("--checkpoint")
+        .arg(&small)
+        .args(["--tokens", "1,2,3", "--repeat", "1000000"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("--repeat"));
+}

@@ -62,21 +62,29 @@ fn real_device(path: &Path, _hef: Hef) -> Result<(Box<dyn Device>, Hef)> {
 /// than the reference's.
 pub fn open(label: &str, path: &Path, profile: Option<SimProfile>, ckpt: &Checkpoint) -> Result<HefBackend> {
     let (mut device, hef) = open_device(path, profile)?;
-    if let Some(sim) = sim_spec(&hef, &path.display().to_string())? {
+    check_made_from(&hef, path, ckpt)?;
+    let driver = LlmDriver::open(device.as_mut(), &hef, &path.display().to_string())?;
+    Ok(HefBackend { name: label.to_string(), driver, _device: device })
+}
+
+/// A simulated HEF names the checkpoint it was made from: comparing it with another one is an
+/// input error, not drift. (A compiled HEF carries no such record; its logits width is checked
+/// against the vocabulary where the logits are compared.)
+pub fn check_made_from(hef: &Hef, path: &Path, ckpt: &Checkpoint) -> Result<()> {
+    if let Some(sim) = sim_spec(hef, &path.display().to_string())? {
         let made_from = sim.checkpoint.load()?.hash;
         if made_from != ckpt.hash {
             return Err(Error::input(
                 path.display().to_string(),
                 format!(
-                    "was made from checkpoint {made_from}, but the probe's reference is {} ({}); compare a HEF \
+                    "was made from checkpoint {made_from}, but the reference is {} ({}); compare a HEF \
                      with the checkpoint it was compiled from",
                     ckpt.hash, ckpt.source
                 ),
             ));
         }
     }
-    let driver = LlmDriver::open(device.as_mut(), &hef, &path.display().to_string())?;
-    Ok(HefBackend { name: label.to_string(), driver, _device: device })
+    Ok(())
 }
 
 impl HefBackend {

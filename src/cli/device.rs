@@ -77,9 +77,9 @@ pub struct DiagnoseArgs {
     pub model: ModelArgs,
     #[command(flatten)]
     pub prompt: PromptArgs,
-    /// Runs of the repeatability gate.
-    #[arg(long, default_value_t = 3)]
-    pub repeat: usize,
+    /// Runs of the repeatability gate, 2 ..= 100 (each is one prefill and decode on the device).
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u16).range(2..=100))]
+    pub repeat: u16,
     /// Cache entries may differ from the reference's by this many quantization steps (default:
     /// each cache layer's own tolerance, from its scale and the calibration spread).
     #[arg(long)]
@@ -148,6 +148,7 @@ pub fn diagnose(a: DiagnoseArgs) -> Result<ExitCode> {
     inputs.chunk = None;
     let model = Decoder::new(&ckpt)?;
     let (mut device, hef) = open_device(&a.hef, a.device)?;
+    crate::backend::hef::check_made_from(&hef, &a.hef, &ckpt)?;
     let mut driver = LlmDriver::open(device.as_mut(), &hef, &a.hef.display().to_string())?;
     let desc = device.describe();
 
@@ -162,7 +163,7 @@ pub fn diagnose(a: DiagnoseArgs) -> Result<ExitCode> {
             Err(e) => (Vec::new(), Some(e.to_string()), true),
         };
     let mut backend = HefBackend::from_parts("device", device, driver);
-    let repeatability = diag::repeatability(&mut backend, &inputs, a.repeat)?;
+    let repeatability = diag::repeatability(&mut backend, &inputs, usize::from(a.repeat))?;
     let d = Diagnosis {
         repeatability,
         parity,

@@ -170,6 +170,17 @@ pub fn parity(driver: &mut LlmDriver, hef: &Hef, model: &Decoder, prompt: &[u32]
     let mut rows = Vec::new();
     driver.new_conversation()?;
     let a = driver.prefill(prompt)?.pop().expect("one chunk at least");
+    if a.len() != ref_logits.len() {
+        return Err(Error::input(
+            "the HEF",
+            format!(
+                "returns {} logits per token, but the checkpoint's vocabulary is {}: diagnose the HEF against \
+                 the checkpoint it was compiled from (--checkpoint DIR)",
+                a.len(),
+                ref_logits.len()
+            ),
+        ));
+    }
     rows.push(judge("(a) prefill of the whole prompt", &ref_logits, &a));
     driver.new_conversation()?;
     driver.prefill(&prompt[..n - 1])?;
