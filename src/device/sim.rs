@@ -4,6 +4,10 @@
 //! and quantization) with a KV cache that behaves as HailoRT's ring (one ring per cache id,
 //! shared by prefill and tbt, one read offset, writes right after the read window), and
 //! returns float32 outputs through the HEF's output quant infos.
+//!
+//! (Over 600 lines on purpose: the frame decoding, the ring and the sim-h10 RPC rules are one
+//! device's behaviour, each read against the driver's frame code; split, every part would
+//! import the other two.)
 
 use super::synth_hef::{sim_spec, Mistake, SimSpec};
 use super::{
