@@ -63,7 +63,12 @@ fn hidden_wide_logits_are_finding_1_even_when_the_tokenizer_is_smaller_than_the_
     // A tokenizer of 16 ids and logits 64 wide: without the checkpoint's vocab_size, a width
     // above the tokenizer's vocabulary is padding, but not the hidden size's width.
     let (spec, mut hef) = clean();
-    let small = crate::model::tokenizer::synth_tokenizer_json_within(16).to_string().into_bytes();
+    // (Built here: the hef layer sits below model/, where the synthesized tokenizers live.)
+    let vocab: serde_json::Map<String, serde_json::Value> =
+        (0..16).map(|i| (format!("t{i}"), serde_json::Value::from(i))).collect();
+    let small = serde_json::json!({"model": {"type": "BPE", "vocab": vocab}, "added_tokens": []})
+        .to_string()
+        .into_bytes();
     set_resource(&mut hef, TOKENIZER, small);
     for g in &mut hef.groups {
         g.outputs[0].shape.features = spec.hidden;
