@@ -72,6 +72,22 @@ fn broken_device_hef(dir: &Path) -> PathBuf {
     h
 }
 
+/// A simulated HEF of the reference's own checkpoint whose output streams are wider than the
+/// logits its "device" computes: the device answers with the wrong number of values (exit 3),
+/// while the checkpoint check before it passes.
+fn wide_output_hef(dir: &Path) -> PathBuf {
+    let h = synth_hef(dir, "wide.hef", &[]);
+    let mut hef = hefprobe::hef::Hef::read(&h).unwrap();
+    for g in &mut hef.groups {
+        for s in &mut g.outputs {
+            s.shape.features += 16;
+            s.padded.features += 16;
+        }
+    }
+    std::fs::write(&h, hef.to_bytes()).unwrap();
+    h
+}
+
 fn inputs_npz(dir: &Path, prompt: Vec<u32>) -> PathBuf {
     let p = dir.join("inputs.npz");
     InputSet::new(prompt).to_npz(&p).unwrap();
@@ -345,9 +361,17 @@ fn diagnose_exits_2_or_3() {
         .assert()
         .code(2)
         .stderr(predicate::str::contains("missing.hef"));
+    // A HEF made from another checkpoint is an input error, named, before the device runs.
     hefprobe()
         .arg("diagnose")
         .arg(broken_device_hef(t.path()))
+        .args(["--synth", "tinystories", "--tokens", "1,2,3,4"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("was made from checkpoint"));
+    hefprobe()
+        .arg("diagnose")
+        .arg(wide_output_hef(t.path()))
         .args(["--synth", "tinystories", "--tokens", "1,2,3,4"])
         .assert()
         .code(3)
@@ -356,7 +380,7 @@ fn diagnose_exits_2_or_3() {
     // naming the flag, before the device is opened (this HEF's device would exit 3).
     hefprobe()
         .arg("diagnose")
-        .arg(broken_device_hef(t.path()))
+        .arg(wide_output_hef(t.path()))
         .args(["--synth", "tinystories", "--tokens", "1,2,3,4", "--report", "svg=plots"])
         .assert()
         .code(2)
@@ -364,7 +388,7 @@ fn diagnose_exits_2_or_3() {
         .stderr(predicate::str::contains("writes terminal, markdown, json"));
     hefprobe()
         .arg("diagnose")
-        .arg(broken_device_hef(t.path()))
+        .arg(wide_output_hef(t.path()))
         .args(["--synth", "tinystories", "--tokens", "1,2,3,4", "--report"])
         .arg(format!("json={}", t.path().join("nowhere/d.json").display()))
         .assert()
