@@ -49,9 +49,9 @@ pub fn run(a: CompareArgs) -> Result<ExitCode> {
     }
     let (rl, cl) = (label(&a.reference), label(&a.candidate));
     // Globs are checked against the taps the two captures hold (no model here).
-    let check_globs = |thresholds: &mut Thresholds, keys: Vec<String>| -> Result<()> {
+    let check_globs = |thresholds: &mut Thresholds, keys: &[String]| -> Result<()> {
         let mut taps: Vec<String> =
-            keys.into_iter().filter_map(|k| k.split_once('/').map(|(_, t)| t.to_string())).collect();
+            keys.iter().filter_map(|k| k.split_once('/').map(|(_, t)| t.to_string())).collect();
         taps.sort();
         taps.dedup();
         let layers =
@@ -61,17 +61,18 @@ pub fn run(a: CompareArgs) -> Result<ExitCode> {
     let pair = match &a.map {
         // Two captures: read tap by tap, one tap of each side in memory per thread.
         None => {
-            let (keys, ..) = keys_of(&a.reference, &a.candidate)?;
-            check_globs(&mut thresholds, keys)?;
-            compare_files(&a.reference, &a.candidate, (&rl, &cl), View::Cumulative, &thresholds)?
+            let keys = keys_of(&a.reference, &a.candidate)?;
+            check_globs(&mut thresholds, &keys.keys)?;
+            compare_files(&a.reference, &a.candidate, &keys, (&rl, &cl), View::Cumulative, &thresholds)?
         }
         // A dump through a name map (reshapes and permutes) is read whole.
         Some(m) => {
             let reference = Capture::read_npz(&a.reference)?;
             let mut d = DumpBackend::open("candidate", &a.candidate, Some(m))?;
             let candidate = d.run(&InputSet::new(vec![0]), &TapSelection::all()).capture;
-            let keys = reference.keys().into_iter().chain(candidate.keys()).map(String::from).collect();
-            check_globs(&mut thresholds, keys)?;
+            let keys: Vec<String> =
+                reference.keys().into_iter().chain(candidate.keys()).map(String::from).collect();
+            check_globs(&mut thresholds, &keys)?;
             compare(&reference, &candidate, (&rl, &cl), View::Cumulative, &thresholds)
         }
     };

@@ -13,28 +13,33 @@ use rayon::prelude::*;
 use std::collections::BTreeSet;
 use std::path::Path;
 
-/// The PHASE/TAP keys of two capture files (either side's), in comparison order.
-pub fn keys_of(
-    reference: &Path,
-    candidate: &Path,
-) -> Result<(Vec<String>, BTreeSet<String>, BTreeSet<String>)> {
-    let r: BTreeSet<String> = NpzFile::open(reference)?.keys().into_iter().collect();
-    let c: BTreeSet<String> = NpzFile::open(candidate)?.keys().into_iter().collect();
-    let mut keys: Vec<String> = r.union(&c).filter(|k| split_key(k).is_some()).cloned().collect();
+/// The PHASE/TAP keys of two capture files (either side's) in comparison order, and which
+/// side holds each: read once from the archives' directories, no array data.
+pub struct CaptureKeys {
+    pub keys: Vec<String>,
+    in_ref: BTreeSet<String>,
+    in_cand: BTreeSet<String>,
+}
+
+pub fn keys_of(reference: &Path, candidate: &Path) -> Result<CaptureKeys> {
+    let in_ref: BTreeSet<String> = NpzFile::open(reference)?.keys().into_iter().collect();
+    let in_cand: BTreeSet<String> = NpzFile::open(candidate)?.keys().into_iter().collect();
+    let mut keys: Vec<String> = in_ref.union(&in_cand).filter(|k| split_key(k).is_some()).cloned().collect();
     keys.sort_by_cached_key(|k| key_order(k));
-    Ok((keys, r, c))
+    Ok(CaptureKeys { keys, in_ref, in_cand })
 }
 
 /// [`super::compare`] on two capture files, one tap of each side in memory per worker, the
-/// taps spread over rayon's threads.
+/// taps spread over rayon's threads. `keys` is [`keys_of`] the same two files.
 pub fn compare_files(
     reference: &Path,
     candidate: &Path,
+    keys: &CaptureKeys,
     names: (&str, &str),
     view: View,
     thresholds: &Thresholds,
 ) -> Result<PairComparison> {
-    let (keys, in_ref, in_cand) = keys_of(reference, candidate)?;
+    let CaptureKeys { keys, in_ref, in_cand } = keys;
     let workers = rayon::current_num_threads().clamp(1, keys.len().max(1));
     // Round-robin, so every worker gets early (small) and late (large) taps alike.
     let parts: Vec<Vec<(usize, &String)>> =
@@ -95,7 +100,8 @@ mod tests {
         b.write_npz(&pb).unwrap();
         let t = Thresholds::default();
         let whole = super::super::compare(&a, &b, ("a", "b"), View::Cumulative, &t);
-        let streamed = compare_files(&pa, &pb, ("a", "b"), View::Cumulative, &t).unwrap();
+        let keys = keys_of(&pa, &pb).unwrap();
+        let streamed = compare_files(&pa, &pb, &keys, ("a", "b"), View::Cumulative, &t).unwrap();
         assert_eq!(format!("{whole:?}"), format!("{streamed:?}"));
         assert_eq!(streamed.rows.len(), 6);
     }

@@ -113,11 +113,6 @@ pub fn run_case(ckpt: &Checkpoint, inputs: &InputSet, spec: &str, expected: &str
     })
 }
 
-pub fn run_matrix() -> Result<Vec<MatrixRow>> {
-    let (ckpt, inputs) = matrix_model()?;
-    run_matrix_on(&ckpt, &inputs)
-}
-
 /// The matrix on any checkpoint and inputs (e.g. a real trained model, `faults --matrix
 /// --checkpoint`). A greedy decode is resolved by the clean model first and then
 /// teacher-forced, so reference and faulty runs see the same tokens.
