@@ -23,6 +23,21 @@ pub fn tensor_to_array(t: &Tensor) -> Result<ArrayD<f32>> {
     Ok(ArrayD::from_shape_vec(IxDyn(&dims), data).expect("element count matches dims"))
 }
 
+/// Call `f` with an f32 view of `t`: no copy when `t` is contiguous f32 (every tap the decoder
+/// emits), so a streamed tap is written straight from the decoder's buffer.
+pub fn with_view<R>(t: &Tensor, f: impl FnOnce(ndarray::ArrayViewD<f32>) -> R) -> Result<R> {
+    let t = t.to_dtype(candle_core::DType::F32)?.contiguous()?;
+    let (storage, layout) = t.storage_and_layout();
+    let n = t.elem_count();
+    match &*storage {
+        candle_core::Storage::Cpu(candle_core::CpuStorage::F32(v)) => {
+            let data = &v[layout.start_offset()..layout.start_offset() + n];
+            Ok(f(ndarray::ArrayViewD::from_shape(IxDyn(t.dims()), data).expect("element count matches dims")))
+        }
+        _ => Err(Error::usage(format!("a tap of {:?} is not an f32 CPU tensor", t.dims()))),
+    }
+}
+
 pub fn array_to_tensor(a: &ArrayD<f32>) -> Result<Tensor> {
     let data: Vec<f32> = a.iter().copied().collect();
     Ok(Tensor::from_vec(data, a.shape(), &candle_core::Device::Cpu)?)
@@ -193,9 +208,8 @@ impl TapSink for NpzSink {
     }
     fn put(&mut self, phase: Phase, tap: Tap, t: &Tensor) -> Result<()> {
         let key = format!("{phase}/{tap}");
-        let arr = tensor_to_array(t)?;
         let (w, _) = self.writer.as_mut().ok_or_else(|| Error::usage("npz sink already finished"))?;
-        w.add_array(key.as_str(), &arr)
+        with_view(t, |arr| w.add_array(key.as_str(), &arr))?
             .map_err(|e| Error::input(self.path.display().to_string(), format!("writing {key}: {e}")))?;
         self.written.push(key);
         Ok(())

@@ -216,8 +216,58 @@ pub fn decode_limit_ms(c: &crate::model::config::ModelConfig, s: usize, lim: &Li
     limits::decode_bytes(c, s) / (lim.read_gbs * 1e9) * 1e3
 }
 
-/// Time per op class of one prefill and of `decode` steps (taps off), as a table.
+/// Time per op class of one prefill and of `decode` steps, taps off and all taps streamed to
+/// an npz, as one table (where the all-tap overhead goes).
 fn print_profile(model: &Decoder, prompt: &[u32], decode: usize) -> Result<()> {
+    use crate::model::profile;
+    let path = tempfile_dir()?.join("profile.npz");
+    let off = profile_run(model, prompt, decode, &mut NoTaps)?;
+    let mut sink = NpzSink::create(&path, TapSelection::all())?;
+    let on = profile_run(model, prompt, decode, &mut sink)?;
+    sink.finish()?;
+    let _ = std::fs::remove_file(&path);
+    let n = decode.max(1) as f64;
+    let p = prompt.len();
+    println!(
+        "{:<38}{:>16}{:>16}{:>16}{:>16}",
+        "profile (ms)",
+        format!("prefill {p}"),
+        "+ all taps",
+        "decode / token",
+        "+ all taps"
+    );
+    let cell = |v: f64, total: f64| format!("{:.1} {:>3.0}%", v * 1e3, 100.0 * v / total);
+    let cell_d = |v: f64, total: f64| format!("{:.3} {:>3.0}%", v * 1e3 / n, 100.0 * v / total);
+    for (i, (op, _)) in off.0 .1.iter().enumerate() {
+        println!(
+            "{:<38}{:>16}{:>16}{:>16}{:>16}",
+            op.name(),
+            cell(off.0 .1[i].1, off.0 .0),
+            cell(on.0 .1[i].1, on.0 .0),
+            cell_d(off.1 .1[i].1, off.1 .0),
+            cell_d(on.1 .1[i].1, on.1 .0)
+        );
+    }
+    println!(
+        "{:<38}{:>16.1}{:>16.1}{:>16.3}{:>16.3}",
+        "total (wall)",
+        off.0 .0 * 1e3,
+        on.0 .0 * 1e3,
+        off.1 .0 * 1e3 / n,
+        on.1 .0 * 1e3 / n
+    );
+    profile::disable();
+    Ok(())
+}
+
+/// Wall time and time per op class of one prefill, then of `decode` steps, into `sink`.
+type Profiled = (f64, Vec<(crate::model::profile::Op, f64)>);
+fn profile_run(
+    model: &Decoder,
+    prompt: &[u32],
+    decode: usize,
+    sink: &mut dyn TapSink,
+) -> Result<(Profiled, Profiled)> {
     use crate::model::profile;
     profile::enable();
     profile::reset();
@@ -229,7 +279,7 @@ fn print_profile(model: &Decoder, prompt: &[u32], decode: usize) -> Result<()> {
         frame: None,
     };
     let t = Instant::now();
-    model.step(&input, &mut cache, &mut NoTaps, &mut NoHooks)?;
+    model.step(&input, &mut cache, sink, &mut NoHooks)?;
     let pre = (t.elapsed().as_secs_f64(), profile::snapshot().unwrap_or_default());
     profile::reset();
     let t = Instant::now();
@@ -240,29 +290,11 @@ fn print_profile(model: &Decoder, prompt: &[u32], decode: usize) -> Result<()> {
             positions: vec![prompt.len() + k],
             frame: None,
         };
-        model.step(&input, &mut cache, &mut NoTaps, &mut NoHooks)?;
+        model.step(&input, &mut cache, sink, &mut NoHooks)?;
     }
     let dec = (t.elapsed().as_secs_f64(), profile::snapshot().unwrap_or_default());
     profile::disable();
-    let n = decode.max(1) as f64;
-    println!(
-        "{:<40}{:>18}{:>24}",
-        "profile (taps off)",
-        format!("prefill {}", prompt.len()),
-        "decode (per token)"
-    );
-    for ((op, p), (_, d)) in pre.1.iter().zip(&dec.1) {
-        println!(
-            "{:<40}{:>10.1} ms {:>4.0}%{:>15.3} ms {:>4.0}%",
-            op.name(),
-            p * 1e3,
-            100.0 * p / pre.0,
-            d * 1e3 / n,
-            100.0 * d / dec.0
-        );
-    }
-    println!("{:<40}{:>10.1} ms{:>24.3} ms", "total (wall)", pre.0 * 1e3, dec.0 * 1e3 / n);
-    Ok(())
+    Ok((pre, dec))
 }
 
 pub fn tempfile_dir() -> Result<PathBuf> {

@@ -6,14 +6,32 @@
 //!   and no hook needs them.
 //!
 //! Both paths run the same functions in the same order, so with the default mask and softmax
-//! they give identical bits (a test checks it). Masked keys are skipped, never multiplied: their
-//! score is -inf and their probability exactly 0, as in the explicit tensors. Sums over keys
-//! accumulate key j in lane j mod 8 whichever keys are skipped, and adding a 0 is exact, so
-//! skipping masked keys does not change a sum. GQA without copies: query head h reads key/value
+//! they give identical bits (a test checks it). GQA without copies: query head h reads key/value
 //! head h / n_rep (transformers' `repeat_kv`).
+//!
+//! Two kernels, chosen by the number of query rows (the same choice in both paths):
+//! - **rows** (decode, under [`BLOCK_MIN_ROWS`] rows): one query row at a time. Masked keys are
+//!   skipped, never multiplied: their score is -inf and their probability exactly 0. Sums over
+//!   keys accumulate key j in lane j mod 8 whichever keys are skipped, and adding a 0 is exact,
+//!   so skipping masked keys does not change a sum.
+//! - **blocks** (prefill): [`BLOCK`] query rows of one head at a time through gemm (q·kᵀ, then
+//!   probs·v), over the keys up to the last one any row of the block sees (causal prefill
+//!   computes about half the square). Masked scores are set to -inf after the product; a
+//!   masked key's probability is exactly 0 and is multiplied, which is exact unless its value
+//!   is not finite, so a value block with a NaN or an infinity takes the rows kernel instead
+//!   (the device's empty cache slots may hold anything).
 
 use crate::model::kernels::{exp8, f32_rows, for_parts, simd, with_data, SharedOut, LANES};
 use candle_core::Tensor;
+use std::ops::Range;
+
+/// Query rows from which attention runs in blocks through gemm: below it (decode, short
+/// chunks) a block would be a matrix-vector product that the rows kernel does as fast.
+pub const BLOCK_MIN_ROWS: usize = 8;
+
+/// Query rows per block: small enough that a causal block's key range is close to its rows'
+/// own (little of the masked half is computed), large enough for gemm to run at its rate.
+const BLOCK: usize = 32;
 
 /// A [N, R, D] tensor's data (D contiguous): row r of head n starts at `start + n·head + r·row`.
 #[derive(Clone, Copy)]
@@ -166,6 +184,134 @@ fn check_allowed(allowed: &[Vec<bool>], t: usize, s: usize) -> candle_core::Resu
     Ok(())
 }
 
+/// One past the last key any of `rows` may see (all `s` keys when there is no mask).
+fn key_end(allowed: Option<&[Vec<bool>]>, rows: Range<usize>, s: usize) -> usize {
+    match allowed {
+        None => s,
+        Some(a) => rows.map(|t| a[t].iter().rposition(|&x| x).map_or(0, |j| j + 1)).max().unwrap_or(0),
+    }
+}
+
+/// Scaled scores of one head's query rows `rows` (q: those rows, D apart) against keys `k` (key
+/// j at `j·krow`) into `out` ([rows, S], S apart): gemm over the keys up to [`key_end`], -inf
+/// past it and wherever `allowed` forbids.
+#[allow(clippy::too_many_arguments)]
+fn scores_block(
+    q: &[f32],
+    k: &[f32],
+    krow: usize,
+    d: usize,
+    s: usize,
+    rows: Range<usize>,
+    allowed: Option<&[Vec<bool>]>,
+    scale: f32,
+    out: &mut [f32],
+) {
+    let m = rows.len();
+    let end = key_end(allowed, rows.clone(), s);
+    assert!(q.len() >= m * d && out.len() >= m * s && (end == 0 || k.len() >= (end - 1) * krow + d));
+    if end > 0 {
+        // SAFETY: the bounds above: q is [m, d] row-major, keys 0..end are rows of k `krow`
+        // apart (read as kᵀ: column j at j·krow), out is [m, s] row-major of which columns
+        // 0..end are written.
+        unsafe {
+            gemm::gemm(
+                m,
+                end,
+                d,
+                out.as_mut_ptr(),
+                1,
+                s as isize,
+                false,
+                q.as_ptr(),
+                1,
+                d as isize,
+                k.as_ptr(),
+                krow as isize,
+                1,
+                0.0,
+                scale,
+                false,
+                false,
+                false,
+                gemm::Parallelism::None,
+            )
+        }
+    }
+    for (i, t) in rows.enumerate() {
+        let o = &mut out[i * s..(i + 1) * s];
+        o[end..].fill(f32::NEG_INFINITY);
+        if let Some(a) = allowed {
+            for (x, &ok) in o[..end].iter_mut().zip(&a[t][..end]) {
+                if !ok {
+                    *x = f32::NEG_INFINITY;
+                }
+            }
+        }
+    }
+}
+
+/// probs of `m` query rows of one head (`p`: [m, S], S apart) times values `v` (value j at
+/// `j·vrow`, D wide) into `out` (row i at `out + i·out_row`), over the keys up to the last
+/// non-zero probability of the block. Values that are not finite there take the rows kernel,
+/// which skips zero probabilities (0·NaN would be NaN).
+///
+/// # Safety
+/// `out + i·out_row .. + d` for i < m lies in a buffer only this call writes there.
+#[allow(clippy::too_many_arguments)]
+unsafe fn probs_v_block(
+    p: &[f32],
+    s: usize,
+    m: usize,
+    v: &[f32],
+    vrow: usize,
+    d: usize,
+    out: SharedOut,
+    at: usize,
+    out_row: usize,
+) {
+    let end =
+        (0..m).map(|i| p[i * s..(i + 1) * s].iter().rposition(|&x| x != 0.0).map_or(0, |j| j + 1)).max();
+    let end = end.unwrap_or(0);
+    let finite = (0..end).all(|j| v[j * vrow..j * vrow + d].iter().all(|x| x.is_finite()));
+    if end == 0 || !finite {
+        for i in 0..m {
+            probs_v_row(&p[i * s..(i + 1) * s], v, vrow, out.slice(at + i * out_row, d));
+        }
+        return;
+    }
+    assert!(p.len() >= m * s && v.len() >= (end - 1) * vrow + d);
+    gemm::gemm(
+        m,
+        d,
+        end,
+        out.ptr().add(at),
+        1,
+        out_row as isize,
+        false,
+        p.as_ptr(),
+        1,
+        s as isize,
+        v.as_ptr(),
+        1,
+        vrow as isize,
+        0.0,
+        1.0,
+        false,
+        false,
+        false,
+        gemm::Parallelism::None,
+    )
+}
+
+/// The (head, block of [`BLOCK`] rows) items of a blocked call: item i is head `i / blocks`,
+/// rows of block `i % blocks`.
+fn block_rows(t: usize, item: usize) -> (usize, Range<usize>) {
+    let blocks = t.div_ceil(BLOCK);
+    let b = item % blocks;
+    (item / blocks, b * BLOCK..((b + 1) * BLOCK).min(t))
+}
+
 /// Scaled scores [H, T, S] of q [H, T, D] against k [KV, S, D]: -inf where `allowed` forbids
 /// (`allowed` None: every entry computed, for a hook's own additive mask).
 pub fn scores(
@@ -184,7 +330,20 @@ pub fn scores(
     with_data(&q, |qs, ql| {
         with_data(&k, |ks, kl| {
             let (qs, kr) = (&qs[ql.start_offset()..], Rows::new(ks, kl));
-            for_parts(g.h * g.t, 1, g.h * g.t * g.s * g.d, |rows| {
+            let work = g.h * g.t * g.s * g.d;
+            if g.t >= BLOCK_MIN_ROWS {
+                return for_parts(g.h * g.t.div_ceil(BLOCK), 1, work, |items| {
+                    for item in items {
+                        let (h, rows) = block_rows(g.t, item);
+                        let r0 = h * g.t + rows.start;
+                        // SAFETY: rows `rows` of head h of the [H·T, S] output belong to this item.
+                        let o = unsafe { shared.slice(r0 * g.s, rows.len() * g.s) };
+                        let (d, s, kv) = (g.d, g.s, h / g.n_rep);
+                        scores_block(&qs[r0 * d..], kr.head(kv), kr.row, d, s, rows, allowed, scale, o);
+                    }
+                });
+            }
+            for_parts(g.h * g.t, 1, work, |rows| {
                 for r in rows {
                     let (h, t) = (r / g.t, r % g.t);
                     // SAFETY: row r of the [H·T, S] output belongs to this part only.
@@ -229,7 +388,31 @@ pub fn probs_v(probs: &Tensor, v: &Tensor) -> candle_core::Result<Tensor> {
     with_data(&p, |ps, pl| {
         with_data(&v, |vs, vl| {
             let (ps, vr) = (&ps[pl.start_offset()..], Rows::new(vs, vl));
-            for_parts(g.h * g.t, 1, g.h * g.t * s * g.d, |rows| {
+            let work = g.h * g.t * s * g.d;
+            if g.t >= BLOCK_MIN_ROWS {
+                return for_parts(g.h * g.t.div_ceil(BLOCK), 1, work, |items| {
+                    for item in items {
+                        let (h, rows) = block_rows(g.t, item);
+                        let r0 = h * g.t + rows.start;
+                        let (at, row) = ((rows.start * g.h + h) * g.d, g.h * g.d);
+                        // SAFETY: rows `rows` of head h of the [T, H·D] output belong to this item.
+                        unsafe {
+                            probs_v_block(
+                                &ps[r0 * s..],
+                                s,
+                                rows.len(),
+                                vr.head(h / g.n_rep),
+                                vr.row,
+                                g.d,
+                                shared,
+                                at,
+                                row,
+                            )
+                        };
+                    }
+                });
+            }
+            for_parts(g.h * g.t, 1, work, |rows| {
                 for r in rows {
                     let (h, t) = (r / g.t, r % g.t);
                     // SAFETY: output row t, head h (d values) belongs to this part only.
@@ -242,8 +425,8 @@ pub fn probs_v(probs: &Tensor, v: &Tensor) -> candle_core::Result<Tensor> {
     Tensor::from_vec(out, (g.t, g.h * g.d), p.device())
 }
 
-/// softmax(q·kᵀ·scale, masked by `allowed`)·v in one pass per query row, as [T, H·D]; equal
-/// bit for bit to [`scores`] → [`softmax`] → [`probs_v`].
+/// softmax(q·kᵀ·scale, masked by `allowed`)·v without materializing scores or probs, as
+/// [T, H·D]; equal bit for bit to [`scores`] → [`softmax`] → [`probs_v`].
 pub fn fused(
     q: &Tensor,
     k: &Tensor,
@@ -263,7 +446,36 @@ pub fn fused(
         with_data(&k, |ks, kl| {
             with_data(&v, |vs, vl| {
                 let (qs, kr, vr) = (&qs[ql.start_offset()..], Rows::new(ks, kl), Rows::new(vs, vl));
-                for_parts(g.h * g.t, 1, 2 * g.h * g.t * g.s * g.d, |rows| {
+                let work = 2 * g.h * g.t * g.s * g.d;
+                if g.t >= BLOCK_MIN_ROWS {
+                    return for_parts(g.h * g.t.div_ceil(BLOCK), 1, work, |items| {
+                        let mut block = vec![0f32; BLOCK * g.s];
+                        for item in items {
+                            let (h, rows) = block_rows(g.t, item);
+                            let (r0, m, kv, d, s) = (h * g.t + rows.start, rows.len(), h / g.n_rep, g.d, g.s);
+                            let at = (rows.start * g.h + h) * d;
+                            scores_block(
+                                &qs[r0 * d..],
+                                kr.head(kv),
+                                kr.row,
+                                d,
+                                s,
+                                rows,
+                                Some(allowed),
+                                scale,
+                                &mut block,
+                            );
+                            for r in 0..m {
+                                softmax_row(&mut block[r * s..(r + 1) * s]);
+                            }
+                            // SAFETY: rows `rows` of head h of the [T, H·D] output belong to this item.
+                            unsafe {
+                                probs_v_block(&block, s, m, vr.head(kv), vr.row, d, shared, at, g.h * d)
+                            };
+                        }
+                    });
+                }
+                for_parts(g.h * g.t, 1, work, |rows| {
                     let mut row = vec![0f32; g.s];
                     for r in rows {
                         let (h, t) = (r / g.t, r % g.t);
@@ -327,8 +539,10 @@ mod tests {
 
     #[test]
     fn fused_and_explicit_agree_bit_for_bit_and_match_the_slow_path() {
-        for (h, kv, t, s, d) in [(9, 3, 13, 13, 64), (14, 2, 1, 40, 64), (4, 4, 7, 19, 24), (6, 2, 3, 9, 10)]
-        {
+        // Rows kernel (t < BLOCK_MIN_ROWS) and blocks (one, several, a partial last one).
+        let shapes =
+            [(9, 3, 13, 13, 64), (14, 2, 1, 40, 64), (4, 4, 7, 19, 24), (6, 2, 3, 9, 10), (4, 2, 70, 75, 32)];
+        for (h, kv, t, s, d) in shapes {
             let (q, k, v, allowed) = case(h, kv, t, s, d);
             let scale = 1.0 / (d as f64).sqrt();
             for threads in [1, 0] {
@@ -363,6 +577,25 @@ mod tests {
                 }
                 assert!((p[h][t].iter().sum::<f32>() - 1.0).abs() < 1e-6);
             }
+        }
+    }
+
+    #[test]
+    fn a_value_that_is_not_finite_in_a_masked_slot_does_not_leak_into_blocks() {
+        for t in [3, 40] {
+            // Queries at positions 10 and later: slot 0 is outside every row's window of 6.
+            let (q, k, v, allowed) = case(2, 1, t, t + 10, 8);
+            let mut vs: Vec<f32> = v.flatten_all().unwrap().to_vec1().unwrap();
+            vs[0] = f32::NAN;
+            let bad = Tensor::from_vec(vs, v.dims(), &Device::Cpu).unwrap();
+            let clean =
+                fused(&q, &k, &v, &allowed, 0.3).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap();
+            let got =
+                fused(&q, &k, &bad, &allowed, 0.3).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap();
+            assert!(allowed.iter().all(|row| !row[0]), "the case must mask slot 0");
+            // The rows kernel takes over for that block: other rounding, no NaN.
+            let worst = clean.iter().zip(&got).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+            assert!(got.iter().all(|x| x.is_finite()) && worst < 1e-5, "t={t}: {worst}");
         }
     }
 

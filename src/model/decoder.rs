@@ -12,7 +12,7 @@ use crate::error::{ComputeContext, Error, Result};
 use crate::model::config::ModelConfig;
 use crate::model::hooks::{Hooks, Qk, StepCtx};
 use crate::model::profile::{span, Op};
-use crate::model::rope::{Rope, RopeLayout};
+use crate::model::rope::{rotate, Rope, RopeLayout};
 use crate::model::weights::Checkpoint;
 use crate::model::{attention, kernels};
 use crate::tap::{LayerTap, Phase, Tap};
@@ -113,6 +113,14 @@ pub struct FrameInputs {
     pub rope_k: (Tensor, Tensor),
 }
 
+/// How a step's q and k are rotated: a device frame's own tables, or the step's tables from
+/// its positions (computed once per step by [`Decoder::step`]).
+#[derive(Clone, Copy)]
+struct Rotation<'a> {
+    frame: Option<&'a FrameInputs>,
+    tables: Option<&'a (Tensor, Tensor)>,
+}
+
 /// x * cos + rotate_half(x) * sin with full-width per-head tables [heads, T, D].
 fn rotate_with_tables(x: &Tensor, cos: &Tensor, sin: &Tensor) -> candle_core::Result<Tensor> {
     let d = x.dim(2)?;
@@ -208,10 +216,20 @@ impl Decoder {
             }
             Ok(t)
         };
+        // The RoPE tables depend on the positions only: computed once per step, not per layer
+        // and projection (they were 3% of a prefill).
+        let tables = match input.frame {
+            Some(_) => None,
+            None => {
+                let _s = span(Op::Rope);
+                Some(self.rope.tables(&ctx.positions)?)
+            }
+        };
         let mut x = emit(Tap::Embed, input.embeds.clone(), hooks, sink)?;
         for (l, block) in self.blocks.iter().enumerate() {
             x = emit(Tap::Layer(l, LayerTap::Input), x, hooks, sink)?;
-            x = self.block(l, block, &ctx, input.frame.as_ref(), x, cache, sink, hooks)?;
+            let rope = Rotation { frame: input.frame.as_ref(), tables: tables.as_ref() };
+            x = self.block(l, block, &ctx, rope, x, cache, sink, hooks)?;
         }
         let l_end = self.blocks.len();
         x = emit(Tap::Layer(l_end, LayerTap::Input), x, hooks, sink)?;
@@ -227,7 +245,7 @@ impl Decoder {
         l: usize,
         b: &Block,
         ctx: &StepCtx,
-        frame: Option<&FrameInputs>,
+        rope: Rotation,
         x: Tensor,
         cache: &mut dyn KvStore,
         sink: &mut dyn TapSink,
@@ -265,15 +283,18 @@ impl Decoder {
             k = rms_norm(&k, kn, cfg.rms_norm_eps).ctx(c("k_norm"))?;
         }
         let rope_span = span(Op::Rope);
-        let q = match (hooks.rope(ctx, l, Qk::Q, &q, &self.rope)?, frame) {
-            (Some(q), _) => q,
-            (None, Some(f)) => rotate_with_tables(&q, &f.rope_q.0, &f.rope_q.1).ctx(c("rope q"))?,
-            (None, None) => self.rope.apply(&q, &ctx.positions, RopeLayout::Half)?,
+        let frame = rope.frame;
+        let q = match (hooks.rope(ctx, l, Qk::Q, &q, &self.rope)?, frame, rope.tables) {
+            (Some(q), _, _) => q,
+            (None, Some(f), _) => rotate_with_tables(&q, &f.rope_q.0, &f.rope_q.1).ctx(c("rope q"))?,
+            (None, None, Some((cos, sin))) => rotate(&q, cos, sin, RopeLayout::Half)?,
+            (None, None, None) => self.rope.apply(&q, &ctx.positions, RopeLayout::Half)?,
         };
-        let k = match (hooks.rope(ctx, l, Qk::K, &k, &self.rope)?, frame) {
-            (Some(k), _) => k,
-            (None, Some(f)) => rotate_with_tables(&k, &f.rope_k.0, &f.rope_k.1).ctx(c("rope k"))?,
-            (None, None) => self.rope.apply(&k, &ctx.positions, RopeLayout::Half)?,
+        let k = match (hooks.rope(ctx, l, Qk::K, &k, &self.rope)?, frame, rope.tables) {
+            (Some(k), _, _) => k,
+            (None, Some(f), _) => rotate_with_tables(&k, &f.rope_k.0, &f.rope_k.1).ctx(c("rope k"))?,
+            (None, None, Some((cos, sin))) => rotate(&k, cos, sin, RopeLayout::Half)?,
+            (None, None, None) => self.rope.apply(&k, &ctx.positions, RopeLayout::Half)?,
         };
         drop(rope_span);
         let q = emit(LayerTap::Q, q, hooks)?;
@@ -316,7 +337,7 @@ impl Decoder {
         };
         let o = b.o.forward(&attn).ctx(c("o_proj"))?;
         let o = emit(LayerTap::AttnOut, o, hooks)?;
-        let x = timed!(Op::Elementwise, (x + o).ctx(c("residual add"))?);
+        let x = timed!(Op::Elementwise, kernels::add(&x, &o).ctx(c("residual add"))?);
 
         let h = rms_norm(&x, &b.mlp_norm, cfg.rms_norm_eps).ctx(c("post_attention_layernorm"))?;
         let h = emit(LayerTap::MlpNorm, h, hooks)?;
@@ -325,7 +346,7 @@ impl Decoder {
         let act = emit(LayerTap::MlpAct, act, hooks)?;
         let m = b.down.forward(&act).ctx(c("down_proj"))?;
         let m = emit(LayerTap::MlpOut, m, hooks)?;
-        let x = timed!(Op::Elementwise, (x + m).ctx(c("residual add"))?);
+        let x = timed!(Op::Elementwise, kernels::add(&x, &m).ctx(c("residual add"))?);
         emit(LayerTap::Out, x, hooks)
     }
 }

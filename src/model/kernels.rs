@@ -256,6 +256,86 @@ pub fn silu_mul(gate: &Tensor, up: &Tensor) -> candle_core::Result<Tensor> {
     Tensor::from_vec(y, gate.dims(), gate.device())
 }
 
+simd! {
+    /// One row of `rotate_half` RoPE: out[i] = x[i]·cos[i] − x[i+h]·sin[i] and
+    /// out[i+h] = x[i]·sin[i] + x[i+h]·cos[i] (h = D/2). The same products and one rounding per
+    /// sum as transformers' `q * cos + rotate_half(q) * sin` (a·b + (−c)·d = a·b − c·d exactly).
+    fn rope_half_row(x: &[f32], cos: &[f32], sin: &[f32], out: &mut [f32]) {
+        let h = cos.len().min(sin.len()).min(x.len() / 2).min(out.len() / 2);
+        let (x1, x2) = x.split_at(h);
+        let (o1, o2) = out.split_at_mut(h);
+        for i in 0..h {
+            o1[i] = x1[i] * cos[i] - x2[i] * sin[i];
+            o2[i] = x1[i] * sin[i] + x2[i] * cos[i];
+        }
+    }
+}
+
+/// `rotate_half` RoPE of x [heads, T, D] with tables cos, sin [T, D/2].
+pub fn rope_half(x: &Tensor, cos: &Tensor, sin: &Tensor) -> candle_core::Result<Tensor> {
+    let (heads, t, d) = x.dims3()?;
+    if d % 2 != 0 || cos.dims() != [t, d / 2] || sin.dims() != [t, d / 2] {
+        candle_core::bail!("rope: x {:?} and tables {:?}/{:?} do not pair", x.dims(), cos.dims(), sin.dims());
+    }
+    let x = f32_rows(x)?.contiguous()?;
+    let (cos, sin) = (f32_rows(cos)?.contiguous()?, f32_rows(sin)?.contiguous()?);
+    let mut y = vec![0f32; heads * t * d];
+    let out = SharedOut::new(&mut y);
+    with_data(&x, |xs, xl| {
+        with_data(&cos, |cs, cl| {
+            with_data(&sin, |ss, sl| {
+                let (xs, cs, ss) =
+                    (&xs[xl.start_offset()..], &cs[cl.start_offset()..], &ss[sl.start_offset()..]);
+                let h = d / 2;
+                for_parts(heads * t, 1, heads * t * d * 4, |rows| {
+                    for r in rows {
+                        let p = r % t;
+                        // SAFETY: row r of the output belongs to this part only.
+                        let o = unsafe { out.slice(r * d, d) };
+                        rope_half_row(
+                            &xs[r * d..(r + 1) * d],
+                            &cs[p * h..(p + 1) * h],
+                            &ss[p * h..(p + 1) * h],
+                            o,
+                        );
+                    }
+                })
+            })
+        })
+    })???;
+    Tensor::from_vec(y, (heads, t, d), x.device())
+}
+
+simd! {
+    fn add_slice(a: &[f32], b: &[f32], out: &mut [f32]) {
+        for ((o, x), y) in out.iter_mut().zip(a).zip(b) {
+            *o = x + y;
+        }
+    }
+}
+
+/// `a + b` for two f32 tensors of the same shape (the residual adds), in one pass.
+pub fn add(a: &Tensor, b: &Tensor) -> candle_core::Result<Tensor> {
+    if a.dims() != b.dims() {
+        candle_core::bail!("add: {:?} and {:?} differ", a.dims(), b.dims());
+    }
+    let (a, b) = (f32_rows(a)?.contiguous()?, f32_rows(b)?.contiguous()?);
+    let n = a.elem_count();
+    let mut y = vec![0f32; n];
+    let out = SharedOut::new(&mut y);
+    with_data(&a, |xs, al| {
+        with_data(&b, |ys, bl| {
+            let (xs, ys) = (&xs[al.start_offset()..][..n], &ys[bl.start_offset()..][..n]);
+            for_parts(n, 64, n, |r| {
+                // SAFETY: parts cover disjoint ranges of `y`.
+                let o = unsafe { out.slice(r.start, r.len()) };
+                add_slice(&xs[r.clone()], &ys[r], o);
+            })
+        })
+    })??;
+    Tensor::from_vec(y, a.dims(), a.device())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -305,6 +385,22 @@ mod tests {
             // The part boundaries do not depend on the thread count: the same bits either way.
             assert_eq!(runs[0], runs[1], "t={t}: one thread and all threads round differently");
         }
+    }
+
+    #[test]
+    fn rope_half_and_add_equal_candle_bit_for_bit() {
+        let dev = Device::Cpu;
+        let x = Tensor::randn(0f32, 1.0, (3, 37, 64), &dev).unwrap();
+        let cos = Tensor::randn(0f32, 1.0, (37, 32), &dev).unwrap();
+        let sin = Tensor::randn(0f32, 1.0, (37, 32), &dev).unwrap();
+        let want =
+            candle_nn::rotary_emb::rope(&x.unsqueeze(0).unwrap(), &cos, &sin).unwrap().squeeze(0).unwrap();
+        let got = rope_half(&x, &cos, &sin).unwrap();
+        let bits = |t: &Tensor| t.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+        assert_eq!(bits(&got), bits(&want));
+        let y = Tensor::randn(0f32, 1.0, (3, 37, 64), &dev).unwrap();
+        assert_eq!(bits(&add(&x, &y).unwrap()), bits(&(&x + &y).unwrap()));
+        assert!(rope_half(&x, &cos.narrow(1, 0, 31).unwrap(), &sin).is_err());
     }
 
     #[test]

@@ -10,6 +10,7 @@
 
 use crate::error::Result;
 use crate::model::config::{RopeConfig, RopeScaling};
+use crate::model::kernels;
 use candle_core::{Device, Tensor};
 
 #[derive(Debug, Clone)]
@@ -97,12 +98,11 @@ impl Rope {
 /// x [heads, T, D] rotated by tables [T, D/2]. Same float ops as HF's
 /// `q * cos + rotate_half(q) * sin` (no fused multiply-add).
 pub fn rotate(x: &Tensor, cos: &Tensor, sin: &Tensor, layout: RopeLayout) -> Result<Tensor> {
+    if layout == RopeLayout::Half {
+        return Ok(kernels::rope_half(x, cos, sin)?);
+    }
     let x4 = x.unsqueeze(0)?.contiguous()?;
-    let out = match layout {
-        RopeLayout::Half => candle_nn::rotary_emb::rope(&x4, cos, sin)?,
-        RopeLayout::Interleaved => candle_nn::rotary_emb::rope_i(&x4, cos, sin)?,
-    };
-    Ok(out.squeeze(0)?)
+    Ok(candle_nn::rotary_emb::rope_i(&x4, cos, sin)?.squeeze(0)?)
 }
 
 /// `_compute_llama3_parameters`: Python-float scalars meet float32 tensors, so each scalar is
