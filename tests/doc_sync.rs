@@ -1,7 +1,13 @@
 //! The committed reports and the README's first example still say what the tool produces
 //! (`scripts/regen-reports.sh` regenerates them). Text must match exactly; every figure must
-//! match to the precision it is printed with (one unit in its last printed digit, so a build
-//! whose float rounding differs in the 7th digit does not fail, and a changed figure does).
+//! match to the precision it is printed with (one unit in its last printed digit).
+//!
+//! Unless the CPU differs from the one the figures were made on: gemm picks its kernels by CPU
+//! (AVX-512 where there is one, AVX2 otherwise; its blocking follows the cache sizes), so
+//! another CPU rounds float32 sums differently in the 6th–7th digit, and an emulated 8-bit
+//! quantizer can then round one value to the next step, which moves a figure further (a w8a8
+//! argmax agreement of 2% becomes 4%: one token of 48). On such a CPU figures must agree to
+//! 2e-3 of their value and integers to 3 units, and the test says it compared loosely.
 //!
 //! What is recomputed, and how:
 //! - `reports/shared-softmax.md`, its three SVGs and the README block `run-shared-softmax`:
@@ -97,8 +103,26 @@ fn tokens(s: &str) -> Vec<Token> {
     out
 }
 
-/// Equal text, and figures within one printed unit (integers exactly, unless `int_slack`).
+/// The committed figures were made on a CPU with AVX-512 (scripts/regen-reports.sh prints the
+/// kernels it ran with): figures are compared to one printed unit only on such a CPU.
+const FIGURES_MADE_WITH_AVX512: bool = true;
+
+fn same_kernels() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    let avx512 = std::arch::is_x86_feature_detected!("avx512f");
+    #[cfg(not(target_arch = "x86_64"))]
+    let avx512 = false;
+    avx512 == FIGURES_MADE_WITH_AVX512
+}
+
+/// Equal text, and figures within one printed unit (integers exactly, unless `int_slack`);
+/// looser on a CPU whose kernels differ from the committed figures' (see the top).
 fn same(committed: &str, fresh: &str, int_slack: f64) -> Result<(), String> {
+    same_within(committed, fresh, int_slack, same_kernels())
+}
+
+fn same_within(committed: &str, fresh: &str, int_slack: f64, strict: bool) -> Result<(), String> {
+    let int_slack = if strict { int_slack } else { int_slack.max(3.0) };
     for (n, (a, b)) in committed.lines().zip(fresh.lines()).enumerate() {
         let (ta, tb) = (tokens(a), tokens(b));
         let ok = ta.len() == tb.len()
@@ -106,7 +130,8 @@ fn same(committed: &str, fresh: &str, int_slack: f64) -> Result<(), String> {
                 (Token::Text(x), Token::Text(y)) => x == y,
                 (Token::Num(x), Token::Num(y)) => {
                     let unit = if x.ulp >= 1.0 && y.ulp >= 1.0 { int_slack } else { x.ulp.max(y.ulp) };
-                    (x.value - y.value).abs() <= unit * 1.0001 + 1e-12
+                    let cpu = if !strict && x.ulp < 1.0 { 2e-3 * x.value.abs() } else { 0.0 };
+                    (x.value - y.value).abs() <= (unit * 1.0001).max(cpu) + 1e-12
                 }
                 _ => false,
             });
@@ -122,6 +147,9 @@ fn same(committed: &str, fresh: &str, int_slack: f64) -> Result<(), String> {
 }
 
 fn assert_same(what: &str, committed: &str, fresh: &str, int_slack: f64) {
+    if !same_kernels() {
+        eprintln!("{what}: this CPU's gemm kernels differ from the committed figures' (AVX-512: {FIGURES_MADE_WITH_AVX512}); figures compared to 2e-3");
+    }
     if let Err(e) = same(committed, fresh, int_slack) {
         panic!("{what} no longer matches the tool (run scripts/regen-reports.sh): {e}");
     }
@@ -150,8 +178,11 @@ fn the_tokenizer_keeps_figures_and_their_precision() {
     assert!((nums[0].ulp - 1e-6).abs() < 1e-15 && (nums[3].ulp - 1e-3).abs() < 1e-12);
     assert_eq!(nums[4].value, -3.0);
     assert!(same("a 0.796684 b", "a 0.796685 b", 0.0).is_ok());
-    assert!(same("a 0.796684 b", "a 0.796694 b", 0.0).is_err());
-    assert!(same("rank 1", "rank 2", 0.0).is_err());
+    assert!(same_within("a 0.796684 b", "a 0.796694 b", 0.0, true).is_err());
+    // Another CPU's kernels (AVX2 vs AVX-512): the 4th digit and a few units may move.
+    assert!(same_within("a 0.762660 2% b", "a 0.762728 4% b", 0.0, false).is_ok());
+    assert!(same_within("a 0.796684 b", "a 0.806684 b", 0.0, false).is_err());
+    assert!(same_within("rank 1", "rank 2", 0.0, true).is_err());
 }
 
 #[test]
