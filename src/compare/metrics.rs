@@ -78,9 +78,62 @@ pub fn quantile(v: &mut [f64], q: f64) -> f64 {
     }
     let pos = q * (v.len() - 1) as f64;
     let (lo, hi) = (pos.floor() as usize, pos.ceil() as usize);
-    let (_, &mut a, rest) = v.select_nth_unstable_by(lo, f64::total_cmp);
-    let b = if hi > lo { rest.iter().copied().fold(f64::INFINITY, f64::min) } else { a };
+    let (a, b) = ranked(v, lo, hi > lo);
     a + (b - a) * (pos - lo as f64)
+}
+
+/// The element of rank `k` of `v` (0 = smallest, in `f64::total_cmp` order) and, when
+/// `next`, the one of rank k + 1 (else the same). Large inputs are first narrowed by a sample:
+/// its order statistics bracket rank k, one pass counts what lies below the bracket and keeps
+/// what lies inside, and only that (a few % of `v`) is selected in. If the bracket missed (a
+/// sample is never guaranteed), the whole of `v` is selected in: always exact.
+fn ranked(v: &mut [f64], k: usize, next: bool) -> (f64, f64) {
+    const SAMPLE: usize = 4096;
+    let n = v.len();
+    let want = k + usize::from(next);
+    if n >= 16 * SAMPLE {
+        let mut sample: Vec<f64> = (0..SAMPLE).map(|i| v[i * (n / SAMPLE)]).collect();
+        sample.sort_unstable_by(f64::total_cmp);
+        // ±4 standard deviations of a sample rank around k's expected place.
+        let p = k as f64 / n as f64;
+        let spread = (4.0 * (SAMPLE as f64 * p * (1.0 - p)).sqrt()) as usize + 4;
+        let at = (p * SAMPLE as f64) as usize;
+        let low = at.checked_sub(spread).map(|i| sample[i]);
+        let high = sample.get(at + spread).copied();
+        // Plain comparisons (they vectorize): they agree with total_cmp except on NaN (then
+        // the whole of `v` is selected in) and on -0 against +0, which only moves a zero
+        // inside the bracket, where the selection orders it by total_cmp.
+        let (l, h) = (low.unwrap_or(f64::NEG_INFINITY), high.unwrap_or(f64::INFINITY));
+        let (mut count_below, mut count_above, mut nan) = (0usize, 0usize, 0usize);
+        for &x in v.iter() {
+            count_below += usize::from(x < l);
+            count_above += usize::from(x > h);
+            nan += usize::from(x.is_nan());
+        }
+        let below = |x: &f64| *x < l;
+        let above = |x: &f64| *x > h;
+        let inside = n - count_below - count_above;
+        if nan == 0 && count_below <= k && want < count_below + inside {
+            // Every element inside a bracket of one value is that value (identical captures:
+            // every difference is 0).
+            if let (Some(l), Some(h)) = (low, high) {
+                if l.total_cmp(&h).is_eq() {
+                    return (l, l);
+                }
+            }
+            if inside <= n / 4 {
+                let mut inside: Vec<f64> = v.iter().copied().filter(|x| !below(x) && !above(x)).collect();
+                return select_pair(&mut inside, k - count_below, next);
+            }
+        }
+    }
+    select_pair(v, k, next)
+}
+
+fn select_pair(v: &mut [f64], k: usize, next: bool) -> (f64, f64) {
+    let (_, &mut a, rest) = v.select_nth_unstable_by(k, f64::total_cmp);
+    let b = if next { rest.iter().copied().min_by(f64::total_cmp).unwrap_or(a) } else { a };
+    (a, b)
 }
 
 /// Cosine, SQNR and max |r − x| only: the cheap figures kept per head and per position.
@@ -131,40 +184,98 @@ pub fn basic_counted(r: &[f32], x: &[f32], masked: Option<&[bool]>) -> (Basic, u
 /// aligns shapes first and reports a mismatch as an error).
 pub fn compute(r: &[f32], x: &[f32], masked: Option<&[bool]>) -> Metrics {
     assert_eq!(r.len(), x.len(), "metrics::compute needs aligned inputs");
+    // The |r − x| and relative-error lists the quantiles need, reused from the last call on
+    // this thread: a fresh 8-bytes-per-element pair per tap cost more in page faults (the
+    // kernel zeroing new pages) than the metrics themselves on a large capture.
+    SCRATCH.with_borrow_mut(|(abs, rel)| {
+        abs.clear();
+        rel.clear();
+        abs.reserve(r.len());
+        rel.reserve(r.len());
+        compute_into(r, x, masked, abs, rel)
+    })
+}
+
+thread_local! {
+    static SCRATCH: std::cell::RefCell<(Vec<f64>, Vec<f64>)> = const { std::cell::RefCell::new((Vec::new(), Vec::new())) };
+}
+
+fn compute_into(
+    r: &[f32],
+    x: &[f32],
+    masked: Option<&[bool]>,
+    abs: &mut Vec<f64>,
+    rel: &mut Vec<f64>,
+) -> Metrics {
     let mut m = Metrics::default();
-    let (mut dot, mut rr, mut xx, mut dd, mut close) = (0f64, 0f64, 0f64, 0f64, 0usize);
-    let mut abs = Vec::with_capacity(r.len());
-    let mut rel = Vec::with_capacity(r.len());
-    for i in 0..r.len() {
-        if masked.is_some_and(|mk| mk[i]) {
-            m.excluded += 1;
-            continue;
-        }
-        let (a, b) = (r[i] as f64, x[i] as f64);
-        if a.is_nan() || b.is_nan() {
-            m.nan_ref += usize::from(a.is_nan());
-            m.nan_cand += usize::from(b.is_nan());
-            continue;
-        }
-        if a.is_infinite() || b.is_infinite() {
-            if a == b {
-                m.excluded += 1;
-            } else {
-                m.inf_mismatch += 1;
+    // Sums in 8 lanes (element i in lane i mod 8), so a block of 8 finite, unmasked elements
+    // vectorizes; a block with a masked or non-finite element goes element by element.
+    let (mut dot, mut rr, mut xx, mut dd, mut close) =
+        ([0f64; 8], [0f64; 8], [0f64; 8], [0f64; 8], [0usize; 8]);
+    // Written in place of pushes (a push per element kept the loop from vectorizing), into
+    // the lists' spare capacity: `compute` reserved r.len() for each.
+    let (ab_all, rl_all) =
+        (&mut abs.spare_capacity_mut()[..r.len()], &mut rel.spare_capacity_mut()[..r.len()]);
+    let mut n = 0;
+    for (c, (rc, xc)) in r.chunks(8).zip(x.chunks(8)).enumerate() {
+        let mk = masked.map(|mk| &mk[c * 8..c * 8 + rc.len()]);
+        let clean = rc.len() == 8
+            && mk.is_none_or(|mk| !mk.iter().any(|&b| b))
+            && rc.iter().chain(xc).all(|v| v.is_finite());
+        if clean {
+            let (ab, rl) = (&mut ab_all[n..n + 8], &mut rl_all[n..n + 8]);
+            for j in 0..8 {
+                let (a, b) = (rc[j] as f64, xc[j] as f64);
+                let d = a - b;
+                dot[j] += a * b;
+                rr[j] += a * a;
+                xx[j] += b * b;
+                dd[j] += d * d;
+                ab[j].write(d.abs());
+                rl[j].write(d.abs() / a.abs().max(REL_EPS));
+                close[j] += usize::from(d.abs() <= CLOSE_ATOL + CLOSE_RTOL * a.abs());
             }
+            n += 8;
             continue;
         }
-        let d = a - b;
-        dot += a * b;
-        rr += a * a;
-        xx += b * b;
-        dd += d * d;
-        abs.push(d.abs());
-        rel.push(d.abs() / a.abs().max(REL_EPS));
-        if d.abs() <= CLOSE_ATOL + CLOSE_RTOL * a.abs() {
-            close += 1;
+        for j in 0..rc.len() {
+            if mk.is_some_and(|mk| mk[j]) {
+                m.excluded += 1;
+                continue;
+            }
+            let (a, b) = (rc[j] as f64, xc[j] as f64);
+            if a.is_nan() || b.is_nan() {
+                m.nan_ref += usize::from(a.is_nan());
+                m.nan_cand += usize::from(b.is_nan());
+                continue;
+            }
+            if a.is_infinite() || b.is_infinite() {
+                if a == b {
+                    m.excluded += 1;
+                } else {
+                    m.inf_mismatch += 1;
+                }
+                continue;
+            }
+            let d = a - b;
+            dot[j] += a * b;
+            rr[j] += a * a;
+            xx[j] += b * b;
+            dd[j] += d * d;
+            ab_all[n].write(d.abs());
+            rl_all[n].write(d.abs() / a.abs().max(REL_EPS));
+            close[j] += usize::from(d.abs() <= CLOSE_ATOL + CLOSE_RTOL * a.abs());
+            n += 1;
         }
     }
+    // SAFETY: elements 0..n of both lists were written above (n counts exactly the writes),
+    // and n ≤ r.len() ≤ their capacity.
+    unsafe {
+        abs.set_len(n);
+        rel.set_len(n);
+    }
+    let lanes = |v: [f64; 8]| ((v[0] + v[4]) + (v[2] + v[6])) + ((v[1] + v[5]) + (v[3] + v[7]));
+    let (dot, rr, xx, dd, close) = (lanes(dot), lanes(rr), lanes(xx), lanes(dd), close.iter().sum::<usize>());
     m.n = abs.len();
     if m.n == 0 && m.nonfinite() > 0 {
         // Nothing finite to compare: "both zero → 1" must not turn an all-NaN tensor into a
@@ -178,9 +289,9 @@ pub fn compute(r: &[f32], x: &[f32], masked: Option<&[bool]>) -> Metrics {
     if m.n > 0 {
         m.max_abs = abs.iter().copied().fold(0.0, f64::max);
         m.mean_abs = abs.iter().sum::<f64>() / m.n as f64;
-        m.p99_abs = quantile(&mut abs, 0.99);
+        m.p99_abs = quantile(abs, 0.99);
         m.rel_max = rel.iter().copied().fold(0.0, f64::max);
-        m.rel_median = quantile(&mut rel, 0.5);
+        m.rel_median = quantile(rel, 0.5);
         m.close_frac = close as f64 / m.n as f64;
     } else {
         m.close_frac = 1.0;
@@ -276,6 +387,39 @@ pub fn logits_row(r: &[f32], x: &[f32]) -> LogitsRow {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn quantile_equals_the_sorted_definition_on_large_inputs_with_ties() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
+        for (n, levels) in [(70_001usize, 0u32), (100_000, 50), (65_536, 3), (200_003, 0)] {
+            let v: Vec<f64> = (0..n)
+                .map(|_| {
+                    if levels == 0 {
+                        rng.random::<f64>().powi(3)
+                    } else {
+                        rng.random_range(0..levels) as f64
+                    }
+                })
+                .collect();
+            let mut sorted = v.clone();
+            sorted.sort_by(f64::total_cmp);
+            for q in [0.0, 0.01, 0.5, 0.99, 0.999_99, 1.0] {
+                let pos = q * (n - 1) as f64;
+                let (lo, hi) = (pos.floor() as usize, pos.ceil() as usize);
+                let want = sorted[lo] + (sorted[hi] - sorted[lo]) * (pos - lo as f64);
+                assert_eq!(quantile(&mut v.clone(), q), want, "n={n} levels={levels} q={q}");
+            }
+        }
+        // All equal (a capture against itself: every difference 0), and nearly all equal.
+        assert_eq!(quantile(&mut vec![0.0; 100_000], 0.99), 0.0);
+        let mut v = vec![0.0; 100_000];
+        v[99_999] = 5.0;
+        assert_eq!(quantile(&mut v, 1.0), 5.0);
+        // A sorted input (the sample's stride sees a skewed picture) is still exact.
+        let mut v: Vec<f64> = (0..100_000).map(f64::from).collect();
+        assert_eq!(quantile(&mut v, 0.99), 0.99 * 99_999.0);
+    }
 
     fn close(a: f64, b: f64) -> bool {
         (a - b).abs() < 1e-12 || a == b
