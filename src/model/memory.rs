@@ -25,6 +25,10 @@ pub enum TapsHeld {
     Streamed,
     /// Kept in memory until the run ends (`run`, `explain`): this many captures of the selection.
     InMemory { captures: u64 },
+    /// Written to disk tap by tap and compared from the files (`run` over the budget): the
+    /// largest single tap `copies` times (the one being written, and the few each comparison
+    /// worker holds at once).
+    Spilled { copies: u64 },
 }
 
 /// A run's planned memory, by part.
@@ -153,6 +157,39 @@ fn tap_elements(cfg: &ModelConfig, sel: &Selected, t_sum: Bytes, ts_sum: Bytes) 
     total.plus(flat(sel.embed, h)).plus(flat(sel.final_norm, h)).plus(flat(sel.logits, cfg.vocab_size as u64))
 }
 
+/// Elements of the largest single tap of the selection in any phase (a per-layer tap counts
+/// one layer): the unit of a spilled run's memory.
+fn largest_tap(cfg: &ModelConfig, sel: &Selected, phases: &[(u64, u64)]) -> Bytes {
+    let none = || Selected { per_kind: Vec::new(), embed: false, final_norm: false, logits: false };
+    // Each selected tap alone, as a selection of its own.
+    let mut singles: Vec<Selected> = sel
+        .per_kind
+        .iter()
+        .filter(|&&(_, n)| n > 0)
+        .map(|&(kind, _)| Selected { per_kind: vec![(kind, 1)], ..none() })
+        .collect();
+    if sel.embed {
+        singles.push(Selected { embed: true, ..none() });
+    }
+    if sel.final_norm {
+        singles.push(Selected { final_norm: true, ..none() });
+    }
+    if sel.logits {
+        singles.push(Selected { logits: true, ..none() });
+    }
+    let mut widest = Bytes::ZERO;
+    for &(t, s) in phases {
+        for one in &singles {
+            let b = tap_elements(cfg, one, Bytes::new(t), Bytes::new(t).times(s));
+            // An overflow (None) is larger than anything.
+            if b.get().is_none_or(|n| widest.get().is_some_and(|w| n > w)) {
+                widest = b;
+            }
+        }
+    }
+    widest
+}
+
 /// The planned memory of running `inputs` with `taps` recorded.
 pub fn estimate(cfg: &ModelConfig, inputs: &InputSet, taps: &TapSelection, held: TapsHeld) -> Estimate {
     let prompt = inputs.prompt.len() as u64;
@@ -179,6 +216,11 @@ pub fn estimate(cfg: &ModelConfig, inputs: &InputSet, taps: &TapSelection, held:
         }
         TapsHeld::InMemory { captures } => {
             tap_elements(cfg, &sel, positions, prefill_ts.plus(decode_ts)).times(F32).times(captures)
+        }
+        TapsHeld::Spilled { copies } => {
+            // The widest prefill chunk, and the last decode step (which sees every key).
+            let last_step = if steps > 0 { vec![(1, prompt.saturating_add(steps))] } else { Vec::new() };
+            largest_tap(cfg, &sel, &[phases.clone(), last_step].concat()).times(F32).times(copies)
         }
     };
     Estimate {
