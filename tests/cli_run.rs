@@ -335,6 +335,27 @@ fn run_over_the_memory_budget_spills_captures_and_reports_the_same_figures() {
     assert_eq!(std::fs::read_dir(&kept).unwrap().count(), 2, "only the captures are kept");
     assert_eq!(std::fs::read_dir(&tmp).unwrap().count(), 0, "TMPDIR holds leftovers");
 
+    // A probe's [explain] needs whole captures in memory: skipped, loudly, not silently.
+    let with_explain = d.join("explain.toml");
+    std::fs::write(&with_explain, std::fs::read_to_string(&probe).unwrap() + "[explain]\n").unwrap();
+    let r = run_with_budget(&with_explain, "8M", &tmp, &d.join("e.json"), &[]);
+    assert!(r["explain"].is_null(), "{}", r["explain"]);
+    assert!(
+        notes(&r).iter().any(|n| n.starts_with("EXPLAIN SKIPPED") && n.contains("--max-memory")),
+        "{:?}",
+        notes(&r)
+    );
+    // `explain` itself ranks whole captures: it refuses what does not fit in memory.
+    hefprobe()
+        .env("TMPDIR", &tmp)
+        .args(["--max-memory", "8M", "explain"])
+        .arg(&probe)
+        .assert()
+        .code(2)
+        .stderr(
+            predicate::str::contains("spill.toml [inputs]").and(predicate::str::contains("budget 8.0 MiB")),
+        );
+
     // A budget that even one tap at a time exceeds is refused before anything runs.
     hefprobe().env("TMPDIR", &tmp).args(["--max-memory", "3M", "run"]).arg(&probe).assert().code(2).stderr(
         predicate::str::contains("even with its captures spilled to disk")

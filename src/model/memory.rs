@@ -301,6 +301,13 @@ mod tests {
         // 16 heads × 28 layers × 2 (scores, probs) × Σ S ≈ 40000²/2, in f32: about 2.9 TB.
         assert!(held.taps.get().unwrap() > 2_000_000_000_000, "{}", held.breakdown());
         assert!(streamed.taps.get().unwrap() < 100_000_000, "{}", streamed.breakdown());
+        // Spilled, one tap at a time: the largest single one, here the prefill's logits
+        // [16, vocab] (the last decode step's scores are [16 heads, 1, 40016], smaller).
+        let spilled = estimate(&c, &inputs, &all, TapsHeld::Spilled { copies: 3 });
+        assert_eq!(spilled.taps.get(), Some(3 * 16 * c.vocab_size as u64 * 4), "{}", spilled.breakdown());
+        let scores = TapSelection::parse(&["layers.*.attn.scores".into()]).unwrap();
+        let one = estimate(&c, &inputs, &scores, TapsHeld::Spilled { copies: 1 });
+        assert_eq!(one.taps.get(), Some(c.num_heads as u64 * (16 + 40_000) * 4), "{}", one.breakdown());
         let logits = TapSelection::parse(&["logits".into()]).unwrap();
         let few = estimate(&c, &inputs, &logits, TapsHeld::InMemory { captures: 1 });
         assert_eq!(few.taps.get(), Some((16 + 40_000) * c.vocab_size as u64 * 4));
