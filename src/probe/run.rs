@@ -493,6 +493,17 @@ fn run_all(
     open: &mut OpenBackend,
 ) -> Result<Runs> {
     let spill = p.spill.as_ref().map(|plan| SpillDir::create(plan, opts)).transpose()?;
+    if let (Some(plan), Some(dir)) = (&p.spill, &spill) {
+        // Said now as well as in the report: a long run fills the disk meanwhile.
+        eprintln!(
+            "note: the captures ({}) exceed the memory budget ({} from {}): writing them to {} (about {})",
+            plan.in_memory,
+            Bytes::new(plan.budget.bytes),
+            plan.budget.from,
+            dir.captures.display(),
+            plan.on_disk
+        );
+    }
     let file_for = |name: &str| spill.as_ref().map(|s| s.captures.join(capture_file(name)));
     let mut reference = DecoderBackend::reference(p.model.clone());
     let ref_taps = reference_selection(p.selection.globs())?;
