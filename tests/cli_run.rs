@@ -255,16 +255,17 @@ fn checkpoint_flag_replaces_the_probes_checkpoint() {
     assert_eq!(r["checkpoint"]["arch"], "qwen2");
 }
 
-/// A 6-layer model the size of a unit test on 96 tokens, every tap, an emulator with a fault in
-/// layer 1. Held in memory its captures plan 11.9 MiB; spilled to disk the run plans ~6 MiB
-/// (the weights twice, one tap at a time): an 8 MiB budget allows only the spill.
-fn spill_probe(dir: &Path) -> PathBuf {
+/// A 6-layer model the size of a unit test on 96 tokens, the taps `taps` (TOML), an emulator
+/// with a fault in layer 1. Held in memory its captures plan 11.9 MiB with every tap (10.1 MiB
+/// with probs and logits); spilled to disk the run plans ~6 MiB (the weights twice, one tap at
+/// a time): an 8 MiB budget allows only the spill.
+fn spill_probe(dir: &Path, name: &str, taps: &str) -> PathBuf {
     let tokens: Vec<String> = (0..96).map(|i| ((i * 37 + 5) % 500 + 1).to_string()).collect();
-    let p = dir.join("spill.toml");
+    let p = dir.join(format!("{name}.toml"));
     std::fs::write(
         &p,
         format!(
-            "version = 1\nname = \"spill\"\nquestion = \"q?\"\ntaps = [\"*\"]\n[checkpoint]\nsynth = \"tinystories\"\n\
+            "version = 1\nname = \"spill\"\nquestion = \"q?\"\ntaps = {taps}\n[checkpoint]\nsynth = \"tinystories\"\n\
              hidden = 64\nlayers = 6\nheads = 4\nkv_heads = 2\nvocab = 512\n[inputs]\ntokens = [{}]\ndecode = 3\n\
              [[backend]]\nname = \"device\"\nkind = \"emulator\"\nfaults = [\"shared-softmax@layers=1\"]\n",
             tokens.join(", ")
@@ -292,7 +293,7 @@ fn run_with_budget(probe: &Path, budget: &str, tmp: &Path, json: &Path, extra: &
 fn run_over_the_memory_budget_spills_captures_and_reports_the_same_figures() {
     let t = tempfile::tempdir().unwrap();
     let d = t.path();
-    let probe = spill_probe(d);
+    let probe = spill_probe(d, "spill", r#"["*"]"#);
     let tmp = d.join("tmp");
     std::fs::create_dir(&tmp).unwrap();
     let held = run_with_budget(&probe, "64M", &tmp, &d.join("held.json"), &[]);
@@ -334,6 +335,19 @@ fn run_over_the_memory_budget_spills_captures_and_reports_the_same_figures() {
     }
     assert_eq!(std::fs::read_dir(&kept).unwrap().count(), 2, "only the captures are kept");
     assert_eq!(std::fs::read_dir(&tmp).unwrap().count(), 0, "TMPDIR holds leftovers");
+
+    // Fewer taps than the reference records (it keeps embed, layers.*.out and scores for the
+    // local view and the masks): the spilled comparison holds the probe's taps only, as in memory.
+    let narrow = spill_probe(d, "narrow", r#"["layers.*.attn.probs", "logits"]"#);
+    let held = run_with_budget(&narrow, "64M", &tmp, &d.join("nh.json"), &[]);
+    let spilled = run_with_budget(&narrow, "8M", &tmp, &d.join("ns.json"), &[]);
+    assert_eq!(held["comparisons"], spilled["comparisons"]);
+    assert_eq!(
+        spilled["comparisons"][0]["rows"].as_array().unwrap().len(),
+        4 * 7,
+        "6 probs + logits, 4 phases"
+    );
+    assert_eq!(notes(&spilled).iter().filter(|n| n.starts_with("captures spilled to disk")).count(), 1);
 
     // A probe's [explain] needs whole captures in memory: skipped, loudly, not silently.
     let with_explain = d.join("explain.toml");
