@@ -101,6 +101,15 @@ impl Capture {
 
     /// Write every entry as an `.npz`, through a temporary file renamed into place.
     pub fn write_npz(&self, path: &Path) -> Result<()> {
+        self.write_npz_as(path, true)
+    }
+
+    /// [`Capture::write_npz`] without the "wrote PATH" line (a spilled run's temporary files).
+    pub fn write_npz_quiet(&self, path: &Path) -> Result<()> {
+        self.write_npz_as(path, false)
+    }
+
+    fn write_npz_as(&self, path: &Path, announce: bool) -> Result<()> {
         let mut out = AtomicFile::create(path)?;
         let mut w = ndarray_npy::NpzWriter::new(std::io::BufWriter::new(out.take_file()));
         for key in self.keys() {
@@ -108,7 +117,11 @@ impl Capture {
                 .map_err(|e| Error::input(path.display().to_string(), format!("writing {key}: {e}")))?;
         }
         close_npz(w, path)?;
-        out.commit()
+        if announce {
+            out.commit()
+        } else {
+            out.commit_quiet()
+        }
     }
 
     /// Read every array of an `.npz`. Integer, bool and f64 arrays are converted to f32;
@@ -182,13 +195,27 @@ pub struct NpzSink {
     path: PathBuf,
     writer: Option<(NpzFile, AtomicFile)>,
     pub written: Vec<String>,
+    /// Say "wrote PATH" once in place (not for a spilled run's temporary files).
+    announce: bool,
 }
 
 impl NpzSink {
     pub fn create(path: &Path, selection: TapSelection) -> Result<Self> {
         let mut out = AtomicFile::create(path)?;
         let w = ndarray_npy::NpzWriter::new(std::io::BufWriter::new(out.take_file()));
-        Ok(NpzSink { selection, path: path.to_path_buf(), writer: Some((w, out)), written: Vec::new() })
+        Ok(NpzSink {
+            selection,
+            path: path.to_path_buf(),
+            writer: Some((w, out)),
+            written: Vec::new(),
+            announce: true,
+        })
+    }
+
+    /// Put the archive in place without saying "wrote PATH".
+    pub fn quiet(mut self) -> Self {
+        self.announce = false;
+        self
     }
 
     /// Close the archive and put it in place. Called on success and on failure alike: what
@@ -196,7 +223,11 @@ impl NpzSink {
     pub fn finish(&mut self) -> Result<()> {
         if let Some((w, out)) = self.writer.take() {
             close_npz(w, &self.path)?;
-            out.commit()?;
+            if self.announce {
+                out.commit()?;
+            } else {
+                out.commit_quiet()?;
+            }
         }
         Ok(())
     }

@@ -190,13 +190,21 @@ impl AtomicFile {
     }
 
     /// Flush, rename over the destination and announce it.
-    pub fn commit(mut self) -> Result<()> {
+    pub fn commit(self) -> Result<()> {
+        let path = self.path.clone();
+        self.commit_quiet()?;
+        announce(&path);
+        Ok(())
+    }
+
+    /// [`AtomicFile::commit`] without the announcement: for files nobody asked for by name
+    /// (a run's captures spilled to a temporary folder).
+    pub fn commit_quiet(mut self) -> Result<()> {
         if let Some(f) = self.file.take() {
             f.sync_all().map_err(|e| Error::io(&self.temp, e))?;
         }
         std::fs::rename(&self.temp, &self.path).map_err(|e| Error::io(&self.path, e))?;
         self.temp = PathBuf::new();
-        announce(&self.path);
         Ok(())
     }
 }

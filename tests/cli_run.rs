@@ -254,3 +254,125 @@ fn checkpoint_flag_replaces_the_probes_checkpoint() {
     assert_eq!(source, ck.display().to_string());
     assert_eq!(r["checkpoint"]["arch"], "qwen2");
 }
+
+/// A 6-layer model the size of a unit test on 96 tokens, the taps `taps` (TOML), an emulator
+/// with a fault in layer 1. Held in memory its captures plan 11.9 MiB with every tap (10.1 MiB
+/// with probs and logits); spilled to disk the run plans ~6 MiB (the weights twice, one tap at
+/// a time): an 8 MiB budget allows only the spill.
+fn spill_probe(dir: &Path, name: &str, taps: &str) -> PathBuf {
+    let tokens: Vec<String> = (0..96).map(|i| ((i * 37 + 5) % 500 + 1).to_string()).collect();
+    let p = dir.join(format!("{name}.toml"));
+    std::fs::write(
+        &p,
+        format!(
+            "version = 1\nname = \"spill\"\nquestion = \"q?\"\ntaps = {taps}\n[checkpoint]\nsynth = \"tinystories\"\n\
+             hidden = 64\nlayers = 6\nheads = 4\nkv_heads = 2\nvocab = 512\n[inputs]\ntokens = [{}]\ndecode = 3\n\
+             [[backend]]\nname = \"device\"\nkind = \"emulator\"\nfaults = [\"shared-softmax@layers=1\"]\n",
+            tokens.join(", ")
+        ),
+    )
+    .unwrap();
+    p
+}
+
+/// `run --max-memory SIZE` on the spill probe, with TMPDIR in `tmp`: exit code and JSON report.
+fn run_with_budget(probe: &Path, budget: &str, tmp: &Path, json: &Path, extra: &[&str]) -> serde_json::Value {
+    hefprobe()
+        .env("TMPDIR", tmp)
+        .args(["--max-memory", budget, "run"])
+        .arg(probe)
+        .args(extra)
+        .arg("--report")
+        .arg(format!("json={}", json.display()))
+        .assert()
+        .code(1);
+    serde_json::from_str(&std::fs::read_to_string(json).unwrap()).unwrap()
+}
+
+#[test]
+fn run_over_the_memory_budget_spills_captures_and_reports_the_same_figures() {
+    let t = tempfile::tempdir().unwrap();
+    let d = t.path();
+    let probe = spill_probe(d, "spill", r#"["*"]"#);
+    let tmp = d.join("tmp");
+    std::fs::create_dir(&tmp).unwrap();
+    let held = run_with_budget(&probe, "64M", &tmp, &d.join("held.json"), &[]);
+    let spilled = run_with_budget(&probe, "8M", &tmp, &d.join("spilled.json"), &[]);
+    // The same rows, blame, located layers and logit lens, figure for figure.
+    for part in ["comparisons", "located", "blame", "lens", "backends"] {
+        assert_eq!(held[part], spilled[part], "{part} differs between the held and the spilled run");
+    }
+    assert_eq!(held["comparisons"].as_array().unwrap().len(), 2, "cumulative and local views");
+    assert!(held["lens"].as_array().is_some_and(|l| !l.is_empty()));
+    // The spilled run says so once, with where and why; the held one says nothing of it.
+    let notes = |r: &serde_json::Value| -> Vec<String> {
+        r["notes"]
+            .as_array()
+            .map_or(Vec::new(), |n| n.iter().map(|s| s.as_str().unwrap().to_string()).collect())
+    };
+    assert!(!notes(&held).iter().any(|n| n.contains("spilled")), "{:?}", notes(&held));
+    let said: Vec<String> = notes(&spilled).into_iter().filter(|n| n.contains("spilled")).collect();
+    assert_eq!(said.len(), 1, "{said:?}");
+    assert!(
+        said[0].starts_with("captures spilled to disk: ") && said[0].contains("budget 8.0 MiB"),
+        "{said:?}"
+    );
+    // The temporary folder was made in TMPDIR, named in the note, and is gone.
+    let dir = said[0].split(" in ").nth(1).unwrap().split(" (").next().unwrap();
+    assert!(Path::new(dir).starts_with(&tmp), "{dir}");
+    assert!(!Path::new(dir).exists(), "{dir} is left behind");
+    assert_eq!(std::fs::read_dir(&tmp).unwrap().count(), 0, "TMPDIR holds leftovers");
+
+    // --save-captures is the spill folder: kept, with the captures an in-memory run saves.
+    let (kept, saved) = (d.join("kept"), d.join("saved"));
+    run_with_budget(&probe, "8M", &tmp, &d.join("k.json"), &["--save-captures", kept.to_str().unwrap()]);
+    run_with_budget(&probe, "64M", &tmp, &d.join("s.json"), &["--save-captures", saved.to_str().unwrap()]);
+    for name in ["reference.npz", "device.npz"] {
+        let (a, b) =
+            (Capture::read_npz(&kept.join(name)).unwrap(), Capture::read_npz(&saved.join(name)).unwrap());
+        assert_eq!(a.keys(), b.keys(), "{name}");
+        assert!(a.iter().all(|(k, v)| b.get_key(k) == Some(v)), "{name}");
+    }
+    assert_eq!(std::fs::read_dir(&kept).unwrap().count(), 2, "only the captures are kept");
+    assert_eq!(std::fs::read_dir(&tmp).unwrap().count(), 0, "TMPDIR holds leftovers");
+
+    // Fewer taps than the reference records (it keeps embed, layers.*.out and scores for the
+    // local view and the masks): the spilled comparison holds the probe's taps only, as in memory.
+    let narrow = spill_probe(d, "narrow", r#"["layers.*.attn.probs", "logits"]"#);
+    let held = run_with_budget(&narrow, "64M", &tmp, &d.join("nh.json"), &[]);
+    let spilled = run_with_budget(&narrow, "8M", &tmp, &d.join("ns.json"), &[]);
+    assert_eq!(held["comparisons"], spilled["comparisons"]);
+    assert_eq!(
+        spilled["comparisons"][0]["rows"].as_array().unwrap().len(),
+        4 * 7,
+        "6 probs + logits, 4 phases"
+    );
+    assert_eq!(notes(&spilled).iter().filter(|n| n.starts_with("captures spilled to disk")).count(), 1);
+
+    // A probe's [explain] needs whole captures in memory: skipped, loudly, not silently.
+    let with_explain = d.join("explain.toml");
+    std::fs::write(&with_explain, std::fs::read_to_string(&probe).unwrap() + "[explain]\n").unwrap();
+    let r = run_with_budget(&with_explain, "8M", &tmp, &d.join("e.json"), &[]);
+    assert!(r["explain"].is_null(), "{}", r["explain"]);
+    assert!(
+        notes(&r).iter().any(|n| n.starts_with("EXPLAIN SKIPPED") && n.contains("--max-memory")),
+        "{:?}",
+        notes(&r)
+    );
+    // `explain` itself ranks whole captures: it refuses what does not fit in memory.
+    hefprobe()
+        .env("TMPDIR", &tmp)
+        .args(["--max-memory", "8M", "explain"])
+        .arg(&probe)
+        .assert()
+        .code(2)
+        .stderr(
+            predicate::str::contains("spill.toml [inputs]").and(predicate::str::contains("budget 8.0 MiB")),
+        );
+
+    // A budget that even one tap at a time exceeds is refused before anything runs.
+    hefprobe().env("TMPDIR", &tmp).args(["--max-memory", "3M", "run"]).arg(&probe).assert().code(2).stderr(
+        predicate::str::contains("even with its captures spilled to disk")
+            .and(predicate::str::contains("spill.toml [inputs]")),
+    );
+}

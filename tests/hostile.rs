@@ -107,13 +107,15 @@ fn models_beyond_the_memory_budget_are_refused_before_allocation() {
         .stderr(predicate::str::contains("budget 16.0 MiB (--max-memory)"));
     // Taps a run keeps in memory count too: a long greedy decode over every tap. Weights and KV
     // cache are ~97 MiB, the taps of three captures ~160 MiB more (peak RSS measured: ~307 MiB).
+    // `explain` ranks whole captures in memory, so it refuses (`run` would spill them to disk:
+    // tests/cli_run.rs).
     let p = write(
         t.path(),
         "taps.toml",
         &format!("{HEAD}[checkpoint]\nsynth = \"tinystories\"\n[inputs]\ntokens = [1, 2]\ndecode = 250\n{EMULATOR}"),
     );
     hefprobe()
-        .args(["--max-memory", "200M", "run"])
+        .args(["--max-memory", "200M", "explain"])
         .arg(&p)
         .assert()
         .code(2)

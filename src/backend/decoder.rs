@@ -2,9 +2,8 @@
 //! reference) and, for the local view, overrides.
 
 use super::overrides::Overrides;
-use super::{Backend, BackendRun, Capabilities};
-use crate::capture::Capture;
-use crate::capture::MemorySink;
+use super::{Backend, BackendRun, Capabilities, FileRun};
+use crate::capture::{Capture, MemorySink, NpzSink, TapSink};
 use crate::error::Result;
 use crate::fault::Fault;
 use crate::inputs::InputSet;
@@ -12,6 +11,7 @@ use crate::model::hooks::{HookStack, Hooks};
 use crate::model::run::{run_inputs, RunRecord};
 use crate::model::{Checkpoint, Decoder};
 use crate::tap::TapSelection;
+use std::path::Path;
 use std::sync::Arc;
 
 pub struct DecoderBackend {
@@ -57,10 +57,36 @@ impl DecoderBackend {
 
     fn run_with(&self, inputs: &InputSet, taps: &TapSelection, overrides: Option<&Capture>) -> BackendRun {
         let mut sink = MemorySink::new(taps.clone());
+        let (record, error) = self.run_into(inputs, &mut sink, overrides);
+        BackendRun { capture: sink.capture, record, error }
+    }
+
+    /// The run with each tap written to the `.npz` at `path` as it is produced (one tap in
+    /// memory at a time beyond the decoder's own tensors). The file is closed and put in
+    /// place (quietly: the caller says where captures went) whether the run finished or not.
+    fn run_file(
+        &self,
+        inputs: &InputSet,
+        taps: &TapSelection,
+        overrides: Option<&Capture>,
+        path: &Path,
+    ) -> Result<FileRun> {
+        let mut sink = NpzSink::create(path, taps.clone())?.quiet();
+        let (record, error) = self.run_into(inputs, &mut sink, overrides);
+        sink.finish()?;
+        Ok(FileRun { record, error })
+    }
+
+    fn run_into(
+        &self,
+        inputs: &InputSet,
+        sink: &mut dyn TapSink,
+        overrides: Option<&Capture>,
+    ) -> (RunRecord, Option<crate::error::Error>) {
         let mut record = RunRecord::default();
         for f in &self.faults {
             if let Err(error) = f.prepare(&self.model, std::slice::from_ref(inputs)) {
-                return BackendRun { capture: Capture::default(), record, error: Some(error) };
+                return (record, Some(error));
             }
         }
         let mut fault_hooks: Vec<Box<dyn Hooks + '_>> = self.faults.iter().map(|f| f.hooks()).collect();
@@ -72,8 +98,8 @@ impl DecoderBackend {
         for h in fault_hooks.iter_mut() {
             stack.hooks.push(h.as_mut());
         }
-        let error = run_inputs(&self.model, inputs, &mut sink, &mut stack, &mut record).err();
-        BackendRun { capture: sink.capture, record, error }
+        let error = run_inputs(&self.model, inputs, sink, &mut stack, &mut record).err();
+        (record, error)
     }
 }
 
@@ -97,5 +123,19 @@ impl Backend for DecoderBackend {
         reference: &Capture,
     ) -> Option<BackendRun> {
         Some(self.run_with(inputs, taps, Some(reference)))
+    }
+
+    fn run_to_file(&mut self, inputs: &InputSet, taps: &TapSelection, path: &Path) -> Result<FileRun> {
+        self.run_file(inputs, taps, None, path)
+    }
+
+    fn run_local_to_file(
+        &mut self,
+        inputs: &InputSet,
+        taps: &TapSelection,
+        reference: &Capture,
+        path: &Path,
+    ) -> Option<Result<FileRun>> {
+        Some(self.run_file(inputs, taps, Some(reference), path))
     }
 }

@@ -16,6 +16,7 @@ use crate::model::run::RunRecord;
 use crate::model::{Checkpoint, Decoder};
 use crate::tap::TapSelection;
 use decoder::DecoderBackend;
+use std::path::Path;
 use std::sync::Arc;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -31,6 +32,23 @@ pub struct BackendRun {
     pub capture: Capture,
     pub record: RunRecord,
     pub error: Option<Error>,
+}
+
+/// What a run into a file produced ([`Backend::run_to_file`]): the capture is the `.npz`,
+/// complete up to `error` when the run stopped.
+pub struct FileRun {
+    pub record: RunRecord,
+    pub error: Option<Error>,
+}
+
+impl BackendRun {
+    /// Write the capture to `path` (quietly: the caller says where captures went) and keep
+    /// only the record: the default of the `_to_file` methods, for backends that build their
+    /// capture in memory.
+    fn into_file(self, path: &Path) -> Result<FileRun> {
+        self.capture.write_npz_quiet(path)?;
+        Ok(FileRun { record: self.record, error: self.error })
+    }
 }
 
 pub trait Backend {
@@ -57,6 +75,24 @@ pub trait Backend {
         _reference: &Capture,
     ) -> Option<BackendRun> {
         None
+    }
+    /// [`Backend::run`] with the capture written to the `.npz` at `path` instead of returned
+    /// (`run` over the memory budget spills captures to disk). This default builds the whole
+    /// capture in memory first and writes it after: right for backends whose capture comes
+    /// whole anyway (a dump file, read at open) or is small (a HEF's outputs, a few taps per
+    /// phase). The decoder streams each tap to the file as it is produced instead.
+    fn run_to_file(&mut self, inputs: &InputSet, taps: &TapSelection, path: &Path) -> Result<FileRun> {
+        self.run(inputs, taps).into_file(path)
+    }
+    /// [`Backend::run_local`] into the `.npz` at `path`; same default as [`Backend::run_to_file`].
+    fn run_local_to_file(
+        &mut self,
+        inputs: &InputSet,
+        taps: &TapSelection,
+        reference: &Capture,
+        path: &Path,
+    ) -> Option<Result<FileRun>> {
+        self.run_local(inputs, taps, reference).map(|r| r.into_file(path))
     }
 }
 

@@ -26,9 +26,14 @@ pub struct RunArgs {
     /// Write the InputSet as .npz (for `hefprobe capture` on a device host).
     #[arg(long, value_name = "PATH")]
     pub save_inputs: Option<PathBuf>,
-    /// Write every backend's capture into this folder.
+    /// Write every backend's capture into this folder. When the captures do not fit the memory
+    /// budget and are spilled to disk, they are written here directly (and kept).
     #[arg(long, value_name = "DIR")]
     pub save_captures: Option<PathBuf>,
+    /// Where captures go when they do not fit the memory budget (--max-memory): a temporary
+    /// folder made in DIR and deleted when the run ends. Default: the system's temporary folder.
+    #[arg(long, value_name = "DIR")]
+    pub spill_dir: Option<PathBuf>,
     /// Skip ranking fault models even if the probe asks for it.
     #[arg(long)]
     pub no_explain: bool,
@@ -135,6 +140,9 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
     if let Some(d) = &a.save_captures {
         outs.dir("--save-captures", d);
     }
+    if let Some(d) = &a.spill_dir {
+        outs.dir("--spill-dir", d);
+    }
     outs.check()?;
     let opts = RunOptions {
         backends,
@@ -145,6 +153,8 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
         no_explain: a.no_explain,
         explain: None,
         checkpoint: a.checkpoint.clone(),
+        allow_spill: true,
+        spill_dir: a.spill_dir.clone(),
     };
     finish(run_probe(&probe, &opts)?, &targets, true)
 }

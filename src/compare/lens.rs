@@ -2,11 +2,15 @@
 //! on both sides, at the last position of every phase — at which layer the token decision
 //! of the candidate parts from the reference's.
 
+use crate::capture::npz::NpzFile;
 use crate::capture::{array_to_tensor, Capture};
 use crate::error::Result;
 use crate::model::Decoder;
 use crate::tap::{LayerTap, Phase, Tap};
 use serde::Serialize;
+use std::borrow::Cow;
+use std::collections::BTreeSet;
+use std::path::Path;
 
 #[derive(Debug, Clone, Serialize)]
 pub struct LensRow {
@@ -29,15 +33,51 @@ fn lens_logits(model: &Decoder, hidden: &ndarray::ArrayD<f32>) -> Result<Vec<f32
 
 /// Lens rows for every phase and layer where both captures hold `layers.I.out`.
 pub fn logit_lens(model: &Decoder, reference: &Capture, candidate: &Capture) -> Result<Vec<LensRow>> {
+    lens_rows(model, &reference.phases(), |phase, tap| {
+        Ok(reference
+            .get(phase, tap)
+            .zip(candidate.get(phase, tap))
+            .map(|(r, x)| (Cow::Borrowed(r), Cow::Borrowed(x))))
+    })
+}
+
+/// [`logit_lens`] on two capture files, one `layers.I.out` of each side in memory at a time
+/// (a run whose captures were spilled to disk).
+pub fn logit_lens_files(model: &Decoder, reference: &Path, candidate: &Path) -> Result<Vec<LensRow>> {
+    let (mut r, mut x) = (NpzFile::open(reference)?, NpzFile::open(candidate)?);
+    let (in_r, in_x): (BTreeSet<String>, BTreeSet<String>) =
+        (r.keys().into_iter().collect(), x.keys().into_iter().collect());
+    let mut phases: Vec<Phase> =
+        in_r.iter().filter_map(|k| k.split_once('/').and_then(|(p, _)| Phase::parse(p))).collect();
+    phases.sort();
+    phases.dedup();
+    lens_rows(model, &phases, |phase, tap| {
+        let key = format!("{phase}/{tap}");
+        if in_r.contains(&key) && in_x.contains(&key) {
+            Ok(Some((Cow::Owned(r.read(&key)?), Cow::Owned(x.read(&key)?))))
+        } else {
+            Ok(None)
+        }
+    })
+}
+
+/// One `layers.I.out` of each side, borrowed from a capture or read from a file.
+type Pair<'a> = (Cow<'a, ndarray::ArrayD<f32>>, Cow<'a, ndarray::ArrayD<f32>>);
+
+fn lens_rows<'a>(
+    model: &Decoder,
+    phases: &[Phase],
+    mut pair: impl FnMut(Phase, Tap) -> Result<Option<Pair<'a>>>,
+) -> Result<Vec<LensRow>> {
     let mut out = Vec::new();
-    for phase in reference.phases() {
+    for &phase in phases {
         for layer in 0..model.cfg.num_layers {
             let tap = Tap::Layer(layer, LayerTap::Out);
-            let (Some(r), Some(x)) = (reference.get(phase, tap), candidate.get(phase, tap)) else { continue };
+            let Some((r, x)) = pair(phase, tap)? else { continue };
             if r.ndim() != 2 || x.ndim() != 2 || r.shape()[1] != x.shape()[1] {
                 continue;
             }
-            let (lr, lx) = (lens_logits(model, r)?, lens_logits(model, x)?);
+            let (lr, lx) = (lens_logits(model, &r)?, lens_logits(model, &x)?);
             let row = super::metrics::logits_row(&lr, &lx);
             out.push(LensRow {
                 phase,

@@ -29,6 +29,17 @@ pub fn keys_of(reference: &Path, candidate: &Path) -> Result<CaptureKeys> {
     Ok(CaptureKeys { keys, in_ref, in_cand })
 }
 
+/// The reference key whose -inf entries mask `key` when `key` is a layer's attention probs.
+fn scores_key(key: &str) -> Option<String> {
+    let (phase, tap) = split_key(key)?;
+    match crate::tap::Tap::parse(tap)? {
+        crate::tap::Tap::Layer(l, crate::tap::LayerTap::Probs) => {
+            Some(format!("{phase}/{}", crate::tap::Tap::Layer(l, crate::tap::LayerTap::Scores)))
+        }
+        _ => None,
+    }
+}
+
 /// [`super::compare`] on two capture files, one tap of each side in memory per worker, the
 /// taps spread over rayon's threads. `keys` is [`keys_of`] the same two files.
 pub fn compare_files(
@@ -53,6 +64,11 @@ pub fn compare_files(
                     let (mut one_r, mut one_c) = (Capture::default(), Capture::default());
                     if in_ref.contains(key) {
                         one_r.insert(key.clone(), r.read(key)?);
+                        // Attention probs are masked where the reference's scores are -inf
+                        // (`attention_mask`): their scores come along, as in memory.
+                        if let Some(scores) = scores_key(key).filter(|s| in_ref.contains(s)) {
+                            one_r.insert(scores.clone(), r.read(&scores)?);
+                        }
                     }
                     if in_cand.contains(key) {
                         one_c.insert(key.clone(), c.read(key)?);
@@ -92,6 +108,14 @@ mod tests {
             a.put(Phase::Prefill, tap, arr(64, |j| ((i * 64 + j) as f32).sin()));
             b.put(Phase::Prefill, tap, arr(64, |j| ((i * 64 + j) as f32).sin() + 0.01 * (j % 3) as f32));
         }
+        // Attention probs are masked by the reference's -inf scores: the scores must come
+        // along when the probs are compared from the files.
+        let masked = |j: usize| if j % 4 == 3 { f32::NEG_INFINITY } else { j as f32 };
+        a.put(Phase::Prefill, Tap::parse("layers.0.attn.scores").unwrap(), arr(64, masked));
+        b.put(Phase::Prefill, Tap::parse("layers.0.attn.scores").unwrap(), arr(64, masked));
+        let probs = |j: usize, d: f32| if j % 4 == 3 { 0.0 } else { 0.1 + d * (j % 5) as f32 };
+        a.put(Phase::Prefill, Tap::parse("layers.0.attn.probs").unwrap(), arr(64, |j| probs(j, 0.0)));
+        b.put(Phase::Prefill, Tap::parse("layers.0.attn.probs").unwrap(), arr(64, |j| probs(j, 0.01)));
         // One key only in the reference, one only in the candidate.
         a.put(Phase::Decode(0), Tap::parse("logits").unwrap(), arr(64, |j| j as f32));
         b.put(Phase::Decode(1), Tap::parse("logits").unwrap(), arr(64, |j| j as f32));
@@ -103,6 +127,6 @@ mod tests {
         let keys = keys_of(&pa, &pb).unwrap();
         let streamed = compare_files(&pa, &pb, &keys, ("a", "b"), View::Cumulative, &t).unwrap();
         assert_eq!(format!("{whole:?}"), format!("{streamed:?}"));
-        assert_eq!(streamed.rows.len(), 6);
+        assert_eq!(streamed.rows.len(), 8);
     }
 }

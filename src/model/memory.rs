@@ -25,6 +25,10 @@ pub enum TapsHeld {
     Streamed,
     /// Kept in memory until the run ends (`run`, `explain`): this many captures of the selection.
     InMemory { captures: u64 },
+    /// Written to disk tap by tap and compared from the files (`run` over the budget): the
+    /// largest single tap `copies` times (the one being written, and the few each comparison
+    /// worker holds at once).
+    Spilled { copies: u64 },
 }
 
 /// A run's planned memory, by part.
@@ -153,6 +157,39 @@ fn tap_elements(cfg: &ModelConfig, sel: &Selected, t_sum: Bytes, ts_sum: Bytes) 
     total.plus(flat(sel.embed, h)).plus(flat(sel.final_norm, h)).plus(flat(sel.logits, cfg.vocab_size as u64))
 }
 
+/// Elements of the largest single tap of the selection in any phase (a per-layer tap counts
+/// one layer): the unit of a spilled run's memory.
+fn largest_tap(cfg: &ModelConfig, sel: &Selected, phases: &[(u64, u64)]) -> Bytes {
+    let none = || Selected { per_kind: Vec::new(), embed: false, final_norm: false, logits: false };
+    // Each selected tap alone, as a selection of its own.
+    let mut singles: Vec<Selected> = sel
+        .per_kind
+        .iter()
+        .filter(|&&(_, n)| n > 0)
+        .map(|&(kind, _)| Selected { per_kind: vec![(kind, 1)], ..none() })
+        .collect();
+    if sel.embed {
+        singles.push(Selected { embed: true, ..none() });
+    }
+    if sel.final_norm {
+        singles.push(Selected { final_norm: true, ..none() });
+    }
+    if sel.logits {
+        singles.push(Selected { logits: true, ..none() });
+    }
+    let mut widest = Bytes::ZERO;
+    for &(t, s) in phases {
+        for one in &singles {
+            let b = tap_elements(cfg, one, Bytes::new(t), Bytes::new(t).times(s));
+            // An overflow (None) is larger than anything.
+            if b.get().is_none_or(|n| widest.get().is_some_and(|w| n > w)) {
+                widest = b;
+            }
+        }
+    }
+    widest
+}
+
 /// The planned memory of running `inputs` with `taps` recorded.
 pub fn estimate(cfg: &ModelConfig, inputs: &InputSet, taps: &TapSelection, held: TapsHeld) -> Estimate {
     let prompt = inputs.prompt.len() as u64;
@@ -179,6 +216,11 @@ pub fn estimate(cfg: &ModelConfig, inputs: &InputSet, taps: &TapSelection, held:
         }
         TapsHeld::InMemory { captures } => {
             tap_elements(cfg, &sel, positions, prefill_ts.plus(decode_ts)).times(F32).times(captures)
+        }
+        TapsHeld::Spilled { copies } => {
+            // The widest prefill chunk, and the last decode step (which sees every key).
+            let last_step = if steps > 0 { vec![(1, prompt.saturating_add(steps))] } else { Vec::new() };
+            largest_tap(cfg, &sel, &[phases.clone(), last_step].concat()).times(F32).times(copies)
         }
     };
     Estimate {
@@ -259,6 +301,13 @@ mod tests {
         // 16 heads × 28 layers × 2 (scores, probs) × Σ S ≈ 40000²/2, in f32: about 2.9 TB.
         assert!(held.taps.get().unwrap() > 2_000_000_000_000, "{}", held.breakdown());
         assert!(streamed.taps.get().unwrap() < 100_000_000, "{}", streamed.breakdown());
+        // Spilled, one tap at a time: the largest single one, here the prefill's logits
+        // [16, vocab] (the last decode step's scores are [16 heads, 1, 40016], smaller).
+        let spilled = estimate(&c, &inputs, &all, TapsHeld::Spilled { copies: 3 });
+        assert_eq!(spilled.taps.get(), Some(3 * 16 * c.vocab_size as u64 * 4), "{}", spilled.breakdown());
+        let scores = TapSelection::parse(&["layers.*.attn.scores".into()]).unwrap();
+        let one = estimate(&c, &inputs, &scores, TapsHeld::Spilled { copies: 1 });
+        assert_eq!(one.taps.get(), Some(c.num_heads as u64 * (16 + 40_000) * 4), "{}", one.breakdown());
         let logits = TapSelection::parse(&["logits".into()]).unwrap();
         let few = estimate(&c, &inputs, &logits, TapsHeld::InMemory { captures: 1 });
         assert_eq!(few.taps.get(), Some((16 + 40_000) * c.vocab_size as u64 * 4));

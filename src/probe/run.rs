@@ -3,24 +3,33 @@
 //! reference and every backend into captures, the Polygraphy split), [`compare_runs`]
 //! (compare, locate, local view, logit lens), [`explain_stage`] and [`save`]. Whatever
 //! finished is kept when something fails.
+//!
+//! Captures are held in memory while they fit the memory budget. When they do not, `run`
+//! ([`RunOptions::allow_spill`]) spills them: every capture is streamed to an `.npz` in a
+//! temporary folder as it is produced ([`SpillPlan`]), compared from the files one tap of each
+//! side at a time ([`crate::compare::stream::compare_files`]), and the folder is deleted when
+//! the run is dropped (unless it is `--save-captures`).
 
 use crate::backend::decoder::DecoderBackend;
 use crate::backend::overrides::Overrides;
-use crate::backend::{Backend, BackendRun, Capabilities};
+use crate::backend::{Backend, BackendRun, Capabilities, FileRun};
 use crate::backend::{BackendKind, BackendSpec};
+use crate::budget::{Budget, Bytes};
 use crate::capture::Capture;
+use crate::compare::stream::{compare_files, keys_of};
 use crate::compare::thresholds::Thresholds;
-use crate::compare::{compare_selected, lens, locate, RowStatus, View};
+use crate::compare::{compare_selected, lens, locate, PairComparison, RowStatus, View};
 use crate::error::{Error, Result};
 use crate::inputs::{DecodeSpec, InputSet};
-use crate::model::memory::{self, TapsHeld};
+use crate::model::memory::{self, Estimate, TapsHeld};
+use crate::model::run::RunRecord;
 use crate::model::synth::SynthSpec;
 use crate::model::tokenizer::{Tokenizer, SYNTH_TOKENIZER_VOCAB};
 use crate::model::{Checkpoint, Decoder};
 use crate::probe::schema::{CheckpointSpec, InputsSpec, Probe};
 use crate::report::{BackendInfo, BackendStatus, CheckpointInfo, InputInfo, ProbeInfo, Report};
 use crate::tap::TapSelection;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 /// Command-line adjustments to a probe.
@@ -41,6 +50,11 @@ pub struct RunOptions {
     pub explain: Option<crate::explain::ExplainSpec>,
     /// Replace the probe's `[checkpoint]`: a HF folder or a .gguf file (`--checkpoint`).
     pub checkpoint: Option<PathBuf>,
+    /// When the captures do not fit the memory budget, spill them to disk instead of refusing
+    /// the run (`run` does; `explain`, whose ranking needs whole captures, and the suite do not).
+    pub allow_spill: bool,
+    /// Where spilled captures go (`--spill-dir`); default the system's temporary folder.
+    pub spill_dir: Option<PathBuf>,
 }
 
 pub fn synth_spec(c: &CheckpointSpec) -> Result<SynthSpec> {
@@ -148,13 +162,12 @@ fn reference_selection(probe_taps: &[String]) -> Result<TapSelection> {
     TapSelection::parse(&globs)
 }
 
-fn status_of(run: &BackendRun) -> BackendStatus {
-    match &run.error {
+fn status_of(record: &RunRecord, error: Option<&Error>) -> BackendStatus {
+    match error {
         None => BackendStatus::Ok,
-        Some(e) => BackendStatus::Stopped {
-            after: run.record.phases.last().map(|(p, _, _)| *p),
-            error: e.to_string(),
-        },
+        Some(e) => {
+            BackendStatus::Stopped { after: record.phases.last().map(|(p, _, _)| *p), error: e.to_string() }
+        }
     }
 }
 
@@ -170,6 +183,61 @@ pub struct Prepared {
     pub local: bool,
     pub lens: bool,
     pub report: Report,
+    /// Set when the captures do not fit the budget in memory and go to disk instead.
+    pub spill: Option<SpillPlan>,
+}
+
+/// A run whose captures exceed the memory budget, planned with its captures on disk.
+#[derive(Debug, Clone)]
+pub struct SpillPlan {
+    /// What holding every capture in memory would need, and the budget it exceeds.
+    pub in_memory: Bytes,
+    pub budget: Budget,
+    /// What the spilled run plans to use, and how much it writes to disk.
+    pub needs: Estimate,
+    pub on_disk: Bytes,
+    /// Comparison workers: each holds one tap of each side (and a probs tap's scores).
+    pub workers: usize,
+    /// The folder the temporary one is made in: `--spill-dir`, else the system's temp folder.
+    pub parent: PathBuf,
+}
+
+/// A capture held in memory, or spilled to an `.npz` (see [`SpillPlan`]).
+pub enum Held {
+    Memory(Capture),
+    File(PathBuf),
+}
+
+/// The folders of a spilled run: `tmp` (deleted when dropped) holds the local views, and the
+/// cumulative captures too unless `--save-captures` names a folder (`captures`) to keep them.
+pub struct SpillDir {
+    pub tmp: tempfile::TempDir,
+    pub captures: PathBuf,
+}
+
+impl SpillDir {
+    fn create(plan: &SpillPlan, opts: &RunOptions) -> Result<Self> {
+        std::fs::create_dir_all(&plan.parent).map_err(|e| Error::io(&plan.parent, e))?;
+        let tmp = tempfile::Builder::new()
+            .prefix("hefprobe-spill-")
+            .tempdir_in(&plan.parent)
+            .map_err(|e| Error::io(&plan.parent, e))?;
+        let captures = match &opts.save_captures {
+            Some(d) => {
+                std::fs::create_dir_all(d).map_err(|e| Error::io(d, e))?;
+                d.clone()
+            }
+            None => tmp.path().to_path_buf(),
+        };
+        Ok(SpillDir { tmp, captures })
+    }
+}
+
+/// A capture's file name: `NAME.npz` with anything but letters, digits, `-` and `.` as `_`.
+fn capture_file(name: &str) -> String {
+    let safe: String =
+        name.chars().map(|c| if c.is_alphanumeric() || c == '-' || c == '.' { c } else { '_' }).collect();
+    format!("{safe}.npz")
 }
 
 /// One backend's captures: the cumulative run and, where it takes overrides, the local view.
@@ -177,18 +245,20 @@ pub struct BackendOutput {
     pub spec: BackendSpec,
     pub label: String,
     pub capabilities: Capabilities,
-    pub capture: Capture,
-    pub local: Option<(TapSelection, Capture)>,
+    pub capture: Held,
+    pub local: Option<(TapSelection, Held)>,
     pub error: Option<Error>,
     /// The reference this backend is compared with when it needs its own
     /// ([`Backend::reference_window`]): its label and capture.
-    pub reference: Option<(String, Capture)>,
+    pub reference: Option<(String, Held)>,
 }
 
 /// Stage 2's output.
 pub struct Runs {
-    pub reference: Capture,
+    pub reference: Held,
     pub backends: Vec<BackendOutput>,
+    /// The folders of a spilled run; the temporary one goes when this is dropped.
+    pub spill: Option<SpillDir>,
 }
 
 /// Stage 1: load the checkpoint (the command line's replaces the probe's), build the InputSet, parse taps and thresholds, pick the
@@ -221,13 +291,20 @@ pub fn prepare(probe: &Probe, opts: &RunOptions) -> Result<Prepared> {
     // The reference and every backend keep their captures (a local view is one more each);
     // an emulator's faults may rewrite the weights (quantization), one more copy.
     let captures = 1 + 2 * specs.len() as u64;
-    memory::check_run(
-        &ckpt.config,
-        &inputs,
-        &reference_selection(&probe.taps)?,
-        TapsHeld::InMemory { captures },
-    )
-    .map_err(|e| in_probe(e, &format!("{what} [inputs]")))?;
+    let ref_taps = reference_selection(&probe.taps)?;
+    let held = TapsHeld::InMemory { captures };
+    let in_memory = memory::estimate(&ckpt.config, &inputs, &ref_taps, held).total();
+    let budget = crate::budget::current();
+    let spill = if budget.allows(in_memory) || !opts.allow_spill {
+        memory::check_run(&ckpt.config, &inputs, &ref_taps, held)
+            .map_err(|e| in_probe(e, &format!("{what} [inputs]")))?;
+        None
+    } else {
+        let plan =
+            spill_plan(&ckpt, &inputs, &ref_taps, &specs, probe.compare.local, in_memory, budget, opts)
+                .map_err(|e| in_probe(e, &format!("{what} [inputs]")))?;
+        Some(plan)
+    };
     let model = Arc::new(Decoder::new(&ckpt)?);
     let mut report = Report::new(ProbeInfo {
         name: probe.name.clone(),
@@ -248,7 +325,101 @@ pub fn prepare(probe: &Probe, opts: &RunOptions) -> Result<Prepared> {
         local: probe.compare.local,
         lens: probe.compare.lens,
         report,
+        spill,
     })
+}
+
+/// The plan of a run whose captures do not fit `budget` in memory: each capture written to
+/// disk tap by tap and compared from the files. Refused (exit 2) when even that does not fit
+/// the budget, or its files do not fit the disk.
+#[allow(clippy::too_many_arguments)]
+fn spill_plan(
+    ckpt: &Checkpoint,
+    inputs: &InputSet,
+    ref_taps: &TapSelection,
+    specs: &[BackendSpec],
+    local: bool,
+    in_memory: Bytes,
+    budget: Budget,
+    opts: &RunOptions,
+) -> Result<SpillPlan> {
+    let cfg = &ckpt.config;
+    // What stays in memory beside the spilled taps: the reference's `embed` and `layers.*.out`
+    // that feed a local view's overrides, and a second copy of the weights for an emulator
+    // (its faults may rewrite them).
+    let overrides = if local {
+        let sel = TapSelection::parse(&Overrides::required_taps(cfg.num_layers))?;
+        memory::estimate(cfg, inputs, &sel, TapsHeld::InMemory { captures: 1 }).taps
+    } else {
+        Bytes::ZERO
+    };
+    let emulated = if specs.iter().any(|s| s.kind == BackendKind::Emulator) {
+        memory::weights(cfg)
+    } else {
+        Bytes::ZERO
+    };
+    let plan_with = |workers: usize| {
+        // The tap being written, and per comparison worker one tap of each side, the scores
+        // masking a probs tap, and that mask (one byte an element): four taps, rounded up.
+        let copies = 1 + 4 * workers as u64;
+        let mut e = memory::estimate(cfg, inputs, ref_taps, TapsHeld::Spilled { copies });
+        e.taps = e.taps.plus(overrides);
+        e.weights = e.weights.plus(emulated);
+        e
+    };
+    // As many comparison workers as rayon has threads, fewer if that is what fits.
+    let threads = rayon::current_num_threads().max(1);
+    let workers = (1..=threads).rev().find(|&w| budget.allows(plan_with(w).total())).unwrap_or(1);
+    let needs = plan_with(workers);
+    budget.check(
+        format!(
+            "a run of {} prompt tokens and {} decode steps on this model, even with its captures spilled to disk \
+             ({}; {in_memory} with the captures in memory)",
+            inputs.prompt.len(),
+            inputs.decode.steps(),
+            needs.breakdown()
+        ),
+        needs.total(),
+        "shorten the prompt or --decode / decode, record fewer taps (--taps / taps = [...]), or raise --max-memory",
+    )?;
+    // On disk: every capture, a local view each (deleted once compared, but counted).
+    let captures = 1 + 2 * specs.len() as u64;
+    let on_disk = memory::estimate(cfg, inputs, ref_taps, TapsHeld::InMemory { captures }).taps;
+    let parent = opts.spill_dir.clone().unwrap_or_else(std::env::temp_dir);
+    let dest = opts.save_captures.as_deref().unwrap_or(&parent);
+    if let Some(free) = [free_disk(&parent), free_disk(dest)].into_iter().flatten().min() {
+        if on_disk.get().is_none_or(|n| n > free) {
+            return Err(Error::usage(format!(
+                "the captures do not fit the memory budget ({in_memory} > {} from {}), and spilled to disk they \
+                 need about {on_disk}, but {} has {} free; give a folder with room (--spill-dir DIR), record \
+                 fewer taps (--taps), shorten the prompt, or raise --max-memory",
+                Bytes::new(budget.bytes),
+                budget.from,
+                parent.display(),
+                Bytes::new(free)
+            )));
+        }
+    }
+    Ok(SpillPlan { in_memory, budget, needs, on_disk, workers, parent })
+}
+
+/// Free bytes on the file system holding `path` (None where it cannot be asked, or `path`
+/// does not exist yet).
+#[cfg(unix)]
+fn free_disk(path: &Path) -> Option<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
+    // SAFETY: statvfs is plain old data; all-zero is a valid value for it.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `c` is a NUL-terminated path and `st` a statvfs the call fills; nothing else is
+    // read or kept.
+    let rc = unsafe { libc::statvfs(c.as_ptr(), &mut st) };
+    (rc == 0).then(|| (st.f_bavail as u64).saturating_mul(st.f_frsize as u64))
+}
+
+#[cfg(not(unix))]
+fn free_disk(_path: &Path) -> Option<u64> {
+    None
 }
 
 /// Stage 2: the reference (which resolves greedy decoding once), then every backend
@@ -275,32 +446,89 @@ pub fn run_backends_with(p: &mut Prepared, opts: &RunOptions, open: &mut OpenBac
     result
 }
 
+/// Run `backend` into memory, or into `file` when the run spills. `Err` only for a file that
+/// could not be written; a backend that stopped returns what it finished and its error.
+fn run_held(
+    backend: &mut dyn Backend,
+    inputs: &InputSet,
+    taps: &TapSelection,
+    file: Option<PathBuf>,
+) -> Result<(RunRecord, Held, Option<Error>)> {
+    Ok(match file {
+        None => {
+            let BackendRun { capture, record, error } = backend.run(inputs, taps);
+            (record, Held::Memory(capture), error)
+        }
+        Some(path) => {
+            let FileRun { record, error } = backend.run_to_file(inputs, taps, &path)?;
+            (record, Held::File(path), error)
+        }
+    })
+}
+
+/// The reference's taps that feed a local view's overrides: the whole capture in memory, or
+/// just those taps read from its file.
+fn override_taps(reference: &Held, layers: usize) -> Result<std::borrow::Cow<'_, Capture>> {
+    match reference {
+        Held::Memory(c) => Ok(std::borrow::Cow::Borrowed(c)),
+        Held::File(path) => {
+            let wanted = TapSelection::parse(&Overrides::required_taps(layers))?;
+            let mut f = crate::capture::npz::NpzFile::open(path)?;
+            let mut c = Capture::default();
+            for key in f.keys() {
+                if key.split_once('/').is_some_and(|(_, t)| wanted.matches(t)) {
+                    let a = f.read(&key)?;
+                    c.insert(key, a);
+                }
+            }
+            Ok(std::borrow::Cow::Owned(c))
+        }
+    }
+}
+
 fn run_all(
     p: &mut Prepared,
     opts: &RunOptions,
     progress: &indicatif::ProgressBar,
     open: &mut OpenBackend,
 ) -> Result<Runs> {
+    let spill = p.spill.as_ref().map(|plan| SpillDir::create(plan, opts)).transpose()?;
+    if let (Some(plan), Some(dir)) = (&p.spill, &spill) {
+        // Said now as well as in the report: a long run fills the disk meanwhile.
+        eprintln!(
+            "note: the captures ({}) exceed the memory budget ({} from {}): writing them to {} (about {})",
+            plan.in_memory,
+            Bytes::new(plan.budget.bytes),
+            plan.budget.from,
+            dir.captures.display(),
+            plan.on_disk
+        );
+    }
+    let file_for = |name: &str| spill.as_ref().map(|s| s.captures.join(capture_file(name)));
     let mut reference = DecoderBackend::reference(p.model.clone());
-    let ref_run = reference.run(&p.inputs, &reference_selection(p.selection.globs())?);
-    if let Some(e) = ref_run.error {
+    let ref_taps = reference_selection(p.selection.globs())?;
+    let (ref_record, reference, ref_error) =
+        run_held(&mut reference, &p.inputs, &ref_taps, file_for("reference"))?;
+    if let Some(e) = ref_error {
         return Err(e);
     }
     // Greedy decoding is resolved once, by the reference; every backend is teacher-forced.
     if let DecodeSpec::Greedy(_) = p.inputs.decode {
-        p.inputs.decode = DecodeSpec::Forced(ref_run.record.decode_tokens.clone());
+        p.inputs.decode = DecodeSpec::Forced(ref_record.decode_tokens.clone());
     }
     p.report.inputs = Some(InputInfo {
         prompt_tokens: p.inputs.prompt.len(),
         bos: p.inputs.bos_note().to_string(),
         chunk: p.inputs.chunk,
-        phases: ref_run.record.phases.iter().map(|(ph, _, _)| *ph).collect(),
-        decode_tokens: ref_run.record.decode_tokens.clone(),
+        phases: ref_record.phases.iter().map(|(ph, _, _)| *ph).collect(),
+        decode_tokens: ref_record.decode_tokens.clone(),
     });
     if let Some(path) = &opts.save_inputs {
         p.inputs.to_npz(path)?;
     }
-    let reference = ref_run.capture;
+    // A spilled run reads the reference's override taps from its file once, when a local view
+    // first needs them.
+    let mut overrides: Option<std::borrow::Cow<'_, Capture>> = None;
     let mut backends = Vec::new();
     for spec in &p.specs {
         let label = spec.label();
@@ -310,68 +538,161 @@ fn run_all(
         if let Err(why) = backend.check() {
             return Err(Error::usage(format!("backend `{label}` cannot run here: {why}")));
         }
-        let run = backend.run(&p.inputs, &p.selection);
+        let (record, capture, error) = run_held(backend.as_mut(), &p.inputs, &p.selection, file_for(&label))?;
+        let run_status = status_of(&record, error.as_ref());
         p.report.backends.push(BackendInfo {
             name: label.clone(),
             kind: spec.kind.to_string(),
-            status: status_of(&run),
+            status: run_status,
         });
         let capabilities = backend.capabilities();
         let own_reference = match backend.reference_window(&p.inputs) {
             Some((window, note)) => {
                 p.report.notes.push(format!("backend `{label}`: {note}"));
-                Some(windowed_reference(p, window)?)
+                Some(windowed_reference(p, window, &file_for)?)
             }
             None => None,
         };
         let mut local = None;
-        if p.local && capabilities.overrides && run.error.is_none() {
+        if p.local && capabilities.overrides && error.is_none() {
             let taps = TapSelection::parse(
                 &[p.selection.globs().to_vec(), Overrides::required_taps(p.ckpt.config.num_layers)].concat(),
             )?;
-            local = backend.run_local(&p.inputs, &taps, &reference).map(|l| (taps, l.capture));
+            if overrides.is_none() {
+                overrides = Some(override_taps(&reference, p.ckpt.config.num_layers)?);
+            }
+            let fed = overrides.as_deref().expect("read above");
+            local = match &spill {
+                None => backend.run_local(&p.inputs, &taps, fed).map(|l| (taps, Held::Memory(l.capture))),
+                Some(s) => {
+                    let path = s.tmp.path().join(format!("local.{}", capture_file(&label)));
+                    // As in memory, a local run that stops keeps what it finished.
+                    let run = backend.run_local_to_file(&p.inputs, &taps, fed, &path).transpose()?;
+                    run.map(|_| (taps, Held::File(path)))
+                }
+            };
         }
         backends.push(BackendOutput {
             spec: spec.clone(),
             label,
             capabilities,
-            capture: run.capture,
+            capture,
             local,
-            error: run.error,
+            error,
             reference: own_reference,
         });
     }
-    Ok(Runs { reference, backends })
+    drop(overrides);
+    if let (Some(plan), Some(dir)) = (&p.spill, &spill) {
+        p.report.notes.insert(0, spill_note(plan, dir, &reference, &backends, opts));
+    }
+    Ok(Runs { reference, backends, spill })
+}
+
+/// The report's one note on a spilled run: how much went where, and why.
+fn spill_note(
+    plan: &SpillPlan,
+    dir: &SpillDir,
+    reference: &Held,
+    backends: &[BackendOutput],
+    opts: &RunOptions,
+) -> String {
+    let files = std::iter::once(reference)
+        .chain(backends.iter().filter_map(|b| b.reference.as_ref().map(|(_, h)| h)))
+        .chain(backends.iter().map(|b| &b.capture))
+        .chain(backends.iter().filter_map(|b| b.local.as_ref().map(|(_, h)| h)));
+    let bytes: u64 = files
+        .filter_map(|h| match h {
+            Held::File(p) => std::fs::metadata(p).ok().map(|m| m.len()),
+            Held::Memory(_) => None,
+        })
+        .sum();
+    let kept = if opts.save_captures.is_some() {
+        format!(
+            "kept there (--save-captures); local views in {}, deleted when the run ends",
+            dir.tmp.path().display()
+        )
+    } else {
+        "deleted when the run ends".to_string()
+    };
+    format!(
+        "captures spilled to disk: {} in {} (estimate {} > budget {} from {}; spilled, the run plans {}: {}), {kept}",
+        Bytes::new(bytes),
+        dir.captures.display(),
+        plan.in_memory,
+        Bytes::new(plan.budget.bytes),
+        plan.budget.from,
+        plan.needs.total(),
+        plan.needs.breakdown(),
+    )
 }
 
 /// The reference with every layer's attention limited to the last `window` keys
 /// ([`Decoder::windowed`]), run on the same inputs (decode already teacher-forced).
-fn windowed_reference(p: &Prepared, window: usize) -> Result<(String, Capture)> {
-    let run = DecoderBackend::reference(Arc::new(p.model.windowed(window)))
-        .run(&p.inputs, &reference_selection(p.selection.globs())?);
-    match run.error {
+fn windowed_reference(
+    p: &Prepared,
+    window: usize,
+    file_for: &dyn Fn(&str) -> Option<PathBuf>,
+) -> Result<(String, Held)> {
+    let label = format!("reference[window={window}]");
+    let mut backend = DecoderBackend::reference(Arc::new(p.model.windowed(window)));
+    let (_, held, error) =
+        run_held(&mut backend, &p.inputs, &reference_selection(p.selection.globs())?, file_for(&label))?;
+    match error {
         Some(e) => Err(e),
-        None => Ok((format!("reference[window={window}]"), run.capture)),
+        None => Ok((label, held)),
+    }
+}
+
+/// Compare two captures held alike, over the taps `selection` matches: in memory
+/// ([`compare_selected`]) or from their files ([`compare_files`], on `workers` threads).
+fn compare_held(
+    reference: &Held,
+    candidate: &Held,
+    names: (&str, &str),
+    view: View,
+    thresholds: &Thresholds,
+    selection: &TapSelection,
+    workers: usize,
+) -> Result<PairComparison> {
+    match (reference, candidate) {
+        (Held::Memory(r), Held::Memory(c)) => {
+            Ok(compare_selected(r, c, names, view, thresholds, Some(selection)))
+        }
+        (Held::File(r), Held::File(c)) => {
+            let mut keys = keys_of(r, c)?;
+            keys.keys.retain(|k| k.split_once('/').is_none_or(|(_, t)| selection.matches(t)));
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(workers.max(1))
+                .build()
+                .map_err(|e| Error::usage(format!("cannot start {workers} comparison threads: {e}")))?;
+            pool.install(|| compare_files(r, c, &keys, names, view, thresholds))
+        }
+        _ => Err(Error::usage(
+            "a run holds one capture in memory and the other on disk; this is a bug in hefprobe",
+        )),
     }
 }
 
 /// Stage 3: compare every backend with the reference (cumulative, then local), locate, blame,
 /// logit lens. A dump whose shapes cannot be aligned is an input error naming the tap.
 pub fn compare_runs(p: &mut Prepared, runs: &Runs) -> Result<()> {
+    let workers = p.spill.as_ref().map_or(1, |s| s.workers);
     for b in &runs.backends {
         let label = &b.label;
         let (ref_label, reference) = match &b.reference {
             Some((l, c)) => (l.as_str(), c),
             None => ("reference", &runs.reference),
         };
-        let cumulative = compare_selected(
+        let cumulative = compare_held(
             reference,
             &b.capture,
             (ref_label, label),
             View::Cumulative,
             &p.thresholds,
-            Some(&p.selection),
-        );
+            &p.selection,
+            workers,
+        )?;
         if b.spec.kind == BackendKind::Dump {
             if let Some(bad) = cumulative.rows.iter().find(|r| r.status == RowStatus::ShapeMismatch) {
                 return Err(Error::input(
@@ -385,19 +706,33 @@ pub fn compare_runs(p: &mut Prepared, runs: &Runs) -> Result<()> {
             }
         }
         if p.lens && b.capabilities.all_taps {
-            p.report.lens.push((label.clone(), lens::logit_lens(&p.model, reference, &b.capture)?));
+            let rows =
+                match (reference, &b.capture) {
+                    (Held::Memory(r), Held::Memory(c)) => lens::logit_lens(&p.model, r, c)?,
+                    (Held::File(r), Held::File(c)) => lens::logit_lens_files(&p.model, r, c)?,
+                    _ => return Err(Error::usage(
+                        "a run holds one capture in memory and the other on disk; this is a bug in hefprobe",
+                    )),
+                };
+            p.report.lens.push((label.clone(), rows));
         }
         let failed_any = !cumulative.passed();
         p.report.add_comparison(cumulative);
         if let Some((taps, local)) = &b.local {
-            let pair = compare_selected(
+            let pair = compare_held(
                 reference,
                 local,
                 (ref_label, label),
                 View::Local,
                 &p.thresholds,
-                Some(taps),
-            );
+                taps,
+                workers,
+            )?;
+            // A spilled local view is compared once: its file goes now rather than at the end,
+            // so a run with several backends holds one on disk at a time.
+            if let Held::File(path) = local {
+                let _ = std::fs::remove_file(path);
+            }
             if failed_any {
                 p.report.blame.push((label.clone(), locate::blamed_layers(&pair)));
             }
@@ -413,17 +748,35 @@ pub fn compare_runs(p: &mut Prepared, runs: &Runs) -> Result<()> {
 /// Stage 4: rank the fault catalog against the observed backend, when the probe or the
 /// command line asks for it. The probe names its own backend; backends replaced on the
 /// command line are observed instead (the first one).
-pub fn explain_stage(p: &mut Prepared, runs: &Runs, probe: &Probe, opts: &RunOptions) -> Result<()> {
+pub fn explain_stage<'a>(p: &mut Prepared, runs: &'a Runs, probe: &Probe, opts: &RunOptions) -> Result<()> {
     let Some(explain) = opts.explain.as_ref().or(probe.explain.as_ref()).filter(|_| !opts.no_explain) else {
         return Ok(());
     };
+    if let Some(plan) = &p.spill {
+        p.report.notes.push(format!(
+            "EXPLAIN SKIPPED: this run's captures were spilled to disk, and explain ranks faults on whole \
+             captures in memory (the observed one, the reference and one emulation per fault: {} would be \
+             needed, the budget is {} from {}); raise --max-memory or record fewer taps (--taps / taps = [...]) \
+             to get it, or pass --no-explain to silence this",
+            plan.in_memory,
+            Bytes::new(plan.budget.bytes),
+            plan.budget.from
+        ));
+        return Ok(());
+    }
     let observed = match &explain.observed {
         Some(o) if opts.backends.is_empty() || runs.backends.iter().any(|b| b.label == *o) => o.clone(),
         _ => runs.backends[0].label.clone(),
     };
+    let in_memory = |h: &'a Held| match h {
+        Held::Memory(c) => Ok(c),
+        Held::File(_) => Err(Error::usage("explain on a spilled capture; this is a bug in hefprobe")),
+    };
     let (observed_capture, reference) = match runs.backends.iter().find(|b| b.label == observed) {
-        Some(b) => (&b.capture, b.reference.as_ref().map_or(&runs.reference, |(_, c)| c)),
-        None if observed == "reference" => (&runs.reference, &runs.reference),
+        Some(b) => {
+            (in_memory(&b.capture)?, in_memory(b.reference.as_ref().map_or(&runs.reference, |(_, c)| c))?)
+        }
+        None if observed == "reference" => (in_memory(&runs.reference)?, in_memory(&runs.reference)?),
         None => {
             return Err(Error::usage(format!(
                 "[explain] observed `{observed}` is not a backend of this probe"
@@ -442,16 +795,23 @@ pub fn explain_stage(p: &mut Prepared, runs: &Runs, probe: &Probe, opts: &RunOpt
     Ok(())
 }
 
-/// Stage 5: write every capture (`NAME.npz`) into `--save-captures`.
+/// Stage 5: write every capture (`NAME.npz`) into `--save-captures`. A spilled run wrote its
+/// captures there as they were produced: nothing is written twice.
 pub fn save(runs: &Runs, opts: &RunOptions) -> Result<()> {
     let Some(dir) = &opts.save_captures else { return Ok(()) };
     let all = std::iter::once(("reference", &runs.reference))
         .chain(runs.backends.iter().filter_map(|b| b.reference.as_ref().map(|(l, c)| (l.as_str(), c))))
         .chain(runs.backends.iter().map(|b| (b.label.as_str(), &b.capture)));
-    for (name, cap) in all {
-        let safe: String =
-            name.chars().map(|c| if c.is_alphanumeric() || c == '-' || c == '.' { c } else { '_' }).collect();
-        cap.write_npz(&dir.join(format!("{safe}.npz")))?;
+    for (name, held) in all {
+        let to = dir.join(capture_file(name));
+        match held {
+            Held::Memory(cap) => cap.write_npz(&to)?,
+            Held::File(from) if *from != to => {
+                std::fs::copy(from, &to).map_err(|e| Error::io(&to, e))?;
+            }
+            // Written there quietly as the run went; said now, as for a capture held in memory.
+            Held::File(_) => crate::error::announce(&to),
+        }
     }
     Ok(())
 }
