@@ -187,26 +187,77 @@ fn close_npz(w: NpzFile, path: &Path) -> Result<()> {
     std::io::Write::flush(&mut inner).map_err(|e| Error::io(path, e))
 }
 
+/// Taps handed to the writer thread and not yet written, in bytes, past which the sink waits
+/// (one batch always goes, however large): the decoder computes on while the last taps go to
+/// disk, and what waits in memory stays bounded.
+const IN_FLIGHT: u64 = 64 << 20;
+
+/// Taps are handed over in batches of about this many bytes: a decode step emits hundreds of
+/// small taps, and waking the writer for each cost more than writing them.
+const BATCH: u64 = 4 << 20;
+
 /// Streams the selected taps into an `.npz` as they are produced, so that all-layer attention
-/// taps of a long prompt never sit in memory together. The archive is written under a
-/// temporary name and renamed into place by [`NpzSink::finish`].
+/// taps of a long prompt never sit in memory together. A writer thread does the writing (the
+/// tensors are shared, not copied: candle's are immutable), so the decoder does not wait for
+/// the file system. The archive is written under a temporary name and renamed into place by
+/// [`NpzSink::finish`].
 pub struct NpzSink {
     selection: TapSelection,
     path: PathBuf,
-    writer: Option<(NpzFile, AtomicFile)>,
+    writer: Option<Writer>,
+    /// Taps not yet handed to the writer, and their bytes.
+    batch: Vec<(String, Tensor)>,
+    batch_bytes: u64,
     pub written: Vec<String>,
     /// Say "wrote PATH" once in place (not for a spilled run's temporary files).
     announce: bool,
 }
 
+type Batch = Vec<(String, Tensor)>;
+
+struct Writer {
+    out: AtomicFile,
+    tx: std::sync::mpsc::Sender<Batch>,
+    thread: std::thread::JoinHandle<Result<NpzFile>>,
+    /// Bytes handed over and not yet written, and the signal that some were.
+    pending: std::sync::Arc<(std::sync::Mutex<u64>, std::sync::Condvar)>,
+}
+
+fn bytes_of(t: &Tensor) -> u64 {
+    t.elem_count() as u64 * 4
+}
+
 impl NpzSink {
     pub fn create(path: &Path, selection: TapSelection) -> Result<Self> {
         let mut out = AtomicFile::create(path)?;
-        let w = ndarray_npy::NpzWriter::new(std::io::BufWriter::new(out.take_file()));
+        let mut w = ndarray_npy::NpzWriter::new(std::io::BufWriter::new(out.take_file()));
+        let (tx, rx) = std::sync::mpsc::channel::<Batch>();
+        let pending = std::sync::Arc::new((std::sync::Mutex::new(0u64), std::sync::Condvar::new()));
+        let (shared, file) = (pending.clone(), path.display().to_string());
+        let thread = std::thread::Builder::new()
+            .name("npz-writer".into())
+            .spawn(move || {
+                for batch in rx {
+                    let bytes: u64 = batch.iter().map(|(_, t)| bytes_of(t)).sum();
+                    let wrote = batch.iter().try_for_each(|(key, t)| {
+                        with_view(t, |arr| w.add_array(key.as_str(), &arr))?
+                            .map_err(|e| Error::input(file.clone(), format!("writing {key}: {e}")))
+                    });
+                    drop(batch);
+                    let (lock, cv) = &*shared;
+                    *lock.lock().unwrap_or_else(|e| e.into_inner()) -= bytes;
+                    cv.notify_all();
+                    wrote?;
+                }
+                Ok(w)
+            })
+            .map_err(|e| Error::io(path, e))?;
         Ok(NpzSink {
             selection,
             path: path.to_path_buf(),
-            writer: Some((w, out)),
+            writer: Some(Writer { out, tx, thread, pending }),
+            batch: Vec::new(),
+            batch_bytes: 0,
             written: Vec::new(),
             announce: true,
         })
@@ -218,10 +269,35 @@ impl NpzSink {
         self
     }
 
-    /// Close the archive and put it in place. Called on success and on failure alike: what
-    /// was written stays.
+    /// Hand the batch to the writer, first waiting while more than [`IN_FLIGHT`] bytes are
+    /// still to be written. False when the writer has stopped (on an error, which
+    /// [`NpzSink::finish`] returns).
+    fn hand_over(&mut self) -> bool {
+        let Some(w) = self.writer.as_ref() else { return false };
+        if self.batch.is_empty() {
+            return true;
+        }
+        let bytes = std::mem::take(&mut self.batch_bytes);
+        {
+            let (lock, cv) = &*w.pending;
+            let mut pending = lock.lock().unwrap_or_else(|e| e.into_inner());
+            while *pending > 0 && *pending + bytes > IN_FLIGHT && !w.thread.is_finished() {
+                pending = cv.wait(pending).unwrap_or_else(|e| e.into_inner());
+            }
+            *pending += bytes;
+        }
+        w.tx.send(std::mem::take(&mut self.batch)).is_ok() && !w.thread.is_finished()
+    }
+
+    /// Wait for every tap to be written, close the archive and put it in place. Called on
+    /// success and on failure alike: what was written stays.
     pub fn finish(&mut self) -> Result<()> {
-        if let Some((w, out)) = self.writer.take() {
+        self.hand_over();
+        if let Some(Writer { out, tx, thread, .. }) = self.writer.take() {
+            drop(tx);
+            let w = thread
+                .join()
+                .map_err(|_| Error::usage(format!("{}: the npz writer panicked", self.path.display())))??;
             close_npz(w, &self.path)?;
             if self.announce {
                 out.commit()?;
@@ -238,11 +314,18 @@ impl TapSink for NpzSink {
         tap.is_captured() && self.selection.matches(&tap.to_string())
     }
     fn put(&mut self, phase: Phase, tap: Tap, t: &Tensor) -> Result<()> {
+        if self.writer.is_none() {
+            return Err(Error::usage("npz sink already finished"));
+        }
         let key = format!("{phase}/{tap}");
-        let (w, _) = self.writer.as_mut().ok_or_else(|| Error::usage("npz sink already finished"))?;
-        with_view(t, |arr| w.add_array(key.as_str(), &arr))?
-            .map_err(|e| Error::input(self.path.display().to_string(), format!("writing {key}: {e}")))?;
+        self.batch_bytes += bytes_of(t);
+        self.batch.push((key.clone(), t.clone()));
         self.written.push(key);
+        if self.batch_bytes >= BATCH && !self.hand_over() {
+            // The writer stopped on an error: finish() joins it and returns that error.
+            self.finish()?;
+            return Err(Error::usage(format!("{}: the npz writer stopped", self.path.display())));
+        }
         Ok(())
     }
 }

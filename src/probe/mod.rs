@@ -2,4 +2,5 @@
 
 pub mod run;
 pub mod schema;
+pub mod spill;
 pub mod sweep;

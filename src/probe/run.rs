@@ -14,22 +14,24 @@ use crate::backend::decoder::DecoderBackend;
 use crate::backend::overrides::Overrides;
 use crate::backend::{Backend, BackendRun, Capabilities, FileRun};
 use crate::backend::{BackendKind, BackendSpec};
-use crate::budget::{Budget, Bytes};
+use crate::budget::Bytes;
 use crate::capture::Capture;
 use crate::compare::stream::{compare_files, keys_of};
 use crate::compare::thresholds::Thresholds;
 use crate::compare::{compare_selected, lens, locate, PairComparison, RowStatus, View};
 use crate::error::{Error, Result};
 use crate::inputs::{DecodeSpec, InputSet};
-use crate::model::memory::{self, Estimate, TapsHeld};
+use crate::model::memory::{self, TapsHeld};
 use crate::model::run::RunRecord;
 use crate::model::synth::SynthSpec;
 use crate::model::tokenizer::{Tokenizer, SYNTH_TOKENIZER_VOCAB};
 use crate::model::{Checkpoint, Decoder};
 use crate::probe::schema::{CheckpointSpec, InputsSpec, Probe};
+use crate::probe::spill::{spill_note, spill_plan, SpillDir};
+pub use crate::probe::spill::{Held, SpillPlan};
 use crate::report::{BackendInfo, BackendStatus, CheckpointInfo, InputInfo, ProbeInfo, Report};
 use crate::tap::TapSelection;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
 /// Command-line adjustments to a probe.
@@ -187,52 +189,6 @@ pub struct Prepared {
     pub spill: Option<SpillPlan>,
 }
 
-/// A run whose captures exceed the memory budget, planned with its captures on disk.
-#[derive(Debug, Clone)]
-pub struct SpillPlan {
-    /// What holding every capture in memory would need, and the budget it exceeds.
-    pub in_memory: Bytes,
-    pub budget: Budget,
-    /// What the spilled run plans to use, and how much it writes to disk.
-    pub needs: Estimate,
-    pub on_disk: Bytes,
-    /// Comparison workers: each holds one tap of each side (and a probs tap's scores).
-    pub workers: usize,
-    /// The folder the temporary one is made in: `--spill-dir`, else the system's temp folder.
-    pub parent: PathBuf,
-}
-
-/// A capture held in memory, or spilled to an `.npz` (see [`SpillPlan`]).
-pub enum Held {
-    Memory(Capture),
-    File(PathBuf),
-}
-
-/// The folders of a spilled run: `tmp` (deleted when dropped) holds the local views, and the
-/// cumulative captures too unless `--save-captures` names a folder (`captures`) to keep them.
-pub struct SpillDir {
-    pub tmp: tempfile::TempDir,
-    pub captures: PathBuf,
-}
-
-impl SpillDir {
-    fn create(plan: &SpillPlan, opts: &RunOptions) -> Result<Self> {
-        std::fs::create_dir_all(&plan.parent).map_err(|e| Error::io(&plan.parent, e))?;
-        let tmp = tempfile::Builder::new()
-            .prefix("hefprobe-spill-")
-            .tempdir_in(&plan.parent)
-            .map_err(|e| Error::io(&plan.parent, e))?;
-        let captures = match &opts.save_captures {
-            Some(d) => {
-                std::fs::create_dir_all(d).map_err(|e| Error::io(d, e))?;
-                d.clone()
-            }
-            None => tmp.path().to_path_buf(),
-        };
-        Ok(SpillDir { tmp, captures })
-    }
-}
-
 /// A capture's file name: `NAME.npz` with anything but letters, digits, `-` and `.` as `_`.
 fn capture_file(name: &str) -> String {
     let safe: String =
@@ -327,99 +283,6 @@ pub fn prepare(probe: &Probe, opts: &RunOptions) -> Result<Prepared> {
         report,
         spill,
     })
-}
-
-/// The plan of a run whose captures do not fit `budget` in memory: each capture written to
-/// disk tap by tap and compared from the files. Refused (exit 2) when even that does not fit
-/// the budget, or its files do not fit the disk.
-#[allow(clippy::too_many_arguments)]
-fn spill_plan(
-    ckpt: &Checkpoint,
-    inputs: &InputSet,
-    ref_taps: &TapSelection,
-    specs: &[BackendSpec],
-    local: bool,
-    in_memory: Bytes,
-    budget: Budget,
-    opts: &RunOptions,
-) -> Result<SpillPlan> {
-    let cfg = &ckpt.config;
-    // What stays in memory beside the spilled taps: the reference's `embed` and `layers.*.out`
-    // that feed a local view's overrides, and a second copy of the weights for an emulator
-    // (its faults may rewrite them).
-    let overrides = if local {
-        let sel = TapSelection::parse(&Overrides::required_taps(cfg.num_layers))?;
-        memory::estimate(cfg, inputs, &sel, TapsHeld::InMemory { captures: 1 }).taps
-    } else {
-        Bytes::ZERO
-    };
-    let emulated = if specs.iter().any(|s| s.kind == BackendKind::Emulator) {
-        memory::weights(cfg)
-    } else {
-        Bytes::ZERO
-    };
-    let plan_with = |workers: usize| {
-        // The tap being written, and per comparison worker one tap of each side, the scores
-        // masking a probs tap, and that mask (one byte an element): four taps, rounded up.
-        let copies = 1 + 4 * workers as u64;
-        let mut e = memory::estimate(cfg, inputs, ref_taps, TapsHeld::Spilled { copies });
-        e.taps = e.taps.plus(overrides);
-        e.weights = e.weights.plus(emulated);
-        e
-    };
-    // As many comparison workers as rayon has threads, fewer if that is what fits.
-    let threads = rayon::current_num_threads().max(1);
-    let workers = (1..=threads).rev().find(|&w| budget.allows(plan_with(w).total())).unwrap_or(1);
-    let needs = plan_with(workers);
-    budget.check(
-        format!(
-            "a run of {} prompt tokens and {} decode steps on this model, even with its captures spilled to disk \
-             ({}; {in_memory} with the captures in memory)",
-            inputs.prompt.len(),
-            inputs.decode.steps(),
-            needs.breakdown()
-        ),
-        needs.total(),
-        "shorten the prompt or --decode / decode, record fewer taps (--taps / taps = [...]), or raise --max-memory",
-    )?;
-    // On disk: every capture, a local view each (deleted once compared, but counted).
-    let captures = 1 + 2 * specs.len() as u64;
-    let on_disk = memory::estimate(cfg, inputs, ref_taps, TapsHeld::InMemory { captures }).taps;
-    let parent = opts.spill_dir.clone().unwrap_or_else(std::env::temp_dir);
-    let dest = opts.save_captures.as_deref().unwrap_or(&parent);
-    if let Some(free) = [free_disk(&parent), free_disk(dest)].into_iter().flatten().min() {
-        if on_disk.get().is_none_or(|n| n > free) {
-            return Err(Error::usage(format!(
-                "the captures do not fit the memory budget ({in_memory} > {} from {}), and spilled to disk they \
-                 need about {on_disk}, but {} has {} free; give a folder with room (--spill-dir DIR), record \
-                 fewer taps (--taps), shorten the prompt, or raise --max-memory",
-                Bytes::new(budget.bytes),
-                budget.from,
-                parent.display(),
-                Bytes::new(free)
-            )));
-        }
-    }
-    Ok(SpillPlan { in_memory, budget, needs, on_disk, workers, parent })
-}
-
-/// Free bytes on the file system holding `path` (None where it cannot be asked, or `path`
-/// does not exist yet).
-#[cfg(unix)]
-fn free_disk(path: &Path) -> Option<u64> {
-    use std::os::unix::ffi::OsStrExt;
-    let c = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
-    // SAFETY: statvfs is plain old data; all-zero is a valid value for it.
-    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
-    // SAFETY: `c` is a NUL-terminated path and `st` a statvfs the call fills; nothing else is
-    // read or kept.
-    let rc = unsafe { libc::statvfs(c.as_ptr(), &mut st) };
-    (rc == 0).then(|| (st.f_bavail as u64).saturating_mul(st.f_frsize as u64))
-}
-
-#[cfg(not(unix))]
-fn free_disk(_path: &Path) -> Option<u64> {
-    None
 }
 
 /// Stage 2: the reference (which resolves greedy decoding once), then every backend
@@ -587,44 +450,6 @@ fn run_all(
         p.report.notes.insert(0, spill_note(plan, dir, &reference, &backends, opts));
     }
     Ok(Runs { reference, backends, spill })
-}
-
-/// The report's one note on a spilled run: how much went where, and why.
-fn spill_note(
-    plan: &SpillPlan,
-    dir: &SpillDir,
-    reference: &Held,
-    backends: &[BackendOutput],
-    opts: &RunOptions,
-) -> String {
-    let files = std::iter::once(reference)
-        .chain(backends.iter().filter_map(|b| b.reference.as_ref().map(|(_, h)| h)))
-        .chain(backends.iter().map(|b| &b.capture))
-        .chain(backends.iter().filter_map(|b| b.local.as_ref().map(|(_, h)| h)));
-    let bytes: u64 = files
-        .filter_map(|h| match h {
-            Held::File(p) => std::fs::metadata(p).ok().map(|m| m.len()),
-            Held::Memory(_) => None,
-        })
-        .sum();
-    let kept = if opts.save_captures.is_some() {
-        format!(
-            "kept there (--save-captures); local views in {}, deleted when the run ends",
-            dir.tmp.path().display()
-        )
-    } else {
-        "deleted when the run ends".to_string()
-    };
-    format!(
-        "captures spilled to disk: {} in {} (estimate {} > budget {} from {}; spilled, the run plans {}: {}), {kept}",
-        Bytes::new(bytes),
-        dir.captures.display(),
-        plan.in_memory,
-        Bytes::new(plan.budget.bytes),
-        plan.budget.from,
-        plan.needs.total(),
-        plan.needs.breakdown(),
-    )
 }
 
 /// The reference with every layer's attention limited to the last `window` keys
