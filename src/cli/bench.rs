@@ -144,15 +144,18 @@ pub fn run(a: BenchArgs) -> Result<ExitCode> {
     let prompt: Vec<u32> = (0..a.prompt_len).map(|i| ((i * 7919 + 13) % c.vocab_size) as u32).collect();
     let threads = kernels::threads();
     println!(
-        "bench: {name} ({:.1} M params, {} layers, hidden {}), {threads} threads, loaded in {build_s:.1} s",
+        "bench: {name} ({:.1} M params, {} layers, hidden {}), {threads} thread{}, loaded in {build_s:.1} s",
         c.num_params() as f64 / 1e6,
         c.num_layers,
-        c.hidden_size
+        c.hidden_size,
+        if threads == 1 { "" } else { "s" }
     );
     let lim = limits::measure(threads);
     println!(
-        "limits (measured now, {threads} threads): sgemm {:.1} GFLOP/s, read bandwidth {:.2} GB/s",
-        lim.sgemm_gflops, lim.read_gbs
+        "limits (measured now, {threads} thread{}): sgemm {:.1} GFLOP/s, read bandwidth {:.2} GB/s",
+        if threads == 1 { "" } else { "s" },
+        lim.sgemm_gflops,
+        lim.read_gbs
     );
     let reps = a.reps;
     let mut off = (Vec::new(), Vec::new());

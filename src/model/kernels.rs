@@ -7,6 +7,11 @@
 //! Each kernel is a plain function over slices with a fixed order of operations, compiled twice
 //! (AVX2 and baseline) by [`simd!`]: no fused multiply-add is formed (Rust never contracts
 //! `a * b + c`), so both builds give identical bits.
+//!
+//! Products go through gemm, which picks its micro-kernels by CPU at run time (AVX-512 where
+//! the CPU has it, the `x86-v4` feature; AVX2 otherwise) and blocks by the CPU's cache sizes.
+//! The reference is bit-for-bit repeatable on one machine (any thread count, see `PARTS`);
+//! across CPUs its float32 sums may round differently in the last bits.
 
 use crate::model::pool;
 use candle_core::{CpuStorage, Layout, Storage, Tensor};
