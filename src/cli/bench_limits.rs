@@ -23,6 +23,16 @@ const READ_BYTES: usize = 256 << 20;
 /// Best of this many timings (a shared machine: the best is the least disturbed).
 const TRIES: usize = 5;
 
+impl Limits {
+    /// The higher of each limit: the least disturbed of two measurements.
+    pub fn best(&self, other: &Limits) -> Limits {
+        Limits {
+            sgemm_gflops: self.sgemm_gflops.max(other.sgemm_gflops),
+            read_gbs: self.read_gbs.max(other.read_gbs),
+        }
+    }
+}
+
 /// Measure both limits with `threads` threads.
 pub fn measure(threads: usize) -> Limits {
     Limits { sgemm_gflops: sgemm_gflops(threads.max(1)), read_gbs: read_gbs(threads.max(1)) }

@@ -4,7 +4,7 @@
 //! `--hf-python` is given, beside transformers' eager f32 forward on the same shape and
 //! threads (scripts/bench-hf.py), so every ratio comes from one run on one machine.
 
-use super::bench::{self, decode_limit_ms, median, peak_rss_mib, prefill_limit_ms, BenchArgs};
+use super::bench::{self, median, peak_rss_mib, BenchArgs};
 use super::bench_limits::{self as limits, Limits};
 use crate::capture::{NoTaps, NpzSink, TapSink};
 use crate::error::{Error, Result};
@@ -34,12 +34,19 @@ struct Hf {
     decode: f64,
 }
 
+#[derive(Clone, Copy)]
+enum Demand {
+    Flops(f64),
+    Bytes(f64),
+}
+
 struct Row {
     what: String,
     threads: usize,
     ms: f64,
-    /// The time the limit allows and what limits it.
-    limit: Option<(f64, &'static str)>,
+    /// What the limit bounds: flops (sgemm) or bytes read (bandwidth); turned into the time
+    /// it allows with the best limits the run measured ([`print_table`]).
+    limit: Option<Demand>,
     hf_ms: Option<f64>,
     note: String,
 }
@@ -53,11 +60,17 @@ pub fn run(a: &BenchArgs) -> Result<ExitCode> {
             "--hf-python: {HF_SCRIPT} not found; run the suite from the repository root"
         )));
     }
+    // The limits are measured before every shape and once more at the end, and the best of
+    // each is used: a neighbour's memory traffic moved the read bandwidth by ±30% between
+    // measurements minutes apart, and a limit measured in a busy moment is no limit.
     eprintln!("measuring the machine's limits ...");
-    let lim_all = limits::measure(all);
-    let lim_one = limits::measure(1);
+    let (mut lim_all, mut lim_one) = (limits::measure(all), limits::measure(1));
     let mut rows = Vec::new();
     for shape in SHAPES {
+        if shape != SHAPES[0] {
+            lim_all = lim_all.best(&limits::measure(all));
+            lim_one = lim_one.best(&limits::measure(1));
+        }
         eprintln!("{shape}: synthesizing ...");
         let model = Decoder::new(&SynthSpec::preset(shape, 0)?.build()?)?;
         let c = &model.cfg;
@@ -102,8 +115,8 @@ pub fn run(a: &BenchArgs) -> Result<ExitCode> {
         let on = timed(all, &short, DECODE, true, "prefill 128 + decode, all taps")?;
         let long_off = timed(all, &long, 0, false, "prefill 1024, taps off")?;
         kernels::set_threads(all);
-        let pre = |t: usize, l: &Limits| Some((prefill_limit_ms(c, t, l), "sgemm"));
-        let dec = |l: &Limits| Some((decode_limit_ms(c, SHORT, l), "bandwidth"));
+        let pre = |t: usize| Some(Demand::Flops(limits::prefill_flops(c, t)));
+        let dec = || Some(Demand::Bytes(limits::decode_bytes(c, SHORT)));
         let overhead = |on: f64, off: f64| format!("all-tap overhead {:+.1}%", 100.0 * (on / off - 1.0));
         let name = |what: &str| format!("{shape} {what}");
         rows.extend([
@@ -111,7 +124,7 @@ pub fn run(a: &BenchArgs) -> Result<ExitCode> {
                 what: name("prefill 128"),
                 threads: all,
                 ms: off.0,
-                limit: pre(SHORT, &lim_all),
+                limit: pre(SHORT),
                 hf_ms: hf.map(|h| h.short),
                 note: String::new(),
             },
@@ -119,7 +132,7 @@ pub fn run(a: &BenchArgs) -> Result<ExitCode> {
                 what: name("prefill 128"),
                 threads: 1,
                 ms: one.0,
-                limit: pre(SHORT, &lim_one),
+                limit: pre(SHORT),
                 hf_ms: None,
                 note: format!("{all} vs 1 thread: {:.2}×", one.0 / off.0),
             },
@@ -135,7 +148,7 @@ pub fn run(a: &BenchArgs) -> Result<ExitCode> {
                 what: name("prefill 1024"),
                 threads: all,
                 ms: long_off.0,
-                limit: pre(LONG, &lim_all),
+                limit: pre(LONG),
                 hf_ms: hf.map(|h| h.long),
                 note: String::new(),
             },
@@ -143,7 +156,7 @@ pub fn run(a: &BenchArgs) -> Result<ExitCode> {
                 what: name("decode @128"),
                 threads: all,
                 ms: off.1,
-                limit: dec(&lim_all),
+                limit: dec(),
                 hf_ms: hf.map(|h| h.decode),
                 note: String::new(),
             },
@@ -151,7 +164,7 @@ pub fn run(a: &BenchArgs) -> Result<ExitCode> {
                 what: name("decode @128"),
                 threads: 1,
                 ms: one.1,
-                limit: dec(&lim_one),
+                limit: dec(),
                 hf_ms: None,
                 note: format!("{all} vs 1 thread: {:.2}×", one.1 / off.1),
             },
@@ -167,20 +180,26 @@ pub fn run(a: &BenchArgs) -> Result<ExitCode> {
         let rss = peak_rss_mib().map_or("n/a".into(), |m| format!("{m:.0} MiB"));
         eprintln!("{shape}: done, peak RSS so far {rss}");
     }
+    let (lim_all, lim_one) = (lim_all.best(&limits::measure(all)), lim_one.best(&limits::measure(1)));
     print_table(&rows, &lim_all, &lim_one, all);
     Ok(ExitCode::SUCCESS)
 }
 
 fn print_table(rows: &[Row], lim_all: &Limits, lim_one: &Limits, all: usize) {
     println!(
-        "Limits measured in this run: sgemm {:.1} GFLOP/s ({all} threads), {:.1} (1); read bandwidth {:.2} GB/s ({all}), {:.2} (1).",
+        "Limits (the best of the run's measurements, before each shape and at the end): sgemm {:.1} GFLOP/s ({all} threads), {:.1} (1); read bandwidth {:.2} GB/s ({all}), {:.2} (1).",
         lim_all.sgemm_gflops, lim_one.sgemm_gflops, lim_all.read_gbs, lim_one.read_gbs
     );
     println!();
     println!("| measurement | threads | hefprobe | limit allows | of limit | HF eager f32 | HF / hefprobe (> 1: hefprobe faster) | note |");
     println!("|---|---:|---:|---:|---:|---:|---:|---|");
     for r in rows {
-        let (lim, pct) = match r.limit {
+        let l = if r.threads == 1 { lim_one } else { lim_all };
+        let limit = r.limit.map(|d| match d {
+            Demand::Flops(f) => (f / (l.sgemm_gflops * 1e9) * 1e3, "sgemm"),
+            Demand::Bytes(b) => (b / (l.read_gbs * 1e9) * 1e3, "bandwidth"),
+        });
+        let (lim, pct) = match limit {
             Some((ms, by)) => (format!("{ms:.2} ms ({by})"), format!("{:.0}%", limits::pct(ms, r.ms))),
             None => ("".into(), "".into()),
         };
