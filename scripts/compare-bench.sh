@@ -20,6 +20,9 @@ status=0
 /usr/bin/time -f "%e %M" -o "$W/time.txt" "$B" compare "$W/a.npz" "$W/b.npz" --report json="$W/c.json" > /dev/null || status=$?
 # Exit 1 is drift (two different models), the expected outcome.
 [ "$status" -le 1 ] || exit "$status"
-read -r secs kb < "$W/time.txt"
+# GNU time writes "Command exited with non-zero status 1" first when the run found drift.
+read -r secs kb <<EOT
+$(tail -n 1 "$W/time.txt")
+EOT
 awk -v b="$bytes" -v s="$secs" -v kb="$kb" 'BEGIN {
     printf "compare of 2 captures, %.2f GB in all: %.1f s, %.2f GB/s, peak RSS %.2f GiB\n", b / 1e9, s, b / 1e9 / s, kb / 1048576 }'
