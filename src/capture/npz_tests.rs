@@ -18,7 +18,7 @@ fn npz_with(name: &str, member: &[u8]) -> Vec<u8> {
 /// An npy v1.0 member with header dict `dict` and `data` after it.
 fn npy(dict: &str, data: &[u8]) -> Vec<u8> {
     let mut h = dict.to_string();
-    while (10 + h.len() + 1) % 64 != 0 {
+    while !(10 + h.len() + 1).is_multiple_of(64) {
         h.push(' ');
     }
     h.push('\n');

@@ -303,7 +303,7 @@ fn compute_into(
 /// residual stream's massive-activation channels can make the plain cosine 0.999 while the
 /// rest is noise.
 pub fn cosine_without_outliers(r: &[f32], x: &[f32], features: usize, k: usize) -> f64 {
-    if features == 0 || r.len() % features != 0 || features <= k {
+    if features == 0 || !r.len().is_multiple_of(features) || features <= k {
         return f64::NAN;
     }
     let rows = r.len() / features;

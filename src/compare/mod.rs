@@ -190,7 +190,7 @@ fn attention_mask(reference: &Capture, phase: Phase, tap: Tap, len: usize) -> Op
 }
 
 fn per_split(r: &[f32], x: &[f32], mask: Option<&[bool]>, parts: usize) -> Vec<Basic> {
-    if parts == 0 || r.len() % parts != 0 {
+    if parts == 0 || !r.len().is_multiple_of(parts) {
         return Vec::new();
     }
     let n = r.len() / parts;

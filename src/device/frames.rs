@@ -175,7 +175,7 @@ pub fn mask_frame(t: usize, usage: usize, kv: usize, heads: usize, on: u8) -> Ve
 /// (`get_next_token_prefill`, llm_server.cpp:782-807).
 pub fn chunks(len: usize, p: usize) -> Vec<usize> {
     let mut v = Vec::new();
-    if len % p != 0 {
+    if !len.is_multiple_of(p) {
         v.push(len % p);
     }
     v.extend(std::iter::repeat_n(p, len / p));

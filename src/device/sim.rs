@@ -492,7 +492,7 @@ impl SimModel {
 
     /// [T][heads][L] floats -> [heads, T, L] tensor.
     fn table(&self, v: Vec<f32>, t: usize, heads: usize, what: &str) -> Result<Tensor> {
-        if heads == 0 || v.len() % (t * heads) != 0 {
+        if heads == 0 || !v.len().is_multiple_of(t * heads) {
             return Err(Error::Device(format!(
                 "{what}: {} values do not tile over {t} rows × {heads} heads",
                 v.len()

@@ -163,7 +163,7 @@ impl SynthSpec {
             ..Default::default()
         };
         again.validate().map_err(|(key, v, why)| Error::usage(format!("synth: {key} {v} {why}")))?;
-        if self.heads % self.kv_heads != 0 {
+        if !self.heads.is_multiple_of(self.kv_heads) {
             return Err(Error::usage(format!(
                 "synth: --kv-heads {} must divide --heads {}",
                 self.kv_heads, self.heads
@@ -475,7 +475,7 @@ mod tests {
     fn presets_build_configs() {
         for p in PRESETS {
             let c = preset_config(p).unwrap();
-            assert!(c.num_heads % c.num_kv_heads == 0, "{p}");
+            assert!(c.num_heads.is_multiple_of(c.num_kv_heads), "{p}");
         }
         let q3 = preset_config("qwen3-0.6b").unwrap();
         assert_eq!((q3.head_dim, q3.hidden_size / q3.num_heads), (128, 64));

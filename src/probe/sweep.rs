@@ -178,7 +178,7 @@ fn models(probe: &Probe, sw: &SweepSpec) -> Result<Vec<Model>> {
                 )));
             }
             let heads = h / head_dim;
-            if heads % ratio != 0 {
+            if !heads.is_multiple_of(ratio) {
                 return Err(Error::usage(format!(
                     "[sweep] hidden {h}: {heads} heads not divisible by kv_ratio {ratio}"
                 )));

@@ -92,7 +92,7 @@ impl Auditor<'_> {
     pub(super) fn read_theta(&mut self) {
         let Some(bytes) = self.hef.resource(THETA) else { return };
         let len = bytes.len() as u64;
-        if len % 4 != 0 {
+        if !len.is_multiple_of(4) {
             self.push(Finding::new(
                 "theta-size",
                 Severity::Error,
@@ -127,7 +127,7 @@ impl Auditor<'_> {
         };
         let row = 2 * u64::from(f);
         let size = data.len() as u64;
-        if row == 0 || size % row != 0 {
+        if row == 0 || !size.is_multiple_of(row) {
             let msg = format!(
                 "{EMBEDDINGS} is {size} bytes, not a whole number of {f}-wide uint16 rows ({row} bytes each)"
             );
