@@ -1,9 +1,9 @@
-//! Attention kernels: q·kᵀ, softmax and probs·v, in two paths built from the same row functions.
+//! Attention kernels: q·kᵀ, softmax and probs·v, in two paths built from the same functions.
 //!
 //! - explicit: scores [H, T, S] and probs [H, T, S] are materialized, so they can be tapped and
 //!   so hooks can replace the mask or the softmax (faults, device injection);
-//! - fused: one query row at a time, scores and probs live in a scratch row; used when no tap
-//!   and no hook needs them.
+//! - fused: scores and probs live in a scratch block (or row) and are never materialized; used
+//!   when no tap and no hook needs them.
 //!
 //! Both paths run the same functions in the same order, so with the default mask and softmax
 //! they give identical bits (a test checks it). GQA without copies: query head h reads key/value

@@ -9,6 +9,9 @@
 //! temporary folder as it is produced ([`SpillPlan`]), compared from the files one tap of each
 //! side at a time ([`crate::compare::stream::compare_files`]), and the folder is deleted when
 //! the run is dropped (unless it is `--save-captures`).
+//!
+//! (Over 600 lines on purpose: each stage takes a held and a spilled form of its captures side
+//! by side, so that the two stay in step; the spill's own planning is in [`super::spill`].)
 
 use crate::backend::decoder::DecoderBackend;
 use crate::backend::overrides::Overrides;
