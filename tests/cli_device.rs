@@ -1,34 +1,13 @@
 //! `synth-hef`, `audit`, `capture` and `run --backend hef=...` from the outside.
 
-use assert_cmd::Command;
+mod common;
+
+use common::{hefprobe, small_checkpoint};
 use predicates::prelude::*;
 use std::path::{Path, PathBuf};
 
-fn hefprobe() -> Command {
-    Command::cargo_bin("hefprobe").unwrap()
-}
-
 fn checkpoint(dir: &Path) -> PathBuf {
-    let ck = dir.join("ck");
-    hefprobe()
-        .args([
-            "synth",
-            "--arch",
-            "llama",
-            "--hidden",
-            "64",
-            "--layers",
-            "2",
-            "--heads",
-            "4",
-            "--kv-heads",
-            "2",
-        ])
-        .args(["--vocab", "300", "-o"])
-        .arg(&ck)
-        .assert()
-        .success();
-    ck
+    small_checkpoint(dir, "ck", 300)
 }
 
 fn synth_hef(ck: &Path, out: &Path, extra: &[&str]) {

@@ -1,6 +1,9 @@
 //! The device path end to end on the simulated device: genai's host pre-processing, the
 //! driver, the KV ring, quantized inputs and outputs — against the float32 reference.
 
+mod common;
+
+use common::{prompt, sim_backend as backend};
 use hefprobe::backend::decoder::DecoderBackend;
 use hefprobe::backend::hef::HefBackend;
 use hefprobe::backend::Backend;
@@ -36,18 +39,6 @@ fn hef(opts: SynthHefOptions) -> (Checkpoint, Hef) {
 
 fn small() -> SynthHefOptions {
     SynthHefOptions { prefill_tokens: 16, kv_cache_size: 128, ..Default::default() }
-}
-
-fn backend(h: &Hef) -> HefBackend {
-    let spec = sim_spec(h, "sim.hef").unwrap().unwrap();
-    let mut dev: Box<dyn hefprobe::device::Device> =
-        Box::new(SimDevice::from_hef(h.clone(), spec, "sim.hef".into()).unwrap());
-    let driver = LlmDriver::open(dev.as_mut(), h, "sim.hef").unwrap();
-    HefBackend::from_parts("device", dev, driver)
-}
-
-fn prompt(n: usize) -> Vec<u32> {
-    (0..n).map(|i| ((i * 37 + 5) % 300) as u32).collect()
 }
 
 /// Reference greedy run (prompt, decode steps) with logits at every phase.

