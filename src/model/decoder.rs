@@ -113,12 +113,12 @@ pub struct FrameInputs {
     pub rope_k: (Tensor, Tensor),
 }
 
-/// How a step's q and k are rotated: a device frame's own tables, or the step's tables from
-/// its positions (computed once per step by [`Decoder::step`]).
+/// How a step's q and k are rotated (and, for a frame, masked): a device frame's own tables,
+/// or the step's tables from its positions (computed once per step by [`Decoder::step`]).
 #[derive(Clone, Copy)]
-struct Rotation<'a> {
-    frame: Option<&'a FrameInputs>,
-    tables: Option<&'a (Tensor, Tensor)>,
+enum Rotation<'a> {
+    Frame(&'a FrameInputs),
+    Tables(&'a (Tensor, Tensor)),
 }
 
 /// x * cos + rotate_half(x) * sin with full-width per-head tables [heads, T, D].
@@ -218,17 +218,18 @@ impl Decoder {
         };
         // The RoPE tables depend on the positions only: computed once per step, not per layer
         // and projection (they were 3% of a prefill).
-        let tables = match input.frame {
-            Some(_) => None,
+        let tables;
+        let rope = match &input.frame {
+            Some(f) => Rotation::Frame(f),
             None => {
                 let _s = span(Op::Rope);
-                Some(self.rope.tables(&ctx.positions)?)
+                tables = self.rope.tables(&ctx.positions)?;
+                Rotation::Tables(&tables)
             }
         };
         let mut x = emit(Tap::Embed, input.embeds.clone(), hooks, sink)?;
         for (l, block) in self.blocks.iter().enumerate() {
             x = emit(Tap::Layer(l, LayerTap::Input), x, hooks, sink)?;
-            let rope = Rotation { frame: input.frame.as_ref(), tables: tables.as_ref() };
             x = self.block(l, block, &ctx, rope, x, cache, sink, hooks)?;
         }
         let l_end = self.blocks.len();
@@ -283,18 +284,19 @@ impl Decoder {
             k = rms_norm(&k, kn, cfg.rms_norm_eps).ctx(c("k_norm"))?;
         }
         let rope_span = span(Op::Rope);
-        let frame = rope.frame;
-        let q = match (hooks.rope(ctx, l, Qk::Q, &q, &self.rope)?, frame, rope.tables) {
-            (Some(q), _, _) => q,
-            (None, Some(f), _) => rotate_with_tables(&q, &f.rope_q.0, &f.rope_q.1).ctx(c("rope q"))?,
-            (None, None, Some((cos, sin))) => rotate(&q, cos, sin, RopeLayout::Half)?,
-            (None, None, None) => self.rope.apply(&q, &ctx.positions, RopeLayout::Half)?,
+        let q = match (hooks.rope(ctx, l, Qk::Q, &q, &self.rope)?, rope) {
+            (Some(q), _) => q,
+            (None, Rotation::Frame(f)) => {
+                rotate_with_tables(&q, &f.rope_q.0, &f.rope_q.1).ctx(c("rope q"))?
+            }
+            (None, Rotation::Tables((cos, sin))) => rotate(&q, cos, sin, RopeLayout::Half)?,
         };
-        let k = match (hooks.rope(ctx, l, Qk::K, &k, &self.rope)?, frame, rope.tables) {
-            (Some(k), _, _) => k,
-            (None, Some(f), _) => rotate_with_tables(&k, &f.rope_k.0, &f.rope_k.1).ctx(c("rope k"))?,
-            (None, None, Some((cos, sin))) => rotate(&k, cos, sin, RopeLayout::Half)?,
-            (None, None, None) => self.rope.apply(&k, &ctx.positions, RopeLayout::Half)?,
+        let k = match (hooks.rope(ctx, l, Qk::K, &k, &self.rope)?, rope) {
+            (Some(k), _) => k,
+            (None, Rotation::Frame(f)) => {
+                rotate_with_tables(&k, &f.rope_k.0, &f.rope_k.1).ctx(c("rope k"))?
+            }
+            (None, Rotation::Tables((cos, sin))) => rotate(&k, cos, sin, RopeLayout::Half)?,
         };
         drop(rope_span);
         let q = emit(LayerTap::Q, q, hooks)?;
@@ -305,9 +307,9 @@ impl Decoder {
         let CacheView { k: k_all, v: v_all, positions: key_pos, writers } = cache.read(l)?;
         let (k_all, v_all) = hooks.cache_read(ctx, l, k_all, v_all, &writers)?;
 
-        let allowed: Cow<[Vec<bool>]> = match frame {
-            Some(f) => Cow::Borrowed(&f.allowed),
-            None => Cow::Owned(allowed_keys(&ctx.positions, &key_pos, b.window)),
+        let allowed: Cow<[Vec<bool>]> = match rope {
+            Rotation::Frame(f) => Cow::Borrowed(&f.allowed),
+            Rotation::Tables(_) => Cow::Owned(allowed_keys(&ctx.positions, &key_pos, b.window)),
         };
         // softmax(q·kᵀ / √D + mask)·v; GQA without copies (query head h reads key head
         // h / n_rep, HF's repeat_kv). Materialized only when a tap or a hook needs it.

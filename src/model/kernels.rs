@@ -240,25 +240,37 @@ simd! {
 
 /// silu(gate) · up for two tensors of the same shape.
 pub fn silu_mul(gate: &Tensor, up: &Tensor) -> candle_core::Result<Tensor> {
-    if gate.dims() != up.dims() {
-        candle_core::bail!("silu·up: gate {:?} and up {:?} differ", gate.dims(), up.dims());
+    // An exp costs ~20 multiply-adds: that is the work a thread split is weighed by.
+    elementwise2("silu·up: gate and up", gate, up, 20, silu_mul_slice)
+}
+
+/// `kernel(a, b, out)` over two f32 tensors of the same shape, split across threads by
+/// element ranges; `cost` is an element's work in multiply-adds (what a split is weighed by).
+fn elementwise2(
+    what: &str,
+    a: &Tensor,
+    b: &Tensor,
+    cost: usize,
+    kernel: fn(&[f32], &[f32], &mut [f32]),
+) -> candle_core::Result<Tensor> {
+    if a.dims() != b.dims() {
+        candle_core::bail!("{what}: {:?} and {:?} differ", a.dims(), b.dims());
     }
-    let (g, u) = (f32_rows(gate)?.contiguous()?, f32_rows(up)?.contiguous()?);
-    let n = g.elem_count();
+    let (a, b) = (f32_rows(a)?.contiguous()?, f32_rows(b)?.contiguous()?);
+    let n = a.elem_count();
     let mut y = vec![0f32; n];
     let out = SharedOut::new(&mut y);
-    with_data(&g, |gs, gl| {
-        with_data(&u, |us, ul| {
-            let (gs, us) = (&gs[gl.start_offset()..][..n], &us[ul.start_offset()..][..n]);
-            // An exp costs ~20 multiply-adds: that is the work a thread split is weighed by.
-            for_parts(n, 64, n * 20, |r| {
+    with_data(&a, |xs, al| {
+        with_data(&b, |ys, bl| {
+            let (xs, ys) = (&xs[al.start_offset()..][..n], &ys[bl.start_offset()..][..n]);
+            for_parts(n, 64, n * cost, |r| {
                 // SAFETY: parts cover disjoint ranges of `y`.
                 let o = unsafe { out.slice(r.start, r.len()) };
-                silu_mul_slice(&gs[r.clone()], &us[r], o);
+                kernel(&xs[r.clone()], &ys[r], o);
             })
         })
     })??;
-    Tensor::from_vec(y, gate.dims(), gate.device())
+    Tensor::from_vec(y, a.dims(), a.device())
 }
 
 simd! {
@@ -321,24 +333,7 @@ simd! {
 
 /// `a + b` for two f32 tensors of the same shape (the residual adds), in one pass.
 pub fn add(a: &Tensor, b: &Tensor) -> candle_core::Result<Tensor> {
-    if a.dims() != b.dims() {
-        candle_core::bail!("add: {:?} and {:?} differ", a.dims(), b.dims());
-    }
-    let (a, b) = (f32_rows(a)?.contiguous()?, f32_rows(b)?.contiguous()?);
-    let n = a.elem_count();
-    let mut y = vec![0f32; n];
-    let out = SharedOut::new(&mut y);
-    with_data(&a, |xs, al| {
-        with_data(&b, |ys, bl| {
-            let (xs, ys) = (&xs[al.start_offset()..][..n], &ys[bl.start_offset()..][..n]);
-            for_parts(n, 64, n, |r| {
-                // SAFETY: parts cover disjoint ranges of `y`.
-                let o = unsafe { out.slice(r.start, r.len()) };
-                add_slice(&xs[r.clone()], &ys[r], o);
-            })
-        })
-    })??;
-    Tensor::from_vec(y, a.dims(), a.device())
+    elementwise2("add", a, b, 1, add_slice)
 }
 
 #[cfg(test)]
