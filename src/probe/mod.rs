@@ -1,5 +1,6 @@
 //! Probes: the TOML files users write, and the InputSet they build.
 
+pub mod cleanup;
 pub mod run;
 pub mod schema;
 pub mod spill;

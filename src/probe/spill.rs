@@ -40,15 +40,26 @@ pub enum Held {
 pub struct SpillDir {
     pub tmp: tempfile::TempDir,
     pub captures: PathBuf,
+    /// Spill folders of killed runs removed from the same parent folder (path, bytes).
+    pub swept: Vec<(PathBuf, u64)>,
+}
+
+impl Drop for SpillDir {
+    fn drop(&mut self) {
+        // `tmp` is removed right after this, by its own drop.
+        super::cleanup::unwatch(self.tmp.path());
+    }
 }
 
 impl SpillDir {
     pub(super) fn create(plan: &SpillPlan, opts: &RunOptions) -> Result<Self> {
         std::fs::create_dir_all(&plan.parent).map_err(|e| Error::io(&plan.parent, e))?;
+        let swept = super::cleanup::sweep(&plan.parent);
         let tmp = tempfile::Builder::new()
-            .prefix("hefprobe-spill-")
+            .prefix(super::cleanup::PREFIX)
             .tempdir_in(&plan.parent)
             .map_err(|e| Error::io(&plan.parent, e))?;
+        super::cleanup::watch(tmp.path()).map_err(|e| Error::io(tmp.path(), e))?;
         let captures = match &opts.save_captures {
             Some(d) => {
                 std::fs::create_dir_all(d).map_err(|e| Error::io(d, e))?;
@@ -56,7 +67,7 @@ impl SpillDir {
             }
             None => tmp.path().to_path_buf(),
         };
-        Ok(SpillDir { tmp, captures })
+        Ok(SpillDir { tmp, captures, swept })
     }
 }
 
@@ -118,20 +129,27 @@ pub(super) fn spill_plan(
     let on_disk = memory::estimate(cfg, inputs, ref_taps, TapsHeld::InMemory { captures }).taps;
     let parent = opts.spill_dir.clone().unwrap_or_else(std::env::temp_dir);
     let dest = opts.save_captures.as_deref().unwrap_or(&parent);
-    if let Some(free) = [free_disk(&parent), free_disk(dest)].into_iter().flatten().min() {
-        if on_disk.get().is_none_or(|n| n > free) {
-            return Err(Error::usage(format!(
-                "the captures do not fit the memory budget ({in_memory} > {} from {}), and spilled to disk they \
-                 need about {on_disk}, but {} has {} free; give a folder with room (--spill-dir DIR), record \
-                 fewer taps (--taps), shorten the prompt, or raise --max-memory",
-                Bytes::new(budget.bytes),
-                budget.from,
-                parent.display(),
-                Bytes::new(free)
-            )));
-        }
-    }
+    let free = [&parent, dest].into_iter().filter_map(|d| Some((d, free_disk(d)?))).min_by_key(|(_, f)| *f);
+    check_disk(on_disk, free, in_memory, &budget)?;
     Ok(SpillPlan { in_memory, budget, needs, on_disk, workers, parent })
+}
+
+/// Refuse a spill whose files (`on_disk`) do not fit the folder with the least room (`free`:
+/// the folder and its free bytes; None where that cannot be asked).
+fn check_disk(on_disk: Bytes, free: Option<(&Path, u64)>, in_memory: Bytes, budget: &Budget) -> Result<()> {
+    let Some((folder, free)) = free else { return Ok(()) };
+    if on_disk.get().is_some_and(|n| n <= free) {
+        return Ok(());
+    }
+    Err(Error::usage(format!(
+        "the captures do not fit the memory budget ({in_memory} > {} from {}), and spilled to disk they need \
+         about {on_disk}, but {} has {} free; give a folder with room (--spill-dir DIR), record fewer taps \
+         (--taps), shorten the prompt, or raise --max-memory",
+        Bytes::new(budget.bytes),
+        budget.from,
+        folder.display(),
+        Bytes::new(free)
+    )))
 }
 
 /// Free bytes on the file system holding `path` (None where it cannot be asked, or `path`
@@ -179,8 +197,16 @@ pub(super) fn spill_note(
     } else {
         "deleted when the run ends".to_string()
     };
+    let swept = match dir.swept.len() {
+        0 => String::new(),
+        n => format!(
+            "; removed {n} spill folder(s) left by killed runs on this host ({}): {}",
+            Bytes::new(dir.swept.iter().map(|(_, b)| b).sum()),
+            dir.swept.iter().map(|(p, _)| p.display().to_string()).collect::<Vec<_>>().join(", ")
+        ),
+    };
     format!(
-        "captures spilled to disk: {} in {} (estimate {} > budget {} from {}; spilled, the run plans {}: {}), {kept}",
+        "captures spilled to disk: {} in {} (estimate {} > budget {} from {}; spilled, the run plans {}: {}), {kept}{swept}",
         Bytes::new(bytes),
         dir.captures.display(),
         plan.in_memory,
@@ -189,4 +215,27 @@ pub(super) fn spill_note(
         plan.needs.total(),
         plan.needs.breakdown(),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_spill_that_does_not_fit_the_disk_is_refused_naming_the_folder() {
+        let budget = Budget::new(1 << 30, "--max-memory");
+        let (need, held) = (Bytes::new(40 << 30), Bytes::new(43 << 30));
+        let folder = Path::new("spill-here");
+        let err = check_disk(need, Some((folder, 8 << 30)), held, &budget).unwrap_err();
+        let msg = err.to_string();
+        assert_eq!(err.exit_code(), 2, "{msg}");
+        for part in ["spill-here has 8.0 GiB free", "need about 40.0 GiB", "--spill-dir DIR", "--max-memory"]
+        {
+            assert!(msg.contains(part), "{part:?} missing from: {msg}");
+        }
+        assert!(check_disk(need, Some((folder, 41 << 30)), held, &budget).is_ok());
+        assert!(check_disk(need, None, held, &budget).is_ok(), "free space unknown: not refused");
+        // A size that overflowed its estimate never fits.
+        assert!(check_disk(Bytes(None), Some((folder, u64::MAX)), held, &budget).is_err());
+    }
 }

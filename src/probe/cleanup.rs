@@ -1,0 +1,169 @@
+//! Spill folders that outlive their run: removed when the run is interrupted (Ctrl-C, SIGTERM,
+//! SIGHUP), and swept at the next spilled run when their run was killed outright (SIGKILL, the
+//! kernel's OOM killer; a spilled run is the one most likely to meet it). A spilled run's
+//! files can be tens of GB, too much to leave in a temporary folder.
+//!
+//! Each spill folder holds an `owner` file, `PID HOST`; a folder is swept only when its HOST is
+//! this machine's and no process PID runs here (a `--spill-dir` shared between hosts keeps
+//! other hosts' folders). The handler is installed with the first spill folder, so runs that
+//! never spill keep the default signal behaviour.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, Once};
+
+/// The prefix of every spill folder (`tempfile` adds a random suffix).
+pub const PREFIX: &str = "hefprobe-spill-";
+const OWNER: &str = "owner";
+/// Exit status of a run stopped by a signal, as a shell reports SIGINT (128 + 2).
+const INTERRUPTED: i32 = 130;
+
+/// Spill folders of this process that exist now.
+static LIVE: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+static HANDLER: Once = Once::new();
+
+/// Mark `dir` (a new spill folder) as this process's: write its owner file, and remove it if
+/// the run is interrupted. Errors only when the owner file cannot be written.
+pub fn watch(dir: &Path) -> std::io::Result<()> {
+    std::fs::write(dir.join(OWNER), format!("{} {}\n", std::process::id(), host()))?;
+    LIVE.lock().unwrap_or_else(|e| e.into_inner()).push(dir.to_path_buf());
+    HANDLER.call_once(|| {
+        // Another handler already installed (a library user's own) is left in charge; the
+        // folder is then still swept by the next spilled run here.
+        let _ = ctrlc::set_handler(on_signal);
+    });
+    Ok(())
+}
+
+/// `dir` is gone (or about to be, by its owner): no longer removed on a signal.
+pub fn unwatch(dir: &Path) {
+    LIVE.lock().unwrap_or_else(|e| e.into_inner()).retain(|d| d != dir);
+}
+
+fn on_signal() {
+    let dirs = std::mem::take(&mut *LIVE.lock().unwrap_or_else(|e| e.into_inner()));
+    for d in &dirs {
+        match std::fs::remove_dir_all(d) {
+            Ok(()) => eprintln!("hefprobe: interrupted; removed the spill folder {}", d.display()),
+            Err(e) => {
+                eprintln!("hefprobe: interrupted; could not remove the spill folder {}: {e}", d.display())
+            }
+        }
+    }
+    if dirs.is_empty() {
+        eprintln!("hefprobe: interrupted");
+    }
+    std::process::exit(INTERRUPTED);
+}
+
+/// Remove the spill folders in `parent` left by runs on this host that no longer run; returns
+/// what was removed and its size, for the run's note.
+pub fn sweep(parent: &Path) -> Vec<(PathBuf, u64)> {
+    let Ok(entries) = std::fs::read_dir(parent) else { return Vec::new() };
+    let me = host();
+    let mut removed = Vec::new();
+    for e in entries.flatten() {
+        let path = e.path();
+        let named = e.file_name().to_str().is_some_and(|n| n.starts_with(PREFIX));
+        if !named || !e.file_type().is_ok_and(|t| t.is_dir()) {
+            continue;
+        }
+        let Some((pid, owner_host)) =
+            std::fs::read_to_string(path.join(OWNER)).ok().and_then(|s| parse_owner(&s))
+        else {
+            continue; // no owner file: not ours to judge (an older version's, or being created)
+        };
+        if owner_host != me || alive(pid) != Some(false) {
+            continue;
+        }
+        let bytes = size_of(&path);
+        if std::fs::remove_dir_all(&path).is_ok() {
+            removed.push((path, bytes));
+        }
+    }
+    removed
+}
+
+fn parse_owner(s: &str) -> Option<(u32, String)> {
+    let mut it = s.split_whitespace();
+    let pid = it.next()?.parse().ok()?;
+    let host = it.next()?.to_string();
+    it.next().is_none().then_some((pid, host))
+}
+
+/// Whether process `pid` runs on this machine; None where that cannot be told.
+fn alive(pid: u32) -> Option<bool> {
+    if cfg!(target_os = "linux") {
+        Some(Path::new("/proc").join(pid.to_string()).exists())
+    } else {
+        None
+    }
+}
+
+/// This machine's name (the kernel's; "unknown" where it cannot be read).
+fn host() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty() && !s.contains(char::is_whitespace))
+        .unwrap_or_else(|| "unknown".into())
+}
+
+/// Bytes of the files under `dir` (one level deep: a spill folder is flat).
+fn size_of(dir: &Path) -> u64 {
+    std::fs::read_dir(dir)
+        .map(|it| {
+            it.flatten().filter_map(|e| e.metadata().ok()).filter(|m| m.is_file()).map(|m| m.len()).sum()
+        })
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn folder(parent: &Path, name: &str, owner: Option<&str>) -> PathBuf {
+        let d = parent.join(name);
+        std::fs::create_dir(&d).unwrap();
+        std::fs::write(d.join("reference.npz"), vec![0u8; 1000]).unwrap();
+        if let Some(o) = owner {
+            std::fs::write(d.join(OWNER), o).unwrap();
+        }
+        d
+    }
+
+    #[test]
+    fn sweep_removes_only_folders_of_dead_runs_on_this_host() {
+        if !cfg!(target_os = "linux") {
+            return; // liveness is read from /proc
+        }
+        let parent = tempfile::tempdir().unwrap();
+        let p = parent.path();
+        let me = host();
+        // A pid above the kernel's largest (2^22) cannot be running.
+        let dead = folder(p, "hefprobe-spill-dead", Some(&format!("4194305 {me}")));
+        let live = folder(p, "hefprobe-spill-live", Some(&format!("{} {me}", std::process::id())));
+        let elsewhere = folder(p, "hefprobe-spill-other", Some("4194305 some-other-host"));
+        let no_owner = folder(p, "hefprobe-spill-old", None);
+        let garbled = folder(p, "hefprobe-spill-garbled", Some("not a pid"));
+        let not_ours = folder(p, "other-tool-dead", Some(&format!("4194305 {me}")));
+        let removed = sweep(p);
+        // Its size counts every file, the owner file too.
+        assert_eq!(removed, vec![(dead.clone(), 1000 + format!("4194305 {me}").len() as u64)]);
+        assert!(!dead.exists());
+        for kept in [live, elsewhere, no_owner, garbled, not_ours] {
+            assert!(kept.exists(), "{} was removed", kept.display());
+        }
+        assert!(sweep(&p.join("missing")).is_empty());
+    }
+
+    #[test]
+    fn a_watched_folder_has_an_owner_file_naming_this_process() {
+        let d = tempfile::tempdir().unwrap();
+        watch(d.path()).unwrap();
+        let owner = std::fs::read_to_string(d.path().join(OWNER)).unwrap();
+        assert_eq!(parse_owner(&owner), Some((std::process::id(), host())));
+        assert!(LIVE.lock().unwrap().iter().any(|p| p == d.path()));
+        unwatch(d.path());
+        assert!(!LIVE.lock().unwrap().iter().any(|p| p == d.path()));
+    }
+}
