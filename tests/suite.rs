@@ -440,3 +440,60 @@ fn the_command_line_exit_codes_files_and_step_summary() {
     run(&["suite", s, "--report", "svg=x"], &[]).code(2);
     run(&["run", "p/p0.toml", "--report", "junit=x.xml", "--backend", "emulator"], &[]).code(2);
 }
+
+/// A probe whose captures (every tap of a 6-layer model on 96 tokens, ~12 MiB held) do not
+/// fit an 8 MiB budget: the suite spills them as `run` does, each pair says so, and the
+/// figures and verdicts are the ones the same suite gives held in memory.
+#[test]
+fn a_suite_over_the_memory_budget_spills_and_judges_the_same() {
+    use assert_cmd::Command;
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let tokens: Vec<String> = (0..96).map(|i| ((i * 37 + 5) % 500 + 1).to_string()).collect();
+    let probe = write(
+        d,
+        "big.toml",
+        &format!(
+            "version = 1\nname = \"big\"\nquestion = \"q?\"\ntaps = [\"*\"]\n[checkpoint]\nsynth = \"tinystories\"\n\
+             hidden = 64\nlayers = 6\nheads = 4\nkv_heads = 2\nvocab = 512\n[inputs]\ntokens = [{}]\ndecode = 3\n\
+             [[backend]]\nname = \"device\"\nkind = \"emulator\"\nfaults = [\"shared-softmax@layers=1\"]\n",
+            tokens.join(", ")
+        ),
+    );
+    let tmp = d.join("tmp");
+    std::fs::create_dir(&tmp).unwrap();
+    let run = |budget: &str, tag: &str| -> serde_json::Value {
+        let json = d.join(format!("{tag}.json"));
+        Command::cargo_bin("hefprobe")
+            .unwrap()
+            .env("TMPDIR", &tmp)
+            .args(["--max-memory", budget, "suite"])
+            .arg(&probe)
+            .args(["--no-explain", "--report"])
+            .arg(format!("json={}", json.display()))
+            .assert()
+            .code(1);
+        serde_json::from_str(&std::fs::read_to_string(json).unwrap()).unwrap()
+    };
+    let held = run("64M", "held");
+    let spilled = run("8M", "spilled");
+    let (h, s) = (&held["pairs"][0], &spilled["pairs"][0]);
+    assert_eq!(s["status"], "failed", "{s}");
+    for part in ["status", "located", "figures", "series"] {
+        assert_eq!(h[part], s[part], "{part} differs between the held and the spilled suite");
+    }
+    assert!(h["note"].is_null(), "{}", h["note"]);
+    let note = s["note"].as_str().unwrap();
+    assert!(note.starts_with("captures spilled to disk: ") && note.contains("budget 8.0 MiB"), "{note}");
+    assert_eq!(std::fs::read_dir(&tmp).unwrap().count(), 0, "the spill folder is gone");
+    // A spill folder that is a file is refused before anything runs.
+    Command::cargo_bin("hefprobe")
+        .unwrap()
+        .args(["suite"])
+        .arg(&probe)
+        .args(["--spill-dir"])
+        .arg(&probe)
+        .assert()
+        .code(2)
+        .stderr(predicates::str::contains("--spill-dir"));
+}

@@ -61,6 +61,11 @@ pub struct SuiteArgs {
     /// Do not explain confirmed failures (explain emulates the fault catalog: the slow part).
     #[arg(long)]
     pub no_explain: bool,
+    /// Where a probe's captures go when they do not fit the memory budget (--max-memory): a
+    /// temporary folder made in DIR and deleted when the probe is done. Default: the system's
+    /// temporary folder.
+    #[arg(long, value_name = "DIR")]
+    pub spill_dir: Option<PathBuf>,
     #[command(flatten)]
     pub out: SuiteOutputArgs,
 }
@@ -173,6 +178,9 @@ pub fn suite(a: SuiteArgs) -> Result<ExitCode> {
     if !a.backends.is_empty() {
         suite.set_cli_targets(&a.backends)?;
     }
+    if let Some(d) = &a.spill_dir {
+        crate::output::Outputs::new().dir("--spill-dir", d).check()?;
+    }
     let env = |k: &str| std::env::var(k).ok();
     let shard = Shard::resolve(a.shard.as_deref(), a.shard_total, &env)?;
     let opts = SuiteOptions {
@@ -183,6 +191,7 @@ pub fn suite(a: SuiteArgs) -> Result<ExitCode> {
         command: whole_command(),
         clock: Clock::System,
         no_explain: a.no_explain,
+        spill_dir: a.spill_dir.clone(),
     };
     let result = run_suite(&suite, &opts)?;
     report(&result, &a.out)

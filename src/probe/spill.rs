@@ -171,6 +171,9 @@ fn free_disk(_path: &Path) -> Option<u64> {
     None
 }
 
+/// How the report's note on a spilled run starts.
+pub const SPILLED: &str = "captures spilled to disk: ";
+
 /// The report's one note on a spilled run: how much went where, and why.
 pub(super) fn spill_note(
     plan: &SpillPlan,
@@ -206,7 +209,7 @@ pub(super) fn spill_note(
         ),
     };
     format!(
-        "captures spilled to disk: {} in {} (estimate {} > budget {} from {}; spilled, the run plans {}: {}), {kept}{swept}",
+        "{SPILLED}{} in {} (estimate {} > budget {} from {}; spilled, the run plans {}: {}), {kept}{swept}",
         Bytes::new(bytes),
         dir.captures.display(),
         plan.in_memory,

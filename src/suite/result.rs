@@ -130,7 +130,7 @@ pub struct PairResult {
     pub explanation: Option<String>,
     /// What the first run said, when a failing pair was re-run (flaky, or confirmed).
     pub first_run: Option<String>,
-    /// Why a pair was skipped.
+    /// Why a pair was skipped; or, for a pair that ran, how (its captures spilled to disk).
     pub note: Option<String>,
     pub gate: Option<GateResult>,
     pub band: Option<Band>,

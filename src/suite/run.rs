@@ -20,6 +20,7 @@ use crate::probe::run::{
     compare_runs, explain_stage, prepare, run_backends_with, Prepared, RunOptions, Runs,
 };
 use crate::probe::schema::Probe;
+use crate::probe::spill::SPILLED;
 use crate::report::format::num;
 use crate::report::Report;
 use std::collections::BTreeMap;
@@ -86,6 +87,9 @@ pub struct SuiteOptions {
     pub command: String,
     pub clock: Clock,
     pub no_explain: bool,
+    /// Where captures over the memory budget are spilled (`--spill-dir`; default the system's
+    /// temporary folder).
+    pub spill_dir: Option<PathBuf>,
 }
 
 impl Default for SuiteOptions {
@@ -98,6 +102,7 @@ impl Default for SuiteOptions {
             command: String::new(),
             clock: Clock::System,
             no_explain: false,
+            spill_dir: None,
         }
     }
 }
@@ -227,6 +232,10 @@ fn run_stages(ctx: &Ctx, probe: &Probe, specs: Vec<BackendSpec>) -> Result<Probe
         backends: specs,
         thresholds: ctx.suite.thresholds.clone(),
         no_explain: true,
+        // Long prompts with every tap outgrow memory before a nightly machine does: spill as
+        // `hefprobe run` does, and say so on each pair.
+        allow_spill: true,
+        spill_dir: ctx.opts.spill_dir.clone(),
         ..RunOptions::default()
     };
     let mut p = prepare(probe, &opts)?;
@@ -396,6 +405,13 @@ fn probe_pairs(ctx: &mut Ctx, probe: &Probe, here: &[&Option<Target>]) -> Vec<Pa
             return pairs;
         }
     };
+    // A run over the memory budget compared from files: each pair says so.
+    if run.p.spill.is_some() {
+        let said = run.p.report.notes.iter().find(|n| n.starts_with(SPILLED)).cloned();
+        for (i, _) in &runnable {
+            pairs[*i].note = said.clone();
+        }
+    }
     // Gate every device target before anything is compared.
     let mut bands: BTreeMap<usize, Band> = BTreeMap::new();
     let mut own: BTreeMap<usize, f64> = BTreeMap::new();

@@ -66,6 +66,9 @@ pub fn why(p: &PairResult) -> String {
         }
         Status::Skipped => parts.push(p.note.clone().unwrap_or_else(|| "skipped".into())),
     }
+    if let Some(n) = p.note.as_ref().filter(|_| p.status != Status::Skipped) {
+        parts.push(n.clone());
+    }
     if p.status != Status::Flaky {
         if let Some(l) = &p.located {
             parts.push(l.clone());
