@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 pub mod npz;
+pub mod source;
 
 #[derive(Debug, Clone, Default)]
 pub struct Capture {

@@ -349,17 +349,34 @@ fn run_over_the_memory_budget_spills_captures_and_reports_the_same_figures() {
     );
     assert_eq!(notes(&spilled).iter().filter(|n| n.starts_with("captures spilled to disk")).count(), 1);
 
-    // A probe's [explain] needs whole captures in memory: skipped, loudly, not silently.
+    // A probe's [explain] on a spilled run reads the captures from their files, one tap of each
+    // side at a time, each emulation in a temporary file: the held run's table, figure for figure
+    // (ties: `@layers=1-1` is `@layers=1`; pairs; a quantization attribution), said loudly.
     let with_explain = d.join("explain.toml");
-    std::fs::write(&with_explain, std::fs::read_to_string(&probe).unwrap() + "[explain]\n").unwrap();
-    let r = run_with_budget(&with_explain, "8M", &tmp, &d.join("e.json"), &[]);
-    assert!(r["explain"].is_null(), "{}", r["explain"]);
-    assert!(
-        notes(&r).iter().any(|n| n.starts_with("EXPLAIN SKIPPED") && n.contains("--max-memory")),
-        "{:?}",
-        notes(&r)
+    let explain = "[explain]\nfaults = [\"shared-softmax@layers=1-1\", \"shared-softmax\", \"mask-repeat\", \
+                   \"no-lm-head\"]\npairs = true\nquant = \"w8a16\"\n";
+    std::fs::write(&with_explain, std::fs::read_to_string(&probe).unwrap() + explain).unwrap();
+    let held = run_with_budget(&with_explain, "64M", &tmp, &d.join("eh.json"), &[]);
+    let kept = d.join("kept-explain");
+    let spilled = run_with_budget(
+        &with_explain,
+        "8M",
+        &tmp,
+        &d.join("es.json"),
+        &["--save-captures", kept.to_str().unwrap()],
     );
-    // `explain` itself ranks whole captures: it refuses what does not fit in memory.
+    assert_eq!(held["explain"], spilled["explain"]);
+    let rows = held["explain"]["rows"].as_array().unwrap();
+    assert_eq!(rows[0]["fault"], "shared-softmax@layers=1");
+    assert!(rows[0]["ties"].as_array().is_some_and(|t| !t.is_empty()), "{}", rows[0]);
+    assert!(held["explain"]["attribution"].as_array().is_some_and(|a| !a.is_empty()));
+    assert!(!notes(&held).iter().any(|n| n.starts_with("EXPLAIN")), "{:?}", notes(&held));
+    assert!(notes(&spilled).iter().any(|n| n.starts_with("EXPLAIN READ FROM DISK")), "{:?}", notes(&spilled));
+    // The emulations went to the temporary folder, not where the captures are kept, and are gone.
+    assert_eq!(std::fs::read_dir(&kept).unwrap().count(), 2, "only the captures are kept");
+    assert_eq!(std::fs::read_dir(&tmp).unwrap().count(), 0, "TMPDIR holds leftovers");
+    // `explain` itself holds its observation whole (a dump is read into memory): it refuses
+    // what does not fit in memory.
     hefprobe()
         .env("TMPDIR", &tmp)
         .args(["--max-memory", "8M", "explain"])

@@ -107,8 +107,8 @@ fn models_beyond_the_memory_budget_are_refused_before_allocation() {
         .stderr(predicate::str::contains("budget 16.0 MiB (--max-memory)"));
     // Taps a run keeps in memory count too: a long greedy decode over every tap. Weights and KV
     // cache are ~97 MiB, the taps of three captures ~160 MiB more (peak RSS measured: ~307 MiB).
-    // `explain` ranks whole captures in memory, so it refuses (`run` would spill them to disk:
-    // tests/cli_run.rs).
+    // `explain` holds its captures in memory (its observation is usually a dump, read whole), so
+    // it refuses (`run` would spill them to disk and explain from there: tests/cli_run.rs).
     let p = write(
         t.path(),
         "taps.toml",

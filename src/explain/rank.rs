@@ -1,9 +1,14 @@
 //! `explain`: run the reference with each catalog fault injected and rank the faults by how
 //! closely each emulation reproduces the observed capture — the step every row of the
 //! findings table was solved by, done by the tool.
+//!
+//! The captures are [`Source`]s matched key by key: in memory, or (a run spilled to disk)
+//! `.npz` files read one tap at a time, each emulation written to a temporary file and
+//! deleted once matched. Both give the same figures: the same f32 values in the same order.
 
 use crate::backend::decoder::DecoderBackend;
 use crate::backend::Backend;
+use crate::capture::source::Source;
 use crate::capture::Capture;
 use crate::compare::metrics;
 use crate::error::{Error, Result};
@@ -13,6 +18,7 @@ use crate::model::{Checkpoint, Decoder};
 use crate::report::{AttributionRow, ExplainReport, ExplainRow};
 use crate::tap::{Phase, TapSelection};
 use ndarray::ArrayD;
+use std::path::Path;
 use std::sync::Arc;
 
 /// How well `emulated` reproduces `observed` on their shared keys.
@@ -29,15 +35,15 @@ fn aligned<'a>(a: &'a ArrayD<f32>, b: &'a ArrayD<f32>) -> Option<crate::compare:
     crate::compare::align(a, b).or_else(|| crate::compare::align(b, a).map(|(y, x, note)| (x, y, note)))
 }
 
-pub fn match_captures(emulated: &Capture, observed: &Capture, keys: &[String]) -> Match {
+pub fn match_captures(emulated: &Source, observed: &Source, keys: &[String]) -> Result<Match> {
     let (mut cos_sum, mut n) = (0f64, 0usize);
     let (mut agree, mut kl, mut rows) = (0usize, 0f64, 0usize);
     for key in keys {
-        let (Some(e), Some(o)) = (emulated.get_key(key), observed.get_key(key)) else {
+        let (Some(e), Some(o)) = (emulated.get(key)?, observed.get(key)?) else {
             n += 1;
             continue;
         };
-        let Some((ev, ov, _)) = aligned(e, o) else {
+        let Some((ev, ov, _)) = aligned(&e, &o) else {
             n += 1; // a shape the observation does not have: no match on this tap
             continue;
         };
@@ -60,48 +66,54 @@ pub fn match_captures(emulated: &Capture, observed: &Capture, keys: &[String]) -
         }
     }
     let rows_f = rows.max(1) as f64;
-    Match {
+    Ok(Match {
         cosine: if n == 0 { 0.0 } else { cos_sum / n as f64 },
         argmax: if rows == 0 { f64::NAN } else { agree as f64 / rows_f },
         kl: if rows == 0 { f64::NAN } else { kl / rows_f },
-    }
+    })
 }
 
 /// The layer of the first layer tap (in execution order) where `observed` departs from the
 /// reference beyond float noise.
-fn first_drift_layer(reference: &Capture, observed: &Capture, keys: &[String]) -> Option<usize> {
-    keys.iter().find_map(|k| {
-        let layer = crate::tap::Tap::parse(k.split_once('/')?.1)?.layer()?;
-        let (r, o) = (reference.get_key(k)?, observed.get_key(k)?);
-        let (rv, ov, _) = aligned(r, o)?;
+fn first_drift_layer(reference: &Source, observed: &Source, keys: &[String]) -> Result<Option<usize>> {
+    for k in keys {
+        let Some(layer) = k.split_once('/').and_then(|(_, t)| crate::tap::Tap::parse(t)?.layer()) else {
+            continue;
+        };
+        let (Some(r), Some(o)) = (reference.get(k)?, observed.get(k)?) else { continue };
+        let Some((rv, ov, _)) = aligned(&r, &o) else { continue };
         let (b, nonfinite) = metrics::basic_counted(&rv, &ov, None);
-        (nonfinite > 0 || b.cosine < 1.0 - 1e-6).then_some(layer)
-    })
+        if nonfinite > 0 || b.cosine < 1.0 - 1e-6 {
+            return Ok(Some(layer));
+        }
+    }
+    Ok(None)
 }
 
 /// Non-finite entries of the observation, per key, in key order: NaN anywhere, and ±inf where
 /// the reference does not hold the same infinity (masked scores are −inf on both sides). In an
 /// `attn.scores` tap −inf is a mask entry by the tap's definition, so a wrong mask (the
 /// `mask-repeat` fault of the catalog, finding 4) is drift to rank, not a non-finite output.
-pub fn nonfinite_keys(reference: &Capture, observed: &Capture, keys: &[String]) -> Vec<(String, usize)> {
-    keys.iter()
-        .filter_map(|k| {
-            let o = observed.get_key(k)?;
-            let n = if k.ends_with("attn.scores") {
-                o.iter().filter(|x| x.is_nan() || (x.is_infinite() && **x > 0.0)).count()
-            } else {
-                match reference.get_key(k).filter(|r| r.shape() == o.shape()) {
-                    Some(r) => o
-                        .iter()
-                        .zip(r.iter())
-                        .filter(|(x, y)| !(x.is_finite() || x.is_infinite() && x == y))
-                        .count(),
-                    None => o.iter().filter(|x| x.is_nan() || (x.is_infinite() && **x > 0.0)).count(),
-                }
-            };
-            (n > 0).then(|| (k.clone(), n))
-        })
-        .collect()
+pub fn nonfinite_keys(
+    reference: &Source,
+    observed: &Source,
+    keys: &[String],
+) -> Result<Vec<(String, usize)>> {
+    let mut bad = Vec::new();
+    for k in keys {
+        let Some(o) = observed.get(k)? else { continue };
+        let r = if k.ends_with("attn.scores") { None } else { reference.get(k)? };
+        let n = match r.filter(|r| r.shape() == o.shape()) {
+            Some(r) => {
+                o.iter().zip(r.iter()).filter(|(x, y)| !(x.is_finite() || x.is_infinite() && x == y)).count()
+            }
+            None => o.iter().filter(|x| x.is_nan() || (x.is_infinite() && **x > 0.0)).count(),
+        };
+        if n > 0 {
+            bad.push((k.clone(), n));
+        }
+    }
+    Ok(bad)
 }
 
 /// The verdict when the observation holds non-finite values: no fault is ranked, because no
@@ -128,7 +140,7 @@ fn refuse_nonfinite(observed_name: &str, taps: Vec<String>, bad: &[(String, usiz
 }
 
 /// Keys of `observed` that name canonical taps (what an emulation can reproduce).
-pub fn shared_keys(observed: &Capture) -> Vec<String> {
+pub fn shared_keys(observed: &Source) -> Vec<String> {
     observed
         .keys()
         .into_iter()
@@ -136,7 +148,6 @@ pub fn shared_keys(observed: &Capture) -> Vec<String> {
             k.split_once('/')
                 .is_some_and(|(p, t)| Phase::parse(p).is_some() && crate::tap::Tap::parse(t).is_some())
         })
-        .map(String::from)
         .collect()
 }
 
@@ -164,15 +175,49 @@ fn split(spec: &str) -> Vec<String> {
     spec.split(" + ").map(String::from).collect()
 }
 
-fn emulate(ckpt: &Checkpoint, specs: &[String], inputs: &InputSet, taps: &TapSelection) -> Result<Capture> {
-    let mut b = DecoderBackend::emulator(&specs.join("+"), ckpt, specs, None)?;
-    let run = b.run(inputs, taps);
-    match run.error {
-        Some(e) => Err(e),
-        None => Ok(run.capture),
+/// Runs the reference with faults injected, on the inputs and taps being explained.
+struct Emulator<'a> {
+    ckpt: &'a Checkpoint,
+    inputs: &'a InputSet,
+    taps: TapSelection,
+    /// Where emulations are written (a spilled run's temporary folder); None: kept in memory.
+    scratch: Option<&'a Path>,
+}
+
+/// One emulated run: in memory, or a temporary `.npz` deleted when this is dropped.
+enum Emulation {
+    Memory(Capture),
+    File(tempfile::TempPath),
+}
+
+impl Emulation {
+    fn source(&self) -> Result<Source<'_>> {
+        match self {
+            Emulation::Memory(c) => Ok(Source::Memory(c)),
+            Emulation::File(path) => Source::open(path),
+        }
     }
 }
 
+impl Emulator<'_> {
+    fn run(&self, specs: &[String]) -> Result<Emulation> {
+        let mut b = DecoderBackend::emulator(&specs.join("+"), self.ckpt, specs, None)?;
+        let Some(dir) = self.scratch else {
+            let run = b.run(self.inputs, &self.taps);
+            return run.error.map_or(Ok(Emulation::Memory(run.capture)), Err);
+        };
+        let path = tempfile::Builder::new()
+            .prefix("explain-")
+            .suffix(".npz")
+            .tempfile_in(dir)
+            .map_err(|e| Error::io(dir, e))?
+            .into_temp_path();
+        let run = b.run_to_file(self.inputs, &self.taps, &path)?;
+        run.error.map_or(Ok(Emulation::File(path)), Err)
+    }
+}
+
+/// Rank the faults against captures held in memory.
 pub fn explain(
     ckpt: &Checkpoint,
     model: &Arc<Decoder>,
@@ -181,6 +226,24 @@ pub fn explain(
     observed_name: &str,
     observed: &Capture,
     spec: &ExplainSpec,
+) -> Result<ExplainReport> {
+    let (reference, observed) = (Source::Memory(reference), Source::Memory(observed));
+    explain_from(ckpt, model, inputs, &reference, observed_name, &observed, spec, None)
+}
+
+/// Rank the faults against captures read tap by tap from `reference` and `observed`, each
+/// emulation written to a temporary file in `scratch` (in memory when None) and matched one
+/// tap of each side at a time.
+#[allow(clippy::too_many_arguments)]
+pub fn explain_from(
+    ckpt: &Checkpoint,
+    model: &Arc<Decoder>,
+    inputs: &InputSet,
+    reference: &Source,
+    observed_name: &str,
+    observed: &Source,
+    spec: &ExplainSpec,
+    scratch: Option<&Path>,
 ) -> Result<ExplainReport> {
     let keys = shared_keys(observed);
     if keys.is_empty() {
@@ -192,15 +255,15 @@ pub fn explain(
         keys.iter().map(|k| k.split_once('/').expect("key").1.to_string()).collect();
     tap_names.sort_by_cached_key(|t| crate::tap::key_order(&format!("prefill/{t}")));
     tap_names.dedup();
-    let bad = nonfinite_keys(reference, observed, &keys);
+    let bad = nonfinite_keys(reference, observed, &keys)?;
     if !bad.is_empty() {
         return Ok(refuse_nonfinite(observed_name, tap_names, &bad));
     }
-    let taps = TapSelection::parse(&tap_names)?;
+    let emu = Emulator { ckpt, inputs, taps: TapSelection::parse(&tap_names)?, scratch };
     let candidates: Vec<String> =
         spec.faults.clone().unwrap_or_else(|| crate::fault::catalog::grid(&model.cfg));
 
-    let base = match_captures(reference, observed, &keys);
+    let base = match_captures(reference, observed, &keys)?;
     let mut results: Vec<Candidate> = Vec::new();
     // Each candidate is one emulated run: a minute or more on a real model, so say where it is
     // (indicatif draws nothing when stderr is not a terminal).
@@ -209,11 +272,12 @@ pub fn explain(
     let evaluate = |specs: Vec<String>| -> Result<Candidate> {
         bar.set_message(specs.join(" + "));
         bar.inc(1);
-        let cap = emulate(ckpt, &specs, inputs, &taps)?;
+        let emulation = emu.run(&specs)?;
+        let cap = emulation.source()?;
         Ok(Candidate {
             spec: specs.join(" + "),
-            m: match_captures(&cap, observed, &keys),
-            clean_like: match_captures(&cap, reference, &keys).cosine >= 1.0 - CLEAN_EPS,
+            m: match_captures(&cap, observed, &keys)?,
+            clean_like: match_captures(&cap, reference, &keys)?.cosine >= 1.0 - CLEAN_EPS,
         })
     };
     for c in &candidates {
@@ -224,7 +288,7 @@ pub fn explain(
     // departs from the reference (when it holds layer taps), and at every layer for the best
     // few families (the family finds the mechanism, the sweep finds where).
     let mut narrowed: Vec<String> = Vec::new();
-    if let Some(layer) = first_drift_layer(reference, observed, &keys) {
+    if let Some(layer) = first_drift_layer(reference, observed, &keys)? {
         for c in &candidates {
             if let Some(s) = crate::fault::catalog::per_layer(c, &model.cfg).into_iter().nth(layer) {
                 narrowed.push(s);
@@ -266,9 +330,9 @@ pub fn explain(
         if rows.len() < TIE_ROWS {
             for j in i + 1..results.len() {
                 if !used[j] && (results[j].m.cosine - results[i].m.cosine).abs() <= CLEAN_EPS {
-                    let a = emulate(ckpt, &split(&results[i].spec), inputs, &taps)?;
-                    let b = emulate(ckpt, &split(&results[j].spec), inputs, &taps)?;
-                    if match_captures(&a, &b, &keys).cosine >= 1.0 - CLEAN_EPS {
+                    let a = emu.run(&split(&results[i].spec))?;
+                    let b = emu.run(&split(&results[j].spec))?;
+                    if match_captures(&a.source()?, &b.source()?, &keys)?.cosine >= 1.0 - CLEAN_EPS {
                         used[j] = true;
                         ties.push(results[j].spec.clone());
                     }
@@ -300,7 +364,7 @@ pub fn explain(
     };
     let conclusion = conclude(&rows, &baseline, observed_name);
     let attribution = match &spec.quant {
-        Some(q) => attribute(ckpt, inputs, reference, observed, &keys, &taps, q)?,
+        Some(q) => attribute(&emu, reference, observed, &keys, q)?,
         None => Vec::new(),
     };
     Ok(ExplainReport {
@@ -360,39 +424,40 @@ fn conclude(rows: &[ExplainRow], baseline: &ExplainRow, observed: &str) -> Strin
 
 /// Three-way attribution: per shared key, fp32 ↔ quant emulation ↔ observed.
 fn attribute(
-    ckpt: &Checkpoint,
-    inputs: &InputSet,
-    reference: &Capture,
-    observed: &Capture,
+    emu: &Emulator,
+    reference: &Source,
+    observed: &Source,
     keys: &[String],
-    taps: &TapSelection,
     quant: &str,
 ) -> Result<Vec<AttributionRow>> {
     let spec = if quant.starts_with("quant") { quant.to_string() } else { format!("quant:{quant}") };
-    let emulated = emulate(ckpt, &[spec], inputs, taps)?;
-    let cos = |a: &Capture, b: &Capture, k: &str| -> f64 {
-        match (a.get_key(k), b.get_key(k)) {
+    let emulation = emu.run(&[spec])?;
+    let emulated = emulation.source()?;
+    let cos = |a: Option<&ArrayD<f32>>, b: Option<&ArrayD<f32>>| -> f64 {
+        match (a, b) {
             (Some(x), Some(y)) => aligned(x, y).map_or(0.0, |(x, y, _)| metrics::basic(&x, &y, None).cosine),
             _ => f64::NAN,
         }
     };
-    Ok(keys
-        .iter()
-        .filter_map(|k| {
-            let (p, t) = k.split_once('/')?;
-            let ro = cos(reference, observed, k);
-            let rq = cos(reference, &emulated, k);
-            let qo = cos(&emulated, observed, k);
-            Some(AttributionRow {
-                phase: Phase::parse(p)?,
-                tap: t.to_string(),
-                reference_vs_observed: ro,
-                reference_vs_quant: rq,
-                quant_vs_observed: qo,
-                explained: explained_share(qo, ro),
-            })
-        })
-        .collect())
+    let mut rows = Vec::new();
+    for k in keys {
+        let Some((phase, t)) = k.split_once('/').and_then(|(p, t)| Some((Phase::parse(p)?, t))) else {
+            continue;
+        };
+        // One tap of each of the three captures at a time.
+        let (r, o, q) = (reference.get(k)?, observed.get(k)?, emulated.get(k)?);
+        let (r, o, q) = (r.as_deref(), o.as_deref(), q.as_deref());
+        let (ro, rq, qo) = (cos(r, o), cos(r, q), cos(q, o));
+        rows.push(AttributionRow {
+            phase,
+            tap: t.to_string(),
+            reference_vs_observed: ro,
+            reference_vs_quant: rq,
+            quant_vs_observed: qo,
+            explained: explained_share(qo, ro),
+        });
+    }
+    Ok(rows)
 }
 
 #[cfg(test)]
@@ -413,25 +478,63 @@ mod tests {
         // mask-repeat (finding 4) masks entries the reference keeps: −inf in scores is a mask.
         let r = cap(&scores, &[0.5, -inf, 0.25]);
         let o = cap(&scores, &[-inf, -inf, 0.25]);
-        assert!(nonfinite_keys(&r, &o, std::slice::from_ref(&scores)).is_empty());
+        let bad = |r: &Capture, o: &Capture, k: &String| {
+            nonfinite_keys(&Source::Memory(r), &Source::Memory(o), std::slice::from_ref(k)).unwrap()
+        };
+        assert!(bad(&r, &o, &scores).is_empty());
         let o = cap(&scores, &[f32::NAN, -inf, inf]);
-        assert_eq!(nonfinite_keys(&r, &o, std::slice::from_ref(&scores)), vec![(scores.clone(), 2)]);
+        assert_eq!(bad(&r, &o, &scores), vec![(scores.clone(), 2)]);
         // Outside scores, −inf where the reference is finite is a non-finite output.
         let out = "prefill/layers.1.out".to_string();
         let r = cap(&out, &[0.5, 1.0]);
         let o = cap(&out, &[-inf, 1.0]);
-        assert_eq!(nonfinite_keys(&r, &o, std::slice::from_ref(&out)), vec![(out.clone(), 1)]);
+        assert_eq!(bad(&r, &o, &out), vec![(out.clone(), 1)]);
     }
 
     #[test]
     fn an_emulation_that_goes_nan_does_not_match_a_finite_observation() {
         let keys = vec!["prefill/layers.0.out".to_string()];
-        let observed = cap(&keys[0], &[1.0, 2.0, 3.0]);
-        let nan = cap(&keys[0], &[f32::NAN; 3]);
-        let half = cap(&keys[0], &[1.0, f32::NAN, 3.0]);
-        assert_eq!(match_captures(&nan, &observed, &keys).cosine, 0.0);
-        assert_eq!(match_captures(&half, &observed, &keys).cosine, 0.0, "NaN is never averaged in");
-        assert_eq!(match_captures(&observed, &observed, &keys).cosine, 1.0);
-        assert_eq!(first_drift_layer(&observed, &half, &keys), Some(0));
+        let (observed, nan, half) = (
+            cap(&keys[0], &[1.0, 2.0, 3.0]),
+            cap(&keys[0], &[f32::NAN; 3]),
+            cap(&keys[0], &[1.0, f32::NAN, 3.0]),
+        );
+        let (observed, nan, half) = (Source::Memory(&observed), Source::Memory(&nan), Source::Memory(&half));
+        let cosine = |e: &Source, o: &Source| match_captures(e, o, &keys).unwrap().cosine;
+        assert_eq!(cosine(&nan, &observed), 0.0);
+        assert_eq!(cosine(&half, &observed), 0.0, "NaN is never averaged in");
+        assert_eq!(cosine(&observed, &observed), 1.0);
+        assert_eq!(first_drift_layer(&observed, &half, &keys).unwrap(), Some(0));
+    }
+
+    #[test]
+    fn ranking_from_files_equals_ranking_in_memory_and_leaves_no_emulation_behind() {
+        let (ckpt, inputs) = crate::explain::matrix::matrix_model().unwrap();
+        let model = Arc::new(Decoder::new(&ckpt).unwrap());
+        let all = TapSelection::all();
+        let reference = DecoderBackend::reference(model.clone()).run(&inputs, &all).capture;
+        let fault = ["shared-softmax@layers=1".to_string()];
+        let observed =
+            DecoderBackend::emulator("obs", &ckpt, &fault, None).unwrap().run(&inputs, &all).capture;
+        // `@layers=1-1` is `@layers=1`: a tie, checked on two emulations at once.
+        let faults = ["shared-softmax@layers=1-1", "shared-softmax", "mask-repeat", "no-lm-head"];
+        let spec = ExplainSpec {
+            faults: Some(faults.map(String::from).to_vec()),
+            pairs: true,
+            quant: Some("w8a16".into()),
+            ..Default::default()
+        };
+        let held = explain(&ckpt, &model, &inputs, &reference, "obs", &observed, &spec).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let (r, o, scratch) =
+            (dir.path().join("r.npz"), dir.path().join("o.npz"), dir.path().join("scratch"));
+        reference.write_npz_quiet(&r).unwrap();
+        observed.write_npz_quiet(&o).unwrap();
+        std::fs::create_dir(&scratch).unwrap();
+        let (r, o) = (Source::open(&r).unwrap(), Source::open(&o).unwrap());
+        let from_files = explain_from(&ckpt, &model, &inputs, &r, "obs", &o, &spec, Some(&scratch)).unwrap();
+        assert_eq!(format!("{held:?}"), format!("{from_files:?}"));
+        assert!(!held.rows[0].ties.is_empty() && !held.attribution.is_empty(), "{held:?}");
+        assert_eq!(std::fs::read_dir(&scratch).unwrap().count(), 0, "an emulation was left behind");
     }
 }

@@ -7,7 +7,8 @@
 //! Captures are held in memory while they fit the memory budget. When they do not, `run`
 //! ([`RunOptions::allow_spill`]) spills them: every capture is streamed to an `.npz` in a
 //! temporary folder as it is produced ([`SpillPlan`]), compared from the files one tap of each
-//! side at a time ([`crate::compare::stream::compare_files`]), and the folder is deleted when
+//! side at a time ([`crate::compare::stream::compare_files`]), explained from the files too
+//! ([`explain_stage`]: each emulation a temporary file there), and the folder is deleted when
 //! the run is dropped (unless it is `--save-captures`).
 //!
 //! (Over 600 lines on purpose: each stage takes a held and a spilled form of its captures side
@@ -18,6 +19,7 @@ use crate::backend::overrides::Overrides;
 use crate::backend::{Backend, BackendRun, Capabilities, FileRun};
 use crate::backend::{BackendKind, BackendSpec};
 use crate::budget::Bytes;
+use crate::capture::source::Source;
 use crate::capture::Capture;
 use crate::compare::stream::{compare_files, keys_of};
 use crate::compare::thresholds::Thresholds;
@@ -56,7 +58,8 @@ pub struct RunOptions {
     /// Replace the probe's `[checkpoint]`: a HF folder or a .gguf file (`--checkpoint`).
     pub checkpoint: Option<PathBuf>,
     /// When the captures do not fit the memory budget, spill them to disk instead of refusing
-    /// the run (`run` does; `explain`, whose ranking needs whole captures, and the suite do not).
+    /// the run (`run` does; `explain`, whose observation is usually a dump read whole into
+    /// memory, and the suite do not).
     pub allow_spill: bool,
     /// Where spilled captures go (`--spill-dir`); default the system's temporary folder.
     pub spill_dir: Option<PathBuf>,
@@ -259,9 +262,9 @@ pub fn prepare(probe: &Probe, opts: &RunOptions) -> Result<Prepared> {
             .map_err(|e| in_probe(e, &format!("{what} [inputs]")))?;
         None
     } else {
-        let plan =
-            spill_plan(&ckpt, &inputs, &ref_taps, &specs, probe.compare.local, in_memory, budget, opts)
-                .map_err(|e| in_probe(e, &format!("{what} [inputs]")))?;
+        let (local, explain) = (probe.compare.local, explain_spec(probe, opts).is_some());
+        let plan = spill_plan(&ckpt, &inputs, &ref_taps, &specs, (local, explain), in_memory, budget, opts)
+            .map_err(|e| in_probe(e, &format!("{what} [inputs]")))?;
         Some(plan)
     };
     let model = Arc::new(Decoder::new(&ckpt)?);
@@ -573,52 +576,61 @@ pub fn compare_runs(p: &mut Prepared, runs: &Runs) -> Result<()> {
     Ok(())
 }
 
+/// The explain settings of this run: the command line's, else the probe's; None with
+/// `--no-explain`.
+fn explain_spec<'a>(probe: &'a Probe, opts: &'a RunOptions) -> Option<&'a crate::explain::ExplainSpec> {
+    opts.explain.as_ref().or(probe.explain.as_ref()).filter(|_| !opts.no_explain)
+}
+
+/// A capture's taps, read from memory or from its file.
+fn source(held: &Held) -> Result<Source<'_>> {
+    match held {
+        Held::Memory(c) => Ok(Source::Memory(c)),
+        Held::File(path) => Source::open(path),
+    }
+}
+
 /// Stage 4: rank the fault catalog against the observed backend, when the probe or the
 /// command line asks for it. The probe names its own backend; backends replaced on the
-/// command line are observed instead (the first one).
-pub fn explain_stage<'a>(p: &mut Prepared, runs: &'a Runs, probe: &Probe, opts: &RunOptions) -> Result<()> {
-    let Some(explain) = opts.explain.as_ref().or(probe.explain.as_ref()).filter(|_| !opts.no_explain) else {
+/// command line are observed instead (the first one). A spilled run is explained from its
+/// files, one tap of each side at a time, each emulation written to the spill folder and
+/// deleted once matched: the same ranking and figures as in memory.
+pub fn explain_stage(p: &mut Prepared, runs: &Runs, probe: &Probe, opts: &RunOptions) -> Result<()> {
+    let Some(explain) = explain_spec(probe, opts) else {
         return Ok(());
     };
-    if let Some(plan) = &p.spill {
-        p.report.notes.push(format!(
-            "EXPLAIN SKIPPED: this run's captures were spilled to disk, and explain ranks faults on whole \
-             captures in memory (the observed one, the reference and one emulation per fault: {} would be \
-             needed, the budget is {} from {}); raise --max-memory or record fewer taps (--taps / taps = [...]) \
-             to get it, or pass --no-explain to silence this",
-            plan.in_memory,
-            Bytes::new(plan.budget.bytes),
-            plan.budget.from
-        ));
-        return Ok(());
-    }
     let observed = match &explain.observed {
         Some(o) if opts.backends.is_empty() || runs.backends.iter().any(|b| b.label == *o) => o.clone(),
         _ => runs.backends[0].label.clone(),
     };
-    let in_memory = |h: &'a Held| match h {
-        Held::Memory(c) => Ok(c),
-        Held::File(_) => Err(Error::usage("explain on a spilled capture; this is a bug in hefprobe")),
-    };
-    let (observed_capture, reference) = match runs.backends.iter().find(|b| b.label == observed) {
-        Some(b) => {
-            (in_memory(&b.capture)?, in_memory(b.reference.as_ref().map_or(&runs.reference, |(_, c)| c))?)
-        }
-        None if observed == "reference" => (in_memory(&runs.reference)?, in_memory(&runs.reference)?),
+    let (observed_held, reference) = match runs.backends.iter().find(|b| b.label == observed) {
+        Some(b) => (&b.capture, b.reference.as_ref().map_or(&runs.reference, |(_, c)| c)),
+        None if observed == "reference" => (&runs.reference, &runs.reference),
         None => {
             return Err(Error::usage(format!(
                 "[explain] observed `{observed}` is not a backend of this probe"
             )))
         }
     };
-    p.report.explain = Some(crate::explain::explain(
+    let scratch = runs.spill.as_ref().map(|s| s.tmp.path());
+    if let Some(dir) = scratch {
+        p.report.notes.push(format!(
+            "EXPLAIN READ FROM DISK: this run's captures were spilled, so explain read the observed capture and \
+             the reference from their files one tap at a time, and wrote each fault's emulation to a temporary \
+             file in {} (deleted once matched); the ranking is the one memory would give, at the cost of one \
+             capture written and read back per fault",
+            dir.display()
+        ));
+    }
+    p.report.explain = Some(crate::explain::rank::explain_from(
         &p.ckpt,
         &p.model,
         &p.inputs,
-        reference,
+        &source(reference)?,
         &observed,
-        observed_capture,
+        &source(observed_held)?,
         explain,
+        scratch,
     )?);
     Ok(())
 }

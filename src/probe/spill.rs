@@ -73,14 +73,16 @@ impl SpillDir {
 
 /// The plan of a run whose captures do not fit `budget` in memory: each capture written to
 /// disk tap by tap and compared from the files. Refused (exit 2) when even that does not fit
-/// the budget, or its files do not fit the disk.
+/// the budget, or its files do not fit the disk. `(local, explain)`: the run makes local
+/// views, and explains (ranks faults by emulating them, each emulation a capture on disk
+/// matched one tap of each side at a time; the tie check holds two at once).
 #[allow(clippy::too_many_arguments)]
 pub(super) fn spill_plan(
     ckpt: &Checkpoint,
     inputs: &InputSet,
     ref_taps: &TapSelection,
     specs: &[BackendSpec],
-    local: bool,
+    (local, explain): (bool, bool),
     in_memory: Bytes,
     budget: Budget,
     opts: &RunOptions,
@@ -95,7 +97,7 @@ pub(super) fn spill_plan(
     } else {
         Bytes::ZERO
     };
-    let emulated = if specs.iter().any(|s| s.kind == BackendKind::Emulator) {
+    let emulated = if explain || specs.iter().any(|s| s.kind == BackendKind::Emulator) {
         memory::weights(cfg)
     } else {
         Bytes::ZERO
@@ -124,8 +126,9 @@ pub(super) fn spill_plan(
         needs.total(),
         "shorten the prompt or --decode / decode, record fewer taps (--taps / taps = [...]), or raise --max-memory",
     )?;
-    // On disk: every capture, a local view each (deleted once compared, but counted).
-    let captures = 1 + 2 * specs.len() as u64;
+    // On disk: every capture, a local view each (deleted once compared, but counted), and
+    // explain's two emulations (no larger than the reference's capture).
+    let captures = 1 + 2 * specs.len() as u64 + if explain { 2 } else { 0 };
     let on_disk = memory::estimate(cfg, inputs, ref_taps, TapsHeld::InMemory { captures }).taps;
     let parent = opts.spill_dir.clone().unwrap_or_else(std::env::temp_dir);
     let dest = opts.save_captures.as_deref().unwrap_or(&parent);
