@@ -441,7 +441,7 @@ fn the_command_line_exit_codes_files_and_step_summary() {
     run(&["run", "p/p0.toml", "--report", "junit=x.xml", "--backend", "emulator"], &[]).code(2);
 }
 
-/// A probe whose captures (every tap of a 6-layer model on 96 tokens, ~12 MiB held) do not
+/// A probe whose captures (every tap of a 6-layer model on 96 tokens, ~13 MiB held) do not
 /// fit an 8 MiB budget: the suite spills them as `run` does, each pair says so, and the
 /// figures and verdicts are the ones the same suite gives held in memory.
 #[test]

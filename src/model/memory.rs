@@ -251,7 +251,11 @@ pub fn check_weights(cfg: &ModelConfig, what: &str) -> Result<()> {
 
 /// Refuse a run whose planned memory exceeds the budget, before the first phase runs.
 pub fn check_run(cfg: &ModelConfig, inputs: &InputSet, taps: &TapSelection, held: TapsHeld) -> Result<()> {
-    let e = estimate(cfg, inputs, taps, held);
+    check(&estimate(cfg, inputs, taps, held), inputs)
+}
+
+/// Refuse estimate `e` of a run on `inputs` past the memory budget, with its breakdown.
+pub fn check(e: &Estimate, inputs: &InputSet) -> Result<()> {
     budget::current().check(
         format!(
             "a run of {} prompt tokens and {} decode steps on this model ({})",

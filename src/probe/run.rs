@@ -251,18 +251,22 @@ pub fn prepare(probe: &Probe, opts: &RunOptions) -> Result<Prepared> {
     selection.check_against(layers)?;
     thresholds.check_globs(&crate::tap::tap_names(layers), layers).map_err(|e| in_probe(e, &what))?;
     // The reference and every backend keep their captures (a local view is one more each);
-    // an emulator's faults may rewrite the weights (quantization), one more copy.
-    let captures = 1 + 2 * specs.len() as u64;
+    // explain holds one emulation at a time, two while it checks a tie; an emulator's faults
+    // (and so explain's) may rewrite the weights (quantization): one more copy.
+    let explain = explain_spec(probe, opts).is_some();
+    let captures = 1 + 2 * specs.len() as u64 + if explain { 2 } else { 0 };
     let ref_taps = reference_selection(&probe.taps)?;
-    let held = TapsHeld::InMemory { captures };
-    let in_memory = memory::estimate(&ckpt.config, &inputs, &ref_taps, held).total();
+    let mut held = memory::estimate(&ckpt.config, &inputs, &ref_taps, TapsHeld::InMemory { captures });
+    if explain || specs.iter().any(|s| s.kind == BackendKind::Emulator) {
+        held.weights = held.weights.plus(memory::weights(&ckpt.config));
+    }
+    let in_memory = held.total();
     let budget = crate::budget::current();
     let spill = if budget.allows(in_memory) || !opts.allow_spill {
-        memory::check_run(&ckpt.config, &inputs, &ref_taps, held)
-            .map_err(|e| in_probe(e, &format!("{what} [inputs]")))?;
+        memory::check(&held, &inputs).map_err(|e| in_probe(e, &format!("{what} [inputs]")))?;
         None
     } else {
-        let (local, explain) = (probe.compare.local, explain_spec(probe, opts).is_some());
+        let local = probe.compare.local;
         let plan = spill_plan(&ckpt, &inputs, &ref_taps, &specs, (local, explain), in_memory, budget, opts)
             .map_err(|e| in_probe(e, &format!("{what} [inputs]")))?;
         Some(plan)
