@@ -111,18 +111,11 @@ impl Capture {
     }
 
     fn write_npz_as(&self, path: &Path, announce: bool) -> Result<()> {
-        let mut out = AtomicFile::create(path)?;
-        let mut w = ndarray_npy::NpzWriter::new(std::io::BufWriter::new(out.take_file()));
+        let mut out = NpzOut::create(path)?;
         for key in self.keys() {
-            w.add_array(key, &self.entries[key])
-                .map_err(|e| Error::input(path.display().to_string(), format!("writing {key}: {e}")))?;
+            out.add(key, &self.entries[key])?;
         }
-        close_npz(w, path)?;
-        if announce {
-            out.commit()
-        } else {
-            out.commit_quiet()
-        }
+        out.finish(announce)
     }
 
     /// Read every array of an `.npz`. Integer, bool and f64 arrays are converted to f32;
@@ -180,6 +173,38 @@ impl TapSink for MemorySink {
 }
 
 type NpzFile = ndarray_npy::NpzWriter<std::io::BufWriter<std::fs::File>>;
+
+/// An `.npz` written one array at a time, under a temporary name renamed into place when
+/// finished (dropped unfinished, it leaves nothing).
+pub struct NpzOut {
+    out: AtomicFile,
+    w: NpzFile,
+    path: PathBuf,
+}
+
+impl NpzOut {
+    pub fn create(path: &Path) -> Result<Self> {
+        let mut out = AtomicFile::create(path)?;
+        let w = ndarray_npy::NpzWriter::new(std::io::BufWriter::new(out.take_file()));
+        Ok(NpzOut { out, w, path: path.to_path_buf() })
+    }
+
+    pub fn add(&mut self, key: &str, a: &ArrayD<f32>) -> Result<()> {
+        self.w
+            .add_array(key, a)
+            .map_err(|e| Error::input(self.path.display().to_string(), format!("writing {key}: {e}")))
+    }
+
+    /// Close and rename into place; `announce`: say "wrote PATH".
+    pub fn finish(self, announce: bool) -> Result<()> {
+        close_npz(self.w, &self.path)?;
+        if announce {
+            self.out.commit()
+        } else {
+            self.out.commit_quiet()
+        }
+    }
+}
 
 /// Close an npz: the central directory, then the buffered bytes, each failure named.
 fn close_npz(w: NpzFile, path: &Path) -> Result<()> {

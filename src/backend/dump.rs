@@ -12,8 +12,9 @@
 //! ```
 //! Transforms apply in the order squeeze (drop size-1 axes), permute, reshape (-1 allowed).
 
-use super::{Backend, BackendRun, Capabilities};
-use crate::capture::Capture;
+use super::{Backend, BackendRun, Capabilities, FileRun};
+use crate::capture::npz::NpzFile;
+use crate::capture::{Capture, NpzOut};
 use crate::error::{Error, Result};
 use crate::inputs::InputSet;
 use crate::model::run::RunRecord;
@@ -47,10 +48,21 @@ struct Transform {
     reshape: Option<Vec<i64>>,
 }
 
+/// A dump opened lazily: its directory and the map checked against the members' headers at
+/// open, each array read (and transformed) only when a run asks for it, one at a time, so a
+/// run that spills holds one tap of it, and one that does not holds one copy.
 pub struct DumpBackend {
     name: String,
     path: PathBuf,
-    capture: Capture,
+    file: NpzFile,
+    entries: Vec<Entry>,
+}
+
+/// One array of the dump as it enters the capture.
+struct Entry {
+    member: String,
+    key: String,
+    transform: Option<Transform>,
 }
 
 fn canonical_key(target: &str, default_phase: Phase, what: &str) -> Result<String> {
@@ -72,94 +84,175 @@ fn canonical_key(target: &str, default_phase: Phase, what: &str) -> Result<Strin
     Ok(format!("{phase}/{tap}"))
 }
 
-fn apply(a: ArrayD<f32>, t: &Transform, what: &str) -> Result<ArrayD<f32>> {
-    let mut a = a;
-    if t.squeeze {
-        let dims: Vec<usize> = a.shape().iter().copied().filter(|&d| d != 1).collect();
-        let dims = if dims.is_empty() { vec![1] } else { dims };
-        a = a.into_shape_with_order(IxDyn(&dims)).map_err(|e| Error::input(what, format!("squeeze: {e}")))?;
+fn product(dims: impl Iterator<Item = usize>) -> Option<usize> {
+    dims.into_iter().try_fold(1usize, |acc, d| acc.checked_mul(d))
+}
+
+fn squeezed(shape: &[usize]) -> Vec<usize> {
+    let dims: Vec<usize> = shape.iter().copied().filter(|&d| d != 1).collect();
+    if dims.is_empty() {
+        vec![1]
+    } else {
+        dims
     }
+}
+
+/// The shape `t` turns `shape` into, or why it cannot: checked before any data is read.
+fn transformed_shape(shape: &[usize], t: &Transform, what: &str) -> Result<Vec<usize>> {
+    let mut dims = if t.squeeze { squeezed(shape) } else { shape.to_vec() };
     if let Some(p) = &t.permute {
         let mut sorted = p.clone();
         sorted.sort();
-        if sorted != (0..a.ndim()).collect::<Vec<_>>() {
+        if sorted != (0..dims.len()).collect::<Vec<_>>() {
             return Err(Error::input(
                 what,
-                format!(
-                    "permute {p:?} is not a permutation of the {} axes of shape {:?}",
-                    a.ndim(),
-                    a.shape()
-                ),
+                format!("permute {p:?} is not a permutation of the {} axes of shape {dims:?}", dims.len()),
             ));
         }
-        a = a.permuted_axes(IxDyn(p)).as_standard_layout().to_owned();
+        dims = p.iter().map(|&i| dims[i]).collect();
     }
     if let Some(r) = &t.reshape {
-        let shape = a.shape().to_vec();
-        let misfit = || Error::input(what, format!("reshape {r:?} does not fit shape {shape:?}"));
+        let misfit = || Error::input(what, format!("reshape {r:?} does not fit shape {dims:?}"));
         if r.iter().any(|&d| d < -1) || r.iter().filter(|&&d| d == -1).count() > 1 {
             return Err(Error::input(what, format!("reshape {r:?}: dims are ≥ 0, with at most one -1")));
         }
         // Checked: a map is input, and a product of its dims once overflowed.
-        let known = r.iter().filter(|&&d| d != -1).try_fold(1usize, |acc, &d| acc.checked_mul(d as usize));
-        let known = known.ok_or_else(misfit)?;
-        let dims: Vec<usize> = r
+        let len = product(dims.iter().copied()).ok_or_else(misfit)?;
+        let known = product(r.iter().filter(|&&d| d != -1).map(|&d| d as usize)).ok_or_else(misfit)?;
+        let new: Vec<usize> = r
             .iter()
-            .map(|&d| if d == -1 { a.len().checked_div(known).unwrap_or(0) } else { d as usize })
+            .map(|&d| if d == -1 { len.checked_div(known).unwrap_or(0) } else { d as usize })
             .collect();
-        a = a.into_shape_with_order(IxDyn(&dims)).map_err(|_| misfit())?;
+        if product(new.iter().copied()) != Some(len) {
+            return Err(misfit());
+        }
+        dims = new;
     }
-    Ok(a)
+    Ok(dims)
+}
+
+fn apply(a: ArrayD<f32>, t: &Transform, what: &str) -> Result<ArrayD<f32>> {
+    let out = transformed_shape(a.shape(), t, what)?;
+    let fail = |e: ndarray::ShapeError| Error::input(what, format!("{e}"));
+    let mut a = if t.squeeze {
+        let dims = squeezed(a.shape());
+        a.into_shape_with_order(IxDyn(&dims)).map_err(fail)?
+    } else {
+        a
+    };
+    if let Some(p) = &t.permute {
+        a = a.permuted_axes(IxDyn(p)).as_standard_layout().into_owned();
+    }
+    a.into_shape_with_order(IxDyn(&out)).map_err(fail)
+}
+
+/// A name map (the TOML text of `map_what`) checked against a dump's members (`npz_what`)
+/// and, for entries with a transform, their shapes (`shape_of`): every entry names a member,
+/// a canonical tap no other entry names, and a transform that fits. No data is read.
+fn plan(
+    text: &str,
+    map_what: &str,
+    npz_what: &str,
+    members: &[String],
+    mut shape_of: impl FnMut(&str) -> Result<Vec<usize>>,
+) -> Result<Vec<Entry>> {
+    let map: MapFile =
+        toml::from_str(text).map_err(|e| Error::input(map_what, e.to_string().trim_end().to_string()))?;
+    let default_phase = match &map.phase {
+        None => Phase::Prefill,
+        Some(p) => Phase::parse(p).ok_or_else(|| {
+            Error::input(format!("{map_what} key `phase`"), format!("`{p}` is not a phase"))
+        })?,
+    };
+    let mut entries: Vec<Entry> = Vec::new();
+    for (theirs, entry) in map.taps {
+        let what = format!("{map_what} entry `{theirs}`");
+        if !members.contains(&theirs) {
+            let have: Vec<&str> = members.iter().take(12).map(String::as_str).collect();
+            return Err(Error::input(
+                what,
+                format!("points at nothing in {npz_what}; it holds: {}", have.join(", ")),
+            ));
+        }
+        let (key, transform) = match entry {
+            MapEntry::Name(t) => (canonical_key(&t, default_phase, &what)?, None),
+            MapEntry::Full(tr) => {
+                let key = canonical_key(&tr.tap, default_phase, &what)?;
+                transformed_shape(&shape_of(&theirs)?, &tr, &what)?;
+                (key, Some(tr))
+            }
+        };
+        if let Some(other) = entries.iter().find(|e| e.key == key) {
+            return Err(Error::input(
+                what,
+                format!("maps onto {key}, as entry `{}` does already; keep one of them", other.member),
+            ));
+        }
+        entries.push(Entry { member: theirs, key, transform });
+    }
+    Ok(entries)
 }
 
 impl DumpBackend {
     pub fn open(name: &str, path: &Path, map: Option<&Path>) -> Result<Self> {
-        let raw = Capture::read_npz(path)?;
-        let capture = match map {
-            None => raw,
-            Some(m) => Self::mapped(raw, path, m)?,
+        let mut file = NpzFile::open(path)?;
+        let members = file.keys();
+        let entries = match map {
+            None => {
+                members.into_iter().map(|k| Entry { member: k.clone(), key: k, transform: None }).collect()
+            }
+            Some(m) => {
+                let text = crate::error::read_text(m)?;
+                let (map_what, npz_what) = (m.display().to_string(), path.display().to_string());
+                plan(&text, &map_what, &npz_what, &members, |k| file.shape(k))?
+            }
         };
-        Ok(DumpBackend { name: name.to_string(), path: path.to_path_buf(), capture })
+        // Every member's header now, so a damaged dump is refused at open (exit 2), not
+        // half-way through a run; the data is read when a run asks for it.
+        for e in &entries {
+            file.shape(&e.member)?;
+        }
+        Ok(DumpBackend { name: name.to_string(), path: path.to_path_buf(), file, entries })
     }
 
-    fn mapped(raw: Capture, npz: &Path, map_path: &Path) -> Result<Capture> {
-        let text = crate::error::read_text(map_path)?;
-        Self::map_capture(raw, &text, &map_path.display().to_string(), &npz.display().to_string())
-    }
-
-    /// Apply a name map (the TOML text of `map_what`) to the arrays of a dump (`npz_what`):
-    /// canonical keys, layout transforms. Every map entry is checked; what a file says is never
-    /// trusted (this is what `fuzz/fuzz_targets/dump_map.rs` drives).
+    /// Apply a name map (the TOML text of `map_what`) to the arrays of a dump held in memory
+    /// (`npz_what`): canonical keys, layout transforms. Every map entry is checked; what a
+    /// file says is never trusted (this is what `fuzz/fuzz_targets/dump_map.rs` drives).
     pub fn map_capture(mut raw: Capture, text: &str, map_what: &str, npz_what: &str) -> Result<Capture> {
-        let map: MapFile =
-            toml::from_str(text).map_err(|e| Error::input(map_what, e.to_string().trim_end().to_string()))?;
-        let default_phase = match &map.phase {
-            None => Phase::Prefill,
-            Some(p) => Phase::parse(p).ok_or_else(|| {
-                Error::input(format!("{map_what} key `phase`"), format!("`{p}` is not a phase"))
-            })?,
-        };
+        let members: Vec<String> = raw.keys().into_iter().map(String::from).collect();
+        let shape_of = |k: &str| Ok(raw.get_key(k).map(|a| a.shape().to_vec()).unwrap_or_default());
+        let entries = plan(text, map_what, npz_what, &members, shape_of)?;
         let mut out = Capture::default();
-        for (theirs, entry) in map.taps {
-            let what = format!("{map_what} entry `{theirs}`");
-            let Some(a) = raw.remove_key(&theirs) else {
-                let have: Vec<&str> = raw.keys().into_iter().take(12).collect();
-                return Err(Error::input(
-                    what,
-                    format!("points at nothing in {npz_what}; it holds: {}", have.join(", ")),
-                ));
-            };
-            let (key, a) = match entry {
-                MapEntry::Name(t) => (canonical_key(&t, default_phase, &what)?, a),
-                MapEntry::Full(tr) => (canonical_key(&tr.tap, default_phase, &what)?, apply(a, &tr, &what)?),
-            };
-            out.insert(key, a);
+        for e in entries {
+            let a = raw.remove_key(&e.member).expect("plan checked the member");
+            out.insert(e.key.clone(), e.mapped(a, map_what)?);
         }
         Ok(out)
     }
 
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// The entries `taps` selects, in the dump's order.
+    fn selected(&self, taps: &TapSelection) -> Vec<usize> {
+        let tap_of = |k: &str| k.split_once('/').map_or(k, |(_, t)| t).to_string();
+        (0..self.entries.len()).filter(|&i| taps.matches(&tap_of(&self.entries[i].key))).collect()
+    }
+
+    fn read(&mut self, i: usize) -> Result<ArrayD<f32>> {
+        let a = self.file.read(&self.entries[i].member)?;
+        let what = self.path.display().to_string();
+        self.entries[i].mapped(a, &what)
+    }
+}
+
+impl Entry {
+    fn mapped(&self, a: ArrayD<f32>, map_what: &str) -> Result<ArrayD<f32>> {
+        match &self.transform {
+            None => Ok(a),
+            Some(t) => apply(a, t, &format!("{map_what} entry `{}`", self.member)),
+        }
     }
 }
 
@@ -174,13 +267,30 @@ impl Backend for DumpBackend {
 
     fn run(&mut self, _inputs: &InputSet, taps: &TapSelection) -> BackendRun {
         let mut capture = Capture::default();
-        for (k, v) in self.capture.iter() {
-            let tap = k.split_once('/').map_or(k.as_str(), |(_, t)| t);
-            if taps.matches(tap) {
-                capture.insert(k.clone(), v.clone());
+        for i in self.selected(taps) {
+            match self.read(i) {
+                Ok(a) => capture.insert(self.entries[i].key.clone(), a),
+                Err(e) => return BackendRun { capture, record: RunRecord::default(), error: Some(e) },
             }
         }
         BackendRun { capture, record: RunRecord::default(), error: None }
+    }
+
+    /// One array at a time from the dump into `path`: a spilled run holds one tap of it.
+    fn run_to_file(&mut self, _inputs: &InputSet, taps: &TapSelection, path: &Path) -> Result<FileRun> {
+        let mut out = NpzOut::create(path)?;
+        let mut error = None;
+        for i in self.selected(taps) {
+            match self.read(i) {
+                Ok(a) => out.add(&self.entries[i].key, &a)?,
+                Err(e) => {
+                    error = Some(e);
+                    break;
+                }
+            }
+        }
+        out.finish(false)?;
+        Ok(FileRun { record: RunRecord::default(), error })
     }
 }
 
@@ -206,9 +316,63 @@ mod tests {
              \"net/q\" = { tap = \"layers.0.attn.q\", squeeze = true, permute = [1, 0, 2] }\n",
         )
         .unwrap();
-        let d = DumpBackend::open("dump", &npz, Some(&map)).unwrap();
-        assert_eq!(d.capture.get_key("decode.1/logits").unwrap().shape(), &[2, 3]);
-        assert_eq!(d.capture.get_key("prefill/layers.0.attn.q").unwrap().shape(), &[2, 4, 8]);
+        let mut d = DumpBackend::open("dump", &npz, Some(&map)).unwrap();
+        let run = d.run(&InputSet::new(vec![0]), &TapSelection::all());
+        assert!(run.error.is_none());
+        assert_eq!(run.capture.get_key("decode.1/logits").unwrap().shape(), &[2, 3]);
+        let q = run.capture.get_key("prefill/layers.0.attn.q").unwrap();
+        assert_eq!(q.shape(), &[2, 4, 8]);
+        // Streamed to a file, the same arrays.
+        let out = dir.path().join("out.npz");
+        assert!(d.run_to_file(&InputSet::new(vec![0]), &TapSelection::all(), &out).unwrap().error.is_none());
+        assert_eq!(Capture::read_npz(&out).unwrap().get_key("prefill/layers.0.attn.q"), Some(q));
+    }
+
+    #[test]
+    fn a_map_is_checked_against_headers_at_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let npz = dir.path().join("d.npz");
+        let mut c = Capture::default();
+        c.insert("a".into(), ArrayD::zeros(IxDyn(&[1, 2, 3])));
+        c.insert("b".into(), ArrayD::zeros(IxDyn(&[6])));
+        c.write_npz_quiet(&npz).unwrap();
+        let map = dir.path().join("m.toml");
+        let err = |text: &str| {
+            std::fs::write(&map, text).unwrap();
+            DumpBackend::open("dump", &npz, Some(&map)).err().expect("refused").to_string()
+        };
+        // Two entries onto one tap: which one would win was the archive's order; now refused.
+        let e = err("[taps]\n\"a\" = \"logits\"\n\"b\" = \"logits\"\n");
+        assert!(
+            e.contains("entry `b`") && e.contains("maps onto prefill/logits") && e.contains("`a`"),
+            "{e}"
+        );
+        // A transform that does not fit the member's shape, from its header alone.
+        let e = err("[taps]\n\"a\" = { tap = \"logits\", permute = [1, 0] }\n");
+        assert!(
+            e.contains("entry `a`") && e.contains("not a permutation of the 3 axes of shape [1, 2, 3]"),
+            "{e}"
+        );
+        let e = err("[taps]\n\"b\" = { tap = \"logits\", reshape = [4, -1] }\n");
+        assert!(e.contains("reshape [4, -1] does not fit shape [6]"), "{e}");
+        // A member whose data is cut short is refused at open, not half-way through a run.
+        let bytes = std::fs::read(&npz).unwrap();
+        let cut = dir.path().join("cut.npz");
+        let mut w = zip::ZipWriter::new(std::fs::File::create(&cut).unwrap());
+        let mut arch = zip::ZipArchive::new(std::io::Cursor::new(bytes)).unwrap();
+        for i in 0..arch.len() {
+            let mut f = arch.by_index(i).unwrap();
+            let mut data = Vec::new();
+            std::io::Read::read_to_end(&mut f, &mut data).unwrap();
+            if f.name() == "b.npy" {
+                data.truncate(data.len() - 4);
+            }
+            w.start_file(f.name(), zip::write::SimpleFileOptions::default()).unwrap();
+            std::io::Write::write_all(&mut w, &data).unwrap();
+        }
+        w.finish().unwrap();
+        let e = DumpBackend::open("dump", &cut, None).err().expect("refused").to_string();
+        assert!(e.contains("member `b`") && e.contains("truncated"), "{e}");
     }
 
     #[test]

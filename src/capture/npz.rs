@@ -57,6 +57,20 @@ impl<R: Read + Seek> NpzFile<R> {
 
     /// Read key `key` (a member name with or without `.npy`) as f32.
     pub fn read(&mut self, key: &str) -> Result<ArrayD<f32>> {
+        self.with_member(key, |mut r, len| read_npy(&mut r, len))
+    }
+
+    /// The shape of key `key`, from its header alone (the data is not read, but its size is
+    /// checked against the header).
+    pub fn shape(&mut self, key: &str) -> Result<Vec<usize>> {
+        self.with_member(key, |mut r, len| read_header(&mut r, len).map(|(h, _, _)| h.shape))
+    }
+
+    fn with_member<T>(
+        &mut self,
+        key: &str,
+        f: impl FnOnce(&mut dyn Read, u64) -> std::result::Result<T, String>,
+    ) -> Result<T> {
         let name = if self.members.iter().any(|m| m == key) { key.to_string() } else { format!("{key}.npy") };
         let fail = |msg: String| Error::input(format!("{} member `{key}`", self.what), msg);
         let mut member = match self.archive.by_name(&name) {
@@ -64,7 +78,7 @@ impl<R: Read + Seek> NpzFile<R> {
             Err(e) => return Err(fail(format!("cannot be read from the archive: {e}"))),
         };
         let size = member.size();
-        read_npy(&mut member, size).map_err(fail)
+        f(&mut member, size).map_err(fail)
     }
 }
 
@@ -106,6 +120,13 @@ struct Header {
 
 /// Read one npy array from `r`, which holds `len` bytes (the member's size).
 fn read_npy(r: &mut impl Read, len: u64) -> std::result::Result<ArrayD<f32>, String> {
+    let (h, n, bytes) = read_header(r, len)?;
+    read_data(r, h, n, bytes)
+}
+
+/// Read an npy header from `r` (`len` bytes in all) and check the data that follows has the
+/// size it claims: the header, its element count and its data bytes.
+fn read_header(r: &mut impl Read, len: u64) -> std::result::Result<(Header, usize, usize), String> {
     let mut magic = [0u8; 8];
     read_exact(r, &mut magic).map_err(|_| "is not an npy array (shorter than the npy magic)".to_string())?;
     if &magic[..6] != b"\x93NUMPY" {
@@ -146,7 +167,16 @@ fn read_npy(r: &mut impl Read, len: u64) -> std::result::Result<ArrayD<f32>, Str
             h.kind.size()
         ));
     };
-    let n = n.unwrap_or(0);
+    Ok((h, n.unwrap_or(0), bytes))
+}
+
+/// The `n` elements (`bytes` bytes) after header `h`, as f32 in standard layout.
+fn read_data(
+    r: &mut impl Read,
+    h: Header,
+    n: usize,
+    bytes: usize,
+) -> std::result::Result<ArrayD<f32>, String> {
     let values = if matches!(h.kind, Kind::F32) && !h.big_endian && cfg!(target_endian = "little") {
         // Little-endian f32 (every capture hefprobe writes): read straight into the values, no
         // second buffer of the same size (a 1024-token logits tap is 200 MB).

@@ -37,6 +37,10 @@ pub struct ExplainArgs {
     /// Run on this checkpoint instead of the probe's: a HF folder or a .gguf file.
     #[arg(long, value_name = "PATH")]
     pub checkpoint: Option<PathBuf>,
+    /// Where captures go when they do not fit the memory budget (--max-memory): a temporary
+    /// folder made in DIR and deleted when done. Default: the system's temporary folder.
+    #[arg(long, value_name = "DIR")]
+    pub spill_dir: Option<PathBuf>,
     #[command(flatten)]
     pub out: ReportArgs,
 }
@@ -64,6 +68,9 @@ pub fn run(a: ExplainArgs) -> Result<ExitCode> {
     let mut outs = Outputs::new();
     probe_inputs(&probe, std::slice::from_ref(&observed), &mut outs);
     crate::report::register(&targets, &mut outs);
+    if let Some(d) = &a.spill_dir {
+        outs.dir("--spill-dir", d);
+    }
     outs.check()?;
     let spec = ExplainSpec {
         observed: Some(observed.label()),
@@ -77,6 +84,10 @@ pub fn run(a: ExplainArgs) -> Result<ExitCode> {
         command: command_line(),
         explain: Some(spec),
         checkpoint: a.checkpoint.clone(),
+        // The observation (a dump read one array at a time, or any backend) and the reference
+        // spill as in `run` when they do not fit, and are explained from the files.
+        allow_spill: true,
+        spill_dir: a.spill_dir.clone(),
         ..Default::default()
     };
     // Exit 1 when the observation drifts from the reference beyond the thresholds, explained

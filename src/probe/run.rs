@@ -58,8 +58,7 @@ pub struct RunOptions {
     /// Replace the probe's `[checkpoint]`: a HF folder or a .gguf file (`--checkpoint`).
     pub checkpoint: Option<PathBuf>,
     /// When the captures do not fit the memory budget, spill them to disk instead of refusing
-    /// the run (`run` does; `explain`, whose observation is usually a dump read whole into
-    /// memory, and the suite do not).
+    /// the run (`run`, `explain` and the suite do).
     pub allow_spill: bool,
     /// Where spilled captures go (`--spill-dir`); default the system's temporary folder.
     pub spill_dir: Option<PathBuf>,
