@@ -75,6 +75,57 @@ fn compare_against_itself_passes_with_every_cosine_one() {
     assert_eq!(v["schema"], "hefprobe.report/1");
 }
 
+/// A dump under its recorder's names and layout ([1, 1, T, F] logits), mapped back through
+/// `--map` (read one array at a time into a temporary file): the same figures as the capture.
+#[test]
+fn compare_through_a_name_map_equals_the_capture_it_was_made_from() {
+    let t = tempfile::tempdir().unwrap();
+    let a = capture(t.path());
+    let cap = Capture::read_npz(&a).unwrap();
+    let logits = cap.get_key("prefill/logits").unwrap().clone();
+    let mut dump = Capture::default();
+    let nhwc =
+        logits.clone().into_shape_with_order(ndarray::IxDyn(&[1, 1, logits.shape()[0], logits.shape()[1]]));
+    dump.insert("net/output".into(), nhwc.unwrap());
+    dump.insert("net/block1".into(), cap.get_key("prefill/layers.1.out").unwrap().clone());
+    let (dpath, map) = (t.path().join("dump.npz"), t.path().join("map.toml"));
+    dump.write_npz_quiet(&dpath).unwrap();
+    std::fs::write(
+        &map,
+        "[taps]\n\"net/output\" = { tap = \"logits\", squeeze = true }\n\"net/block1\" = \"layers.1.out\"\n",
+    )
+    .unwrap();
+    let json = t.path().join("m.json");
+    hefprobe()
+        .env("TMPDIR", t.path())
+        .arg("compare")
+        .arg(&a)
+        .arg(&dpath)
+        .arg("--map")
+        .arg(&map)
+        .arg("--report")
+        .arg(format!("json={}", json.display()))
+        .assert()
+        .code(0);
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(json).unwrap()).unwrap();
+    let checked: Vec<&serde_json::Value> = v["comparisons"][0]["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["metrics"]["cosine"].as_f64().is_some())
+        .collect();
+    let taps: Vec<&str> = checked.iter().map(|r| r["tap"].as_str().unwrap()).collect();
+    assert_eq!(taps.len(), 2, "{taps:?}");
+    assert!(taps.contains(&"logits") && taps.contains(&"layers.1.out"), "{taps:?}");
+    assert!(checked.iter().all(|r| r["metrics"]["cosine"].as_f64() == Some(1.0)));
+    let left: Vec<_> = std::fs::read_dir(t.path())
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("hefprobe-compare-"))
+        .collect();
+    assert!(left.is_empty(), "the mapped temporary file is gone");
+}
+
 /// A test hook: perturbs one block's output inside the forward pass.
 struct Perturb(usize);
 

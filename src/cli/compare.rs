@@ -3,10 +3,9 @@
 use super::run::{command_line, ReportArgs};
 use crate::backend::dump::DumpBackend;
 use crate::backend::Backend;
-use crate::capture::Capture;
 use crate::compare::stream::{compare_files, keys_of};
 use crate::compare::thresholds::Thresholds;
-use crate::compare::{compare, RowStatus, View};
+use crate::compare::{RowStatus, View};
 use crate::error::{Error, Result};
 use crate::inputs::InputSet;
 use crate::output::Outputs;
@@ -58,24 +57,28 @@ pub fn run(a: CompareArgs) -> Result<ExitCode> {
             taps.iter().filter_map(|t| crate::tap::Tap::parse(t)?.layer()).max().map_or(0, |l| l + 1);
         thresholds.check_globs(&taps, layers)
     };
-    let pair = match &a.map {
-        // Two captures: read tap by tap, one tap of each side in memory per thread.
-        None => {
-            let keys = keys_of(&a.reference, &a.candidate)?;
-            check_globs(&mut thresholds, &keys.keys)?;
-            compare_files(&a.reference, &a.candidate, &keys, (&rl, &cl), View::Cumulative, &thresholds)?
-        }
-        // A dump through a name map (reshapes and permutes) is read whole.
+    // A dump through a name map (renames, squeezes, permutes) is mapped into a temporary
+    // `.npz` one array at a time; then both sides are read tap by tap, one tap of each side in
+    // memory per thread.
+    let mapped = match &a.map {
+        None => None,
         Some(m) => {
-            let reference = Capture::read_npz(&a.reference)?;
+            let dir = tempfile::Builder::new()
+                .prefix("hefprobe-compare-")
+                .tempdir()
+                .map_err(|e| Error::io(std::env::temp_dir(), e))?;
+            let path = dir.path().join("candidate.npz");
             let mut d = DumpBackend::open("candidate", &a.candidate, Some(m))?;
-            let candidate = d.run(&InputSet::new(vec![0]), &TapSelection::all()).capture;
-            let keys: Vec<String> =
-                reference.keys().into_iter().chain(candidate.keys()).map(String::from).collect();
-            check_globs(&mut thresholds, &keys)?;
-            compare(&reference, &candidate, (&rl, &cl), View::Cumulative, &thresholds)
+            if let Some(e) = d.run_to_file(&InputSet::new(vec![0]), &TapSelection::all(), &path)?.error {
+                return Err(e);
+            }
+            Some((dir, path))
         }
     };
+    let candidate = mapped.as_ref().map_or(a.candidate.as_path(), |(_, p)| p.as_path());
+    let keys = keys_of(&a.reference, candidate)?;
+    check_globs(&mut thresholds, &keys.keys)?;
+    let pair = compare_files(&a.reference, candidate, &keys, (&rl, &cl), View::Cumulative, &thresholds)?;
     if pair.rows.iter().all(|r| !r.checked()) {
         return Err(Error::input(
             a.candidate.display().to_string(),
