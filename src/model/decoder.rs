@@ -32,14 +32,6 @@ impl Linear {
         self.forward_as(x, Op::Linear)
     }
 
-    /// Projections of one input in one job (see [`kernels::linear_many`]); the same bits as
-    /// one `forward` each.
-    pub fn forward_many<const N: usize>(x: &Tensor, ls: [&Linear; N]) -> candle_core::Result<[Tensor; N]> {
-        let _s = span(Op::Linear);
-        let ys = kernels::linear_many(x, &ls.map(|l| (&l.w, l.b.as_ref())))?;
-        ys.try_into().map_err(|_| candle_core::Error::Msg("linear_many: one output per weight".into()))
-    }
-
     fn forward_as(&self, x: &Tensor, op: Op) -> candle_core::Result<Tensor> {
         let _s = span(op);
         kernels::linear(x, &self.w, self.b.as_ref())
@@ -284,10 +276,9 @@ impl Decoder {
             let _s = span(Op::Layout);
             y.reshape((t_len, n, d))?.transpose(0, 1)?.contiguous()
         };
-        let [q, k, v] = Linear::forward_many(&h, [&b.q, &b.k, &b.v]).ctx(c("q/k/v_proj"))?;
-        let mut q = heads(q, h_n).ctx(c("q_proj"))?;
-        let mut k = heads(k, kv_n).ctx(c("k_proj"))?;
-        let v = heads(v, kv_n).ctx(c("v_proj"))?;
+        let mut q = heads(b.q.forward(&h)?, h_n).ctx(c("q_proj"))?;
+        let mut k = heads(b.k.forward(&h)?, kv_n).ctx(c("k_proj"))?;
+        let v = heads(b.v.forward(&h)?, kv_n).ctx(c("v_proj"))?;
         if let (Some(qn), Some(kn)) = (&b.q_norm, &b.k_norm) {
             q = rms_norm(&q, qn, cfg.rms_norm_eps).ctx(c("q_norm"))?;
             k = rms_norm(&k, kn, cfg.rms_norm_eps).ctx(c("k_norm"))?;
@@ -352,7 +343,7 @@ impl Decoder {
 
         let h = rms_norm(&x, &b.mlp_norm, cfg.rms_norm_eps).ctx(c("post_attention_layernorm"))?;
         let h = emit(LayerTap::MlpNorm, h, hooks)?;
-        let [gate, up] = Linear::forward_many(&h, [&b.gate, &b.up]).ctx(c("gate/up_proj"))?;
+        let (gate, up) = (b.gate.forward(&h).ctx(c("gate_proj"))?, b.up.forward(&h).ctx(c("up_proj"))?);
         let act = timed!(Op::Elementwise, kernels::silu_mul(&gate, &up).ctx(c("silu"))?);
         let act = emit(LayerTap::MlpAct, act, hooks)?;
         let m = b.down.forward(&act).ctx(c("down_proj"))?;

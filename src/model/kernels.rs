@@ -97,99 +97,54 @@ pub fn with_data<R>(t: &Tensor, f: impl FnOnce(&[f32], &Layout) -> R) -> candle_
 }
 
 /// `y = x Wᵀ + b` for x [T, K] and W [N, K] (checkpoint layout), y [T, N]. Threads split the
-/// output features, so each reads its own part of W once (decode is a read of W).
+/// output features, so each reads its own half of W once (decode is a read of W).
 pub fn linear(x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> candle_core::Result<Tensor> {
-    let mut ys = linear_many(x, &[(w, b)])?;
-    Ok(ys.remove(0))
-}
-
-/// Several projections of one input (q, k, v; gate, up) in one pool job: each weight is cut
-/// into the parts [`linear`] cuts it into alone, so every output has the same bits, and one
-/// hand-off replaces three (or two), with one tail where a thread may wait instead of several.
-pub fn linear_many(x: &Tensor, ws: &[(&Tensor, Option<&Tensor>)]) -> candle_core::Result<Vec<Tensor>> {
-    let x = f32_rows(x)?.contiguous()?;
+    let (x, w) = (f32_rows(x)?.contiguous()?, f32_rows(w)?.contiguous()?);
     let (t, k) = x.dims2()?;
-    let mut weights = Vec::with_capacity(ws.len());
-    for (w, _) in ws {
-        let w = f32_rows(w)?.contiguous()?;
-        let (_, k2) = w.dims2()?;
-        if k != k2 {
-            candle_core::bail!("linear: input has {k} features, the weight expects {k2}");
-        }
-        weights.push(w);
+    let (n, k2) = w.dims2()?;
+    if k != k2 {
+        candle_core::bail!("linear: input has {k} features, the weight expects {k2}");
     }
-    // Every weight's parts, in order: (weight, columns). Part boundaries depend only on the
-    // weight's width, never on the thread count or on what else is in the job.
-    let mut parts = Vec::new();
-    let mut work = 0usize;
-    for (i, w) in weights.iter().enumerate() {
-        let n = w.dims()[0];
-        let chunk = n.div_ceil(PARTS).div_ceil(16).max(1) * 16;
-        parts.extend((0..n).step_by(chunk).map(|c0| (i, c0..(c0 + chunk).min(n))));
-        work = work.saturating_add(t * n * k);
-    }
-    let widths: Vec<usize> = weights.iter().map(|w| w.dims()[0]).collect();
-    let mut ys: Vec<Vec<f32>> = widths.iter().map(|n| vec![0f32; t * n]).collect();
-    let outs: Vec<SharedOut> = ys.iter_mut().map(|y| SharedOut::new(y)).collect();
-    {
-        let guards: Vec<_> = weights.iter().map(|w| w.storage_and_layout()).collect();
-        let mut wdata = Vec::with_capacity(guards.len());
-        for (storage, layout) in &guards {
-            match &**storage {
-                Storage::Cpu(CpuStorage::F32(v)) => wdata.push(&v[layout.start_offset()..]),
-                _ => candle_core::bail!("decoder kernels run on f32 CPU tensors"),
-            }
-        }
-        with_data(&x, |xs, xl| {
-            let xs = &xs[xl.start_offset()..];
-            let run = |range: Range<usize>| {
-                for (i, cols) in &parts[range] {
-                    let (n, ws, out) = (widths[*i], wdata[*i], outs[*i]);
-                    // SAFETY: x is [t, k] and W is [n, k], both contiguous from their start
-                    // offsets; this part writes columns `cols` of the row-major [t, n]
-                    // destination `out`, which no other part writes; gemm reads lhs/rhs and
-                    // writes dst through these strides only.
-                    unsafe {
-                        gemm::gemm(
-                            t,
-                            cols.len(),
-                            k,
-                            out.ptr().add(cols.start),
-                            1,
-                            n as isize,
-                            false,
-                            xs.as_ptr(),
-                            1,
-                            k as isize,
-                            ws.as_ptr().add(cols.start * k),
-                            k as isize,
-                            1,
-                            0.0f32,
-                            1.0f32,
-                            false,
-                            false,
-                            false,
-                            gemm::Parallelism::None,
-                        )
-                    }
+    let mut y = vec![0f32; t * n];
+    let out = SharedOut::new(&mut y);
+    with_data(&x, |xs, xl| {
+        with_data(&w, |ws, wl| {
+            let (xs, ws) = (&xs[xl.start_offset()..], &ws[wl.start_offset()..]);
+            for_parts(n, 16, t * n * k, |cols| {
+                // SAFETY: x is [t, k] and W is [n, k], both contiguous from their start offsets;
+                // this part writes columns `cols` of the row-major [t, n] destination, which no
+                // other part writes; gemm reads lhs/rhs and writes dst through these strides only.
+                unsafe {
+                    gemm::gemm(
+                        t,
+                        cols.len(),
+                        k,
+                        out.ptr().add(cols.start),
+                        1,
+                        n as isize,
+                        false,
+                        xs.as_ptr(),
+                        1,
+                        k as isize,
+                        ws.as_ptr().add(cols.start * k),
+                        k as isize,
+                        1,
+                        0.0f32,
+                        1.0f32,
+                        false,
+                        false,
+                        false,
+                        gemm::Parallelism::None,
+                    )
                 }
-            };
-            if work >= MIN_PARALLEL_WORK && threads() > 1 {
-                pool::pool().run(parts.len(), 1, &run);
-            } else {
-                pool::in_chunks(parts.len(), 1, &run);
-            }
-        })?;
+            })
+        })
+    })??;
+    let y = Tensor::from_vec(y, (t, n), x.device())?;
+    match b {
+        Some(b) => y.broadcast_add(b),
+        None => Ok(y),
     }
-    let mut out = Vec::with_capacity(ys.len());
-    for ((y, n), (_, b)) in ys.into_iter().zip(widths).zip(ws) {
-        let y = Tensor::from_vec(y, (t, n), x.device())?;
-        out.push(match b {
-            Some(b) => y.broadcast_add(b)?,
-            None => y,
-        });
-    }
-    Ok(out)
 }
 
 /// Compile `fn name(args) -> ret { body }` for AVX2 (chosen at run time) and for the baseline;
@@ -430,27 +385,6 @@ mod tests {
             // The part boundaries do not depend on the thread count: the same bits either way.
             assert_eq!(runs[0], runs[1], "t={t}: one thread and all threads round differently");
         }
-    }
-
-    #[test]
-    fn linear_many_gives_each_weight_the_bits_linear_gives_it() {
-        let dev = Device::Cpu;
-        let bits = |t: &Tensor| t.flatten_all().unwrap().to_vec1::<f32>().unwrap();
-        for t in [1usize, 37, 130] {
-            let x = Tensor::randn(0f32, 1.0, (t, 96), &dev).unwrap();
-            let ws: Vec<Tensor> =
-                [200usize, 64, 7].iter().map(|n| Tensor::randn(0f32, 1.0, (*n, 96), &dev).unwrap()).collect();
-            let b = Tensor::randn(0f32, 1.0, 64, &dev).unwrap();
-            let got = linear_many(&x, &[(&ws[0], None), (&ws[1], Some(&b)), (&ws[2], None)]).unwrap();
-            assert_eq!(got.len(), 3);
-            assert_eq!(bits(&got[0]), bits(&linear(&x, &ws[0], None).unwrap()), "t={t}");
-            assert_eq!(bits(&got[1]), bits(&linear(&x, &ws[1], Some(&b)).unwrap()), "t={t}");
-            assert_eq!(got[2].dims(), &[t, 7]);
-            assert_eq!(bits(&got[2]), bits(&linear(&x, &ws[2], None).unwrap()), "t={t}");
-        }
-        let x = Tensor::randn(0f32, 1.0, (3, 95), &dev).unwrap();
-        let w = Tensor::randn(0f32, 1.0, (8, 96), &dev).unwrap();
-        assert!(linear_many(&x, &[(&w, None)]).is_err(), "a width mismatch is an error");
     }
 
     #[test]
