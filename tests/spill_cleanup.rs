@@ -67,15 +67,22 @@ fn signal(child: &Child, sig: i32) {
     assert_eq!(unsafe { libc::kill(child.id() as i32, sig) }, 0);
 }
 
+/// A folder with the probe and a TMPDIR, and a spilled run in it stopped by `sig` once its
+/// spill folder exists: the folder, the probe, TMPDIR and the run's child (reaped or not).
+fn stopped_run(sig: i32) -> (tempfile::TempDir, PathBuf, PathBuf, PathBuf, Child) {
+    let t = tempfile::tempdir().unwrap();
+    let tmp = t.path().join("tmp");
+    std::fs::create_dir(&tmp).unwrap();
+    let p = probe(t.path());
+    let mut child = spawn(&p, &tmp, &t.path().join("stopped.json"));
+    let folder = wait_for_folder(&mut child, &tmp);
+    signal(&child, sig);
+    (t, p, tmp, folder, child)
+}
+
 #[test]
 fn an_interrupted_run_removes_its_spill_folder() {
-    let t = tempfile::tempdir().unwrap();
-    let (d, tmp) = (t.path(), t.path().join("tmp"));
-    std::fs::create_dir(&tmp).unwrap();
-    let p = probe(d);
-    let mut child = spawn(&p, &tmp, &d.join("r.json"));
-    let folder = wait_for_folder(&mut child, &tmp);
-    signal(&child, libc::SIGINT);
+    let (_t, _, tmp, folder, child) = stopped_run(libc::SIGINT);
     let out = child.wait_with_output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(130), "{stderr}");
@@ -89,17 +96,11 @@ fn an_interrupted_run_removes_its_spill_folder() {
 
 #[test]
 fn a_killed_runs_spill_folder_is_swept_by_the_next_spilled_run_and_said() {
-    let t = tempfile::tempdir().unwrap();
-    let (d, tmp) = (t.path(), t.path().join("tmp"));
-    std::fs::create_dir(&tmp).unwrap();
-    let p = probe(d);
-    let mut child = spawn(&p, &tmp, &d.join("killed.json"));
-    let left = wait_for_folder(&mut child, &tmp);
-    signal(&child, libc::SIGKILL);
+    let (t, p, tmp, left, mut child) = stopped_run(libc::SIGKILL);
     child.wait().unwrap();
     assert!(left.exists(), "SIGKILL cannot clean up: the folder stays until the next run");
 
-    let json = d.join("next.json");
+    let json = t.path().join("next.json");
     let out = spawn(&p, &tmp, &json).wait_with_output().unwrap();
     assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(!left.exists(), "{} was not swept", left.display());

@@ -147,8 +147,8 @@ fn apply(a: ArrayD<f32>, t: &Transform, what: &str) -> Result<ArrayD<f32>> {
 }
 
 /// A name map (the TOML text of `map_what`) checked against a dump's members (`npz_what`)
-/// and, for entries with a transform, their shapes (`shape_of`): every entry names a member,
-/// a canonical tap no other entry names, and a transform that fits. No data is read.
+/// and their shapes (`shape_of`): every entry names a member, a canonical tap no other entry
+/// names, and a transform that fits. No data is read.
 fn plan(
     text: &str,
     map_what: &str,
@@ -174,11 +174,13 @@ fn plan(
                 format!("points at nothing in {npz_what}; it holds: {}", have.join(", ")),
             ));
         }
+        // Every member's shape (its header, for a file): a damaged member is refused here.
+        let shape = shape_of(&theirs)?;
         let (key, transform) = match entry {
             MapEntry::Name(t) => (canonical_key(&t, default_phase, &what)?, None),
             MapEntry::Full(tr) => {
                 let key = canonical_key(&tr.tap, default_phase, &what)?;
-                transformed_shape(&shape_of(&theirs)?, &tr, &what)?;
+                transformed_shape(&shape, &tr, &what)?;
                 (key, Some(tr))
             }
         };
@@ -197,8 +199,14 @@ impl DumpBackend {
     pub fn open(name: &str, path: &Path, map: Option<&Path>) -> Result<Self> {
         let mut file = NpzFile::open(path)?;
         let members = file.keys();
+        // Every member's header is read now (by `plan`, or here without a map), so a damaged
+        // dump is refused at open (exit 2), not half-way through a run; the data is read when a
+        // run asks for it.
         let entries = match map {
             None => {
+                for k in &members {
+                    file.shape(k)?;
+                }
                 members.into_iter().map(|k| Entry { member: k.clone(), key: k, transform: None }).collect()
             }
             Some(m) => {
@@ -207,11 +215,6 @@ impl DumpBackend {
                 plan(&text, &map_what, &npz_what, &members, |k| file.shape(k))?
             }
         };
-        // Every member's header now, so a damaged dump is refused at open (exit 2), not
-        // half-way through a run; the data is read when a run asks for it.
-        for e in &entries {
-            file.shape(&e.member)?;
-        }
         Ok(DumpBackend { name: name.to_string(), path: path.to_path_buf(), file, entries })
     }
 
@@ -236,8 +239,10 @@ impl DumpBackend {
 
     /// The entries `taps` selects, in the dump's order.
     fn selected(&self, taps: &TapSelection) -> Vec<usize> {
-        let tap_of = |k: &str| k.split_once('/').map_or(k, |(_, t)| t).to_string();
-        (0..self.entries.len()).filter(|&i| taps.matches(&tap_of(&self.entries[i].key))).collect()
+        fn tap_of(k: &str) -> &str {
+            k.split_once('/').map_or(k, |(_, t)| t)
+        }
+        (0..self.entries.len()).filter(|&i| taps.matches(tap_of(&self.entries[i].key))).collect()
     }
 
     fn read(&mut self, i: usize) -> Result<ArrayD<f32>> {
