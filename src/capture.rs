@@ -1,20 +1,70 @@
 //! A capture: `PHASE/TAP` → f32 tensor, the plain data every backend produces and every
 //! comparison consumes. Stored as `.npz` (numpy's own format, so Python tools read it).
-//! The sinks the decoder hands tapped tensors to (none, memory, streaming npz) fill one.
+//!
+//! One read interface, [`Store`], whatever holds the bytes: a [`Capture`] in memory, or a
+//! [`CaptureFile`] whose arrays are read from the `.npz` one at a time when asked for. Compare,
+//! the logit lens and explain are written once over it; the caller picks where a run's capture
+//! lives ([`Place`]). The sinks the decoder hands tapped tensors to (none, memory, streaming
+//! npz) fill one.
 
 use crate::error::{AtomicFile, Error, Result};
-use crate::tap::{key_order, Phase, Tap, TapSelection};
+use crate::tap::{Key, Phase, Tap, TapSelection};
 use candle_core::Tensor;
 use ndarray::{ArrayD, IxDyn};
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 pub mod npz;
-pub mod source;
+
+/// A capture's taps by key, read one at a time: what every comparison reads.
+pub trait Store: Sync {
+    /// Every key, in execution order ([`Key`]'s order).
+    fn keys(&self) -> Vec<Key>;
+    fn contains(&self, key: &Key) -> bool;
+    /// The tap `key` (None when the capture does not hold it): borrowed from memory, or read
+    /// from the file now and dropped by the caller.
+    fn get(&self, key: &Key) -> Result<Option<Cow<'_, ArrayD<f32>>>>;
+    /// The `.npz` the capture is read from, when it is one.
+    fn file(&self) -> Option<&Path> {
+        None
+    }
+}
+
+/// The phases a capture holds, in run order.
+pub fn phases(store: &dyn Store) -> Vec<Phase> {
+    let mut p: Vec<Phase> = store.keys().iter().filter_map(Key::phase).collect();
+    p.dedup();
+    p
+}
+
+/// Write every tap of `store` to `to` (announced): a copy of the file when it already is one.
+pub fn save(store: &dyn Store, to: &Path) -> Result<()> {
+    match store.file() {
+        Some(from) if from == to => {
+            crate::error::announce(to);
+            Ok(())
+        }
+        Some(from) => {
+            std::fs::copy(from, to).map_err(|e| Error::io(to, e))?;
+            crate::error::announce(to);
+            Ok(())
+        }
+        None => {
+            let mut out = NpzOut::create(to)?;
+            for key in store.keys() {
+                if let Some(a) = store.get(&key)? {
+                    out.add(&key.to_string(), &a)?;
+                }
+            }
+            out.finish(true)
+        }
+    }
+}
 
 #[derive(Debug, Clone, Default)]
 pub struct Capture {
-    entries: BTreeMap<String, ArrayD<f32>>,
+    entries: BTreeMap<Key, ArrayD<f32>>,
 }
 
 pub fn tensor_to_array(t: &Tensor) -> Result<ArrayD<f32>> {
@@ -45,23 +95,23 @@ pub fn array_to_tensor(a: &ArrayD<f32>) -> Result<Tensor> {
 }
 
 impl Capture {
-    pub fn insert(&mut self, key: String, a: ArrayD<f32>) {
+    pub fn insert(&mut self, key: Key, a: ArrayD<f32>) {
         self.entries.insert(key, a);
     }
 
     pub fn put(&mut self, phase: Phase, tap: Tap, a: ArrayD<f32>) {
-        self.entries.insert(format!("{phase}/{tap}"), a);
+        self.entries.insert(Key::new(phase, tap), a);
     }
 
-    pub fn get_key(&self, key: &str) -> Option<&ArrayD<f32>> {
+    pub fn get(&self, key: &Key) -> Option<&ArrayD<f32>> {
         self.entries.get(key)
     }
 
-    pub fn get(&self, phase: Phase, tap: Tap) -> Option<&ArrayD<f32>> {
-        self.entries.get(&format!("{phase}/{tap}"))
+    pub fn at(&self, phase: Phase, tap: Tap) -> Option<&ArrayD<f32>> {
+        self.entries.get(&Key::new(phase, tap))
     }
 
-    pub fn remove_key(&mut self, key: &str) -> Option<ArrayD<f32>> {
+    pub fn remove(&mut self, key: &Key) -> Option<ArrayD<f32>> {
         self.entries.remove(key)
     }
 
@@ -74,25 +124,16 @@ impl Capture {
     }
 
     /// Keys in execution order (phase, then tap).
-    pub fn keys(&self) -> Vec<&str> {
-        let mut k: Vec<&str> = self.entries.keys().map(String::as_str).collect();
-        k.sort_by_cached_key(|k| key_order(k));
-        k
+    pub fn keys(&self) -> impl Iterator<Item = &Key> {
+        self.entries.keys()
     }
 
     /// Phases present, in run order.
     pub fn phases(&self) -> Vec<Phase> {
-        let mut p: Vec<Phase> = self
-            .entries
-            .keys()
-            .filter_map(|k| k.split_once('/').and_then(|(p, _)| Phase::parse(p)))
-            .collect();
-        p.sort();
-        p.dedup();
-        p
+        phases(self)
     }
 
-    pub fn iter(&self) -> impl Iterator<Item = (&String, &ArrayD<f32>)> {
+    pub fn iter(&self) -> impl Iterator<Item = (&Key, &ArrayD<f32>)> {
         self.entries.iter()
     }
 
@@ -112,8 +153,8 @@ impl Capture {
 
     fn write_npz_as(&self, path: &Path, announce: bool) -> Result<()> {
         let mut out = NpzOut::create(path)?;
-        for key in self.keys() {
-            out.add(key, &self.entries[key])?;
+        for (key, a) in &self.entries {
+            out.add(&key.to_string(), a)?;
         }
         out.finish(announce)
     }
@@ -122,13 +163,151 @@ impl Capture {
     /// other dtypes, damaged headers and truncated data are refused with the member named
     /// (see [`npz`]).
     pub fn read_npz(path: &Path) -> Result<Self> {
-        let mut f = npz::NpzFile::open(path)?;
+        let file = CaptureFile::open(path)?;
         let mut cap = Capture::default();
-        for key in f.keys() {
-            let arr = f.read(&key)?;
-            cap.entries.insert(key, arr);
+        for key in file.keys() {
+            if let Some(a) = file.get(&key)? {
+                cap.entries.insert(key, a.into_owned());
+            }
         }
         Ok(cap)
+    }
+}
+
+impl Store for Capture {
+    fn keys(&self) -> Vec<Key> {
+        self.entries.keys().cloned().collect()
+    }
+    fn contains(&self, key: &Key) -> bool {
+        self.entries.contains_key(key)
+    }
+    fn get(&self, key: &Key) -> Result<Option<Cow<'_, ArrayD<f32>>>> {
+        Ok(self.entries.get(key).map(Cow::Borrowed))
+    }
+}
+
+/// A capture in an `.npz`: its directory read at open, each array read when asked for, by
+/// as many threads at once as ask (each borrows a reader of its own from a small pool).
+pub struct CaptureFile {
+    path: PathBuf,
+    /// Key → the archive member that holds it.
+    members: BTreeMap<Key, String>,
+    readers: std::sync::Mutex<Vec<npz::NpzFile>>,
+    /// A temporary file, deleted when this is dropped.
+    _temporary: Option<tempfile::TempPath>,
+}
+
+impl CaptureFile {
+    pub fn open(path: &Path) -> Result<Self> {
+        let file = npz::NpzFile::open(path)?;
+        let members = file.keys().into_iter().map(|m| (Key::parse(&m), m)).collect();
+        Ok(CaptureFile {
+            path: path.to_path_buf(),
+            members,
+            readers: std::sync::Mutex::new(vec![file]),
+            _temporary: None,
+        })
+    }
+
+    /// A temporary `.npz`, deleted when the capture is dropped.
+    pub fn temporary(path: tempfile::TempPath) -> Result<Self> {
+        let mut c = CaptureFile::open(&path)?;
+        c._temporary = Some(path);
+        Ok(c)
+    }
+
+    /// The shape of `key` from its header (no data read).
+    pub fn shape(&self, key: &Key) -> Result<Option<Vec<usize>>> {
+        self.with_reader(key, |r, m| r.shape(m))
+    }
+
+    fn with_reader<T>(
+        &self,
+        key: &Key,
+        f: impl FnOnce(&mut npz::NpzFile, &str) -> Result<T>,
+    ) -> Result<Option<T>> {
+        let Some(member) = self.members.get(key) else { return Ok(None) };
+        let pooled = self.readers.lock().unwrap_or_else(|e| e.into_inner()).pop();
+        let mut reader = match pooled {
+            Some(r) => r,
+            None => npz::NpzFile::open(&self.path)?,
+        };
+        let out = f(&mut reader, member);
+        self.readers.lock().unwrap_or_else(|e| e.into_inner()).push(reader);
+        out.map(Some)
+    }
+}
+
+impl Store for CaptureFile {
+    fn keys(&self) -> Vec<Key> {
+        self.members.keys().cloned().collect()
+    }
+    fn contains(&self, key: &Key) -> bool {
+        self.members.contains_key(key)
+    }
+    fn get(&self, key: &Key) -> Result<Option<Cow<'_, ArrayD<f32>>>> {
+        Ok(self.with_reader(key, |r, m| r.read(m))?.map(Cow::Owned))
+    }
+    fn file(&self) -> Option<&Path> {
+        Some(&self.path)
+    }
+}
+
+/// Where a run's capture goes: kept in memory, streamed to the `.npz` at a path, or streamed
+/// to a temporary `.npz` in a folder (deleted when the capture is dropped).
+#[derive(Debug, Clone)]
+pub enum Place {
+    Memory,
+    File(PathBuf),
+    Temporary(PathBuf),
+}
+
+/// The sink a run at `place` fills, and how it becomes the run's [`Store`] once finished.
+pub enum PlaceSink {
+    Memory(MemorySink),
+    File(NpzSink, PathBuf, Option<tempfile::TempPath>),
+}
+
+impl PlaceSink {
+    pub fn create(place: &Place, taps: &TapSelection) -> Result<Self> {
+        Ok(match place {
+            Place::Memory => PlaceSink::Memory(MemorySink::new(taps.clone())),
+            Place::File(path) => {
+                PlaceSink::File(NpzSink::create(path, taps.clone())?.quiet(), path.clone(), None)
+            }
+            Place::Temporary(dir) => {
+                let temp = tempfile::Builder::new()
+                    .prefix("capture-")
+                    .suffix(".npz")
+                    .tempfile_in(dir)
+                    .map_err(|e| Error::io(dir, e))?
+                    .into_temp_path();
+                let path = temp.to_path_buf();
+                PlaceSink::File(NpzSink::create(&path, taps.clone())?.quiet(), path, Some(temp))
+            }
+        })
+    }
+
+    pub fn sink(&mut self) -> &mut dyn TapSink {
+        match self {
+            PlaceSink::Memory(m) => m,
+            PlaceSink::File(s, _, _) => s,
+        }
+    }
+
+    /// Close the file (what was written stays, whether the run finished or not) and open what
+    /// the run captured.
+    pub fn finish(self) -> Result<Box<dyn Store>> {
+        match self {
+            PlaceSink::Memory(m) => Ok(Box::new(m.capture)),
+            PlaceSink::File(mut s, path, temp) => {
+                s.finish()?;
+                match temp {
+                    Some(t) => Ok(Box::new(CaptureFile::temporary(t)?)),
+                    None => Ok(Box::new(CaptureFile::open(&path)?)),
+                }
+            }
+        }
     }
 }
 
@@ -136,6 +315,8 @@ impl Capture {
 pub trait TapSink {
     fn wants(&self, tap: Tap) -> bool;
     fn put(&mut self, phase: Phase, tap: Tap, t: &Tensor) -> Result<()>;
+    /// An array a backend read or received whole (a dump's member, a device's output).
+    fn put_array(&mut self, key: Key, a: ArrayD<f32>) -> Result<()>;
 }
 
 /// Records nothing.
@@ -146,6 +327,9 @@ impl TapSink for NoTaps {
         false
     }
     fn put(&mut self, _: Phase, _: Tap, _: &Tensor) -> Result<()> {
+        Ok(())
+    }
+    fn put_array(&mut self, _: Key, _: ArrayD<f32>) -> Result<()> {
         Ok(())
     }
 }
@@ -167,7 +351,11 @@ impl TapSink for MemorySink {
         tap.is_captured() && self.selection.matches(&tap.to_string())
     }
     fn put(&mut self, phase: Phase, tap: Tap, t: &Tensor) -> Result<()> {
-        self.capture.insert(format!("{phase}/{tap}"), tensor_to_array(t)?);
+        self.capture.put(phase, tap, tensor_to_array(t)?);
+        Ok(())
+    }
+    fn put_array(&mut self, key: Key, a: ArrayD<f32>) -> Result<()> {
+        self.capture.insert(key, a);
         Ok(())
     }
 }
@@ -232,14 +420,30 @@ pub struct NpzSink {
     path: PathBuf,
     writer: Option<Writer>,
     /// Taps not yet handed to the writer, and their bytes.
-    batch: Vec<(String, Tensor)>,
+    batch: Batch,
     batch_bytes: u64,
-    pub written: Vec<String>,
+    /// Taps handed to the sink so far.
+    pub written: usize,
     /// Say "wrote PATH" once in place (not for a spilled run's temporary files).
     announce: bool,
 }
 
-type Batch = Vec<(String, Tensor)>;
+/// A tap on its way to the file: a decoder's tensor (shared, not copied) or an array.
+enum Item {
+    Tensor(Tensor),
+    Array(ArrayD<f32>),
+}
+
+impl Item {
+    fn bytes(&self) -> u64 {
+        4 * match self {
+            Item::Tensor(t) => t.elem_count(),
+            Item::Array(a) => a.len(),
+        } as u64
+    }
+}
+
+type Batch = Vec<(String, Item)>;
 
 struct Writer {
     out: AtomicFile,
@@ -247,10 +451,6 @@ struct Writer {
     thread: std::thread::JoinHandle<Result<NpzFile>>,
     /// Bytes handed over and not yet written, and the signal that some were.
     pending: std::sync::Arc<(std::sync::Mutex<u64>, std::sync::Condvar)>,
-}
-
-fn bytes_of(t: &Tensor) -> u64 {
-    t.elem_count() as u64 * 4
 }
 
 impl NpzSink {
@@ -264,10 +464,13 @@ impl NpzSink {
             .name("npz-writer".into())
             .spawn(move || {
                 for batch in rx {
-                    let bytes: u64 = batch.iter().map(|(_, t)| bytes_of(t)).sum();
-                    let wrote = batch.iter().try_for_each(|(key, t)| {
-                        with_view(t, |arr| w.add_array(key.as_str(), &arr))?
-                            .map_err(|e| Error::input(file.clone(), format!("writing {key}: {e}")))
+                    let bytes: u64 = batch.iter().map(|(_, t)| t.bytes()).sum();
+                    let wrote = batch.iter().try_for_each(|(key, item)| {
+                        let added = match item {
+                            Item::Tensor(t) => with_view(t, |arr| w.add_array(key.as_str(), &arr))?,
+                            Item::Array(a) => w.add_array(key.as_str(), a),
+                        };
+                        added.map_err(|e| Error::input(file.clone(), format!("writing {key}: {e}")))
                     });
                     drop(batch);
                     let (lock, cv) = &*shared;
@@ -284,7 +487,7 @@ impl NpzSink {
             writer: Some(Writer { out, tx, thread, pending }),
             batch: Vec::new(),
             batch_bytes: 0,
-            written: Vec::new(),
+            written: 0,
             announce: true,
         })
     }
@@ -335,24 +538,32 @@ impl NpzSink {
     }
 }
 
-impl TapSink for NpzSink {
-    fn wants(&self, tap: Tap) -> bool {
-        tap.is_captured() && self.selection.matches(&tap.to_string())
-    }
-    fn put(&mut self, phase: Phase, tap: Tap, t: &Tensor) -> Result<()> {
+impl NpzSink {
+    fn push(&mut self, key: String, item: Item) -> Result<()> {
         if self.writer.is_none() {
             return Err(Error::usage("npz sink already finished"));
         }
-        let key = format!("{phase}/{tap}");
-        self.batch_bytes += bytes_of(t);
-        self.batch.push((key.clone(), t.clone()));
-        self.written.push(key);
+        self.batch_bytes += item.bytes();
+        self.batch.push((key, item));
+        self.written += 1;
         if self.batch_bytes >= BATCH && !self.hand_over() {
             // The writer stopped on an error: finish() joins it and returns that error.
             self.finish()?;
             return Err(Error::usage(format!("{}: the npz writer stopped", self.path.display())));
         }
         Ok(())
+    }
+}
+
+impl TapSink for NpzSink {
+    fn wants(&self, tap: Tap) -> bool {
+        tap.is_captured() && self.selection.matches(&tap.to_string())
+    }
+    fn put(&mut self, phase: Phase, tap: Tap, t: &Tensor) -> Result<()> {
+        self.push(Key::new(phase, tap).to_string(), Item::Tensor(t.clone()))
+    }
+    fn put_array(&mut self, key: Key, a: ArrayD<f32>) -> Result<()> {
+        self.push(key.to_string(), Item::Array(a))
     }
 }
 
@@ -379,8 +590,9 @@ mod tests {
         c.put(Phase::Decode(0), Tap::Embed, ArrayD::zeros(IxDyn(&[1, 4])));
         c.write_npz(&path).unwrap();
         let back = Capture::read_npz(&path).unwrap();
-        assert_eq!(back.keys(), vec!["prefill/logits", "decode.0/embed"]);
-        assert_eq!(back.get(Phase::Prefill, Tap::Logits), c.get(Phase::Prefill, Tap::Logits));
+        let keys: Vec<String> = back.keys().map(Key::to_string).collect();
+        assert_eq!(keys, vec!["prefill/logits", "decode.0/embed"]);
+        assert_eq!(back.at(Phase::Prefill, Tap::Logits), c.at(Phase::Prefill, Tap::Logits));
     }
 
     #[test]

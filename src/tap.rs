@@ -191,16 +191,171 @@ impl fmt::Display for Tap {
     }
 }
 
-/// Sort key for `PHASE/TAP` capture keys: phases in run order (prefill, prefill chunks,
-/// decode steps), taps in execution order; names hefprobe does not know go last, by name.
-pub fn key_order(key: &str) -> (u8, Option<Phase>, u8, Option<Tap>, String) {
-    match key.split_once('/') {
-        Some((p, t)) => {
-            let phase = Phase::parse(p);
-            let tap = Tap::parse(t);
-            (u8::from(phase.is_none()), phase, u8::from(tap.is_none()), tap, key.to_string())
+/// What a capture calls a tap: a canonical tap, or a name hefprobe does not know (a dump's
+/// own, kept as written). Canonical taps sort in execution order, before any other name.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum TapName {
+    Canonical(Tap),
+    Other(String),
+}
+
+impl TapName {
+    /// Canonical only when the name is spelled as hefprobe spells it (`layers.01.out` is
+    /// another name), so that a key read from a file is written back unchanged.
+    pub fn parse(s: &str) -> TapName {
+        match Tap::parse(s).filter(|t| t.to_string() == s) {
+            Some(t) => TapName::Canonical(t),
+            None => TapName::Other(s.to_string()),
         }
-        None => (2, None, 1, None, key.to_string()),
+    }
+
+    pub fn canonical(&self) -> Option<Tap> {
+        match self {
+            TapName::Canonical(t) => Some(*t),
+            TapName::Other(_) => None,
+        }
+    }
+
+    pub fn is(&self, tap: Tap) -> bool {
+        self.canonical() == Some(tap)
+    }
+
+    pub fn layer(&self) -> Option<usize> {
+        self.canonical().and_then(Tap::layer)
+    }
+}
+
+impl From<&str> for TapName {
+    fn from(s: &str) -> TapName {
+        TapName::parse(s)
+    }
+}
+
+impl From<Tap> for TapName {
+    fn from(t: Tap) -> Self {
+        TapName::Canonical(t)
+    }
+}
+
+impl fmt::Display for TapName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TapName::Canonical(t) => t.fmt(f),
+            TapName::Other(s) => f.write_str(s),
+        }
+    }
+}
+
+impl serde::Serialize for TapName {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+/// A capture key: `PHASE/TAP`, or (a recorded file's own naming) a name without a phase
+/// hefprobe reads, kept whole. Keys order as a run executes: phases in run order (prefill,
+/// prefill chunks, decode steps), taps in execution order within a phase; names without a
+/// known phase come last, by name.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Key {
+    Tap(Phase, TapName),
+    Other(String),
+}
+
+impl Key {
+    pub fn new(phase: Phase, tap: impl Into<TapName>) -> Key {
+        Key::Tap(phase, tap.into())
+    }
+
+    /// A key as an `.npz` or a map spells it.
+    pub fn parse(s: &str) -> Key {
+        let phase = |p: &str| Phase::parse(p).filter(|ph| ph.to_string() == p);
+        match s.split_once('/').and_then(|(p, t)| Some((phase(p)?, t))) {
+            Some((phase, tap)) => Key::Tap(phase, TapName::parse(tap)),
+            None => Key::Other(s.to_string()),
+        }
+    }
+
+    pub fn phase(&self) -> Option<Phase> {
+        match self {
+            Key::Tap(p, _) => Some(*p),
+            Key::Other(_) => None,
+        }
+    }
+
+    pub fn tap(&self) -> Option<&TapName> {
+        match self {
+            Key::Tap(_, t) => Some(t),
+            Key::Other(_) => None,
+        }
+    }
+
+    /// The canonical tap of a `PHASE/TAP` key.
+    pub fn canonical(&self) -> Option<(Phase, Tap)> {
+        match self {
+            Key::Tap(p, TapName::Canonical(t)) => Some((*p, *t)),
+            _ => None,
+        }
+    }
+
+    /// The tap part a selection glob is matched against: the tap of `PHASE/TAP`, else the
+    /// part after the first `/`, else the whole name.
+    pub fn tap_text(&self) -> String {
+        match self {
+            Key::Tap(_, t) => t.to_string(),
+            Key::Other(s) => s.split_once('/').map_or(s.as_str(), |(_, t)| t).to_string(),
+        }
+    }
+
+    /// The order of a name without a known phase: after every `PHASE/TAP` key; with a `/`,
+    /// by its canonical tap part if any, then by name; without one, last.
+    fn other_rank(s: &str) -> (u8, u8, Option<Tap>) {
+        match s.split_once('/') {
+            Some((_, t)) => {
+                let tap = Tap::parse(t);
+                (1, u8::from(tap.is_none()), tap)
+            }
+            None => (2, 1, None),
+        }
+    }
+}
+
+/// A key as written (`"prefill/logits"`), for callers that read names from text.
+impl From<&str> for Key {
+    fn from(s: &str) -> Key {
+        Key::parse(s)
+    }
+}
+
+impl Ord for Key {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        match (self, other) {
+            (Key::Tap(p, t), Key::Tap(q, u)) => (p, t).cmp(&(q, u)),
+            (Key::Tap(..), Key::Other(_)) => std::cmp::Ordering::Less,
+            (Key::Other(_), Key::Tap(..)) => std::cmp::Ordering::Greater,
+            (Key::Other(a), Key::Other(b)) => (Key::other_rank(a), a).cmp(&(Key::other_rank(b), b)),
+        }
+    }
+}
+
+impl PartialOrd for Key {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl fmt::Display for Key {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Key::Tap(p, t) => write!(f, "{p}/{t}"),
+            Key::Other(s) => f.write_str(s),
+        }
+    }
+}
+
+impl serde::Serialize for Key {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        s.collect_str(self)
     }
 }
 
@@ -240,6 +395,11 @@ impl TapSelection {
 
     pub fn matches(&self, tap: &str) -> bool {
         self.patterns.iter().any(|p| p.matches(tap))
+    }
+
+    /// Whether the key's tap part is selected (a key is matched by its tap, whatever its phase).
+    pub fn selects(&self, key: &Key) -> bool {
+        self.matches(&key.tap_text())
     }
 
     pub fn globs(&self) -> &[String] {
@@ -299,7 +459,7 @@ mod tests {
 
     #[test]
     fn keys_sort_in_execution_order() {
-        let mut keys = vec![
+        let mut keys: Vec<Key> = [
             "decode.0/logits",
             "prefill/logits",
             "decode.10/embed",
@@ -309,10 +469,15 @@ mod tests {
             "prefill/layers.2.attn_norm",
             "prefill/embed",
             "prefill/custom",
-        ];
-        keys.sort_by_key(|k| key_order(k));
+            "noslash",
+            "x/logits",
+            "x/custom",
+        ]
+        .map(Key::parse)
+        .to_vec();
+        keys.sort();
         assert_eq!(
-            keys,
+            keys.iter().map(Key::to_string).collect::<Vec<_>>(),
             vec![
                 "prefill/embed",
                 "prefill/layers.2.attn_norm",
@@ -323,6 +488,9 @@ mod tests {
                 "decode.0/logits",
                 "decode.2/embed",
                 "decode.10/embed",
+                "x/logits",
+                "x/custom",
+                "noslash",
             ]
         );
     }

@@ -3,10 +3,9 @@
 
 use assert_cmd::Command;
 use hefprobe::backend::decoder::DecoderBackend;
-use hefprobe::backend::Backend;
 use hefprobe::capture::Capture;
 use hefprobe::compare::thresholds::Thresholds;
-use hefprobe::compare::{compare, locate, View};
+use hefprobe::compare::{compare, locate, Settings, View};
 use hefprobe::fault::Fault;
 use hefprobe::model::hooks::{Hooks, StepCtx};
 use hefprobe::tap::{LayerTap, Tap, TapSelection};
@@ -39,7 +38,7 @@ fn compare_names_exactly_the_perturbed_tap_first() {
     let a = capture(t.path());
     let mut cap = Capture::read_npz(&a).unwrap();
     let key = "prefill/layers.1.attn.out";
-    let mut x = cap.get_key(key).unwrap().clone();
+    let mut x = cap.get(&key.into()).unwrap().clone();
     x.iter_mut().step_by(3).for_each(|v| *v += 0.5);
     cap.insert(key.into(), x);
     let b = t.path().join("perturbed.npz");
@@ -82,12 +81,12 @@ fn compare_through_a_name_map_equals_the_capture_it_was_made_from() {
     let t = tempfile::tempdir().unwrap();
     let a = capture(t.path());
     let cap = Capture::read_npz(&a).unwrap();
-    let logits = cap.get_key("prefill/logits").unwrap().clone();
+    let logits = cap.get(&"prefill/logits".into()).unwrap().clone();
     let mut dump = Capture::default();
     let nhwc =
         logits.clone().into_shape_with_order(ndarray::IxDyn(&[1, 1, logits.shape()[0], logits.shape()[1]]));
     dump.insert("net/output".into(), nhwc.unwrap());
-    dump.insert("net/block1".into(), cap.get_key("prefill/layers.1.out").unwrap().clone());
+    dump.insert("net/block1".into(), cap.get(&"prefill/layers.1.out".into()).unwrap().clone());
     let (dpath, map) = (t.path().join("dump.npz"), t.path().join("map.toml"));
     dump.write_npz_quiet(&dpath).unwrap();
     std::fs::write(
@@ -161,21 +160,35 @@ fn local_view_blames_the_perturbed_layer_alone() {
     let mut inputs = hefprobe::inputs::InputSet::new(vec![5, 9, 200, 31, 77]);
     inputs.decode = hefprobe::inputs::DecodeSpec::Forced(vec![12, 40]);
     let all = TapSelection::all();
-    let reference = DecoderBackend::reference(model).run(&inputs, &all).capture;
+    let reference =
+        hefprobe::backend::collect(&mut DecoderBackend::reference(model), &inputs, &all, None).capture;
     let mut emu = DecoderBackend::with_faults("perturbed", &ckpt, vec![Box::new(Perturb(0))]).unwrap();
-    let cumulative = emu.run(&inputs, &all).capture;
-    let local = emu.run_local(&inputs, &all, &reference).unwrap().capture;
+    let cumulative = hefprobe::backend::collect(&mut emu, &inputs, &all, None).capture;
+    let local = hefprobe::backend::collect(&mut emu, &inputs, &all, Some(&reference)).capture;
     let th = Thresholds::default();
-    let cum = compare(&reference, &cumulative, ("reference", "p"), View::Cumulative, &th);
-    let loc = compare(&reference, &local, ("reference", "p"), View::Local, &th);
+    let cum = compare(
+        &reference,
+        &cumulative,
+        ("reference", "p"),
+        &Settings { view: View::Cumulative, ..Settings::new(&th) },
+    )
+    .unwrap();
+    let loc = compare(
+        &reference,
+        &local,
+        ("reference", "p"),
+        &Settings { view: View::Local, ..Settings::new(&th) },
+    )
+    .unwrap();
     // Cumulative: layer 0's output and everything after it drifts.
-    assert_eq!(locate::locate(&cum)[0].tap, "layers.0.out");
+    assert_eq!(locate::locate(&cum)[0].tap.to_string(), "layers.0.out");
     for tap in ["layers.1.attn_norm", "layers.1.out", "final_norm", "logits"] {
-        assert!(cum.row(hefprobe::tap::Phase::Prefill, tap).unwrap().failed(), "{tap} drifts cumulatively");
+        let name = hefprobe::tap::TapName::parse(tap);
+        assert!(cum.row(hefprobe::tap::Phase::Prefill, &name).unwrap().failed(), "{tap} drifts cumulatively");
     }
     // Local: only layer 0 fails on its own.
     assert_eq!(locate::blamed_layers(&loc), vec![0]);
-    assert!(!loc.row(hefprobe::tap::Phase::Prefill, "logits").unwrap().failed());
+    assert!(!loc.row(hefprobe::tap::Phase::Prefill, &hefprobe::tap::Tap::Logits.into()).unwrap().failed());
 }
 
 #[test]
@@ -381,8 +394,8 @@ fn run_over_the_memory_budget_spills_captures_and_reports_the_same_figures() {
     for name in ["reference.npz", "device.npz"] {
         let (a, b) =
             (Capture::read_npz(&kept.join(name)).unwrap(), Capture::read_npz(&saved.join(name)).unwrap());
-        assert_eq!(a.keys(), b.keys(), "{name}");
-        assert!(a.iter().all(|(k, v)| b.get_key(k) == Some(v)), "{name}");
+        assert!(a.keys().eq(b.keys()), "{name}");
+        assert!(a.iter().all(|(k, v)| b.get(k) == Some(v)), "{name}");
     }
     assert_eq!(std::fs::read_dir(&kept).unwrap().count(), 2, "only the captures are kept");
     assert_eq!(std::fs::read_dir(&tmp).unwrap().count(), 0, "TMPDIR holds leftovers");

@@ -6,7 +6,6 @@ mod common;
 use common::{prompt, sim_backend as backend};
 use hefprobe::backend::decoder::DecoderBackend;
 use hefprobe::backend::hef::HefBackend;
-use hefprobe::backend::Backend;
 use hefprobe::capture::Capture;
 use hefprobe::compare::metrics;
 use hefprobe::device::driver::LlmDriver;
@@ -44,14 +43,18 @@ fn small() -> SynthHefOptions {
 /// Reference greedy run (prompt, decode steps) with logits at every phase.
 fn reference(ckpt: &Checkpoint, inputs: &InputSet) -> (Capture, Vec<u32>) {
     let model = Arc::new(Decoder::new(ckpt).unwrap());
-    let run =
-        DecoderBackend::reference(model).run(inputs, &TapSelection::parse(&["logits".to_string()]).unwrap());
+    let run = hefprobe::backend::collect(
+        &mut DecoderBackend::reference(model),
+        inputs,
+        &TapSelection::parse(&["logits".to_string()]).unwrap(),
+        None,
+    );
     assert!(run.error.is_none());
     (run.capture, run.record.decode_tokens)
 }
 
 fn last_row(c: &Capture, phase: Phase) -> Vec<f32> {
-    let a = c.get(phase, Tap::Logits).unwrap();
+    let a = c.at(phase, Tap::Logits).unwrap();
     let v = *a.shape().last().unwrap();
     a.iter().copied().skip(a.len() - v).collect()
 }
@@ -65,8 +68,7 @@ fn clean_hef_matches_the_reference_through_prefill_chunks_and_32_decode_steps() 
     let (reference, greedy) = reference(&ckpt, &inputs);
     inputs.decode = DecodeSpec::Forced(greedy.clone());
     let mut dev = backend(&h);
-    let mut cap = Capture::default();
-    dev.drive(&inputs, &mut cap, &mut Default::default()).unwrap();
+    let cap = common::drive(&mut dev, &inputs, &mut Default::default());
     assert_eq!(cap.phases().len(), 3 + 32, "three prefill chunks (8, 16, 16) and 32 decode steps");
     let mut steps = 0;
     for phase in cap.phases() {
@@ -86,9 +88,8 @@ fn clean_hef_matches_the_reference_through_prefill_chunks_and_32_decode_steps() 
     // Greedy on the device reproduces the reference's tokens up to the first step whose
     // reference top-1 margin is below 1e-3.
     inputs.decode = DecodeSpec::Greedy(32);
-    let mut own = Capture::default();
     let mut record = Default::default();
-    dev.drive(&inputs, &mut own, &mut record).unwrap();
+    common::drive(&mut dev, &inputs, &mut record);
     let tight = (0..32).find(|&k| {
         let l = last_row(&reference, if k == 0 { Phase::PrefillChunk(2) } else { Phase::Decode(k - 1) });
         metrics::logits_row(&l, &l).margin < 1e-3
@@ -109,8 +110,7 @@ fn cache_layout_fault_drifts_only_in_decode_and_parity_names_the_cache() {
     let (reference, greedy) = reference(&ckpt, &inputs);
     inputs.decode = DecodeSpec::Forced(greedy);
     let mut dev = backend(&h);
-    let mut cap = Capture::default();
-    dev.drive(&inputs, &mut cap, &mut Default::default()).unwrap();
+    let cap = common::drive(&mut dev, &inputs, &mut Default::default());
     for phase in cap.phases() {
         let c = metrics::basic(&last_row(&reference, phase), &last_row(&cap, phase), None).cosine;
         if phase.is_decode() {
@@ -146,8 +146,7 @@ fn base_scope_hef_runs_prefill_for_every_step() {
     inputs.decode = DecodeSpec::Forced(greedy);
     let mut dev = backend(&h);
     assert!(!dev.driver.has_tbt());
-    let mut cap = Capture::default();
-    dev.drive(&inputs, &mut cap, &mut Default::default()).unwrap();
+    let cap = common::drive(&mut dev, &inputs, &mut Default::default());
     for phase in cap.phases() {
         let c = metrics::basic(&last_row(&reference, phase), &last_row(&cap, phase), None).cosine;
         assert!(c >= 0.999, "{phase}: {c}");
@@ -313,7 +312,7 @@ fn backend_h10(h: &Hef) -> HefBackend {
             .unwrap(),
     );
     let driver = LlmDriver::open(dev.as_mut(), h, "sim.hef").unwrap();
-    HefBackend::from_parts("device", dev, driver)
+    HefBackend::from_parts("device", dev, driver, h.clone())
 }
 
 #[test]

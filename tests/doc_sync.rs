@@ -295,7 +295,7 @@ fn hidden_size_sweep_report_keeps_its_structure_and_its_hidden_64_figures() {
 
     let mut narrowed = probe.clone();
     narrowed.sweep.as_mut().unwrap().hidden = vec![64];
-    let points = hefprobe::probe::sweep::run_sweep(&narrowed, |_| {}).unwrap();
+    let points = hefprobe::probe::sweep::run_sweep(&narrowed, None, |_| {}).unwrap();
     let fresh =
         hefprobe::probe::sweep::doc(&narrowed, &points, command, Some("hidden-size-sweep.svg")).markdown();
     let fresh_rows: Vec<&str> = fresh.lines().filter(|l| l.starts_with("| hidden=64 |")).collect();

@@ -159,7 +159,7 @@ fn compare_exits_0_1_or_2() {
         .code(0);
     hefprobe().arg("compare").arg(&a).arg(&a).assert().code(0);
     let mut cap = Capture::read_npz(&a).unwrap();
-    let mut x = cap.get_key("prefill/logits").unwrap().clone();
+    let mut x = cap.get(&"prefill/logits".into()).unwrap().clone();
     x.iter_mut().for_each(|v| *v = -*v);
     cap.insert("prefill/logits".into(), x);
     let b = t.path().join("b.npz");

@@ -2,9 +2,8 @@
 //! first by `explain` among the whole catalog (ties only with faults identical on the input).
 
 use hefprobe::backend::decoder::DecoderBackend;
-use hefprobe::backend::Backend;
 use hefprobe::explain::matrix::{matrix_model, run_case, CASES};
-use hefprobe::explain::rank::explain;
+use hefprobe::explain::rank::{explain, Setting};
 use hefprobe::explain::ExplainSpec;
 use hefprobe::tap::TapSelection;
 
@@ -37,28 +36,42 @@ fn faults_indistinguishable_from_a_clean_run_are_never_claimed() {
     inputs.chunk = Some(4);
     let model = std::sync::Arc::new(hefprobe::model::Decoder::new(&ckpt).unwrap());
     let logits = TapSelection::parse(&["logits".to_string()]).unwrap();
-    let reference = DecoderBackend::reference(model.clone()).run(&inputs, &logits).capture;
+    let reference =
+        hefprobe::backend::collect(&mut DecoderBackend::reference(model.clone()), &inputs, &logits, None)
+            .capture;
     // Shifting every position (from the first chunk on) changes nothing under RoPE.
     let disguised = "position-shift:3,from=chunk0";
     let observed = DecoderBackend::emulator("obs", &ckpt, &[disguised.to_string()], None)
+        .map(|mut e| hefprobe::backend::collect(&mut e, &inputs, &logits, None))
         .unwrap()
-        .run(&inputs, &logits)
         .capture;
     let spec = ExplainSpec {
         faults: Some(vec![disguised.into(), "shared-softmax".into(), "position-shift:1".into()]),
         ..Default::default()
     };
-    let report = explain(&ckpt, &model, &inputs, &reference, "obs", &observed, &spec).unwrap();
+    let report = explain(
+        &Setting { ckpt: &ckpt, inputs: &inputs, scratch: None },
+        &reference,
+        ("obs", &observed),
+        &spec,
+    )
+    .unwrap();
     assert!(report.conclusion.contains("matches the clean reference"), "{}", report.conclusion);
     let row = report.rows.iter().find(|r| r.fault == disguised).expect("ranked");
     assert_eq!(row.note.as_deref(), Some("indistinguishable from a clean run on these inputs"));
 
     // Against a real fault, the disguised one is still labelled, and the real one wins.
     let observed = DecoderBackend::emulator("obs", &ckpt, &["position-shift:1".to_string()], None)
+        .map(|mut e| hefprobe::backend::collect(&mut e, &inputs, &logits, None))
         .unwrap()
-        .run(&inputs, &logits)
         .capture;
-    let report = explain(&ckpt, &model, &inputs, &reference, "obs", &observed, &spec).unwrap();
+    let report = explain(
+        &Setting { ckpt: &ckpt, inputs: &inputs, scratch: None },
+        &reference,
+        ("obs", &observed),
+        &spec,
+    )
+    .unwrap();
     assert_eq!(report.rows[0].fault, "position-shift:1", "{:?}", report.rows);
     assert!(report.conclusion.starts_with("best explanation: position-shift:1"), "{}", report.conclusion);
     let row = report.rows.iter().find(|r| r.fault == disguised).expect("ranked");
@@ -71,20 +84,28 @@ fn nothing_in_the_catalog_is_said_plainly() {
     let (ckpt, inputs) = matrix_model().unwrap();
     let model = std::sync::Arc::new(hefprobe::model::Decoder::new(&ckpt).unwrap());
     let logits = TapSelection::parse(&["logits".to_string()]).unwrap();
-    let reference = DecoderBackend::reference(model.clone()).run(&inputs, &logits).capture;
+    let reference =
+        hefprobe::backend::collect(&mut DecoderBackend::reference(model.clone()), &inputs, &logits, None)
+            .capture;
     let mut observed = hefprobe::capture::Capture::default();
     for key in reference.keys() {
-        let mut a = reference.get_key(key).unwrap().clone();
+        let mut a = reference.get(key).unwrap().clone();
         for (i, v) in a.iter_mut().enumerate() {
             *v += ((i * 7919 % 101) as f32 - 50.0) * 0.05;
         }
-        observed.insert(key.to_string(), a);
+        observed.insert(key.clone(), a);
     }
     let spec = ExplainSpec {
         faults: Some(vec!["shared-softmax".into(), "no-lm-head".into()]),
         ..Default::default()
     };
-    let report = explain(&ckpt, &model, &inputs, &reference, "noisy", &observed, &spec).unwrap();
+    let report = explain(
+        &Setting { ckpt: &ckpt, inputs: &inputs, scratch: None },
+        &reference,
+        ("noisy", &observed),
+        &spec,
+    )
+    .unwrap();
     assert!(report.conclusion.starts_with("nothing in the catalog explains"), "{}", report.conclusion);
 }
 
@@ -93,10 +114,18 @@ fn three_way_attribution_splits_drift_into_what_quantization_explains() {
     let (ckpt, inputs) = matrix_model().unwrap();
     let model = std::sync::Arc::new(hefprobe::model::Decoder::new(&ckpt).unwrap());
     let logits = TapSelection::parse(&["logits".to_string()]).unwrap();
-    let reference = DecoderBackend::reference(model.clone()).run(&inputs, &logits).capture;
+    let reference =
+        hefprobe::backend::collect(&mut DecoderBackend::reference(model.clone()), &inputs, &logits, None)
+            .capture;
     let observe = |faults: &[&str]| {
         let specs: Vec<String> = faults.iter().map(|s| s.to_string()).collect();
-        DecoderBackend::emulator("obs", &ckpt, &specs, None).unwrap().run(&inputs, &logits).capture
+        hefprobe::backend::collect(
+            &mut DecoderBackend::emulator("obs", &ckpt, &specs, None).unwrap(),
+            &inputs,
+            &logits,
+            None,
+        )
+        .capture
     };
     let spec = ExplainSpec {
         faults: Some(vec!["no-lm-head".into()]),
@@ -105,7 +134,13 @@ fn three_way_attribution_splits_drift_into_what_quantization_explains() {
     };
     // Observed = exactly the quantization hypothesis: it explains all of the drift.
     let quantized = observe(&["quant:w4a8"]);
-    let report = explain(&ckpt, &model, &inputs, &reference, "obs", &quantized, &spec).unwrap();
+    let report = explain(
+        &Setting { ckpt: &ckpt, inputs: &inputs, scratch: None },
+        &reference,
+        ("obs", &quantized),
+        &spec,
+    )
+    .unwrap();
     assert_eq!(report.attribution.len(), 4, "prefill and 3 decode steps");
     for a in &report.attribution {
         assert!(a.reference_vs_observed < 0.9999 && a.quant_vs_observed > 1.0 - 1e-9, "{a:?}");
@@ -113,6 +148,8 @@ fn three_way_attribution_splits_drift_into_what_quantization_explains() {
     }
     // Observed = quantization plus a softmax shared across heads: quantization explains little.
     let both = observe(&["quant:w4a8", "shared-softmax"]);
-    let report = explain(&ckpt, &model, &inputs, &reference, "obs", &both, &spec).unwrap();
+    let report =
+        explain(&Setting { ckpt: &ckpt, inputs: &inputs, scratch: None }, &reference, ("obs", &both), &spec)
+            .unwrap();
     assert!(report.attribution.iter().all(|a| a.explained < 0.5), "{:?}", report.attribution);
 }

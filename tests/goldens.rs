@@ -36,8 +36,8 @@ fn check(golden: &Capture, ours: &Capture) -> Vec<String> {
     let mut failures = Vec::new();
     let (mut worst_cos, mut worst_ratio) = (1f64, 0f64);
     for key in golden.keys() {
-        let g = golden.get_key(key).unwrap();
-        let Some(o) = ours.get_key(key) else {
+        let g = golden.get(key).unwrap();
+        let Some(o) = ours.get(key) else {
             failures.push(format!("{key}: missing from our capture"));
             continue;
         };
@@ -60,8 +60,8 @@ fn check(golden: &Capture, ours: &Capture) -> Vec<String> {
         if m.max_abs > tol {
             failures.push(format!("{key}: max |diff| {:.3e} > {tol:.3e}", m.max_abs));
         }
-        if key.ends_with("/logits") {
-            let vocab = *ours.get_key(key).unwrap().shape().last().unwrap();
+        if key.tap().is_some_and(|t| t.is(hefprobe::tap::Tap::Logits)) {
+            let vocab = *ours.get(key).unwrap().shape().last().unwrap();
             for (t, (gr, or)) in g.chunks(vocab).zip(o.chunks(vocab)).enumerate() {
                 let row = metrics::logits_row(gr, or);
                 if row.margin > 1e-4 && row.argmax_ref != row.argmax_cand {
@@ -122,9 +122,9 @@ fn the_golden_check_catches_a_perturbed_tap() {
     let golden = Capture::read_npz(&dir.join("golden.npz")).unwrap();
     let mut ours = golden.clone();
     let key = "prefill/logits";
-    let mut a = ours.get_key(key).unwrap().clone();
+    let mut a = ours.get(&key.into()).unwrap().clone();
     a.as_slice_mut().unwrap()[3] += 1e-3;
-    ours.insert(key.to_string(), a);
+    ours.insert(key.into(), a);
     let f = check(&golden, &ours);
     assert!(f.iter().any(|f| f.contains("prefill/logits") && f.contains("max |diff|")), "{f:?}");
     assert_eq!(check(&golden, &golden), Vec::<String>::new());

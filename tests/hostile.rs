@@ -369,7 +369,7 @@ fn explain_refuses_to_rank_a_non_finite_observation() {
     hefprobe().arg("run").arg(&p).arg("--save-captures").arg(&caps).arg("--no-explain").assert().code(0);
     let mut cap = Capture::read_npz(&caps.join("device.npz")).unwrap();
     let key = "prefill/layers.1.attn.out";
-    let mut x = cap.get_key(key).unwrap().clone();
+    let mut x = cap.get(&key.into()).unwrap().clone();
     x.iter_mut().for_each(|v| *v = f32::NAN);
     cap.insert(key.into(), x);
     let observed = t.path().join("nan.npz");

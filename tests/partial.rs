@@ -2,7 +2,6 @@
 //! failure, and the streamed npz is closed and readable.
 
 use hefprobe::backend::decoder::DecoderBackend;
-use hefprobe::backend::Backend;
 use hefprobe::capture::Capture;
 use hefprobe::capture::NpzSink;
 use hefprobe::error::Error;
@@ -55,7 +54,7 @@ fn setup() -> (hefprobe::model::Checkpoint, InputSet) {
 fn backend_keeps_the_phases_before_a_failure() {
     let (ckpt, inputs) = setup();
     let mut b = DecoderBackend::with_faults("x", &ckpt, vec![Box::new(FailAt(Phase::Decode(1)))]).unwrap();
-    let run = b.run(&inputs, &TapSelection::all());
+    let run = hefprobe::backend::collect(&mut b, &inputs, &TapSelection::all(), None);
     let e = run.error.expect("the run fails").to_string();
     assert!(e.contains("simulated failure at decode.1"), "{e}");
     assert_eq!(run.capture.phases(), vec![Phase::Prefill, Phase::Decode(0)]);
@@ -76,5 +75,5 @@ fn streamed_capture_is_readable_after_a_failure() {
     sink.finish().unwrap();
     let cap = Capture::read_npz(&path).unwrap();
     assert_eq!(cap.phases(), vec![Phase::Prefill, Phase::Decode(0), Phase::Decode(1)]);
-    assert!(cap.get(Phase::Decode(1), Tap::Logits).is_some());
+    assert!(cap.at(Phase::Decode(1), Tap::Logits).is_some());
 }

@@ -68,8 +68,8 @@ fn check(golden: &Capture, ours: &Capture, label: &str) -> Vec<String> {
     let mut failures = Vec::new();
     let (mut worst_cos, mut worst_key, mut worst_abs) = (1f64, String::new(), 0f64);
     for key in golden.keys() {
-        let g = golden.get_key(key).unwrap();
-        let Some(o) = ours.get_key(key) else {
+        let g = golden.get(key).unwrap();
+        let Some(o) = ours.get(key) else {
             failures.push(format!("{label} {key}: missing from our capture"));
             continue;
         };
@@ -89,8 +89,8 @@ fn check(golden: &Capture, ours: &Capture, label: &str) -> Vec<String> {
         if m.cosine < 0.999999 {
             failures.push(format!("{label} {key}: cosine {:.9}", m.cosine));
         }
-        if key.ends_with("/logits") {
-            let vocab = *ours.get_key(key).unwrap().shape().last().unwrap();
+        if key.tap().is_some_and(|t| t.is(hefprobe::tap::Tap::Logits)) {
+            let vocab = *ours.get(key).unwrap().shape().last().unwrap();
             for (t, (gr, or)) in g.chunks(vocab).zip(o.chunks(vocab)).enumerate() {
                 let row = metrics::logits_row(gr, or);
                 if row.margin > 1e-4 && row.argmax_ref != row.argmax_cand {
@@ -188,7 +188,7 @@ fn greedy_continuation_equals_hfs_generate_token_for_token() {
     assert_eq!(record.decode_tokens, want, "greedy continuation differs from HF's generate");
 
     // The prompt's last-position logits: HF's top-10 ids in order, values to 1e-4 relative.
-    let logits = sink.capture.get_key("prefill/logits").unwrap();
+    let logits = sink.capture.get(&"prefill/logits".into()).unwrap();
     let vocab = *logits.shape().last().unwrap();
     let last = &logits.as_slice().unwrap()[logits.len() - vocab..];
     let mut order: Vec<usize> = (0..vocab).collect();
@@ -240,17 +240,18 @@ fn every_probe_runs_on_the_real_model_and_explains_its_planted_fault() {
         let name = path.file_name().unwrap().to_string_lossy().to_string();
         let probe = Probe::load(&path).unwrap();
         let t0 = std::time::Instant::now();
-        if probe.sweep.is_some() {
-            let probe = probe.with_checkpoint(&gguf());
-            let points = hefprobe::probe::sweep::run_sweep(&probe, |_| {}).unwrap();
-            let settings = probe.sweep.as_ref().unwrap().quant.len().max(1);
+        if let Some(sweep) = &probe.sweep {
+            let ckpt = hefprobe::model::CheckpointRef::path(&gguf());
+            let points = hefprobe::probe::sweep::run_sweep(&probe, Some(&ckpt), |_| {}).unwrap();
+            let settings = sweep.quant.len().max(1);
             if points.len() != settings || points.iter().any(|p| !p.logits_cosine.is_finite()) {
                 failures.push(format!("{name}: {} sweep points, expected {settings} finite", points.len()));
             }
             eprintln!("  {name}: sweep of {} points in {:.0?}", points.len(), t0.elapsed());
             continue;
         }
-        let opts = RunOptions { checkpoint: Some(gguf()), ..Default::default() };
+        let mut opts = RunOptions::default();
+        opts.probe.checkpoint = Some(hefprobe::model::CheckpointRef::path(&gguf()));
         let run = run_probe(&probe, &opts).unwrap_or_else(|e| panic!("{name}: {e}"));
         assert!(run.report.checkpoint.as_ref().unwrap().source.contains("Q4_1 dequantized"));
         if run.report.located[0].is_empty() {

@@ -3,7 +3,7 @@
 use hefprobe::capture::Capture;
 use hefprobe::compare::lens::LensRow;
 use hefprobe::compare::thresholds::Thresholds;
-use hefprobe::compare::{compare, View};
+use hefprobe::compare::{compare, Settings, View};
 use hefprobe::report::{
     json, markdown, terminal, CheckpointInfo, ExplainReport, ExplainRow, InputInfo, ProbeInfo, Report,
 };
@@ -55,7 +55,7 @@ fn fixed_report() -> Report {
             ("layers.1.out", arr(&[t, 4], |i| base(i + 2))),
             ("logits", arr(&[t, 5], |i| base(i + 3) * 2.0)),
         ] {
-            r.insert(format!("{phase}/{tap}"), a.clone());
+            r.insert(format!("{phase}/{tap}").as_str().into(), a.clone());
             let mut b = a.clone();
             match tap {
                 "layers.1.attn.probs" => b.mapv_inplace(|x| x * 0.5),
@@ -64,7 +64,7 @@ fn fixed_report() -> Report {
                 }
                 _ => {}
             }
-            c.insert(format!("{phase}/{tap}"), b);
+            c.insert(format!("{phase}/{tap}").as_str().into(), b);
         }
     }
     c.insert("prefill/dump_only".into(), arr(&[1], |_| 1.0));
@@ -97,12 +97,18 @@ fn fixed_report() -> Report {
         decode_tokens: vec![4],
     });
     let th = Thresholds::default();
-    report.add_comparison(compare(&r, &c, ("reference", "device"), View::Cumulative, &th));
+    report.add_comparison(
+        compare(&r, &c, ("reference", "device"), &Settings { view: View::Cumulative, ..Settings::new(&th) })
+            .unwrap(),
+    );
     let mut local = c.clone();
     for k in ["prefill/layers.1.out", "decode.0/layers.1.out", "prefill/logits", "decode.0/logits"] {
-        local.insert(k.into(), r.get_key(k).unwrap().clone());
+        local.insert(k.into(), r.get(&k.into()).unwrap().clone());
     }
-    report.add_comparison(compare(&r, &local, ("reference", "device"), View::Local, &th));
+    report.add_comparison(
+        compare(&r, &local, ("reference", "device"), &Settings { view: View::Local, ..Settings::new(&th) })
+            .unwrap(),
+    );
     report.blame.push(("device".into(), vec![1]));
     report.lens.push((
         "device".into(),
@@ -163,7 +169,7 @@ fn svg_snapshot() {
 fn the_fixed_comparison_locates_layer_1_probs() {
     let r = fixed_report();
     let first = &r.located[0][0];
-    assert_eq!((first.phase, first.tap.as_str()), (Phase::Prefill, "layers.1.attn.probs"));
+    assert_eq!((first.phase, first.tap.to_string().as_str()), (Phase::Prefill, "layers.1.attn.probs"));
     assert!(first.sentence.contains("per-head sums ≠ 1"), "{}", first.sentence);
-    assert!(r.comparisons[0].rows.iter().any(|row| row.tap == "dump_only" && !row.checked()));
+    assert!(r.comparisons[0].rows.iter().any(|row| row.tap == "dump_only".into() && !row.checked()));
 }

@@ -122,14 +122,15 @@ fn a_prefill_chunk_that_crosses_kv_cache_size_is_sent_as_genai_sends_it() {
 }
 
 fn last_row(c: &Capture, phase: Phase) -> Vec<f32> {
-    let a = c.get(phase, Tap::Logits).unwrap();
+    let a = c.at(phase, Tap::Logits).unwrap();
     let v = *a.shape().last().unwrap();
     a.iter().copied().skip(a.len() - v).collect()
 }
 
 fn run_reference(model: Decoder, inputs: &InputSet) -> (Capture, Vec<u32>) {
     let taps = TapSelection::parse(&["logits".to_string()]).unwrap();
-    let run = DecoderBackend::reference(Arc::new(model)).run(inputs, &taps);
+    let run =
+        hefprobe::backend::collect(&mut DecoderBackend::reference(Arc::new(model)), inputs, &taps, None);
     assert!(run.error.is_none());
     (run.capture, run.record.decode_tokens)
 }
@@ -159,8 +160,7 @@ fn a_clean_hef_past_its_cache_agrees_with_the_windowed_reference_and_not_the_ful
     let note = dev.reference_window(&inputs).expect("48 tokens exceed 32").1;
     assert!(note.contains("conversation of 48 tokens exceeds the HEF's kv_cache_size 32"), "{note}");
     assert!(!note.contains("prefill frame"), "every frame past the limit is a tbt step: {note}");
-    let mut cap = Capture::default();
-    dev.drive(&inputs, &mut cap, &mut Default::default()).unwrap();
+    let cap = common::drive(&mut dev, &inputs, &mut Default::default());
     let with_window = cosines(&cap, &win_ref);
     let without = cosines(&cap, &full_ref);
     for ((phase, w), (_, f)) in with_window.iter().zip(&without) {
@@ -254,8 +254,7 @@ fn prefill_frames_past_the_limit_are_named_in_the_note_and_measured() {
         let note = dev.reference_window(&inputs).unwrap().1;
         let frames = if tbt { 1 } else { 9 };
         assert!(note.contains(&format!("; {frames} prefill frame(s) of 8 rows ran past it")), "{note}");
-        let mut cap = Capture::default();
-        dev.drive(&inputs, &mut cap, &mut Default::default()).unwrap();
+        let cap = common::drive(&mut dev, &inputs, &mut Default::default());
         let all = cosines(&cap, &win_ref);
         for (phase, c) in &all {
             eprintln!("tbt {tbt}, {phase}: cosine with the windowed reference {c:.6}");

@@ -26,7 +26,7 @@ generate = 6
 fn sweep_runs_every_point_and_orders_quant_hypotheses() {
     let probe = Probe::parse(PROBE, Path::new("tiny.toml")).unwrap();
     let mut seen = Vec::new();
-    let points = run_sweep(&probe, |l| seen.push(l.to_string())).unwrap();
+    let points = run_sweep(&probe, None, |l| seen.push(l.to_string())).unwrap();
     assert_eq!(points.len(), 4);
     assert_eq!(seen.len(), 4);
     for h in [64, 128] {
@@ -43,7 +43,7 @@ fn sweep_runs_every_point_and_orders_quant_hypotheses() {
 fn sweep_without_a_grid_is_a_clear_error() {
     let text = PROBE.split("[sweep]").next().unwrap();
     let probe = Probe::parse(text, Path::new("tiny.toml")).unwrap();
-    let e = run_sweep(&probe, |_| {}).unwrap_err().to_string();
+    let e = run_sweep(&probe, None, |_| {}).unwrap_err().to_string();
     assert!(e.contains("no [sweep] section"), "{e}");
 }
 
@@ -57,7 +57,7 @@ fn base_scope_regenerates_without_the_cache_and_matches_kv_where_it_must() {
         "quant = [\"w8\", \"w8a8,granularity=channel\", \"w8a8,keep=2\"]\nscope = [\"kv\", \"base\"]",
     );
     let probe = Probe::parse(&text, Path::new("tiny.toml")).unwrap();
-    let points = run_sweep(&probe, |_| {}).unwrap();
+    let points = run_sweep(&probe, None, |_| {}).unwrap();
     assert_eq!(points.len(), 6);
     let at =
         |s: &str, scope: &str| points.iter().find(|p| p.scope == scope && p.setting.starts_with(s)).unwrap();

@@ -22,7 +22,7 @@ fn exercise(text: &str) {
     if p.checkpoint.synth.is_none() {
         return;
     }
-    let Ok(spec) = hefprobe::probe::run::synth_spec(&p.checkpoint) else { return };
+    let Ok(spec) = p.checkpoint.synth_spec() else { return };
     let Ok(cfg) = spec.config() else { return };
     let layers = cfg.num_layers.min(64);
     let _ = thresholds.check_globs(&tap_names(layers), layers);

@@ -2,8 +2,8 @@
 //! reference) and, for the local view, overrides.
 
 use super::overrides::Overrides;
-use super::{Backend, BackendRun, Capabilities, FileRun};
-use crate::capture::{Capture, MemorySink, NpzSink, TapSink};
+use super::{Backend, Capabilities, Ran};
+use crate::capture::{Store, TapSink};
 use crate::error::Result;
 use crate::fault::Fault;
 use crate::inputs::InputSet;
@@ -11,7 +11,6 @@ use crate::model::hooks::{HookStack, Hooks};
 use crate::model::run::{run_inputs, RunRecord};
 use crate::model::{Checkpoint, Decoder};
 use crate::tap::TapSelection;
-use std::path::Path;
 use std::sync::Arc;
 
 pub struct DecoderBackend {
@@ -55,42 +54,15 @@ impl DecoderBackend {
         &self.model
     }
 
-    fn run_with(&self, inputs: &InputSet, taps: &TapSelection, overrides: Option<&Capture>) -> BackendRun {
-        let mut sink = MemorySink::new(taps.clone());
-        let (record, error) = self.run_into(inputs, &mut sink, overrides);
-        BackendRun { capture: sink.capture, record, error }
-    }
-
-    /// The run with each tap written to the `.npz` at `path` as it is produced (one tap in
-    /// memory at a time beyond the decoder's own tensors). The file is closed and put in
-    /// place (quietly: the caller says where captures went) whether the run finished or not.
-    fn run_file(
-        &self,
-        inputs: &InputSet,
-        taps: &TapSelection,
-        overrides: Option<&Capture>,
-        path: &Path,
-    ) -> Result<FileRun> {
-        let mut sink = NpzSink::create(path, taps.clone())?.quiet();
-        let (record, error) = self.run_into(inputs, &mut sink, overrides);
-        sink.finish()?;
-        Ok(FileRun { record, error })
-    }
-
-    fn run_into(
-        &self,
-        inputs: &InputSet,
-        sink: &mut dyn TapSink,
-        overrides: Option<&Capture>,
-    ) -> (RunRecord, Option<crate::error::Error>) {
+    fn run_into(&self, inputs: &InputSet, sink: &mut dyn TapSink, feed: Option<&dyn Store>) -> Ran {
         let mut record = RunRecord::default();
         for f in &self.faults {
             if let Err(error) = f.prepare(&self.model, std::slice::from_ref(inputs)) {
-                return (record, Some(error));
+                return Ran { record, error: Some(error) };
             }
         }
         let mut fault_hooks: Vec<Box<dyn Hooks + '_>> = self.faults.iter().map(|f| f.hooks()).collect();
-        let mut ov = overrides.map(|reference| Overrides { reference });
+        let mut ov = feed.map(|reference| Overrides { reference });
         let mut stack = HookStack::default();
         if let Some(o) = ov.as_mut() {
             stack.hooks.push(o);
@@ -99,7 +71,7 @@ impl DecoderBackend {
             stack.hooks.push(h.as_mut());
         }
         let error = run_inputs(&self.model, inputs, sink, &mut stack, &mut record).err();
-        (record, error)
+        Ran { record, error }
     }
 }
 
@@ -112,30 +84,13 @@ impl Backend for DecoderBackend {
         Capabilities { all_taps: true, overrides: true }
     }
 
-    fn run(&mut self, inputs: &InputSet, taps: &TapSelection) -> BackendRun {
-        self.run_with(inputs, taps, None)
-    }
-
-    fn run_local(
+    fn run(
         &mut self,
         inputs: &InputSet,
-        taps: &TapSelection,
-        reference: &Capture,
-    ) -> Option<BackendRun> {
-        Some(self.run_with(inputs, taps, Some(reference)))
-    }
-
-    fn run_to_file(&mut self, inputs: &InputSet, taps: &TapSelection, path: &Path) -> Result<FileRun> {
-        self.run_file(inputs, taps, None, path)
-    }
-
-    fn run_local_to_file(
-        &mut self,
-        inputs: &InputSet,
-        taps: &TapSelection,
-        reference: &Capture,
-        path: &Path,
-    ) -> Option<Result<FileRun>> {
-        Some(self.run_file(inputs, taps, Some(reference), path))
+        _taps: &TapSelection,
+        feed: Option<&dyn Store>,
+        sink: &mut dyn TapSink,
+    ) -> Ran {
+        self.run_into(inputs, sink, feed)
     }
 }

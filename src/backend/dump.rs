@@ -12,13 +12,13 @@
 //! ```
 //! Transforms apply in the order squeeze (drop size-1 axes), permute, reshape (-1 allowed).
 
-use super::{Backend, BackendRun, Capabilities, FileRun};
+use super::{no_feed, Backend, Capabilities, Ran};
 use crate::capture::npz::NpzFile;
-use crate::capture::{Capture, NpzOut};
+use crate::capture::{Capture, Store, TapSink};
 use crate::error::{Error, Result};
 use crate::inputs::InputSet;
 use crate::model::run::RunRecord;
-use crate::tap::{Phase, Tap, TapSelection};
+use crate::tap::{Key, Phase, Tap, TapSelection};
 use ndarray::{ArrayD, IxDyn};
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -61,11 +61,11 @@ pub struct DumpBackend {
 /// One array of the dump as it enters the capture.
 struct Entry {
     member: String,
-    key: String,
+    key: Key,
     transform: Option<Transform>,
 }
 
-fn canonical_key(target: &str, default_phase: Phase, what: &str) -> Result<String> {
+fn canonical_key(target: &str, default_phase: Phase, what: &str) -> Result<Key> {
     let (phase, tap) = match target.split_once('/') {
         Some((p, t)) => (
             Phase::parse(p).ok_or_else(|| {
@@ -75,13 +75,13 @@ fn canonical_key(target: &str, default_phase: Phase, what: &str) -> Result<Strin
         ),
         None => (default_phase, target),
     };
-    if Tap::parse(tap).is_none() {
+    let Some(tap) = Tap::parse(tap) else {
         return Err(Error::input(
             what,
             format!("`{tap}` is not a canonical tap (embed, layers.I.attn.probs, layers.I.out, final_norm, logits, ...)"),
         ));
-    }
-    Ok(format!("{phase}/{tap}"))
+    };
+    Ok(Key::new(phase, tap))
 }
 
 fn product(dims: impl Iterator<Item = usize>) -> Option<usize> {
@@ -207,7 +207,10 @@ impl DumpBackend {
                 for k in &members {
                     file.shape(k)?;
                 }
-                members.into_iter().map(|k| Entry { member: k.clone(), key: k, transform: None }).collect()
+                members
+                    .into_iter()
+                    .map(|k| Entry { key: Key::parse(&k), member: k, transform: None })
+                    .collect()
             }
             Some(m) => {
                 let text = crate::error::read_text(m)?;
@@ -222,12 +225,12 @@ impl DumpBackend {
     /// (`npz_what`): canonical keys, layout transforms. Every map entry is checked; what a
     /// file says is never trusted (this is what `fuzz/fuzz_targets/dump_map.rs` drives).
     pub fn map_capture(mut raw: Capture, text: &str, map_what: &str, npz_what: &str) -> Result<Capture> {
-        let members: Vec<String> = raw.keys().into_iter().map(String::from).collect();
-        let shape_of = |k: &str| Ok(raw.get_key(k).map(|a| a.shape().to_vec()).unwrap_or_default());
+        let members: Vec<String> = raw.keys().map(Key::to_string).collect();
+        let shape_of = |k: &str| Ok(raw.get(&Key::parse(k)).map(|a| a.shape().to_vec()).unwrap_or_default());
         let entries = plan(text, map_what, npz_what, &members, shape_of)?;
         let mut out = Capture::default();
         for e in entries {
-            let a = raw.remove_key(&e.member).expect("plan checked the member");
+            let a = raw.remove(&Key::parse(&e.member)).expect("plan checked the member");
             out.insert(e.key.clone(), e.mapped(a, map_what)?);
         }
         Ok(out)
@@ -239,10 +242,7 @@ impl DumpBackend {
 
     /// The entries `taps` selects, in the dump's order.
     fn selected(&self, taps: &TapSelection) -> Vec<usize> {
-        fn tap_of(k: &str) -> &str {
-            k.split_once('/').map_or(k, |(_, t)| t)
-        }
-        (0..self.entries.len()).filter(|&i| taps.matches(tap_of(&self.entries[i].key))).collect()
+        (0..self.entries.len()).filter(|&i| taps.selects(&self.entries[i].key)).collect()
     }
 
     fn read(&mut self, i: usize) -> Result<ArrayD<f32>> {
@@ -270,32 +270,22 @@ impl Backend for DumpBackend {
         Capabilities { all_taps: false, overrides: false }
     }
 
-    fn run(&mut self, _inputs: &InputSet, taps: &TapSelection) -> BackendRun {
-        let mut capture = Capture::default();
-        for i in self.selected(taps) {
-            match self.read(i) {
-                Ok(a) => capture.insert(self.entries[i].key.clone(), a),
-                Err(e) => return BackendRun { capture, record: RunRecord::default(), error: Some(e) },
-            }
+    /// One array at a time from the dump into the sink: a run into a file holds one tap of it.
+    fn run(
+        &mut self,
+        _inputs: &InputSet,
+        taps: &TapSelection,
+        feed: Option<&dyn Store>,
+        sink: &mut dyn TapSink,
+    ) -> Ran {
+        if feed.is_some() {
+            return no_feed(&self.name);
         }
-        BackendRun { capture, record: RunRecord::default(), error: None }
-    }
-
-    /// One array at a time from the dump into `path`: a spilled run holds one tap of it.
-    fn run_to_file(&mut self, _inputs: &InputSet, taps: &TapSelection, path: &Path) -> Result<FileRun> {
-        let mut out = NpzOut::create(path)?;
-        let mut error = None;
-        for i in self.selected(taps) {
-            match self.read(i) {
-                Ok(a) => out.add(&self.entries[i].key, &a)?,
-                Err(e) => {
-                    error = Some(e);
-                    break;
-                }
-            }
-        }
-        out.finish(false)?;
-        Ok(FileRun { record: RunRecord::default(), error })
+        let error = self.selected(taps).into_iter().try_for_each(|i| {
+            let a = self.read(i)?;
+            sink.put_array(self.entries[i].key.clone(), a)
+        });
+        Ran { record: RunRecord::default(), error: error.err() }
     }
 }
 
@@ -322,15 +312,17 @@ mod tests {
         )
         .unwrap();
         let mut d = DumpBackend::open("dump", &npz, Some(&map)).unwrap();
-        let run = d.run(&InputSet::new(vec![0]), &TapSelection::all());
+        let (inputs, all) = (InputSet::new(vec![0]), TapSelection::all());
+        let run = crate::backend::collect(&mut d, &inputs, &all, None);
         assert!(run.error.is_none());
-        assert_eq!(run.capture.get_key("decode.1/logits").unwrap().shape(), &[2, 3]);
-        let q = run.capture.get_key("prefill/layers.0.attn.q").unwrap();
+        assert_eq!(run.capture.get(&"decode.1/logits".into()).unwrap().shape(), &[2, 3]);
+        let q = run.capture.get(&"prefill/layers.0.attn.q".into()).unwrap();
         assert_eq!(q.shape(), &[2, 4, 8]);
         // Streamed to a file, the same arrays.
         let out = dir.path().join("out.npz");
-        assert!(d.run_to_file(&InputSet::new(vec![0]), &TapSelection::all(), &out).unwrap().error.is_none());
-        assert_eq!(Capture::read_npz(&out).unwrap().get_key("prefill/layers.0.attn.q"), Some(q));
+        let place = crate::capture::Place::File(out.clone());
+        assert!(crate::backend::run_to(&mut d, &inputs, &all, None, &place).unwrap().error.is_none());
+        assert_eq!(Capture::read_npz(&out).unwrap().get(&"prefill/layers.0.attn.q".into()), Some(q));
     }
 
     #[test]

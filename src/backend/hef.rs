@@ -2,36 +2,46 @@
 //! the real Hailo-10H otherwise (feature `hailo`). It captures what a device returns: the
 //! logits of each phase's last position ([1, vocab]), as HailoRT's server reads them.
 
-use super::{Backend, BackendRun, Capabilities};
-use crate::capture::Capture;
+use super::{no_feed, Backend, Capabilities, Ran};
+use crate::capture::{Store, TapSink};
 use crate::device::driver::LlmDriver;
 use crate::device::sim::SimDevice;
 use crate::device::synth_hef::sim_spec;
-use crate::device::{Device, SimProfile};
+use crate::device::{Device, DeviceFacts, SimProfile};
 use crate::error::{Error, Result};
 use crate::hef::Hef;
 use crate::inputs::{DecodeSpec, InputSet};
 use crate::model::run::RunRecord;
 use crate::model::Checkpoint;
-use crate::tap::{Phase, Tap, TapSelection};
+use crate::tap::{Key, Phase, Tap, TapSelection};
 use ndarray::{ArrayD, IxDyn};
 use std::path::Path;
 
+/// A HEF open on its device: the driver ready, what the device says about itself, and (for a
+/// HEF hefprobe simulates) the checkpoint it was made from.
 pub struct HefBackend {
     name: String,
     pub driver: LlmDriver,
+    pub hef: Hef,
+    pub facts: DeviceFacts,
+    /// One sentence naming the device ([`Device::describe`]).
+    pub description: String,
+    /// The checkpoint hash a simulated HEF was made from (a compiled HEF does not say).
+    pub made_from: Option<String>,
     /// Kept alive for the driver's configured models.
     _device: Box<dyn Device>,
 }
 
 /// Open the device a HEF needs: simulated when hefprobe wrote it (as `profile`, default
-/// `sim`), else the real one (where a simulator profile is a usage error).
-pub fn open_device(path: &Path, profile: Option<SimProfile>) -> Result<(Box<dyn Device>, Hef)> {
+/// `sim`), else the real one (where a simulator profile is a usage error). With the HEF, and
+/// the checkpoint hash a simulated one was made from.
+fn open_device(path: &Path, profile: Option<SimProfile>) -> Result<(Box<dyn Device>, Hef, Option<String>)> {
     let what = path.display().to_string();
     let hef = Hef::read(path)?;
     if let Some(spec) = sim_spec(&hef, &what)? {
         let dev = SimDevice::with_profile(hef.clone(), spec, what, profile.unwrap_or_default())?;
-        return Ok((Box::new(dev), hef));
+        let made_from = Some(dev.checkpoint.hash.clone());
+        return Ok((Box::new(dev), hef, made_from));
     }
     if let Some(p) = profile {
         return Err(Error::usage(format!(
@@ -40,16 +50,16 @@ pub fn open_device(path: &Path, profile: Option<SimProfile>) -> Result<(Box<dyn 
             p.name()
         )));
     }
-    real_device(path, hef)
+    Ok((real_device(path)?, hef, None))
 }
 
 #[cfg(feature = "hailo")]
-fn real_device(path: &Path, hef: Hef) -> Result<(Box<dyn Device>, Hef)> {
-    Ok((Box::new(crate::device::hailo::HailoDevice::open(path)?), hef))
+fn real_device(path: &Path) -> Result<Box<dyn Device>> {
+    Ok(Box::new(crate::device::hailo::HailoDevice::open(path)?))
 }
 
 #[cfg(not(feature = "hailo"))]
-fn real_device(path: &Path, _hef: Hef) -> Result<(Box<dyn Device>, Hef)> {
+fn real_device(path: &Path) -> Result<Box<dyn Device>> {
     Err(Error::Unsupported(format!(
         "{} is a compiled HEF, not one hefprobe simulates: running it needs a Hailo-10H and HailoRT 5.x. \
          On the device host build with `cargo build --release --features hailo` (HAILORT_INCLUDE_DIR / \
@@ -58,38 +68,70 @@ fn real_device(path: &Path, _hef: Hef) -> Result<(Box<dyn Device>, Hef)> {
     )))
 }
 
+/// A HEF built for an architecture the device does not run is an input error, as HailoRT's
+/// HAILO_HEF_NOT_COMPATIBLE_WITH_DEVICE would be (the table: [`crate::hef::arch`]).
+pub fn check_arch(hw_arch: i32, device_arch: Option<&str>, what: &str) -> Result<()> {
+    match device_arch {
+        Some(arch) if !crate::hef::arch::runs_on(hw_arch, arch) => Err(Error::input(
+            what,
+            format!(
+                "was built for {} (hw_arch {hw_arch}), which a {arch} device does not run (HailoRT: \
+                 HAILO_HEF_NOT_COMPATIBLE_WITH_DEVICE); compile the HEF for {arch}",
+                crate::hef::arch::hw_arch_name(hw_arch),
+            ),
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// The HEF at `path` on its device (see [`open_device`]), its architecture checked against the
+/// device's and its LLM driver opened.
+pub fn open_hef(label: &str, path: &Path, profile: Option<SimProfile>) -> Result<HefBackend> {
+    let what = path.display().to_string();
+    let (mut device, hef, made_from) = open_device(path, profile)?;
+    let facts = device.facts();
+    check_arch(hef.hw_arch, facts.architecture.as_deref(), &what)?;
+    let driver = LlmDriver::open(device.as_mut(), &hef, &what)?;
+    let description = device.describe();
+    Ok(HefBackend { name: label.to_string(), driver, hef, facts, description, made_from, _device: device })
+}
+
 /// The `hef` backend for the HEF at `path`, refused when it was made from another checkpoint
 /// than the reference's.
 pub fn open(label: &str, path: &Path, profile: Option<SimProfile>, ckpt: &Checkpoint) -> Result<HefBackend> {
-    let (mut device, hef) = open_device(path, profile)?;
-    check_made_from(&hef, path, ckpt)?;
-    let driver = LlmDriver::open(device.as_mut(), &hef, &path.display().to_string())?;
-    Ok(HefBackend { name: label.to_string(), driver, _device: device })
+    let b = open_hef(label, path, profile)?;
+    b.check_made_from(path, ckpt)?;
+    Ok(b)
 }
 
-/// A simulated HEF names the checkpoint it was made from: comparing it with another one is an
-/// input error, not drift. (A compiled HEF carries no such record; its logits width is checked
-/// against the vocabulary where the logits are compared.)
-pub fn check_made_from(hef: &Hef, path: &Path, ckpt: &Checkpoint) -> Result<()> {
-    if let Some(sim) = sim_spec(hef, &path.display().to_string())? {
-        let made_from = sim.checkpoint.load()?.hash;
-        if made_from != ckpt.hash {
-            return Err(Error::input(
+impl HefBackend {
+    pub fn from_parts(name: &str, device: Box<dyn Device>, driver: LlmDriver, hef: Hef) -> Self {
+        HefBackend {
+            name: name.to_string(),
+            driver,
+            hef,
+            facts: device.facts(),
+            description: device.describe(),
+            made_from: None,
+            _device: device,
+        }
+    }
+
+    /// A simulated HEF names the checkpoint it was made from: comparing it with another one is
+    /// an input error, not drift. (A compiled HEF carries no such record; its logits width is
+    /// checked against the vocabulary where the logits are compared.)
+    pub fn check_made_from(&self, path: &Path, ckpt: &Checkpoint) -> Result<()> {
+        match &self.made_from {
+            Some(made_from) if *made_from != ckpt.hash => Err(Error::input(
                 path.display().to_string(),
                 format!(
                     "was made from checkpoint {made_from}, but the reference is {} ({}); compare a HEF \
                      with the checkpoint it was compiled from",
                     ckpt.hash, ckpt.source
                 ),
-            ));
+            )),
+            _ => Ok(()),
         }
-    }
-    Ok(())
-}
-
-impl HefBackend {
-    pub fn from_parts(name: &str, device: Box<dyn Device>, driver: LlmDriver) -> Self {
-        HefBackend { name: name.to_string(), driver, _device: device }
     }
 
     fn check_inputs(&self, inputs: &InputSet) -> Result<()> {
@@ -152,7 +194,7 @@ impl HefBackend {
     }
 
     /// Feed `inputs` (decode teacher-forced, or greedy on the device's own argmax).
-    pub fn drive(&mut self, inputs: &InputSet, capture: &mut Capture, record: &mut RunRecord) -> Result<()> {
+    pub fn drive(&mut self, inputs: &InputSet, sink: &mut dyn TapSink, record: &mut RunRecord) -> Result<()> {
         self.check_inputs(inputs)?;
         self.driver.new_conversation()?;
         let logits = self.driver.prefill(&inputs.prompt)?;
@@ -168,7 +210,7 @@ impl HefBackend {
             record.phases.push((phase, Vec::new(), Vec::new()));
             record.argmax.push(crate::model::decoder::argmax(&l) as u32);
             last = l.clone();
-            capture.put(phase, Tap::Logits, row(l));
+            sink.put_array(Key::new(phase, Tap::Logits), row(l))?;
         }
         for k in 0..inputs.decode.steps() {
             let token = match &inputs.decode {
@@ -180,7 +222,7 @@ impl HefBackend {
             record.phases.push((Phase::Decode(k), vec![token], Vec::new()));
             record.argmax.push(crate::model::decoder::argmax(&l) as u32);
             last = l.clone();
-            capture.put(Phase::Decode(k), Tap::Logits, row(l));
+            sink.put_array(Key::new(Phase::Decode(k), Tap::Logits), row(l))?;
         }
         Ok(())
     }
@@ -199,10 +241,18 @@ impl Backend for HefBackend {
         self.ring_window(inputs)
     }
 
-    fn run(&mut self, inputs: &InputSet, _taps: &TapSelection) -> BackendRun {
-        let mut capture = Capture::default();
+    fn run(
+        &mut self,
+        inputs: &InputSet,
+        _taps: &TapSelection,
+        feed: Option<&dyn Store>,
+        sink: &mut dyn TapSink,
+    ) -> Ran {
+        if feed.is_some() {
+            return no_feed(&self.name);
+        }
         let mut record = RunRecord::default();
-        let error = self.drive(inputs, &mut capture, &mut record).err();
-        BackendRun { capture, record, error }
+        let error = self.drive(inputs, sink, &mut record).err();
+        Ran { record, error }
     }
 }

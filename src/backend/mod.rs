@@ -1,5 +1,6 @@
 //! Backends: everything that turns an InputSet into a Capture. One trait, in the spirit of
-//! Polygraphy's runners: name, check, capabilities, run.
+//! Polygraphy's runners: name, check, capabilities, run. A backend runs into a sink it is
+//! handed; the caller decides where the capture lives ([`Place`]: memory or a file).
 
 pub mod decoder;
 pub mod dump;
@@ -9,46 +10,28 @@ pub mod spec;
 
 pub use spec::{BackendKind, BackendSpec};
 
-use crate::capture::Capture;
+use crate::capture::{Capture, MemorySink, Place, PlaceSink, Store, TapSink};
 use crate::error::{Error, Result};
 use crate::inputs::InputSet;
 use crate::model::run::RunRecord;
 use crate::model::{Checkpoint, Decoder};
 use crate::tap::TapSelection;
 use decoder::DecoderBackend;
-use std::path::Path;
 use std::sync::Arc;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Capabilities {
     /// Produces every canonical tap (false: only what it records, e.g. a device's logits).
     pub all_taps: bool,
-    /// Accepts overrides (each layer fed the reference's input) for the local view.
+    /// Accepts a feed (each layer fed the reference's input) for the local view.
     pub overrides: bool,
 }
 
-/// What a run produced. On failure `error` is set and `capture` holds what finished.
-pub struct BackendRun {
-    pub capture: Capture,
+/// How a run ended: what it fed and produced phase by phase, and the error that stopped it
+/// (what finished has already reached the sink).
+pub struct Ran {
     pub record: RunRecord,
     pub error: Option<Error>,
-}
-
-/// What a run into a file produced ([`Backend::run_to_file`]): the capture is the `.npz`,
-/// complete up to `error` when the run stopped.
-pub struct FileRun {
-    pub record: RunRecord,
-    pub error: Option<Error>,
-}
-
-impl BackendRun {
-    /// Write the capture to `path` (quietly: the caller says where captures went) and keep
-    /// only the record: the default of the `_to_file` methods, for backends that build their
-    /// capture in memory.
-    fn into_file(self, path: &Path) -> Result<FileRun> {
-        self.capture.write_npz_quiet(path)?;
-        Ok(FileRun { record: self.record, error: self.error })
-    }
 }
 
 pub trait Backend {
@@ -64,35 +47,56 @@ pub trait Backend {
     fn reference_window(&self, _inputs: &InputSet) -> Option<(usize, String)> {
         None
     }
-    /// Run every phase of `inputs` (decode teacher-forced: greedy is resolved beforehand).
-    fn run(&mut self, inputs: &InputSet, taps: &TapSelection) -> BackendRun;
-    /// Run with every layer fed the reference's own input (`reference` holds `embed` and
-    /// `layers.*.out`). Only for backends whose capabilities say `overrides`.
-    fn run_local(
-        &mut self,
-        _inputs: &InputSet,
-        _taps: &TapSelection,
-        _reference: &Capture,
-    ) -> Option<BackendRun> {
-        None
-    }
-    /// [`Backend::run`] with the capture written to the `.npz` at `path` instead of returned
-    /// (`run` over the memory budget spills captures to disk). This default builds the whole
-    /// capture in memory first and writes it after: right for backends whose capture comes
-    /// whole anyway (a dump file, read at open) or is small (a HEF's outputs, a few taps per
-    /// phase). The decoder streams each tap to the file as it is produced instead.
-    fn run_to_file(&mut self, inputs: &InputSet, taps: &TapSelection, path: &Path) -> Result<FileRun> {
-        self.run(inputs, taps).into_file(path)
-    }
-    /// [`Backend::run_local`] into the `.npz` at `path`; same default as [`Backend::run_to_file`].
-    fn run_local_to_file(
+    /// Run every phase of `inputs` (decode teacher-forced: greedy is resolved beforehand) into
+    /// `sink`. With `feed` (the reference's `embed` and `layers.*.out`), every layer is fed the
+    /// reference's own input: only for backends whose capabilities say `overrides`.
+    fn run(
         &mut self,
         inputs: &InputSet,
         taps: &TapSelection,
-        reference: &Capture,
-        path: &Path,
-    ) -> Option<Result<FileRun>> {
-        self.run_local(inputs, taps, reference).map(|r| r.into_file(path))
+        feed: Option<&dyn Store>,
+        sink: &mut dyn TapSink,
+    ) -> Ran;
+}
+
+/// What a run captured, where it was asked to go, with how the run ended.
+pub struct Run<S> {
+    pub capture: S,
+    pub record: RunRecord,
+    pub error: Option<Error>,
+}
+
+/// Run `backend` with its capture kept in memory.
+pub fn collect(
+    backend: &mut dyn Backend,
+    inputs: &InputSet,
+    taps: &TapSelection,
+    feed: Option<&dyn Store>,
+) -> Run<Capture> {
+    let mut sink = MemorySink::new(taps.clone());
+    let Ran { record, error } = backend.run(inputs, taps, feed, &mut sink);
+    Run { capture: sink.capture, record, error }
+}
+
+/// Run `backend` with its capture at `place`. `Err` only for a file that could not be
+/// written; a backend that stopped returns what it finished and its error.
+pub fn run_to(
+    backend: &mut dyn Backend,
+    inputs: &InputSet,
+    taps: &TapSelection,
+    feed: Option<&dyn Store>,
+    place: &Place,
+) -> Result<Run<Box<dyn Store>>> {
+    let mut sink = PlaceSink::create(place, taps)?;
+    let Ran { record, error } = backend.run(inputs, taps, feed, sink.sink());
+    Ok(Run { capture: sink.finish()?, record, error })
+}
+
+/// The refusal of a feed by a backend that takes none.
+fn no_feed(name: &str) -> Ran {
+    Ran {
+        record: RunRecord::default(),
+        error: Some(Error::usage(format!("backend `{name}` cannot be fed the reference's layer inputs"))),
     }
 }
 

@@ -2,14 +2,14 @@
 //! residual stream is replaced by the reference's value at that point, so a block's error is
 //! its own and not inherited.
 
-use crate::capture::{array_to_tensor, Capture};
+use crate::capture::{array_to_tensor, Store};
 use crate::error::{Error, Result};
 use crate::model::hooks::{Hooks, StepCtx};
-use crate::tap::{LayerTap, Tap};
+use crate::tap::{Key, LayerTap, Tap};
 use candle_core::Tensor;
 
 pub struct Overrides<'a> {
-    pub reference: &'a Capture,
+    pub reference: &'a dyn Store,
 }
 
 impl Overrides<'_> {
@@ -30,7 +30,7 @@ impl Hooks for Overrides<'_> {
     fn edit(&mut self, ctx: &StepCtx, tap: Tap, t: Tensor) -> Result<Tensor> {
         let Tap::Layer(l, LayerTap::Input) = tap else { return Ok(t) };
         let source = if l == 0 { Tap::Embed } else { Tap::Layer(l - 1, LayerTap::Out) };
-        let value = self.reference.get(ctx.phase, source).ok_or_else(|| {
+        let value = self.reference.get(&Key::new(ctx.phase, source))?.ok_or_else(|| {
             Error::usage(format!("local view: the reference capture has no {}/{source}", ctx.phase))
         })?;
         if value.shape() != t.dims() {
@@ -41,6 +41,6 @@ impl Hooks for Overrides<'_> {
                 t.dims()
             )));
         }
-        array_to_tensor(value)
+        array_to_tensor(&value)
     }
 }

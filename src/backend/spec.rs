@@ -125,6 +125,15 @@ impl BackendSpec {
             .transpose()
     }
 
+    /// Paths relative to `base` (the folder of the probe or suite that names them).
+    pub fn relative_to(&mut self, base: &std::path::Path) {
+        for p in [&mut self.path, &mut self.map].into_iter().flatten() {
+            if p.is_relative() {
+                *p = base.join(&*p);
+            }
+        }
+    }
+
     /// The file a dump or hef backend reads.
     pub fn path(&self) -> Result<&std::path::Path> {
         self.path.as_deref().ok_or_else(|| {

@@ -61,7 +61,7 @@ pub fn run(a: AuditArgs) -> Result<ExitCode> {
     if let Some(o) = &a.against {
         outs.input("--against", o);
     }
-    a.model.register(&mut outs);
+    a.model.register(&mut outs)?;
     crate::report::register(&targets, &mut outs);
     outs.check()?;
     let mut stdout = String::new();
@@ -77,7 +77,7 @@ pub fn run(a: AuditArgs) -> Result<ExitCode> {
         return Ok(if errors { ExitCode::from(1) } else { ExitCode::SUCCESS });
     }
     let mut expect = Expectations::default();
-    if a.model.checkpoint.is_some() || a.model.synth.is_some() {
+    if a.model.given() {
         let c = a.model.load()?.config;
         expect.vocab_size = Some(c.vocab_size as u32);
         expect.hidden_size = Some(c.hidden_size as u32);

@@ -2,10 +2,9 @@
 
 use super::run::{command_line, ReportArgs};
 use crate::backend::dump::DumpBackend;
-use crate::backend::Backend;
-use crate::compare::stream::{compare_files, keys_of};
+use crate::capture::{CaptureFile, Place, Store};
 use crate::compare::thresholds::Thresholds;
-use crate::compare::{RowStatus, View};
+use crate::compare::{compare, RowStatus, Settings};
 use crate::error::{Error, Result};
 use crate::inputs::InputSet;
 use crate::output::Outputs;
@@ -48,9 +47,8 @@ pub fn run(a: CompareArgs) -> Result<ExitCode> {
     }
     let (rl, cl) = (label(&a.reference), label(&a.candidate));
     // Globs are checked against the taps the two captures hold (no model here).
-    let check_globs = |thresholds: &mut Thresholds, keys: &[String]| -> Result<()> {
-        let mut taps: Vec<String> =
-            keys.iter().filter_map(|k| k.split_once('/').map(|(_, t)| t.to_string())).collect();
+    let check_globs = |thresholds: &mut Thresholds, keys: &[crate::tap::Key]| -> Result<()> {
+        let mut taps: Vec<String> = keys.iter().filter_map(|k| Some(k.tap()?.to_string())).collect();
         taps.sort();
         taps.dedup();
         let layers =
@@ -60,25 +58,26 @@ pub fn run(a: CompareArgs) -> Result<ExitCode> {
     // A dump through a name map (renames, squeezes, permutes) is mapped into a temporary
     // `.npz` one array at a time; then both sides are read tap by tap, one tap of each side in
     // memory per thread.
-    let mapped = match &a.map {
-        None => None,
+    let reference = CaptureFile::open(&a.reference)?;
+    let candidate: Box<dyn Store> = match &a.map {
+        None => Box::new(CaptureFile::open(&a.candidate)?),
         Some(m) => {
-            let dir = tempfile::Builder::new()
-                .prefix("hefprobe-compare-")
-                .tempdir()
-                .map_err(|e| Error::io(std::env::temp_dir(), e))?;
-            let path = dir.path().join("candidate.npz");
             let mut d = DumpBackend::open("candidate", &a.candidate, Some(m))?;
-            if let Some(e) = d.run_to_file(&InputSet::new(vec![0]), &TapSelection::all(), &path)?.error {
+            let all = TapSelection::all();
+            let place = Place::Temporary(std::env::temp_dir());
+            let run = crate::backend::run_to(&mut d, &InputSet::new(vec![0]), &all, None, &place)?;
+            if let Some(e) = run.error {
                 return Err(e);
             }
-            Some((dir, path))
+            run.capture
         }
     };
-    let candidate = mapped.as_ref().map_or(a.candidate.as_path(), |(_, p)| p.as_path());
-    let keys = keys_of(&a.reference, candidate)?;
-    check_globs(&mut thresholds, &keys.keys)?;
-    let pair = compare_files(&a.reference, candidate, &keys, (&rl, &cl), View::Cumulative, &thresholds)?;
+    let mut keys = reference.keys();
+    keys.extend(candidate.keys());
+    keys.retain(|k| k.phase().is_some());
+    check_globs(&mut thresholds, &keys)?;
+    let settings = Settings { workers: rayon::current_num_threads(), ..Settings::new(&thresholds) };
+    let pair = compare(&reference, candidate.as_ref(), (&rl, &cl), &settings)?;
     if pair.rows.iter().all(|r| !r.checked()) {
         return Err(Error::input(
             a.candidate.display().to_string(),

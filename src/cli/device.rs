@@ -4,9 +4,9 @@
 
 use super::run::command_line;
 use super::{deprecated, ModelArgs, PromptArgs};
-use crate::backend::hef::{open_device, HefBackend};
-use crate::capture::Capture;
-use crate::device::driver::{write_frames, LlmDriver};
+use crate::backend::hef::{open_hef, HefBackend};
+use crate::capture::MemorySink;
+use crate::device::driver::write_frames;
 use crate::device::SimProfile;
 use crate::error::{Error, Result};
 use crate::explain::diag;
@@ -50,16 +50,14 @@ pub fn capture(a: CaptureArgs) -> Result<ExitCode> {
     }
     outs.check()?;
     let inputs = InputSet::from_npz(&a.inputs)?;
-    let (mut device, hef) = open_device(&a.hef, a.device)?;
-    let mut driver = LlmDriver::open(device.as_mut(), &hef, &a.hef.display().to_string())?;
+    let mut backend = open_hef("device", &a.hef, a.device)?;
     if a.record_frames.is_some() {
-        driver.record = Some(Vec::new());
+        backend.driver.record = Some(Vec::new());
     }
-    let desc = device.describe();
-    let mut backend = HefBackend::from_parts("device", device, driver);
-    let mut cap = Capture::default();
-    let mut record = Default::default();
-    let result = backend.drive(&inputs, &mut cap, &mut record);
+    let desc = backend.description.clone();
+    let mut sink = MemorySink::new(crate::tap::TapSelection::all());
+    let result = backend.drive(&inputs, &mut sink, &mut Default::default());
+    let cap = sink.capture;
     cap.write_npz(&a.out)?;
     if let (Some(p), Some(frames)) = (&a.record_frames, backend.driver.record.as_ref()) {
         write_frames(frames, p)?;
@@ -139,7 +137,7 @@ pub fn diagnose(a: DiagnoseArgs) -> Result<ExitCode> {
     only(&targets, "diagnose", &[Format::Terminal, Format::Markdown, Format::Json])?;
     let mut outs = crate::output::Outputs::new();
     outs.input("the HEF", &a.hef);
-    a.model.register(&mut outs);
+    a.model.register(&mut outs)?;
     a.prompt.register(&mut outs);
     crate::report::register(&targets, &mut outs);
     outs.check()?;
@@ -147,22 +145,20 @@ pub fn diagnose(a: DiagnoseArgs) -> Result<ExitCode> {
     let mut inputs = a.prompt.input_set(&ckpt)?;
     inputs.chunk = None;
     let model = Decoder::new(&ckpt)?;
-    let (mut device, hef) = open_device(&a.hef, a.device)?;
-    crate::backend::hef::check_made_from(&hef, &a.hef, &ckpt)?;
-    let mut driver = LlmDriver::open(device.as_mut(), &hef, &a.hef.display().to_string())?;
-    let desc = device.describe();
+    let mut backend = crate::backend::hef::open("device", &a.hef, a.device, &ckpt)?;
+    let desc = backend.description.clone();
+    let HefBackend { driver, hef, .. } = &mut backend;
 
-    let parity = diag::parity(&mut driver, &hef, &model, &inputs.prompt)?;
+    let parity = diag::parity(driver, hef, &model, &inputs.prompt)?;
     let cache_tokens = inputs.prompt.len() - 1;
     // The cache diff never stops diagnose: over RPC it is unavailable, and any other failure is
     // reported beside the figures the other diagnostics have.
     let (cache, cache_unavailable, cache_failed) =
-        match diag::cache_diff(&mut driver, &hef, &model, &inputs.prompt[..cache_tokens]) {
+        match diag::cache_diff(driver, hef, &model, &inputs.prompt[..cache_tokens]) {
             Ok(rows) => (rows, None, false),
             Err(e @ Error::Unsupported(_)) => (Vec::new(), Some(diag::unavailable(&e)), false),
             Err(e) => (Vec::new(), Some(e.to_string()), true),
         };
-    let mut backend = HefBackend::from_parts("device", device, driver);
     let repeatability = diag::repeatability(&mut backend, &inputs, usize::from(a.repeat))?;
     let d = Diagnosis {
         repeatability,

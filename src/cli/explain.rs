@@ -6,7 +6,7 @@ use crate::backend::{BackendKind, BackendSpec};
 use crate::error::{Error, Result};
 use crate::explain::ExplainSpec;
 use crate::output::Outputs;
-use crate::probe::run::{run_probe, RunOptions};
+use crate::probe::run::{run_probe, CaptureOptions, ExplainChoice, ProbeOverrides, RunOptions};
 use crate::probe::schema::Probe;
 use clap::Args;
 use std::path::PathBuf;
@@ -34,9 +34,9 @@ pub struct ExplainArgs {
     /// Quantization configuration for three-way attribution (e.g. w8a16).
     #[arg(long, value_name = "QUANT")]
     pub quant: Option<String>,
-    /// Run on this checkpoint instead of the probe's: a HF folder or a .gguf file.
-    #[arg(long, value_name = "PATH")]
-    pub checkpoint: Option<PathBuf>,
+    /// Run on this checkpoint instead of the probe's.
+    #[command(flatten)]
+    pub checkpoint: super::CheckpointArgs,
     /// Where captures go when they do not fit the memory budget (--max-memory): a temporary
     /// folder made in DIR and deleted when done. Default: the system's temporary folder.
     #[arg(long, value_name = "DIR")]
@@ -65,8 +65,9 @@ pub fn run(a: ExplainArgs) -> Result<ExitCode> {
         },
     };
     let targets = a.out.targets();
+    let checkpoint = a.checkpoint.to_ref();
     let mut outs = Outputs::new();
-    probe_inputs(&probe, std::slice::from_ref(&observed), &mut outs);
+    probe_inputs(&probe, checkpoint.as_ref(), std::slice::from_ref(&observed), &mut outs)?;
     crate::report::register(&targets, &mut outs);
     if let Some(d) = &a.spill_dir {
         outs.dir("--spill-dir", d);
@@ -79,16 +80,16 @@ pub fn run(a: ExplainArgs) -> Result<ExitCode> {
         quant: a.quant.clone(),
     };
     let opts = RunOptions {
-        backends: vec![observed],
-        thresholds: a.out.thresholds.clone(),
-        command: command_line(),
-        explain: Some(spec),
-        checkpoint: a.checkpoint.clone(),
+        probe: ProbeOverrides {
+            backends: vec![observed],
+            checkpoint,
+            thresholds: a.out.thresholds.clone(),
+            explain: ExplainChoice::With(spec),
+        },
         // The observation (a dump read one array at a time, or any backend) and the reference
         // spill as in `run` when they do not fit, and are explained from the files.
-        allow_spill: true,
-        spill_dir: a.spill_dir.clone(),
-        ..Default::default()
+        captures: CaptureOptions { spill: true, spill_dir: a.spill_dir.clone(), ..Default::default() },
+        command: command_line(),
     };
     // Exit 1 when the observation drifts from the reference beyond the thresholds, explained
     // or not: the drift is there either way (README, "Exit codes").

@@ -18,7 +18,7 @@ mod synth_hef;
 
 use crate::error::{Error, Result};
 use crate::model::synth::SynthSpec;
-use crate::model::Checkpoint;
+use crate::model::{Checkpoint, CheckpointRef};
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -80,12 +80,13 @@ pub enum Command {
     Trend(suite::TrendArgs),
 }
 
-/// Where the model comes from: a checkpoint folder or a synthesized preset.
+/// A checkpoint given on the command line: a folder, a `.gguf` file, or a hub id at a
+/// revision. Every command that takes `--checkpoint` reads it through this one group.
 #[derive(Args, Debug, Clone)]
-pub struct ModelArgs {
+pub struct CheckpointArgs {
     /// HF checkpoint folder (config.json + model.safetensors or a sharded index), a .gguf file,
     /// or a model id (ORG/NAME) already in the local Hugging Face hub cache (nothing is downloaded).
-    #[arg(long, value_name = "DIR|FILE.gguf|ID", conflicts_with = "synth")]
+    #[arg(long, value_name = "DIR|FILE.gguf|ID")]
     pub checkpoint: Option<PathBuf>,
     /// With a model id: the branch, tag or full commit sha in the hub cache.
     #[arg(long, value_name = "REV", default_value = crate::model::hub::DEFAULT_REVISION, requires = "checkpoint")]
@@ -93,8 +94,33 @@ pub struct ModelArgs {
     /// config.json keys hefprobe does not know are an error (exit 2) instead of a warning.
     #[arg(long, requires = "checkpoint")]
     pub strict_config: bool,
+}
+
+impl CheckpointArgs {
+    pub fn to_ref(&self) -> Option<CheckpointRef> {
+        self.checkpoint.as_ref().map(|path| CheckpointRef::Path {
+            path: path.clone(),
+            revision: self.revision.clone(),
+            strict_config: self.strict_config,
+        })
+    }
+
+    /// Register the checkpoint (resolved) with the output checks.
+    pub fn register(&self, outs: &mut crate::output::Outputs) -> Result<()> {
+        match self.to_ref() {
+            Some(c) => c.register("the checkpoint", outs),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Where the model comes from: a checkpoint or a synthesized preset.
+#[derive(Args, Debug, Clone)]
+pub struct ModelArgs {
+    #[command(flatten)]
+    pub from: CheckpointArgs,
     /// Synthesize the checkpoint in memory from a preset instead (see `hefprobe synth --help`).
-    #[arg(long, value_name = "PRESET")]
+    #[arg(long, value_name = "PRESET", conflicts_with = "checkpoint")]
     pub synth: Option<String>,
     /// Seed for --synth.
     #[arg(long, default_value_t = 0, requires = "synth")]
@@ -102,11 +128,24 @@ pub struct ModelArgs {
 }
 
 impl ModelArgs {
-    /// The checkpoint folder this reads, for the output checks.
-    pub fn register(&self, outs: &mut crate::output::Outputs) {
-        if let Some(dir) = &self.checkpoint {
-            outs.checkpoint("the checkpoint", dir);
+    /// Whether a model was given at all.
+    pub fn given(&self) -> bool {
+        self.from.checkpoint.is_some() || self.synth.is_some()
+    }
+
+    pub fn to_ref(&self) -> Result<CheckpointRef> {
+        match (self.from.to_ref(), &self.synth) {
+            (Some(c), _) => Ok(c),
+            (None, Some(p)) => Ok(CheckpointRef::Synth(SynthSpec::preset(p, self.synth_seed)?)),
+            (None, None) => {
+                Err(Error::usage("no model: give --checkpoint DIR, or --synth PRESET for a synthesized one"))
+            }
         }
+    }
+
+    /// The checkpoint this reads, for the output checks.
+    pub fn register(&self, outs: &mut crate::output::Outputs) -> Result<()> {
+        self.from.register(outs)
     }
 
     /// The model, with config.json's unknown keys noted on stderr (stdout may be JSON).
@@ -120,24 +159,7 @@ impl ModelArgs {
 
     /// The model; the caller shows its unknown keys (`reference` in its header).
     pub fn load_quiet(&self) -> Result<Checkpoint> {
-        match (&self.checkpoint_dir()?, &self.synth) {
-            (Some(dir), _) => {
-                let ckpt = Checkpoint::load(dir)?;
-                if self.strict_config {
-                    ckpt.config.refuse_unknown_keys(&dir.join("config.json").display().to_string())?;
-                }
-                Ok(ckpt)
-            }
-            (None, Some(p)) => SynthSpec::preset(p, self.synth_seed)?.build(),
-            (None, None) => {
-                Err(Error::usage("no model: give --checkpoint DIR, or --synth PRESET for a synthesized one"))
-            }
-        }
-    }
-
-    /// `--checkpoint` as a folder: a model id resolved to its hub-cache snapshot.
-    pub fn checkpoint_dir(&self) -> Result<Option<PathBuf>> {
-        self.checkpoint.as_deref().map(|p| crate::model::hub::resolve(p, &self.revision)).transpose()
+        self.to_ref()?.load()
     }
 }
 

@@ -34,7 +34,7 @@ pub struct ReferenceArgs {
 
 pub fn run(a: ReferenceArgs) -> Result<ExitCode> {
     let mut outs = Outputs::new();
-    a.model.register(&mut outs);
+    a.model.register(&mut outs)?;
     a.prompt.register(&mut outs);
     outs.file("-o", &a.out).check()?;
     let selection = TapSelection::parse(&a.taps)?;
@@ -79,7 +79,7 @@ pub fn run(a: ReferenceArgs) -> Result<ExitCode> {
     }
     match result {
         Ok(_) => {
-            println!("capture: {} ({} tensors)", a.out.display(), sink.written.len());
+            println!("capture: {} ({} tensors)", a.out.display(), sink.written);
             Ok(ExitCode::SUCCESS)
         }
         Err(e) => {
@@ -87,7 +87,7 @@ pub fn run(a: ReferenceArgs) -> Result<ExitCode> {
                 "note: {} holds the {} phases that finished ({} tensors); the run stopped:",
                 a.out.display(),
                 record.phases.len(),
-                sink.written.len()
+                sink.written
             );
             Err(e)
         }

@@ -2,8 +2,9 @@
 
 use crate::backend::BackendSpec;
 use crate::error::Result;
+use crate::model::CheckpointRef;
 use crate::output::Outputs;
-use crate::probe::run::{run_probe, RunOptions};
+use crate::probe::run::{run_probe, CaptureOptions, ExplainChoice, ProbeOverrides, RunOptions};
 use crate::probe::schema::Probe;
 use crate::report::{emit, ReportTarget};
 use clap::Args;
@@ -37,9 +38,9 @@ pub struct RunArgs {
     /// Skip ranking fault models even if the probe asks for it.
     #[arg(long)]
     pub no_explain: bool,
-    /// Run on this checkpoint instead of the probe's: a HF folder or a .gguf file.
-    #[arg(long, value_name = "PATH")]
-    pub checkpoint: Option<PathBuf>,
+    /// Run on this checkpoint instead of the probe's.
+    #[command(flatten)]
+    pub checkpoint: super::CheckpointArgs,
 }
 
 /// Report options shared by run, compare and explain.
@@ -64,12 +65,19 @@ impl ReportArgs {
     }
 }
 
-/// What a probe run reads: the probe, its checkpoint folder and tokenizer, every backend's
-/// HEF, dump and name map (the probe's and the command line's).
-pub fn probe_inputs(probe: &Probe, backends: &[BackendSpec], outs: &mut Outputs) {
+/// What a probe run reads: the probe, its checkpoint (the command line's `checkpoint` in its
+/// place, when given) and tokenizer, every backend's HEF, dump and name map (the probe's and
+/// the command line's).
+pub fn probe_inputs(
+    probe: &Probe,
+    checkpoint: Option<&CheckpointRef>,
+    backends: &[BackendSpec],
+    outs: &mut Outputs,
+) -> Result<()> {
     outs.input("the probe", &probe.path);
-    if let Some(ck) = &probe.checkpoint.path {
-        outs.checkpoint("the checkpoint", ck);
+    match checkpoint {
+        Some(c) => c.register("the checkpoint", outs)?,
+        None => probe.checkpoint.to_ref()?.register("the checkpoint", outs)?,
     }
     if let Some(t) = &probe.inputs.tokenizer {
         outs.input("the tokenizer", t);
@@ -87,6 +95,7 @@ pub fn probe_inputs(probe: &Probe, backends: &[BackendSpec], outs: &mut Outputs)
             outs.input(&format!("backend `{}`'s name map", b.label()), m);
         }
     }
+    Ok(())
 }
 
 /// Write the reports of a probe run, then end it: the reports first, whatever happened, so a
@@ -131,8 +140,9 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
         backends.push(b);
     }
     let targets = a.out.targets();
+    let checkpoint = a.checkpoint.to_ref();
     let mut outs = Outputs::new();
-    probe_inputs(&probe, &backends, &mut outs);
+    probe_inputs(&probe, checkpoint.as_ref(), &backends, &mut outs)?;
     crate::report::register(&targets, &mut outs);
     if let Some(p) = &a.save_inputs {
         outs.file("--save-inputs", p);
@@ -145,16 +155,19 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
     }
     outs.check()?;
     let opts = RunOptions {
-        backends,
-        thresholds: a.out.thresholds.clone(),
-        save_inputs: a.save_inputs.clone(),
-        save_captures: a.save_captures.clone(),
+        probe: ProbeOverrides {
+            backends,
+            checkpoint,
+            thresholds: a.out.thresholds.clone(),
+            explain: if a.no_explain { ExplainChoice::Off } else { ExplainChoice::AsProbe },
+        },
+        captures: CaptureOptions {
+            spill: true,
+            spill_dir: a.spill_dir.clone(),
+            save_captures: a.save_captures.clone(),
+            save_inputs: a.save_inputs.clone(),
+        },
         command: command_line(),
-        no_explain: a.no_explain,
-        explain: None,
-        checkpoint: a.checkpoint.clone(),
-        allow_spill: true,
-        spill_dir: a.spill_dir.clone(),
     };
     finish(run_probe(&probe, &opts)?, &targets, true)
 }

@@ -29,10 +29,10 @@ pub struct SweepArgs {
     /// Deprecated: --report json=PATH.
     #[arg(long, value_name = "PATH", hide = true)]
     pub json: Option<PathBuf>,
-    /// Run on this checkpoint instead of the probe's (a HF folder or a .gguf file); it also
-    /// replaces the sweep's model axis (`hidden`, `checkpoints`).
-    #[arg(long, value_name = "PATH")]
-    pub checkpoint: Option<PathBuf>,
+    /// Run on this checkpoint instead of the probe's; it also replaces the sweep's model axis
+    /// (`hidden`, `checkpoints`).
+    #[command(flatten)]
+    pub checkpoint: super::CheckpointArgs,
 }
 
 impl SweepArgs {
@@ -61,12 +61,10 @@ impl SweepArgs {
 pub fn run(a: SweepArgs) -> Result<ExitCode> {
     let targets = a.targets();
     crate::report::only(&targets, "sweep", &[Format::Terminal, Format::Markdown, Format::Json, Format::Svg])?;
-    let mut probe = Probe::load(&a.probe)?;
-    if let Some(c) = &a.checkpoint {
-        probe = probe.with_checkpoint(c);
-    }
+    let probe = Probe::load(&a.probe)?;
+    let checkpoint = a.checkpoint.to_ref();
     let mut outs = Outputs::new();
-    super::run::probe_inputs(&probe, &[], &mut outs);
+    super::run::probe_inputs(&probe, checkpoint.as_ref(), &[], &mut outs)?;
     for t in &targets {
         if let Some(p) = &t.path {
             outs.file(&t.flag(), p);
@@ -74,7 +72,7 @@ pub fn run(a: SweepArgs) -> Result<ExitCode> {
     }
     outs.check()?;
     let bar = indicatif::ProgressBar::new_spinner();
-    let points = run_sweep(&probe, |label| bar.set_message(label.to_string()))?;
+    let points = run_sweep(&probe, checkpoint.as_ref(), |label| bar.set_message(label.to_string()))?;
     bar.finish_and_clear();
     for p in targets.iter().filter(|t| t.format == Format::Svg).filter_map(|t| t.path.as_ref()) {
         write_svg(&points, p)?;

@@ -3,7 +3,7 @@
 use super::{parse_ids, Ids, ModelArgs};
 use crate::device::synth_hef::{synth_hef, Mistake, SimCheckpoint, SimNoise, SynthHefOptions};
 use crate::error::{Error, Result};
-use crate::model::synth::SynthSpec;
+use crate::model::CheckpointRef;
 use clap::Args;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -50,16 +50,18 @@ pub struct SynthHefArgs {
 
 pub fn run(a: SynthHefArgs) -> Result<ExitCode> {
     let mut outs = crate::output::Outputs::new();
-    a.model.register(&mut outs);
+    a.model.register(&mut outs)?;
     outs.file("-o", &a.out).check()?;
     let ckpt = a.model.load()?;
-    let source = match (&a.model.checkpoint_dir()?, &a.model.synth) {
-        (Some(dir), _) => SimCheckpoint::Path {
-            path: std::fs::canonicalize(dir).map_err(|e| Error::io(dir, e))?,
-            hash: ckpt.hash.clone(),
-        },
-        (None, Some(p)) => SimCheckpoint::Synth(SynthSpec::preset(p, a.model.synth_seed)?),
-        (None, None) => unreachable!("load() refused already"),
+    let source = match a.model.to_ref()? {
+        c @ CheckpointRef::Path { .. } => {
+            let dir = c.resolved()?.expect("a path");
+            SimCheckpoint::Path {
+                path: std::fs::canonicalize(&dir).map_err(|e| Error::io(&dir, e))?,
+                hash: ckpt.hash.clone(),
+            }
+        }
+        CheckpointRef::Synth(s) => SimCheckpoint::Synth(s),
     };
     let opts = SynthHefOptions {
         prefill_tokens: a.prefill_tokens,

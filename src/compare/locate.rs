@@ -8,7 +8,7 @@ use crate::tap::Phase;
 #[derive(Debug, Clone)]
 pub struct Located {
     pub phase: Phase,
-    pub tap: String,
+    pub tap: crate::tap::TapName,
     pub failures: Vec<Failure>,
     /// Candidate and reference shapes, when they could not be aligned.
     pub shape_mismatch: Option<(Vec<usize>, Vec<usize>)>,
@@ -58,7 +58,7 @@ pub fn locate(pair: &PairComparison) -> Vec<Located> {
         if out.iter().any(|l| l.phase == row.phase) {
             continue;
         }
-        let logits = pair.rows.iter().find(|r| r.phase == row.phase && r.tap == "logits");
+        let logits = pair.rows.iter().find(|r| r.phase == row.phase && r.tap.is(crate::tap::Tap::Logits));
         out.push(located(row, logits));
     }
     out

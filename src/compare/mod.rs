@@ -4,11 +4,11 @@
 pub mod lens;
 pub mod locate;
 pub mod metrics;
-pub mod stream;
 pub mod thresholds;
 
-use crate::capture::Capture;
-use crate::tap::{key_order, LayerTap, Phase, Tap};
+use crate::capture::Store;
+use crate::error::{Error, Result};
+use crate::tap::{Key, LayerTap, Phase, Tap, TapName, TapSelection};
 use metrics::{Basic, LogitsRow, Metrics};
 use ndarray::ArrayD;
 use serde::Serialize;
@@ -76,7 +76,7 @@ pub struct ProbsSummary {
 #[derive(Debug, Clone, Serialize)]
 pub struct TapRow {
     pub phase: Phase,
-    pub tap: String,
+    pub tap: TapName,
     pub status: RowStatus,
     pub ref_shape: Vec<usize>,
     pub cand_shape: Vec<usize>,
@@ -118,7 +118,7 @@ impl TapRow {
     }
 
     pub fn layer(&self) -> Option<usize> {
-        Tap::parse(&self.tap).and_then(Tap::layer)
+        self.tap.layer()
     }
 }
 
@@ -149,14 +149,9 @@ impl PairComparison {
         self.rows.iter().filter(|r| r.failed())
     }
 
-    pub fn row(&self, phase: Phase, tap: &str) -> Option<&TapRow> {
-        self.rows.iter().find(|r| r.phase == phase && r.tap == tap)
+    pub fn row(&self, phase: Phase, tap: &TapName) -> Option<&TapRow> {
+        self.rows.iter().find(|r| r.phase == phase && r.tap == *tap)
     }
-}
-
-pub(crate) fn split_key(key: &str) -> Option<(Phase, &str)> {
-    let (p, t) = key.split_once('/')?;
-    Some((Phase::parse(p)?, t))
 }
 
 /// Reference and candidate values, flat and of equal length, and how they were aligned.
@@ -182,10 +177,19 @@ pub fn align<'a>(r: &'a ArrayD<f32>, x: &'a ArrayD<f32>) -> Option<Aligned<'a>> 
     None
 }
 
+/// The reference tap whose -inf entries mask an attention tap: its layer's scores.
+fn scores_of(key: &Key) -> Option<Key> {
+    match key.canonical()? {
+        (phase, Tap::Layer(l, LayerTap::Scores | LayerTap::Probs)) => {
+            Some(Key::new(phase, Tap::Layer(l, LayerTap::Scores)))
+        }
+        _ => None,
+    }
+}
+
 /// Masked entries of an attention tap: where the reference's scores are -inf.
-fn attention_mask(reference: &Capture, phase: Phase, tap: Tap, len: usize) -> Option<Vec<bool>> {
-    let Tap::Layer(l, LayerTap::Scores | LayerTap::Probs) = tap else { return None };
-    let scores = reference.get(phase, Tap::Layer(l, LayerTap::Scores))?;
+fn attention_mask(scores: Option<&ArrayD<f32>>, len: usize) -> Option<Vec<bool>> {
+    let scores = scores?;
     (scores.len() == len).then(|| scores.iter().map(|&s| s == f32::NEG_INFINITY).collect())
 }
 
@@ -292,7 +296,7 @@ fn judge(row: &mut TapRow, thresholds: &Thresholds) {
         });
         return;
     }
-    for (metric, (bound, rule)) in thresholds.bounds_for(&row.tap) {
+    for (metric, (bound, rule)) in thresholds.bounds_for(&row.tap.to_string()) {
         let Some(value) = metric_value(row, &metric) else { continue };
         let dir = thresholds::metric_dir(&metric).expect("known metric");
         let ok = match dir {
@@ -305,55 +309,80 @@ fn judge(row: &mut TapRow, thresholds: &Thresholds) {
     }
 }
 
-/// Compare every tap of `candidate` against `reference`.
-pub fn compare(
-    reference: &Capture,
-    candidate: &Capture,
-    names: (&str, &str),
-    view: View,
-    thresholds: &Thresholds,
-) -> PairComparison {
-    compare_selected(reference, candidate, names, view, thresholds, None)
+/// How a pair is compared: the view it is, the bounds that judge it, the taps it covers
+/// (the reference may hold more, e.g. the scores that mask attention probs), and how many
+/// threads read and compare taps at once (each holds one tap of each side).
+#[derive(Clone, Copy)]
+pub struct Settings<'a> {
+    pub view: View,
+    pub thresholds: &'a Thresholds,
+    pub selection: Option<&'a TapSelection>,
+    pub workers: usize,
 }
 
-/// Compare only the taps `selection` matches (the reference may hold more, e.g. the scores
-/// that mask attention probs).
-pub fn compare_selected(
-    reference: &Capture,
-    candidate: &Capture,
-    names: (&str, &str),
-    view: View,
-    thresholds: &Thresholds,
-    selection: Option<&crate::tap::TapSelection>,
-) -> PairComparison {
-    let mut keys: Vec<&str> = reference.keys();
-    keys.extend(candidate.keys().into_iter().filter(|k| reference.get_key(k).is_none()));
-    if let Some(sel) = selection {
-        keys.retain(|k| k.split_once('/').is_none_or(|(_, t)| sel.matches(t)));
+impl<'a> Settings<'a> {
+    /// Every tap, cumulative, on one thread.
+    pub fn new(thresholds: &'a Thresholds) -> Self {
+        Settings { view: View::Cumulative, thresholds, selection: None, workers: 1 }
     }
-    keys.sort_by_cached_key(|k| key_order(k));
-    let rows = keys
-        .into_iter()
-        .filter_map(|key| {
-            let (phase, tap) = split_key(key)?;
-            Some(compare_one(reference, candidate, key, phase, tap, thresholds))
-        })
-        .collect();
-    PairComparison { reference: names.0.to_string(), candidate: names.1.to_string(), view, rows }
 }
 
-pub(crate) fn compare_one(
-    reference: &Capture,
-    candidate: &Capture,
-    key: &str,
-    phase: Phase,
-    tap: &str,
+/// Compare `candidate` against `reference`, tap by tap: every `PHASE/TAP` key either holds
+/// (the selected ones), in execution order, a row each. The captures may be in memory or in
+/// files: each row reads one tap of each side (and a probs tap's scores) and lets them go.
+pub fn compare(
+    reference: &dyn Store,
+    candidate: &dyn Store,
+    names: (&str, &str),
+    s: &Settings,
+) -> Result<PairComparison> {
+    let mut keys: std::collections::BTreeSet<Key> = reference.keys().into_iter().collect();
+    keys.extend(candidate.keys());
+    let keys: Vec<Key> = keys
+        .into_iter()
+        .filter(|k| k.phase().is_some() && s.selection.is_none_or(|sel| sel.selects(k)))
+        .collect();
+    let row = |key: &Key| -> Result<TapRow> {
+        let (r, x) = (reference.get(key)?, candidate.get(key)?);
+        // A probs tap's mask comes from its layer's scores (a scores tap masks itself).
+        let sk = scores_of(key);
+        let other = match &sk {
+            Some(sk) if sk != key && r.is_some() => reference.get(sk)?,
+            _ => None,
+        };
+        let scores = match &sk {
+            Some(sk) if sk == key => r.as_deref(),
+            _ => other.as_deref(),
+        };
+        Ok(compare_one(r.as_deref(), x.as_deref(), scores, key, s.thresholds))
+    };
+    let rows = if s.workers <= 1 {
+        keys.iter().map(row).collect::<Result<Vec<_>>>()?
+    } else {
+        use rayon::prelude::*;
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(s.workers)
+            .build()
+            .map_err(|e| Error::usage(format!("cannot start {} comparison threads: {e}", s.workers)))?;
+        pool.install(|| keys.par_iter().map(row).collect::<Result<Vec<_>>>())?
+    };
+    Ok(PairComparison { reference: names.0.to_string(), candidate: names.1.to_string(), view: s.view, rows })
+}
+
+/// One row: the reference's and the candidate's tap at `key` (either may be missing), and
+/// the reference's scores that mask it when it is an attention tap.
+fn compare_one(
+    r: Option<&ArrayD<f32>>,
+    x: Option<&ArrayD<f32>>,
+    scores: Option<&ArrayD<f32>>,
+    key: &Key,
     thresholds: &Thresholds,
 ) -> TapRow {
-    let (r, x) = (reference.get_key(key), candidate.get_key(key));
+    let (phase, tap) =
+        (key.phase().expect("compared keys have a phase"), key.tap().expect("phase/tap").clone());
     let mut row = TapRow {
         phase,
-        tap: tap.to_string(),
+        tap,
         status: RowStatus::Compared,
         ref_shape: r.map(|a| a.shape().to_vec()).unwrap_or_default(),
         cand_shape: x.map(|a| a.shape().to_vec()).unwrap_or_default(),
@@ -382,12 +411,8 @@ pub(crate) fn compare_one(
         judge(&mut row, thresholds);
         return row;
     };
-    let canon = Tap::parse(tap);
-    let mask = if aligned.is_none() {
-        canon.and_then(|t| attention_mask(reference, phase, t, rv.len()))
-    } else {
-        None
-    };
+    let canon = row.tap.canonical();
+    let mask = if aligned.is_none() { attention_mask(scores, rv.len()) } else { None };
     row.metrics = Some(metrics::compute(&rv, &xv, mask.as_deref()));
     let shape: Vec<usize> = if aligned.is_some() { x.shape().to_vec() } else { r.shape().to_vec() };
     let features = shape.last().copied().unwrap_or(1).max(1);

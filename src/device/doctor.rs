@@ -9,7 +9,7 @@
 use super::synth_hef::sim_spec;
 use super::{SimProfile, RPC_CACHE_UNSUPPORTED};
 use crate::error::Result;
-use crate::hef::model::hw_arch_name;
+use crate::hef::arch::{compatible_device_archs, hw_arch_name};
 use crate::hef::Hef;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -77,22 +77,6 @@ pub enum Probe {
         library: std::result::Result<(u32, u32, u32), String>,
         device: std::result::Result<RealDevice, String>,
     },
-}
-
-/// `DeviceBase::hef_arch_to_device_compatible_archs` (libhailort/src/device_common/
-/// device_internal.cpp 736-763): the device architectures HailoRT accepts a HEF of `hw_arch`
-/// on. `HEFHwArch` has `ProtoHEFHwArch`'s values (device_internal.hpp 45-63). Empty: none.
-pub fn compatible_device_archs(hw_arch: i32) -> &'static [&'static str] {
-    match hw_arch {
-        100 => &["HAILO8_A0"],
-        0 | 1 | 2 | 101 | 102 => &["HAILO8"],
-        3 => &["HAILO8L", "HAILO8"],
-        103..=105 => &["HAILO15H", "HAILO10H"],
-        106 | 6 => &["HAILO15L"],
-        4 => &["HAILO15M", "HAILO15H", "HAILO10H"],
-        108 => &["HAILO12L"],
-        _ => &[],
-    }
 }
 
 /// Whether the cache calls may be made: only where the VDevice is local. On Hailo-10H it is an
@@ -418,12 +402,5 @@ mod tests {
         let f = findings(&Probe::Simulated(SimProfile::SimH10), &[], None);
         assert_eq!(verdict_of(&f, "diagnose: parity (c), cache diff"), Verdict::Limited);
         assert!(device_usable(&f));
-    }
-
-    #[test]
-    fn hef_arch_compatibility_is_hailorts_table() {
-        assert_eq!(compatible_device_archs(103), &["HAILO15H", "HAILO10H"]);
-        assert_eq!(compatible_device_archs(3), &["HAILO8L", "HAILO8"]);
-        assert!(compatible_device_archs(5).is_empty());
     }
 }

@@ -8,9 +8,8 @@
 //!   layer and head, in quantization steps (LSB).
 
 use crate::backend::hef::HefBackend;
-use crate::capture::Capture;
-use crate::capture::NoTaps;
-use crate::compare::metrics;
+use crate::capture::{Capture, MemorySink, NoTaps};
+use crate::compare::{metrics, Settings};
 use crate::device::driver::LlmDriver;
 use crate::device::padded_entry_bytes;
 use crate::error::{Error, Result};
@@ -19,7 +18,7 @@ use crate::inputs::InputSet;
 use crate::model::decoder::{FullCache, StepInput};
 use crate::model::hooks::NoHooks;
 use crate::model::Decoder;
-use crate::tap::Phase;
+use crate::tap::{Phase, TapSelection};
 use serde::Serialize;
 
 #[derive(Debug, Clone, Serialize)]
@@ -28,29 +27,73 @@ pub struct Repeatability {
     /// Largest |Δ| of any logit between run 1 and any later run.
     pub max_abs: f64,
     pub worst_key: Option<String>,
+    /// Run 1 against every later run in a comparison's own figures (the suite's gate widens a
+    /// pair's noise band by it; `diagnose` reports `max_abs`).
+    #[serde(skip)]
+    pub spread: Spread,
 }
 
+/// Run 1 against every later run in a comparison's own figures, worst over phases and runs:
+/// what the device's own noise alone does to a figure (identical runs: cosine 1, SQNR inf,
+/// KL 0, argmax agreement 1).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Spread {
+    pub cosine: f64,
+    pub sqnr_db: f64,
+    pub kl: f64,
+    pub argmax_agreement: f64,
+}
+
+impl Default for Spread {
+    fn default() -> Self {
+        Spread { cosine: 1.0, sqnr_db: f64::INFINITY, kl: 0.0, argmax_agreement: 1.0 }
+    }
+}
+
+impl Spread {
+    fn widen(&mut self, first: &Capture, later: &Capture) -> Result<()> {
+        let thresholds = crate::compare::thresholds::Thresholds::default();
+        let pair = crate::compare::compare(first, later, ("run 1", "run k"), &Settings::new(&thresholds))?;
+        for row in &pair.rows {
+            if let Some(m) = &row.metrics {
+                self.cosine = self.cosine.min(m.cosine);
+                self.sqnr_db = self.sqnr_db.min(m.sqnr_db);
+            }
+            if let Some(l) = &row.logits {
+                self.kl = self.kl.max(l.kl_mean);
+                self.argmax_agreement = self.argmax_agreement.min(l.argmax_agreement);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The same InputSet `runs` times (at least 2) on the device, run 1 against each later run:
+/// the largest |Δ| of any logit, and the spread of every comparison figure.
 pub fn repeatability(backend: &mut HefBackend, inputs: &InputSet, runs: usize) -> Result<Repeatability> {
+    let runs = runs.max(2);
     let mut first: Option<Capture> = None;
     let (mut max_abs, mut worst_key) = (0f64, None);
-    for _ in 0..runs.max(2) {
-        let mut cap = Capture::default();
-        backend.drive(inputs, &mut cap, &mut Default::default())?;
-        match &first {
-            None => first = Some(cap),
-            Some(f) => {
-                for k in f.keys() {
-                    if let (Some(a), Some(b)) = (f.get_key(k), cap.get_key(k)) {
-                        let d = a.iter().zip(b.iter()).map(|(x, y)| (x - y).abs() as f64).fold(0.0, f64::max);
-                        if d > max_abs {
-                            (max_abs, worst_key) = (d, Some(k.to_string()));
-                        }
-                    }
+    let mut spread = Spread::default();
+    for _ in 0..runs {
+        let mut sink = MemorySink::new(TapSelection::all());
+        backend.drive(inputs, &mut sink, &mut Default::default())?;
+        let cap = sink.capture;
+        let Some(f) = &first else {
+            first = Some(cap);
+            continue;
+        };
+        for (k, a) in f.iter() {
+            if let Some(b) = cap.get(k) {
+                let d = a.iter().zip(b.iter()).map(|(x, y)| (x - y).abs() as f64).fold(0.0, f64::max);
+                if d > max_abs {
+                    (max_abs, worst_key) = (d, Some(k.to_string()));
                 }
             }
         }
+        spread.widen(f, &cap)?;
     }
-    Ok(Repeatability { runs: runs.max(2), max_abs, worst_key })
+    Ok(Repeatability { runs, max_abs, worst_key, spread })
 }
 
 #[derive(Debug, Clone, Serialize)]

@@ -226,7 +226,7 @@ mod tests {
             unavailable: None,
         };
         Diagnosis {
-            repeatability: Repeatability { runs: 3, max_abs, worst_key: None },
+            repeatability: Repeatability { runs: 3, max_abs, worst_key: None, spread: Default::default() },
             parity: Parity { position: 4, rows: vec![row("(a)"), row("(b)")], verdict },
             cache_tokens: 4,
             cache: vec![CacheDiffRow {

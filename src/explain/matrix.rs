@@ -3,10 +3,10 @@
 //! `explain` ranks the injected fault first among the whole catalog. This is the proof that
 //! the tool finds each fault; `hefprobe faults --matrix` renders it.
 
+use crate::backend::collect;
 use crate::backend::decoder::DecoderBackend;
-use crate::backend::Backend;
 use crate::compare::thresholds::Thresholds;
-use crate::compare::{compare, locate, View};
+use crate::compare::{compare, locate, Settings};
 use crate::error::{Error, Result};
 use crate::explain::ExplainSpec;
 use crate::inputs::{DecodeSpec, InputSet};
@@ -70,29 +70,19 @@ fn matches(expected: &str, got: &str) -> bool {
 pub fn run_case(ckpt: &Checkpoint, inputs: &InputSet, spec: &str, expected: &str) -> Result<MatrixRow> {
     let model = Arc::new(Decoder::new(ckpt)?);
     let all = TapSelection::all();
-    let reference = DecoderBackend::reference(model.clone()).run(inputs, &all);
+    let reference = collect(&mut DecoderBackend::reference(model), inputs, &all, None);
     let mut emu = DecoderBackend::emulator(spec, ckpt, &[spec.to_string()], None)?;
-    let observed = emu.run(inputs, &all);
+    let observed = collect(&mut emu, inputs, &all, None);
     if let Some(e) = reference.error.or(observed.error) {
         return Err(e);
     }
-    let pair = compare(
-        &reference.capture,
-        &observed.capture,
-        ("reference", spec),
-        View::Cumulative,
-        &Thresholds::default(),
-    );
+    let thresholds = Thresholds::default();
+    let pair =
+        compare(&reference.capture, &observed.capture, ("reference", spec), &Settings::new(&thresholds))?;
     let located = locate::locate(&pair).first().map(|l| format!("{}/{}", l.phase, l.tap));
-    let report = crate::explain::explain(
-        ckpt,
-        &model,
-        inputs,
-        &reference.capture,
-        spec,
-        &observed.capture,
-        &ExplainSpec::default(),
-    )?;
+    let at = crate::explain::rank::Setting { ckpt, inputs, scratch: None };
+    let report =
+        crate::explain::explain(&at, &reference.capture, (spec, &observed.capture), &ExplainSpec::default())?;
     let pos = report.rows.iter().position(|r| r.fault == spec || r.ties.iter().any(|t| t == spec));
     let row = pos.map(|i| &report.rows[i]);
     let name = spec.split([':', '@']).next().unwrap_or("");
@@ -120,8 +110,8 @@ pub fn run_matrix_on(ckpt: &Checkpoint, inputs: &InputSet) -> Result<Vec<MatrixR
     let mut inputs = inputs.clone();
     if let DecodeSpec::Greedy(_) = inputs.decode {
         let model = Arc::new(Decoder::new(ckpt)?);
-        let run =
-            DecoderBackend::reference(model).run(&inputs, &TapSelection::parse(&["logits".to_string()])?);
+        let logits = TapSelection::parse(&["logits".to_string()])?;
+        let run = collect(&mut DecoderBackend::reference(model), &inputs, &logits, None);
         if let Some(e) = run.error {
             return Err(e);
         }

@@ -5,6 +5,7 @@
 //! Everything here mirrors HailoRT v5.2.0 (see `docs/HAILO-RUNTIME.md`); each number that
 //! comes from HailoRT names its source file next to it.
 
+pub mod arch;
 pub mod audit;
 pub mod container;
 mod container_write;

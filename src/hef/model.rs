@@ -373,28 +373,7 @@ pub mod extension {
     }
 }
 
-/// `ProtoHEFHwArch` names (hef.proto), for display.
-pub fn hw_arch_name(arch: i32) -> String {
-    let name = match arch {
-        0 => "HAILO8",
-        1 => "HAILO8P",
-        2 => "HAILO8R",
-        3 => "HAILO8L",
-        4 => "HAILO15M",
-        5 => "HAILO10H (deprecated id)",
-        6 => "HAILO15L",
-        100 => "SAGE_A0",
-        101 => "SAGE_B0",
-        102 => "PAPRIKA_B0",
-        103 => "HAILO1XH",
-        104 => "GINGER",
-        105 => "LAVENDER",
-        106 => "PLUTO",
-        108 => "MARS",
-        other => return format!("unknown ({other})"),
-    };
-    name.to_string()
-}
+pub use super::arch::hw_arch_name;
 
 /// The prefill and tbt network groups genai would pick for a LoRA name ("" = base model).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

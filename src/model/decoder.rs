@@ -183,6 +183,17 @@ impl Decoder {
         model
     }
 
+    /// The logit lens of a residual stream [T, hidden]: its last row through the final norm
+    /// and lm_head, as the vocabulary's logits.
+    pub fn lens_logits(&self, hidden: &ndarray::ArrayD<f32>) -> Result<Vec<f32>> {
+        let rows = hidden.shape()[0];
+        let last =
+            hidden.index_axis(ndarray::Axis(0), rows - 1).to_owned().insert_axis(ndarray::Axis(0)).into_dyn();
+        let h = crate::capture::array_to_tensor(&last)?;
+        let normed = candle_nn::ops::rms_norm(&h, &self.norm, self.cfg.rms_norm_eps as f32)?;
+        Ok(self.lm_head.forward(&normed)?.flatten_all()?.to_vec1::<f32>()?)
+    }
+
     /// Embedding rows of `tokens` [T, hidden]; a token id past the vocabulary is an error.
     pub fn embed_tokens(&self, tokens: &[u32]) -> Result<Tensor> {
         if let Some(bad) = tokens.iter().find(|&&t| t as usize >= self.cfg.vocab_size) {

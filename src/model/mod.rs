@@ -14,6 +14,7 @@ pub mod kernels;
 pub mod memory;
 pub mod pool;
 pub mod profile;
+pub mod resolve;
 pub mod rope;
 pub mod run;
 pub mod synth;
@@ -22,4 +23,5 @@ pub mod weights;
 
 pub use config::{Arch, ModelConfig};
 pub use decoder::Decoder;
+pub use resolve::CheckpointRef;
 pub use weights::Checkpoint;

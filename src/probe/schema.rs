@@ -99,6 +99,29 @@ pub struct CheckpointSpec {
     pub overrides: SynthOverrides,
 }
 
+impl CheckpointSpec {
+    /// The synth preset with this table's overrides of its dims.
+    pub fn synth_spec(&self) -> Result<crate::model::synth::SynthSpec> {
+        let preset =
+            self.synth.as_deref().ok_or_else(|| Error::usage("[checkpoint] names no synth preset"))?;
+        let mut s = crate::model::synth::SynthSpec::preset(preset, self.seed)?;
+        s.apply(&self.overrides);
+        Ok(s)
+    }
+
+    /// The checkpoint this table names, for the one resolver every command uses.
+    pub fn to_ref(&self) -> Result<crate::model::CheckpointRef> {
+        Ok(match &self.path {
+            Some(path) => crate::model::CheckpointRef::Path {
+                path: path.clone(),
+                revision: self.revision.clone().unwrap_or_else(|| crate::model::hub::DEFAULT_REVISION.into()),
+                strict_config: self.strict_config,
+            },
+            None => crate::model::CheckpointRef::Synth(self.synth_spec()?),
+        })
+    }
+}
+
 /// By hand because serde's `flatten` drops `deny_unknown_fields`: this table's own keys are
 /// taken out, and [`SynthOverrides`] (which refuses unknown keys) reads the rest, so a typo
 /// anywhere in `[checkpoint]` is named.
@@ -211,18 +234,6 @@ impl Default for CompareSpec {
 }
 
 impl Probe {
-    /// This probe on another checkpoint (`--checkpoint`): `[checkpoint]` is replaced (a synth
-    /// preset's overrides no longer apply) and so is a sweep's model axis (`hidden`,
-    /// `checkpoints`): the sweep runs its other axes on this one model.
-    pub fn with_checkpoint(mut self, path: &Path) -> Self {
-        self.checkpoint = CheckpointSpec { path: Some(path.to_path_buf()), ..Default::default() };
-        if let Some(sw) = self.sweep.as_mut() {
-            sw.hidden.clear();
-            sw.checkpoints.clear();
-        }
-        self
-    }
-
     pub fn load(path: &Path) -> Result<Self> {
         let text = crate::error::read_text(path)?;
         Self::parse(&text, path)
@@ -313,8 +324,7 @@ impl Probe {
         }
         rel(&mut p.inputs.tokenizer);
         for b in &mut p.backends {
-            rel(&mut b.path);
-            rel(&mut b.map);
+            b.relative_to(base);
         }
         p.thresholds.build().map_err(|e| Error::input(&what, e.to_string()))?;
         p.checkpoint.overrides.check_in(&format!("{what} [checkpoint]"))?;

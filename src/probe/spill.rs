@@ -1,12 +1,11 @@
 //! A run whose captures do not fit the memory budget: its plan (what stays in memory, what
-//! goes to disk, whether the disk has room), its folders, and the report's note. The stages in
-//! [`super::run`] hold each capture as a [`Held`]: in memory, or a file in the [`SpillDir`].
+//! goes to disk, whether the disk has room), its folders, and the report's notes. The stages
+//! in [`super::run`] stream each capture to a file in the [`SpillDir`] and read it from there.
 
-use super::run::{BackendOutput, RunOptions};
+use super::run::{CaptureOptions, Runs};
 use crate::backend::overrides::Overrides;
 use crate::backend::{BackendKind, BackendSpec};
 use crate::budget::{Budget, Bytes};
-use crate::capture::Capture;
 use crate::error::{Error, Result};
 use crate::inputs::InputSet;
 use crate::model::memory::{self, Estimate, TapsHeld};
@@ -29,12 +28,6 @@ pub struct SpillPlan {
     pub parent: PathBuf,
 }
 
-/// A capture held in memory, or spilled to an `.npz` (see [`SpillPlan`]).
-pub enum Held {
-    Memory(Capture),
-    File(PathBuf),
-}
-
 /// The folders of a spilled run: `tmp` (deleted when dropped) holds the local views, and the
 /// cumulative captures too unless `--save-captures` names a folder (`captures`) to keep them.
 pub struct SpillDir {
@@ -52,7 +45,7 @@ impl Drop for SpillDir {
 }
 
 impl SpillDir {
-    pub(super) fn create(plan: &SpillPlan, opts: &RunOptions) -> Result<Self> {
+    pub(super) fn create(plan: &SpillPlan, opts: &CaptureOptions) -> Result<Self> {
         std::fs::create_dir_all(&plan.parent).map_err(|e| Error::io(&plan.parent, e))?;
         let swept = super::cleanup::sweep(&plan.parent);
         let tmp = tempfile::Builder::new()
@@ -71,22 +64,26 @@ impl SpillDir {
     }
 }
 
-/// The plan of a run whose captures do not fit `budget` in memory: each capture written to
-/// disk tap by tap and compared from the files. Refused (exit 2) when even that does not fit
-/// the budget, or its files do not fit the disk. `(local, explain)`: the run makes local
-/// views, and explains (ranks faults by emulating them, each emulation a capture on disk
-/// matched one tap of each side at a time; the tie check holds two at once).
-#[allow(clippy::too_many_arguments)]
+/// The run being planned: its checkpoint, inputs, the reference's taps and the backends.
+pub(super) struct Planned<'a> {
+    pub ckpt: &'a Checkpoint,
+    pub inputs: &'a InputSet,
+    pub ref_taps: &'a TapSelection,
+    pub specs: &'a [BackendSpec],
+}
+
+/// The plan of a run whose captures do not fit `budget` in memory (`in_memory` held there):
+/// each capture written to disk tap by tap and compared from the files. Refused (exit 2) when
+/// even that does not fit the budget, or its files do not fit the disk. `(local, explain)`:
+/// the run makes local views, and explains (ranks faults by emulating them, each emulation a
+/// capture on disk matched one tap of each side at a time; the tie check holds two at once).
 pub(super) fn spill_plan(
-    ckpt: &Checkpoint,
-    inputs: &InputSet,
-    ref_taps: &TapSelection,
-    specs: &[BackendSpec],
+    run: &Planned,
     (local, explain): (bool, bool),
-    in_memory: Bytes,
-    budget: Budget,
-    opts: &RunOptions,
+    (in_memory, budget): (Bytes, Budget),
+    opts: &CaptureOptions,
 ) -> Result<SpillPlan> {
+    let Planned { ckpt, inputs, ref_taps, specs } = *run;
     let cfg = &ckpt.config;
     // What stays in memory beside the spilled taps: the reference's `embed` and `layers.*.out`
     // that feed a local view's overrides, and a second copy of the weights for an emulator
@@ -174,28 +171,26 @@ fn free_disk(_path: &Path) -> Option<u64> {
     None
 }
 
-/// How the report's note on a spilled run starts.
-pub const SPILLED: &str = "captures spilled to disk: ";
+/// What a spilled run says on stderr as it starts: a long run fills the disk meanwhile.
+pub(super) fn spill_start(plan: &SpillPlan, dir: &SpillDir) -> String {
+    format!(
+        "note: the captures ({}) exceed the memory budget ({} from {}): writing them to {} (about {})",
+        plan.in_memory,
+        Bytes::new(plan.budget.bytes),
+        plan.budget.from,
+        dir.captures.display(),
+        plan.on_disk
+    )
+}
 
 /// The report's one note on a spilled run: how much went where, and why.
-pub(super) fn spill_note(
-    plan: &SpillPlan,
-    dir: &SpillDir,
-    reference: &Held,
-    backends: &[BackendOutput],
-    opts: &RunOptions,
-) -> String {
-    let files = std::iter::once(reference)
-        .chain(backends.iter().filter_map(|b| b.reference.as_ref().map(|(_, h)| h)))
-        .chain(backends.iter().map(|b| &b.capture))
-        .chain(backends.iter().filter_map(|b| b.local.as_ref().map(|(_, h)| h)));
-    let bytes: u64 = files
-        .filter_map(|h| match h {
-            Held::File(p) => std::fs::metadata(p).ok().map(|m| m.len()),
-            Held::Memory(_) => None,
-        })
-        .sum();
-    let kept = if opts.save_captures.is_some() {
+pub fn spill_note(plan: &SpillPlan, dir: &SpillDir, runs: &Runs) -> String {
+    let files = std::iter::once(runs.reference.as_ref())
+        .chain(runs.backends.iter().filter_map(|b| b.reference.as_ref().map(|(_, c, _)| c.as_ref())))
+        .chain(runs.backends.iter().map(|b| b.capture.as_ref()))
+        .chain(runs.backends.iter().filter_map(|b| b.local.as_ref().map(|(_, c)| c.as_ref())));
+    let bytes: u64 = files.filter_map(|c| std::fs::metadata(c.file()?).ok()).map(|m| m.len()).sum();
+    let kept = if dir.captures != dir.tmp.path() {
         format!(
             "kept there (--save-captures); local views in {}, deleted when the run ends",
             dir.tmp.path().display()
@@ -212,7 +207,7 @@ pub(super) fn spill_note(
         ),
     };
     format!(
-        "{SPILLED}{} in {} (estimate {} > budget {} from {}; spilled, the run plans {}: {}), {kept}{swept}",
+        "captures spilled to disk: {} in {} (estimate {} > budget {} from {}; spilled, the run plans {}: {}), {kept}{swept}",
         Bytes::new(bytes),
         dir.captures.display(),
         plan.in_memory,
@@ -220,6 +215,16 @@ pub(super) fn spill_note(
         plan.budget.from,
         plan.needs.total(),
         plan.needs.breakdown(),
+    )
+}
+
+/// The report's note on explain reading a spilled run from disk (emulations in `dir`).
+pub(super) fn explain_note(dir: &str) -> String {
+    format!(
+        "EXPLAIN READ FROM DISK: this run's captures were spilled, so explain read the observed capture and \
+         the reference from their files one tap at a time, and wrote each fault's emulation to a temporary \
+         file in {dir} (deleted once matched); the ranking is the one memory would give, at the cost of one \
+         capture written and read back per fault"
     )
 }
 

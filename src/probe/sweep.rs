@@ -2,19 +2,19 @@
 //! prompt lengths) into one table, with greedy-generation degeneracy metrics per point — the
 //! shape of finding 16, where generation collapses into one repeated token past a hidden size.
 
+use crate::backend::collect;
 use crate::backend::decoder::DecoderBackend;
-use crate::backend::Backend;
 use crate::capture::Capture;
 use crate::compare::metrics;
 use crate::compare::thresholds::Thresholds;
 use crate::error::{Error, Result};
 use crate::inputs::{DecodeSpec, InputSet};
 use crate::model::{Checkpoint, Decoder};
-use crate::probe::run::{build_inputs, load_checkpoint, synth_spec};
+use crate::probe::run::build_inputs;
 use crate::probe::schema::{Probe, SweepSpec};
 use crate::report::doc::{Cell, Doc, Table, Text};
 use crate::report::format::{cos, pct};
-use crate::tap::TapSelection;
+use crate::tap::{Phase, Tap, TapSelection};
 use serde::Serialize;
 use std::sync::Arc;
 
@@ -85,8 +85,8 @@ pub fn distinct_ratio(tokens: &[u32]) -> f64 {
 
 fn logits_figures(reference: &Capture, candidate: &Capture) -> (f64, f64, f64) {
     let (mut cos, mut kl, mut agree, mut n, mut rows) = (0.0, 0.0, 0usize, 0usize, 0usize);
-    for key in reference.keys().into_iter().filter(|k| k.ends_with("/logits")) {
-        let (Some(r), Some(x)) = (reference.get_key(key), candidate.get_key(key)) else { continue };
+    for key in reference.keys().filter(|k| k.tap().is_some_and(|t| t.is(Tap::Logits))) {
+        let (Some(r), Some(x)) = (reference.get(key), candidate.get(key)) else { continue };
         if r.shape() != x.shape() {
             continue;
         }
@@ -106,8 +106,9 @@ fn logits_figures(reference: &Capture, candidate: &Capture) -> (f64, f64, f64) {
 
 /// First maximum of the last row of the prefill's logits: the greedy rule of DecodeSpec.
 fn last_argmax(c: &Capture) -> Result<u32> {
-    let l =
-        c.get_key("prefill/logits").ok_or_else(|| Error::usage("base scope: no prefill/logits captured"))?;
+    let l = c
+        .at(Phase::Prefill, Tap::Logits)
+        .ok_or_else(|| Error::usage("base scope: no prefill/logits captured"))?;
     let vocab = *l.shape().last().unwrap_or(&1);
     let v = l.as_slice().expect("standard layout");
     let row = &v[v.len() - vocab..];
@@ -123,7 +124,7 @@ fn base_generate(backend: &mut DecoderBackend, greedy: &InputSet, steps: usize) 
         let mut step = greedy.clone();
         step.prompt.extend(&tokens);
         step.decode = DecodeSpec::Greedy(0);
-        let run = backend.run(&step, &logits);
+        let run = collect(backend, &step, &logits, None);
         if let Some(e) = run.error {
             return Err(e);
         }
@@ -142,27 +143,39 @@ struct Model {
     ckpt: Checkpoint,
 }
 
-fn models(probe: &Probe, sw: &SweepSpec) -> Result<Vec<Model>> {
+/// The sweep's models: `checkpoint` when given (`--checkpoint`: the sweep runs its other axes
+/// on this one model), else `[sweep] checkpoints`, else `[sweep] hidden` over the synth
+/// preset, else the probe's own checkpoint.
+fn models(
+    probe: &Probe,
+    sw: &SweepSpec,
+    checkpoint: Option<&crate::model::CheckpointRef>,
+) -> Result<Vec<Model>> {
+    if let Some(c) = checkpoint {
+        let ckpt = c.load()?;
+        crate::probe::run::note_unknown_keys(&ckpt);
+        return Ok(vec![Model { label: ckpt.source.to_string(), hidden: ckpt.config.hidden_size, ckpt }]);
+    }
     if !sw.checkpoints.is_empty() {
         return sw
             .checkpoints
             .iter()
             .map(|p| {
-                let ckpt = Checkpoint::load(p)?;
+                let ckpt = crate::model::CheckpointRef::path(p).load()?;
                 crate::probe::run::note_unknown_keys(&ckpt);
                 Ok(Model { label: p.display().to_string(), hidden: ckpt.config.hidden_size, ckpt })
             })
             .collect();
     }
     if sw.hidden.is_empty() {
-        let ckpt = load_checkpoint(&probe.checkpoint)?;
+        let ckpt = probe.checkpoint.to_ref()?.load()?;
         crate::probe::run::note_unknown_keys(&ckpt);
         return Ok(vec![Model { label: ckpt.source.to_string(), hidden: ckpt.config.hidden_size, ckpt }]);
     }
     if probe.checkpoint.synth.is_none() {
         return Err(Error::usage("[sweep] hidden needs a synth checkpoint in [checkpoint]"));
     }
-    let base = synth_spec(&probe.checkpoint)?;
+    let base = probe.checkpoint.synth_spec()?;
     let head_dim = sw.head_dim.or(base.head_dim).unwrap_or(64);
     let ratio = sw.kv_ratio.unwrap_or(1).max(1);
     if head_dim == 0 {
@@ -191,19 +204,20 @@ fn models(probe: &Probe, sw: &SweepSpec) -> Result<Vec<Model>> {
         .collect()
 }
 
-/// Run the sweep; `progress` is told each point's label.
-pub fn run_sweep(probe: &Probe, mut progress: impl FnMut(&str)) -> Result<Vec<SweepPoint>> {
-    let sw = probe.sweep.clone().ok_or_else(|| {
-        Error::usage(format!(
-            "{}: no [sweep] section (hidden, quant, faults, prompt_len, generate)",
-            probe.path.display()
-        ))
-    })?;
-    let mut settings: Vec<(String, Vec<String>, Option<String>)> = Vec::new();
+/// One setting of the grid: its label, the faults and the quantization it emulates.
+struct Setting {
+    label: String,
+    faults: Vec<String>,
+    quant: Option<String>,
+}
+
+/// Every combination of `[sweep] quant` × `faults` (a missing axis is one clean value).
+fn settings(sw: &SweepSpec) -> Vec<Setting> {
     let quants: Vec<Option<String>> =
         if sw.quant.is_empty() { vec![None] } else { sw.quant.iter().cloned().map(Some).collect() };
     let faults: Vec<Option<String>> =
         if sw.faults.is_empty() { vec![None] } else { sw.faults.iter().cloned().map(Some).collect() };
+    let mut out = Vec::new();
     for q in &quants {
         for f in &faults {
             let label = [f.clone(), q.as_ref().map(|q| format!("quant:{q}"))]
@@ -211,41 +225,139 @@ pub fn run_sweep(probe: &Probe, mut progress: impl FnMut(&str)) -> Result<Vec<Sw
                 .flatten()
                 .collect::<Vec<_>>()
                 .join("+");
-            settings.push((
-                if label.is_empty() { "clean".into() } else { label },
-                f.iter().cloned().collect(),
-                q.clone(),
-            ));
+            out.push(Setting {
+                label: if label.is_empty() { "clean".into() } else { label },
+                faults: f.iter().cloned().collect(),
+                quant: q.clone(),
+            });
         }
     }
+    out
+}
+
+/// Refuse a model whose sweep (the reference and two emulator runs keeping their logits, each
+/// emulator with a rewritten copy of the weights) does not fit the memory budget.
+fn check_memory(probe: &Probe, sw: &SweepSpec, m: &Model, base: &InputSet) -> Result<()> {
+    let longest = sw.prompt_len.iter().copied().max().unwrap_or(0).max(base.prompt.len());
+    let mut planned = base.clone();
+    planned.prompt = vec![0; longest];
+    planned.decode = DecodeSpec::Greedy(sw.generate);
+    let logits_only = TapSelection::parse(&["logits".to_string()])?;
+    let held = crate::model::memory::TapsHeld::InMemory { captures: 3 };
+    crate::model::memory::check_run(&m.ckpt.config, &planned, &logits_only, held).map_err(|e| match e {
+        Error::Budget { what, needs, budget, budget_from, fix } => Error::Budget {
+            what: format!("{} [sweep] {}: {what}", probe.path.display(), m.label),
+            needs,
+            budget,
+            budget_from,
+            fix: format!("lower prompt_len / generate / hidden in [sweep], or {fix}"),
+        },
+        other => other,
+    })
+}
+
+/// The reference of one scope at one prompt: its greedy tokens, its teacher-forced logits, and
+/// the inputs every setting is teacher-forced on. kv decodes the reference's tokens through
+/// the cache; base runs prompt + those tokens as one prefill (what base scope computes).
+fn scope_reference(
+    model: &Arc<Decoder>,
+    greedy: &InputSet,
+    kv: &crate::backend::Run<Capture>,
+    base: bool,
+    steps: usize,
+) -> Result<(Vec<u32>, Capture, InputSet)> {
+    let logits = TapSelection::parse(&["logits".to_string()])?;
+    if !base {
+        let mut forced: InputSet = greedy.clone();
+        forced.decode = DecodeSpec::Forced(kv.record.decode_tokens.clone());
+        return Ok((kv.record.decode_tokens.clone(), kv.capture.clone(), forced));
+    }
+    let mut r = DecoderBackend::reference(model.clone());
+    let ref_tokens = base_generate(&mut r, greedy, steps)?;
+    let mut full = greedy.clone();
+    full.prompt.extend(&ref_tokens);
+    full.decode = DecodeSpec::Greedy(0);
+    let run = collect(&mut r, &full, &logits, None);
+    match run.error {
+        Some(e) => Err(e),
+        None => Ok((ref_tokens, run.capture, full)),
+    }
+}
+
+/// The reference of one scope at one prompt, as [`scope_reference`] gives it.
+struct ScopeRef<'a> {
+    tokens: &'a [u32],
+    capture: &'a Capture,
+    forced: &'a InputSet,
+    greedy: &'a InputSet,
+    base: bool,
+}
+
+/// One point: `setting`'s emulator teacher-forced against the scope's reference, then free
+/// greedy generation.
+fn point(
+    m: &Model,
+    setting: &Setting,
+    r: &ScopeRef,
+    (sw, thresholds): (&SweepSpec, &Thresholds),
+) -> Result<SweepPoint> {
+    let logits = TapSelection::parse(&["logits".to_string()])?;
+    let mut emu =
+        DecoderBackend::emulator(&setting.label, &m.ckpt, &setting.faults, setting.quant.as_deref())?;
+    let tf = collect(&mut emu, r.forced, &logits, None);
+    if let Some(e) = tf.error {
+        return Err(e);
+    }
+    let tokens = if r.base {
+        base_generate(&mut emu, r.greedy, sw.generate)?
+    } else {
+        let free = collect(&mut emu, r.greedy, &logits, None);
+        if let Some(e) = free.error {
+            return Err(e);
+        }
+        free.record.decode_tokens
+    };
+    let (cos, kl, agree) = logits_figures(r.capture, &tf.capture);
+    Ok(SweepPoint {
+        model: m.label.clone(),
+        hidden: m.hidden,
+        setting: if r.base { format!("{} (base scope)", setting.label) } else { setting.label.clone() },
+        scope: if r.base { "base" } else { "kv" }.to_string(),
+        prompt_len: r.greedy.prompt.len(),
+        logits_cosine: cos,
+        kl_mean: kl,
+        argmax_agreement: agree,
+        longest_run: longest_run(&tokens),
+        distinct_ratio: distinct_ratio(&tokens),
+        first_divergence: tokens.iter().zip(r.tokens).position(|(a, b)| a != b),
+        reference_longest_run: longest_run(r.tokens),
+        reference_distinct_ratio: distinct_ratio(r.tokens),
+        tokens,
+        drift: logits_drift(thresholds, cos, kl, agree),
+    })
+}
+
+/// Run the sweep (on `checkpoint` instead of the probe's models, when given); `progress` is
+/// told each point's label.
+pub fn run_sweep(
+    probe: &Probe,
+    checkpoint: Option<&crate::model::CheckpointRef>,
+    mut progress: impl FnMut(&str),
+) -> Result<Vec<SweepPoint>> {
+    let sw = probe.sweep.clone().ok_or_else(|| {
+        Error::usage(format!(
+            "{}: no [sweep] section (hidden, quant, faults, prompt_len, generate)",
+            probe.path.display()
+        ))
+    })?;
+    let settings = settings(&sw);
     let thresholds = probe.thresholds.build()?;
     let scopes: Vec<String> = if sw.scope.is_empty() { vec!["kv".into()] } else { sw.scope.clone() };
+    let logits = TapSelection::parse(&["logits".to_string()])?;
     let mut points = Vec::new();
-    for m in models(probe, &sw)? {
+    for m in models(probe, &sw, checkpoint)? {
         let base_inputs = build_inputs(&probe.inputs, &m.ckpt)?;
-        let longest = sw.prompt_len.iter().copied().max().unwrap_or(0).max(base_inputs.prompt.len());
-        let mut planned = base_inputs.clone();
-        planned.prompt = vec![0; longest];
-        planned.decode = DecodeSpec::Greedy(sw.generate);
-        // The reference and two emulator runs keep their logits; each emulator may hold a
-        // rewritten copy of the weights.
-        let logits_only = TapSelection::parse(&["logits".to_string()])?;
-        crate::model::memory::check_run(
-            &m.ckpt.config,
-            &planned,
-            &logits_only,
-            crate::model::memory::TapsHeld::InMemory { captures: 3 },
-        )
-        .map_err(|e| match e {
-            Error::Budget { what, needs, budget, budget_from, fix } => Error::Budget {
-                what: format!("{} [sweep] {}: {what}", probe.path.display(), m.label),
-                needs,
-                budget,
-                budget_from,
-                fix: format!("lower prompt_len / generate / hidden in [sweep], or {fix}"),
-            },
-            other => other,
-        })?;
+        check_memory(probe, &sw, &m, &base_inputs)?;
         let model = Arc::new(Decoder::new(&m.ckpt)?);
         let lens =
             if sw.prompt_len.is_empty() { vec![base_inputs.prompt.len()] } else { sw.prompt_len.clone() };
@@ -253,68 +365,20 @@ pub fn run_sweep(probe: &Probe, mut progress: impl FnMut(&str)) -> Result<Vec<Sw
             let mut greedy = base_inputs.clone();
             greedy.prompt = prompt_of_len(&base_inputs.prompt, len);
             greedy.decode = DecodeSpec::Greedy(sw.generate);
-            let logits = TapSelection::parse(&["logits".to_string()])?;
-            let reference = DecoderBackend::reference(model.clone()).run(&greedy, &logits);
-            if let Some(e) = reference.error {
+            let kv = collect(&mut DecoderBackend::reference(model.clone()), &greedy, &logits, None);
+            if let Some(e) = kv.error {
                 return Err(e);
             }
-            let kv_ref_tokens = reference.record.decode_tokens.clone();
             for scope in &scopes {
                 let base = scope == "base";
-                // Teacher-forced figures: kv decodes the reference's tokens through the cache;
-                // base runs prompt + those tokens as one prefill (what base scope computes).
-                let (ref_tokens, ref_capture, forced) = if base {
-                    let mut r = DecoderBackend::reference(model.clone());
-                    let ref_tokens = base_generate(&mut r, &greedy, sw.generate)?;
-                    let mut full = greedy.clone();
-                    full.prompt.extend(&ref_tokens);
-                    full.decode = DecodeSpec::Greedy(0);
-                    let run = r.run(&full, &logits);
-                    if let Some(e) = run.error {
-                        return Err(e);
-                    }
-                    (ref_tokens, run.capture, full)
-                } else {
-                    let mut forced: InputSet = greedy.clone();
-                    forced.decode = DecodeSpec::Forced(kv_ref_tokens.clone());
-                    (kv_ref_tokens.clone(), reference.capture.clone(), forced)
-                };
-                for (label, fault_specs, quant) in &settings {
-                    let shown = if base { format!("{label} (base scope)") } else { label.clone() };
+                let (tokens, capture, forced) = scope_reference(&model, &greedy, &kv, base, sw.generate)?;
+                let r =
+                    ScopeRef { tokens: &tokens, capture: &capture, forced: &forced, greedy: &greedy, base };
+                for setting in &settings {
+                    let shown =
+                        if base { format!("{} (base scope)", setting.label) } else { setting.label.clone() };
                     progress(&format!("{} {shown} prompt {len}", m.label));
-                    let mut emu = DecoderBackend::emulator(label, &m.ckpt, fault_specs, quant.as_deref())?;
-                    let tf = emu.run(&forced, &logits);
-                    if let Some(e) = tf.error {
-                        return Err(e);
-                    }
-                    let tokens = if base {
-                        base_generate(&mut emu, &greedy, sw.generate)?
-                    } else {
-                        let free = emu.run(&greedy, &logits);
-                        if let Some(e) = free.error {
-                            return Err(e);
-                        }
-                        free.record.decode_tokens.clone()
-                    };
-                    let (cos, kl, agree) = logits_figures(&ref_capture, &tf.capture);
-                    let drift = logits_drift(&thresholds, cos, kl, agree);
-                    points.push(SweepPoint {
-                        model: m.label.clone(),
-                        hidden: m.hidden,
-                        setting: shown,
-                        scope: scope.clone(),
-                        prompt_len: len,
-                        logits_cosine: cos,
-                        kl_mean: kl,
-                        argmax_agreement: agree,
-                        longest_run: longest_run(&tokens),
-                        distinct_ratio: distinct_ratio(&tokens),
-                        first_divergence: tokens.iter().zip(&ref_tokens).position(|(a, b)| a != b),
-                        reference_longest_run: longest_run(&ref_tokens),
-                        reference_distinct_ratio: distinct_ratio(&ref_tokens),
-                        tokens,
-                        drift,
-                    });
+                    points.push(point(&m, setting, &r, (&sw, &thresholds))?);
                 }
             }
         }

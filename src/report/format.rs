@@ -152,11 +152,13 @@ pub fn lens_sentence(rows: &[crate::compare::lens::LensRow]) -> String {
 }
 
 /// "logits" or "63 taps: embed … logits".
-pub fn taps_summary(taps: &[String]) -> String {
+pub fn taps_summary(taps: &[crate::tap::TapName]) -> String {
     match taps {
         [] => "no taps".into(),
         [t] => format!("matched on {t}"),
-        ts if ts.len() <= 4 => format!("matched on {}", ts.join(", ")),
+        ts if ts.len() <= 4 => {
+            format!("matched on {}", ts.iter().map(ToString::to_string).collect::<Vec<_>>().join(", "))
+        }
         ts => format!("matched on {} taps, {} … {}", ts.len(), ts[0], ts[ts.len() - 1]),
     }
 }
@@ -212,18 +214,19 @@ mod tests {
     #[test]
     fn an_all_nan_row_shows_n_a_never_a_perfect_cosine_and_fails() {
         use crate::capture::Capture;
-        use crate::compare::{compare, thresholds::Thresholds, View};
+        use crate::compare::{compare, thresholds::Thresholds, Settings};
         use crate::tap::Tap;
         use ndarray::{ArrayD, IxDyn};
         let (mut r, mut x) = (Capture::default(), Capture::default());
         r.put(Phase::Prefill, Tap::Embed, ArrayD::from_shape_vec(IxDyn(&[1, 2]), vec![1.0, 2.0]).unwrap());
         x.put(Phase::Prefill, Tap::Embed, ArrayD::from_elem(IxDyn(&[1, 2]), f32::NAN));
-        let pair = compare(&r, &x, ("r", "x"), View::Cumulative, &Thresholds::default());
+        let th = Thresholds::default();
+        let pair = compare(&r, &x, ("r", "x"), &Settings::new(&th)).unwrap();
         let row = &pair.rows[0];
         assert_eq!((row_cos(Some(row)), row_sqnr(row)), ("n/a".to_string(), "n/a".to_string()));
         assert!(row.failed() && row.has_nonfinite(), "{:?}", row.failures);
         // A clean row still shows its figure; a missing row shows "-".
-        let same = compare(&r, &r, ("r", "r"), View::Cumulative, &Thresholds::default());
+        let same = compare(&r, &r, ("r", "r"), &Settings::new(&th)).unwrap();
         assert_eq!(row_cos(Some(&same.rows[0])), "1.000000");
         assert_eq!(row_cos(None), "-");
     }

@@ -19,7 +19,7 @@ use crate::compare::lens::LensRow;
 use crate::compare::locate::Located;
 use crate::compare::{Flip, PairComparison, TapRow, View};
 use crate::error::{Error, Result};
-use crate::tap::Phase;
+use crate::tap::{Phase, TapName};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 
@@ -133,7 +133,7 @@ impl Serialize for BackendStatus {
 #[derive(Debug, Clone, Serialize)]
 pub struct LocatedDrift {
     pub phase: Phase,
-    pub tap: String,
+    pub tap: TapName,
     pub failures: Vec<String>,
     pub cosine: Option<f64>,
     pub worst_heads: Vec<(usize, f64)>,
@@ -180,7 +180,7 @@ pub struct ExplainRow {
 #[derive(Debug, Clone, Serialize, Default)]
 pub struct ExplainReport {
     pub observed: String,
-    pub taps: Vec<String>,
+    pub taps: Vec<TapName>,
     pub rows: Vec<ExplainRow>,
     /// The clean reference's match: what "no fault" looks like.
     pub baseline: Option<ExplainRow>,
@@ -196,7 +196,7 @@ pub struct ExplainReport {
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct AttributionRow {
     pub phase: Phase,
-    pub tap: String,
+    pub tap: TapName,
     pub reference_vs_observed: f64,
     pub reference_vs_quant: f64,
     pub quant_vs_observed: f64,
@@ -288,17 +288,11 @@ impl Report {
 /// Rows of one comparison aggregated per tap: the worst phase's row (lowest cosine, failures
 /// first), with how many phases failed.
 pub fn worst_per_tap(pair: &PairComparison) -> Vec<(&TapRow, usize, usize)> {
-    let mut order: Vec<&str> = Vec::new();
-    for r in &pair.rows {
-        if !order.contains(&r.tap.as_str()) {
-            order.push(&r.tap);
-        }
-    }
-    order.sort_by_cached_key(|t| crate::tap::key_order(&format!("prefill/{t}")));
+    let order: std::collections::BTreeSet<&TapName> = pair.rows.iter().map(|r| &r.tap).collect();
     order
         .into_iter()
         .map(|tap| {
-            let rows: Vec<&TapRow> = pair.rows.iter().filter(|r| r.tap == tap).collect();
+            let rows: Vec<&TapRow> = pair.rows.iter().filter(|r| r.tap == *tap).collect();
             let failed = rows.iter().filter(|r| r.failed()).count();
             let worst = rows
                 .iter()
@@ -326,7 +320,7 @@ pub fn compact<'a>(rows: &[(&'a TapRow, usize, usize)]) -> Vec<(&'a TapRow, usiz
     use crate::tap::{LayerTap, Tap};
     let first_layer = rows.iter().find(|(r, _, _)| r.failed()).and_then(|(r, _, _)| r.layer());
     rows.iter()
-        .filter(|(r, _, _)| match Tap::parse(&r.tap) {
+        .filter(|(r, _, _)| match r.tap.canonical() {
             Some(Tap::Layer(l, t)) => Some(l) == first_layer || t == LayerTap::Out,
             _ => true,
         })

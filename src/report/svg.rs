@@ -25,7 +25,7 @@ fn per_layer(
 ) -> Vec<(usize, f64)> {
     let mut out: Vec<(usize, f64)> = Vec::new();
     for row in &pair.rows {
-        let Some(Tap::Layer(l, t)) = Tap::parse(&row.tap) else { continue };
+        let Some(Tap::Layer(l, t)) = row.tap.canonical() else { continue };
         let Some(v) = (t == tap).then(|| f(row)).flatten() else { continue };
         match out.iter_mut().find(|(ll, _)| *ll == l) {
             Some(e) => e.1 = e.1.min(v),
@@ -213,7 +213,7 @@ fn heat(c: f64, lo: f64) -> RGBColor {
 fn heads_plot(pair: &PairComparison, svg: &mut String) -> std::result::Result<bool, String> {
     let mut cells: Vec<(usize, usize, f64)> = Vec::new();
     for row in &pair.rows {
-        let Some(Tap::Layer(l, LayerTap::Probs)) = Tap::parse(&row.tap) else { continue };
+        let Some(Tap::Layer(l, LayerTap::Probs)) = row.tap.canonical() else { continue };
         for (h, b) in row.per_head.iter().enumerate() {
             match cells.iter_mut().find(|(ll, hh, _)| *ll == l && *hh == h) {
                 Some(c) => c.2 = c.2.min(b.cosine),

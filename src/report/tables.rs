@@ -24,7 +24,7 @@ pub fn taps(rows: &[(&TapRow, usize, usize)], local: Option<&PairComparison>) ->
     for &(row, failed, total) in rows {
         let m = row.metrics.as_ref();
         let mut cells = vec![
-            Cell::from(Text::code(&row.tap)),
+            Cell::from(Text::code(row.tap.to_string())),
             row.phase.to_string().into(),
             format!("{failed}/{total}").into(),
             row_cos(Some(row)).into(),
@@ -53,12 +53,12 @@ pub fn phases(pair: &PairComparison) -> Table {
     phases.dedup();
     for phase in phases {
         let first = pair.rows.iter().find(|r| r.phase == phase && r.failed());
-        let logits = pair.row(phase, "logits");
+        let logits = pair.row(phase, &crate::tap::Tap::Logits.into());
         let l = logits.and_then(|r| r.logits.as_ref());
         let tone = if first.is_some() { Tone::Bad } else { Tone::Plain };
         t.row([
             phase.to_string().into(),
-            code_or_dash(first.map_or("-".to_string(), |r| r.tap.clone())).tone(tone),
+            code_or_dash(first.map_or("-".to_string(), |r| r.tap.to_string())).tone(tone),
             row_cos(logits).into(),
             l.map_or("-".into(), |l| pct(l.argmax_agreement)).into(),
             l.map_or("-".into(), |l| num(l.kl_mean)).into(),
@@ -110,7 +110,7 @@ pub fn attribution(rows: &[AttributionRow]) -> Table {
     for a in rows {
         t.row([
             a.phase.to_string().into(),
-            Cell::from(Text::code(&a.tap)),
+            Cell::from(Text::code(a.tap.to_string())),
             cos(Some(a.reference_vs_observed)).into(),
             cos(Some(a.reference_vs_quant)).into(),
             cos(Some(a.quant_vs_observed)).into(),

@@ -162,7 +162,7 @@ pub fn figures(pair: &PairComparison) -> BTreeMap<String, Figures> {
     let mut out: BTreeMap<String, Figures> = BTreeMap::new();
     for row in pair.rows.iter().filter(|r| r.metrics.is_some()) {
         let f = row_figures(row);
-        out.entry(row.tap.clone()).and_modify(|e| e.widen(&f)).or_insert(f);
+        out.entry(row.tap.to_string()).and_modify(|e| e.widen(&f)).or_insert(f);
     }
     out
 }
@@ -170,7 +170,7 @@ pub fn figures(pair: &PairComparison) -> BTreeMap<String, Figures> {
 /// Tap names in the order of the network (embed, layers 0.., final_norm, logits).
 pub fn tap_order<'a>(taps: impl IntoIterator<Item = &'a String>) -> Vec<&'a String> {
     let mut v: Vec<&String> = taps.into_iter().collect();
-    v.sort_by_cached_key(|t| crate::tap::key_order(&format!("prefill/{t}")));
+    v.sort_by_cached_key(|t| crate::tap::TapName::parse(t));
     v
 }
 
@@ -264,10 +264,11 @@ pub struct PhaseSeries {
 
 /// The cosine of `tap` in every phase of `pair`.
 pub fn phase_series(pair: &PairComparison, tap: &str) -> Option<PhaseSeries> {
+    let name = crate::tap::TapName::parse(tap);
     let points: Vec<(String, f64)> = pair
         .rows
         .iter()
-        .filter(|r| r.tap == tap)
+        .filter(|r| r.tap == name)
         .filter_map(|r| r.cosine().and_then(finite).map(|c| (r.phase.to_string(), c)))
         .collect();
     (!points.is_empty()).then(|| PhaseSeries { tap: tap.to_string(), points })

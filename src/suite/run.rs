@@ -1,28 +1,25 @@
 //! Running a suite: every probe of the plan through the probe's own named stages
-//! (`probe::run::{prepare, run_backends_with, compare_runs, explain_stage}`), once per probe
+//! (`probe::run::{prepare, run_backends, compare_runs, explain_stage}`), once per probe
 //! with every target of this shard as a backend (so the reference runs once per probe), then
 //! per pair: the repeatability gate (device targets), the verdict against the baseline, one
 //! re-run of a failing pair, and the explanation of a failure the re-run confirmed.
 
 use super::baseline::Baseline;
 use super::figures::{figures, phase_series, regressions, Band, PhaseSeries};
-use super::gate::Spread;
 use super::gate::{gate, open, OpenDevice, Shared};
 use super::result::*;
 use super::shard::Shard;
 use super::spec::{Suite, Target};
 use crate::backend::{make_backend, Backend, BackendKind, BackendSpec};
-use crate::compare::View;
 use crate::error::Result;
 use crate::explain::ExplainSpec;
 use crate::model::{Checkpoint, Decoder};
 use crate::probe::run::{
-    compare_runs, explain_stage, prepare, run_backends_with, Prepared, RunOptions, Runs,
+    compare_runs, explain_stage, prepare, run_backends, CaptureOptions, Compared, ExplainChoice, Prepared,
+    ProbeOverrides, RunOptions, Runs,
 };
 use crate::probe::schema::Probe;
-use crate::probe::spill::SPILLED;
 use crate::report::format::num;
-use crate::report::Report;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -220,93 +217,64 @@ pub fn run_suite(suite: &Suite, opts: &SuiteOptions) -> Result<SuiteResult> {
 struct ProbeRun {
     p: Prepared,
     runs: Runs,
+    compared: Vec<Compared>,
 }
 
-fn run_stages(ctx: &Ctx, probe: &Probe, specs: Vec<BackendSpec>) -> Result<ProbeRun> {
+impl ProbeRun {
+    fn compared(&self, label: &str) -> Option<&Compared> {
+        self.compared.iter().find(|c| c.label == label)
+    }
+}
+
+/// Prepare a probe against `specs` and run every backend: a device target drives the device
+/// opened once for the suite (refused when the probe's reference is another checkpoint).
+fn run_stages(ctx: &Ctx, probe: &Probe, specs: Vec<BackendSpec>) -> Result<(Prepared, Runs)> {
     let opts = RunOptions {
-        command: format!(
-            "hefprobe run {}{}",
-            probe.path.display(),
-            specs.iter().map(|s| format!(" --backend {}", cli_spec(s))).collect::<String>()
-        ),
-        backends: specs,
-        thresholds: ctx.suite.thresholds.clone(),
-        no_explain: true,
+        probe: ProbeOverrides {
+            backends: specs,
+            thresholds: ctx.suite.thresholds.clone(),
+            explain: ExplainChoice::Off,
+            ..Default::default()
+        },
         // Long prompts with every tap outgrow memory before a nightly machine does: spill as
         // `hefprobe run` does, and say so on each pair.
-        allow_spill: true,
-        spill_dir: ctx.opts.spill_dir.clone(),
-        ..RunOptions::default()
+        captures: CaptureOptions { spill: true, spill_dir: ctx.opts.spill_dir.clone(), ..Default::default() },
+        command: String::new(),
     };
     let mut p = prepare(probe, &opts)?;
-    if let Some(bad) = p.specs.iter().find_map(|s| checkpoint_mismatch(ctx, s, &p.ckpt)) {
-        return Err(bad);
-    }
     let devices = &ctx.devices;
     let mut open_backend =
         |spec: &BackendSpec, ckpt: &Checkpoint, model: &Arc<Decoder>| -> Result<Box<dyn Backend>> {
             let label = spec.label();
             match devices.get(&label) {
                 Some(Ok(d)) if spec.kind == BackendKind::Hef => {
-                    Ok(Box::new(Shared { device: d.backend.clone(), label }) as Box<dyn Backend>)
+                    d.borrow().check_made_from(spec.path()?, ckpt)?;
+                    Ok(Box::new(Shared { device: d.clone(), label }) as Box<dyn Backend>)
                 }
                 _ => make_backend(spec, ckpt, model),
             }
         };
-    let runs = run_backends_with(&mut p, &opts, &mut open_backend)?;
-    Ok(ProbeRun { p, runs })
-}
-
-/// A simulated HEF made from another checkpoint than the probe's reference (as `hef::open`
-/// refuses it).
-fn checkpoint_mismatch(ctx: &Ctx, spec: &BackendSpec, ckpt: &Checkpoint) -> Option<crate::error::Error> {
-    let Some(Ok(d)) = ctx.devices.get(&spec.label()) else { return None };
-    let made_from = d.made_from.as_ref()?;
-    (made_from != &ckpt.hash).then(|| {
-        crate::error::Error::input(
-            spec.path.as_ref().map_or_else(|| spec.label(), |p| p.display().to_string()),
-            format!(
-                "was made from checkpoint {made_from}, but the probe's reference is {} ({}); compare a HEF with \
-                 the checkpoint it was compiled from",
-                ckpt.hash, ckpt.source
-            ),
-        )
-    })
-}
-
-/// A spec as `--backend` takes it, for the command that reproduces one pair.
-fn cli_spec(s: &BackendSpec) -> String {
-    match s.kind {
-        BackendKind::Reference => "reference".into(),
-        BackendKind::Emulator if s.faults.is_empty() => "emulator".into(),
-        BackendKind::Emulator => format!("emulator={}", s.faults.join("+")),
-        BackendKind::Dump | BackendKind::Hef => {
-            let path = s.path.as_ref().map(|p| p.display().to_string()).unwrap_or_default();
-            let map = s.map.as_ref().map(|m| format!(",map={}", m.display())).unwrap_or_default();
-            format!("{}={path}{map}", s.kind)
-        }
-    }
+    let runs = run_backends(&mut p, &opts.captures, &mut open_backend)?;
+    Ok((p, runs))
 }
 
 /// The verdict of one target in a probe run, before any re-run.
 struct Eval {
     status: Status,
-    located: Option<(String, String)>,
+    located: Option<String>,
     regressions: Vec<super::figures::Regression>,
     figures: BTreeMap<String, super::figures::Figures>,
     series: Vec<PhaseSeries>,
 }
 
 fn evaluate(
-    report: &Report,
-    target: &str,
+    compared: &Compared,
     base: Option<&BTreeMap<String, super::figures::Figures>>,
     band: &Band,
-) -> Option<Eval> {
-    let idx = report.comparisons.iter().position(|c| c.candidate == target && c.view == View::Cumulative)?;
-    let pair = &report.comparisons[idx];
+) -> Eval {
+    let pair = &compared.cumulative;
     let figs = figures(pair);
-    let located = report.located[idx].first().map(|l| (l.sentence.clone(), l.tap.clone()));
+    let located = crate::compare::locate::locate(pair).into_iter().next();
     let regs = base.map(|b| regressions(&figs, b, band)).unwrap_or_default();
     let status = match (pair.passed(), base.is_some(), regs.is_empty()) {
         (_, true, false) => Status::Regressed,
@@ -315,18 +283,19 @@ fn evaluate(
         (false, false, _) => Status::Failed,
     };
     let mut taps = vec!["logits".to_string()];
-    if let Some((_, t)) = &located {
-        if t != "logits" {
-            taps.push(t.clone());
+    if let Some(l) = &located {
+        if !l.tap.is(crate::tap::Tap::Logits) {
+            taps.push(l.tap.to_string());
         }
     }
     let series = taps.iter().filter_map(|t| phase_series(pair, t)).collect();
-    Some(Eval { status, located, regressions: regs, figures: figs, series })
+    let located = located.map(|l| crate::report::format::located_sentence(&l));
+    Eval { status, located, regressions: regs, figures: figs, series }
 }
 
 fn apply(pair: &mut PairResult, e: Eval) {
     pair.status = e.status;
-    pair.located = e.located.map(|(s, _)| s);
+    pair.located = e.located;
     pair.regressions = e.regressions;
     pair.figures = e.figures;
     pair.series = e.series;
@@ -343,7 +312,23 @@ fn said(pair: &PairResult) -> String {
     s
 }
 
-fn probe_pairs(ctx: &mut Ctx, probe: &Probe, here: &[&Option<Target>]) -> Vec<PairResult> {
+/// Mark every pair of `which` as stopped by `e` (those not already in error).
+fn fail_all(pairs: &mut [PairResult], which: &[(usize, Target)], e: &crate::error::Error) {
+    for (i, _) in which {
+        if pairs[*i].error.is_none() {
+            pairs[*i].status = Status::Error;
+            pairs[*i].error = Some(PairError::from_error(e));
+        }
+    }
+}
+
+/// One pair per target of `here`, and the targets that can run (a sweep probe is skipped, a
+/// probe with no target or a device that did not open is an error).
+fn classify(
+    ctx: &mut Ctx,
+    probe: &Probe,
+    here: &[&Option<Target>],
+) -> (Vec<PairResult>, Vec<(usize, Target)>) {
     let mut pairs: Vec<PairResult> = Vec::new();
     let mut runnable: Vec<(usize, Target)> = Vec::new();
     for t in here {
@@ -375,7 +360,7 @@ fn probe_pairs(ctx: &mut Ctx, probe: &Probe, here: &[&Option<Target>]) -> Vec<Pa
                         .or_insert_with(|| open(t).map_err(|e| PairError::from_error(&e)));
                     ctx.timing.devices += watch.secs();
                     match dev {
-                        Ok(d) => pair.device = Some(d.facts.clone()),
+                        Ok(d) => pair.device = Some(d.borrow().facts.clone()),
                         Err(e) => {
                             pair.status = Status::Error;
                             pair.error = Some(e.clone());
@@ -389,50 +374,36 @@ fn probe_pairs(ctx: &mut Ctx, probe: &Probe, here: &[&Option<Target>]) -> Vec<Pa
         }
         pairs.push(pair);
     }
-    if runnable.is_empty() {
-        return pairs;
-    }
-    let spec_of = |t: &Target| BackendSpec { name: Some(t.label.clone()), ..t.spec.clone() };
-    let watch = ctx.opts.clock.start();
-    let run = run_stages(ctx, probe, runnable.iter().map(|(_, t)| spec_of(t)).collect());
-    let mut run = match run {
-        Ok(r) => r,
-        Err(e) => {
-            for (i, _) in &runnable {
-                pairs[*i].status = Status::Error;
-                pairs[*i].error = Some(PairError::from_error(&e));
-            }
-            return pairs;
-        }
-    };
-    // A run over the memory budget compared from files: each pair says so.
-    if run.p.spill.is_some() {
-        let said = run.p.report.notes.iter().find(|n| n.starts_with(SPILLED)).cloned();
-        for (i, _) in &runnable {
-            pairs[*i].note = said.clone();
-        }
-    }
-    // Gate every device target before anything is compared.
+    (pairs, runnable)
+}
+
+/// Gate every device target before anything is compared: each pair's noise band, and the
+/// seconds its own gate took.
+fn gate_all(
+    ctx: &mut Ctx,
+    runs: &Runs,
+    inputs: &crate::inputs::InputSet,
+    pairs: &mut [PairResult],
+    runnable: &[(usize, Target)],
+) -> (BTreeMap<usize, Band>, BTreeMap<usize, f64>) {
     let mut bands: BTreeMap<usize, Band> = BTreeMap::new();
     let mut own: BTreeMap<usize, f64> = BTreeMap::new();
-    for (i, t) in &runnable {
-        let output = run.runs.backends.iter().find(|b| b.label == t.label);
-        if let Some(e) = output.and_then(|b| b.error.as_ref()) {
+    for (i, t) in runnable {
+        if let Some(e) = runs.backend(&t.label).and_then(|b| b.error.as_ref()) {
             pairs[*i].status = Status::Error;
             pairs[*i].error = Some(PairError::from_error(e));
             continue;
         }
-        let mut spread: Option<Spread> = None;
+        let mut spread = None;
         if let Some(Ok(d)) = ctx.devices.get(&t.label).filter(|_| t.spec.kind == BackendKind::Hef) {
             let g = ctx.opts.clock.start();
-            match gate(&d.backend, &run.p.inputs, &ctx.suite.gate) {
+            match gate(d, inputs, &ctx.suite.gate) {
                 Ok((result, s)) => {
-                    let stable = result.stable;
-                    pairs[*i].gate = Some(result);
-                    spread = Some(s);
-                    if !stable {
+                    if !result.stable {
                         pairs[*i].status = Status::Unstable;
                     }
+                    pairs[*i].gate = Some(result);
+                    spread = Some(s);
                 }
                 Err(e) => {
                     pairs[*i].status = Status::Error;
@@ -445,28 +416,50 @@ fn probe_pairs(ctx: &mut Ctx, probe: &Probe, here: &[&Option<Target>]) -> Vec<Pa
         }
         bands.insert(*i, Band::new(&ctx.suite.floors, spread.as_ref()));
     }
-    let compared = compare_runs(&mut run.p, &run.runs);
-    let probe_secs = watch.secs() - own.values().sum::<f64>();
-    ctx.timing.probes += probe_secs;
-    if let Err(e) = compared {
-        for (i, _) in &runnable {
-            if pairs[*i].error.is_none() {
-                pairs[*i].status = Status::Error;
-                pairs[*i].error = Some(PairError::from_error(&e));
-            }
-        }
+    (bands, own)
+}
+
+fn probe_pairs(ctx: &mut Ctx, probe: &Probe, here: &[&Option<Target>]) -> Vec<PairResult> {
+    let (mut pairs, runnable) = classify(ctx, probe, here);
+    if runnable.is_empty() {
         return pairs;
     }
+    let spec_of = |t: &Target| BackendSpec { name: Some(t.label.clone()), ..t.spec.clone() };
+    let watch = ctx.opts.clock.start();
+    let (p, runs) = match run_stages(ctx, probe, runnable.iter().map(|(_, t)| spec_of(t)).collect()) {
+        Ok(r) => r,
+        Err(e) => {
+            fail_all(&mut pairs, &runnable, &e);
+            return pairs;
+        }
+    };
+    // A run over the memory budget compared from files: each pair says so.
+    if let (Some(plan), Some(dir)) = (&p.spill, &runs.spill) {
+        let note = crate::probe::spill::spill_note(plan, dir, &runs);
+        for (i, _) in &runnable {
+            pairs[*i].note = Some(note.clone());
+        }
+    }
+    let (bands, own) = gate_all(ctx, &runs, &p.inputs, &mut pairs, &runnable);
+    let mut compared = Vec::new();
+    let result = compare_runs(&p, &runs, &mut compared);
+    let probe_secs = watch.secs() - own.values().sum::<f64>();
+    ctx.timing.probes += probe_secs;
+    if let Err(e) = result {
+        fail_all(&mut pairs, &runnable, &e);
+        return pairs;
+    }
+    let run = ProbeRun { p, runs, compared };
     let mut failing: Vec<(usize, Target)> = Vec::new();
     for (i, t) in &runnable {
-        let share = probe_secs / runnable.len() as f64;
-        pairs[*i].seconds = share + own.get(i).copied().unwrap_or(0.0);
+        pairs[*i].seconds = probe_secs / runnable.len() as f64 + own.get(i).copied().unwrap_or(0.0);
         let Some(band) = bands.get(i).copied() else { continue };
         pairs[*i].band = Some(band);
         if pairs[*i].status != Status::Pass {
             continue; // unstable: not compared
         }
-        if let Some(e) = evaluate(&run.p.report, &t.label, pairs[*i].baseline.as_ref(), &band) {
+        if let Some(c) = run.compared(&t.label) {
+            let e = evaluate(c, pairs[*i].baseline.as_ref(), &band);
             apply(&mut pairs[*i], e);
         }
         if matches!(pairs[*i].status, Status::Regressed | Status::Failed) {
@@ -491,17 +484,19 @@ fn rerun(
     let watch = ctx.opts.clock.start();
     let specs =
         failing.iter().map(|(_, t)| BackendSpec { name: Some(t.label.clone()), ..t.spec.clone() }).collect();
-    let again = run_stages(ctx, probe, specs).and_then(|mut r| compare_runs(&mut r.p, &r.runs).map(|_| r));
+    let again = run_stages(ctx, probe, specs).and_then(|(p, runs)| {
+        let mut compared = Vec::new();
+        compare_runs(&p, &runs, &mut compared).map(|_| ProbeRun { p, runs, compared })
+    });
     let secs = watch.secs();
     ctx.timing.reruns += secs;
-    let mut again = match again {
+    let again = match again {
         Ok(r) => r,
         Err(e) => {
             for (i, _) in failing {
                 pairs[*i].first_run = Some(said(&pairs[*i]));
-                pairs[*i].status = Status::Error;
-                pairs[*i].error = Some(PairError::from_error(&e));
             }
+            fail_all(pairs, failing, &e);
             return;
         }
     };
@@ -510,25 +505,32 @@ fn rerun(
         let pair = &mut pairs[*i];
         pair.seconds += secs / failing.len() as f64;
         let first = said(pair);
-        if let Some(e) =
-            again.runs.backends.iter().find(|b| b.label == t.label).and_then(|b| b.error.as_ref())
-        {
-            pair.first_run = Some(first);
+        pair.first_run = Some(first);
+        if let Some(e) = again.runs.backend(&t.label).and_then(|b| b.error.as_ref()) {
             pair.status = Status::Error;
             pair.error = Some(PairError::from_error(e));
             continue;
         }
-        let band = bands[i];
-        if let Some(e) = evaluate(&again.p.report, &t.label, pair.baseline.as_ref(), &band) {
-            apply(pair, e);
+        if let Some(c) = again.compared(&t.label) {
+            apply(pair, evaluate(c, pair.baseline.as_ref(), &bands[i]));
         }
-        pair.first_run = Some(first);
         if matches!(pair.status, Status::Pass | Status::Known) {
             pair.status = Status::Flaky;
         } else {
             confirmed.push((*i, t.label.clone()));
         }
     }
+    explain_confirmed(ctx, probe, pairs, &again, confirmed);
+}
+
+/// Explain each confirmed failure (when the suite and the probe ask for it).
+fn explain_confirmed(
+    ctx: &mut Ctx,
+    probe: &Probe,
+    pairs: &mut [PairResult],
+    run: &ProbeRun,
+    confirmed: Vec<(usize, String)>,
+) {
     let settings = &ctx.suite.explain;
     let wanted =
         settings.enabled && !ctx.opts.no_explain && (probe.explain.is_some() || settings.faults.is_some());
@@ -542,9 +544,8 @@ fn rerun(
         if let Some(f) = &settings.faults {
             spec.faults = Some(f.clone());
         }
-        let opts = RunOptions { explain: Some(spec), ..RunOptions::default() };
-        pairs[i].explanation = match explain_stage(&mut again.p, &again.runs, probe, &opts) {
-            Ok(()) => again.p.report.explain.take().map(|e| e.conclusion),
+        pairs[i].explanation = match explain_stage(&run.p, &run.runs, Some(&spec)) {
+            Ok(e) => e.map(|e| e.report.conclusion),
             Err(e) => Some(format!("explain could not run: {e}")),
         };
         let secs = watch.secs();

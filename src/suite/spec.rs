@@ -56,20 +56,26 @@ struct SuiteFile {
 }
 
 /// One `[[target]]`: a probe's `[[backend]]` table, plus the build's revision.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct TargetSpec {
-    pub name: Option<String>,
-    pub kind: BackendKind,
-    #[serde(default)]
-    pub faults: Vec<String>,
-    pub quant: Option<String>,
-    pub path: Option<PathBuf>,
-    pub map: Option<PathBuf>,
-    /// hef: the simulated device for a simulated HEF, `sim` (default) or `sim-h10`.
-    pub device: Option<String>,
+    pub spec: BackendSpec,
     /// The git revision the HEF was built from.
     pub revision: Option<String>,
+}
+
+/// By hand, as `[checkpoint]` is: `revision` is taken out, and [`BackendSpec`] (which refuses
+/// unknown keys) reads the rest.
+impl<'de> Deserialize<'de> for TargetSpec {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        use serde::de::Error as _;
+        let mut table = toml::Table::deserialize(d)?;
+        let revision = table
+            .remove("revision")
+            .map(|v| String::deserialize(v).map_err(|e| D::Error::custom(format!("key `revision`: {e}"))))
+            .transpose()?;
+        let spec = BackendSpec::deserialize(toml::Value::Table(table)).map_err(D::Error::custom)?;
+        Ok(TargetSpec { spec, revision })
+    }
 }
 
 /// A target as the suite runs it: its label, the backend it is, the build's revision.
@@ -315,22 +321,13 @@ fn expand(globs: &[String], exclude: &[String], base: &Path, what: &str) -> Resu
 }
 
 fn target_from_file(t: &TargetSpec, base: &Path) -> Result<Target> {
-    let rel =
-        |p: &Option<PathBuf>| p.as_ref().map(|p| if p.is_relative() { base.join(p) } else { p.clone() });
-    let spec = BackendSpec {
-        name: t.name.clone(),
-        kind: t.kind,
-        faults: t.faults.clone(),
-        quant: t.quant.clone(),
-        path: rel(&t.path),
-        map: rel(&t.map),
-        device: t.device.clone(),
-    };
+    let mut spec = t.spec.clone();
+    spec.relative_to(base);
     spec.sim_profile()?;
-    if matches!(t.kind, BackendKind::Hef | BackendKind::Dump) {
+    if matches!(spec.kind, BackendKind::Hef | BackendKind::Dump) {
         spec.path()?;
     }
-    let label = t.name.clone().unwrap_or_else(|| default_label(&spec));
+    let label = spec.name.clone().unwrap_or_else(|| default_label(&spec));
     Ok(Target { label, spec, revision: t.revision.clone() })
 }
 

@@ -46,10 +46,21 @@ pub fn sim_backend(h: &Hef) -> HefBackend {
     let mut dev: Box<dyn hefprobe::device::Device> =
         Box::new(SimDevice::from_hef(h.clone(), spec, "sim.hef".into()).unwrap());
     let driver = LlmDriver::open(dev.as_mut(), h, "sim.hef").unwrap();
-    HefBackend::from_parts("device", dev, driver)
+    HefBackend::from_parts("device", dev, driver, h.clone())
 }
 
 /// `n` prompt tokens below 300 (the tiny checkpoints' vocabulary).
 pub fn prompt(n: usize) -> Vec<u32> {
     (0..n).map(|i| ((i * 37 + 5) % 300) as u32).collect()
+}
+
+/// Drive the device through `inputs`, keeping every tap it returns.
+pub fn drive(
+    dev: &mut HefBackend,
+    inputs: &hefprobe::inputs::InputSet,
+    record: &mut hefprobe::model::run::RunRecord,
+) -> hefprobe::capture::Capture {
+    let mut sink = hefprobe::capture::MemorySink::new(hefprobe::tap::TapSelection::all());
+    dev.drive(inputs, &mut sink, record).unwrap();
+    sink.capture
 }

@@ -1,0 +1,62 @@
+//! One checkpoint resolver for every command, probe, sweep and suite: a checkpoint as a user
+//! names it ([`CheckpointRef`]: a folder, a `.gguf` file, a hub id at a revision, or a synth
+//! preset), resolved and loaded in one place, so they all accept and refuse the same things.
+
+use super::synth::SynthSpec;
+use super::Checkpoint;
+use crate::error::Result;
+use crate::output::Outputs;
+use std::path::{Path, PathBuf};
+
+/// Where a checkpoint comes from.
+#[derive(Debug, Clone)]
+pub enum CheckpointRef {
+    /// A HF folder, a `.gguf` file, or a model id (ORG/NAME) in the local hub cache at
+    /// `revision`; `strict_config`: config.json keys hefprobe does not know are an error.
+    Path { path: PathBuf, revision: String, strict_config: bool },
+    /// Weights hefprobe synthesizes from a preset.
+    Synth(SynthSpec),
+}
+
+impl CheckpointRef {
+    /// A folder, file or id at the default revision, unknown config keys accepted.
+    pub fn path(path: &Path) -> Self {
+        CheckpointRef::Path {
+            path: path.to_path_buf(),
+            revision: super::hub::DEFAULT_REVISION.to_string(),
+            strict_config: false,
+        }
+    }
+
+    /// The folder or file the argument names: a model id resolved to its hub-cache snapshot.
+    pub fn resolved(&self) -> Result<Option<PathBuf>> {
+        match self {
+            CheckpointRef::Path { path, revision, .. } => Ok(Some(super::hub::resolve(path, revision)?)),
+            CheckpointRef::Synth(_) => Ok(None),
+        }
+    }
+
+    /// The checkpoint, loaded (refused with `strict_config` when config.json has keys hefprobe
+    /// does not know).
+    pub fn load(&self) -> Result<Checkpoint> {
+        match self {
+            CheckpointRef::Path { strict_config, .. } => {
+                let dir = self.resolved()?.expect("a path resolves to a path");
+                let ckpt = Checkpoint::load(&dir)?;
+                if *strict_config {
+                    ckpt.config.refuse_unknown_keys(&dir.join("config.json").display().to_string())?;
+                }
+                Ok(ckpt)
+            }
+            CheckpointRef::Synth(s) => s.build(),
+        }
+    }
+
+    /// Register what this reads with the output checks (no output may be a file of it).
+    pub fn register(&self, what: &str, outs: &mut Outputs) -> Result<()> {
+        if let Some(dir) = self.resolved()? {
+            outs.checkpoint(what, &dir);
+        }
+        Ok(())
+    }
+}
