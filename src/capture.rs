@@ -7,7 +7,8 @@
 //! lives ([`Place`]). The sinks the decoder hands tapped tensors to (none, memory, streaming
 //! npz) fill one.
 
-use crate::error::{AtomicFile, Error, Result};
+use crate::error::{Error, Result};
+use crate::files::AtomicFile;
 use crate::tap::{Key, Phase, Tap, TapSelection};
 use candle_core::Tensor;
 use ndarray::{ArrayD, IxDyn};
@@ -42,12 +43,12 @@ pub fn phases(store: &dyn Store) -> Vec<Phase> {
 pub fn save(store: &dyn Store, to: &Path) -> Result<()> {
     match store.file() {
         Some(from) if from == to => {
-            crate::error::announce(to);
+            crate::files::announce(to);
             Ok(())
         }
         Some(from) => {
             std::fs::copy(from, to).map_err(|e| Error::io(to, e))?;
-            crate::error::announce(to);
+            crate::files::announce(to);
             Ok(())
         }
         None => {

@@ -5,14 +5,17 @@
 //! [`compare`] turn pairs of captures into located, explained drift, and [`report`] renders it.
 
 pub mod backend;
+pub mod bench;
 pub mod budget;
 pub mod capture;
 pub mod cli;
 pub mod compare;
 pub mod device;
+pub mod diagnose;
 pub mod error;
 pub mod explain;
 pub mod fault;
+pub mod files;
 pub mod hef;
 pub mod inputs;
 pub mod model;

@@ -5,7 +5,7 @@
 //! [`Outputs::check`] before loading a model. An output must be in a folder that exists, must
 //! not be a folder, must not be any input (compared canonicalized, so `./x.hef` and `x.hef`
 //! are one file) nor a file of a checkpoint folder being read, and two outputs must not be the
-//! same file. Writing itself goes through [`crate::error::write_file`] / [`crate::error::AtomicFile`].
+//! same file. Writing itself goes through [`crate::files::write_file`] / [`crate::files::AtomicFile`].
 
 use crate::error::{Error, Result};
 use std::path::{Path, PathBuf};

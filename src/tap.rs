@@ -437,14 +437,32 @@ pub fn did_you_mean(glob: &str, layers: usize) -> String {
         .extend(LayerTap::ALL.iter().filter(|t| t.is_captured()).map(|t| format!("layers.*.{}", t.suffix())));
     candidates.extend((0..layers.min(32)).map(|l| format!("layers.{l}.*")));
     candidates.push("layers.*".into());
-    crate::error::closest(glob, candidates.iter().map(String::as_str))
+    closest(glob, candidates.iter().map(String::as_str))
         .map(|c| format!(" (did you mean `{c}`?)"))
         .unwrap_or_default()
+}
+
+/// The closest candidate by edit distance, for "did you mean" hints (finding 5 was a
+/// misspelled key that nobody noticed).
+pub fn closest<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+    candidates
+        .into_iter()
+        .map(|c| (strsim::levenshtein(word, c), c))
+        .filter(|(d, c)| *d <= (c.len().max(word.len()) / 3).max(2))
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, c)| c)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn closest_finds_the_finding_5_misspelling() {
+        let keys = ["prefill_input_tokens_count", "kv_cache_size", "num_attention_heads"];
+        assert_eq!(closest("prefill_input_tokens_size", keys), Some("prefill_input_tokens_count"));
+        assert_eq!(closest("completely_else", keys), None);
+    }
 
     #[test]
     fn names_round_trip() {

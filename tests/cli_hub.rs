@@ -220,3 +220,31 @@ fn copy_dir(from: &Path, to: &Path) {
         }
     }
 }
+
+/// `run --checkpoint ID` (with `--revision`, `--strict-config`) resolves as `reference
+/// --checkpoint ID` does: the same resolver, the same refusals, and the resolved snapshot is
+/// registered with the output checks (no report may be written over one of its files).
+#[test]
+fn run_takes_the_checkpoint_flags_reference_takes() {
+    let t = tempfile::tempdir().unwrap();
+    let hub = t.path().join("hub");
+    fake_hub(&hub);
+    let p = probe(t.path(), "synth = \"tinystories\"");
+    let run = |extra: &[&str]| {
+        let mut c = hefprobe();
+        c.env("HF_HUB_CACHE", &hub).arg("run").arg(&p).args(["--checkpoint", "TestOrg/tiny"]).args(extra);
+        c
+    };
+    run(&[]).assert().success().stdout(predicate::str::contains(SHA));
+    run(&["--revision", "v1"]).assert().success().stdout(predicate::str::contains(OLD_SHA));
+    run(&["--strict-config"]).assert().code(2).stderr(predicate::str::contains("`unsloth_version`"));
+    let inside = hub.join("models--TestOrg--tiny/snapshots").join(SHA).join("config.json");
+    run(&["--report", &format!("json={}", inside.display())])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("config.json"));
+    assert!(
+        std::fs::read_to_string(&inside).unwrap().contains("unsloth_version"),
+        "the checkpoint is untouched"
+    );
+}

@@ -126,11 +126,17 @@ fn compare_through_a_name_map_equals_the_capture_it_was_made_from() {
 }
 
 /// A test hook: perturbs one block's output inside the forward pass.
-struct Perturb(usize);
+struct Perturb(usize, hefprobe::fault::spec::FaultSpec);
+
+impl Perturb {
+    fn at(layer: usize) -> Self {
+        Perturb(layer, hefprobe::fault::spec::FaultSpec::parse(&format!("perturb@layers={layer}")).unwrap())
+    }
+}
 
 impl Fault for Perturb {
-    fn spec(&self) -> String {
-        format!("perturb@layers={}", self.0)
+    fn spec(&self) -> &hefprobe::fault::spec::FaultSpec {
+        &self.1
     }
     fn hooks(&self) -> Box<dyn Hooks + '_> {
         Box::new(PerturbHooks(self.0))
@@ -162,7 +168,7 @@ fn local_view_blames_the_perturbed_layer_alone() {
     let all = TapSelection::all();
     let reference =
         hefprobe::backend::collect(&mut DecoderBackend::reference(model), &inputs, &all, None).capture;
-    let mut emu = DecoderBackend::with_faults("perturbed", &ckpt, vec![Box::new(Perturb(0))]).unwrap();
+    let mut emu = DecoderBackend::with_faults("perturbed", &ckpt, vec![Box::new(Perturb::at(0))]).unwrap();
     let cumulative = hefprobe::backend::collect(&mut emu, &inputs, &all, None).capture;
     let local = hefprobe::backend::collect(&mut emu, &inputs, &all, Some(&reference)).capture;
     let th = Thresholds::default();

@@ -4,8 +4,9 @@
 
 use hefprobe::capture::NoTaps;
 use hefprobe::compare::metrics;
+use hefprobe::model::cache::FullCache;
 use hefprobe::model::crosscheck::candle_transformers_logits;
-use hefprobe::model::decoder::{Decoder, FullCache, StepInput};
+use hefprobe::model::decoder::{Decoder, StepInput};
 use hefprobe::model::hooks::NoHooks;
 use hefprobe::model::synth::SynthSpec;
 use hefprobe::model::Arch;

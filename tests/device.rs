@@ -11,7 +11,7 @@ use hefprobe::compare::metrics;
 use hefprobe::device::driver::LlmDriver;
 use hefprobe::device::sim::SimDevice;
 use hefprobe::device::synth_hef::{sim_spec, synth_hef, Mistake, SimCheckpoint, SynthHefOptions};
-use hefprobe::explain::diag::{self, ParityVerdict};
+use hefprobe::diagnose::{self as diag, ParityVerdict};
 use hefprobe::hef::Hef;
 use hefprobe::inputs::{DecodeSpec, InputSet};
 use hefprobe::model::synth::SynthSpec;
@@ -103,7 +103,10 @@ fn clean_hef_matches_the_reference_through_prefill_chunks_and_32_decode_steps() 
 
 #[test]
 fn cache_layout_fault_drifts_only_in_decode_and_parity_names_the_cache() {
-    let (ckpt, h) = hef(SynthHefOptions { faults: vec!["cache-layout:transpose".into()], ..small() });
+    let (ckpt, h) = hef(SynthHefOptions {
+        faults: vec![hefprobe::fault::spec::FaultSpec::parse("cache-layout:transpose").unwrap()],
+        ..small()
+    });
     let mut inputs = InputSet::new(prompt(24));
     inputs.chunk = Some(16);
     inputs.decode = DecodeSpec::Greedy(4);
@@ -359,7 +362,10 @@ fn sim_h10_refuses_cache_calls_and_a_failed_run_poisons_the_model() {
 
 #[test]
 fn sim_h10_parity_still_catches_the_cache_layout_fault_without_the_cache() {
-    let (ckpt, h) = hef(SynthHefOptions { faults: vec!["cache-layout:transpose".into()], ..small() });
+    let (ckpt, h) = hef(SynthHefOptions {
+        faults: vec![hefprobe::fault::spec::FaultSpec::parse("cache-layout:transpose").unwrap()],
+        ..small()
+    });
     let model = Decoder::new(&ckpt).unwrap();
     let mut dev = backend_h10(&h);
     let p = diag::parity(&mut dev.driver, &h, &model, &prompt(24)).unwrap();

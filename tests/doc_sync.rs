@@ -256,11 +256,11 @@ fn fault_localization_report_matches_the_matrix() {
     use hefprobe::explain::matrix;
     let (ckpt, inputs) = matrix::matrix_model().unwrap();
     let rows = matrix::run_matrix_on(&ckpt, &inputs).unwrap();
-    let fresh = matrix::doc(
+    let fresh = hefprobe::report::matrix::doc(
         &rows,
         "hefprobe faults --matrix --report markdown=reports/fault-localization.md",
         &matrix::synth_setup(),
-        &ckpt.config,
+        hefprobe::fault::catalog::grid(&ckpt.config).len(),
     )
     .markdown();
     let committed = std::fs::read_to_string(repo("reports/fault-localization.md")).unwrap();

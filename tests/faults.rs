@@ -7,6 +7,10 @@ use hefprobe::explain::rank::{explain, Setting};
 use hefprobe::explain::ExplainSpec;
 use hefprobe::tap::TapSelection;
 
+fn fs(text: &str) -> hefprobe::fault::spec::FaultSpec {
+    hefprobe::fault::spec::FaultSpec::parse(text).unwrap()
+}
+
 #[test]
 fn every_fault_is_located_and_ranked_first() {
     let (ckpt, inputs) = matrix_model().unwrap();
@@ -41,12 +45,12 @@ fn faults_indistinguishable_from_a_clean_run_are_never_claimed() {
             .capture;
     // Shifting every position (from the first chunk on) changes nothing under RoPE.
     let disguised = "position-shift:3,from=chunk0";
-    let observed = DecoderBackend::emulator("obs", &ckpt, &[disguised.to_string()], None)
+    let observed = DecoderBackend::emulator("obs", &ckpt, &[fs(disguised)], None)
         .map(|mut e| hefprobe::backend::collect(&mut e, &inputs, &logits, None))
         .unwrap()
         .capture;
     let spec = ExplainSpec {
-        faults: Some(vec![disguised.into(), "shared-softmax".into(), "position-shift:1".into()]),
+        faults: Some(vec![fs(disguised), fs("shared-softmax"), fs("position-shift:1")]),
         ..Default::default()
     };
     let report = explain(
@@ -61,7 +65,7 @@ fn faults_indistinguishable_from_a_clean_run_are_never_claimed() {
     assert_eq!(row.note.as_deref(), Some("indistinguishable from a clean run on these inputs"));
 
     // Against a real fault, the disguised one is still labelled, and the real one wins.
-    let observed = DecoderBackend::emulator("obs", &ckpt, &["position-shift:1".to_string()], None)
+    let observed = DecoderBackend::emulator("obs", &ckpt, &[fs("position-shift:1")], None)
         .map(|mut e| hefprobe::backend::collect(&mut e, &inputs, &logits, None))
         .unwrap()
         .capture;
@@ -95,10 +99,8 @@ fn nothing_in_the_catalog_is_said_plainly() {
         }
         observed.insert(key.clone(), a);
     }
-    let spec = ExplainSpec {
-        faults: Some(vec!["shared-softmax".into(), "no-lm-head".into()]),
-        ..Default::default()
-    };
+    let spec =
+        ExplainSpec { faults: Some(vec![fs("shared-softmax"), fs("no-lm-head")]), ..Default::default() };
     let report = explain(
         &Setting { ckpt: &ckpt, inputs: &inputs, scratch: None },
         &reference,
@@ -118,7 +120,7 @@ fn three_way_attribution_splits_drift_into_what_quantization_explains() {
         hefprobe::backend::collect(&mut DecoderBackend::reference(model.clone()), &inputs, &logits, None)
             .capture;
     let observe = |faults: &[&str]| {
-        let specs: Vec<String> = faults.iter().map(|s| s.to_string()).collect();
+        let specs: Vec<_> = faults.iter().map(|s| fs(s)).collect();
         hefprobe::backend::collect(
             &mut DecoderBackend::emulator("obs", &ckpt, &specs, None).unwrap(),
             &inputs,
@@ -128,8 +130,8 @@ fn three_way_attribution_splits_drift_into_what_quantization_explains() {
         .capture
     };
     let spec = ExplainSpec {
-        faults: Some(vec!["no-lm-head".into()]),
-        quant: Some("w4a8".into()),
+        faults: Some(vec![fs("no-lm-head")]),
+        quant: Some(hefprobe::fault::spec::quantization("w4a8").unwrap()),
         ..Default::default()
     };
     // Observed = exactly the quantization hypothesis: it explains all of the drift.

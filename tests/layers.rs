@@ -1,6 +1,6 @@
 //! The house's layering (docs/ARCHITECTURE.md): an import only ever points down.
 //!
-//! `cli` → `suite` → `probe` → `explain` → `report` → `compare` → `backend` → `device` →
+//! `cli` → `suite`, `bench` → `probe`, `diagnose` → `report` → `explain` → `compare` → `backend` → `device` →
 //! `fault` → `model` → `hef` → the plain types (`inputs`, `capture`, `tap`, `budget`, `output`,
 //! `error`).
 //! This test reads every file under `src/` and fails on any `crate::X` path that names a
@@ -11,10 +11,10 @@ use std::path::Path;
 
 const LAYERS: &[&[&str]] = &[
     &["cli"],
-    &["suite"],
-    &["probe"],
-    &["explain"],
+    &["suite", "bench"],
+    &["probe", "diagnose"],
     &["report"],
+    &["explain"],
     &["compare"],
     &["backend"],
     &["device"],
@@ -24,6 +24,7 @@ const LAYERS: &[&[&str]] = &[
     &["inputs", "capture"],
     &["tap"],
     &["budget", "output"],
+    &["files"],
     &["error"],
 ];
 

@@ -14,11 +14,17 @@ use hefprobe::model::Decoder;
 use hefprobe::tap::{Phase, Tap, TapSelection};
 
 /// Fails when the run reaches `at`.
-struct FailAt(Phase);
+struct FailAt(Phase, hefprobe::fault::spec::FaultSpec);
+
+impl FailAt {
+    fn new(at: Phase) -> Self {
+        FailAt(at, hefprobe::fault::spec::FaultSpec::parse(&format!("fail-at:{at}")).unwrap())
+    }
+}
 
 impl Fault for FailAt {
-    fn spec(&self) -> String {
-        format!("fail-at:{}", self.0)
+    fn spec(&self) -> &hefprobe::fault::spec::FaultSpec {
+        &self.1
     }
     fn hooks(&self) -> Box<dyn Hooks + '_> {
         Box::new(FailHooks(self.0))
@@ -53,7 +59,8 @@ fn setup() -> (hefprobe::model::Checkpoint, InputSet) {
 #[test]
 fn backend_keeps_the_phases_before_a_failure() {
     let (ckpt, inputs) = setup();
-    let mut b = DecoderBackend::with_faults("x", &ckpt, vec![Box::new(FailAt(Phase::Decode(1)))]).unwrap();
+    let mut b =
+        DecoderBackend::with_faults("x", &ckpt, vec![Box::new(FailAt::new(Phase::Decode(1)))]).unwrap();
     let run = hefprobe::backend::collect(&mut b, &inputs, &TapSelection::all(), None);
     let e = run.error.expect("the run fails").to_string();
     assert!(e.contains("simulated failure at decode.1"), "{e}");
@@ -68,7 +75,7 @@ fn streamed_capture_is_readable_after_a_failure() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("partial.npz");
     let mut sink = NpzSink::create(&path, TapSelection::all()).unwrap();
-    let fault = FailAt(Phase::Decode(2));
+    let fault = FailAt::new(Phase::Decode(2));
     let mut hooks = fault.hooks();
     let result = run_inputs(&model, &inputs, &mut sink, hooks.as_mut(), &mut RunRecord::default());
     assert!(result.is_err());

@@ -18,7 +18,7 @@ fn every_probe_runs_locates_and_explains_its_planted_fault() {
         if probe.backends.is_empty() || probe.explain.is_none() {
             continue; // sweep probes are exercised by tests/sweep.rs
         }
-        let planted = probe.backends[0].faults.first().cloned().unwrap_or_default();
+        let planted = probe.backends[0].faults.first().map(ToString::to_string).unwrap_or_default();
         let run = run_probe(&probe, &RunOptions::default()).unwrap();
         let name = path.file_name().unwrap().to_string_lossy();
         if run.report.located[0].is_empty() {

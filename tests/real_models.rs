@@ -261,7 +261,8 @@ fn every_probe_runs_on_the_real_model_and_explains_its_planted_fault() {
             (probe.backends[0].faults.first(), run.report.explain.as_ref())
         {
             let best = &explain.rows[0];
-            if best.fault != *planted && !best.ties.contains(planted) {
+            let planted = planted.to_string();
+            if best.fault != planted && !best.ties.contains(&planted) {
                 failures.push(format!("{name}: explain ranked {} first, planted {planted}", best.fault));
             }
             eprintln!("  {name}: {} ({:.0?})", explain.conclusion, t0.elapsed());

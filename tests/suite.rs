@@ -124,7 +124,10 @@ fn the_catalog_against_simulated_hefs() {
     let faulted = write_hef(
         d,
         "faulted.hef",
-        SynthHefOptions { faults: vec!["shared-softmax@layers=0".into()], ..small() },
+        SynthHefOptions {
+            faults: vec![hefprobe::fault::spec::FaultSpec::parse("shared-softmax@layers=0").unwrap()],
+            ..small()
+        },
         None,
     );
     let suite_text = |tonight: &Path| {

@@ -5,7 +5,7 @@
 
 #![no_main]
 
-use hefprobe::hef::{self, container::reseal_v3, Expectations, Hef};
+use hefprobe::hef::{self, reseal_v3, Expectations, Hef};
 use libfuzzer_sys::fuzz_target;
 
 fn exercise(bytes: &[u8]) {

@@ -5,6 +5,7 @@ use super::overrides::Overrides;
 use super::{Backend, Capabilities, Ran};
 use crate::capture::{Store, TapSink};
 use crate::error::Result;
+use crate::fault::spec::FaultSpec;
 use crate::fault::Fault;
 use crate::inputs::InputSet;
 use crate::model::hooks::{HookStack, Hooks};
@@ -27,13 +28,14 @@ impl DecoderBackend {
     /// The emulator: the reference with the faults of `specs` (`NAME[:PARAMS][@layers=RANGE]`)
     /// and an optional quantization setting (`w8a16`, or a full `quant:...` spec), weights
     /// transformed first. The one builder run, sweep and explain share.
-    pub fn emulator(name: &str, ckpt: &Checkpoint, specs: &[String], quant: Option<&str>) -> Result<Self> {
-        let mut faults = crate::fault::catalog::parse_all(specs, &ckpt.config)?;
-        if let Some(q) = quant {
-            let spec = if q.starts_with("quant") { q.to_string() } else { format!("quant:{q}") };
-            faults.push(crate::fault::catalog::parse(&spec, &ckpt.config)?);
-        }
-        Self::with_faults(name, ckpt, faults)
+    pub fn emulator(
+        name: &str,
+        ckpt: &Checkpoint,
+        specs: &[FaultSpec],
+        quant: Option<&FaultSpec>,
+    ) -> Result<Self> {
+        let specs: Vec<FaultSpec> = specs.iter().chain(quant).cloned().collect();
+        Self::with_faults(name, ckpt, crate::fault::catalog::build_all(&specs, &ckpt.config)?)
     }
 
     /// The emulator over faults already parsed.

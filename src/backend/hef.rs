@@ -256,3 +256,45 @@ impl Backend for HefBackend {
         Ran { record, error }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::device::doctor::{findings, Probe, Verdict};
+    use crate::device::RealDevice;
+
+    /// `doctor` and every device open (the suite's, `run`'s) judge a HEF's architecture by the
+    /// same table: for every hw_arch and every device HailoRT 5.2 names, doctor's verdict is
+    /// ok exactly where the open accepts the HEF.
+    #[test]
+    fn doctor_and_the_device_open_agree_on_every_architecture_pair() {
+        let devices =
+            ["HAILO8_A0", "HAILO8", "HAILO8L", "HAILO15H", "HAILO15L", "HAILO15M", "HAILO10H", "HAILO12L"];
+        for hw_arch in (0..=8).chain(99..=110) {
+            let hef = Hef {
+                version: 0,
+                hw_arch,
+                sdk_version: String::new(),
+                groups: Vec::new(),
+                resources: Vec::new(),
+                extensions: Vec::new(),
+            };
+            for arch in devices {
+                let probe = Probe::Real {
+                    library: Ok((5, 2, 0)),
+                    device: Ok(RealDevice {
+                        device_ids: "x".into(),
+                        architecture: Some(arch.into()),
+                        cache_local: true,
+                    }),
+                };
+                let f = findings(&probe, &[], Some((Path::new("m.hef"), &hef)));
+                let doctor = f.iter().find(|x| x.item == "HEF m.hef").expect("a HEF finding").verdict;
+                let opens = check_arch(hw_arch, Some(arch), "m.hef").is_ok();
+                assert_eq!(doctor == Verdict::Ok, opens, "hw_arch {hw_arch} on {arch}");
+            }
+        }
+        assert!(check_arch(5, Some("HAILO10H"), "m.hef").is_err(), "the deprecated id runs nowhere");
+        assert!(check_arch(0, Some("HAILO8"), "m.hef").is_ok());
+    }
+}

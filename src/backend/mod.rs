@@ -106,7 +106,7 @@ pub fn make_backend(spec: &BackendSpec, ckpt: &Checkpoint, model: &Arc<Decoder>)
     Ok(match spec.kind {
         BackendKind::Reference => Box::new(DecoderBackend::reference(model.clone())),
         BackendKind::Emulator => {
-            Box::new(DecoderBackend::emulator(&label, ckpt, &spec.faults, spec.quant.as_deref())?)
+            Box::new(DecoderBackend::emulator(&label, ckpt, &spec.faults, spec.quant.as_ref())?)
         }
         BackendKind::Dump => Box::new(dump::DumpBackend::open(&label, spec.path()?, spec.map.as_deref())?),
         BackendKind::Hef => Box::new(hef::open(&label, spec.path()?, spec.sim_profile()?, ckpt)?),

@@ -3,6 +3,7 @@
 
 use crate::device::SimProfile;
 use crate::error::{Error, Result};
+use crate::fault::spec::FaultSpec;
 use serde::Deserialize;
 use std::fmt;
 use std::path::PathBuf;
@@ -55,9 +56,10 @@ pub struct BackendSpec {
     pub kind: BackendKind,
     /// emulator: fault specs, `NAME[:PARAMS][@layers=RANGE]`.
     #[serde(default)]
-    pub faults: Vec<String>,
-    /// emulator: quantization setting (see `hefprobe explain --help`).
-    pub quant: Option<String>,
+    pub faults: Vec<FaultSpec>,
+    /// emulator: quantization setting (see `hefprobe explain --help`): `w8a16`, or `quant:...`.
+    #[serde(default, deserialize_with = "crate::fault::spec::de_quantization")]
+    pub quant: Option<FaultSpec>,
     /// dump: the .npz; hef: the .hef.
     pub path: Option<PathBuf>,
     /// dump: name map TOML (their name -> canonical tap).
@@ -73,7 +75,9 @@ impl BackendSpec {
 
     pub fn label(&self) -> String {
         self.name.clone().unwrap_or_else(|| match (self.kind, self.faults.is_empty()) {
-            (BackendKind::Emulator, false) => format!("emulator[{}]", self.faults.join(",")),
+            (BackendKind::Emulator, false) => {
+                format!("emulator[{}]", crate::fault::spec::join(&self.faults, ","))
+            }
             _ => self.kind.to_string(),
         })
     }
@@ -92,7 +96,8 @@ impl BackendSpec {
         match kind {
             BackendKind::Reference => {}
             BackendKind::Emulator => {
-                spec.faults = rest.split('+').filter(|f| !f.is_empty()).map(String::from).collect();
+                spec.faults =
+                    rest.split('+').filter(|f| !f.is_empty()).map(FaultSpec::parse).collect::<Result<_>>()?;
             }
             BackendKind::Dump | BackendKind::Hef => {
                 let mut parts = rest.split(',');
@@ -149,7 +154,8 @@ mod tests {
     #[test]
     fn cli_backend_specs() {
         let b = BackendSpec::parse_cli("emulator=shared-softmax+rope:interleaved@layers=1").unwrap();
-        assert_eq!(b.faults, vec!["shared-softmax", "rope:interleaved@layers=1"]);
+        let texts: Vec<String> = b.faults.iter().map(ToString::to_string).collect();
+        assert_eq!(texts, vec!["shared-softmax", "rope:interleaved@layers=1"]);
         let b = BackendSpec::parse_cli("dump=d.npz,map=m.toml").unwrap();
         assert_eq!((b.path.unwrap(), b.map.unwrap()), (PathBuf::from("d.npz"), PathBuf::from("m.toml")));
         assert!(BackendSpec::parse_cli("gpu").is_err());

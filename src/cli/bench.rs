@@ -1,24 +1,11 @@
-//! `hefprobe bench`: speed and memory of the reference (figures, not a pass/fail test).
-//! Build with `--release`; the README records the figures. Every figure is printed beside the
-//! machine limit it is bounded by (measured in the same run, see [`bench_limits`]).
+//! `hefprobe bench`: the flags of [`crate::bench`], which measures and prints.
 
-use super::bench_limits::{self as limits, Limits};
-use crate::capture::{NoTaps, NpzSink, TapSink};
-use crate::error::{Error, Result};
-use crate::model::decoder::{Decoder, FullCache, StepInput};
-use crate::model::hooks::NoHooks;
-use crate::model::kernels;
+use crate::error::Result;
 use crate::model::synth::SynthSpec;
-use crate::model::Checkpoint;
-use crate::tap::{Phase, TapSelection};
+use crate::model::CheckpointRef;
 use clap::Args;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::Instant;
-
-/// Most repetitions accepted: the median of more does not move, and a typo (`--reps 1000000`)
-/// should not hold the machine for hours.
-const MAX_REPS: usize = 100;
 
 #[derive(Args, Debug)]
 pub struct BenchArgs {
@@ -54,254 +41,19 @@ pub struct BenchArgs {
     pub hf_python: Option<PathBuf>,
 }
 
-pub struct Figures {
-    pub prefill_ms: f64,
-    pub decode_ms: f64,
-}
-
-/// One prefill of `prompt` then `decode` greedy steps; times of the prefill and of one step.
-pub fn measure(model: &Decoder, prompt: &[u32], decode: usize, sink: &mut dyn TapSink) -> Result<Figures> {
-    let mut cache = FullCache::with_capacity(model.cfg.num_layers, prompt.len() + decode);
-    let t0 = Instant::now();
-    let input = StepInput {
-        phase: Phase::Prefill,
-        embeds: model.embed_tokens(prompt)?,
-        positions: (0..prompt.len()).collect(),
-        frame: None,
-    };
-    let logits = model.step(&input, &mut cache, sink, &mut NoHooks)?;
-    let mut next = crate::model::decoder::argmax_last_row(&logits)?;
-    let prefill_ms = t0.elapsed().as_secs_f64() * 1e3;
-    let t1 = Instant::now();
-    for k in 0..decode {
-        let input = StepInput {
-            phase: Phase::Decode(k),
-            embeds: model.embed_tokens(&[next])?,
-            positions: vec![prompt.len() + k],
-            frame: None,
-        };
-        let logits = model.step(&input, &mut cache, sink, &mut NoHooks)?;
-        next = crate::model::decoder::argmax_last_row(&logits)?;
-    }
-    let decode_ms = t1.elapsed().as_secs_f64() * 1e3 / decode.max(1) as f64;
-    Ok(Figures { prefill_ms, decode_ms })
-}
-
-pub fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
-}
-
-/// Peak resident set size so far (VmHWM), in MiB.
-pub fn peak_rss_mib() -> Option<f64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
-    let kb: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kb / 1024.0)
-}
-
-/// The flags' bounds, checked before anything is built: each error names its flag.
-pub fn check_args(a: &BenchArgs, max_positions: Option<usize>) -> Result<()> {
-    if a.reps == 0 || a.reps > MAX_REPS {
-        return Err(Error::usage(format!("--reps {} is out of range: give 1 ..= {MAX_REPS}", a.reps)));
-    }
-    if a.threads == Some(0) {
-        return Err(Error::usage("--threads 0: give at least 1 (omit the flag for every core)"));
-    }
-    if a.prompt_len == 0 {
-        return Err(Error::usage("--prompt-len 0: the prefill needs at least 1 token"));
-    }
-    if let Some(max) = max_positions {
-        let total = a.prompt_len.saturating_add(a.decode);
-        if total > max {
-            return Err(Error::usage(format!(
-                "--prompt-len {} plus --decode {} = {total} positions, beyond the model's \
-                 max_position_embeddings = {max}: lower --prompt-len or --decode",
-                a.prompt_len, a.decode
-            )));
-        }
-    }
-    Ok(())
-}
-
 pub fn run(a: BenchArgs) -> Result<ExitCode> {
-    check_args(&a, None)?;
-    if let Some(n) = a.threads {
-        kernels::set_threads(n);
-    }
-    if a.suite {
-        return super::bench_suite::run(&a);
-    }
-    let t = Instant::now();
-    let (name, ckpt) = match &a.checkpoint {
-        Some(p) => (p.display().to_string(), Checkpoint::load(p)?),
-        None => (a.preset.clone(), SynthSpec::preset(&a.preset, 0)?.build()?),
+    let model = match &a.checkpoint {
+        Some(p) => CheckpointRef::path(p),
+        None => CheckpointRef::Synth(SynthSpec::preset(&a.preset, 0)?),
     };
-    let model = Decoder::new(&ckpt)?;
-    check_args(&a, Some(model.cfg.max_position_embeddings))?;
-    let build_s = t.elapsed().as_secs_f64();
-    let c = &model.cfg;
-    let prompt: Vec<u32> = (0..a.prompt_len).map(|i| ((i * 7919 + 13) % c.vocab_size) as u32).collect();
-    let threads = kernels::threads();
-    println!(
-        "bench: {name} ({:.1} M params, {} layers, hidden {}), {threads} thread{}, loaded in {build_s:.1} s",
-        c.num_params() as f64 / 1e6,
-        c.num_layers,
-        c.hidden_size,
-        if threads == 1 { "" } else { "s" }
-    );
-    let lim = limits::measure(threads);
-    println!(
-        "limits (measured now, {threads} thread{}): sgemm {:.1} GFLOP/s, read bandwidth {:.2} GB/s",
-        if threads == 1 { "" } else { "s" },
-        lim.sgemm_gflops,
-        lim.read_gbs
-    );
-    let reps = a.reps;
-    let mut off = (Vec::new(), Vec::new());
-    measure(&model, &prompt, 1, &mut NoTaps)?; // warm-up
-    for r in 0..reps {
-        eprint!("\rtaps off: rep {}/{reps}", r + 1);
-        let f = measure(&model, &prompt, a.decode, &mut NoTaps)?;
-        off.0.push(f.prefill_ms);
-        off.1.push(f.decode_ms);
-    }
-    eprintln!();
-    let rss_off = peak_rss_mib();
-    if a.profile {
-        print_profile(&model, &prompt, a.decode)?;
-    }
-    let dir = tempfile_dir()?;
-    let mut on = (Vec::new(), Vec::new());
-    for r in 0..reps {
-        eprint!("\rall taps: rep {}/{reps}", r + 1);
-        let path = dir.join("bench.npz");
-        let mut sink = NpzSink::create(&path, TapSelection::all())?;
-        let f = measure(&model, &prompt, a.decode, &mut sink)?;
-        sink.finish()?;
-        on.0.push(f.prefill_ms);
-        on.1.push(f.decode_ms);
-    }
-    eprintln!();
-    let npz_mib = std::fs::metadata(dir.join("bench.npz")).map_or(0.0, |m| m.len() as f64 / 1048576.0);
-    let _ = std::fs::remove_dir_all(&dir);
-    let rss_on = peak_rss_mib();
-    let (pre_off, dec_off) = (median(off.0), median(off.1));
-    let fmt_rss = |r: Option<f64>| r.map_or("n/a".to_string(), |m| format!("{m:.0} MiB"));
-    println!("{:<28}{:>14}{:>22}{:>18}", "", "taps off", "all taps -> npz", "off vs limit");
-    println!(
-        "{:<28}{:>11.1} ms{:>19.1} ms{:>17.0}%",
-        format!("prefill {} tokens", a.prompt_len),
-        pre_off,
-        median(on.0),
-        limits::pct(prefill_limit_ms(c, a.prompt_len, &lim), pre_off)
-    );
-    println!(
-        "{:<28}{:>11.2} ms{:>19.2} ms{:>17.0}%",
-        "decode (per token)",
-        dec_off,
-        median(on.1),
-        limits::pct(decode_limit_ms(c, a.prompt_len, &lim), dec_off)
-    );
-    println!("{:<28}{:>14}{:>22}", "peak RSS (VmHWM, cumulative)", fmt_rss(rss_off), fmt_rss(rss_on));
-    println!("all-taps capture of one run: {npz_mib:.0} MiB on disk (median of {reps} runs reported)");
-    println!("off vs limit: the time the sgemm (prefill) or read-bandwidth (decode) limit allows, as % of the time taken");
-    Ok(ExitCode::SUCCESS)
-}
-
-/// The fastest a `t`-token prefill could be at the measured sgemm rate, in ms.
-pub fn prefill_limit_ms(c: &crate::model::config::ModelConfig, t: usize, lim: &Limits) -> f64 {
-    limits::prefill_flops(c, t) / (lim.sgemm_gflops * 1e9) * 1e3
-}
-
-/// The fastest a decode step at context `s` could be at the measured read bandwidth, in ms.
-pub fn decode_limit_ms(c: &crate::model::config::ModelConfig, s: usize, lim: &Limits) -> f64 {
-    limits::decode_bytes(c, s) / (lim.read_gbs * 1e9) * 1e3
-}
-
-/// Time per op class of one prefill and of `decode` steps, taps off and all taps streamed to
-/// an npz, as one table (where the all-tap overhead goes).
-fn print_profile(model: &Decoder, prompt: &[u32], decode: usize) -> Result<()> {
-    use crate::model::profile;
-    let path = tempfile_dir()?.join("profile.npz");
-    let off = profile_run(model, prompt, decode, &mut NoTaps)?;
-    let mut sink = NpzSink::create(&path, TapSelection::all())?;
-    let on = profile_run(model, prompt, decode, &mut sink)?;
-    sink.finish()?;
-    let _ = std::fs::remove_file(&path);
-    let n = decode.max(1) as f64;
-    let p = prompt.len();
-    println!(
-        "{:<38}{:>16}{:>16}{:>16}{:>16}",
-        "profile (ms)",
-        format!("prefill {p}"),
-        "+ all taps",
-        "decode / token",
-        "+ all taps"
-    );
-    let cell = |v: f64, total: f64| format!("{:.1} {:>3.0}%", v * 1e3, 100.0 * v / total);
-    let cell_d = |v: f64, total: f64| format!("{:.3} {:>3.0}%", v * 1e3 / n, 100.0 * v / total);
-    for (i, (op, _)) in off.0 .1.iter().enumerate() {
-        println!(
-            "{:<38}{:>16}{:>16}{:>16}{:>16}",
-            op.name(),
-            cell(off.0 .1[i].1, off.0 .0),
-            cell(on.0 .1[i].1, on.0 .0),
-            cell_d(off.1 .1[i].1, off.1 .0),
-            cell_d(on.1 .1[i].1, on.1 .0)
-        );
-    }
-    println!(
-        "{:<38}{:>16.1}{:>16.1}{:>16.3}{:>16.3}",
-        "total (wall)",
-        off.0 .0 * 1e3,
-        on.0 .0 * 1e3,
-        off.1 .0 * 1e3 / n,
-        on.1 .0 * 1e3 / n
-    );
-    profile::disable();
-    Ok(())
-}
-
-/// Wall time and time per op class of one prefill, then of `decode` steps, into `sink`.
-type Profiled = (f64, Vec<(crate::model::profile::Op, f64)>);
-fn profile_run(
-    model: &Decoder,
-    prompt: &[u32],
-    decode: usize,
-    sink: &mut dyn TapSink,
-) -> Result<(Profiled, Profiled)> {
-    use crate::model::profile;
-    profile::enable();
-    profile::reset();
-    let mut cache = FullCache::with_capacity(model.cfg.num_layers, prompt.len() + decode);
-    let input = StepInput {
-        phase: Phase::Prefill,
-        embeds: model.embed_tokens(prompt)?,
-        positions: (0..prompt.len()).collect(),
-        frame: None,
-    };
-    let t = Instant::now();
-    model.step(&input, &mut cache, sink, &mut NoHooks)?;
-    let pre = (t.elapsed().as_secs_f64(), profile::snapshot().unwrap_or_default());
-    profile::reset();
-    let t = Instant::now();
-    for k in 0..decode {
-        let input = StepInput {
-            phase: Phase::Decode(k),
-            embeds: model.embed_tokens(&[1])?,
-            positions: vec![prompt.len() + k],
-            frame: None,
-        };
-        model.step(&input, &mut cache, sink, &mut NoHooks)?;
-    }
-    let dec = (t.elapsed().as_secs_f64(), profile::snapshot().unwrap_or_default());
-    profile::disable();
-    Ok((pre, dec))
-}
-
-pub fn tempfile_dir() -> Result<PathBuf> {
-    let dir = std::env::temp_dir().join(format!("hefprobe-bench-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
-    Ok(dir)
+    crate::bench::run(crate::bench::Settings {
+        model,
+        prompt_len: a.prompt_len,
+        decode: a.decode,
+        reps: a.reps,
+        threads: a.threads,
+        profile: a.profile,
+        suite: a.suite,
+        hf_python: a.hf_python,
+    })
 }

@@ -75,9 +75,9 @@ pub fn run(a: ExplainArgs) -> Result<ExitCode> {
     outs.check()?;
     let spec = ExplainSpec {
         observed: Some(observed.label()),
-        faults: (!a.faults.is_empty()).then(|| a.faults.clone()),
+        faults: (!a.faults.is_empty()).then(|| crate::fault::spec::parse_all(&a.faults)).transpose()?,
         pairs: a.pairs,
-        quant: a.quant.clone(),
+        quant: a.quant.as_deref().map(crate::fault::spec::quantization).transpose()?,
     };
     let opts = RunOptions {
         probe: ProbeOverrides {

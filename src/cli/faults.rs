@@ -4,13 +4,14 @@
 use super::deprecated;
 use super::run::command_line;
 use crate::error::Result;
-use crate::explain::matrix::{doc, matrix_model, run_matrix_on, setup_of, synth_setup};
+use crate::explain::matrix::{matrix_model, run_matrix_on, setup_of, synth_setup};
 use crate::fault::catalog::REGISTRY;
-use crate::model::Checkpoint;
+use crate::model::CheckpointRef;
 use crate::output::Outputs;
 use crate::probe::run::build_inputs;
 use crate::probe::schema::InputsSpec;
 use crate::report::doc::{Doc, Table};
+use crate::report::matrix::doc;
 use crate::report::{deliver, only, Format, ReportTarget};
 use clap::Args;
 use std::path::PathBuf;
@@ -73,7 +74,11 @@ fn render(d: &Doc, t: &ReportTarget) -> String {
 pub fn run(a: FaultsArgs) -> Result<ExitCode> {
     let targets = a.targets();
     only(&targets, "faults", &[Format::Terminal, Format::Markdown, Format::Json])?;
+    let checkpoint = a.checkpoint.as_deref().map(CheckpointRef::path);
     let mut outs = Outputs::new();
+    if let Some(c) = &checkpoint {
+        c.register("the checkpoint", &mut outs)?;
+    }
     crate::report::register(&targets, &mut outs);
     outs.check()?;
     let mut stdout = String::new();
@@ -96,13 +101,13 @@ pub fn run(a: FaultsArgs) -> Result<ExitCode> {
         print!("{stdout}");
         return Ok(ExitCode::SUCCESS);
     }
-    let (ckpt, inputs, setup) = match &a.checkpoint {
+    let (ckpt, inputs, setup) = match &checkpoint {
         None => {
             let (ckpt, inputs) = matrix_model()?;
             (ckpt, inputs, synth_setup())
         }
-        Some(path) => {
-            let ckpt = Checkpoint::load(path)?;
+        Some(c) => {
+            let ckpt = c.load()?;
             // Without text: the synthesized matrix's token pattern, within this vocabulary.
             let vocab = ckpt.config.vocab_size as u32;
             let spec = InputsSpec {
@@ -117,7 +122,7 @@ pub fn run(a: FaultsArgs) -> Result<ExitCode> {
         }
     };
     let rows = run_matrix_on(&ckpt, &inputs)?;
-    let d = doc(&rows, &command_line(), &setup, &ckpt.config);
+    let d = doc(&rows, &command_line(), &setup, crate::fault::catalog::grid(&ckpt.config).len());
     for t in &targets {
         deliver(t, &render(&d, t), &mut stdout)?;
     }

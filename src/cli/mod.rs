@@ -2,8 +2,6 @@
 
 mod audit;
 mod bench;
-mod bench_limits;
-mod bench_suite;
 mod compare;
 mod device;
 mod doctor;

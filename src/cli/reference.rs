@@ -104,7 +104,8 @@ fn crosscheck(
 ) -> Result<()> {
     use crate::capture::NoTaps;
     use crate::compare::metrics;
-    use crate::model::decoder::{FullCache, StepInput};
+    use crate::model::cache::FullCache;
+    use crate::model::decoder::StepInput;
     use crate::tap::Phase;
     if inputs.start_position != 0 {
         return Err(crate::error::Error::usage("--crosscheck runs from position 0; drop --start-position"));

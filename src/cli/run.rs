@@ -136,7 +136,7 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
         a.backends.iter().map(|b| BackendSpec::parse_cli(b)).collect::<Result<_>>()?;
     if !a.faults.is_empty() {
         let mut b = BackendSpec::parse_cli("emulator")?;
-        b.faults = a.faults.clone();
+        b.faults = crate::fault::spec::parse_all(&a.faults)?;
         backends.push(b);
     }
     let targets = a.out.targets();

@@ -232,18 +232,18 @@ pub fn trend(a: TrendArgs) -> Result<ExitCode> {
                 let svg = crate::report::band::render(&history::plot(&trends, &spec)).map_err(|e| {
                     Error::input(path.display().to_string(), format!("drawing the plot: {e}"))
                 })?;
-                crate::error::write_file(path, svg)?;
+                crate::files::write_file(path, svg)?;
             }
             (Format::Terminal, None) => {
                 print!("{}", history::doc(&trends, &spec).terminal(std::io::stdout().is_terminal()))
             }
             (Format::Terminal, Some(path)) => {
-                crate::error::write_file(path, history::doc(&trends, &spec).terminal(false))?
+                crate::files::write_file(path, history::doc(&trends, &spec).terminal(false))?
             }
             (Format::Markdown, path) => {
                 let md = history::doc(&trends, &spec).markdown();
                 match path {
-                    Some(p) => crate::error::write_file(p, md)?,
+                    Some(p) => crate::files::write_file(p, md)?,
                     None => print!("{md}"),
                 }
             }

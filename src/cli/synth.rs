@@ -79,7 +79,7 @@ pub fn run(a: SynthArgs) -> Result<ExitCode> {
     ckpt.save(&a.out, dtype)?;
     let tok = if ckpt.config.vocab_size >= SYNTH_TOKENIZER_VOCAB {
         let json = serde_json::to_string_pretty(&synth_tokenizer_json()).expect("json");
-        crate::error::write_file(a.out.join("tokenizer.json"), json)?;
+        crate::files::write_file(a.out.join("tokenizer.json"), json)?;
         "tokenizer.json (byte-level, <s> = 1 added with --add-special-tokens)".to_string()
     } else {
         format!(

@@ -67,7 +67,7 @@ pub fn run(a: SynthHefArgs) -> Result<ExitCode> {
         prefill_tokens: a.prefill_tokens,
         kv_cache_size: a.kv_cache_size,
         tbt: !a.no_tbt,
-        faults: a.faults.clone(),
+        faults: crate::fault::spec::parse_all(&a.faults)?,
         quant: a.quant.clone(),
         lm_head_shards: a.lm_head_shards,
         mistakes: a.mistakes.iter().map(|m| Mistake::parse(m)).collect::<Result<_>>()?,
@@ -76,7 +76,7 @@ pub fn run(a: SynthHefArgs) -> Result<ExitCode> {
         ..Default::default()
     };
     let hef = synth_hef(&ckpt, source, &opts)?;
-    crate::error::write_file(&a.out, hef.to_bytes())?;
+    crate::files::write_file(&a.out, hef.to_bytes())?;
     let groups: Vec<&str> = hef.groups.iter().map(|g| g.name.as_str()).collect();
     println!(
         "wrote {}: {} for {} ({}), prefill {} rows, kv cache {} slots, quant {}{}{}",
@@ -87,7 +87,11 @@ pub fn run(a: SynthHefArgs) -> Result<ExitCode> {
         opts.prefill_tokens,
         opts.kv_cache_size,
         opts.quant,
-        if opts.faults.is_empty() { String::new() } else { format!(", faults {}", opts.faults.join(", ")) },
+        if opts.faults.is_empty() {
+            String::new()
+        } else {
+            format!(", faults {}", crate::fault::spec::join(&opts.faults, ", "))
+        },
         if opts.mistakes.is_empty() {
             String::new()
         } else {

@@ -138,7 +138,7 @@ impl Rule {
 fn check_metric(name: &str) -> Result<()> {
     if metric_dir(name).is_none() {
         let names: Vec<&str> = METRICS.iter().map(|m| m.0).collect();
-        let hint = crate::error::closest(name, names.iter().copied())
+        let hint = crate::tap::closest(name, names.iter().copied())
             .map(|c| format!(" (did you mean `{c}`?)"))
             .unwrap_or_default();
         return Err(Error::usage(format!("unknown metric `{name}`{hint}; metrics: {}", names.join(", "))));

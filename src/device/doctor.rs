@@ -7,7 +7,7 @@
 //! up after [`PROBE_TIMEOUT`].
 
 use super::synth_hef::sim_spec;
-use super::{SimProfile, RPC_CACHE_UNSUPPORTED};
+use super::{RealDevice, SimProfile, RPC_CACHE_UNSUPPORTED};
 use crate::error::Result;
 use crate::hef::arch::{compatible_device_archs, hw_arch_name};
 use crate::hef::Hef;
@@ -52,17 +52,6 @@ pub struct Finding {
 
 fn finding(item: &str, verdict: Verdict, detail: impl Into<String>) -> Finding {
     Finding { item: item.to_string(), verdict, detail: detail.into() }
-}
-
-/// What a real device said when asked (feature `hailo`), as plain data.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RealDevice {
-    pub device_ids: String,
-    /// `hailo_device_architecture_t` name (HAILO10H, ...), or None when HailoRT did not say.
-    pub architecture: Option<String>,
-    /// Whether the VDevice is local, so the cache calls may be made (`hailo::check_cache_access`:
-    /// not on Hailo-10H, not on an architecture HailoRT did not name).
-    pub cache_local: bool,
 }
 
 /// The device side doctor looked at.

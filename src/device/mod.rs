@@ -139,6 +139,17 @@ pub struct DeviceFacts {
     pub simulator: Option<String>,
 }
 
+/// What a real device said when asked (feature `hailo`), as plain data.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RealDevice {
+    pub device_ids: String,
+    /// `hailo_device_architecture_t` name (HAILO10H, ...), or None when HailoRT did not say.
+    pub architecture: Option<String>,
+    /// Whether the VDevice is local, so the cache calls may be made (`hailo::check_cache_access`:
+    /// not on Hailo-10H, not on an architecture HailoRT did not name).
+    pub cache_local: bool,
+}
+
 /// A HEF on a device: `VDevice` + `Hef`.
 pub trait Device {
     /// One sentence naming the device (and library version for the real one).

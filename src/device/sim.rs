@@ -9,7 +9,7 @@
 //! device's behaviour, each read against the driver's frame code; split, every part would
 //! import the other two.)
 
-use super::synth_hef::{sim_spec, Mistake, SimSpec};
+use super::synth_hef::{calibration_inputs, sim_spec, Mistake, SimSpec};
 use super::{
     configured_streams, padded_entry_bytes, ConfiguredModel, Device, DeviceFacts, FormatType, SimProfile,
     StreamInfo, RPC_CACHE_UNSUPPORTED, RPC_FAILED_RUN,
@@ -17,11 +17,11 @@ use super::{
 use crate::capture::NoTaps;
 use crate::error::{Error, Result};
 use crate::fault::catalog::cache::CacheLayout;
+use crate::fault::spec::FaultSpec;
 use crate::fault::Fault;
 use crate::hef::model::dtype_name;
 use crate::hef::synth::data_bytes;
 use crate::hef::{Hef, NetworkGroup, QuantInfo};
-use crate::inputs::{DecodeSpec, InputSet};
 use crate::model::decoder::{CacheView, FrameInputs, KvStore, StepInput};
 use crate::model::hooks::HookStack;
 use crate::model::{Checkpoint, Decoder};
@@ -267,17 +267,17 @@ impl SimDevice {
         let c = &ckpt.config;
         // cache-layout is realized in the ring itself (how prefill writes), so the cache
         // buffers show it as a device's would; the other faults run in the emulator.
-        let (layouts, mut specs): (Vec<String>, Vec<String>) =
-            spec.faults.iter().cloned().partition(|f| crate::fault::catalog::is::<CacheLayout>(f));
+        let (layouts, mut specs): (Vec<FaultSpec>, Vec<FaultSpec>) =
+            spec.faults.iter().cloned().partition(crate::fault::catalog::is::<CacheLayout>);
         if spec.mistakes.contains(&Mistake::MissingLmHead) {
-            specs.push("no-lm-head".into());
+            specs.push(FaultSpec::parse("no-lm-head")?);
         }
         // The device gets its inputs already quantized by the runtime: the emulator must not
         // quantize them again.
         if spec.quant != "none" {
-            specs.push(format!("quant:{},inputs=none", spec.quant));
+            specs.push(crate::fault::spec::quantization(&spec.quant)?.with_param("inputs", "none"));
         }
-        let faults = crate::fault::catalog::parse_all(&specs, c)?;
+        let faults = crate::fault::catalog::build_all(&specs, c)?;
         let mut weights = ckpt.clone();
         for f in &faults {
             f.transform_weights(&mut weights)?;
@@ -356,20 +356,6 @@ impl SimDevice {
     }
 }
 
-/// What the simulated compiler calibrates on: four seeded random prompts of 64 tokens, each
-/// with 16 greedy steps (a DFC calibration set stands in for the model's real data).
-pub fn calibration_inputs(vocab: usize) -> Vec<InputSet> {
-    use rand::{Rng, SeedableRng};
-    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(0x7369_6d63);
-    (0..4)
-        .map(|_| {
-            let mut i = InputSet::new((0..64).map(|_| rng.random_range(0..vocab as u32)).collect());
-            i.decode = DecodeSpec::Greedy(16);
-            i
-        })
-        .collect()
-}
-
 fn ring_length(g: &NetworkGroup, what: &str) -> Result<usize> {
     let read = g.caches.iter().find(|c| c.is_input).map(|c| c.shape.rows() as usize);
     let write = g.caches.iter().find(|c| !c.is_input).map(|c| c.shape.rows() as usize);
@@ -404,8 +390,11 @@ fn cache_entry_bytes(hef: &Hef, kv_heads: usize, head_dim: usize, what: &str) ->
 impl Device for SimDevice {
     fn describe(&self) -> String {
         let s = self.core.borrow();
-        let faults =
-            if s.spec.faults.is_empty() { "no faults".to_string() } else { s.spec.faults.join(", ") };
+        let faults = if s.spec.faults.is_empty() {
+            "no faults".to_string()
+        } else {
+            crate::fault::spec::join(&s.spec.faults, ", ")
+        };
         let profile = match s.profile {
             SimProfile::Sim => "simulated device",
             SimProfile::SimH10 => "simulated Hailo-10H (RPC client limits)",
@@ -418,7 +407,7 @@ impl Device for SimDevice {
         let mut about =
             format!("hefprobe {} simulated Hailo-10H, quant {}", env!("CARGO_PKG_VERSION"), s.spec.quant);
         if !s.spec.faults.is_empty() {
-            about += &format!(", faults {}", s.spec.faults.join(" "));
+            about += &format!(", faults {}", crate::fault::spec::join(&s.spec.faults, " "));
         }
         if let Some(n) = s.spec.noise {
             about += &format!(", planted noise std {}", n.std);

@@ -84,7 +84,7 @@ pub struct SimSpec {
     pub schema: String,
     pub checkpoint: SimCheckpoint,
     /// Fault specs the device computes (see `hefprobe faults`).
-    pub faults: Vec<String>,
+    pub faults: Vec<crate::fault::spec::FaultSpec>,
     /// Quantization of the compiled graph, `quant` fault parameters (e.g. "a16", "w8a16").
     pub quant: String,
     pub mistakes: Vec<Mistake>,
@@ -112,7 +112,7 @@ pub struct SynthHefOptions {
     pub prefill_tokens: usize,
     pub kv_cache_size: usize,
     pub tbt: bool,
-    pub faults: Vec<String>,
+    pub faults: Vec<crate::fault::spec::FaultSpec>,
     pub quant: String,
     pub lm_head_shards: usize,
     pub mistakes: Vec<Mistake>,
@@ -181,13 +181,13 @@ pub fn u16_quant(lo: f32, hi: f32) -> QuantInfo {
 }
 
 /// The ranges the HEF's quant infos are calibrated on. By default the simulated compiler's one
-/// calibration set ([`super::sim::calibration_inputs`]), the same the simulated graph's
+/// calibration set ([`calibration_inputs`]), the same the simulated graph's
 /// activations are calibrated on. It used to be a smaller set of its own (2 prompts of 32 tokens,
 /// 8 greedy steps): the cache ranges then clipped ordinary prompts (tokens 1..40 on tinystories),
 /// and the clipped cache entries moved later layers' keys and values by up to 182 LSB.
 fn calibrate(model: &Decoder, opts: &SynthHefOptions) -> Result<Ranges> {
     let inputs: Vec<InputSet> = if opts.calibration.is_empty() {
-        super::sim::calibration_inputs(model.cfg.vocab_size)
+        calibration_inputs(model.cfg.vocab_size)
     } else {
         opts.calibration
             .iter()
@@ -241,7 +241,7 @@ pub fn synth_hef(ckpt: &Checkpoint, checkpoint: SimCheckpoint, opts: &SynthHefOp
                  use it with the emulator backend"
             )));
         }
-        crate::fault::catalog::parse(f, c)?;
+        crate::fault::catalog::build(f, c)?;
     }
     let model = Decoder::new(ckpt)?;
     let ranges = calibrate(&model, opts)?;
@@ -374,6 +374,20 @@ pub fn sim_spec(hef: &Hef, what: &str) -> Result<Option<SimSpec>> {
         ));
     }
     Ok(Some(spec))
+}
+
+/// What the simulated compiler calibrates on: four seeded random prompts of 64 tokens, each
+/// with 16 greedy steps (a DFC calibration set stands in for the model's real data).
+pub fn calibration_inputs(vocab: usize) -> Vec<InputSet> {
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(0x7369_6d63);
+    (0..4)
+        .map(|_| {
+            let mut i = InputSet::new((0..64).map(|_| rng.random_range(0..vocab as u32)).collect());
+            i.decode = DecodeSpec::Greedy(16);
+            i
+        })
+        .collect()
 }
 
 impl SimCheckpoint {

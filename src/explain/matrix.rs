@@ -7,13 +7,12 @@ use crate::backend::collect;
 use crate::backend::decoder::DecoderBackend;
 use crate::compare::thresholds::Thresholds;
 use crate::compare::{compare, locate, Settings};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::explain::ExplainSpec;
+use crate::fault::spec::FaultSpec;
 use crate::inputs::{DecodeSpec, InputSet};
 use crate::model::synth::SynthSpec;
 use crate::model::{Arch, Checkpoint, Decoder};
-use crate::report::doc::{Cell, Doc, Table, Text};
-use crate::report::format::cos;
 use crate::tap::TapSelection;
 use serde::Serialize;
 use std::sync::Arc;
@@ -71,7 +70,7 @@ pub fn run_case(ckpt: &Checkpoint, inputs: &InputSet, spec: &str, expected: &str
     let model = Arc::new(Decoder::new(ckpt)?);
     let all = TapSelection::all();
     let reference = collect(&mut DecoderBackend::reference(model), inputs, &all, None);
-    let mut emu = DecoderBackend::emulator(spec, ckpt, &[spec.to_string()], None)?;
+    let mut emu = DecoderBackend::emulator(spec, ckpt, &[FaultSpec::parse(spec)?], None)?;
     let observed = collect(&mut emu, inputs, &all, None);
     if let Some(e) = reference.error.or(observed.error) {
         return Err(e);
@@ -143,68 +142,4 @@ pub fn setup_of(ckpt: &Checkpoint, inputs: &InputSet) -> String {
         inputs.prompt.len(),
         inputs.decode.steps()
     )
-}
-
-/// The matrix as a document: how it was run, one row per fault, how many passed. `setup` is
-/// [`synth_setup`] or [`setup_of`]; `cfg` the model's config (its catalog grid is counted).
-pub fn doc(rows: &[MatrixRow], command: &str, setup: &str, cfg: &crate::model::config::ModelConfig) -> Doc {
-    let mut d = Doc::new();
-    d.heading(1, "Fault localization matrix");
-    d.line(format!(
-        "Each fault of the catalog is injected into {setup}. `located` is where \
-         `run` puts the first drift (default thresholds); `rank` is the injected fault's place in \
-         `explain`'s ranking over the whole catalog grid ({} candidates), by match cosine with the \
-         observed capture.",
-        crate::fault::catalog::grid(cfg).len()
-    ))
-    .blank();
-    d.line(
-        Text::from("Produced by ")
-            .and(Text::code(command))
-            .and(format!(" (hefprobe {}).", env!("CARGO_PKG_VERSION"))),
-    )
-    .blank();
-    let mut t = Table::new([
-        "fault",
-        "finding",
-        "expected",
-        "located",
-        "rank",
-        "match cosine",
-        "runner-up (cosine)",
-        "ties",
-        "ok",
-    ])
-    .align("lrllrrlll");
-    for r in rows {
-        t.row([
-            Cell::from(Text::code(&r.fault)),
-            r.finding.map_or("-".into(), |f| f.to_string()).into(),
-            Text::code(&r.expected).into(),
-            r.located.as_deref().map_or(Text::from("not located"), Text::code).into(),
-            r.rank.map_or("-".into(), |k| k.to_string()).into(),
-            cos(Some(r.match_cosine)).into(),
-            match &r.runner_up {
-                Some((f, c)) => Text::code(f).and(format!(" ({})", cos(Some(*c)))),
-                None => Text::from("-"),
-            }
-            .into(),
-            if r.ties.is_empty() { "-".to_string() } else { r.ties.join(", ") }.into(),
-            if r.ok { Text::from("yes") } else { Text::strong("no") }.into(),
-        ]);
-    }
-    d.table(t);
-    let ok = rows.iter().filter(|r| r.ok).count();
-    d.blank().line(format!("{ok} of {} faults located at the expected tap and ranked first.", rows.len()));
-    d
-}
-
-pub fn check_all(rows: &[MatrixRow]) -> Result<()> {
-    match rows.iter().find(|r| !r.ok) {
-        None => Ok(()),
-        Some(r) => Err(Error::usage(format!(
-            "fault `{}`: expected {} ranked first, got {:?} ranked {:?}",
-            r.fault, r.expected, r.located, r.rank
-        ))),
-    }
 }

@@ -1,17 +1,14 @@
-//! Explaining drift: rank the fault catalog against an observation ([`rank`]), prove every
-//! fault is located and ranked first ([`matrix`]), and the device diagnostics that separate a
-//! cache write from a decode compute ([`diag`], concluded in [`diagnosis`]). Above `report`
-//! (it fills report types and renders through its document) and below `probe` (which calls it
-//! as one stage of a run).
+//! Explaining drift: rank the fault catalog against an observation ([`rank`]) and prove every
+//! fault is located and ranked first ([`matrix`]). Its results are plain data, rendered by
+//! `report`; `probe` calls it as one stage of a run.
 
-pub mod diag;
-pub mod diagnosis;
 pub mod matrix;
 pub mod rank;
 
 pub use rank::explain;
 
-use serde::Deserialize;
+use crate::tap::{Phase, TapName};
+use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, Deserialize, Default)]
 #[serde(deny_unknown_fields)]
@@ -19,10 +16,53 @@ pub struct ExplainSpec {
     /// The backend whose capture the fault models are ranked against (default: the first).
     pub observed: Option<String>,
     /// Fault specs to rank (default: the whole catalog with its parameter grid).
-    pub faults: Option<Vec<String>>,
+    pub faults: Option<Vec<crate::fault::spec::FaultSpec>>,
     /// Also rank pairs of faults.
     #[serde(default)]
     pub pairs: bool,
-    /// Quantization configuration for three-way attribution.
-    pub quant: Option<String>,
+    /// Quantization configuration for three-way attribution (`w8a16`, or `quant:...`).
+    #[serde(default, deserialize_with = "crate::fault::spec::de_quantization")]
+    pub quant: Option<crate::fault::spec::FaultSpec>,
+}
+
+/// One fault's match against the observed capture (filled by `explain`).
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct ExplainRow {
+    pub rank: usize,
+    pub fault: String,
+    pub finding: Option<u32>,
+    /// Cosine between the emulated and the observed capture over the shared taps.
+    pub match_cosine: f64,
+    pub argmax_agreement: f64,
+    pub kl_mean: f64,
+    /// Faults whose emulation is identical on these inputs.
+    pub ties: Vec<String>,
+    pub note: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Default)]
+pub struct ExplainReport {
+    pub observed: String,
+    pub taps: Vec<TapName>,
+    pub rows: Vec<ExplainRow>,
+    /// The clean reference's match: what "no fault" looks like.
+    pub baseline: Option<ExplainRow>,
+    pub conclusion: String,
+    pub attribution: Vec<AttributionRow>,
+    /// Keys of the observation holding non-finite values (with how many): when any does,
+    /// explain ranks nothing and `conclusion` says why.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub nonfinite: Vec<(String, usize)>,
+}
+
+/// Three-way attribution per layer: fp32 ↔ quant emulation ↔ observed.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct AttributionRow {
+    pub phase: Phase,
+    pub tap: TapName,
+    pub reference_vs_observed: f64,
+    pub reference_vs_quant: f64,
+    pub quant_vs_observed: f64,
+    /// Share of the observed drift (1 − cosine) the quantization emulation reproduces.
+    pub explained: f64,
 }

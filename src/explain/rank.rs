@@ -11,9 +11,10 @@ use crate::capture::{Place, Store};
 use crate::compare::metrics;
 use crate::error::Result;
 use crate::explain::ExplainSpec;
+use crate::explain::{AttributionRow, ExplainReport, ExplainRow};
+use crate::fault::spec::FaultSpec;
 use crate::inputs::InputSet;
 use crate::model::Checkpoint;
-use crate::report::{AttributionRow, ExplainReport, ExplainRow};
 use crate::tap::{Key, Tap, TapName, TapSelection};
 use ndarray::ArrayD;
 use std::path::Path;
@@ -137,7 +138,7 @@ pub fn shared_keys(observed: &dyn Store) -> Vec<Key> {
 
 struct Candidate {
     /// One fault, or a pair of them.
-    specs: Vec<String>,
+    specs: Vec<FaultSpec>,
     m: Match,
     /// The emulation equals the clean reference on the shared taps (to float noise).
     clean_like: bool,
@@ -145,7 +146,7 @@ struct Candidate {
 
 impl Candidate {
     fn name(&self) -> String {
-        self.specs.join(" + ")
+        crate::fault::spec::join(&self.specs, " + ")
     }
 }
 
@@ -182,15 +183,15 @@ struct Emulator<'a> {
 }
 
 impl Emulator<'_> {
-    fn run(&self, specs: &[String]) -> Result<Box<dyn Store>> {
-        let mut b = DecoderBackend::emulator(&specs.join("+"), self.at.ckpt, specs, None)?;
+    fn run(&self, specs: &[FaultSpec]) -> Result<Box<dyn Store>> {
+        let mut b = DecoderBackend::emulator("explain", self.at.ckpt, specs, None)?;
         let place = self.at.scratch.map_or(Place::Memory, |d| Place::Temporary(d.to_path_buf()));
         let run = crate::backend::run_to(&mut b, self.at.inputs, &self.taps, None, &place)?;
         run.error.map_or(Ok(run.capture), Err)
     }
 
-    fn evaluate(&self, specs: Vec<String>) -> Result<Candidate> {
-        self.bar.set_message(specs.join(" + "));
+    fn evaluate(&self, specs: Vec<FaultSpec>) -> Result<Candidate> {
+        self.bar.set_message(crate::fault::spec::join(&specs, " + "));
         self.bar.inc(1);
         let cap = self.run(&specs)?;
         Ok(Candidate {
@@ -274,29 +275,31 @@ pub fn explain(
 /// sweep finds where), then, if asked, pairs of the best five.
 fn rank_all(emu: &Emulator, spec: &ExplainSpec) -> Result<Vec<Candidate>> {
     let cfg = &emu.at.ckpt.config;
-    let candidates: Vec<String> = spec.faults.clone().unwrap_or_else(|| crate::fault::catalog::grid(cfg));
+    let candidates: Vec<FaultSpec> = spec.faults.clone().unwrap_or_else(|| crate::fault::catalog::grid(cfg));
     emu.bar.inc_length(candidates.len() as u64);
     let mut results = candidates.iter().map(|c| emu.evaluate(vec![c.clone()])).collect::<Result<Vec<_>>>()?;
     sort(&mut results);
-    let mut narrowed: Vec<String> = Vec::new();
+    let mut narrowed: Vec<FaultSpec> = Vec::new();
     if let Some(layer) = first_drift_layer(emu.reference, emu.observed, &emu.keys)? {
         for c in &candidates {
             narrowed.extend(crate::fault::catalog::per_layer(c, cfg).into_iter().nth(layer));
         }
     }
     for c in results.iter().filter(|c| !c.clean_like).take(REFINE) {
-        narrowed.extend(crate::fault::catalog::per_layer(&c.name(), cfg));
+        if let [one] = c.specs.as_slice() {
+            narrowed.extend(crate::fault::catalog::per_layer(one, cfg));
+        }
     }
     emu.bar.inc_length(narrowed.len() as u64);
     for spec in narrowed {
-        if !results.iter().any(|c| c.name() == spec) {
+        if !results.iter().any(|c| c.specs == [spec.clone()]) {
             results.push(emu.evaluate(vec![spec])?);
         }
     }
     if spec.pairs {
         sort(&mut results);
-        let top: Vec<String> =
-            results.iter().filter(|c| !c.clean_like).take(5).map(Candidate::name).collect();
+        let top: Vec<FaultSpec> =
+            results.iter().filter(|c| !c.clean_like).take(5).map(|c| c.specs[0].clone()).collect();
         emu.bar.inc_length((top.len() * top.len().saturating_sub(1) / 2) as u64);
         for i in 0..top.len() {
             for j in i + 1..top.len() {
@@ -329,12 +332,10 @@ fn rows_with_ties(emu: &Emulator, results: &[Candidate]) -> Result<Vec<ExplainRo
             }
         }
         let c = &results[i];
-        let fault = c.name();
-        let family = fault.split([':', '@', ' ']).next().unwrap_or("");
         rows.push(ExplainRow {
             rank: rows.len() + 1,
-            finding: crate::fault::catalog::finding_of(family),
-            fault,
+            finding: crate::fault::catalog::finding_of(&c.specs[0].name),
+            fault: c.name(),
             match_cosine: c.m.cosine,
             argmax_agreement: c.m.argmax,
             kl_mean: c.m.kl,
@@ -390,9 +391,8 @@ fn conclude(rows: &[ExplainRow], baseline: &ExplainRow, observed: &str) -> Strin
 }
 
 /// Three-way attribution: per shared key, fp32 ↔ quant emulation ↔ observed.
-fn attribute(emu: &Emulator, quant: &str) -> Result<Vec<AttributionRow>> {
-    let spec = if quant.starts_with("quant") { quant.to_string() } else { format!("quant:{quant}") };
-    let emulated = emu.run(&[spec])?;
+fn attribute(emu: &Emulator, quant: &FaultSpec) -> Result<Vec<AttributionRow>> {
+    let emulated = emu.run(std::slice::from_ref(quant))?;
     let cos = |a: Option<&ArrayD<f32>>, b: Option<&ArrayD<f32>>| -> f64 {
         match (a, b) {
             (Some(x), Some(y)) => aligned(x, y).map_or(0.0, |(x, y, _)| metrics::basic(&x, &y, None).cosine),
@@ -471,15 +471,15 @@ mod tests {
         let reference =
             crate::backend::collect(&mut DecoderBackend::reference(model.clone()), &inputs, &all, None)
                 .capture;
-        let fault = ["shared-softmax@layers=1".to_string()];
+        let fault = [FaultSpec::parse("shared-softmax@layers=1").unwrap()];
         let mut emulator = DecoderBackend::emulator("obs", &ckpt, &fault, None).unwrap();
         let observed = crate::backend::collect(&mut emulator, &inputs, &all, None).capture;
         // `@layers=1-1` is `@layers=1`: a tie, checked on two emulations at once.
         let faults = ["shared-softmax@layers=1-1", "shared-softmax", "mask-repeat", "no-lm-head"];
         let spec = ExplainSpec {
-            faults: Some(faults.map(String::from).to_vec()),
+            faults: Some(faults.iter().map(|f| FaultSpec::parse(f).unwrap()).collect()),
             pairs: true,
-            quant: Some("w8a16".into()),
+            quant: Some(crate::fault::spec::quantization("w8a16").unwrap()),
             ..Default::default()
         };
         let at = Setting { ckpt: &ckpt, inputs: &inputs, scratch: None };

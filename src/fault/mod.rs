@@ -19,7 +19,7 @@ use spec::FaultSpec;
 /// A fault model. `hooks` is called once per run, so stateful hooks start fresh.
 pub trait Fault: Send + Sync {
     /// The spec that reproduces this fault: `NAME[:PARAMS][@layers=RANGE]`.
-    fn spec(&self) -> String;
+    fn spec(&self) -> &FaultSpec;
     /// Change the weights before the run (weight quantization, sharded lm_head scales).
     fn transform_weights(&self, _ckpt: &mut Checkpoint) -> Result<()> {
         Ok(())
@@ -78,16 +78,12 @@ pub struct Entry {
 }
 
 impl Entry {
-    /// Whether `text` (a spec) names this fault.
-    pub fn names(&self, text: &str) -> bool {
-        text.split([':', '@']).next() == Some(self.name)
-    }
-
     /// This fault's grid as full specs.
-    pub fn grid_specs(&self, cfg: &ModelConfig) -> Vec<String> {
+    pub fn grid_specs(&self, cfg: &ModelConfig) -> Vec<FaultSpec> {
         (self.grid)(cfg)
             .into_iter()
             .map(|p| if p.is_empty() { self.name.to_string() } else { format!("{}:{p}", self.name) })
+            .map(|text| FaultSpec::parse(&text).expect("the registry's grid specs parse"))
             .collect()
     }
 }
@@ -114,8 +110,8 @@ pub fn parse_boxed<M: Mechanism>(spec: FaultSpec, cfg: &ModelConfig) -> Result<B
 }
 
 impl<M: Mechanism> Fault for Parsed<M> {
-    fn spec(&self) -> String {
-        self.spec.text.clone()
+    fn spec(&self) -> &FaultSpec {
+        &self.spec
     }
     fn transform_weights(&self, ckpt: &mut Checkpoint) -> Result<()> {
         self.mechanism.transform_weights(ckpt)

@@ -3,6 +3,8 @@
 
 use crate::error::{Error, Result};
 
+/// A fault spec, parsed once where it is written (a probe, a suite, the command line) and
+/// carried typed from there; shown as it was written.
 #[derive(Debug, Clone, PartialEq)]
 pub struct FaultSpec {
     pub name: String,
@@ -13,7 +15,89 @@ pub struct FaultSpec {
     pub text: String,
 }
 
+impl std::fmt::Display for FaultSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
+/// A spec equals the text it was written as.
+impl PartialEq<str> for FaultSpec {
+    fn eq(&self, other: &str) -> bool {
+        self.text == other
+    }
+}
+
+impl PartialEq<&str> for FaultSpec {
+    fn eq(&self, other: &&str) -> bool {
+        self.text == *other
+    }
+}
+
+impl serde::Serialize for FaultSpec {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        s.serialize_str(&self.text)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for FaultSpec {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        FaultSpec::parse(&text).map_err(serde::de::Error::custom)
+    }
+}
+
+/// Specs as the command line gives them, parsed.
+pub fn parse_all(texts: &[String]) -> Result<Vec<FaultSpec>> {
+    texts.iter().map(|t| FaultSpec::parse(t)).collect()
+}
+
+/// Specs as written, one after the other with `sep` between them.
+pub fn join(specs: &[FaultSpec], sep: &str) -> String {
+    specs.iter().map(|s| s.text.as_str()).collect::<Vec<_>>().join(sep)
+}
+
+/// A quantization setting as written (`w8a16`, or a whole `quant:...` spec), as its fault spec.
+pub fn quantization(setting: &str) -> Result<FaultSpec> {
+    if setting.starts_with("quant") {
+        FaultSpec::parse(setting)
+    } else {
+        FaultSpec::parse(&format!("quant:{setting}"))
+    }
+}
+
+/// serde's `deserialize_with` for an optional quantization setting.
+pub fn de_quantization<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> std::result::Result<Option<FaultSpec>, D::Error> {
+    let text: Option<String> = serde::Deserialize::deserialize(d)?;
+    text.map(|t| quantization(&t).map_err(serde::de::Error::custom)).transpose()
+}
+
+/// serde's `deserialize_with` for a list of quantization settings.
+pub fn de_quantizations<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> std::result::Result<Vec<FaultSpec>, D::Error> {
+    let texts: Vec<String> = serde::Deserialize::deserialize(d)?;
+    texts.iter().map(|t| quantization(t).map_err(serde::de::Error::custom)).collect()
+}
+
 impl FaultSpec {
+    /// This fault narrowed to one layer: `NAME[:PARAMS]@layers=L`.
+    pub fn at_layer(&self, layer: usize) -> FaultSpec {
+        FaultSpec { layers: Some(vec![layer]), text: format!("{}@layers={layer}", self.text), ..self.clone() }
+    }
+
+    /// This spec with one more `key=value` parameter (after the ones written).
+    pub fn with_param(&self, key: &str, value: &str) -> FaultSpec {
+        let mut params = self.params.clone();
+        params.push((Some(key.to_string()), value.to_string()));
+        let (head, layers) = self.text.split_once('@').map_or((self.text.as_str(), ""), |(h, l)| (h, l));
+        let sep = if head.contains(':') { "," } else { ":" };
+        let at = if layers.is_empty() { String::new() } else { format!("@{layers}") };
+        FaultSpec { params, text: format!("{head}{sep}{key}={value}{at}"), ..self.clone() }
+    }
+
     pub fn parse(text: &str) -> Result<Self> {
         let (head, layers) = match text.split_once('@') {
             None => (text, None),

@@ -22,8 +22,6 @@ use xxhash_rust::xxh3::{xxh3_64, Xxh3};
 
 use crate::error::{Error, Result};
 
-pub use super::container_write::{layout_resources, reseal_v3, write_v3};
-
 /// `HEADER_MAGIC` (hef_internal.hpp): the bytes `01 48 45 46`, "\x01HEF".
 pub const MAGIC: u32 = 0x0148_4546;
 /// `HEF_COMMON_SIZE` (hef_internal.hpp): magic, version, hef_proto_size.

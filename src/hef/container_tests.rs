@@ -1,6 +1,7 @@
 //! Unit tests of container.rs: header versions, integrity checks, bounds on every region.
 
 use super::*;
+use crate::hef::write_v3;
 
 fn parse_bytes(bytes: &[u8]) -> Result<(Container, Vec<u8>)> {
     parse(&mut SliceSource(bytes), "model.hef")

@@ -17,6 +17,7 @@ use super::model::{
 };
 use super::proto::*;
 use crate::error::{Error, Result};
+use std::path::Path;
 
 /// Upper bound on per-feature quant infos expanded for the whole HEF. HailoRT makes one per
 /// feature of every stream when OUTPUT_SCALE_PER_FEATURE is set, even when the HEF stores none; a
@@ -355,6 +356,26 @@ fn sort_outputs(outputs: &mut Vec<Stream>, order: &[String]) -> Vec<String> {
     outputs.extend(listed);
     outputs.extend(unlisted);
     missing
+}
+
+impl Hef {
+    /// Read and verify a HEF file. Only the header, the proto and the external resources are
+    /// read; the CCWs are hashed in chunks when the version requires it, never held in memory.
+    pub fn read(path: impl AsRef<Path>) -> Result<Hef> {
+        Ok(Self::read_with_container(path)?.0)
+    }
+
+    /// Like [`Hef::read`], also returning the container facts (header, layout, integrity check).
+    pub fn read_with_container(path: impl AsRef<Path>) -> Result<(Hef, container::Container)> {
+        let path = path.as_ref();
+        let mut src = container::FileSource::open(path)?;
+        decode(&mut src, &path.display().to_string())
+    }
+
+    /// Parse a HEF held in memory; `what` names it in errors (a file name, "HEF buffer", ...).
+    pub fn from_bytes(bytes: &[u8], what: &str) -> Result<Hef> {
+        Ok(decode(&mut container::SliceSource(bytes), what)?.0)
+    }
 }
 
 #[cfg(test)]

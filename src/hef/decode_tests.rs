@@ -3,9 +3,9 @@
 
 use prost::Message;
 
-use crate::hef::container::write_v3;
 use crate::hef::model::{FormatOrder, Hef, QuantInfo};
 use crate::hef::proto::*;
+use crate::hef::write_v3;
 
 fn layer(name: &str, direction: i32, connection: i32, base: ProtoHefEdgeLayerBase) -> ProtoHefEdgeLayer {
     ProtoHefEdgeLayer {

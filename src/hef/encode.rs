@@ -9,7 +9,6 @@
 use prost::Message;
 use xxhash_rust::xxh3::xxh3_64;
 
-use super::container;
 use super::model::{extension, CacheLayer, FormatOrder, Hef, NetworkGroup, QuantInfo, Stream};
 use super::proto::*;
 
@@ -19,7 +18,7 @@ const PROTO_FORMAT_VERSION: u64 = 1;
 
 pub(crate) fn encode(hef: &Hef) -> Vec<u8> {
     let datas: Vec<&[u8]> = hef.resources.iter().map(|r| r.data.as_slice()).collect();
-    let (region, offsets) = container::layout_resources(0, &datas);
+    let (region, offsets) = super::layout_resources(0, &datas);
     let extensions = extensions(hef);
     let per_feature = extensions.contains(&extension::OUTPUT_SCALE_PER_FEATURE);
     let proto = ProtoHefHef {
@@ -47,7 +46,7 @@ pub(crate) fn encode(hef: &Hef) -> Vec<u8> {
             })
             .collect(),
     };
-    container::write_v3(&proto.encode_to_vec(), &[], &region)
+    super::write_v3(&proto.encode_to_vec(), &[], &region)
 }
 
 /// The HEF's extensions, then the ones the writer needs that are missing: HAILO_NET_FLOW and
@@ -225,4 +224,11 @@ fn cache_layer(c: &CacheLayer, sys_index: u32) -> ProtoHefEdgeLayer {
     // negative and refuse the HEF), so they are clamped.
     let cache_id = i32::try_from(c.cache_id).unwrap_or(i32::MAX);
     edge_layer(direction, CONNECTION_CACHE, cache_id, info)
+}
+
+impl Hef {
+    /// Write a V3 HEF HailoRT would accept (see the type's doc for what survives a round trip).
+    pub fn to_bytes(&self) -> Vec<u8> {
+        encode(self)
+    }
 }

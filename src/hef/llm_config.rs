@@ -12,7 +12,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use super::finding::Severity;
-use crate::error::{closest, Error, Result};
+use crate::error::{Error, Result};
+use crate::tap::closest;
 
 /// The resource name (hailort/common/genai/constants.hpp).
 pub const RESOURCE: &str = "hailo-config.json";

@@ -9,6 +9,7 @@ pub mod arch;
 pub mod audit;
 pub mod container;
 mod container_write;
+pub use container_write::{layout_resources, reseal_v3, write_v3};
 mod decode;
 pub mod diff;
 mod encode;

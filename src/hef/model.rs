@@ -4,8 +4,6 @@
 //! Reading (`decode.rs`) derives this view the way HailoRT v5.2.0 does (hef.cpp, see facts §1.5);
 //! writing (`encode.rs`) produces a V3 file HailoRT would accept. Nothing here refers to the proto.
 
-use std::path::Path;
-
 use serde::Serialize;
 
 use crate::error::{Error, Result};
@@ -385,29 +383,6 @@ pub struct LlmGroups {
 }
 
 impl Hef {
-    /// Read and verify a HEF file. Only the header, the proto and the external resources are
-    /// read; the CCWs are hashed in chunks when the version requires it, never held in memory.
-    pub fn read(path: impl AsRef<Path>) -> Result<Hef> {
-        Ok(Self::read_with_container(path)?.0)
-    }
-
-    /// Like [`Hef::read`], also returning the container facts (header, layout, integrity check).
-    pub fn read_with_container(path: impl AsRef<Path>) -> Result<(Hef, super::container::Container)> {
-        let path = path.as_ref();
-        let mut src = super::container::FileSource::open(path)?;
-        super::decode::decode(&mut src, &path.display().to_string())
-    }
-
-    /// Parse a HEF held in memory; `what` names it in errors (a file name, "HEF buffer", ...).
-    pub fn from_bytes(bytes: &[u8], what: &str) -> Result<Hef> {
-        Ok(super::decode::decode(&mut super::container::SliceSource(bytes), what)?.0)
-    }
-
-    /// Write a V3 HEF HailoRT would accept (see the type's doc for what survives a round trip).
-    pub fn to_bytes(&self) -> Vec<u8> {
-        super::encode::encode(self)
-    }
-
     /// The first resource with this name, as HailoRT's name lookup returns it.
     pub fn resource(&self, name: &str) -> Option<&[u8]> {
         self.resources.iter().find(|r| r.name == name).map(|r| r.data.as_slice())

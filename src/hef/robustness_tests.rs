@@ -3,8 +3,8 @@
 
 use proptest::prelude::*;
 
-use crate::hef::container::reseal_v3;
 use crate::hef::model::Hef;
+use crate::hef::reseal_v3;
 use crate::hef::synth::LlmSpec;
 use crate::hef::test_strategy;
 

@@ -195,19 +195,16 @@ fn key_end(allowed: Option<&[Vec<bool>]>, rows: Range<usize>, s: usize) -> usize
 /// Scaled scores of one head's query rows `rows` (q: those rows, D apart) against keys `k` (key
 /// j at `j·krow`) into `out` ([rows, S], S apart): gemm over the keys up to [`key_end`], -inf
 /// past it and wherever `allowed` forbids.
-#[allow(clippy::too_many_arguments)]
 fn scores_block(
     q: &[f32],
-    k: &[f32],
-    krow: usize,
-    d: usize,
-    s: usize,
+    (k, krow): (&[f32], usize),
+    g: &Dims,
     rows: Range<usize>,
     allowed: Option<&[Vec<bool>]>,
     scale: f32,
     out: &mut [f32],
 ) {
-    let m = rows.len();
+    let (m, d, s) = (rows.len(), g.d, g.s);
     let end = key_end(allowed, rows.clone(), s);
     assert!(q.len() >= m * d && out.len() >= m * s && (end == 0 || k.len() >= (end - 1) * krow + d));
     if end > 0 {
@@ -258,18 +255,15 @@ fn scores_block(
 ///
 /// # Safety
 /// `out + i·out_row .. + d` for i < m lies in a buffer only this call writes there.
-#[allow(clippy::too_many_arguments)]
 unsafe fn probs_v_block(
-    p: &[f32],
-    s: usize,
-    m: usize,
-    v: &[f32],
-    vrow: usize,
-    d: usize,
+    (p, m): (&[f32], usize),
+    (v, vrow): (&[f32], usize),
+    g: &Dims,
     out: SharedOut,
     at: usize,
     out_row: usize,
 ) {
+    let (s, d) = (g.s, g.d);
     let end =
         (0..m).map(|i| p[i * s..(i + 1) * s].iter().rposition(|&x| x != 0.0).map_or(0, |j| j + 1)).max();
     let end = end.unwrap_or(0);
@@ -338,8 +332,8 @@ pub fn scores(
                         let r0 = h * g.t + rows.start;
                         // SAFETY: rows `rows` of head h of the [H·T, S] output belong to this item.
                         let o = unsafe { shared.slice(r0 * g.s, rows.len() * g.s) };
-                        let (d, s, kv) = (g.d, g.s, h / g.n_rep);
-                        scores_block(&qs[r0 * d..], kr.head(kv), kr.row, d, s, rows, allowed, scale, o);
+                        let keys = (kr.head(h / g.n_rep), kr.row);
+                        scores_block(&qs[r0 * g.d..], keys, &g, rows, allowed, scale, o);
                     }
                 });
             }
@@ -398,12 +392,9 @@ pub fn probs_v(probs: &Tensor, v: &Tensor) -> candle_core::Result<Tensor> {
                         // SAFETY: rows `rows` of head h of the [T, H·D] output belong to this item.
                         unsafe {
                             probs_v_block(
-                                &ps[r0 * s..],
-                                s,
-                                rows.len(),
-                                vr.head(h / g.n_rep),
-                                vr.row,
-                                g.d,
+                                (&ps[r0 * s..], rows.len()),
+                                (vr.head(h / g.n_rep), vr.row),
+                                &g,
                                 shared,
                                 at,
                                 row,
@@ -456,10 +447,8 @@ pub fn fused(
                             let at = (rows.start * g.h + h) * d;
                             scores_block(
                                 &qs[r0 * d..],
-                                kr.head(kv),
-                                kr.row,
-                                d,
-                                s,
+                                (kr.head(kv), kr.row),
+                                &g,
                                 rows,
                                 Some(allowed),
                                 scale,
@@ -470,7 +459,7 @@ pub fn fused(
                             }
                             // SAFETY: rows `rows` of head h of the [T, H·D] output belong to this item.
                             unsafe {
-                                probs_v_block(&block, s, m, vr.head(kv), vr.row, d, shared, at, g.h * d)
+                                probs_v_block((&block, m), (vr.head(kv), vr.row), &g, shared, at, g.h * d)
                             };
                         }
                     });

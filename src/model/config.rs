@@ -287,7 +287,7 @@ fn short(v: &Value) -> String {
 
 impl ModelConfig {
     pub fn from_file(path: &Path) -> Result<Self> {
-        let text = crate::error::read_text(path)?;
+        let text = crate::files::read_text(path)?;
         Self::from_json_str(&text, &path.display().to_string())
     }
 

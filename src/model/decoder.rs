@@ -89,8 +89,6 @@ pub struct CacheView {
     pub writers: Vec<Phase>,
 }
 
-pub use crate::model::cache::FullCache;
-
 /// The inputs of one step.
 #[derive(Debug, Clone)]
 pub struct StepInput {
@@ -239,9 +237,9 @@ impl Decoder {
             }
         };
         let mut x = emit(Tap::Embed, input.embeds.clone(), hooks, sink)?;
-        for (l, block) in self.blocks.iter().enumerate() {
+        for l in 0..self.blocks.len() {
             x = emit(Tap::Layer(l, LayerTap::Input), x, hooks, sink)?;
-            x = self.block(l, block, &ctx, rope, x, cache, sink, hooks)?;
+            x = self.block(l, (&ctx, rope), x, cache, sink, hooks)?;
         }
         let l_end = self.blocks.len();
         x = emit(Tap::Layer(l_end, LayerTap::Input), x, hooks, sink)?;
@@ -251,19 +249,16 @@ impl Decoder {
         emit(Tap::Logits, logits, hooks, sink)
     }
 
-    #[allow(clippy::too_many_arguments)]
     fn block(
         &self,
         l: usize,
-        b: &Block,
-        ctx: &StepCtx,
-        rope: Rotation,
+        (ctx, rope): (&StepCtx, Rotation),
         x: Tensor,
         cache: &mut dyn KvStore,
         sink: &mut dyn TapSink,
         hooks: &mut dyn Hooks,
     ) -> Result<Tensor> {
-        let cfg = &self.cfg;
+        let (cfg, b) = (&self.cfg, &self.blocks[l]);
         let (t_len, h_n, kv_n, d) = (x.dim(0)?, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim);
         let explicit = hooks.needs_explicit_attention(l)
             || sink.wants(Tap::Layer(l, LayerTap::Scores))

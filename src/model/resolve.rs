@@ -18,6 +18,17 @@ pub enum CheckpointRef {
     Synth(SynthSpec),
 }
 
+impl Checkpoint {
+    /// A HF folder (`config.json` and its weights), or a GGUF file (see [`super::gguf`]).
+    pub fn load(path: &Path) -> Result<Self> {
+        if super::gguf::is_gguf(path) {
+            super::gguf::load(path)
+        } else {
+            Checkpoint::load_dir(path)
+        }
+    }
+}
+
 impl CheckpointRef {
     /// A folder, file or id at the default revision, unknown config keys accepted.
     pub fn path(path: &Path) -> Self {

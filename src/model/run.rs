@@ -3,7 +3,8 @@
 use crate::capture::TapSink;
 use crate::error::Result;
 use crate::inputs::{DecodeSpec, InputSet};
-use crate::model::decoder::{argmax_last_row, Decoder, FullCache, StepInput};
+use crate::model::cache::FullCache;
+use crate::model::decoder::{argmax_last_row, Decoder, StepInput};
 use crate::model::hooks::Hooks;
 use crate::tap::Phase;
 
@@ -30,10 +31,29 @@ pub fn run_inputs(
     inputs.validate(model.cfg.vocab_size, model.cfg.max_position_embeddings)?;
     let mut cache = FullCache::with_capacity(model.cfg.num_layers, inputs.total_len());
     let mut pos = inputs.start_position;
+    // One phase: its tokens at the next positions; the argmax of its last row.
+    let mut step = |phase: Phase, tokens: &[u32]| -> Result<u32> {
+        if phase.is_decode() {
+            record.decode_tokens.push(tokens[0]);
+        }
+        // `validate` bounded start + total length by max_position_embeddings: no wrap.
+        let positions: Vec<usize> = (pos..pos + tokens.len()).collect();
+        let input = StepInput {
+            phase,
+            embeds: model.embed_tokens(tokens)?,
+            positions: positions.clone(),
+            frame: None,
+        };
+        let logits = model.step(&input, &mut cache, sink, hooks)?;
+        pos += tokens.len();
+        let next = argmax_last_row(&logits)?;
+        record.phases.push((phase, tokens.to_vec(), positions));
+        record.argmax.push(next);
+        Ok(next)
+    };
     let mut last = 0u32;
     for (phase, range) in inputs.prefill_phases() {
-        let tokens = inputs.prompt[range].to_vec();
-        last = step(model, phase, &tokens, &mut pos, &mut cache, sink, hooks, record)?;
+        last = step(phase, &inputs.prompt[range])?;
     }
     let steps = inputs.decode.steps();
     let bar = decode_progress(steps);
@@ -42,8 +62,7 @@ pub fn run_inputs(
             DecodeSpec::Greedy(_) => last,
             DecodeSpec::Forced(t) => t[k],
         };
-        record.decode_tokens.push(token);
-        last = step(model, Phase::Decode(k), &[token], &mut pos, &mut cache, sink, hooks, record)?;
+        last = step(Phase::Decode(k), &[token])?;
         if let Some(b) = &bar {
             b.inc(1);
         }
@@ -69,27 +88,4 @@ fn decode_progress(steps: usize) -> Option<indicatif::ProgressBar> {
         );
         bar
     })
-}
-
-#[allow(clippy::too_many_arguments)]
-fn step(
-    model: &Decoder,
-    phase: Phase,
-    tokens: &[u32],
-    pos: &mut usize,
-    cache: &mut FullCache,
-    sink: &mut dyn TapSink,
-    hooks: &mut dyn Hooks,
-    record: &mut RunRecord,
-) -> Result<u32> {
-    // `validate` bounded start + total length by max_position_embeddings, so this cannot wrap.
-    let positions: Vec<usize> = (*pos..*pos + tokens.len()).collect();
-    let input =
-        StepInput { phase, embeds: model.embed_tokens(tokens)?, positions: positions.clone(), frame: None };
-    let logits = model.step(&input, cache, sink, hooks)?;
-    *pos += tokens.len();
-    let next = argmax_last_row(&logits)?;
-    record.phases.push((phase, tokens.to_vec(), positions));
-    record.argmax.push(next);
-    Ok(next)
 }

@@ -1,7 +1,8 @@
 //! Checkpoint weights: `model.safetensors` or a sharded `model.safetensors.index.json`,
 //! f32/f16/bf16 on disk, held as f32 tensors keyed by their HF checkpoint names.
 
-use crate::error::{read_file, read_text, Error, Result};
+use crate::error::{Error, Result};
+use crate::files::{read_file, read_text};
 use crate::model::config::{ModelConfig, WeightBudget};
 use candle_core::{DType, Device, Tensor};
 use safetensors::{tensor::TensorView, Dtype, SafeTensors};
@@ -97,11 +98,8 @@ impl Checkpoint {
         }
     }
 
-    /// Load `dir/config.json` and its weights, or a GGUF file (see [`crate::model::gguf`]).
-    pub fn load(dir: &Path) -> Result<Self> {
-        if crate::model::gguf::is_gguf(dir) {
-            return crate::model::gguf::load(dir);
-        }
+    /// Load `dir/config.json` and its weights.
+    pub fn load_dir(dir: &Path) -> Result<Self> {
         if !dir.is_dir() {
             return Err(Error::input(
                 dir.display().to_string(),
@@ -148,7 +146,7 @@ impl Checkpoint {
     pub fn save(&self, dir: &Path, dtype: DType) -> Result<()> {
         std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
         let config = serde_json::to_string_pretty(&self.config.to_hf_json()).expect("json");
-        crate::error::write_file(dir.join("config.json"), config + "\n")?;
+        crate::files::write_file(dir.join("config.json"), config + "\n")?;
         let mut data: Vec<(String, Vec<u8>, Vec<usize>)> = Vec::new();
         for (name, t) in &self.tensors {
             let t = t.to_dtype(dtype)?;
@@ -183,7 +181,7 @@ impl Checkpoint {
         // safetensors 0.8 writes through its own temporary file in the folder and renames it.
         safetensors::serialize_to_file(views, Some(meta), &path)
             .map_err(|e| Error::input(path.display().to_string(), format!("writing safetensors: {e}")))?;
-        crate::error::announce(&path);
+        crate::files::announce(&path);
         Ok(())
     }
 }

@@ -26,11 +26,10 @@ use crate::model::run::RunRecord;
 use crate::model::tokenizer::{Tokenizer, SYNTH_TOKENIZER_VOCAB};
 use crate::model::{Checkpoint, CheckpointRef, Decoder};
 use crate::probe::schema::{InputsSpec, Probe};
-pub use crate::probe::spill::SpillPlan;
 use crate::probe::spill::{spill_note, spill_plan, SpillDir};
+pub use crate::probe::spill::{CaptureOptions, SpillPlan};
 use crate::report::{BackendInfo, BackendStatus, CheckpointInfo, InputInfo, ProbeInfo, Report};
 use crate::tap::TapSelection;
-use std::path::PathBuf;
 use std::sync::Arc;
 
 /// What the command line changes in a probe, and where its captures go.
@@ -61,19 +60,6 @@ pub enum ExplainChoice {
     AsProbe,
     Off,
     With(ExplainSpec),
-}
-
-/// Where captures live ([`prepare`] plans it, [`run_backends`] and [`save`] use it).
-#[derive(Debug, Clone, Default)]
-pub struct CaptureOptions {
-    /// When the captures do not fit the memory budget, spill them to disk instead of refusing
-    /// the run (`run`, `explain` and the suite do).
-    pub spill: bool,
-    /// Where spilled captures go (`--spill-dir`); default the system's temporary folder.
-    pub spill_dir: Option<PathBuf>,
-    /// Write every capture (`NAME.npz`) into this folder.
-    pub save_captures: Option<PathBuf>,
-    pub save_inputs: Option<PathBuf>,
 }
 
 /// config.json's unknown keys on stderr, for commands whose output has no header (sweep).
@@ -234,6 +220,16 @@ pub struct Runs {
 impl Runs {
     pub fn backend(&self, label: &str) -> Option<&BackendOutput> {
         self.backends.iter().find(|b| b.label == label)
+    }
+
+    /// Every capture of the run: the reference, each backend's own reference, capture and
+    /// local view.
+    pub fn stores(&self) -> impl Iterator<Item = &dyn Store> {
+        let backends = self.backends.iter();
+        std::iter::once(self.reference.as_ref())
+            .chain(backends.clone().filter_map(|b| b.reference.as_ref().map(|(_, c, _)| c.as_ref())))
+            .chain(backends.clone().map(|b| b.capture.as_ref()))
+            .chain(backends.filter_map(|b| b.local.as_ref().map(|(_, c)| c.as_ref())))
     }
 }
 
@@ -599,7 +595,7 @@ pub fn report(r: &Results) -> Report {
     report.config.unknown_keys = p.ckpt.config.unknown_keys.clone();
     report.inputs = Some(runs.inputs.clone());
     if let (Some(plan), Some(dir)) = (&p.spill, &runs.spill) {
-        report.notes.push(spill_note(plan, dir, runs));
+        report.notes.push(spill_note(plan, dir, runs.stores()));
     }
     for b in &runs.backends {
         report.backends.push(BackendInfo {

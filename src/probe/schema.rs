@@ -56,11 +56,11 @@ pub struct SweepSpec {
     #[serde(default)]
     pub checkpoints: Vec<PathBuf>,
     /// Quantization settings (each one emulator point), e.g. "w8a16".
-    #[serde(default)]
-    pub quant: Vec<String>,
+    #[serde(default, deserialize_with = "crate::fault::spec::de_quantizations")]
+    pub quant: Vec<crate::fault::spec::FaultSpec>,
     /// Fault specs (each one emulator point; combined with every quant setting).
     #[serde(default)]
-    pub faults: Vec<String>,
+    pub faults: Vec<crate::fault::spec::FaultSpec>,
     /// Prompt lengths (the probe's prompt repeated or cut to length).
     #[serde(default)]
     pub prompt_len: Vec<usize>,
@@ -212,9 +212,6 @@ impl ThresholdsSpec {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CompareSpec {
-    /// Pairs to compare by label (default: reference against each backend).
-    #[serde(default)]
-    pub pairs: Vec<[String; 2]>,
     /// Also run the local (overrides) view where a backend supports it.
     #[serde(default = "yes")]
     pub local: bool,
@@ -229,13 +226,13 @@ fn yes() -> bool {
 
 impl Default for CompareSpec {
     fn default() -> Self {
-        CompareSpec { pairs: Vec::new(), local: true, lens: true }
+        CompareSpec { local: true, lens: true }
     }
 }
 
 impl Probe {
     pub fn load(path: &Path) -> Result<Self> {
-        let text = crate::error::read_text(path)?;
+        let text = crate::files::read_text(path)?;
         Self::parse(&text, path)
     }
 
@@ -243,102 +240,98 @@ impl Probe {
         let what = path.display().to_string();
         let mut p: Probe =
             toml::from_str(text).map_err(|e| Error::input(&what, e.to_string().trim_end().to_string()))?;
-        if p.version != PROBE_VERSION {
-            return Err(Error::input(
-                format!("{what} key `version`"),
+        p.check(&what)?;
+        p.resolve_paths(path.parent().unwrap_or(Path::new(".")));
+        p.path = path.to_path_buf();
+        Ok(p)
+    }
+
+    /// What serde cannot say about the tables: one of each pair of alternatives, labels,
+    /// settings that only apply to a path, and the values each table bounds.
+    fn check(&self, what: &str) -> Result<()> {
+        let bad = |table: &str, msg: String| Err(Error::input(format!("{what} {table}"), msg));
+        if self.version != PROBE_VERSION {
+            return bad(
+                "key `version`",
                 format!(
                     "{} is not a probe schema version this hefprobe reads (it reads {PROBE_VERSION})",
-                    p.version
+                    self.version
                 ),
-            ));
+            );
         }
-        if p.checkpoint.path.is_some() == p.checkpoint.synth.is_some() {
-            return Err(Error::input(
-                format!("{what} [checkpoint]"),
-                "give exactly one of `path` (a checkpoint folder or .gguf file) or `synth` (a preset)",
-            ));
+        let (c, i) = (&self.checkpoint, &self.inputs);
+        if c.path.is_some() == c.synth.is_some() {
+            return bad(
+                "[checkpoint]",
+                "give exactly one of `path` (a checkpoint folder or .gguf file) or `synth` (a preset)".into(),
+            );
         }
-        if p.inputs.tokens.is_some() == p.inputs.text.is_some() {
-            return Err(Error::input(format!("{what} [inputs]"), "give exactly one of `tokens` or `text`"));
+        if i.tokens.is_some() == i.text.is_some() {
+            return bad("[inputs]", "give exactly one of `tokens` or `text`".into());
         }
-        if p.inputs.decode.is_some() && p.inputs.decode_tokens.is_some() {
-            return Err(Error::input(
-                format!("{what} [inputs]"),
-                "give `decode` (greedy) or `decode_tokens`, not both",
-            ));
+        if i.decode.is_some() && i.decode_tokens.is_some() {
+            return bad("[inputs]", "give `decode` (greedy) or `decode_tokens`, not both".into());
         }
         let mut labels: Vec<String> = vec!["reference".into()];
-        for b in &p.backends {
-            let label = b.label();
+        for label in self.backends.iter().map(BackendSpec::label) {
             if labels.contains(&label) {
-                return Err(Error::input(
-                    format!("{what} [[backend]]"),
+                return bad(
+                    "[[backend]]",
                     format!("two backends are labelled `{label}`; give each a `name`"),
-                ));
+                );
             }
             labels.push(label);
         }
-        for [a, b] in &p.compare.pairs {
-            for l in [a, b] {
-                if !labels.contains(l) {
-                    return Err(Error::input(
-                        format!("{what} [compare] pairs"),
-                        format!("`{l}` is not a backend label; labels: {}", labels.join(", ")),
-                    ));
-                }
-            }
+        if c.path.is_none() && (c.revision.is_some() || c.strict_config) {
+            return bad(
+                "[checkpoint]",
+                "`revision` and `strict_config` apply to a checkpoint `path`, not to `synth`".into(),
+            );
         }
-        let base = path.parent().unwrap_or(Path::new("."));
-        let rel = |p: &mut Option<PathBuf>| {
-            if let Some(x) = p.as_mut() {
-                if x.is_relative() {
-                    *x = base.join(&*x);
-                }
-            }
-        };
-        // A model id stays as written when no folder of that name sits beside the probe: the
-        // loader looks it up in the hub cache.
-        let is_id =
-            |x: &Path| x.to_str().is_some_and(crate::model::hub::is_repo_id) && !base.join(x).exists();
-        if !p.checkpoint.path.as_deref().is_some_and(is_id) {
-            rel(&mut p.checkpoint.path);
+        if let Some(bad_scope) =
+            self.sweep.iter().flat_map(|s| &s.scope).find(|s| !matches!(s.as_str(), "kv" | "base"))
+        {
+            return bad(
+                "key `sweep.scope`",
+                format!("`{bad_scope}` is not a scope; use \"kv\" (KV-cache decode) or \"base\" (prefill re-run per token)"),
+            );
         }
-        if p.checkpoint.path.is_none() && (p.checkpoint.revision.is_some() || p.checkpoint.strict_config) {
-            return Err(Error::input(
-                format!("{what} [checkpoint]"),
-                "`revision` and `strict_config` apply to a checkpoint `path`, not to `synth`",
-            ));
-        }
-        if let Some(sw) = p.sweep.as_mut() {
-            if let Some(bad) = sw.scope.iter().find(|s| !matches!(s.as_str(), "kv" | "base")) {
-                return Err(Error::input(
-                    format!("{what} key `sweep.scope`"),
-                    format!("`{bad}` is not a scope; use \"kv\" (KV-cache decode) or \"base\" (prefill re-run per token)"),
-                ));
-            }
-            for c in &mut sw.checkpoints {
-                if c.is_relative() {
-                    *c = base.join(&*c);
-                }
-            }
-        }
-        rel(&mut p.inputs.tokenizer);
-        for b in &mut p.backends {
-            b.relative_to(base);
-        }
-        p.thresholds.build().map_err(|e| Error::input(&what, e.to_string()))?;
-        p.checkpoint.overrides.check_in(&format!("{what} [checkpoint]"))?;
-        if let Some(sw) = &p.sweep {
+        self.thresholds.build().map_err(|e| Error::input(what, e.to_string()))?;
+        c.overrides.check_in(&format!("{what} [checkpoint]"))?;
+        if let Some(sw) = &self.sweep {
             sw.validate(&format!("{what} [sweep]"))?;
         }
-        if p.inputs.chunk == Some(0) {
-            return Err(Error::input(
-                format!("{what} [inputs] key `chunk`"),
-                "is 0: a prefill chunk holds at least 1 token (leave the key out for one prefill)",
-            ));
+        if i.chunk == Some(0) {
+            return bad(
+                "[inputs] key `chunk`",
+                "is 0: a prefill chunk holds at least 1 token (leave the key out for one prefill)".into(),
+            );
         }
-        p.path = path.to_path_buf();
-        Ok(p)
+        Ok(())
+    }
+
+    /// Paths relative to the probe's folder (`base`). A model id stays as written when no
+    /// folder of that name sits beside the probe: the loader looks it up in the hub cache.
+    fn resolve_paths(&mut self, base: &Path) {
+        let rel = |x: &mut PathBuf| {
+            if x.is_relative() {
+                *x = base.join(&*x);
+            }
+        };
+        let is_id =
+            |x: &Path| x.to_str().is_some_and(crate::model::hub::is_repo_id) && !base.join(x).exists();
+        if let Some(p) = self.checkpoint.path.as_mut().filter(|p| !is_id(p)) {
+            rel(p);
+        }
+        for c in self.sweep.iter_mut().flat_map(|s| &mut s.checkpoints) {
+            rel(c);
+        }
+        if let Some(t) = self.inputs.tokenizer.as_mut() {
+            rel(t);
+        }
+        for b in &mut self.backends {
+            b.relative_to(base);
+        }
     }
 }
 

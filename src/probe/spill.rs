@@ -2,16 +2,29 @@
 //! goes to disk, whether the disk has room), its folders, and the report's notes. The stages
 //! in [`super::run`] stream each capture to a file in the [`SpillDir`] and read it from there.
 
-use super::run::{CaptureOptions, Runs};
 use crate::backend::overrides::Overrides;
 use crate::backend::{BackendKind, BackendSpec};
 use crate::budget::{Budget, Bytes};
+use crate::capture::Store;
 use crate::error::{Error, Result};
 use crate::inputs::InputSet;
 use crate::model::memory::{self, Estimate, TapsHeld};
 use crate::model::Checkpoint;
 use crate::tap::TapSelection;
 use std::path::{Path, PathBuf};
+
+/// Where captures live ([`prepare`] plans it, [`run_backends`] and [`save`] use it).
+#[derive(Debug, Clone, Default)]
+pub struct CaptureOptions {
+    /// When the captures do not fit the memory budget, spill them to disk instead of refusing
+    /// the run (`run`, `explain` and the suite do).
+    pub spill: bool,
+    /// Where spilled captures go (`--spill-dir`); default the system's temporary folder.
+    pub spill_dir: Option<PathBuf>,
+    /// Write every capture (`NAME.npz`) into this folder.
+    pub save_captures: Option<PathBuf>,
+    pub save_inputs: Option<PathBuf>,
+}
 
 /// A run whose captures exceed the memory budget, planned with its captures on disk.
 #[derive(Debug, Clone)]
@@ -184,12 +197,12 @@ pub(super) fn spill_start(plan: &SpillPlan, dir: &SpillDir) -> String {
 }
 
 /// The report's one note on a spilled run: how much went where, and why.
-pub fn spill_note(plan: &SpillPlan, dir: &SpillDir, runs: &Runs) -> String {
-    let files = std::iter::once(runs.reference.as_ref())
-        .chain(runs.backends.iter().filter_map(|b| b.reference.as_ref().map(|(_, c, _)| c.as_ref())))
-        .chain(runs.backends.iter().map(|b| b.capture.as_ref()))
-        .chain(runs.backends.iter().filter_map(|b| b.local.as_ref().map(|(_, c)| c.as_ref())));
-    let bytes: u64 = files.filter_map(|c| std::fs::metadata(c.file()?).ok()).map(|m| m.len()).sum();
+pub fn spill_note<'a>(
+    plan: &SpillPlan,
+    dir: &SpillDir,
+    captures: impl Iterator<Item = &'a dyn Store>,
+) -> String {
+    let bytes: u64 = captures.filter_map(|c| std::fs::metadata(c.file()?).ok()).map(|m| m.len()).sum();
     let kept = if dir.captures != dir.tmp.path() {
         format!(
             "kept there (--save-captures); local views in {}, deleted when the run ends",

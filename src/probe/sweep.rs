@@ -8,6 +8,7 @@ use crate::capture::Capture;
 use crate::compare::metrics;
 use crate::compare::thresholds::Thresholds;
 use crate::error::{Error, Result};
+use crate::fault::spec::FaultSpec;
 use crate::inputs::{DecodeSpec, InputSet};
 use crate::model::{Checkpoint, Decoder};
 use crate::probe::run::build_inputs;
@@ -207,24 +208,20 @@ fn models(
 /// One setting of the grid: its label, the faults and the quantization it emulates.
 struct Setting {
     label: String,
-    faults: Vec<String>,
-    quant: Option<String>,
+    faults: Vec<FaultSpec>,
+    quant: Option<FaultSpec>,
 }
 
 /// Every combination of `[sweep] quant` × `faults` (a missing axis is one clean value).
 fn settings(sw: &SweepSpec) -> Vec<Setting> {
-    let quants: Vec<Option<String>> =
+    let quants: Vec<Option<FaultSpec>> =
         if sw.quant.is_empty() { vec![None] } else { sw.quant.iter().cloned().map(Some).collect() };
-    let faults: Vec<Option<String>> =
+    let faults: Vec<Option<FaultSpec>> =
         if sw.faults.is_empty() { vec![None] } else { sw.faults.iter().cloned().map(Some).collect() };
     let mut out = Vec::new();
     for q in &quants {
         for f in &faults {
-            let label = [f.clone(), q.as_ref().map(|q| format!("quant:{q}"))]
-                .into_iter()
-                .flatten()
-                .collect::<Vec<_>>()
-                .join("+");
+            let label = [f, q].into_iter().flatten().map(ToString::to_string).collect::<Vec<_>>().join("+");
             out.push(Setting {
                 label: if label.is_empty() { "clean".into() } else { label },
                 faults: f.iter().cloned().collect(),
@@ -302,8 +299,7 @@ fn point(
     (sw, thresholds): (&SweepSpec, &Thresholds),
 ) -> Result<SweepPoint> {
     let logits = TapSelection::parse(&["logits".to_string()])?;
-    let mut emu =
-        DecoderBackend::emulator(&setting.label, &m.ckpt, &setting.faults, setting.quant.as_deref())?;
+    let mut emu = DecoderBackend::emulator(&setting.label, &m.ckpt, &setting.faults, setting.quant.as_ref())?;
     let tf = collect(&mut emu, r.forced, &logits, None);
     if let Some(e) = tf.error {
         return Err(e);
@@ -503,7 +499,7 @@ pub fn write_svg(points: &[SweepPoint], path: &std::path::Path) -> Result<()> {
         .map_err(e)?;
         root.present().map_err(|x| e(x.to_string()))?;
     }
-    crate::error::write_file(path, svg)
+    crate::files::write_file(path, svg)
 }
 
 #[cfg(test)]

@@ -11,6 +11,7 @@ pub mod doc;
 pub mod format;
 pub mod json;
 pub mod markdown;
+pub mod matrix;
 pub mod svg;
 mod tables;
 pub mod terminal;
@@ -19,6 +20,7 @@ use crate::compare::lens::LensRow;
 use crate::compare::locate::Located;
 use crate::compare::{Flip, PairComparison, TapRow, View};
 use crate::error::{Error, Result};
+pub use crate::explain::{AttributionRow, ExplainReport, ExplainRow};
 use crate::tap::{Phase, TapName};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
@@ -160,48 +162,6 @@ impl From<Located> for LocatedDrift {
             sentence,
         }
     }
-}
-
-/// One fault's match against the observed capture (filled by `explain`).
-#[derive(Debug, Clone, Serialize, PartialEq)]
-pub struct ExplainRow {
-    pub rank: usize,
-    pub fault: String,
-    pub finding: Option<u32>,
-    /// Cosine between the emulated and the observed capture over the shared taps.
-    pub match_cosine: f64,
-    pub argmax_agreement: f64,
-    pub kl_mean: f64,
-    /// Faults whose emulation is identical on these inputs.
-    pub ties: Vec<String>,
-    pub note: Option<String>,
-}
-
-#[derive(Debug, Clone, Serialize, Default)]
-pub struct ExplainReport {
-    pub observed: String,
-    pub taps: Vec<TapName>,
-    pub rows: Vec<ExplainRow>,
-    /// The clean reference's match: what "no fault" looks like.
-    pub baseline: Option<ExplainRow>,
-    pub conclusion: String,
-    pub attribution: Vec<AttributionRow>,
-    /// Keys of the observation holding non-finite values (with how many): when any does,
-    /// explain ranks nothing and `conclusion` says why.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub nonfinite: Vec<(String, usize)>,
-}
-
-/// Three-way attribution per layer: fp32 ↔ quant emulation ↔ observed.
-#[derive(Debug, Clone, Serialize, PartialEq)]
-pub struct AttributionRow {
-    pub phase: Phase,
-    pub tap: TapName,
-    pub reference_vs_observed: f64,
-    pub reference_vs_quant: f64,
-    pub quant_vs_observed: f64,
-    /// Share of the observed drift (1 − cosine) the quantization emulation reproduces.
-    pub explained: f64,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -438,7 +398,7 @@ pub fn register(targets: &[ReportTarget], outputs: &mut crate::output::Outputs) 
 pub fn deliver(target: &ReportTarget, text: &str, stdout: &mut String) -> Result<()> {
     match &target.path {
         None => stdout.push_str(text),
-        Some(p) => crate::error::write_file(p, text)?,
+        Some(p) => crate::files::write_file(p, text)?,
     }
     Ok(())
 }
@@ -467,7 +427,7 @@ pub fn emit(report: &mut Report, targets: &[ReportTarget], color: bool) -> Resul
         };
         match &t.path {
             None => stdout.push_str(&text),
-            Some(p) => crate::error::write_file(p, text)?,
+            Some(p) => crate::files::write_file(p, text)?,
         }
     }
     Ok(stdout)

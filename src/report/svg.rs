@@ -58,7 +58,7 @@ pub fn write(report: &Report, prefix: &Path) -> Result<Vec<String>> {
     let layers_path = prefix.with_file_name(format!("{name}-layers.svg"));
     let mut svg = String::new();
     if layers_plot(report, &mut svg).map_err(err(&layers_path))? {
-        crate::error::write_file(&layers_path, &svg)?;
+        crate::files::write_file(&layers_path, &svg)?;
         written.push(layers_path.display().to_string());
     }
     for pair in &report.comparisons {
@@ -70,7 +70,7 @@ pub fn write(report: &Report, prefix: &Path) -> Result<Vec<String>> {
         let path: PathBuf = prefix.with_file_name(format!("{name}-heads-{safe}.svg"));
         let mut svg = String::new();
         if heads_plot(pair, &mut svg).map_err(err(&path))? {
-            crate::error::write_file(&path, &svg)?;
+            crate::files::write_file(&path, &svg)?;
             written.push(path.display().to_string());
         }
     }

@@ -58,7 +58,7 @@ pub struct Update {
 impl Baseline {
     pub fn load(path: &Path) -> Result<Baseline> {
         let what = path.display().to_string();
-        let text = crate::error::read_text(path)?;
+        let text = crate::files::read_text(path)?;
         let b: Baseline =
             serde_json::from_str(&text).map_err(|e| Error::input(&what, format!("not a baseline: {e}")))?;
         if b.schema != BASELINE_SCHEMA {
@@ -92,7 +92,7 @@ impl Baseline {
     }
 
     pub fn save(&self, path: &Path) -> Result<()> {
-        crate::error::write_file(path, self.to_json())
+        crate::files::write_file(path, self.to_json())
     }
 
     /// Fold a run's figures in: only improvements unless `accept`. Pairs that did not produce

@@ -3,9 +3,9 @@
 //! baseline: a figure is a regression when it is worse than its baseline by more than the noise
 //! band, which is the device's own run-to-run spread with a floor under it.
 
-use super::gate::Spread;
 use super::spec::BandFloors;
 use crate::compare::{PairComparison, TapRow};
+use crate::diagnose::Spread;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 

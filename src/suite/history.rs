@@ -72,7 +72,7 @@ pub fn append(path: &Path, r: &SuiteResult) -> Result<usize> {
 }
 
 pub fn read(path: &Path) -> Result<Vec<HistoryLine>> {
-    let text = crate::error::read_text(path)?;
+    let text = crate::files::read_text(path)?;
     let mut out = Vec::new();
     for (n, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
         let l: HistoryLine = serde_json::from_str(line).map_err(|e| {

@@ -88,7 +88,7 @@ pub fn emit(
         };
         match &t.path {
             None => stdout.push_str(&text),
-            Some(p) => crate::error::write_file(p, text)?,
+            Some(p) => crate::files::write_file(p, text)?,
         }
     }
     if let Some(path) = step_summary {

@@ -435,7 +435,7 @@ fn probe_pairs(ctx: &mut Ctx, probe: &Probe, here: &[&Option<Target>]) -> Vec<Pa
     };
     // A run over the memory budget compared from files: each pair says so.
     if let (Some(plan), Some(dir)) = (&p.spill, &runs.spill) {
-        let note = crate::probe::spill::spill_note(plan, dir, &runs);
+        let note = crate::probe::spill::spill_note(plan, dir, runs.stores());
         for (i, _) in &runnable {
             pairs[*i].note = Some(note.clone());
         }

@@ -159,7 +159,7 @@ impl Default for BandFloors {
 pub struct ExplainSettings {
     #[serde(default = "yes")]
     pub enabled: bool,
-    pub faults: Option<Vec<String>>,
+    pub faults: Option<Vec<crate::fault::spec::FaultSpec>>,
 }
 
 fn yes() -> bool {
@@ -188,7 +188,7 @@ pub struct Suite {
 
 /// Whether `path` is a suite file (it has a top-level `probes` list) rather than a probe.
 pub fn is_suite_file(path: &Path) -> Result<bool> {
-    let text = crate::error::read_text(path)?;
+    let text = crate::files::read_text(path)?;
     let table: toml::Table = toml::from_str(&text)
         .map_err(|e| Error::input(path.display().to_string(), e.to_string().trim_end().to_string()))?;
     Ok(table.contains_key("probes"))
@@ -197,7 +197,7 @@ pub fn is_suite_file(path: &Path) -> Result<bool> {
 impl Suite {
     pub fn load(path: &Path) -> Result<Suite> {
         let what = path.display().to_string();
-        let text = crate::error::read_text(path)?;
+        let text = crate::files::read_text(path)?;
         let f: SuiteFile =
             toml::from_str(&text).map_err(|e| Error::input(&what, e.to_string().trim_end().to_string()))?;
         if f.version != SUITE_VERSION {

@@ -65,7 +65,7 @@ pub fn library_version() -> Result<(u32, u32, u32)> {
 
 /// What `doctor` asks of the device: create one VDevice (device_count 1, as every run does),
 /// read its ids and architecture, release it.
-pub fn probe_device() -> Result<super::doctor::RealDevice> {
+pub fn probe_device() -> Result<super::RealDevice> {
     let mut raw: *mut ffi::HpVdevice = std::ptr::null_mut();
     call("VDevice::create_shared", |err, err_len| {
         // SAFETY: `raw` is valid for writes and `err` for `err_len` chars; on success the shim
@@ -82,7 +82,7 @@ pub fn probe_device() -> Result<super::doctor::RealDevice> {
     // destroyed exactly once.
     unsafe { ffi::hp_vdevice_destroy(vdevice.as_ptr()) };
     let architecture = (info.architecture >= 0).then_some(info.architecture);
-    Ok(super::doctor::RealDevice {
+    Ok(super::RealDevice {
         device_ids: c_chars_to_string(&info.device_ids),
         cache_local: check_cache_access(architecture, "doctor").is_ok(),
         architecture: architecture
@@ -306,7 +306,7 @@ impl Device for HailoDevice {
 
     fn configure(&mut self, group: &str, float_inputs: &[String]) -> Result<Box<dyn ConfiguredModel>> {
         if !self.groups.iter().any(|g| g == group) {
-            let hint = crate::error::closest(group, self.groups.iter().map(String::as_str))
+            let hint = crate::tap::closest(group, self.groups.iter().map(String::as_str))
                 .map(|c| format!(" Did you mean `{c}`?"))
                 .unwrap_or_default();
             return Err(Error::input(

@@ -38,19 +38,23 @@ pub fn finding_of(name: &str) -> Option<u32> {
     entry(name).and_then(|e| e.finding)
 }
 
-/// Whether `text` (a spec) names the fault `M`, e.g. `is::<CacheLayout>("cache-layout:interleave")`.
-pub fn is<M: Mechanism>(text: &str) -> bool {
-    M::ENTRY.names(text)
+/// Whether `spec` names the fault `M` (e.g. a `cache-layout:interleave` spec, `CacheLayout`).
+pub fn is<M: Mechanism>(spec: &FaultSpec) -> bool {
+    spec.name == M::ENTRY.name
 }
 
-/// Parse one spec into a fault, checking it applies to this architecture.
+/// Parse one spec's text into a fault, checking it applies to this architecture.
 pub fn parse(text: &str, cfg: &ModelConfig) -> Result<Box<dyn Fault>> {
-    let spec = FaultSpec::parse(text)?;
+    build(&FaultSpec::parse(text)?, cfg)
+}
+
+/// The fault a spec names, checked against this architecture.
+pub fn build(spec: &FaultSpec, cfg: &ModelConfig) -> Result<Box<dyn Fault>> {
     match entry(&spec.name) {
-        Some(e) => (e.parse)(spec, cfg),
+        Some(e) => (e.parse)(spec.clone(), cfg),
         None => {
             let names: Vec<&str> = REGISTRY.iter().map(|e| e.name).collect();
-            let hint = crate::error::closest(&spec.name, names.iter().copied())
+            let hint = crate::tap::closest(&spec.name, names.iter().copied())
                 .map(|c| format!(" (did you mean `{c}`?)"))
                 .unwrap_or_default();
             Err(Error::usage(format!(
@@ -62,34 +66,33 @@ pub fn parse(text: &str, cfg: &ModelConfig) -> Result<Box<dyn Fault>> {
     }
 }
 
-pub fn parse_all(texts: &[String], cfg: &ModelConfig) -> Result<Vec<Box<dyn Fault>>> {
-    texts.iter().map(|t| parse(t, cfg)).collect()
+pub fn build_all(specs: &[FaultSpec], cfg: &ModelConfig) -> Result<Vec<Box<dyn Fault>>> {
+    specs.iter().map(|s| build(s, cfg)).collect()
 }
 
-/// Parse one spec as the fault `M`, keeping its typed parameters (the device simulator reads
+/// One spec as the fault `M`, keeping its typed parameters (the device simulator reads
 /// cache-layout's layout this way). A spec naming another fault is refused.
-pub fn parse_as<M: Mechanism>(text: &str, cfg: &ModelConfig) -> Result<Parsed<M>> {
-    let spec = FaultSpec::parse(text)?;
+pub fn parse_as<M: Mechanism>(spec: &FaultSpec, cfg: &ModelConfig) -> Result<Parsed<M>> {
     if spec.name != M::ENTRY.name {
         return Err(spec.err(format!("expected a `{}` fault", M::ENTRY.name)));
     }
-    Parsed::new(spec, cfg)
+    Parsed::new(spec.clone(), cfg)
 }
 
 /// The parameter grid `explain` ranks first: every fault with its main parameters, over all
 /// layers. `explain` then refines the best per-layer faults layer by layer ([`per_layer`]).
-pub fn grid(cfg: &ModelConfig) -> Vec<String> {
+pub fn grid(cfg: &ModelConfig) -> Vec<FaultSpec> {
     REGISTRY.iter().flat_map(|e| e.grid_specs(cfg)).collect()
 }
 
 /// Faults that act per layer, narrowed to each single layer: `spec@layers=l` for every l.
 /// Empty when the spec is not per layer or already names layers.
-pub fn per_layer(spec: &str, cfg: &ModelConfig) -> Vec<String> {
-    let per_layer = REGISTRY.iter().any(|e| e.per_layer && e.names(spec));
-    if !per_layer || spec.contains('@') || cfg.num_layers < 2 {
+pub fn per_layer(spec: &FaultSpec, cfg: &ModelConfig) -> Vec<FaultSpec> {
+    let per_layer = entry(&spec.name).is_some_and(|e| e.per_layer);
+    if !per_layer || spec.layers.is_some() || cfg.num_layers < 2 {
         return Vec::new();
     }
-    (0..cfg.num_layers).map(|l| format!("{spec}@layers={l}")).collect()
+    (0..cfg.num_layers).map(|l| spec.at_layer(l)).collect()
 }
 
 /// A grid entry for faults whose bare name is their only setting.

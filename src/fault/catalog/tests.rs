@@ -6,6 +6,11 @@ use super::*;
 use crate::fault::catalog::cache::CacheLayout;
 use crate::fault::spec::Choice;
 
+/// Whether the spec written `text` names the entry `e`.
+fn is_named(e: &Entry, text: &str) -> bool {
+    FaultSpec::parse(text).is_ok_and(|s| s.name == e.name)
+}
+
 fn tinystories() -> ModelConfig {
     crate::model::synth::preset_config("tinystories").unwrap()
 }
@@ -52,8 +57,8 @@ fn every_fault_parses_with_its_defaults() {
     let cfg = tinystories();
     for e in REGISTRY {
         let f = parse(e.name, &cfg).unwrap_or_else(|err| panic!("{}: {err}", e.name));
-        assert_eq!(f.spec(), e.name);
-        assert!(e.names(e.name));
+        assert_eq!(*f.spec(), e.name);
+        assert!(is_named(e, e.name));
     }
 }
 
@@ -62,10 +67,10 @@ fn every_grid_spec_parses_and_names_its_fault() {
     for cfg in configs() {
         for e in REGISTRY {
             for spec in e.grid_specs(&cfg) {
-                let f = parse(&spec, &cfg).unwrap_or_else(|err| panic!("grid spec {spec}: {err}"));
-                assert_eq!(f.spec(), spec);
-                assert_eq!(FaultSpec::parse(&spec).unwrap().name, e.name, "{spec}");
-                assert!(e.names(&spec) && entry(e.name).is_some(), "{spec}");
+                let f = build(&spec, &cfg).unwrap_or_else(|err| panic!("grid spec {spec}: {err}"));
+                assert_eq!(f.spec(), &spec);
+                assert_eq!(FaultSpec::parse(&spec.text).unwrap().name, e.name, "{spec}");
+                assert!(spec.name == e.name && entry(e.name).is_some(), "{spec}");
             }
         }
         // A fault left out of the grid is one that cannot apply to this model.
@@ -81,18 +86,19 @@ fn per_layer_faults_are_exactly_those_that_take_layers() {
     for e in REGISTRY {
         let takes = parse(&format!("{}@layers=0", e.name), &cfg).is_ok();
         assert_eq!(takes, e.per_layer, "{}", e.name);
-        let narrowed = per_layer(e.name, &cfg);
+        let narrowed = per_layer(&FaultSpec::parse(e.name).unwrap(), &cfg);
         assert_eq!(!narrowed.is_empty(), e.per_layer, "{}", e.name);
         for (l, spec) in narrowed.iter().enumerate() {
-            assert_eq!(spec, &format!("{}@layers={l}", e.name));
-            parse(spec, &cfg).unwrap();
+            assert_eq!(spec.text, format!("{}@layers={l}", e.name));
+            assert_eq!(*spec, FaultSpec::parse(&spec.text).unwrap(), "the same spec as written");
+            build(spec, &cfg).unwrap();
         }
         // Already narrowed: not narrowed again.
-        assert!(per_layer(&format!("{}@layers=1", e.name), &cfg).is_empty());
+        assert!(per_layer(&FaultSpec::parse(&format!("{}@layers=1", e.name)).unwrap(), &cfg).is_empty());
     }
     let mut one = cfg.clone();
     one.num_layers = 1;
-    assert!(per_layer("rope", &one).is_empty());
+    assert!(per_layer(&FaultSpec::parse("rope").unwrap(), &one).is_empty());
     // The flag itself: explain narrows these, and the matrix injects them at one layer.
     let names: Vec<&str> = REGISTRY.iter().filter(|e| e.per_layer).map(|e| e.name).collect();
     assert_eq!(names, ["shared-softmax", "mask-repeat", "rope", "cache-layout"]);
@@ -198,15 +204,22 @@ fn every_word_picks_its_value() {
 #[test]
 fn typed_parse_keeps_the_parameters() {
     let cfg = tinystories();
-    let p = parse_as::<CacheLayout>("cache-layout:interleave@layers=1", &cfg).unwrap();
+    let spec = |t: &str| FaultSpec::parse(t).unwrap();
+    let p = parse_as::<CacheLayout>(&spec("cache-layout:interleave@layers=1"), &cfg).unwrap();
     assert_eq!(p.mechanism.layout, cache::CacheLayoutKind::Interleave);
     assert!(p.spec.applies(1) && !p.spec.applies(0));
     assert_eq!(
-        parse_as::<CacheLayout>("cache-layout", &cfg).unwrap().mechanism.layout,
+        parse_as::<CacheLayout>(&spec("cache-layout"), &cfg).unwrap().mechanism.layout,
         cache::CacheLayoutKind::Transpose
     );
-    assert!(parse_as::<CacheLayout>("rope", &cfg).is_err());
-    let r = parse_as::<rope::RopeFault>("rope:shift,target=k,shift=-2", &cfg).unwrap().mechanism;
+    assert!(parse_as::<CacheLayout>(&spec("rope"), &cfg).is_err());
+    let r = parse_as::<rope::RopeFault>(&spec("rope:shift,target=k,shift=-2"), &cfg).unwrap().mechanism;
     assert_eq!((r.variant, r.target, r.shift), (rope::RopeVariant::Shift, rope::RopeTarget::K, -2));
-    assert!(is::<CacheLayout>("cache-layout:transpose@layers=0") && !is::<CacheLayout>("cache-layoutx"));
+    assert!(
+        is::<CacheLayout>(&spec("cache-layout:transpose@layers=0"))
+            && !is::<CacheLayout>(&spec("cache-layoutx"))
+    );
+    // A spec grows a parameter as it would be written.
+    assert_eq!(spec("quant:a16").with_param("inputs", "none").text, "quant:a16,inputs=none");
+    assert_eq!(spec("no-lm-head").with_param("k", "v"), spec("no-lm-head:k=v"));
 }

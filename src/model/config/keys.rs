@@ -9,7 +9,7 @@
 //! reported, since transformers stores it as a plain attribute that its modeling code never reads.
 
 use super::Arch;
-use crate::error::closest;
+use crate::tap::closest;
 use serde_json::Value;
 
 /// A set of architectures, one bit each.

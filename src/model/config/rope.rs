@@ -4,7 +4,8 @@
 //! `rope_scaling` {rope_type|type, ...} in the transformers 4 form.
 
 use super::{Reader, RopeConfig, RopeScaling};
-use crate::error::{closest, Result};
+use crate::error::Result;
+use crate::tap::closest;
 use serde_json::{Map, Value};
 
 /// The rope types hefprobe computes, for messages.

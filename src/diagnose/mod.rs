@@ -1,4 +1,5 @@
-//! Device diagnostics no peer has:
+//! Device diagnostics no peer has (`hefprobe diagnose`, and the suite's repeatability gate),
+//! concluded in [`diagnosis`]:
 //! - **repeatability**: the same InputSet N times, run-to-run spread, before any comparison
 //!   is trusted;
 //! - **prefill/decode parity**: one position's logits from (a) a prefill, (b) a tbt step over
@@ -6,6 +7,8 @@
 //!   separating cache-write error from decode-compute error (finding 9);
 //! - **cache diff**: the device's cache entries against the reference's keys and values, per
 //!   layer and head, in quantization steps (LSB).
+
+pub mod diagnosis;
 
 use crate::backend::hef::HefBackend;
 use crate::capture::{Capture, MemorySink, NoTaps};
@@ -15,7 +18,8 @@ use crate::device::padded_entry_bytes;
 use crate::error::{Error, Result};
 use crate::hef::{Hef, QuantInfo};
 use crate::inputs::InputSet;
-use crate::model::decoder::{FullCache, StepInput};
+use crate::model::cache::FullCache;
+use crate::model::decoder::StepInput;
 use crate::model::hooks::NoHooks;
 use crate::model::Decoder;
 use crate::tap::{Phase, TapSelection};

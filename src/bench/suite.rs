@@ -4,8 +4,8 @@
 //! `--hf-python` is given, beside transformers' eager f32 forward on the same shape and
 //! threads (scripts/bench-hf.py), so every ratio comes from one run on one machine.
 
-use super::bench::{self, median, peak_rss_mib, BenchArgs};
-use super::bench_limits::{self as limits, Limits};
+use super::limits::{self, Limits};
+use super::{median, peak_rss_mib, Settings};
 use crate::capture::{NoTaps, NpzSink, TapSink};
 use crate::error::{Error, Result};
 use crate::model::config::ModelConfig;
@@ -51,7 +51,7 @@ struct Row {
     note: String,
 }
 
-pub fn run(a: &BenchArgs) -> Result<ExitCode> {
+pub fn run(a: &Settings) -> Result<ExitCode> {
     let all = kernels::threads();
     let reps = a.reps;
     let hf_script = Path::new(HF_SCRIPT);
@@ -84,8 +84,8 @@ pub fn run(a: &BenchArgs) -> Result<ExitCode> {
         let timed =
             |threads: usize, prompt: &[u32], decode: usize, taps: bool, label: &str| -> Result<(f64, f64)> {
                 kernels::set_threads(threads);
-                let dir = bench::tempfile_dir()?;
-                bench::measure(&model, &short[..8], 1, &mut NoTaps)?; // warm-up
+                let dir = super::tempfile_dir()?;
+                super::measure(&model, &short[..8], 1, &mut NoTaps)?; // warm-up
                 let (mut p, mut d) = (Vec::new(), Vec::new());
                 for r in 0..reps {
                     eprint!("\r{shape}: {label}, {threads} thread(s), rep {}/{reps}   ", r + 1);
@@ -99,7 +99,7 @@ pub fn run(a: &BenchArgs) -> Result<ExitCode> {
                         Some(s) => s,
                         None => &mut none,
                     };
-                    let f = bench::measure(&model, prompt, decode, sink)?;
+                    let f = super::measure(&model, prompt, decode, sink)?;
                     if let Some(s) = npz.as_mut() {
                         s.finish()?;
                     }

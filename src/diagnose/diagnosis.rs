@@ -1,7 +1,7 @@
 //! What `diagnose` concludes from its three measurements ([`super::diag`]): the problems, as
 //! typed values that decide the exit code, and the document that prints them.
 
-use super::diag::{CacheDiffRow, Parity, ParityVerdict, Repeatability, UNAVAILABLE_OVER_RPC};
+use super::{CacheDiffRow, Parity, ParityVerdict, Repeatability, UNAVAILABLE_OVER_RPC};
 use crate::report::doc::{Block, Doc, Table};
 use crate::report::format::{cos, num};
 
@@ -215,7 +215,7 @@ impl Diagnosis {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::explain::diag::ParityRow;
+    use crate::diagnose::ParityRow;
 
     fn diagnosis(verdict: ParityVerdict, max_abs: f64, max_lsb: u32) -> Diagnosis {
         let row = |path: &str| ParityRow {
