@@ -19,27 +19,18 @@ use std::time::Duration;
 /// request fit in twice that.
 pub const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// How a finding bears on a first hardware run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Verdict {
-    Ok,
-    /// Usable, with a limit the user must know (a diagnostic unavailable, an unchecked version).
-    Limited,
-    /// Missing or wrong: the first hardware run cannot work until it is fixed.
-    Missing,
-    /// Plain information.
-    Info,
-}
-
-impl Verdict {
-    pub fn label(self) -> &'static str {
-        match self {
-            Verdict::Ok => "ok",
-            Verdict::Limited => "limited",
-            Verdict::Missing => "MISSING",
-            Verdict::Info => "-",
-        }
+crate::named_enum! {
+    /// How a finding bears on a first hardware run.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+    #[serde(rename_all = "snake_case")]
+    pub enum Verdict {
+        Ok = "ok",
+        /// Usable, with a limit the user must know (a diagnostic unavailable, an unchecked version).
+        Limited = "limited",
+        /// Missing or wrong: the first hardware run cannot work until it is fixed.
+        Missing = "MISSING",
+        /// Plain information.
+        Info = "-",
     }
 }
 

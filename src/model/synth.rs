@@ -311,7 +311,7 @@ impl SynthOverrides {
 }
 
 fn parse_arch(s: &str) -> std::result::Result<Arch, String> {
-    Arch::parse(s).ok_or_else(|| format!("`{s}` is not one of llama, mistral, qwen2, qwen3"))
+    Arch::from_name(s).ok_or_else(|| format!("`{s}` is not one of llama, mistral, qwen2, qwen3"))
 }
 
 /// SwiGLU models use about 8/3 of hidden, rounded up to a multiple of 64 (saturating: an

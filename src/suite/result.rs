@@ -13,52 +13,30 @@ use std::collections::BTreeMap;
 
 pub const SUITE_SCHEMA: &str = "hefprobe.suite/1";
 
-/// How a pair ended. Decided once, in `suite::run`; exit codes and every report read it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Status {
-    /// Worse than its baseline by more than the noise band (confirmed by a re-run).
-    Regressed,
-    /// Beyond its thresholds with no baseline to call it known (confirmed by a re-run).
-    Failed,
-    /// The device disagreed with itself in the repeatability gate: not compared.
-    Unstable,
-    /// The pair could not run (input, device or runtime error).
-    Error,
-    /// Failed once, passed on the re-run.
-    Flaky,
-    /// Beyond its thresholds, but no worse than its baseline.
-    Known,
-    Pass,
-    /// Nothing to run (a sweep probe).
-    Skipped,
+crate::named_enum! {
+    /// How a pair ended. Decided once, in `suite::run`; exit codes and every report read it.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+    #[serde(rename_all = "lowercase")]
+    pub enum Status {
+        /// Worse than its baseline by more than the noise band (confirmed by a re-run).
+        Regressed = "regressed",
+        /// Beyond its thresholds with no baseline to call it known (confirmed by a re-run).
+        Failed = "failed",
+        /// The device disagreed with itself in the repeatability gate: not compared.
+        Unstable = "unstable",
+        /// The pair could not run (input, device or runtime error).
+        Error = "error",
+        /// Failed once, passed on the re-run.
+        Flaky = "flaky",
+        /// Beyond its thresholds, but no worse than its baseline.
+        Known = "known",
+        Pass = "pass",
+        /// Nothing to run (a sweep probe).
+        Skipped = "skipped",
+    }
 }
 
 impl Status {
-    pub const ALL: [Status; 8] = [
-        Status::Regressed,
-        Status::Failed,
-        Status::Unstable,
-        Status::Error,
-        Status::Flaky,
-        Status::Known,
-        Status::Pass,
-        Status::Skipped,
-    ];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Status::Regressed => "regressed",
-            Status::Failed => "failed",
-            Status::Unstable => "unstable",
-            Status::Error => "error",
-            Status::Flaky => "flaky",
-            Status::Known => "known",
-            Status::Pass => "pass",
-            Status::Skipped => "skipped",
-        }
-    }
-
     /// Fails the run (and the pull request).
     pub fn is_failure(self) -> bool {
         matches!(self, Status::Regressed | Status::Failed | Status::Unstable | Status::Error)
