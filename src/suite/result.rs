@@ -15,7 +15,7 @@ pub const SUITE_SCHEMA: &str = "hefprobe.suite/1";
 
 crate::named_enum! {
     /// How a pair ended. Decided once, in `suite::run`; exit codes and every report read it.
-    #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+    #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
     #[serde(rename_all = "lowercase")]
     pub enum Status {
         /// Worse than its baseline by more than the noise band (confirmed by a re-run).
@@ -30,6 +30,7 @@ crate::named_enum! {
         Flaky = "flaky",
         /// Beyond its thresholds, but no worse than its baseline.
         Known = "known",
+        #[default]
         Pass = "pass",
         /// Nothing to run (a sweep probe).
         Skipped = "skipped",
@@ -90,7 +91,7 @@ pub struct GateResult {
 }
 
 /// One probe × target.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PairResult {
     pub probe: String,
@@ -135,21 +136,7 @@ impl PairResult {
             finding: probe.finding,
             target: target.to_string(),
             kind,
-            status: Status::Pass,
-            located: None,
-            regressions: Vec::new(),
-            explanation: None,
-            first_run: None,
-            note: None,
-            gate: None,
-            band: None,
-            figures: BTreeMap::new(),
-            baseline: None,
-            series: Vec::new(),
-            device: None,
-            hef_revision: None,
-            error: None,
-            seconds: 0.0,
+            ..PairResult::default()
         }
     }
 
