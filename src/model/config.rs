@@ -88,13 +88,24 @@ pub enum RopeScaling {
     Yarn {
         factor: f64,
         original_max_position_embeddings: usize,
+        #[serde(skip_serializing_if = "Option::is_none")]
         attention_factor: Option<f64>,
+        #[serde(skip_serializing_if = "Option::is_none")]
         beta_fast: Option<f64>,
+        #[serde(skip_serializing_if = "Option::is_none")]
         beta_slow: Option<f64>,
+        #[serde(skip_serializing_if = "Option::is_none")]
         mscale: Option<f64>,
+        #[serde(skip_serializing_if = "Option::is_none")]
         mscale_all_dim: Option<f64>,
+        /// Written only when false.
+        #[serde(skip_serializing_if = "is_true")]
         truncate: bool,
     },
+}
+
+fn is_true(b: &bool) -> bool {
+    *b
 }
 
 /// A config.json key hefprobe does not know and accepted because its name gives no hint that
