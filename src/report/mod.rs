@@ -294,6 +294,14 @@ crate::named_enum! {
 }
 
 impl ReportTarget {
+    /// `targets`, or `format` on stdout when none was asked for.
+    pub fn or(mut targets: Vec<ReportTarget>, format: Format) -> Vec<ReportTarget> {
+        if targets.is_empty() {
+            targets.push(ReportTarget { format, path: None });
+        }
+        targets
+    }
+
     /// `FORMAT`, `FORMAT=-` (stdout) or `FORMAT=PATH`; the one parser every reporting command's
     /// `--report` uses. An empty path is refused here, when the flags are read, not after a run.
     pub fn parse(s: &str) -> std::result::Result<Self, String> {
