@@ -26,7 +26,6 @@ pub mod summary;
 use crate::error::{Error, Result};
 use crate::report::{Format, ReportTarget};
 use result::SuiteResult;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 /// Why a suite refuses `--report svg` (before it runs, and when it renders).
@@ -89,12 +88,7 @@ pub fn emit(
         crate::report::deliver(t, &text, &mut stdout)?;
     }
     if let Some(path) = step_summary {
-        let mut f = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(path)
-            .map_err(|e| Error::io(path, e))?;
-        f.write_all(summary::doc(r).markdown().as_bytes()).map_err(|e| Error::io(path, e))?;
+        crate::files::append(path, &summary::doc(r).markdown())?;
     }
     Ok(stdout)
 }
