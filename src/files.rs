@@ -24,6 +24,14 @@ pub fn write_file(path: impl AsRef<Path>, bytes: impl AsRef<[u8]>) -> Result<()>
     f.commit()
 }
 
+/// Append `text` to the file at `path`, creating it if missing, with the path in the error.
+pub fn append(path: &Path, text: &str) -> Result<()> {
+    use std::io::Write;
+    let mut f =
+        std::fs::OpenOptions::new().create(true).append(true).open(path).map_err(|e| Error::io(path, e))?;
+    f.write_all(text.as_bytes()).map_err(|e| Error::io(path, e))
+}
+
 /// Say on stderr that a file was written. Every writer calls this once the file is in place,
 /// so a run whose reports all go to files still says where they went.
 pub fn announce(path: &Path) {

@@ -1,13 +1,13 @@
 //! `hefprobe audit FILE.hef [--against B.hef]`: structural checks a HEF shows on its face
 //! (findings 1, 2, 3, 5, 12), and a structural diff against a reference HEF.
 
-use super::{deprecated, ModelArgs};
+use super::{deliver_all, deprecated, ModelArgs};
 use crate::error::Result;
 use crate::hef::{audit_file, diff, Expectations, Hef, Severity};
 use crate::output::Outputs;
 use crate::report::audit::{audit_doc, diff_doc};
 use crate::report::doc::Doc;
-use crate::report::{deliver, only, Format, ReportTarget};
+use crate::report::{only, Format, ReportTarget};
 use clap::Args;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -37,18 +37,9 @@ pub struct AuditArgs {
 impl AuditArgs {
     fn targets(&self) -> Vec<ReportTarget> {
         let mut t = self.reports.clone();
-        if self.json {
-            deprecated("--json", "--report json");
-            t.push(ReportTarget { format: Format::Json, path: None });
-        }
-        if self.markdown {
-            deprecated("--markdown", "--report markdown");
-            t.push(ReportTarget { format: Format::Markdown, path: None });
-        }
-        if t.is_empty() {
-            t.push(ReportTarget { format: Format::Terminal, path: None });
-        }
-        t
+        t.extend(self.json.then(|| deprecated("--json", Format::Json, None)));
+        t.extend(self.markdown.then(|| deprecated("--markdown", Format::Markdown, None)));
+        ReportTarget::or(t, Format::Terminal)
     }
 }
 
@@ -64,15 +55,11 @@ pub fn run(a: AuditArgs) -> Result<ExitCode> {
     a.model.register(&mut outs)?;
     crate::report::register(&targets, &mut outs);
     outs.check()?;
-    let mut stdout = String::new();
     if let Some(other) = &a.against {
         let (x, y) = (Hef::read(&a.hef)?, Hef::read(other)?);
         let diffs = diff(&x, &y);
         let json = serde_json::to_string_pretty(&diffs).expect("json") + "\n";
-        for t in &targets {
-            deliver(t, &text(&diff_doc(&diffs), t, &json), &mut stdout)?;
-        }
-        print!("{stdout}");
+        deliver_all(&targets, |t| text(&diff_doc(&diffs), t, &json))?;
         let errors = diffs.iter().any(|d| d.severity == Severity::Error);
         return Ok(if errors { ExitCode::from(1) } else { ExitCode::SUCCESS });
     }
@@ -87,10 +74,7 @@ pub fn run(a: AuditArgs) -> Result<ExitCode> {
     }
     let report = audit_file(&a.hef, &expect)?;
     let json = report.to_json() + "\n";
-    for t in &targets {
-        deliver(t, &text(&audit_doc(&report), t, &json), &mut stdout)?;
-    }
-    print!("{stdout}");
+    deliver_all(&targets, |t| text(&audit_doc(&report), t, &json))?;
     Ok(if report.has_errors() { ExitCode::from(1) } else { ExitCode::SUCCESS })
 }
 

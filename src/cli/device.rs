@@ -3,7 +3,7 @@
 //! diff).
 
 use super::run::command_line;
-use super::{deprecated, ModelArgs, PromptArgs};
+use super::{deliver_all, deprecated, ModelArgs, PromptArgs};
 use crate::backend::hef::{open_hef, HefBackend};
 use crate::capture::MemorySink;
 use crate::device::driver::write_frames;
@@ -14,7 +14,7 @@ use crate::error::{Error, Result};
 use crate::inputs::InputSet;
 use crate::model::Decoder;
 use crate::report::doc::{Doc, Text};
-use crate::report::{deliver, only, Format, ReportTarget};
+use crate::report::{only, Format, ReportTarget};
 use clap::Args;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -99,14 +99,8 @@ impl DiagnoseArgs {
     /// report stays the default unless `--report` asks for something else: `--json PATH` alone
     /// printed it beside the file, and still does.
     fn targets(&self) -> Vec<ReportTarget> {
-        let mut t = self.reports.clone();
-        if t.is_empty() {
-            t.push(ReportTarget { format: Format::Terminal, path: None });
-        }
-        if let Some(p) = &self.json {
-            deprecated("--json PATH", "--report json=PATH");
-            t.push(ReportTarget { format: Format::Json, path: Some(p.clone()) });
-        }
+        let mut t = ReportTarget::or(self.reports.clone(), Format::Terminal);
+        t.extend(self.json.as_ref().map(|p| deprecated("--json", Format::Json, Some(p))));
         t
     }
 }
@@ -169,10 +163,6 @@ pub fn diagnose(a: DiagnoseArgs) -> Result<ExitCode> {
         cache_failed,
         lsb_tolerance: a.lsb_tolerance,
     };
-    let mut stdout = String::new();
-    for t in &targets {
-        deliver(t, &render(&d, &desc, &a.hef, t), &mut stdout)?;
-    }
-    print!("{stdout}");
+    deliver_all(&targets, |t| render(&d, &desc, &a.hef, t))?;
     Ok(if d.problems().is_empty() { ExitCode::SUCCESS } else { ExitCode::from(1) })
 }

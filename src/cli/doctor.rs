@@ -29,7 +29,7 @@ pub fn run(a: DoctorArgs) -> Result<ExitCode> {
     let findings = doctor::findings(&probe, &doctor::device_nodes(Path::new("/dev")), hef_ref);
     let mut t = Table::new(["check", "", "found"]);
     for f in &findings {
-        t.row([f.item.clone(), f.verdict.label().to_string(), f.detail.clone()]);
+        t.row([f.item.clone(), f.verdict.name().to_string(), f.detail.clone()]);
     }
     let usable = doctor::device_usable(&findings);
     let mut d = Doc::new();

@@ -1,8 +1,8 @@
 //! `hefprobe faults`: the fault catalog, and with `--matrix` the proof that each fault is
 //! located and ranked first (reports/fault-localization.md is its output).
 
-use super::deprecated;
 use super::run::command_line;
+use super::{deliver_all, deprecated};
 use crate::error::Result;
 use crate::explain::matrix::{matrix_model, run_matrix_on, setup_of, synth_setup};
 use crate::fault::catalog::REGISTRY;
@@ -12,7 +12,7 @@ use crate::probe::run::build_inputs;
 use crate::probe::schema::InputsSpec;
 use crate::report::doc::{Doc, Table};
 use crate::report::matrix::doc;
-use crate::report::{deliver, only, Format, ReportTarget};
+use crate::report::{only, Format, ReportTarget};
 use clap::Args;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -46,19 +46,9 @@ pub struct FaultsArgs {
 impl FaultsArgs {
     fn targets(&self) -> Vec<ReportTarget> {
         let mut t = self.reports.clone();
-        if let Some(p) = &self.markdown {
-            deprecated("--markdown PATH", "--report markdown=PATH");
-            t.push(ReportTarget { format: Format::Markdown, path: Some(p.clone()) });
-        }
-        if self.json {
-            deprecated("--json", "--report json");
-            t.push(ReportTarget { format: Format::Json, path: None });
-        }
-        if t.is_empty() {
-            let format = if self.matrix { Format::Markdown } else { Format::Terminal };
-            t.push(ReportTarget { format, path: None });
-        }
-        t
+        t.extend(self.markdown.as_ref().map(|p| deprecated("--markdown", Format::Markdown, Some(p))));
+        t.extend(self.json.then(|| deprecated("--json", Format::Json, None)));
+        ReportTarget::or(t, if self.matrix { Format::Markdown } else { Format::Terminal })
     }
 }
 
@@ -81,7 +71,6 @@ pub fn run(a: FaultsArgs) -> Result<ExitCode> {
     }
     crate::report::register(&targets, &mut outs);
     outs.check()?;
-    let mut stdout = String::new();
     if !a.matrix {
         let mut t = Table::new(["fault", "finding", "what it computes"]);
         for f in REGISTRY {
@@ -95,10 +84,7 @@ pub fn run(a: FaultsArgs) -> Result<ExitCode> {
         d.table(t).line(
             "spec: NAME[:PARAMS][@layers=RANGE], e.g. shared-softmax@layers=0, rope:interleaved,target=q, position-shift:1",
         );
-        for t in &targets {
-            deliver(t, &render(&d, t), &mut stdout)?;
-        }
-        print!("{stdout}");
+        deliver_all(&targets, |t| render(&d, t))?;
         return Ok(ExitCode::SUCCESS);
     }
     let (ckpt, inputs, setup) = match &checkpoint {
@@ -123,9 +109,6 @@ pub fn run(a: FaultsArgs) -> Result<ExitCode> {
     };
     let rows = run_matrix_on(&ckpt, &inputs)?;
     let d = doc(&rows, &command_line(), &setup, crate::fault::catalog::grid(&ckpt.config).len());
-    for t in &targets {
-        deliver(t, &render(&d, t), &mut stdout)?;
-    }
-    print!("{stdout}");
+    deliver_all(&targets, |t| render(&d, t))?;
     Ok(if rows.iter().all(|r| r.ok) { ExitCode::SUCCESS } else { ExitCode::from(1) })
 }

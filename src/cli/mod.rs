@@ -17,6 +17,7 @@ mod synth_hef;
 use crate::error::{Error, Result};
 use crate::model::synth::SynthSpec;
 use crate::model::{Checkpoint, CheckpointRef};
+use crate::report::{Format, ReportTarget};
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -214,9 +215,26 @@ pub fn report_error(e: &Error) {
     }
 }
 
-/// A deprecated flag was used: say once, on stderr, what replaces it.
-pub fn deprecated(old: &str, new: &str) {
+/// A deprecated report flag was used (with its PATH, if it takes one): say once, on stderr, what
+/// replaces it, and return the target it stands for.
+pub fn deprecated(old: &str, format: Format, path: Option<&PathBuf>) -> ReportTarget {
+    let f = format.name();
+    let (old, new) = match path {
+        Some(_) => (format!("{old} PATH"), format!("--report {f}=PATH")),
+        None => (old.to_string(), format!("--report {f}")),
+    };
     eprintln!("note: {old} is deprecated and goes in the next release; use {new}");
+    ReportTarget { format, path: path.cloned() }
+}
+
+/// Render every target and deliver it; print stdout's share once all are written.
+pub fn deliver_all(targets: &[ReportTarget], mut render: impl FnMut(&ReportTarget) -> String) -> Result<()> {
+    let mut stdout = String::new();
+    for t in targets {
+        crate::report::deliver(t, &render(t), &mut stdout)?;
+    }
+    print!("{stdout}");
+    Ok(())
 }
 
 pub fn run(cli: Cli) -> Result<ExitCode> {

@@ -57,11 +57,7 @@ pub struct ReportArgs {
 
 impl ReportArgs {
     pub fn targets(&self) -> Vec<ReportTarget> {
-        if self.reports.is_empty() {
-            vec![ReportTarget::parse("terminal").expect("valid")]
-        } else {
-            self.reports.clone()
-        }
+        ReportTarget::or(self.reports.clone(), crate::report::Format::Terminal)
     }
 }
 

@@ -127,20 +127,13 @@ fn step_summary() -> Option<PathBuf> {
 /// Refuse a report format a suite does not write before anything runs.
 fn check_formats(out: &SuiteOutputArgs) -> Result<()> {
     match out.reports.iter().find(|t| t.format == Format::Svg) {
-        Some(_) => Err(Error::usage(
-            "--report svg: a suite's plots are inline in its HTML report (--report html=PATH); `hefprobe trend` \
-             writes SVG",
-        )),
+        Some(_) => Err(Error::usage(crate::suite::SVG_INLINE)),
         None => Ok(()),
     }
 }
 
 fn targets(out: &SuiteOutputArgs) -> Vec<ReportTarget> {
-    if out.reports.is_empty() {
-        vec![ReportTarget { format: Format::Terminal, path: None }]
-    } else {
-        out.reports.clone()
-    }
+    ReportTarget::or(out.reports.clone(), Format::Terminal)
 }
 
 fn report(r: &crate::suite::result::SuiteResult, out: &SuiteOutputArgs) -> Result<ExitCode> {
@@ -221,11 +214,7 @@ pub fn trend(a: TrendArgs) -> Result<ExitCode> {
             ),
         ));
     }
-    let reports = if a.reports.is_empty() {
-        vec![ReportTarget { format: Format::Terminal, path: None }]
-    } else {
-        a.reports
-    };
+    let reports = ReportTarget::or(a.reports, Format::Terminal);
     for t in &reports {
         match (t.format, &t.path) {
             (Format::Svg, Some(path)) => {

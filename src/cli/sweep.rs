@@ -44,15 +44,9 @@ impl SweepArgs {
             ("--svg", Format::Svg, &self.svg),
             ("--json", Format::Json, &self.json),
         ] {
-            if let Some(p) = path {
-                deprecated(&format!("{old} PATH"), &format!("--report {}=PATH", format.name()));
-                t.push(ReportTarget { format, path: Some(p.clone()) });
-            }
+            t.extend(path.as_ref().map(|p| deprecated(old, format, Some(p))));
         }
-        if t.is_empty() {
-            t.push(ReportTarget { format: Format::Markdown, path: None });
-        }
-        t
+        ReportTarget::or(t, Format::Markdown)
     }
 }
 

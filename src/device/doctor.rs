@@ -19,27 +19,18 @@ use std::time::Duration;
 /// request fit in twice that.
 pub const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// How a finding bears on a first hardware run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Verdict {
-    Ok,
-    /// Usable, with a limit the user must know (a diagnostic unavailable, an unchecked version).
-    Limited,
-    /// Missing or wrong: the first hardware run cannot work until it is fixed.
-    Missing,
-    /// Plain information.
-    Info,
-}
-
-impl Verdict {
-    pub fn label(self) -> &'static str {
-        match self {
-            Verdict::Ok => "ok",
-            Verdict::Limited => "limited",
-            Verdict::Missing => "MISSING",
-            Verdict::Info => "-",
-        }
+crate::named_enum! {
+    /// How a finding bears on a first hardware run.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+    #[serde(rename_all = "snake_case")]
+    pub enum Verdict {
+        Ok = "ok",
+        /// Usable, with a limit the user must know (a diagnostic unavailable, an unchecked version).
+        Limited = "limited",
+        /// Missing or wrong: the first hardware run cannot work until it is fixed.
+        Missing = "MISSING",
+        /// Plain information.
+        Info = "-",
     }
 }
 
@@ -82,15 +73,9 @@ fn cache_available(probe: &Probe) -> bool {
 /// Every finding for `probe`, and the HEF at `hef` (read on the host) if given. `dev_nodes`
 /// are the Hailo device nodes found under /dev.
 pub fn findings(probe: &Probe, dev_nodes: &[PathBuf], hef: Option<(&Path, &Hef)>) -> Vec<Finding> {
-    let mut out = vec![finding(
-        "hefprobe",
-        Verdict::Info,
-        format!(
-            "{} ({})",
-            env!("CARGO_PKG_VERSION"),
-            if cfg!(feature = "hailo") { "with --features hailo" } else { "without HailoRT" }
-        ),
-    )];
+    let build = if cfg!(feature = "hailo") { "with --features hailo" } else { "without HailoRT" };
+    let mut out =
+        vec![finding("hefprobe", Verdict::Info, format!("{} ({build})", env!("CARGO_PKG_VERSION")))];
     let nodes = if dev_nodes.is_empty() {
         "none under /dev: load the hailo PCIe driver of the same HailoRT release (`lsmod | grep hailo`)"
             .to_string()
@@ -107,76 +92,59 @@ pub fn findings(probe: &Probe, dev_nodes: &[PathBuf], hef: Option<(&Path, &Hef)>
 
     let device_arch: Option<String> = match probe {
         Probe::Simulated(p) => {
-            out.push(finding(
-                "HailoRT library",
-                Verdict::Info,
-                "not needed: the HEF is one hefprobe simulates",
-            ));
+            let library = "not needed: the HEF is one hefprobe simulates";
+            out.push(finding("HailoRT library", Verdict::Info, library));
             let what = match p {
                 SimProfile::Sim => "simulated local device (`sim`: every InferModel call available)",
                 SimProfile::SimH10 => "simulated Hailo-10H (`sim-h10`: HailoRT 5.2's RPC client limits)",
             };
             out.push(finding("device", Verdict::Ok, what));
-            out.push(finding(
-                "hailort_server",
-                Verdict::Info,
-                if p.over_rpc() {
-                    "simulated: the RPC client's limits apply"
-                } else {
-                    "not used: local device"
-                },
-            ));
+            let server = if p.over_rpc() {
+                "simulated: the RPC client's limits apply"
+            } else {
+                "not used: local device"
+            };
+            out.push(finding("hailort_server", Verdict::Info, server));
             None
         }
         Probe::NotBuiltIn => {
-            out.push(finding(
-                "HailoRT library",
-                Verdict::Missing,
-                "not linked: this hefprobe was built without HailoRT; build with --features hailo",
-            ));
+            let library = "not linked: this hefprobe was built without HailoRT; build with --features hailo";
+            out.push(finding("HailoRT library", Verdict::Missing, library));
             out.push(finding("device", Verdict::Missing, "not probed: no HailoRT in this build"));
             out.push(finding("hailort_server", Verdict::Missing, "not probed: no HailoRT in this build"));
             None
         }
         Probe::Real { library, device } => {
-            out.push(match library {
-                Ok((5, 2, r)) => finding("HailoRT library", Verdict::Ok, format!("5.2.{r}")),
-                Ok((5, minor, r)) => finding(
-                    "HailoRT library",
+            let (verdict, detail) = match library {
+                Ok((5, 2, r)) => (Verdict::Ok, format!("5.2.{r}")),
+                Ok((5, minor, r)) => (
                     Verdict::Limited,
                     format!("5.{minor}.{r}: hefprobe's shim was checked against 5.2.0 only"),
                 ),
-                Ok((major, minor, r)) => finding(
-                    "HailoRT library",
-                    Verdict::Missing,
-                    format!("{major}.{minor}.{r}: hefprobe needs HailoRT 5.x"),
-                ),
-                Err(e) => finding("HailoRT library", Verdict::Missing, e.clone()),
-            });
+                Ok((major, minor, r)) => {
+                    (Verdict::Missing, format!("{major}.{minor}.{r}: hefprobe needs HailoRT 5.x"))
+                }
+                Err(e) => (Verdict::Missing, e.clone()),
+            };
+            out.push(finding("HailoRT library", verdict, detail));
             match device {
                 Ok(d) => {
                     let arch = d.architecture.clone().unwrap_or_else(|| "architecture not reported".into());
                     let ids = if d.device_ids.is_empty() { "?" } else { &d.device_ids };
                     out.push(finding("device", Verdict::Ok, format!("{ids} ({arch})")));
-                    out.push(if !d.cache_local {
-                        finding(
-                            "hailort_server",
-                            Verdict::Ok,
-                            // The InferModel actions hefprobe uses, init_cache and update_cache_offset
-                            // among them: hrpc_protocol/serializer.hpp HailoRpcActionID.
-                            "reached over RPC: InferModel runs and cache offsets served, cache reads not used",
-                        )
+                    let (verdict, server) = if !d.cache_local {
+                        // The InferModel actions hefprobe uses, init_cache and update_cache_offset
+                        // among them: hrpc_protocol/serializer.hpp HailoRpcActionID.
+                        (Verdict::Ok, "reached over RPC: InferModel runs and cache offsets served, cache reads not used")
                     } else {
-                        finding("hailort_server", Verdict::Info, "not used: the VDevice is local")
-                    });
+                        (Verdict::Info, "not used: the VDevice is local")
+                    };
+                    out.push(finding("hailort_server", verdict, server));
                 }
                 Err(e) => {
                     out.push(finding("device", Verdict::Missing, e.clone()));
-                    out.push(finding(
-                        "hailort_server",
-                        Verdict::Missing,
-                        "not reached: on Hailo-10H it runs on the device; try `hailortcli fw-control identify`",
-                    ));
+                    let server = "not reached: on Hailo-10H it runs on the device; try `hailortcli fw-control identify`";
+                    out.push(finding("hailort_server", Verdict::Missing, server));
                 }
             }
             device.as_ref().ok().and_then(|d| d.architecture.clone())
@@ -220,20 +188,19 @@ pub fn findings(probe: &Probe, dev_nodes: &[PathBuf], hef: Option<(&Path, &Hef)>
     for item in ["capture / run --backend hef=", "diagnose: repeatability, parity (a)/(b)"] {
         out.push(finding(item, runs, runs_detail.clone()));
     }
-    let cache = if !device_ok {
-        finding("diagnose: parity (c), cache diff", Verdict::Missing, "no device")
+    let (verdict, detail) = if !device_ok {
+        (Verdict::Missing, "no device".to_string())
     } else if cache_available(probe) {
-        finding("diagnose: parity (c), cache diff", Verdict::Ok, "available: the VDevice is local")
+        (Verdict::Ok, "available: the VDevice is local".to_string())
     } else {
         // The full reason is RPC_CACHE_UNSUPPORTED; the table keeps its first sentence.
         let short = RPC_CACHE_UNSUPPORTED.split(':').next().unwrap_or(RPC_CACHE_UNSUPPORTED);
-        finding(
-            "diagnose: parity (c), cache diff",
+        (
             Verdict::Limited,
             format!("{short}: get_cache_buffers would overflow hailort_server (docs/HAILO-RUNTIME.md)"),
         )
     };
-    out.push(cache);
+    out.push(finding("diagnose: parity (c), cache diff", verdict, detail));
     out
 }
 

@@ -66,38 +66,29 @@ impl StreamInfo {
     }
 }
 
-/// Which simulated device runs a simulated HEF (`--device`, a `hef` backend's `device=`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum SimProfile {
-    /// A local device (PCIe, Hailo-8/15 style): every InferModel call is available.
-    #[default]
-    Sim,
-    /// Hailo-10H, where the VDevice is an RPC client to hailort_server on the chip: the cache
-    /// reads and writes are unsupported ([`RPC_CACHE_UNSUPPORTED`]) and any failed run poisons
-    /// the configured model ([`RPC_FAILED_RUN`]).
-    SimH10,
+crate::named_enum! {
+    /// Which simulated device runs a simulated HEF (`--device`, a `hef` backend's `device=`).
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+    #[serde(rename_all = "kebab-case")]
+    pub enum SimProfile {
+        /// A local device (PCIe, Hailo-8/15 style): every InferModel call is available.
+        #[default]
+        Sim = "sim",
+        /// Hailo-10H, where the VDevice is an RPC client to hailort_server on the chip: the cache
+        /// reads and writes are unsupported ([`RPC_CACHE_UNSUPPORTED`]) and any failed run poisons
+        /// the configured model ([`RPC_FAILED_RUN`]).
+        SimH10 = "sim-h10",
+    }
 }
 
 impl SimProfile {
-    pub const NAMES: [&'static str; 2] = ["sim", "sim-h10"];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            SimProfile::Sim => "sim",
-            SimProfile::SimH10 => "sim-h10",
-        }
-    }
-
     pub fn parse(s: &str) -> Result<Self> {
-        match s {
-            "sim" => Ok(SimProfile::Sim),
-            "sim-h10" => Ok(SimProfile::SimH10),
-            _ => Err(Error::usage(format!(
+        Self::from_name(s).ok_or_else(|| {
+            Error::usage(format!(
                 "device `{s}`: expected one of {} (a compiled HEF picks the real device by itself)",
-                Self::NAMES.join(", ")
-            ))),
-        }
+                Self::ALL.map(Self::name).join(", ")
+            ))
+        })
     }
 
     /// Whether the device is reached over HailoRT's RPC client (Hailo-10H).

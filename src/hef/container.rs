@@ -11,8 +11,8 @@
 //! `Error::input` that names the file, the byte offset of the header field and the field.
 //! (Upstream's memview path hashes `hef_proto_size` bytes without bounding them first.)
 //!
-//! A little over 600 lines because every header version's layout, its integrity rule and the
-//! bounds that protect it read best side by side; the writer and the tests live beside it.
+//! Every header version's layout, its integrity rule and the bounds that protect it sit side by
+//! side here; the writer and the tests live beside it.
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -204,18 +204,15 @@ pub fn parse(src: &mut dyn ByteSource, what: &str) -> Result<(Container, Vec<u8>
     let remaining = file_size - header_size; // read_header checked file_size >= header_size
     let proto_size = u64::from(header.hef_proto_size);
     if proto_size > remaining {
-        return Err(Error::input(
-            format!("{what} offset 8 (header field hef_proto_size)"),
-            format!(
-                "says {proto_size} bytes but only {remaining} remain after the {header_size}-byte header: \
-                 the file is truncated or its header is corrupt"
-            ),
-        ));
+        let msg = format!(
+            "says {proto_size} bytes but only {remaining} remain after the {header_size}-byte header: \
+             the file is truncated or its header is corrupt"
+        );
+        return Err(field_err(what, 8, "hef_proto_size", msg));
     }
     let (layout, integrity) = match header.fields {
         VersionFields::V0 { .. } => check_v0(&header, file_size, what)?,
-        VersionFields::V1 { crc, ccws_size } => check_v1(src, &header, crc, ccws_size, what)?,
-        VersionFields::V2 { xxh3_64bits, ccws_size } => check_v2(src, &header, xxh3_64bits, ccws_size, what)?,
+        VersionFields::V1 { .. } | VersionFields::V2 { .. } => check_v1_v2(src, &header, what)?,
         VersionFields::V3 { .. } => check_v3(src, &header, what)?,
     };
     let proto = read_range(src, layout.proto_offset, layout.proto_size, what, "proto")?;
@@ -234,19 +231,15 @@ fn read_header(src: &mut dyn ByteSource, what: &str) -> Result<Header> {
     src.read_at(0, &mut common)?;
     let magic = be_u32(&common, 0);
     if magic != MAGIC {
-        return Err(Error::input(
-            format!("{what} offset 0 (header field magic)"),
-            format!("is 0x{magic:08x}, expected 0x{MAGIC:08x} (\"\\x01HEF\"): this is not a HEF file"),
-        ));
+        let msg = format!("is 0x{magic:08x}, expected 0x{MAGIC:08x} (\"\\x01HEF\"): this is not a HEF file");
+        return Err(field_err(what, 0, "magic", msg));
     }
     let version = be_u32(&common, 4);
     let Some(size) = header_size(version) else {
-        return Err(Error::input(
-            format!("{what} offset 4 (header field version)"),
-            format!(
-                "is {version}; HailoRT 5.2 and hefprobe read HEF versions 0..3 (a newer compiler wrote it?)"
-            ),
-        ));
+        let msg = format!(
+            "is {version}; HailoRT 5.2 and hefprobe read HEF versions 0..3 (a newer compiler wrote it?)"
+        );
+        return Err(field_err(what, 4, "version", msg));
     };
     if file_size < size {
         return Err(Error::input(
@@ -285,13 +278,11 @@ fn version_fields(version: u32, b: &[u8]) -> VersionFields {
 fn check_v0(header: &Header, file_size: u64, what: &str) -> Result<(Layout, Integrity)> {
     let proto_size = u64::from(header.hef_proto_size);
     if file_size - 32 != proto_size {
-        return Err(Error::input(
-            format!("{what} offset 8 (header field hef_proto_size)"),
-            format!(
-                "says {proto_size} bytes but {} follow the 32-byte V0 header; a V0 file is header + proto only",
-                file_size - 32
-            ),
-        ));
+        let msg = format!(
+            "says {proto_size} bytes but {} follow the 32-byte V0 header; a V0 file is header + proto only",
+            file_size - 32
+        );
+        return Err(field_err(what, 8, "hef_proto_size", msg));
     }
     let layout = Layout {
         file_size,
@@ -307,28 +298,27 @@ fn check_v0(header: &Header, file_size: u64, what: &str) -> Result<(Layout, Inte
     Ok((layout, Integrity::Md5NotVerified))
 }
 
-/// V1/V2 share the body shape: header + proto + CCWs, nothing else.
-fn simple_layout(
-    header: &Header,
-    header_size: u64,
-    ccws_size: u64,
-    file_size: u64,
-    what: &str,
-) -> Result<Layout> {
+/// V1/V2 share the body shape, header + proto + CCWs and nothing else, and hash everything after
+/// the header: CRC-32 (V1) or XXH3-64 (V2).
+fn check_v1_v2(src: &mut dyn ByteSource, header: &Header, what: &str) -> Result<(Layout, Integrity)> {
+    let (header_size, ccws_field_offset, ccws_size, stored, field, algo) = match header.fields {
+        VersionFields::V1 { crc, ccws_size } => (28, 16, ccws_size, u64::from(crc), "crc", "CRC-32"),
+        VersionFields::V2 { xxh3_64bits, ccws_size } => {
+            (44, 20, ccws_size, xxh3_64bits, "xxh3_64bits", "XXH3-64")
+        }
+        _ => unreachable!("check_v1_v2 is only called for V1 and V2 headers"),
+    };
+    let file_size = src.size();
     let proto_size = u64::from(header.hef_proto_size);
-    let ccws_field_offset = if header.version == 1 { 16 } else { 20 };
-    let needed = proto_size.checked_add(ccws_size);
-    if needed != Some(file_size - header_size) {
-        return Err(Error::input(
-            format!("{what} offset {ccws_field_offset} (header field ccws_size)"),
-            format!(
-                "proto ({proto_size}) + ccws_size ({ccws_size}) must equal the {} bytes after the \
-                 {header_size}-byte header: the file is truncated or corrupt",
-                file_size - header_size
-            ),
-        ));
+    if proto_size.checked_add(ccws_size) != Some(file_size - header_size) {
+        let msg = format!(
+            "proto ({proto_size}) + ccws_size ({ccws_size}) must equal the {} bytes after the \
+             {header_size}-byte header: the file is truncated or corrupt",
+            file_size - header_size
+        );
+        return Err(field_err(what, ccws_field_offset, "ccws_size", msg));
     }
-    Ok(Layout {
+    let layout = Layout {
         file_size,
         header_size,
         proto_offset: header_size,
@@ -338,53 +328,18 @@ fn simple_layout(
         ccws_size,
         additional_info_size: 0,
         declared_file_size: file_size,
-    })
-}
-
-fn check_v1(
-    src: &mut dyn ByteSource,
-    header: &Header,
-    stored: u32,
-    ccws_size: u64,
-    what: &str,
-) -> Result<(Layout, Integrity)> {
-    let layout = simple_layout(header, 28, ccws_size, src.size(), what)?;
-    let computed = crc32_range(src, 28, layout.file_size)?;
+    };
+    let (computed, integrity) = if header.version == 1 {
+        let crc = crc32_range(src, header_size, file_size)?;
+        (u64::from(crc), Integrity::Crc32 { value: crc })
+    } else {
+        let hash = xxh3_range(src, header_size, file_size)?;
+        (hash, Integrity::Xxh3File { value: hash })
+    };
     if computed != stored {
-        return Err(hash_mismatch(
-            what,
-            12,
-            "crc",
-            "CRC-32",
-            u64::from(stored),
-            u64::from(computed),
-            "everything after the header",
-        ));
+        return Err(hash_mismatch(what, 12, field, algo, stored, computed, "everything after the header"));
     }
-    Ok((layout, Integrity::Crc32 { value: computed }))
-}
-
-fn check_v2(
-    src: &mut dyn ByteSource,
-    header: &Header,
-    stored: u64,
-    ccws_size: u64,
-    what: &str,
-) -> Result<(Layout, Integrity)> {
-    let layout = simple_layout(header, 44, ccws_size, src.size(), what)?;
-    let computed = xxh3_range(src, 44, layout.file_size)?;
-    if computed != stored {
-        return Err(hash_mismatch(
-            what,
-            12,
-            "xxh3_64bits",
-            "XXH3-64",
-            stored,
-            computed,
-            "everything after the header",
-        ));
-    }
-    Ok((layout, Integrity::Xxh3File { value: computed }))
+    Ok((layout, integrity))
 }
 
 /// V3: proto + padding + CCWs + additional info. With a non-zero proto hash HailoRT checks only
@@ -410,14 +365,12 @@ fn check_v3(src: &mut dyn ByteSource, header: &Header, what: &str) -> Result<(La
         return Ok((layout, Integrity::Xxh3Proto { value: computed, file_xxh3_unverified: xxh3_64bits }));
     }
     if layout.declared_file_size != layout.file_size {
-        return Err(Error::input(
-            format!("{what} offset 32 (header field additional_info_size)"),
-            format!(
-                "the header adds up to {} bytes (56 + proto + ccws_size_with_padding + additional_info_size) \
-                 but the file has {}; without a proto hash HailoRT requires them to match",
-                layout.declared_file_size, layout.file_size
-            ),
-        ));
+        let msg = format!(
+            "the header adds up to {} bytes (56 + proto + ccws_size_with_padding + additional_info_size) \
+             but the file has {}; without a proto hash HailoRT requires them to match",
+            layout.declared_file_size, layout.file_size
+        );
+        return Err(field_err(what, 32, "additional_info_size", msg));
     }
     let computed = xxh3_range(src, 56, layout.file_size)?;
     if computed != xxh3_64bits {
@@ -444,28 +397,22 @@ fn v3_layout(header: &Header, file_size: u64, what: &str) -> Result<Layout> {
     let proto_size = u64::from(header.hef_proto_size);
     // hef.cpp :731 (memview path) rejects this; the file path would underflow.
     let Some(ccws_size) = ccws_size_with_padding.checked_sub(padding) else {
-        return Err(Error::input(
-            format!("{what} offset 20 (header field ccws_size_with_padding)"),
-            format!(
-                "is {ccws_size_with_padding}, smaller than hef_padding_size {padding} which it must include"
-            ),
-        ));
+        let msg = format!(
+            "is {ccws_size_with_padding}, smaller than hef_padding_size {padding} which it must include"
+        );
+        return Err(field_err(what, 20, "ccws_size_with_padding", msg));
     };
     let zero_point = 56 + proto_size + padding; // u32 + u32 + 56 cannot overflow u64
     if zero_point > file_size {
-        return Err(Error::input(
-            format!("{what} offset 28 (header field hef_padding_size)"),
-            format!("{padding} bytes of padding put the CCW start at {zero_point}, past the end of the {file_size}-byte file"),
-        ));
+        let msg = format!("{padding} bytes of padding put the CCW start at {zero_point}, past the end of the {file_size}-byte file");
+        return Err(field_err(what, 28, "hef_padding_size", msg));
     }
     if ccws_size > file_size - zero_point {
-        return Err(Error::input(
-            format!("{what} offset 20 (header field ccws_size_with_padding)"),
-            format!(
-                "says {ccws_size} bytes of CCWs at offset {zero_point}, but only {} remain: the file is truncated",
-                file_size - zero_point
-            ),
-        ));
+        let msg = format!(
+            "says {ccws_size} bytes of CCWs at offset {zero_point}, but only {} remain: the file is truncated",
+            file_size - zero_point
+        );
+        return Err(field_err(what, 20, "ccws_size_with_padding", msg));
     }
     let declared = (56 + proto_size)
         .checked_add(ccws_size_with_padding)
@@ -492,13 +439,16 @@ fn hash_mismatch(
     computed: u64,
     over: &str,
 ) -> Error {
-    Error::input(
-        format!("{what} offset {offset} (header field {field})"),
-        format!(
-            "stores {algo} 0x{stored:016x} but {over} hashes to 0x{computed:016x}: the file is corrupted \
-             (HailoRT refuses it with HAILO_HEF_FILE_CORRUPTED); copy or export it again"
-        ),
-    )
+    let msg = format!(
+        "stores {algo} 0x{stored:016x} but {over} hashes to 0x{computed:016x}: the file is corrupted \
+         (HailoRT refuses it with HAILO_HEF_FILE_CORRUPTED); copy or export it again"
+    );
+    field_err(what, offset, field, msg)
+}
+
+/// An error in the header field `field` at byte `offset`.
+fn field_err(what: &str, offset: u64, field: &str, msg: String) -> Error {
+    Error::input(format!("{what} offset {offset} (header field {field})"), msg)
 }
 
 /// Read one external resource: absolute offset = offset_zero_point + resource offset
@@ -566,61 +516,19 @@ fn xxh3_range(src: &mut dyn ByteSource, start: u64, end: u64) -> Result<u64> {
 fn crc32_range(src: &mut dyn ByteSource, start: u64, end: u64) -> Result<u32> {
     let mut crc = Crc32::new();
     for_each_chunk(src, start, end, |chunk| crc.update(chunk))?;
-    Ok(crc.finish())
+    Ok(crc.finalize())
 }
 
 /// The standard reflected CRC-32 (polynomial 0xEDB88320, init and final xor 0xFFFFFFFF), i.e.
 /// zlib's crc32, which HEF V1 uses (hailort/common/utils.hpp:50, 505-569).
-pub struct Crc32(u32);
-
-const CRC32_TABLE: [u32; 256] = crc32_table();
-
-const fn crc32_table() -> [u32; 256] {
-    let mut table = [0u32; 256];
-    let mut i = 0;
-    while i < 256 {
-        let mut c = i as u32;
-        let mut bit = 0;
-        while bit < 8 {
-            c = if c & 1 != 0 { 0xEDB8_8320 ^ (c >> 1) } else { c >> 1 };
-            bit += 1;
-        }
-        table[i] = c;
-        i += 1;
-    }
-    table
-}
-
-impl Crc32 {
-    pub fn new() -> Self {
-        Crc32(0xFFFF_FFFF)
-    }
-
-    pub fn update(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = CRC32_TABLE[((self.0 ^ u32::from(b)) & 0xFF) as usize] ^ (self.0 >> 8);
-        }
-    }
-
-    pub fn finish(&self) -> u32 {
-        self.0 ^ 0xFFFF_FFFF
-    }
-}
-
-impl Default for Crc32 {
-    fn default() -> Self {
-        Self::new()
-    }
-}
+pub use crc32fast::Hasher as Crc32;
 
 pub(super) fn be_u32(b: &[u8], at: usize) -> u32 {
     u32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
 }
 
 fn be_u64(b: &[u8], at: usize) -> u64 {
-    let mut x = [0u8; 8];
-    x.copy_from_slice(&b[at..at + 8]);
-    u64::from_be_bytes(x)
+    u64::from_be_bytes(b[at..at + 8].try_into().expect("8 bytes"))
 }
 
 #[cfg(test)]

@@ -19,7 +19,7 @@ fn v3_file() -> Vec<u8> {
 fn crc32_matches_the_zlib_check_value() {
     let mut c = Crc32::new();
     c.update(b"123456789");
-    assert_eq!(c.finish(), 0xCBF4_3926);
+    assert_eq!(c.finalize(), 0xCBF4_3926);
 }
 
 #[test]
@@ -106,7 +106,7 @@ fn v1_v2_file(version: u32, proto: &[u8], ccws: &[u8]) -> Vec<u8> {
     if version == 1 {
         let mut crc = Crc32::new();
         crc.update(&body);
-        out.extend_from_slice(&crc.finish().to_be_bytes());
+        out.extend_from_slice(&crc.finalize().to_be_bytes());
         out.extend_from_slice(&(ccws.len() as u64).to_be_bytes());
         out.extend_from_slice(&[0; 4]);
     } else {

@@ -12,7 +12,7 @@ use std::collections::BTreeSet;
 use serde::Serialize;
 use serde_json::Value;
 
-use super::finding::Severity;
+use super::finding::Severity::{self, Error, Info, Warning};
 use super::llm_config::{self, LlmConfig};
 use super::model::{dtype_name, CacheLayer, Hef, NetworkGroup, Stream};
 
@@ -28,15 +28,17 @@ pub struct Difference {
     pub message: String,
 }
 
-fn difference(
+fn push(
+    out: &mut Vec<Difference>,
     id: &'static str,
     severity: Severity,
-    subject: String,
+    subject: &str,
     a: impl ToString,
     b: impl ToString,
     message: &str,
-) -> Difference {
-    Difference { id, severity, subject, a: a.to_string(), b: b.to_string(), message: message.to_string() }
+) {
+    let (subject, a, b, message) = (subject.to_string(), a.to_string(), b.to_string(), message.to_string());
+    out.push(Difference { id, severity, subject, a, b, message });
 }
 
 /// All differences, errors first.
@@ -54,27 +56,13 @@ pub fn diff(a: &Hef, b: &Hef) -> Vec<Difference> {
 
 fn diff_header(a: &Hef, b: &Hef, out: &mut Vec<Difference>) {
     if a.hw_arch != b.hw_arch {
-        out.push(difference(
-            "hw-arch",
-            Severity::Warning,
-            "header".into(),
-            a.hw_arch,
-            b.hw_arch,
-            "compiled for different hardware",
-        ));
+        push(out, "hw-arch", Warning, "header", a.hw_arch, b.hw_arch, "compiled for different hardware");
     }
     let ea: BTreeSet<u32> = a.extensions.iter().copied().collect();
     let eb: BTreeSet<u32> = b.extensions.iter().copied().collect();
     if ea != eb {
         let (x, y) = (format!("{ea:?}"), format!("{eb:?}"));
-        out.push(difference(
-            "extensions",
-            Severity::Warning,
-            "header".into(),
-            x,
-            y,
-            "the HEFs declare different extensions",
-        ));
+        push(out, "extensions", Warning, "header", x, y, "the HEFs declare different extensions");
     }
 }
 
@@ -115,35 +103,24 @@ fn pair_groups<'h>(
             Some((i, gb)) => {
                 used_b.insert(i);
                 let subject = format!("{} group", want.unwrap_or("?"));
-                out.push(difference(
+                push(
+                    out,
                     "group-name",
-                    Severity::Warning,
-                    subject,
+                    Warning,
+                    &subject,
                     &ga.name,
                     &gb.name,
                     "the groups have different names",
-                ));
+                );
                 pairs.push((ga, gb));
             }
-            None => out.push(difference(
-                "group-missing",
-                Severity::Error,
-                format!("group {}", ga.name),
-                &ga.name,
-                "-",
-                "only in A",
-            )),
+            None => {
+                push(out, "group-missing", Error, &format!("group {}", ga.name), &ga.name, "-", "only in A")
+            }
         }
     }
     for (_, gb) in b.groups.iter().enumerate().filter(|(i, _)| !used_b.contains(i)) {
-        out.push(difference(
-            "group-missing",
-            Severity::Error,
-            format!("group {}", gb.name),
-            "-",
-            &gb.name,
-            "only in B",
-        ));
+        push(out, "group-missing", Error, &format!("group {}", gb.name), "-", &gb.name, "only in B");
     }
     pairs
 }
@@ -156,14 +133,7 @@ fn local<'n>(group: &str, name: &'n str) -> &'n str {
 fn diff_group(a: &NetworkGroup, b: &NetworkGroup, out: &mut Vec<Difference>) {
     let subject = format!("group {}", a.name);
     if a.contexts != b.contexts {
-        out.push(difference(
-            "contexts",
-            Severity::Info,
-            subject.clone(),
-            a.contexts,
-            b.contexts,
-            "different numbers of contexts",
-        ));
+        push(out, "contexts", Info, &subject, a.contexts, b.contexts, "different numbers of contexts");
     }
     diff_streams(a, b, "input", &a.inputs, &b.inputs, out);
     diff_streams(a, b, "output", &a.outputs, &b.outputs, out);
@@ -173,7 +143,7 @@ fn diff_group(a: &NetworkGroup, b: &NetworkGroup, out: &mut Vec<Difference>) {
     let same_set = oa.iter().collect::<BTreeSet<_>>() == ob.iter().collect::<BTreeSet<_>>();
     if same_set && oa != ob {
         let msg = "outputs come in a different order; genai concatenates logits in this order";
-        out.push(difference("output-order", Severity::Warning, subject, oa.join(", "), ob.join(", "), msg));
+        push(out, "output-order", Warning, &subject, oa.join(", "), ob.join(", "), msg);
     }
     diff_caches(a, b, out);
 }
@@ -193,7 +163,7 @@ fn diff_streams(
     let mut left_a = Vec::new();
     for sa in a {
         match b.iter().find(|sb| key_b(sb) == key_a(sa)) {
-            Some(sb) => diff_stream(sa, sb, format!("group {} {kind} {}", ga.name, key_a(sa)), out),
+            Some(sb) => diff_stream(sa, sb, &format!("group {} {kind} {}", ga.name, key_a(sa)), out),
             None => left_a.push(sa),
         }
     }
@@ -202,63 +172,48 @@ fn diff_streams(
         let subject = format!("group {} {kind} {}", ga.name, key_a(sa));
         match left_b.get(i) {
             Some(sb) => {
-                out.push(difference(
+                push(
+                    out,
                     "layer-name",
-                    Severity::Warning,
-                    subject.clone(),
+                    Warning,
+                    &subject,
                     &sa.name,
                     &sb.name,
                     "renamed (paired by position)",
-                ));
-                diff_stream(sa, sb, subject, out);
+                );
+                diff_stream(sa, sb, &subject, out);
             }
-            None => {
-                out.push(difference("layer-missing", Severity::Error, subject, &sa.name, "-", "only in A"))
-            }
+            None => push(out, "layer-missing", Error, &subject, &sa.name, "-", "only in A"),
         }
     }
     for sb in left_b.iter().skip(left_a.len()) {
         let subject = format!("group {} {kind} {}", gb.name, key_b(sb));
-        out.push(difference("layer-missing", Severity::Error, subject, "-", &sb.name, "only in B"));
+        push(out, "layer-missing", Error, &subject, "-", &sb.name, "only in B");
     }
 }
 
-fn diff_stream(a: &Stream, b: &Stream, subject: String, out: &mut Vec<Difference>) {
-    let mut push = |id, severity, x: String, y: String, msg: &str| {
-        out.push(difference(id, severity, subject.clone(), x, y, msg))
-    };
+fn diff_stream(a: &Stream, b: &Stream, subject: &str, out: &mut Vec<Difference>) {
     if a.shape != b.shape {
-        push("layer-shape", Severity::Error, a.shape.to_string(), b.shape.to_string(), "different shapes");
+        push(out, "layer-shape", Error, subject, a.shape, b.shape, "different shapes");
     }
     if a.data_bytes != b.data_bytes {
-        push(
-            "layer-dtype",
-            Severity::Error,
-            dtype_name(a.data_bytes),
-            dtype_name(b.data_bytes),
-            "different element types",
-        );
+        let (x, y) = (dtype_name(a.data_bytes), dtype_name(b.data_bytes));
+        push(out, "layer-dtype", Error, subject, x, y, "different element types");
     }
     if a.order != b.order {
-        push("layer-order", Severity::Warning, a.order.name(), b.order.name(), "different format orders");
+        push(out, "layer-order", Warning, subject, a.order.name(), b.order.name(), "different format orders");
     }
     if a.padded != b.padded {
-        push(
-            "layer-padded",
-            Severity::Warning,
-            a.padded.to_string(),
-            b.padded.to_string(),
-            "different hardware (padded) shapes",
-        );
+        push(out, "layer-padded", Warning, subject, a.padded, b.padded, "different hardware (padded) shapes");
     }
     if a.quant_per_feature.len() != b.quant_per_feature.len() {
-        let (x, y) = (a.quant_per_feature.len().to_string(), b.quant_per_feature.len().to_string());
-        push("layer-quant", Severity::Info, x, y, "different numbers of per-feature quant infos");
+        let (x, y) = (a.quant_per_feature.len(), b.quant_per_feature.len());
+        push(out, "layer-quant", Info, subject, x, y, "different numbers of per-feature quant infos");
     } else if a.quant != b.quant {
         let fmt = |s: &Stream| {
             format!("zp {} scale {} [{}, {}]", s.quant.zp, s.quant.scale, s.quant.min, s.quant.max)
         };
-        push("layer-quant", Severity::Info, fmt(a), fmt(b), "different quantization");
+        push(out, "layer-quant", Info, subject, fmt(a), fmt(b), "different quantization");
     }
 }
 
@@ -268,47 +223,26 @@ fn diff_caches(a: &NetworkGroup, b: &NetworkGroup, out: &mut Vec<Difference>) {
         let subject = format!("group {} cache {} {}", a.name, ca.cache_id, side(ca));
         let Some(cb) = b.caches.iter().find(|cb| cb.cache_id == ca.cache_id && cb.is_input == ca.is_input)
         else {
-            out.push(difference("cache-missing", Severity::Error, subject, &ca.name, "-", "only in A"));
+            push(out, "cache-missing", Error, &subject, &ca.name, "-", "only in A");
             continue;
         };
         if ca.shape != cb.shape || ca.padded != cb.padded {
             let (x, y) = (format!("{} hw {}", ca.shape, ca.padded), format!("{} hw {}", cb.shape, cb.padded));
-            out.push(difference(
-                "cache-shape",
-                Severity::Error,
-                subject.clone(),
-                x,
-                y,
-                "different cache shapes",
-            ));
+            push(out, "cache-shape", Error, &subject, x, y, "different cache shapes");
         }
         if ca.data_bytes != cb.data_bytes {
             let (x, y) = (dtype_name(ca.data_bytes), dtype_name(cb.data_bytes));
-            out.push(difference(
-                "cache-dtype",
-                Severity::Error,
-                subject.clone(),
-                x,
-                y,
-                "different cache element types",
-            ));
+            push(out, "cache-dtype", Error, &subject, x, y, "different cache element types");
         }
         if ca.order != cb.order {
             let msg = "different cache layouts (finding 9 was such a mismatch)";
-            out.push(difference(
-                "cache-order",
-                Severity::Warning,
-                subject,
-                ca.order.name(),
-                cb.order.name(),
-                msg,
-            ));
+            push(out, "cache-order", Warning, &subject, ca.order.name(), cb.order.name(), msg);
         }
     }
     for cb in &b.caches {
         if !a.caches.iter().any(|ca| ca.cache_id == cb.cache_id && ca.is_input == cb.is_input) {
             let subject = format!("group {} cache {} {}", b.name, cb.cache_id, side(cb));
-            out.push(difference("cache-missing", Severity::Error, subject, "-", &cb.name, "only in B"));
+            push(out, "cache-missing", Error, &subject, "-", &cb.name, "only in B");
         }
     }
 }
@@ -318,38 +252,15 @@ fn diff_resources(a: &Hef, b: &Hef, out: &mut Vec<Difference>) {
     for name in names {
         let subject = format!("resource {name}");
         match (a.resource(name), b.resource(name)) {
-            (Some(x), Some(y)) if x.len() != y.len() => out.push(difference(
-                "resource-size",
-                Severity::Info,
-                subject,
-                x.len(),
-                y.len(),
-                "different sizes",
-            )),
-            (Some(x), Some(y)) if x != y => out.push(difference(
-                "resource-content",
-                Severity::Info,
-                subject,
-                "same size",
-                "other bytes",
-                "same size, different content",
-            )),
-            (Some(_), None) => out.push(difference(
-                "resource-missing",
-                Severity::Error,
-                subject,
-                "present",
-                "-",
-                "only in A",
-            )),
-            (None, Some(_)) => out.push(difference(
-                "resource-missing",
-                Severity::Error,
-                subject,
-                "-",
-                "present",
-                "only in B",
-            )),
+            (Some(x), Some(y)) if x.len() != y.len() => {
+                push(out, "resource-size", Info, &subject, x.len(), y.len(), "different sizes")
+            }
+            (Some(x), Some(y)) if x != y => {
+                let msg = "same size, different content";
+                push(out, "resource-content", Info, &subject, "same size", "other bytes", msg)
+            }
+            (Some(_), None) => push(out, "resource-missing", Error, &subject, "present", "-", "only in A"),
+            (None, Some(_)) => push(out, "resource-missing", Error, &subject, "-", "present", "only in B"),
             _ => {}
         }
     }
@@ -371,16 +282,16 @@ fn diff_config(a: &Hef, b: &Hef, out: &mut Vec<Difference>) {
     for (key, va) in keys {
         let vb = cb.pointer(&format!("/{}", key.replace('.', "/"))).cloned().unwrap_or(Value::Null);
         if va != vb {
-            let subject = format!("config key {key}");
             let (x, y) = (value_text(&va), value_text(&vb));
-            out.push(difference(
+            push(
+                out,
                 "config-value",
-                Severity::Warning,
-                subject,
+                Warning,
+                &format!("config key {key}"),
                 x,
                 y,
                 "genai runs with different values",
-            ));
+            );
         }
     }
 }

@@ -2,25 +2,17 @@
 
 use serde::Serialize;
 
-/// How bad a finding is. Ordered so sorting puts errors first.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Severity {
-    /// HailoRT/genai will fail, or will run and produce wrong tokens.
-    Error,
-    /// Probably a mistake, or HailoRT silently does something other than intended.
-    Warning,
-    /// Worth knowing; nothing is wrong by itself.
-    Info,
-}
-
-impl Severity {
-    pub fn name(self) -> &'static str {
-        match self {
-            Severity::Error => "error",
-            Severity::Warning => "warning",
-            Severity::Info => "info",
-        }
+crate::named_enum! {
+    /// How bad a finding is. Ordered so sorting puts errors first.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+    #[serde(rename_all = "lowercase")]
+    pub enum Severity {
+        /// HailoRT/genai will fail, or will run and produce wrong tokens.
+        Error = "error",
+        /// Probably a mistake, or HailoRT silently does something other than intended.
+        Warning = "warning",
+        /// Worth knowing; nothing is wrong by itself.
+        Info = "info",
     }
 }
 

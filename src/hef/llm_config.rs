@@ -114,14 +114,15 @@ enum Ty {
 }
 
 impl Ty {
-    fn cpp(self) -> &'static str {
+    /// The C++ type, and what to write for it in JSON.
+    fn words(self) -> (&'static str, &'static str) {
         match self {
-            Ty::I32 => "int",
-            Ty::U32 => "uint32_t",
-            Ty::F32 => "float",
-            Ty::Bool => "bool",
-            Ty::Str => "std::string",
-            Ty::I32List => "std::vector<int>",
+            Ty::I32 => ("int", "whole number"),
+            Ty::U32 => ("uint32_t", "whole number"),
+            Ty::F32 => ("float", "number"),
+            Ty::Bool => ("bool", "true/false"),
+            Ty::Str => ("std::string", "string"),
+            Ty::I32List => ("std::vector<int>", "list of whole numbers"),
         }
     }
 }
@@ -276,21 +277,12 @@ impl Reader<'_> {
     }
 
     fn type_error(&self, p: &str, raw: &Value, ty: Ty) -> Error {
-        Error::input(
-            format!("{} key `{p}`", self.what),
-            format!(
-                "is {} but genai reads it with get<{}>(), which throws: genai fails to start. Write a {}",
-                json_kind(raw),
-                ty.cpp(),
-                match ty {
-                    Ty::I32 | Ty::U32 => "whole number",
-                    Ty::F32 => "number",
-                    Ty::Bool => "true/false",
-                    Ty::Str => "string",
-                    Ty::I32List => "list of whole numbers",
-                }
-            ),
-        )
+        let (cpp, write) = ty.words();
+        let msg = format!(
+            "is {} but genai reads it with get<{cpp}>(), which throws: genai fails to start. Write a {write}",
+            json_kind(raw)
+        );
+        Error::input(format!("{} key `{p}`", self.what), msg)
     }
 
     /// Convert like nlohmann `get<T>()`: numbers and booleans convert C-style to any arithmetic
@@ -329,7 +321,7 @@ impl Reader<'_> {
             kind: "converted",
             did_you_mean: None,
             applies_instead: Some(value.to_string()),
-            message: format!("`{p}` is {raw}; genai reads it with get<{}>() and gets {value}", ty.cpp()),
+            message: format!("`{p}` is {raw}; genai reads it with get<{}>() and gets {value}", ty.words().0),
         });
     }
 

@@ -329,45 +329,18 @@ pub mod extension {
 
     /// hef.proto names, for display.
     pub fn name(id: u32) -> String {
-        const NAMES: [&str; 36] = [
-            "ABBALE",
-            "POSTED_WRITES",
-            "DDR",
-            "PADDED_DDR_BUFFERS",
-            "IS_MULTI_CONTEXTS",
-            "COMPRESSED_PARAMS",
-            "TRANSPOSE_COMPONENT",
-            "TEST_ONE",
-            "MULTI_NETWORK_VARIABLE_BATCH_SIZE",
-            "IS_NMS_MULTI_CONTEXT",
-            "OFFLOAD_ARGMAX",
-            "HW_PADDING",
-            "KO_RUN_ASAP",
-            "HAILO_NET_FLOW",
-            "HAILO_NET_FLOW_YOLOV5_NMS",
-            "HAILO_NET_FLOW_YOLOX_NMS",
-            "HAILO_NET_FLOW_SSD_NMS",
-            "HAILO_NET_FLOW_IOU_NMS",
-            "WRITE_DATA_BY_TYPE",
-            "NMS_OUTPUT_BURST",
-            "DUAL_DIRECTION_STREAM_INDEX",
-            "HAILO_NET_FLOW_ARGMAX",
-            "HAILO_NET_FLOW_SOFTMAX",
-            "ALIGNED_FORMAT_TYPE",
-            "HAILO_NET_FLOW_YOLOV5_SEG_NMS",
-            "OUTPUT_SCALE_PER_FEATURE",
-            "PERIPH_CALCULATION_IN_HAILORT",
-            "HAILO_NET_FLOW_YOLOV8_NMS",
-            "BATCH_REGISTER_CONFIG",
-            "HAILO_NET_FLOW_BBOX_DECODING",
-            "CCW_PTR_SQUEEZE",
-            "EXTERNAL_RESOURCES",
-            "SHARED_CONFIG",
-            "CSM_CRC",
-            "ENABLE_CONFIG_CHANNELS",
-            "STRICT_RUNTIME_VERSIONING",
-        ];
-        NAMES.get(id as usize).map_or_else(|| format!("UNKNOWN_{id}"), |n| n.to_string())
+        // In id order, 0 to 35.
+        const NAMES: &str =
+            "ABBALE POSTED_WRITES DDR PADDED_DDR_BUFFERS IS_MULTI_CONTEXTS COMPRESSED_PARAMS \
+            TRANSPOSE_COMPONENT TEST_ONE MULTI_NETWORK_VARIABLE_BATCH_SIZE IS_NMS_MULTI_CONTEXT \
+            OFFLOAD_ARGMAX HW_PADDING KO_RUN_ASAP HAILO_NET_FLOW HAILO_NET_FLOW_YOLOV5_NMS \
+            HAILO_NET_FLOW_YOLOX_NMS HAILO_NET_FLOW_SSD_NMS HAILO_NET_FLOW_IOU_NMS WRITE_DATA_BY_TYPE \
+            NMS_OUTPUT_BURST DUAL_DIRECTION_STREAM_INDEX HAILO_NET_FLOW_ARGMAX HAILO_NET_FLOW_SOFTMAX \
+            ALIGNED_FORMAT_TYPE HAILO_NET_FLOW_YOLOV5_SEG_NMS OUTPUT_SCALE_PER_FEATURE \
+            PERIPH_CALCULATION_IN_HAILORT HAILO_NET_FLOW_YOLOV8_NMS BATCH_REGISTER_CONFIG \
+            HAILO_NET_FLOW_BBOX_DECODING CCW_PTR_SQUEEZE EXTERNAL_RESOURCES SHARED_CONFIG CSM_CRC \
+            ENABLE_CONFIG_CHANNELS STRICT_RUNTIME_VERSIONING";
+        NAMES.split(' ').nth(id as usize).map_or_else(|| format!("UNKNOWN_{id}"), str::to_string)
     }
 }
 

@@ -27,31 +27,18 @@ use keys::{Dflt, Read, Unknown};
 use serde_json::{Map, Value};
 use std::path::Path;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Arch {
-    Llama,
-    Mistral,
-    Qwen2,
-    Qwen3,
+crate::named_enum! {
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+    #[serde(rename_all = "lowercase")]
+    pub enum Arch {
+        Llama = "llama",
+        Mistral = "mistral",
+        Qwen2 = "qwen2",
+        Qwen3 = "qwen3",
+    }
 }
 
 impl Arch {
-    pub const ALL: [Arch; 4] = [Arch::Llama, Arch::Mistral, Arch::Qwen2, Arch::Qwen3];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Arch::Llama => "llama",
-            Arch::Mistral => "mistral",
-            Arch::Qwen2 => "qwen2",
-            Arch::Qwen3 => "qwen3",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<Arch> {
-        Arch::ALL.into_iter().find(|a| a.name() == s)
-    }
-
     /// The HF class name written in `architectures`.
     pub fn hf_class(self) -> &'static str {
         match self {
@@ -101,13 +88,24 @@ pub enum RopeScaling {
     Yarn {
         factor: f64,
         original_max_position_embeddings: usize,
+        #[serde(skip_serializing_if = "Option::is_none")]
         attention_factor: Option<f64>,
+        #[serde(skip_serializing_if = "Option::is_none")]
         beta_fast: Option<f64>,
+        #[serde(skip_serializing_if = "Option::is_none")]
         beta_slow: Option<f64>,
+        #[serde(skip_serializing_if = "Option::is_none")]
         mscale: Option<f64>,
+        #[serde(skip_serializing_if = "Option::is_none")]
         mscale_all_dim: Option<f64>,
+        /// Written only when false.
+        #[serde(skip_serializing_if = "is_true")]
         truncate: bool,
     },
+}
+
+fn is_true(b: &bool) -> bool {
+    *b
 }
 
 /// A config.json key hefprobe does not know and accepted because its name gives no hint that
@@ -515,7 +513,7 @@ fn read_arch(obj: &Map<String, Value>, file: &str) -> Result<Arch> {
         None => return Err(err("missing; expected one of llama, mistral, qwen2, qwen3".into())),
         Some(v) => v.as_str().unwrap_or_default().to_string(),
     };
-    Arch::parse(&model_type).ok_or_else(|| {
+    Arch::from_name(&model_type).ok_or_else(|| {
         err(format!("`{model_type}` is not supported; expected one of llama, mistral, qwen2, qwen3"))
     })
 }

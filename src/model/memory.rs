@@ -80,19 +80,9 @@ pub fn weights(cfg: &ModelConfig) -> Bytes {
 /// K and V of every layer for `positions` entries, plus one layer's worth again (the
 /// concatenation that appends to a layer's cache holds the old and the new tensor at once).
 pub fn kv_cache(cfg: &ModelConfig, positions: u64) -> Bytes {
-    Bytes::new(cfg.num_layers as u64)
-        .times(2)
-        .times(cfg.num_kv_heads as u64)
-        .times(cfg.head_dim as u64)
-        .times(positions)
-        .times(F32)
-        .plus(
-            Bytes::new(2)
-                .times(cfg.num_kv_heads as u64)
-                .times(cfg.head_dim as u64)
-                .times(positions)
-                .times(F32),
-        )
+    let (kv, d) = (cfg.num_kv_heads as u64, cfg.head_dim as u64);
+    let layer = Bytes::new(2).times(kv).times(d).times(positions).times(F32);
+    layer.times(cfg.num_layers as u64).plus(layer)
 }
 
 /// Working tensors of one phase of `t` tokens over `s` keys: scores, mask and probabilities

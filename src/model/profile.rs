@@ -7,62 +7,30 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::OnceLock;
 use std::time::Instant;
 
-/// What a span of decoder time was spent on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Op {
-    Embed,
-    Norm,
-    /// q/k/v/o and gate/up/down projections.
-    Linear,
-    LmHead,
-    Rope,
-    /// q·kᵀ, the mask and softmax of the explicit path (scores and probs materialized).
-    ScoresSoftmax,
-    /// Probabilities times values in the explicit path.
-    ProbsV,
-    /// Scores, softmax and probs·v in one pass (no tap or hook needs them).
-    FusedAttention,
-    /// Head splits and merges, transposes, contiguous copies.
-    Layout,
-    /// KV cache append and read.
-    Cache,
-    /// silu(gate)·up and the residual adds.
-    Elementwise,
-    /// Hooks' edits and the sink's copies of tapped tensors.
-    Taps,
-}
-
-pub const OPS: [Op; 12] = [
-    Op::Embed,
-    Op::Norm,
-    Op::Linear,
-    Op::LmHead,
-    Op::Rope,
-    Op::ScoresSoftmax,
-    Op::ProbsV,
-    Op::FusedAttention,
-    Op::Layout,
-    Op::Cache,
-    Op::Elementwise,
-    Op::Taps,
-];
-
-impl Op {
-    pub fn name(self) -> &'static str {
-        match self {
-            Op::Embed => "embedding lookup",
-            Op::Norm => "RMSNorm",
-            Op::Linear => "projections (q k v o gate up down)",
-            Op::LmHead => "lm_head",
-            Op::Rope => "RoPE",
-            Op::ScoresSoftmax => "scores + mask + softmax (explicit)",
-            Op::ProbsV => "probs · v (explicit)",
-            Op::FusedAttention => "attention, fused",
-            Op::Layout => "head split/merge, copies",
-            Op::Cache => "KV cache append/read",
-            Op::Elementwise => "silu·up, residual adds",
-            Op::Taps => "taps: hooks + sink copies",
-        }
+crate::named_enum! {
+    /// What a span of decoder time was spent on.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum Op {
+        Embed = "embedding lookup",
+        Norm = "RMSNorm",
+        /// q/k/v/o and gate/up/down projections.
+        Linear = "projections (q k v o gate up down)",
+        LmHead = "lm_head",
+        Rope = "RoPE",
+        /// q·kᵀ, the mask and softmax of the explicit path (scores and probs materialized).
+        ScoresSoftmax = "scores + mask + softmax (explicit)",
+        /// Probabilities times values in the explicit path.
+        ProbsV = "probs · v (explicit)",
+        /// Scores, softmax and probs·v in one pass (no tap or hook needs them).
+        FusedAttention = "attention, fused",
+        /// Head splits and merges, transposes, contiguous copies.
+        Layout = "head split/merge, copies",
+        /// KV cache append and read.
+        Cache = "KV cache append/read",
+        /// silu(gate)·up and the residual adds.
+        Elementwise = "silu·up, residual adds",
+        /// Hooks' edits and the sink's copies of tapped tensors.
+        Taps = "taps: hooks + sink copies",
     }
 }
 
@@ -91,10 +59,10 @@ pub fn reset() {
     }
 }
 
-/// Seconds accumulated per op class since the last reset, in [`OPS`] order; None when off.
+/// Seconds accumulated per op class since the last reset, in [`Op::ALL`] order; None when off.
 pub fn snapshot() -> Option<Vec<(Op, f64)>> {
     enabled().then(|| {
-        OPS.iter().zip(&NANOS).map(|(op, n)| (*op, n.load(Ordering::Relaxed) as f64 / 1e9)).collect()
+        Op::ALL.iter().zip(&NANOS).map(|(op, n)| (*op, n.load(Ordering::Relaxed) as f64 / 1e9)).collect()
     })
 }
 
@@ -111,7 +79,7 @@ pub fn span(op: Op) -> Span {
 impl Drop for Span {
     fn drop(&mut self) {
         if let Some(s) = self.start {
-            let i = OPS.iter().position(|o| *o == self.op).unwrap_or(0);
+            let i = Op::ALL.iter().position(|o| *o == self.op).unwrap_or(0);
             NANOS[i].fetch_add(s.elapsed().as_nanos() as u64, Ordering::Relaxed);
         }
     }

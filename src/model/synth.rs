@@ -43,7 +43,6 @@ impl SynthSpec {
         let cfg = preset_config(name)?;
         Ok(SynthSpec {
             preset: Some(name.to_string()),
-            arch: cfg.arch,
             hidden: cfg.hidden_size,
             layers: cfg.num_layers,
             heads: cfg.num_heads,
@@ -51,11 +50,8 @@ impl SynthSpec {
             head_dim: Some(cfg.head_dim),
             intermediate: Some(cfg.intermediate_size),
             vocab: Some(cfg.vocab_size),
-            seed,
-            weight_scale: 1.0,
-            massive_channels: 0,
-            massive_scale: 32.0,
             sliding_window: cfg.sliding_window.iter().flatten().next().copied(),
+            ..SynthSpec::arch(cfg.arch, seed)
         })
     }
 
@@ -311,7 +307,7 @@ impl SynthOverrides {
 }
 
 fn parse_arch(s: &str) -> std::result::Result<Arch, String> {
-    Arch::parse(s).ok_or_else(|| format!("`{s}` is not one of llama, mistral, qwen2, qwen3"))
+    Arch::from_name(s).ok_or_else(|| format!("`{s}` is not one of llama, mistral, qwen2, qwen3"))
 }
 
 /// SwiGLU models use about 8/3 of hidden, rounded up to a multiple of 64 (saturating: an
@@ -348,53 +344,21 @@ fn base_config(arch: Arch) -> ModelConfig {
 
 /// The real configs (hidden sizes, heads, vocab, rope theta, eps, tying) of each preset.
 pub fn preset_config(name: &str) -> Result<ModelConfig> {
-    let mut c;
-    match name {
+    // (arch, [hidden, intermediate, layers, heads, kv_heads, head_dim, vocab,
+    // max_position_embeddings], rms_norm_eps, rope theta, tie_word_embeddings, sliding window)
+    let (arch, dims, eps, theta, tied, window) = match name {
         // karpathy/llama2.c stories15M (the TinyStories Llama): dim 288, 6 layers, 6 heads,
         // hidden_dim 768, vocab 32000, max_seq_len 256.
-        "tinystories" => {
-            c = base_config(Arch::Llama);
-            (c.hidden_size, c.intermediate_size, c.num_layers, c.num_heads, c.num_kv_heads) =
-                (288, 768, 6, 6, 6);
-            (c.vocab_size, c.max_position_embeddings, c.rms_norm_eps) = (32000, 256, 1e-5);
-        }
+        "tinystories" => (Arch::Llama, [288, 768, 6, 6, 6, 48, 32000, 256], 1e-5, 1e4, false, None),
         // HuggingFaceTB/SmolLM2-135M config.json.
-        "smollm2-135m" => {
-            c = base_config(Arch::Llama);
-            (c.hidden_size, c.intermediate_size, c.num_layers, c.num_heads, c.num_kv_heads) =
-                (576, 1536, 30, 9, 3);
-            (c.vocab_size, c.max_position_embeddings, c.rms_norm_eps) = (49152, 8192, 1e-5);
-            c.rope.theta = 100000.0;
-            c.tie_word_embeddings = true;
-        }
+        "smollm2-135m" => (Arch::Llama, [576, 1536, 30, 9, 3, 64, 49152, 8192], 1e-5, 1e5, true, None),
         // Qwen/Qwen2.5-0.5B config.json.
-        "qwen2.5-0.5b" => {
-            c = base_config(Arch::Qwen2);
-            (c.hidden_size, c.intermediate_size, c.num_layers, c.num_heads, c.num_kv_heads) =
-                (896, 4864, 24, 14, 2);
-            (c.vocab_size, c.max_position_embeddings, c.rms_norm_eps) = (151936, 32768, 1e-6);
-            c.rope.theta = 1000000.0;
-            c.tie_word_embeddings = true;
-        }
+        "qwen2.5-0.5b" => (Arch::Qwen2, [896, 4864, 24, 14, 2, 64, 151936, 32768], 1e-6, 1e6, true, None),
         // Qwen/Qwen3-0.6B config.json: head_dim 128 with hidden 1024 and 16 heads.
-        "qwen3-0.6b" => {
-            c = base_config(Arch::Qwen3);
-            (c.hidden_size, c.intermediate_size, c.num_layers, c.num_heads, c.num_kv_heads) =
-                (1024, 3072, 28, 16, 8);
-            (c.vocab_size, c.max_position_embeddings, c.rms_norm_eps) = (151936, 40960, 1e-6);
-            c.head_dim = 128;
-            c.rope.theta = 1000000.0;
-            c.tie_word_embeddings = true;
-        }
+        "qwen3-0.6b" => (Arch::Qwen3, [1024, 3072, 28, 16, 8, 128, 151936, 40960], 1e-6, 1e6, true, None),
         // Locutusque/TinyMistral-248M config.json (Mistral-style, sliding window 32).
         "tinymistral-248m" => {
-            c = base_config(Arch::Mistral);
-            (c.hidden_size, c.intermediate_size, c.num_layers, c.num_heads, c.num_kv_heads) =
-                (1024, 4096, 12, 32, 8);
-            (c.vocab_size, c.max_position_embeddings, c.rms_norm_eps) = (32005, 32768, 1e-6);
-            c.sliding_window = vec![Some(32); 12];
-            c.head_dim = 32;
-            return Ok(c);
+            (Arch::Mistral, [1024, 4096, 12, 32, 8, 32, 32005, 32768], 1e-6, 1e4, false, Some(32))
         }
         other => {
             return Err(Error::usage(format!(
@@ -402,9 +366,13 @@ pub fn preset_config(name: &str) -> Result<ModelConfig> {
                 PRESETS.join(", ")
             )))
         }
-    }
-    c.head_dim = if c.arch == Arch::Qwen3 { c.head_dim } else { c.hidden_size / c.num_heads };
-    c.sliding_window = vec![None; c.num_layers];
+    };
+    let [hidden, intermediate, layers, heads, kv_heads, head_dim, vocab, max_pos] = dims;
+    let mut c = base_config(arch);
+    (c.hidden_size, c.intermediate_size, c.num_layers, c.num_heads, c.num_kv_heads, c.head_dim) =
+        (hidden, intermediate, layers, heads, kv_heads, head_dim);
+    (c.vocab_size, c.max_position_embeddings, c.rms_norm_eps, c.rope.theta) = (vocab, max_pos, eps, theta);
+    (c.tie_word_embeddings, c.sliding_window) = (tied, vec![window; layers]);
     Ok(c)
 }
 

@@ -2,17 +2,8 @@
 //! accepted band shaded behind it: a suite's failing pair against its baseline, a figure's
 //! trend over runs. Rendered to a string, so a page can inline it and a command can write it.
 
+use super::svg::PALETTE;
 use plotters::prelude::*;
-
-/// The look every hefprobe line plot shares (report::svg's palette).
-const PALETTE: [RGBColor; 6] = [
-    RGBColor(31, 119, 180),
-    RGBColor(214, 39, 40),
-    RGBColor(44, 160, 44),
-    RGBColor(255, 127, 14),
-    RGBColor(148, 103, 189),
-    RGBColor(140, 86, 75),
-];
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct BandSeries {

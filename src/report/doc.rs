@@ -173,21 +173,9 @@ impl Serialize for Cell {
     }
 }
 
-impl From<&str> for Text {
-    fn from(s: &str) -> Text {
-        Text(vec![Span::Plain(s.to_string())])
-    }
-}
-
-impl From<String> for Text {
-    fn from(s: String) -> Text {
-        Text(vec![Span::Plain(s)])
-    }
-}
-
-impl From<&String> for Text {
-    fn from(s: &String) -> Text {
-        Text::from(s.as_str())
+impl<T: Into<String>> From<T> for Text {
+    fn from(s: T) -> Text {
+        Text(vec![Span::Plain(s.into())])
     }
 }
 
@@ -198,21 +186,9 @@ impl Cell {
     }
 }
 
-impl From<Text> for Cell {
-    fn from(text: Text) -> Cell {
-        Cell { text, tone: Tone::Plain }
-    }
-}
-
-impl From<String> for Cell {
-    fn from(s: String) -> Cell {
-        Cell::from(Text::from(s))
-    }
-}
-
-impl From<&str> for Cell {
-    fn from(s: &str) -> Cell {
-        Cell::from(Text::from(s))
+impl<T: Into<Text>> From<T> for Cell {
+    fn from(text: T) -> Cell {
+        Cell { text: text.into(), tone: Tone::Plain }
     }
 }
 

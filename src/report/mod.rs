@@ -164,7 +164,7 @@ impl From<Located> for LocatedDrift {
     }
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Default, Serialize)]
 pub struct Report {
     pub schema: &'static str,
     pub tool: ToolInfo,
@@ -191,23 +191,7 @@ pub struct Report {
 
 impl Report {
     pub fn new(probe: ProbeInfo) -> Self {
-        Report {
-            schema: REPORT_SCHEMA,
-            tool: ToolInfo::default(),
-            probe,
-            checkpoint: None,
-            config: ConfigInfo::default(),
-            inputs: None,
-            backends: Vec::new(),
-            comparisons: Vec::new(),
-            located: Vec::new(),
-            blame: Vec::new(),
-            lens: Vec::new(),
-            explain: None,
-            incomplete: Vec::new(),
-            notes: Vec::new(),
-            svg: Vec::new(),
-        }
+        Report { schema: REPORT_SCHEMA, probe, ..Report::default() }
     }
 
     pub fn add_comparison(&mut self, pair: PairComparison) {
@@ -295,32 +279,29 @@ pub struct ReportTarget {
     pub path: Option<PathBuf>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Format {
-    Terminal,
-    Markdown,
-    Json,
-    Svg,
-    /// JUnit XML (`hefprobe suite` and `merge`).
-    Junit,
-    /// One self-contained HTML page (`hefprobe suite` and `merge`).
-    Html,
-}
-
-impl Format {
-    pub fn name(self) -> &'static str {
-        match self {
-            Format::Terminal => "terminal",
-            Format::Markdown => "markdown",
-            Format::Json => "json",
-            Format::Svg => "svg",
-            Format::Junit => "junit",
-            Format::Html => "html",
-        }
+crate::named_enum! {
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum Format {
+        Terminal = "terminal",
+        Markdown = "markdown",
+        Json = "json",
+        Svg = "svg",
+        /// JUnit XML (`hefprobe suite` and `merge`).
+        Junit = "junit",
+        /// One self-contained HTML page (`hefprobe suite` and `merge`).
+        Html = "html",
     }
 }
 
 impl ReportTarget {
+    /// `targets`, or `format` on stdout when none was asked for.
+    pub fn or(mut targets: Vec<ReportTarget>, format: Format) -> Vec<ReportTarget> {
+        if targets.is_empty() {
+            targets.push(ReportTarget { format, path: None });
+        }
+        targets
+    }
+
     /// `FORMAT`, `FORMAT=-` (stdout) or `FORMAT=PATH`; the one parser every reporting command's
     /// `--report` uses. An empty path is refused here, when the flags are read, not after a run.
     pub fn parse(s: &str) -> std::result::Result<Self, String> {
@@ -329,17 +310,11 @@ impl ReportTarget {
             return Err(format!("`{s}`: the path after `=` is empty; give {f}=PATH, or {f}=- for stdout"));
         }
         let format = match f {
-            "terminal" | "table" => Format::Terminal,
-            "markdown" | "md" => Format::Markdown,
-            "json" => Format::Json,
-            "svg" => Format::Svg,
-            "junit" => Format::Junit,
-            "html" => Format::Html,
-            other => {
-                return Err(format!(
-                    "report format `{other}`: expected terminal, markdown, json, svg, junit or html"
-                ))
-            }
+            "table" => Format::Terminal,
+            "md" => Format::Markdown,
+            _ => Format::from_name(f).ok_or_else(|| {
+                format!("report format `{f}`: expected terminal, markdown, json, svg, junit or html")
+            })?,
         };
         if format == Format::Svg && p == "-" {
             return Err(
@@ -425,10 +400,7 @@ pub fn emit(report: &mut Report, targets: &[ReportTarget], color: bool) -> Resul
             Format::Json => json::render(report),
             Format::Svg | Format::Junit | Format::Html => unreachable!(),
         };
-        match &t.path {
-            None => stdout.push_str(&text),
-            Some(p) => crate::files::write_file(p, text)?,
-        }
+        deliver(t, &text, &mut stdout)?;
     }
     Ok(stdout)
 }

@@ -8,7 +8,8 @@ use crate::tap::{LayerTap, Tap};
 use plotters::prelude::*;
 use std::path::{Path, PathBuf};
 
-const PALETTE: [RGBColor; 6] = [
+/// The look every hefprobe line plot shares (band.rs draws with it too).
+pub(super) const PALETTE: [RGBColor; 6] = [
     RGBColor(31, 119, 180),
     RGBColor(214, 39, 40),
     RGBColor(44, 160, 44),

@@ -29,28 +29,19 @@ pub struct Figures {
     pub sqnr_db: Option<f64>,
 }
 
-/// The figures, by name.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Figure {
-    Cosine,
-    SqnrDb,
-    Kl,
-    Argmax,
+crate::named_enum! {
+    /// The figures, by name.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+    #[serde(rename_all = "snake_case")]
+    pub enum Figure {
+        Cosine = "cosine",
+        SqnrDb = "sqnr_db",
+        Kl = "kl",
+        Argmax = "argmax",
+    }
 }
 
 impl Figure {
-    pub const ALL: [Figure; 4] = [Figure::Cosine, Figure::SqnrDb, Figure::Kl, Figure::Argmax];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Figure::Cosine => "cosine",
-            Figure::SqnrDb => "sqnr_db",
-            Figure::Kl => "kl",
-            Figure::Argmax => "argmax",
-        }
-    }
-
     /// How reports say it.
     pub fn title(self) -> &'static str {
         match self {
@@ -65,7 +56,7 @@ impl Figure {
         match s {
             "sqnr" | "sqnr_db" => Some(Figure::SqnrDb),
             "argmax" | "argmax_agreement" => Some(Figure::Argmax),
-            _ => Figure::ALL.into_iter().find(|f| f.name() == s),
+            _ => Figure::from_name(s),
         }
     }
 

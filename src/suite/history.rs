@@ -13,7 +13,6 @@ use crate::report::doc::{Doc, Table};
 use crate::report::format::num;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
-use std::io::Write;
 use std::path::Path;
 
 pub const HISTORY_SCHEMA: &str = "hefprobe.history/1";
@@ -59,15 +58,13 @@ pub fn append(path: &Path, r: &SuiteResult) -> Result<usize> {
     if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
         std::fs::create_dir_all(parent).map_err(|e| Error::io(parent, e))?;
     }
-    let mut f =
-        std::fs::OpenOptions::new().create(true).append(true).open(path).map_err(|e| Error::io(path, e))?;
     let new = lines(r);
     let mut text = String::new();
     for l in &new {
         text += &serde_json::to_string(l).expect("history lines serialize");
         text.push('\n');
     }
-    f.write_all(text.as_bytes()).map_err(|e| Error::io(path, e))?;
+    crate::files::append(path, &text)?;
     Ok(new.len())
 }
 

@@ -26,8 +26,12 @@ pub mod summary;
 use crate::error::{Error, Result};
 use crate::report::{Format, ReportTarget};
 use result::SuiteResult;
-use std::io::Write;
 use std::path::{Path, PathBuf};
+
+/// Why a suite refuses `--report svg` (before it runs, and when it renders).
+pub const SVG_INLINE: &str =
+    "--report svg: a suite's plots are inline in its HTML report (--report html=PATH); `hefprobe trend` \
+     writes SVG";
 
 /// What a finished result updates besides its reports.
 #[derive(Debug, Clone, Default)]
@@ -79,25 +83,12 @@ pub fn emit(
             Format::Json => r.to_json(),
             Format::Junit => junit::render(r),
             Format::Html => html::render(r)?,
-            Format::Svg => {
-                return Err(Error::usage(
-                    "--report svg: a suite's plots are inline in its HTML report (--report html=PATH); \
-                     `hefprobe trend` writes SVG",
-                ))
-            }
+            Format::Svg => return Err(Error::usage(SVG_INLINE)),
         };
-        match &t.path {
-            None => stdout.push_str(&text),
-            Some(p) => crate::files::write_file(p, text)?,
-        }
+        crate::report::deliver(t, &text, &mut stdout)?;
     }
     if let Some(path) = step_summary {
-        let mut f = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(path)
-            .map_err(|e| Error::io(path, e))?;
-        f.write_all(summary::doc(r).markdown().as_bytes()).map_err(|e| Error::io(path, e))?;
+        crate::files::append(path, &summary::doc(r).markdown())?;
     }
     Ok(stdout)
 }

@@ -13,52 +13,31 @@ use std::collections::BTreeMap;
 
 pub const SUITE_SCHEMA: &str = "hefprobe.suite/1";
 
-/// How a pair ended. Decided once, in `suite::run`; exit codes and every report read it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Status {
-    /// Worse than its baseline by more than the noise band (confirmed by a re-run).
-    Regressed,
-    /// Beyond its thresholds with no baseline to call it known (confirmed by a re-run).
-    Failed,
-    /// The device disagreed with itself in the repeatability gate: not compared.
-    Unstable,
-    /// The pair could not run (input, device or runtime error).
-    Error,
-    /// Failed once, passed on the re-run.
-    Flaky,
-    /// Beyond its thresholds, but no worse than its baseline.
-    Known,
-    Pass,
-    /// Nothing to run (a sweep probe).
-    Skipped,
+crate::named_enum! {
+    /// How a pair ended. Decided once, in `suite::run`; exit codes and every report read it.
+    #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+    #[serde(rename_all = "lowercase")]
+    pub enum Status {
+        /// Worse than its baseline by more than the noise band (confirmed by a re-run).
+        Regressed = "regressed",
+        /// Beyond its thresholds with no baseline to call it known (confirmed by a re-run).
+        Failed = "failed",
+        /// The device disagreed with itself in the repeatability gate: not compared.
+        Unstable = "unstable",
+        /// The pair could not run (input, device or runtime error).
+        Error = "error",
+        /// Failed once, passed on the re-run.
+        Flaky = "flaky",
+        /// Beyond its thresholds, but no worse than its baseline.
+        Known = "known",
+        #[default]
+        Pass = "pass",
+        /// Nothing to run (a sweep probe).
+        Skipped = "skipped",
+    }
 }
 
 impl Status {
-    pub const ALL: [Status; 8] = [
-        Status::Regressed,
-        Status::Failed,
-        Status::Unstable,
-        Status::Error,
-        Status::Flaky,
-        Status::Known,
-        Status::Pass,
-        Status::Skipped,
-    ];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Status::Regressed => "regressed",
-            Status::Failed => "failed",
-            Status::Unstable => "unstable",
-            Status::Error => "error",
-            Status::Flaky => "flaky",
-            Status::Known => "known",
-            Status::Pass => "pass",
-            Status::Skipped => "skipped",
-        }
-    }
-
     /// Fails the run (and the pull request).
     pub fn is_failure(self) -> bool {
         matches!(self, Status::Regressed | Status::Failed | Status::Unstable | Status::Error)
@@ -112,7 +91,7 @@ pub struct GateResult {
 }
 
 /// One probe × target.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PairResult {
     pub probe: String,
@@ -157,21 +136,7 @@ impl PairResult {
             finding: probe.finding,
             target: target.to_string(),
             kind,
-            status: Status::Pass,
-            located: None,
-            regressions: Vec::new(),
-            explanation: None,
-            first_run: None,
-            note: None,
-            gate: None,
-            band: None,
-            figures: BTreeMap::new(),
-            baseline: None,
-            series: Vec::new(),
-            device: None,
-            hef_revision: None,
-            error: None,
-            seconds: 0.0,
+            ..PairResult::default()
         }
     }
 

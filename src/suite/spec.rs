@@ -88,66 +88,39 @@ pub struct Target {
 
 /// The repeatability gate: the same InputSet `runs` times on a device before any comparison.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields)]
+#[serde(default, deny_unknown_fields)]
 pub struct GateSpec {
-    #[serde(default = "default_runs")]
     pub runs: usize,
     /// The lowest logits cosine allowed between two runs of the same inputs. The default keeps
     /// a device's own noise under a tenth of the slack of the default bound (cosine ≥ 0.999,
     /// compare/thresholds.rs), so noise alone cannot carry a pair across a threshold.
-    #[serde(default = "default_min_cosine")]
     pub min_cosine: f64,
-}
-
-fn default_runs() -> usize {
-    3
-}
-
-fn default_min_cosine() -> f64 {
-    0.9999
 }
 
 impl Default for GateSpec {
     fn default() -> Self {
-        GateSpec { runs: default_runs(), min_cosine: default_min_cosine() }
+        GateSpec { runs: 3, min_cosine: 0.9999 }
     }
 }
 
 /// The least a figure must worsen, against its baseline, to be a regression; the device's own
 /// run-to-run spread widens it (see [`super::figures::Band`]).
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields)]
+#[serde(default, deny_unknown_fields)]
 pub struct BandFloors {
     /// Cosine points.
-    #[serde(default = "floor_cosine")]
     pub cosine: f64,
     /// Decibels.
-    #[serde(default = "floor_sqnr")]
     pub sqnr_db: f64,
     /// Nats of mean KL divergence.
-    #[serde(default = "floor_kl")]
     pub kl: f64,
     /// Share of positions whose argmax agrees (0.05 = 5 points: one flip in a 20-token prefill).
-    #[serde(default = "floor_argmax")]
     pub argmax: f64,
-}
-
-fn floor_cosine() -> f64 {
-    1e-4
-}
-fn floor_sqnr() -> f64 {
-    1.0
-}
-fn floor_kl() -> f64 {
-    1e-4
-}
-fn floor_argmax() -> f64 {
-    0.05
 }
 
 impl Default for BandFloors {
     fn default() -> Self {
-        BandFloors { cosine: floor_cosine(), sqnr_db: floor_sqnr(), kl: floor_kl(), argmax: floor_argmax() }
+        BandFloors { cosine: 1e-4, sqnr_db: 1.0, kl: 1e-4, argmax: 0.05 }
     }
 }
 
@@ -155,15 +128,10 @@ impl Default for BandFloors {
 /// own `[explain]`, over the whole catalog). Explaining ranks every fault by emulating it, so a
 /// nightly job may want a short list.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields)]
+#[serde(default, deny_unknown_fields)]
 pub struct ExplainSettings {
-    #[serde(default = "yes")]
     pub enabled: bool,
     pub faults: Option<Vec<crate::fault::spec::FaultSpec>>,
-}
-
-fn yes() -> bool {
-    true
 }
 
 impl Default for ExplainSettings {
@@ -173,7 +141,7 @@ impl Default for ExplainSettings {
 }
 
 /// A suite, loaded: its probes in order and the targets they run against.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct Suite {
     pub name: String,
     pub file: Option<PathBuf>,
@@ -233,16 +201,7 @@ impl Suite {
     /// The probes given on the command line, as a suite with default settings.
     pub fn from_probes(paths: &[PathBuf]) -> Result<Suite> {
         let probes = paths.iter().map(|p| Probe::load(p)).collect::<Result<Vec<_>>>()?;
-        let suite = Suite {
-            name: "probes".into(),
-            file: None,
-            probes,
-            targets: Vec::new(),
-            gate: GateSpec::default(),
-            floors: BandFloors::default(),
-            explain: ExplainSettings::default(),
-            thresholds: Vec::new(),
-        };
+        let suite = Suite { name: "probes".into(), probes, ..Suite::default() };
         suite.check("the command line")?;
         Ok(suite)
     }

@@ -66,28 +66,39 @@ pub fn library_version() -> Result<(u32, u32, u32)> {
 /// What `doctor` asks of the device: create one VDevice (device_count 1, as every run does),
 /// read its ids and architecture, release it.
 pub fn probe_device() -> Result<super::RealDevice> {
-    let mut raw: *mut ffi::HpVdevice = std::ptr::null_mut();
-    call("VDevice::create_shared", |err, err_len| {
-        // SAFETY: `raw` is valid for writes and `err` for `err_len` chars; on success the shim
-        // stores an owned handle in `raw`, destroyed below.
-        unsafe { ffi::hp_vdevice_create(&mut raw, err, err_len) }
-    })
-    .map_err(|failure| failure.error(CallContext::default()))?;
-    let vdevice = NonNull::new(raw)
-        .ok_or_else(|| Error::Device("hp_vdevice_create succeeded but returned no handle".into()))?;
-    let mut info = ffi::HpVdeviceInfo { device_ids: [0; ffi::HP_NAME_CAPACITY], architecture: -1 };
-    // SAFETY: `vdevice` is a live handle from hp_vdevice_create; `info` is valid for writes.
-    unsafe { ffi::hp_vdevice_info_get(vdevice.as_ptr(), &mut info) };
-    // SAFETY: the handle came from hp_vdevice_create above, nothing else holds it, and it is
-    // destroyed exactly once.
+    let (vdevice, info) = create_vdevice(None)?;
+    // SAFETY: the handle came from hp_vdevice_create in create_vdevice, nothing else holds it,
+    // and it is destroyed exactly once.
     unsafe { ffi::hp_vdevice_destroy(vdevice.as_ptr()) };
     let architecture = (info.architecture >= 0).then_some(info.architecture);
     Ok(super::RealDevice {
         device_ids: c_chars_to_string(&info.device_ids),
         cache_local: check_cache_access(architecture, "doctor").is_ok(),
-        architecture: architecture
-            .map(|a| architecture_name(a).map_or_else(|| format!("architecture {a}"), str::to_string)),
+        architecture: architecture.map(arch_label),
     })
+}
+
+/// Create one VDevice (device_count 1) and read its ids and architecture; the caller owns the
+/// handle and destroys it. `hef` is named in the error, if given.
+fn create_vdevice(hef: Option<&Path>) -> Result<(NonNull<ffi::HpVdevice>, ffi::HpVdeviceInfo)> {
+    let mut raw: *mut ffi::HpVdevice = std::ptr::null_mut();
+    call("VDevice::create_shared", |err, err_len| {
+        // SAFETY: `raw` is valid for writes and `err` for `err_len` chars; on success the shim
+        // stores an owned handle in `raw`, which the caller destroys.
+        unsafe { ffi::hp_vdevice_create(&mut raw, err, err_len) }
+    })
+    .map_err(|failure| failure.error(CallContext { hef, ..Default::default() }))?;
+    let vdevice = NonNull::new(raw)
+        .ok_or_else(|| Error::Device("hp_vdevice_create succeeded but returned no handle".into()))?;
+    let mut info = ffi::HpVdeviceInfo { device_ids: [0; ffi::HP_NAME_CAPACITY], architecture: -1 };
+    // SAFETY: `vdevice` is a live handle from hp_vdevice_create; `info` is valid for writes.
+    unsafe { ffi::hp_vdevice_info_get(vdevice.as_ptr(), &mut info) };
+    Ok((vdevice, info))
+}
+
+/// HailoRT's name for a device architecture, or its number when hefprobe knows no name.
+fn arch_label(a: i32) -> String {
+    architecture_name(a).map_or_else(|| format!("architecture {a}"), str::to_string)
 }
 
 /// The network group names of a HEF, in `Hef::get_network_groups_names()` order.
@@ -156,20 +167,8 @@ impl HailoDevice {
                 "HailoRT found no network group in this HEF",
             ));
         }
-
-        let mut raw: *mut ffi::HpVdevice = std::ptr::null_mut();
-        call("VDevice::create_shared", |err, err_len| {
-            // SAFETY: `raw` is valid for writes and `err` for `err_len` chars; on success the
-            // shim stores an owned handle in `raw`, released in Drop.
-            unsafe { ffi::hp_vdevice_create(&mut raw, err, err_len) }
-        })
-        .map_err(|failure| failure.error(CallContext { hef: Some(&hef), ..Default::default() }))?;
-        let vdevice = NonNull::new(raw)
-            .ok_or_else(|| Error::Device("hp_vdevice_create succeeded but returned no handle".into()))?;
-
-        let mut info = ffi::HpVdeviceInfo { device_ids: [0; ffi::HP_NAME_CAPACITY], architecture: -1 };
-        // SAFETY: `vdevice` is a live handle from hp_vdevice_create; `info` is valid for writes.
-        unsafe { ffi::hp_vdevice_info_get(vdevice.as_ptr(), &mut info) };
+        // The handle is released in Drop.
+        let (vdevice, info) = create_vdevice(Some(&hef))?;
         Ok(HailoDevice {
             vdevice,
             hef,
@@ -274,7 +273,7 @@ impl Device for HailoDevice {
     fn describe(&self) -> String {
         let (major, minor, revision) = self.version;
         let arch = match self.architecture {
-            Some(a) => architecture_name(a).map_or_else(|| format!("architecture {a}"), str::to_string),
+            Some(a) => arch_label(a),
             None => "architecture unknown".to_string(),
         };
         let ids = if self.device_ids.is_empty() { "?" } else { &self.device_ids };
@@ -290,9 +289,7 @@ impl Device for HailoDevice {
             kind: "hailo".into(),
             library_version: Some(format!("{major}.{minor}.{revision}")),
             device_id: (!self.device_ids.is_empty()).then(|| self.device_ids.clone()),
-            architecture: self
-                .architecture
-                .map(|a| architecture_name(a).map_or_else(|| format!("architecture {a}"), str::to_string)),
+            architecture: self.architecture.map(arch_label),
             // The 5.2 RPC client has no temperature call the shim exposes (Device is not
             // reachable through a VDeviceHrpcClient); left out rather than guessed.
             temperature_c: None,

@@ -16,6 +16,11 @@ fn inputs_with_suffix<'g>(g: &'g NetworkGroup, suffix: &str) -> Vec<&'g Stream> 
 }
 
 impl<'a> Auditor<'a> {
+    /// A finding about group `g`.
+    fn flag(&mut self, g: &NetworkGroup, id: &'static str, severity: Severity, msg: impl Into<String>) {
+        self.push(Finding::new(id, severity, msg).in_group(&g.name));
+    }
+
     pub(super) fn select_groups(&mut self) {
         let names: Vec<&str> = self.hef.groups.iter().map(|g| g.name.as_str()).collect();
         match self.hef.llm_groups_for_lora("") {
@@ -23,11 +28,8 @@ impl<'a> Auditor<'a> {
                 self.prefill = self.hef.group(&sel.prefill);
                 self.tbt = sel.tbt.as_deref().and_then(|t| self.hef.group(t));
                 if sel.tbt.is_none() {
-                    self.push(Finding::new(
-                        "no-tbt-group",
-                        Severity::Info,
-                        format!("no group ends with `{}`: base scope, genai runs every step (single tokens too) through prefill", sel.tbt_suffix),
-                    ));
+                    let msg = format!("no group ends with `{}`: base scope, genai runs every step (single tokens too) through prefill", sel.tbt_suffix);
+                    self.push(Finding::new("no-tbt-group", Severity::Info, msg));
                 }
                 self.selection.prefill_suffix = sel.prefill_suffix;
                 self.selection.tbt_suffix = sel.tbt_suffix;
@@ -38,14 +40,11 @@ impl<'a> Auditor<'a> {
                 let count = names.len();
                 let suffix =
                     if count <= 2 { "prefill".to_string() } else { "base_model__prefill".to_string() };
-                self.push(Finding::new(
-                    "no-prefill-group",
-                    Severity::Error,
-                    format!(
-                        "no network group ends with `{suffix}` (genai's prefill suffix for {count} group(s)); groups: {names:?}. \
-                         genai fails with HAILO_INTERNAL_FAILURE"
-                    ),
-                ));
+                let msg = format!(
+                    "no network group ends with `{suffix}` (genai's prefill suffix for {count} group(s)); groups: {names:?}. \
+                     genai fails with HAILO_INTERNAL_FAILURE"
+                );
+                self.push(Finding::new("no-prefill-group", Severity::Error, msg));
                 self.selection.prefill_suffix = suffix;
             }
         }
@@ -55,80 +54,47 @@ impl<'a> Auditor<'a> {
         let mut names = BTreeSet::new();
         for s in g.inputs.iter().chain(&g.outputs) {
             if !names.insert(s.name.as_str()) {
-                self.push(
-                    Finding::new(
-                        "duplicate-layer-name",
-                        Severity::Error,
-                        format!("boundary layer `{}` appears twice; HailoRT: HAILO_INVALID_HEF", s.name),
-                    )
-                    .in_group(&g.name),
-                );
+                let msg = format!("boundary layer `{}` appears twice; HailoRT: HAILO_INVALID_HEF", s.name);
+                self.flag(g, "duplicate-layer-name", Severity::Error, msg);
             }
             self.check_stream_types(g, s);
         }
         for input in &g.inputs {
             if input.quant_per_feature.windows(2).any(|w| w[0] != w[1]) {
-                self.push(
-                    Finding::new(
-                        "input-quant-per-feature",
-                        Severity::Error,
-                        format!("input `{}` has different quant infos per feature; HailoRT refuses that for inputs (HAILO_INVALID_HEF)", input.name),
-                    )
-                    .in_group(&g.name),
-                );
+                let msg = format!("input `{}` has different quant infos per feature; HailoRT refuses that for inputs (HAILO_INVALID_HEF)", input.name);
+                self.flag(g, "input-quant-per-feature", Severity::Error, msg);
             }
         }
         for name in &g.unordered_outputs {
-            self.push(
-                Finding::new(
-                    "output-not-in-order",
-                    Severity::Error,
-                    format!("output `{name}` is missing from the sorted output list; HailoRT cannot list the outputs (HAILO_INTERNAL_FAILURE)"),
-                )
-                .in_group(&g.name),
-            );
+            let msg = format!("output `{name}` is missing from the sorted output list; HailoRT cannot list the outputs (HAILO_INTERNAL_FAILURE)");
+            self.flag(g, "output-not-in-order", Severity::Error, msg);
         }
         for c in &g.caches {
             if !c.order.is_known() || !matches!(c.data_bytes, 1 | 2) {
-                self.push(
-                    Finding::new(
-                        "invalid-cache-layer",
-                        Severity::Error,
-                        format!(
-                            "cache layer `{}` has format {} and {} bytes per element; HailoRT refuses it",
-                            c.name, c.order, c.data_bytes
-                        ),
-                    )
-                    .in_group(&g.name),
+                let msg = format!(
+                    "cache layer `{}` has format {} and {} bytes per element; HailoRT refuses it",
+                    c.name, c.order, c.data_bytes
                 );
+                self.flag(g, "invalid-cache-layer", Severity::Error, msg);
             }
         }
     }
 
     fn check_stream_types(&mut self, g: &NetworkGroup, s: &Stream) {
         if !matches!(s.data_bytes, 1 | 2) {
-            self.push(
-                Finding::new(
-                    "invalid-dtype",
-                    Severity::Error,
-                    format!("`{}` has data_bytes {}; HailoRT knows only 1 (UINT8) and 2 (UINT16) and refuses the layer", s.name, s.data_bytes),
-                )
-                .in_group(&g.name),
+            let msg = format!(
+                "`{}` has data_bytes {}; HailoRT knows only 1 (UINT8) and 2 (UINT16) and refuses the layer",
+                s.name, s.data_bytes
             );
+            self.flag(g, "invalid-dtype", Severity::Error, msg);
         }
         if !s.order.is_known() {
-            self.push(
-                Finding::new(
-                    "unknown-format-order",
-                    Severity::Error,
-                    format!(
-                        "`{}` has compiler format code {}, which HailoRT cannot map (HAILO_INTERNAL_FAILURE)",
-                        s.name,
-                        s.order.code()
-                    ),
-                )
-                .in_group(&g.name),
+            let msg = format!(
+                "`{}` has compiler format code {}, which HailoRT cannot map (HAILO_INTERNAL_FAILURE)",
+                s.name,
+                s.order.code()
             );
+            self.flag(g, "unknown-format-order", Severity::Error, msg);
         }
     }
 
@@ -159,14 +125,8 @@ impl<'a> Auditor<'a> {
         }
         self.check_logits(g, phase);
         if g.caches.is_empty() {
-            self.push(
-                Finding::new(
-                    "no-cache-layers",
-                    Severity::Error,
-                    "the group has no cache layers, but genai calls update_cache_offset before every run: HAILO_INVALID_OPERATION",
-                )
-                .in_group(&g.name),
-            );
+            let msg = "the group has no cache layers, but genai calls update_cache_offset before every run: HAILO_INVALID_OPERATION";
+            self.flag(g, "no-cache-layers", Severity::Error, msg);
         }
     }
 
@@ -178,26 +138,20 @@ impl<'a> Auditor<'a> {
         for (role, suffix) in suffixes.roles() {
             let matches = inputs_with_suffix(g, suffix);
             match matches.first() {
-                None => self.push(
-                    Finding::new(
-                        "missing-input",
-                        Severity::Error,
-                        format!("no input name ends with `{suffix}` (the {role} suffix); genai fails with HAILO_INVALID_ARGUMENT"),
-                    )
-                    .in_group(&g.name),
-                ),
+                None => {
+                    let msg = format!("no input name ends with `{suffix}` (the {role} suffix); genai fails with HAILO_INVALID_ARGUMENT");
+                    self.flag(g, "missing-input", Severity::Error, msg);
+                }
                 Some(first) => {
                     self.roles.insert((g.name.clone(), first.name.clone()), role.to_string());
                     if matches.len() > 1 {
                         let names: Vec<&str> = matches.iter().map(|s| s.name.as_str()).collect();
-                        self.push(
-                            Finding::new(
-                                "ambiguous-input",
-                                Severity::Warning,
-                                format!("{} inputs end with `{suffix}` ({names:?}); genai uses `{}` as {role}", matches.len(), first.name),
-                            )
-                            .in_group(&g.name),
+                        let msg = format!(
+                            "{} inputs end with `{suffix}` ({names:?}); genai uses `{}` as {role}",
+                            matches.len(),
+                            first.name
                         );
+                        self.flag(g, "ambiguous-input", Severity::Warning, msg);
                     }
                 }
             }
@@ -214,37 +168,25 @@ impl<'a> Auditor<'a> {
             Phase::Prefill => format!("prefill_input_tokens_count = {rows}"),
             Phase::Tbt => "1 token per tbt step".to_string(),
         };
-        self.push(
-            Finding::new(
-                "input-rows",
-                Severity::Error,
-                format!(
-                    "{role} input `{}` has {} rows (height × width of {}) but genai writes {rows} ({source}); the frame is \
-                     over- or under-filled",
-                    s.name,
-                    s.shape.rows(),
-                    s.shape
-                ),
-            )
-            .in_group(&g.name),
+        let msg = format!(
+            "{role} input `{}` has {} rows (height × width of {}) but genai writes {rows} ({source}); the frame is \
+             over- or under-filled",
+            s.name,
+            s.shape.rows(),
+            s.shape
         );
+        self.flag(g, "input-rows", Severity::Error, msg);
     }
 
     /// `LLMPreProcess::create` (pre_process.cpp:87) requires UINT16 embeddings.
     fn check_embeddings_input(&mut self, g: &NetworkGroup, s: &Stream) {
         if s.data_bytes != 2 {
-            self.push(
-                Finding::new(
-                    "embeddings-dtype",
-                    Severity::Error,
-                    format!(
-                        "embeddings input `{}` is {}; genai supports only UINT16 (HAILO_INVALID_ARGUMENT)",
-                        s.name,
-                        s.dtype()
-                    ),
-                )
-                .in_group(&g.name),
+            let msg = format!(
+                "embeddings input `{}` is {}; genai supports only UINT16 (HAILO_INVALID_ARGUMENT)",
+                s.name,
+                s.dtype()
             );
+            self.flag(g, "embeddings-dtype", Severity::Error, msg);
         }
     }
 
@@ -258,34 +200,19 @@ impl<'a> Auditor<'a> {
                 "attention mask `{}` is {} wide but genai writes kv_cache_size × num_attention_heads = {} × {} = {width} per row",
                 s.name, s.shape.features, p.kv_cache_size, p.num_attention_heads
             );
-            self.push(Finding::new("mask-width", Severity::Error, msg).in_group(&g.name));
+            self.flag(g, "mask-width", Severity::Error, msg);
         }
         if s.data_bytes != 1 {
-            self.push(
-                Finding::new(
-                    "mask-dtype",
-                    Severity::Error,
-                    format!(
-                        "attention mask `{}` is {} but genai writes it as uint8 bytes",
-                        s.name,
-                        s.dtype()
-                    ),
-                )
-                .in_group(&g.name),
-            );
+            let msg =
+                format!("attention mask `{}` is {} but genai writes it as uint8 bytes", s.name, s.dtype());
+            self.flag(g, "mask-dtype", Severity::Error, msg);
         }
         if phase == Phase::Prefill {
             let on = s.quant.quantize(1.0);
             self.rope.mask_on_value = Some(on);
             if !(1.0..=255.0).contains(&on) {
-                self.push(
-                    Finding::new(
-                        "mask-on-value",
-                        Severity::Error,
-                        format!("1.0 quantizes to {on} with the mask's quant info (scale {}, zp {}); genai's uint8 \"on\" value would be wrong", s.quant.scale, s.quant.zp),
-                    )
-                    .in_group(&g.name),
-                );
+                let msg = format!("1.0 quantizes to {on} with the mask's quant info (scale {}, zp {}); genai's uint8 \"on\" value would be wrong", s.quant.scale, s.quant.zp);
+                self.flag(g, "mask-on-value", Severity::Error, msg);
             }
         }
     }
@@ -314,14 +241,8 @@ impl<'a> Auditor<'a> {
     /// as float32 logits (llm_inference_manager.cpp:45-88).
     fn check_logits(&mut self, g: &NetworkGroup, phase: Phase) {
         if g.outputs.is_empty() {
-            self.push(
-                Finding::new(
-                    "no-outputs",
-                    Severity::Error,
-                    "the group has no outputs: genai has no logits to sample",
-                )
-                .in_group(&g.name),
-            );
+            let msg = "the group has no outputs: genai has no logits to sample";
+            self.flag(g, "no-outputs", Severity::Error, msg);
             return;
         }
         let sharded = g.outputs.len() > 1;
@@ -362,15 +283,8 @@ impl<'a> Auditor<'a> {
         self.push(Finding::new("logits-sharded", Severity::Info, msg).table(12).in_group(&g.name));
         let first = g.outputs[0].elements();
         if g.outputs.iter().any(|s| s.elements() != first) {
-            self.push(
-                Finding::new(
-                    "logits-shard-sizes",
-                    Severity::Error,
-                    "the logits outputs differ in size; genai places output i at i × (its own frame size), assuming equal shards, so the logits overlap or leave gaps",
-                )
-                .table(12)
-                .in_group(&g.name),
-            );
+            let msg = "the logits outputs differ in size; genai places output i at i × (its own frame size), assuming equal shards, so the logits overlap or leave gaps";
+            self.push(Finding::new("logits-shard-sizes", Severity::Error, msg).table(12).in_group(&g.name));
         }
     }
 
@@ -388,16 +302,9 @@ impl<'a> Auditor<'a> {
             (Some(v), _) => (u64::from(v), "the checkpoint's vocab_size"),
             (None, Some(t)) => (u64::from(t), "the tokenizer's vocabulary"),
             (None, None) => {
-                self.push(
-                    Finding::new(
-                        "vocab-unknown",
-                        Severity::Warning,
-                        format!(
-                            "logits are {width} wide; no tokenizer.json or vocab size to check them against"
-                        ),
-                    )
-                    .in_group(&g.name),
-                );
+                let msg =
+                    format!("logits are {width} wide; no tokenizer.json or vocab size to check them against");
+                self.flag(g, "vocab-unknown", Severity::Warning, msg);
                 return;
             }
         };
@@ -413,7 +320,7 @@ impl<'a> Auditor<'a> {
             self.push(Finding::new("logits-width", Severity::Error, msg).table(table).in_group(&g.name));
         } else if width > vocab {
             let msg = format!("logits are {width} wide, {} more than {source} ({vocab}): padded lm_head rows that genai may sample", width - vocab);
-            self.push(Finding::new("logits-padded", Severity::Info, msg).in_group(&g.name));
+            self.flag(g, "logits-padded", Severity::Info, msg);
         }
     }
 

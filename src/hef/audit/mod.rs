@@ -108,7 +108,7 @@ pub struct ExtensionRow {
     pub supported: bool,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Default, Serialize)]
 pub struct Selection {
     pub group_count: usize,
     pub prefill_suffix: String,
@@ -313,13 +313,6 @@ struct Auditor<'a> {
 
 impl<'a> Auditor<'a> {
     fn new(hef: &'a Hef, expect: &'a Expectations) -> Self {
-        let selection = Selection {
-            group_count: hef.groups.len(),
-            prefill_suffix: String::new(),
-            tbt_suffix: String::new(),
-            prefill: None,
-            tbt: None,
-        };
         Auditor {
             hef,
             expect,
@@ -328,7 +321,7 @@ impl<'a> Auditor<'a> {
             params: LlmConfig::with_defaults(0),
             prefill: None,
             tbt: None,
-            selection,
+            selection: Selection { group_count: hef.groups.len(), ..Selection::default() },
             tokenizer_vocab: None,
             theta_length: None,
             vocab: VocabSummary { expected: expect.vocab_size, ..Default::default() },
@@ -371,6 +364,9 @@ impl<'a> Auditor<'a> {
             (_, Some(t)) if *t == g.name => Some("tbt"),
             _ => None,
         };
+        let rows = |g: &NetworkGroup, streams: &[Stream]| {
+            streams.iter().map(|s| layer_row(s, self.roles.get(&(g.name.clone(), s.name.clone())))).collect()
+        };
         let groups = hef
             .groups
             .iter()
@@ -378,16 +374,8 @@ impl<'a> Auditor<'a> {
                 name: g.name.clone(),
                 role: role_of(g),
                 contexts: g.contexts,
-                inputs: g
-                    .inputs
-                    .iter()
-                    .map(|s| layer_row(s, self.roles.get(&(g.name.clone(), s.name.clone()))))
-                    .collect(),
-                outputs: g
-                    .outputs
-                    .iter()
-                    .map(|s| layer_row(s, self.roles.get(&(g.name.clone(), s.name.clone()))))
-                    .collect(),
+                inputs: rows(g, &g.inputs),
+                outputs: rows(g, &g.outputs),
                 caches: g.caches.iter().map(cache_row).collect(),
             })
             .collect();

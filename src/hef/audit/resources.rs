@@ -15,47 +15,33 @@ impl Auditor<'_> {
         for &id in &self.hef.extensions {
             if !extension::SUPPORTED.contains(&id) {
                 let name = extension::name(id);
-                self.push(Finding::new(
-                    "unsupported-extension",
-                    Severity::Error,
-                    format!("the HEF requires extension {id} ({name}), which HailoRT 5.2 does not support: HAILO_HEF_NOT_SUPPORTED"),
-                ));
+                let msg = format!("the HEF requires extension {id} ({name}), which HailoRT 5.2 does not support: HAILO_HEF_NOT_SUPPORTED");
+                self.push(Finding::new("unsupported-extension", Severity::Error, msg));
             }
         }
         if !self.hef.has_extension(extension::PERIPH_CALCULATION_IN_HAILORT) {
-            self.push(Finding::new(
-                "missing-extension",
-                Severity::Error,
-                "the HEF lacks PERIPH_CALCULATION_IN_HAILORT (26); HailoRT 5.2 refuses it as outdated (HAILO_HEF_NOT_SUPPORTED) — recompile with a current DFC",
-            ));
+            let msg = "the HEF lacks PERIPH_CALCULATION_IN_HAILORT (26); HailoRT 5.2 refuses it as outdated (HAILO_HEF_NOT_SUPPORTED) — recompile with a current DFC";
+            self.push(Finding::new("missing-extension", Severity::Error, msg));
         }
     }
 
     pub(super) fn check_resources(&mut self) {
         for name in REQUIRED_RESOURCES {
             if self.hef.resource(name).is_none() {
-                self.push(Finding::new(
-                    "missing-resource",
-                    Severity::Error,
-                    format!("resource `{name}` is missing; genai fetches it at model creation and fails without it (HAILO_NOT_FOUND)"),
-                ));
+                let msg = format!("resource `{name}` is missing; genai fetches it at model creation and fails without it (HAILO_NOT_FOUND)");
+                self.push(Finding::new("missing-resource", Severity::Error, msg));
             }
         }
         let mut seen = BTreeSet::new();
         for r in &self.hef.resources {
             if !seen.insert(r.name.as_str()) {
-                self.push(Finding::new(
-                    "duplicate-resource",
-                    Severity::Warning,
-                    format!("resource `{}` appears more than once; HailoRT serves the first", r.name),
-                ));
+                let msg = format!("resource `{}` appears more than once; HailoRT serves the first", r.name);
+                self.push(Finding::new("duplicate-resource", Severity::Warning, msg));
             }
             if r.xxhash == 0 {
-                self.push(Finding::new(
-                    "resource-unhashed",
-                    Severity::Info,
-                    format!("resource `{}` has no stored XXH3, so corruption would go unnoticed", r.name),
-                ));
+                let msg =
+                    format!("resource `{}` has no stored XXH3, so corruption would go unnoticed", r.name);
+                self.push(Finding::new("resource-unhashed", Severity::Info, msg));
             }
         }
     }
@@ -78,11 +64,10 @@ impl Auditor<'_> {
         let Some(bytes) = self.hef.resource(TOKENIZER) else { return };
         match tokenizer_vocab_size(bytes) {
             Ok(n) => self.tokenizer_vocab = Some(n),
-            Err(msg) => self.push(Finding::new(
-                "tokenizer-invalid",
-                Severity::Error,
-                format!("resource {TOKENIZER}: {msg}; genai's tokenizer cannot load it"),
-            )),
+            Err(e) => {
+                let msg = format!("resource {TOKENIZER}: {e}; genai's tokenizer cannot load it");
+                self.push(Finding::new("tokenizer-invalid", Severity::Error, msg));
+            }
         }
         self.vocab.tokenizer = self.tokenizer_vocab;
     }
@@ -93,29 +78,18 @@ impl Auditor<'_> {
         let Some(bytes) = self.hef.resource(THETA) else { return };
         let len = bytes.len() as u64;
         if !len.is_multiple_of(4) {
-            self.push(Finding::new(
-                "theta-size",
-                Severity::Error,
-                format!(
-                    "{THETA} is {len} bytes, not a whole number of float32; genai drops the last {} bytes",
-                    len % 4
-                ),
-            ));
+            let msg = format!(
+                "{THETA} is {len} bytes, not a whole number of float32; genai drops the last {} bytes",
+                len % 4
+            );
+            self.push(Finding::new("theta-size", Severity::Error, msg));
         }
         let l = len / 4;
         self.theta_length = Some(l);
         self.rope.theta_length = Some(l);
         if l == 0 || l % 2 == 1 {
-            self.push(
-                Finding::new(
-                    "theta-length",
-                    Severity::Error,
-                    format!(
-                        "{THETA} holds {l} values; genai needs an even, non-zero count (sections [L/2, L/2] must cover all L columns)"
-                    ),
-                )
-                .table(3),
-            );
+            let msg = format!("{THETA} holds {l} values; genai needs an even, non-zero count (sections [L/2, L/2] must cover all L columns)");
+            self.push(Finding::new("theta-length", Severity::Error, msg).table(3));
         }
     }
 

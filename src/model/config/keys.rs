@@ -371,40 +371,9 @@ pub(super) const KEYS: &[Key] = &[
 
 /// Name fragments that say a key is about the forward pass. A key segment (split at `_`)
 /// starting with one of them makes an unknown key a refusal rather than a report.
-const HINTS: &[&str] = &[
-    "rope",
-    "rotary",
-    "theta",
-    "scal",
-    "quant",
-    "softcap",
-    "logit",
-    "act",
-    "norm",
-    "eps",
-    "window",
-    "sliding",
-    "attention",
-    "attn",
-    "bias",
-    "head",
-    "hidden",
-    "layer",
-    "position",
-    "embed",
-    "vocab",
-    "intermediate",
-    "mlp",
-    "ffn",
-    "expert",
-    "moe",
-    "partial",
-    "mrope",
-    "alibi",
-    "dim",
-    "kv",
-    "qk",
-];
+const HINTS: &str = "rope rotary theta scal quant softcap logit act norm eps window sliding attention attn \
+                     bias head hidden layer position embed vocab intermediate mlp ffn expert moe partial mrope \
+                     alibi dim kv qk";
 
 /// The table row for `name` on `arch`.
 pub(super) fn row(name: &str, arch: Arch) -> Option<&'static Key> {
@@ -414,7 +383,7 @@ pub(super) fn row(name: &str, arch: Arch) -> Option<&'static Key> {
 /// The hint fragment in `name`, if any.
 fn hint(name: &str) -> Option<&'static str> {
     let lower = name.to_ascii_lowercase();
-    lower.split(['_', '-', '.']).find_map(|seg| HINTS.iter().find(|h| seg.starts_with(**h)).copied())
+    lower.split(['_', '-', '.']).find_map(|seg| HINTS.split(' ').find(|h| seg.starts_with(h)))
 }
 
 /// What to do with a key that has no row.

@@ -233,59 +233,13 @@ fn check_keys(
     Ok(())
 }
 
-/// The rope block transformers 5 writes for `rope`.
+/// The rope block transformers 5 writes for `rope`: `rope_theta`, then `RopeScaling` as it
+/// serializes (`rope_type` first, the fields in declaration order, absent options left out).
 pub(super) fn to_hf_json(rope: &RopeConfig) -> Value {
     let mut m = Map::new();
     m.insert("rope_theta".into(), rope.theta.into());
-    let mut put = |k: &str, v: Value| {
-        m.insert(k.into(), v);
-    };
-    match &rope.scaling {
-        RopeScaling::Default => put("rope_type", "default".into()),
-        RopeScaling::Linear { factor } => {
-            put("rope_type", "linear".into());
-            put("factor", (*factor).into());
-        }
-        RopeScaling::Llama3 {
-            factor,
-            low_freq_factor,
-            high_freq_factor,
-            original_max_position_embeddings,
-        } => {
-            put("rope_type", "llama3".into());
-            put("factor", (*factor).into());
-            put("low_freq_factor", (*low_freq_factor).into());
-            put("high_freq_factor", (*high_freq_factor).into());
-            put("original_max_position_embeddings", (*original_max_position_embeddings).into());
-        }
-        RopeScaling::Yarn {
-            factor,
-            original_max_position_embeddings,
-            attention_factor,
-            beta_fast,
-            beta_slow,
-            mscale,
-            mscale_all_dim,
-            truncate,
-        } => {
-            put("rope_type", "yarn".into());
-            put("factor", (*factor).into());
-            put("original_max_position_embeddings", (*original_max_position_embeddings).into());
-            for (k, v) in [
-                ("attention_factor", attention_factor),
-                ("beta_fast", beta_fast),
-                ("beta_slow", beta_slow),
-                ("mscale", mscale),
-                ("mscale_all_dim", mscale_all_dim),
-            ] {
-                if let Some(v) = v {
-                    put(k, (*v).into());
-                }
-            }
-            if !truncate {
-                put("truncate", false.into());
-            }
-        }
+    if let Ok(Value::Object(scaling)) = serde_json::to_value(&rope.scaling) {
+        m.extend(scaling);
     }
     Value::Object(m)
 }
