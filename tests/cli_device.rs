@@ -15,7 +15,9 @@ fn synth_hef(ck: &Path, out: &Path, extra: &[&str]) {
         .arg("synth-hef")
         .arg("--checkpoint")
         .arg(ck)
-        .args(["--prefill-tokens", "16", "--kv-cache-size", "128", "-o"])
+        // These tests feed seeded random ids, so the HEF calibrates on random ids (its
+        // default, text through the checkpoint's tokenizer, would not cover them).
+        .args(["--calib-random", "--prefill-tokens", "16", "--kv-cache-size", "128", "-o"])
         .arg(out)
         .args(extra)
         .assert()
@@ -156,6 +158,83 @@ fn shared_softmax_probe_against_a_hef_explains_it_from_logits_alone() {
         .code(1)
         .stdout(predicate::str::contains("explain: which fault reproduces hef (matched on logits)"))
         .stdout(predicate::str::contains("best explanation: shared-softmax@layers=0"));
+}
+
+/// A quantized HEF (synth-hef's default a16) with a fault past layer 0, seen through its logits
+/// only: explain composes every candidate with the HEF's quantization, finds the layer by
+/// emulating each per-layer fault at every layer, and ranks the planted fault first.
+#[test]
+fn a_fault_past_layer_0_of_a_quantized_hef_ranks_first_from_its_logits_alone() {
+    let t = tempfile::tempdir().unwrap();
+    let h = t.path().join("ts.hef");
+    hefprobe()
+        .args(["synth-hef", "--synth", "tinystories", "--fault", "shared-softmax@layers=3", "-o"])
+        .arg(&h)
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("quant a16"));
+    let probe = Path::new(env!("CARGO_MANIFEST_DIR")).join("probes/shared-softmax.toml");
+    hefprobe()
+        .arg("run")
+        .arg(&probe)
+        .arg("--backend")
+        .arg(format!("hef={}", h.display()))
+        .assert()
+        .code(1)
+        .stdout(predicate::str::contains("judged on its excess over what it computes when nothing is wrong"))
+        .stdout(predicate::str::contains("(expected quantization)"))
+        .stdout(predicate::str::contains("emulated at every one of the"))
+        .stdout(predicate::str::contains("best explanation: shared-softmax@layers=3"));
+}
+
+/// The hardware checklist's path: inputs saved here, the HEF captured on the "device host",
+/// explained here from the recorded logits with the HEF named as what they were captured
+/// from (its quantization is the baseline): the planted fault still ranks first.
+#[test]
+fn explain_of_a_recorded_capture_takes_the_quantization_of_the_hef_it_came_from() {
+    let t = tempfile::tempdir().unwrap();
+    let h = t.path().join("ts.hef");
+    hefprobe()
+        .args(["synth-hef", "--synth", "tinystories", "--fault", "shared-softmax@layers=3", "-o"])
+        .arg(&h)
+        .assert()
+        .success();
+    let probe = Path::new(env!("CARGO_MANIFEST_DIR")).join("probes/shared-softmax.toml");
+    let inputs = t.path().join("inputs.npz");
+    hefprobe().arg("run").arg(&probe).arg("--no-explain").arg("--save-inputs").arg(&inputs).assert().code(1);
+    let cap = t.path().join("device.npz");
+    hefprobe().arg("capture").arg(&h).arg("--inputs").arg(&inputs).arg("-o").arg(&cap).assert().success();
+    hefprobe()
+        .arg("explain")
+        .arg(&probe)
+        .arg("--observed")
+        .arg(&cap)
+        .arg("--hef")
+        .arg(&h)
+        .assert()
+        .code(1)
+        .stdout(predicate::str::contains("(expected quantization)"))
+        .stdout(predicate::str::contains("best explanation: shared-softmax@layers=3"));
+}
+
+/// The same HEF without the fault passes: its drift from the float reference is what its
+/// quantization computes, and explain says so rather than "nothing explains".
+#[test]
+fn a_clean_quantized_hef_passes_on_its_excess_and_explain_calls_it_quantization_noise() {
+    let t = tempfile::tempdir().unwrap();
+    let h = t.path().join("ts.hef");
+    hefprobe().args(["synth-hef", "--synth", "tinystories", "-o"]).arg(&h).assert().success();
+    let probe = Path::new(env!("CARGO_MANIFEST_DIR")).join("probes/shared-softmax.toml");
+    hefprobe()
+        .arg("run")
+        .arg(&probe)
+        .arg("--backend")
+        .arg(format!("hef={}", h.display()))
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("expected cosine"))
+        .stdout(predicate::str::contains("expected quantization noise"))
+        .stdout(predicate::str::contains("nothing in the catalog explains").not());
 }
 
 #[test]

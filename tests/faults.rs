@@ -54,7 +54,7 @@ fn faults_indistinguishable_from_a_clean_run_are_never_claimed() {
         ..Default::default()
     };
     let report = explain(
-        &Setting { ckpt: &ckpt, inputs: &inputs, scratch: None },
+        &Setting { ckpt: &ckpt, inputs: &inputs, scratch: None, target: None },
         &reference,
         ("obs", &observed),
         &spec,
@@ -70,7 +70,7 @@ fn faults_indistinguishable_from_a_clean_run_are_never_claimed() {
         .unwrap()
         .capture;
     let report = explain(
-        &Setting { ckpt: &ckpt, inputs: &inputs, scratch: None },
+        &Setting { ckpt: &ckpt, inputs: &inputs, scratch: None, target: None },
         &reference,
         ("obs", &observed),
         &spec,
@@ -102,7 +102,7 @@ fn nothing_in_the_catalog_is_said_plainly() {
     let spec =
         ExplainSpec { faults: Some(vec![fs("shared-softmax"), fs("no-lm-head")]), ..Default::default() };
     let report = explain(
-        &Setting { ckpt: &ckpt, inputs: &inputs, scratch: None },
+        &Setting { ckpt: &ckpt, inputs: &inputs, scratch: None, target: None },
         &reference,
         ("noisy", &observed),
         &spec,
@@ -137,7 +137,7 @@ fn three_way_attribution_splits_drift_into_what_quantization_explains() {
     // Observed = exactly the quantization hypothesis: it explains all of the drift.
     let quantized = observe(&["quant:w4a8"]);
     let report = explain(
-        &Setting { ckpt: &ckpt, inputs: &inputs, scratch: None },
+        &Setting { ckpt: &ckpt, inputs: &inputs, scratch: None, target: None },
         &reference,
         ("obs", &quantized),
         &spec,
@@ -150,8 +150,12 @@ fn three_way_attribution_splits_drift_into_what_quantization_explains() {
     }
     // Observed = quantization plus a softmax shared across heads: quantization explains little.
     let both = observe(&["quant:w4a8", "shared-softmax"]);
-    let report =
-        explain(&Setting { ckpt: &ckpt, inputs: &inputs, scratch: None }, &reference, ("obs", &both), &spec)
-            .unwrap();
+    let report = explain(
+        &Setting { ckpt: &ckpt, inputs: &inputs, scratch: None, target: None },
+        &reference,
+        ("obs", &both),
+        &spec,
+    )
+    .unwrap();
     assert!(report.attribution.iter().all(|a| a.explained < 0.5), "{:?}", report.attribution);
 }

@@ -465,3 +465,53 @@ fn diagnose_refuses_a_hef_of_another_checkpoint_and_an_unbounded_repeat() {
         .code(2)
         .stderr(predicate::str::contains("--repeat"));
 }
+
+/// Round two's sizes and counts: each is refused with exit 2 naming it, before anything is
+/// allocated or run.
+#[test]
+fn layer_ranges_thread_counts_shard_totals_and_quant_settings_are_bounded_when_read() {
+    let t = tempfile::tempdir().unwrap();
+    let probe = tiny_probe(t.path(), "");
+    for range in ["0-99999999999", "0-4294967295", "0-18446744073709551615", "18446744073709551616"] {
+        let fault = format!("shared-softmax@layers={range}");
+        hefprobe()
+            .arg("run")
+            .arg(&probe)
+            .args(["--fault", &fault])
+            .assert()
+            .code(2)
+            .stderr(predicate::str::contains("@layers"));
+        hefprobe()
+            .args(["synth-hef", "--synth", "tinystories", "--fault", &fault, "-o"])
+            .arg(t.path().join("x.hef"))
+            .assert()
+            .code(2);
+    }
+    let in_toml = write(
+        t.path(),
+        "layers.toml",
+        &format!("{HEAD}{TINY}{INPUTS}[[backend]]\nkind = \"emulator\"\nfaults = [\"shared-softmax@layers=0-99999999999\"]\n"),
+    );
+    hefprobe().arg("run").arg(&in_toml).assert().code(2).stderr(predicate::str::contains("beyond any model"));
+    hefprobe()
+        .args(["synth-hef", "--synth", "tinystories", "--quant", "w0a0", "-o"])
+        .arg(t.path().join("q.hef"))
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("--quant w0a0"));
+    assert!(!t.path().join("q.hef").exists());
+    hefprobe()
+        .args(["bench", "--preset", "tinystories", "--threads", "100000"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("--threads 100000"));
+    hefprobe().arg("suite").arg(&probe).args(["--shard-total", "0"]).assert().code(2);
+    hefprobe()
+        .arg("suite")
+        .arg(&probe)
+        .env("JOB_COMPLETION_INDEX", "0")
+        .env("HEFPROBE_SHARD_TOTAL", "0")
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("HEFPROBE_SHARD_TOTAL=0"));
+}

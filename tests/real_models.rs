@@ -298,3 +298,135 @@ fn every_catalog_fault_is_located_and_ranked_first_on_real_weights() {
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+/// Run the hefprobe binary in `dir`; its exit code and stdout + stderr.
+fn hefprobe_in(dir: &Path, args: &[&str]) -> (i32, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_hefprobe"))
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    (out.status.code().unwrap_or(-1), text)
+}
+
+/// Issue 21's "done when", on simulated HEFs of the real model at synth-hef's default
+/// quantization: a clean HEF passes every catalog probe (judged on the excess over its expected
+/// quantization), and a HEF with a probe's own fault planted (at layer 2 where the fault is
+/// per layer) fails that probe with the planted fault ranked first, except the two faults that
+/// act on the HEF's frame geometry (detected only: docs/QUANTIZATION.md, "What explain cannot
+/// yet do"). scripts/hef-real-weights.sh writes the same as reports/smollm2-hef.md.
+#[test]
+#[ignore = "needs HEFPROBE_REAL_MODELS=DIR (scripts/fetch-real-models.sh, references/make_real_goldens.py)"]
+fn every_catalog_probe_judges_simulated_hefs_of_the_real_model() {
+    let tmp = tempfile::tempdir().unwrap();
+    let gguf = gguf();
+    let g = gguf.to_str().unwrap();
+    let clean = tmp.path().join("clean.hef");
+    let (code, out) =
+        hefprobe_in(tmp.path(), &["synth-hef", "--checkpoint", g, "--out", clean.to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}");
+    let probes = Path::new(env!("CARGO_MANIFEST_DIR")).join("probes");
+    let mut paths: Vec<_> = std::fs::read_dir(&probes).unwrap().map(|e| e.unwrap().path()).collect();
+    paths.retain(|p| p.extension().is_some_and(|e| e == "toml"));
+    paths.sort();
+    let mut failures = Vec::new();
+    for path in paths {
+        let name = path.file_stem().unwrap().to_string_lossy().to_string();
+        let p = path.to_str().unwrap();
+        let backend = format!("hef={}", clean.display());
+        let (code, out) =
+            hefprobe_in(tmp.path(), &["run", p, "--checkpoint", g, "--backend", &backend, "--no-explain"]);
+        if code != 0 {
+            failures.push(format!("{name}: the clean HEF exits {code}:\n{out}"));
+        }
+        let probe = Probe::load(&path).unwrap();
+        let Some(spec) = probe.backends[0].faults.first() else { continue };
+        let per_layer = hefprobe::fault::catalog::entry(&spec.name).is_some_and(|e| e.per_layer);
+        let bare = hefprobe::fault::spec::FaultSpec::parse(spec.text.split('@').next().unwrap()).unwrap();
+        let planted = if per_layer { bare.at_layer(2) } else { bare };
+        let want = planted.to_string();
+        let hef = tmp.path().join(format!("{name}.hef"));
+        // A HEF without an lm_head is a structural mistake (its output is hidden-wide).
+        let plant =
+            if want == "no-lm-head" { ["--mistake", "missing-lm-head"] } else { ["--fault", want.as_str()] };
+        let (code, out) = hefprobe_in(
+            tmp.path(),
+            &["synth-hef", "--checkpoint", g, plant[0], plant[1], "--out", hef.to_str().unwrap()],
+        );
+        if code == 2 && out.contains("acts on positions") {
+            // rope and position-shift act on positions; a device gets RoPE tables instead.
+            eprintln!("  {name}: {want} cannot be planted in a HEF: {}", out.trim());
+            continue;
+        }
+        assert_eq!(code, 0, "{out}");
+        let json = tmp.path().join(format!("{name}.json"));
+        let report = format!("json={}", json.display());
+        let backend = format!("hef={}", hef.display());
+        let (code, out) = hefprobe_in(
+            tmp.path(),
+            &["run", p, "--checkpoint", g, "--backend", &backend, "--report", &report],
+        );
+        let doc: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+        let best = &doc["explain"]["rows"][0];
+        let ties: Vec<String> = best["ties"]
+            .as_array()
+            .map(|t| t.iter().filter_map(|x| x.as_str().map(String::from)).collect())
+            .unwrap_or_default();
+        eprintln!("  {name}: planted {want}, exit {code}, best {} ({})", best["fault"], best["match_cosine"]);
+        if code != 1 {
+            failures.push(format!("{name}: the HEF with {want} exits {code}, not 1:\n{out}"));
+        }
+        // Faults that act on the HEF's frame geometry (a 96-row frame whose padding rows are
+        // all on over the 2048-slot ring) are not what the emulator's T-row run computes; until
+        // explain emulates in the HEF's frames they are detected (exit 1) but not ranked first.
+        let geometry_bound = ["mask-repeat", "first-slot-output"].contains(&spec.name.as_str());
+        if !geometry_bound && best["fault"].as_str() != Some(want.as_str()) && !ties.contains(&want) {
+            failures.push(format!("{name}: explain ranks {} first, planted {want}", best["fault"]));
+        }
+        std::fs::remove_file(&hef).unwrap();
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// references/check_quant.py (an independent fake-quant implementation on HF transformers'
+/// float32 eager Llama) agrees with hefprobe's quant emulation on the real model, for the
+/// settings docs/QUANTIZATION.md describes. Needs torch: HEFPROBE_HF_PYTHON names the pinned
+/// venv's python (references/requirements.txt).
+#[test]
+#[ignore = "needs HEFPROBE_REAL_MODELS=DIR and HEFPROBE_HF_PYTHON=VENV/bin/python (references/requirements.txt)"]
+fn the_quant_emulation_equals_its_independent_definition() {
+    let python = std::env::var("HEFPROBE_HF_PYTHON").expect("HEFPROBE_HF_PYTHON=VENV/bin/python");
+    let tmp = tempfile::tempdir().unwrap();
+    let g = golden();
+    let prompt: Vec<String> = ids(&g["prompt_ids"]).iter().map(u32::to_string).collect();
+    let forced: Vec<String> = ids(&g["greedy_tokens"])[..3].iter().map(u32::to_string).collect();
+    let probe = format!(
+        "version = 1\nname = \"quant-check\"\nquestion = \"Does hefprobe's quant emulation equal its definition?\"\n\
+         [checkpoint]\npath = \"{}\"\n[inputs]\ntokens = [{}]\ndecode_tokens = [{}]\n[compare]\nlocal = false\nlens = false\n\
+         [[backend]]\nname = \"a16\"\nkind = \"emulator\"\nquant = \"a16\"\n\
+         [[backend]]\nname = \"w8a8-channel\"\nkind = \"emulator\"\nquant = \"w8a8,granularity=channel\"\n\
+         [[backend]]\nname = \"w8-calib\"\nkind = \"emulator\"\nquant = \"w8,inputs=none\"\n",
+        gguf().display(),
+        prompt.join(", "),
+        forced.join(", ")
+    );
+    let probe_path = tmp.path().join("quant-check.toml");
+    std::fs::write(&probe_path, probe).unwrap();
+    let caps = tmp.path().join("caps");
+    let (code, out) = hefprobe_in(
+        tmp.path(),
+        &["run", probe_path.to_str().unwrap(), "--save-captures", caps.to_str().unwrap(), "--no-explain"],
+    );
+    assert!(code <= 1, "{out}");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("references/check_quant.py");
+    let out = std::process::Command::new(python)
+        .arg(script)
+        .args([gguf().as_os_str(), caps.as_os_str(), probe_path.as_os_str()])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    eprintln!("{text}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success() && text.contains("all settings agree"), "check_quant.py disagrees");
+}

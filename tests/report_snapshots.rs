@@ -135,6 +135,7 @@ fn fixed_report() -> Report {
         conclusion: "best explanation: shared-softmax@layers=1".into(),
         attribution: vec![],
         nonfinite: vec![],
+        search: None,
     });
     report
 }

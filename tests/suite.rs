@@ -340,7 +340,7 @@ fn three_shards_merge_to_the_unsharded_result_byte_for_byte() {
         shards.push(path);
     }
     shards.reverse(); // the order given does not matter
-    let merged = merge::merge_files(&shards).unwrap();
+    let merged = merge::merge_files(&shards, None).unwrap();
     assert_eq!(merged, whole);
     let (a, b) = (outputs(&whole, d, "whole"), outputs(&merged, d, "merged"));
     for (format, text) in &a {
@@ -370,8 +370,29 @@ fn three_shards_merge_to_the_unsharded_result_byte_for_byte() {
         "the ratchet keeps the regressed target's better figures"
     );
 
+    // Shards run without a baseline (the README's night) and merged with one say what the
+    // unsharded night says: the planted regression is `regressed`, the stand-in `known`.
+    let mut bare = Vec::new();
+    for k in 1..=3 {
+        let mut o = opts(None, false);
+        o.shard = Some(Shard::new(k, 3, "test").unwrap());
+        let r = run_suite(&night2, &o).unwrap();
+        assert!(r.pairs.iter().all(|p| p.status != Status::Regressed), "no baseline: nothing regressed");
+        let path = d.join(format!("bare-{k}.json"));
+        emit(&r, &targets(&[&format!("json={}", path.display())]), false, None).unwrap();
+        bare.push(path);
+    }
+    std::fs::write(&baseline, &frozen).unwrap();
+    let judged = merge::merge_files(&bare, Some(&baseline)).unwrap();
+    let statuses = |r: &SuiteResult| r.pairs.iter().map(|p| (p.key(), p.status)).collect::<Vec<_>>();
+    assert_eq!(statuses(&judged), statuses(&whole));
+    assert_eq!((judged.counts.regressed, judged.counts.known), (3, 3));
+    assert_eq!(judged.baseline.as_deref(), Some(baseline.display().to_string().as_str()));
+    let regs = |r: &SuiteResult| r.pairs.iter().map(|p| p.regressions.len()).collect::<Vec<_>>();
+    assert_eq!(regs(&judged), regs(&whole));
+
     // A missing shard is named, not merged into a smaller run.
-    let e = merge::merge_files(&shards[..2]).unwrap_err().to_string();
+    let e = merge::merge_files(&shards[..2], None).unwrap_err().to_string();
     assert!(e.contains("in no shard given"), "{e}");
 }
 
@@ -438,6 +459,23 @@ fn the_command_line_exit_codes_files_and_step_summary() {
     // The trend of two runs.
     run(&["trend", "h.jsonl", "--report", "svg=trend.svg", "--pair", "small-0/stand-in"], &[]).code(0);
     assert!(roxmltree::Document::parse(&std::fs::read_to_string(d.join("trend.svg")).unwrap()).is_ok());
+    // An output that is a file the command reads is refused before anything runs, however
+    // the path is spelled; nothing is written.
+    let before = std::fs::read_to_string(d.join("s1.json")).unwrap();
+    let refused: [(&[&str], &str); 8] = [
+        (&["merge", "s1.json", "s2.json", "--report", "json=./p/../s1.json"], "a shard"),
+        (&["merge", "s1.json", "s2.json", "--history", "s1.json"], "a shard"),
+        (&["suite", s, "--report", &format!("json={s}")], "the suite"),
+        (&["suite", s, "--report", "markdown=p/../p/p0.toml"], "a probe"),
+        (&["suite", s, "--baseline", "b.json", "--report", "json=./b.json"], "the baseline"),
+        (&["suite", s, "--baseline", "b.json", "--history", "b.json"], "the baseline"),
+        (&["suite", s, "--history", "p/p0.toml"], "a probe"),
+        (&["trend", "h.jsonl", "--report", "svg=h.jsonl"], "the history"),
+    ];
+    for (args, what) in refused {
+        run(args, &[]).code(2).stderr(predicates::str::contains(what));
+    }
+    assert_eq!(std::fs::read_to_string(d.join("s1.json")).unwrap(), before);
     // Usage errors are exit 2.
     run(&["suite", s, "--shard", "3/2"], &[]).code(2);
     run(&["suite", s, "--report", "svg=x"], &[]).code(2);

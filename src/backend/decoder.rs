@@ -47,6 +47,12 @@ impl DecoderBackend {
         Ok(DecoderBackend { name: name.to_string(), model: Arc::new(Decoder::new(&ckpt)?), faults })
     }
 
+    /// This backend with every layer's attention limited to the last `window` keys.
+    pub fn windowed(mut self, window: usize) -> Self {
+        self.model = Arc::new(self.model.windowed(window));
+        self
+    }
+
     /// What the faults did during the last run (quantizer scales, clip rates).
     pub fn notes(&self) -> Vec<String> {
         self.faults.iter().flat_map(|f| f.notes()).collect()

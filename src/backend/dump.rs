@@ -16,13 +16,16 @@ use super::{no_feed, Backend, Capabilities, Ran};
 use crate::capture::npz::NpzFile;
 use crate::capture::{Capture, Store, TapSink};
 use crate::error::{Error, Result};
+use crate::fault::expected::Expected;
 use crate::inputs::InputSet;
 use crate::model::run::RunRecord;
+use crate::model::Checkpoint;
 use crate::tap::{Key, Phase, Tap, TapSelection};
 use ndarray::{ArrayD, IxDyn};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -56,6 +59,8 @@ pub struct DumpBackend {
     path: PathBuf,
     file: NpzFile,
     entries: Vec<Entry>,
+    /// The HEF the dump was captured from, when given: its quantization is the dump's.
+    pub quantized_as: Option<Box<super::hef::HefBackend>>,
 }
 
 /// One array of the dump as it enters the capture.
@@ -218,7 +223,13 @@ impl DumpBackend {
                 plan(&text, &map_what, &npz_what, &members, |k| file.shape(k))?
             }
         };
-        Ok(DumpBackend { name: name.to_string(), path: path.to_path_buf(), file, entries })
+        Ok(DumpBackend {
+            name: name.to_string(),
+            path: path.to_path_buf(),
+            file,
+            entries,
+            quantized_as: None,
+        })
     }
 
     /// Apply a name map (the TOML text of `map_what`) to the arrays of a dump held in memory
@@ -268,6 +279,10 @@ impl Backend for DumpBackend {
 
     fn capabilities(&self) -> Capabilities {
         Capabilities { all_taps: false, overrides: false }
+    }
+
+    fn expected(&mut self, ckpt: &Checkpoint) -> Result<Option<Arc<Expected>>> {
+        self.quantized_as.as_mut().map(|h| h.expected(ckpt)).transpose()
     }
 
     /// One array at a time from the dump into the sink: a run into a file holds one tap of it.

@@ -6,9 +6,11 @@ use super::{no_feed, Backend, Capabilities, Ran};
 use crate::capture::{Store, TapSink};
 use crate::device::driver::LlmDriver;
 use crate::device::sim::SimDevice;
-use crate::device::synth_hef::sim_spec;
+use crate::device::synth_hef::{sim_spec, Calibration, SimSpec};
 use crate::device::{Device, DeviceFacts, SimProfile};
 use crate::error::{Error, Result};
+use crate::fault::expected::Expected;
+use crate::fault::spec::FaultSpec;
 use crate::hef::Hef;
 use crate::inputs::{DecodeSpec, InputSet};
 use crate::model::run::RunRecord;
@@ -16,6 +18,7 @@ use crate::model::Checkpoint;
 use crate::tap::{Key, Phase, Tap, TapSelection};
 use ndarray::{ArrayD, IxDyn};
 use std::path::Path;
+use std::sync::Arc;
 
 /// A HEF open on its device: the driver ready, what the device says about itself, and (for a
 /// HEF hefprobe simulates) the checkpoint it was made from.
@@ -28,6 +31,13 @@ pub struct HefBackend {
     pub description: String,
     /// The checkpoint hash a simulated HEF was made from (a compiled HEF does not say).
     pub made_from: Option<String>,
+    /// What a simulated HEF computes (its faults, quantization, calibration set).
+    sim: Option<SimSpec>,
+    /// The activation quantization the HEF was compiled with, when declared (`quant` of the
+    /// backend); a simulated HEF's own is used otherwise.
+    pub declared: Option<FaultSpec>,
+    /// [`HefBackend::expected`], made once per checkpoint (its hash).
+    expected: Option<(String, Arc<Expected>)>,
     /// Kept alive for the driver's configured models.
     _device: Box<dyn Device>,
 }
@@ -35,13 +45,15 @@ pub struct HefBackend {
 /// Open the device a HEF needs: simulated when hefprobe wrote it (as `profile`, default
 /// `sim`), else the real one (where a simulator profile is a usage error). With the HEF, and
 /// the checkpoint hash a simulated one was made from.
-fn open_device(path: &Path, profile: Option<SimProfile>) -> Result<(Box<dyn Device>, Hef, Option<String>)> {
+type Opened = (Box<dyn Device>, Hef, Option<(String, SimSpec)>);
+
+fn open_device(path: &Path, profile: Option<SimProfile>) -> Result<Opened> {
     let what = path.display().to_string();
     let hef = Hef::read(path)?;
     if let Some(spec) = sim_spec(&hef, &what)? {
-        let dev = SimDevice::with_profile(hef.clone(), spec, what, profile.unwrap_or_default())?;
-        let made_from = Some(dev.checkpoint.hash.clone());
-        return Ok((Box::new(dev), hef, made_from));
+        let dev = SimDevice::with_profile(hef.clone(), spec.clone(), what, profile.unwrap_or_default())?;
+        let made_from = dev.checkpoint.hash.clone();
+        return Ok((Box::new(dev), hef, Some((made_from, spec))));
     }
     if let Some(p) = profile {
         return Err(Error::usage(format!(
@@ -88,12 +100,24 @@ pub fn check_arch(hw_arch: i32, device_arch: Option<&str>, what: &str) -> Result
 /// device's and its LLM driver opened.
 pub fn open_hef(label: &str, path: &Path, profile: Option<SimProfile>) -> Result<HefBackend> {
     let what = path.display().to_string();
-    let (mut device, hef, made_from) = open_device(path, profile)?;
+    let (mut device, hef, sim) = open_device(path, profile)?;
     let facts = device.facts();
     check_arch(hef.hw_arch, facts.architecture.as_deref(), &what)?;
     let driver = LlmDriver::open(device.as_mut(), &hef, &what)?;
     let description = device.describe();
-    Ok(HefBackend { name: label.to_string(), driver, hef, facts, description, made_from, _device: device })
+    let (made_from, sim) = sim.map_or((None, None), |(h, s)| (Some(h), Some(s)));
+    Ok(HefBackend {
+        name: label.to_string(),
+        driver,
+        hef,
+        facts,
+        description,
+        made_from,
+        sim,
+        declared: None,
+        expected: None,
+        _device: device,
+    })
 }
 
 /// The `hef` backend for the HEF at `path`, refused when it was made from another checkpoint
@@ -106,6 +130,7 @@ pub fn open(label: &str, path: &Path, profile: Option<SimProfile>, ckpt: &Checkp
 
 impl HefBackend {
     pub fn from_parts(name: &str, device: Box<dyn Device>, driver: LlmDriver, hef: Hef) -> Self {
+        let sim = sim_spec(&hef, name).ok().flatten();
         HefBackend {
             name: name.to_string(),
             driver,
@@ -113,8 +138,38 @@ impl HefBackend {
             facts: device.facts(),
             description: device.describe(),
             made_from: None,
+            sim,
+            declared: None,
+            expected: None,
             _device: device,
         }
+    }
+
+    /// What this HEF computes when nothing is wrong, on `ckpt`'s weights: its edges' quant
+    /// infos, and the activation quantization it was compiled with — declared, or a simulated
+    /// HEF's own (calibrated on its calibration set); `none` declares float activations.
+    pub fn expected(&mut self, ckpt: &Checkpoint) -> Result<Arc<Expected>> {
+        if let Some((hash, e)) = &self.expected {
+            if *hash == ckpt.hash {
+                return Ok(e.clone());
+            }
+        }
+        let edges = self.driver.edge_quant(&self.hef)?;
+        let vocab = ckpt.config.vocab_size;
+        let acts = match (&self.declared, &self.sim) {
+            (Some(d), _) => Some(d.clone()),
+            (None, Some(s)) => Some(crate::fault::spec::quantization(&s.quant)?),
+            (None, None) => None,
+        };
+        let acts = acts.filter(|a| a.text != "quant:none");
+        let calibration = match &self.sim {
+            Some(s) => s.calibration(vocab),
+            None => Calibration::default_for(ckpt)?,
+        };
+        let inputs = calibration.inputs();
+        let e = Arc::new(Expected::new(edges, acts.as_ref(), (&inputs, &calibration.source), ckpt)?);
+        self.expected = Some((ckpt.hash.clone(), e.clone()));
+        Ok(e)
     }
 
     /// A simulated HEF names the checkpoint it was made from: comparing it with another one is
@@ -139,7 +194,11 @@ impl HefBackend {
         if inputs.start_position != 0 {
             return Err(Error::usage("a device conversation starts at position 0; remove start_position"));
         }
-        if let Some(c) = inputs.chunk.filter(|&c| c != p) {
+        // A probe chunk that cuts the prompt as the HEF's frames do (e.g. a prompt shorter than
+        // both) is the same run: only a different cut is refused.
+        let n = inputs.prompt.len();
+        let cut = |c| crate::device::frames::chunks(n, c);
+        if let Some(c) = inputs.chunk.filter(|&c| c != p && cut(c) != cut(p)) {
             return Err(Error::usage(format!(
                 "the probe prefills in chunks of {c}, the HEF in chunks of {p} (prefill_input_tokens_count): \
                  set [inputs] chunk = {p}, or leave it out to compare the last chunk only"
@@ -239,6 +298,10 @@ impl Backend for HefBackend {
 
     fn reference_window(&self, inputs: &InputSet) -> Option<(usize, String)> {
         self.ring_window(inputs)
+    }
+
+    fn expected(&mut self, ckpt: &Checkpoint) -> Result<Option<Arc<Expected>>> {
+        HefBackend::expected(self, ckpt).map(Some)
     }
 
     fn run(

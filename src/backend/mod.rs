@@ -12,6 +12,7 @@ pub use spec::{BackendKind, BackendSpec};
 
 use crate::capture::{Capture, MemorySink, Place, PlaceSink, Store, TapSink};
 use crate::error::{Error, Result};
+use crate::fault::expected::Expected;
 use crate::inputs::InputSet;
 use crate::model::run::RunRecord;
 use crate::model::{Checkpoint, Decoder};
@@ -46,6 +47,12 @@ pub trait Backend {
     /// the report shows about it.
     fn reference_window(&self, _inputs: &InputSet) -> Option<(usize, String)> {
         None
+    }
+    /// What this backend computes when nothing is wrong, beyond the float reference: a HEF's
+    /// quantization ([`crate::fault::expected`]). Comparisons are judged against it, and
+    /// explain composes every fault with it.
+    fn expected(&mut self, _ckpt: &Checkpoint) -> Result<Option<Arc<Expected>>> {
+        Ok(None)
     }
     /// Run every phase of `inputs` (decode teacher-forced: greedy is resolved beforehand) into
     /// `sink`. With `feed` (the reference's `embed` and `layers.*.out`), every layer is fed the
@@ -108,7 +115,19 @@ pub fn make_backend(spec: &BackendSpec, ckpt: &Checkpoint, model: &Arc<Decoder>)
         BackendKind::Emulator => {
             Box::new(DecoderBackend::emulator(&label, ckpt, &spec.faults, spec.quant.as_ref())?)
         }
-        BackendKind::Dump => Box::new(dump::DumpBackend::open(&label, spec.path()?, spec.map.as_deref())?),
-        BackendKind::Hef => Box::new(hef::open(&label, spec.path()?, spec.sim_profile()?, ckpt)?),
+        BackendKind::Dump => {
+            let mut d = dump::DumpBackend::open(&label, spec.path()?, spec.map.as_deref())?;
+            if let Some(h) = &spec.hef {
+                let mut b = hef::open(&label, h, None, ckpt)?;
+                b.declared = spec.quant.clone();
+                d.quantized_as = Some(Box::new(b));
+            }
+            Box::new(d)
+        }
+        BackendKind::Hef => {
+            let mut b = hef::open(&label, spec.path()?, spec.sim_profile()?, ckpt)?;
+            b.declared = spec.quant.clone();
+            Box::new(b)
+        }
     })
 }

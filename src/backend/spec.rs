@@ -66,11 +66,23 @@ pub struct BackendSpec {
     pub map: Option<PathBuf>,
     /// hef: the simulated device for a simulated HEF, `sim` (default) or `sim-h10`.
     pub device: Option<String>,
+    /// dump: the HEF it was captured from. Its quantization (its quant infos, and its recorded
+    /// or declared `quant`) is what the dump is judged beyond, as a `hef` backend is.
+    pub hef: Option<PathBuf>,
 }
 
 impl BackendSpec {
     pub fn new(kind: BackendKind) -> Self {
-        BackendSpec { name: None, kind, faults: vec![], quant: None, path: None, map: None, device: None }
+        BackendSpec {
+            name: None,
+            kind,
+            faults: vec![],
+            quant: None,
+            path: None,
+            map: None,
+            device: None,
+            hef: None,
+        }
     }
 
     pub fn label(&self) -> String {
@@ -82,13 +94,13 @@ impl BackendSpec {
         })
     }
 
-    /// From the command line: `emulator`, `emulator=FAULT+FAULT`, `dump=PATH[,map=MAP]`,
+    /// From the command line: `emulator`, `emulator=FAULT+FAULT`, `dump=PATH[,map=MAP][,hef=HEF]`,
     /// `hef=PATH[,device=sim|sim-h10]`.
     pub fn parse_cli(s: &str) -> Result<Self> {
         let (kind_text, rest) = s.split_once('=').unwrap_or((s, ""));
         let kind = BackendKind::parse(kind_text).ok_or_else(|| {
             Error::usage(format!(
-                "--backend `{kind_text}`: expected reference, emulator[=FAULT+FAULT], dump=PATH[,map=MAP] or \
+                "--backend `{kind_text}`: expected reference, emulator[=FAULT+FAULT], dump=PATH[,map=MAP][,hef=HEF] or \
                  hef=PATH[,device=sim|sim-h10]"
             ))
         })?;
@@ -108,6 +120,7 @@ impl BackendSpec {
                 for p in parts {
                     match p.split_once('=') {
                         Some(("map", m)) if kind == BackendKind::Dump => spec.map = Some(PathBuf::from(m)),
+                        Some(("hef", h)) if kind == BackendKind::Dump => spec.hef = Some(PathBuf::from(h)),
                         Some(("device", d)) if kind == BackendKind::Hef => {
                             SimProfile::parse(d)?;
                             spec.device = Some(d.to_string());
@@ -132,7 +145,7 @@ impl BackendSpec {
 
     /// Paths relative to `base` (the folder of the probe or suite that names them).
     pub fn relative_to(&mut self, base: &std::path::Path) {
-        for p in [&mut self.path, &mut self.map].into_iter().flatten() {
+        for p in [&mut self.path, &mut self.map, &mut self.hef].into_iter().flatten() {
             if p.is_relative() {
                 *p = base.join(&*p);
             }

@@ -93,8 +93,13 @@ pub fn check_args(a: &Settings, max_positions: Option<usize>) -> Result<()> {
     if a.reps == 0 || a.reps > MAX_REPS {
         return Err(Error::usage(format!("--reps {} is out of range: give 1 ..= {MAX_REPS}", a.reps)));
     }
-    if a.threads == Some(0) {
-        return Err(Error::usage("--threads 0: give at least 1 (omit the flag for every core)"));
+    // More threads than 4 per core only measures the scheduler.
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if let Some(t) = a.threads.filter(|&t| t == 0 || t > 4 * cores) {
+        return Err(Error::usage(format!(
+            "--threads {t}: give 1 ..= {} (4 per core of this machine's {cores}; omit the flag for every core)",
+            4 * cores
+        )));
     }
     if a.prompt_len == 0 {
         return Err(Error::usage("--prompt-len 0: the prefill needs at least 1 token"));

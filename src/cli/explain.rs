@@ -22,6 +22,10 @@ pub struct ExplainArgs {
     /// Name map for --observed.
     #[arg(long, value_name = "FILE", requires = "observed")]
     pub map: Option<PathBuf>,
+    /// The HEF the observation was captured from: the dump is judged beyond, and every
+    /// candidate composed with, that HEF's quantization (as `run --backend hef=` does)
+    #[arg(long, value_name = "HEF", requires = "observed")]
+    pub hef: Option<PathBuf>,
     /// Or observe a backend: emulator=FAULT+FAULT, dump=PATH, hef=PATH.
     #[arg(long, value_name = "SPEC")]
     pub backend: Option<String>,
@@ -52,6 +56,7 @@ pub fn run(a: ExplainArgs) -> Result<ExitCode> {
             name: Some("observed".into()),
             path: Some(p.clone()),
             map: a.map.clone(),
+            hef: a.hef.clone(),
             ..BackendSpec::new(BackendKind::Dump)
         },
         (None, Some(b)) => BackendSpec::parse_cli(b)?,

@@ -66,6 +66,9 @@ pub struct SuiteArgs {
     /// temporary folder.
     #[arg(long, value_name = "DIR")]
     pub spill_dir: Option<PathBuf>,
+    /// Every probe runs on this checkpoint instead of its own (the catalog on your model).
+    #[command(flatten)]
+    pub checkpoint: super::CheckpointArgs,
     #[command(flatten)]
     pub out: SuiteOutputArgs,
 }
@@ -132,6 +135,24 @@ fn check_formats(out: &SuiteOutputArgs) -> Result<()> {
     }
 }
 
+/// Refuse, before anything runs, an output that is a file the command reads: a report or the
+/// history written over the suite, a probe, the baseline or a shard (`./p/../x` is `x`). The
+/// baseline is written only by `--update-baseline`, which is what it asks for.
+fn check_paths(reads: &[(&str, &std::path::Path)], out: &SuiteOutputArgs) -> Result<()> {
+    let mut outs = crate::output::Outputs::new();
+    for (what, p) in reads {
+        outs.input(what, p);
+    }
+    if let Some(b) = &out.baseline {
+        outs.input("the baseline (--baseline)", b);
+    }
+    crate::report::register(&out.reports, &mut outs);
+    if let Some(h) = &out.history {
+        outs.file("--history", h);
+    }
+    outs.check()
+}
+
 fn targets(out: &SuiteOutputArgs) -> Vec<ReportTarget> {
     ReportTarget::or(out.reports.clone(), Format::Terminal)
 }
@@ -171,6 +192,10 @@ pub fn suite(a: SuiteArgs) -> Result<ExitCode> {
     if !a.backends.is_empty() {
         suite.set_cli_targets(&a.backends)?;
     }
+    let mut reads: Vec<(&str, &std::path::Path)> =
+        suite.file.iter().map(|f| ("the suite", f.as_path())).collect();
+    reads.extend(suite.probes.iter().map(|p| ("a probe", p.path.as_path())));
+    check_paths(&reads, &a.out)?;
     if let Some(d) = &a.spill_dir {
         crate::output::Outputs::new().dir("--spill-dir", d).check()?;
     }
@@ -185,6 +210,7 @@ pub fn suite(a: SuiteArgs) -> Result<ExitCode> {
         clock: Clock::System,
         no_explain: a.no_explain,
         spill_dir: a.spill_dir.clone(),
+        checkpoint: a.checkpoint.to_ref(),
     };
     let result = run_suite(&suite, &opts)?;
     report(&result, &a.out)
@@ -192,7 +218,9 @@ pub fn suite(a: SuiteArgs) -> Result<ExitCode> {
 
 pub fn merge(a: MergeArgs) -> Result<ExitCode> {
     check_formats(&a.out)?;
-    let result = merge::merge_files(&a.shards)?;
+    let reads: Vec<(&str, &std::path::Path)> = a.shards.iter().map(|s| ("a shard", s.as_path())).collect();
+    check_paths(&reads, &a.out)?;
+    let result = merge::merge_files(&a.shards, a.out.baseline.as_deref())?;
     report(&result, &a.out)
 }
 
@@ -200,6 +228,15 @@ pub fn trend(a: TrendArgs) -> Result<ExitCode> {
     let figure = Figure::parse(&a.figure).ok_or_else(|| {
         Error::usage(format!("--figure `{}`: expected cosine, sqnr_db, kl or argmax", a.figure))
     })?;
+    let mut outs = crate::output::Outputs::new();
+    outs.input("the history", &a.history);
+    // trend's svg=PATH is one file, not a prefix as in `run`.
+    for t in &a.reports {
+        if let Some(p) = &t.path {
+            outs.file(&t.flag(), p);
+        }
+    }
+    outs.check()?;
     let spec = TrendSpec { figure, tap: a.tap.clone(), pairs: a.pairs.clone() };
     let lines = history::read(&a.history)?;
     let trends = history::trends(&lines, &spec);

@@ -1,7 +1,7 @@
 //! `hefprobe synth-hef`: write a simulated LLM HEF for a checkpoint (see device::synth_hef).
 
 use super::{parse_ids, Ids, ModelArgs};
-use crate::device::synth_hef::{synth_hef, Mistake, SimCheckpoint, SimNoise, SynthHefOptions};
+use crate::device::synth_hef::{synth_hef, Calibration, Mistake, SimCheckpoint, SimNoise, SynthHefOptions};
 use crate::error::{Error, Result};
 use crate::model::CheckpointRef;
 use clap::Args;
@@ -27,7 +27,9 @@ pub struct SynthHefArgs {
     /// Faults the device computes (NAME[:PARAMS][@layers=RANGE]); several allowed.
     #[arg(long = "fault", value_name = "SPEC")]
     pub faults: Vec<String>,
-    /// Quantization of the compiled graph (quant fault parameters): a16 (16-bit activations), w8a16, w8a8, ...
+    /// Quantization of the compiled graph (quant fault parameters): a16 (16-bit activations),
+    /// w8a16, w8a8, ..., or none (float activations; the inputs, cache and outputs keep the
+    /// HEF's 16-bit quant infos).
     #[arg(long, default_value = "a16")]
     pub quant: String,
     /// Split the logits over N outputs (a sharded lm_head, finding 12).
@@ -36,9 +38,18 @@ pub struct SynthHefArgs {
     /// Write a structural mistake: missing-lm-head, full-sequence-output, misspelled-config-key, wrong-rope-width.
     #[arg(long = "mistake", value_name = "NAME")]
     pub mistakes: Vec<String>,
-    /// Calibration prompt (token ids); several allowed; default two seeded random prompts.
-    #[arg(long = "calib-tokens", value_name = "IDS", value_parser = parse_ids)]
+    /// Calibration prompt (token ids); several allowed. Default: hefprobe's calibration text
+    /// through the checkpoint's own tokenizer, or 4 seeded random prompts when it has none.
+    #[arg(long = "calib-tokens", value_name = "IDS", value_parser = parse_ids, conflicts_with = "calib_text")]
     pub calibration: Vec<Ids>,
+    /// Calibrate on this text instead (one prompt per paragraph, blank lines between them),
+    /// tokenized with the checkpoint's tokenizer.
+    #[arg(long, value_name = "FILE", conflicts_with = "calib_random")]
+    pub calib_text: Option<PathBuf>,
+    /// Calibrate on 4 seeded random prompts of 64 token ids (what synth-hef did before it had
+    /// a corpus): to measure what the calibration source changes.
+    #[arg(long, conflicts_with = "calibration")]
+    pub calib_random: bool,
     /// Plant run-to-run noise: Gaussian, this standard deviation in logits, different on every
     /// run (for testing `hefprobe suite`'s repeatability gate; a real device has none).
     #[arg(long, value_name = "STD")]
@@ -48,9 +59,39 @@ pub struct SynthHefArgs {
     pub noise_seed: u64,
 }
 
+/// The calibration set the flags ask for, or None for the default.
+fn calibration(a: &SynthHefArgs, ckpt: &crate::model::Checkpoint) -> Result<Option<Calibration>> {
+    if !a.calibration.is_empty() {
+        let prompts: Vec<Vec<u32>> = a.calibration.iter().map(|i| i.0.clone()).collect();
+        let source = format!("--calib-tokens: {} prompts", prompts.len());
+        return Ok(Some(Calibration { source, prompts }));
+    }
+    if a.calib_random {
+        return Ok(Some(Calibration::random(ckpt.config.vocab_size)));
+    }
+    let Some(path) = &a.calib_text else { return Ok(None) };
+    let tok = match crate::model::tokenizer::Tokenizer::of_checkpoint(ckpt)? {
+        Some(t) => t,
+        None if ckpt.config.vocab_size >= crate::model::tokenizer::SYNTH_TOKENIZER_VOCAB => {
+            crate::model::tokenizer::Tokenizer::synth()
+        }
+        None => {
+            return Err(Error::usage(format!(
+                "--calib-text {}: the checkpoint has no tokenizer to read it with; give --calib-tokens",
+                path.display()
+            )))
+        }
+    };
+    let what = path.display().to_string();
+    Calibration::from_text(&crate::files::read_text(path)?, &tok, &what).map(Some)
+}
+
 pub fn run(a: SynthHefArgs) -> Result<ExitCode> {
     let mut outs = crate::output::Outputs::new();
     a.model.register(&mut outs)?;
+    if let Some(t) = &a.calib_text {
+        outs.input("--calib-text", t);
+    }
     outs.file("-o", &a.out).check()?;
     let ckpt = a.model.load()?;
     let source = match a.model.to_ref()? {
@@ -71,7 +112,7 @@ pub fn run(a: SynthHefArgs) -> Result<ExitCode> {
         quant: a.quant.clone(),
         lm_head_shards: a.lm_head_shards,
         mistakes: a.mistakes.iter().map(|m| Mistake::parse(m)).collect::<Result<_>>()?,
-        calibration: a.calibration.iter().map(|i| i.0.clone()).collect(),
+        calibration: calibration(&a, &ckpt)?,
         noise: a.noise.map(|std| SimNoise { std, seed: a.noise_seed }),
         ..Default::default()
     };

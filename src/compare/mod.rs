@@ -37,6 +37,10 @@ pub struct Failure {
     pub value: f64,
     /// The glob whose bound applied ("default" when none matched).
     pub rule: String,
+    /// Judged on the excess over an expected quantization: its own value of the metric, and
+    /// the excess the bound applied to ([`thresholds::excess`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub expected: Option<(f64, f64)>,
 }
 
 /// Logits figures of one tap (docs/METRICS.md: argmax agreement, top-k, KL, margins, Δp).
@@ -138,6 +142,9 @@ pub enum View {
     Cumulative,
     /// Every layer fed the reference's input (overrides): each layer's own error.
     Local,
+    /// The float reference against the emulation of what a candidate computes when nothing is
+    /// wrong (its quantization): the noise the candidate is judged beyond; shown, never judged.
+    Expected,
 }
 
 impl PairComparison {
@@ -209,7 +216,7 @@ fn per_split(r: &[f32], x: &[f32], mask: Option<&[bool]>, parts: usize) -> Vec<B
         .collect()
 }
 
-fn logits_summary(r: &[f32], x: &[f32], vocab: usize, flip_margin: f64) -> LogitsSummary {
+fn logits_summary(r: &[f32], x: &[f32], vocab: usize) -> LogitsSummary {
     let rows: Vec<LogitsRow> =
         r.chunks(vocab).zip(x.chunks(vocab)).map(|(a, b)| metrics::logits_row(a, b)).collect();
     let n = rows.len().max(1) as f64;
@@ -232,7 +239,7 @@ fn logits_summary(r: &[f32], x: &[f32], vocab: usize, flip_margin: f64) -> Logit
         kl_mean: kls.iter().sum::<f64>() / n,
         kl_max: kls.iter().copied().fold(0.0, f64::max),
         kl_p99: metrics::quantile(&mut kls, 0.99),
-        flips_above_margin: flips.iter().filter(|f| f.margin > flip_margin).count(),
+        flips_above_margin: 0,
         flips,
         rows,
     }
@@ -285,7 +292,9 @@ pub fn metric_value(row: &TapRow, name: &str) -> Option<f64> {
     })
 }
 
-fn judge(row: &mut TapRow, thresholds: &Thresholds) {
+/// The failed bounds of a row; with `beyond` (the rows of the candidate's expected
+/// quantization and of its spread), each on the excess over them.
+fn judge(row: &mut TapRow, thresholds: &Thresholds, beyond: Option<(&TapRow, Option<&TapRow>)>) {
     if row.status == RowStatus::ShapeMismatch {
         row.failures.push(Failure {
             metric: "shape".into(),
@@ -293,18 +302,36 @@ fn judge(row: &mut TapRow, thresholds: &Thresholds) {
             bound: 0.0,
             value: 1.0,
             rule: format!("candidate {:?} vs reference {:?}", row.cand_shape, row.ref_shape),
+            expected: None,
         });
         return;
+    }
+    // On a quantized target, a flip counts only where the reference's margin exceeds what
+    // the expected noise can move two logits by: twice (its 99th-percentile |Δ| plus the
+    // slack times its spread's).
+    let noise_margin = beyond.map_or(0.0, |(e, spread)| {
+        let p99 = |r: &TapRow| metric_value(r, "p99_abs").unwrap_or(0.0);
+        2.0 * (p99(e) + thresholds::REALIZATION_SLACK * spread.map_or(0.0, p99))
+    });
+    if let Some(l) = row.logits.as_mut() {
+        let margin = thresholds.flip_margin.max(noise_margin);
+        l.flips_above_margin = l.flips.iter().filter(|f| f.margin > margin).count();
     }
     for (metric, (bound, rule)) in thresholds.bounds_for(&row.tap.to_string()) {
         let Some(value) = metric_value(row, &metric) else { continue };
         let dir = thresholds::metric_dir(&metric).expect("known metric");
+        let expected = beyond.and_then(|(e, spread)| {
+            let e = metric_value(e, &metric)?;
+            let spread = spread.and_then(|s| metric_value(s, &metric));
+            Some((e, thresholds::excess(&metric, value, e, spread)))
+        });
+        let judged = expected.map_or(value, |(_, x)| x);
         let ok = match dir {
-            Dir::Min => value >= bound,
-            Dir::Max => value <= bound,
+            Dir::Min => judged >= bound,
+            Dir::Max => judged <= bound,
         };
         if !ok {
-            row.failures.push(Failure { metric, dir, bound, value, rule });
+            row.failures.push(Failure { metric, dir, bound, value, rule, expected });
         }
     }
 }
@@ -318,12 +345,22 @@ pub struct Settings<'a> {
     pub thresholds: &'a Thresholds,
     pub selection: Option<&'a TapSelection>,
     pub workers: usize,
+    /// Judge each row on its excess over these comparisons' rows at the same phase and tap.
+    pub beyond: Option<Beyond<'a>>,
+}
+
+/// What a candidate is judged beyond: its expected quantization against the same reference
+/// (its own noise), and that emulation against a second draw of it (the spread a draw shows).
+#[derive(Clone, Copy)]
+pub struct Beyond<'a> {
+    pub expected: &'a PairComparison,
+    pub spread: Option<&'a PairComparison>,
 }
 
 impl<'a> Settings<'a> {
     /// Every tap, cumulative, on one thread.
     pub fn new(thresholds: &'a Thresholds) -> Self {
-        Settings { view: View::Cumulative, thresholds, selection: None, workers: 1 }
+        Settings { view: View::Cumulative, thresholds, selection: None, workers: 1, beyond: None }
     }
 }
 
@@ -354,7 +391,13 @@ pub fn compare(
             Some(sk) if sk == key => r.as_deref(),
             _ => other.as_deref(),
         };
-        Ok(compare_one(r.as_deref(), x.as_deref(), scores, key, s.thresholds))
+        let mut row = compare_one(r.as_deref(), x.as_deref(), scores, key);
+        let beyond = s.beyond.and_then(|b| {
+            let spread = b.spread.and_then(|p| p.row(row.phase, &row.tap));
+            b.expected.row(row.phase, &row.tap).map(|e| (e, spread))
+        });
+        judge(&mut row, s.thresholds, beyond);
+        Ok(row)
     };
     let rows = if s.workers <= 1 {
         keys.iter().map(row).collect::<Result<Vec<_>>>()?
@@ -376,7 +419,6 @@ fn compare_one(
     x: Option<&ArrayD<f32>>,
     scores: Option<&ArrayD<f32>>,
     key: &Key,
-    thresholds: &Thresholds,
 ) -> TapRow {
     let (phase, tap) =
         (key.phase().expect("compared keys have a phase"), key.tap().expect("phase/tap").clone());
@@ -408,7 +450,6 @@ fn compare_one(
     };
     let Some((rv, xv, aligned)) = align(r, x) else {
         row.status = RowStatus::ShapeMismatch;
-        judge(&mut row, thresholds);
         return row;
     };
     let canon = row.tap.canonical();
@@ -433,9 +474,8 @@ fn compare_one(
         _ => {}
     }
     if canon == Some(Tap::Logits) {
-        row.logits = Some(logits_summary(&rv, &xv, features, thresholds.flip_margin));
+        row.logits = Some(logits_summary(&rv, &xv, features));
     }
     row.aligned = aligned;
-    judge(&mut row, thresholds);
     row
 }

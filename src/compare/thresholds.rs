@@ -88,6 +88,48 @@ pub fn metric_dir(name: &str) -> Option<Dir> {
     METRICS.iter().find(|m| m.0 == name).map(|m| m.1)
 }
 
+/// How many times the spread between two draws of the expected quantization a candidate may
+/// differ from the expected by before the excess counts. The expected emulation is one draw
+/// of the quantization noise and the device another: the float order of a 96-row prefill
+/// frame differs from that of T rows, and every int16 rounding of a block input amplifies the
+/// difference (docs/METRICS.md, "Judging on the excess"). A second draw of the emulation,
+/// jittered by float-order-sized steps, measures that amplification at every tap and phase;
+/// the spread is one sample, so the candidate gets twice it.
+pub const REALIZATION_SLACK: f64 = 2.0;
+
+/// What a candidate adds to an expected value of `metric` (the same figure of its expected
+/// quantization against the same reference), in the metric's own units so that its bound
+/// applies unchanged. `spread` is the figure of a second draw of the expected against the
+/// first; [`REALIZATION_SLACK`] times it is allowed on top of the expected. A cosine is
+/// judged as an angle (angles add: the candidate's angle to the reference is at most the
+/// expected's plus its own to the expected); a share (perfect 1) falls by what it loses beyond
+/// the allowed loss; an error (perfect 0) is what it has beyond the allowed; an SQNR is that
+/// of the noise power beyond the allowed.
+pub fn excess(metric: &str, value: f64, expected: f64, spread: Option<f64>) -> f64 {
+    let k = REALIZATION_SLACK;
+    match (metric, metric_dir(metric)) {
+        ("cosine", _) => {
+            let angle = |c: f64| c.clamp(-1.0, 1.0).acos();
+            let allowed = angle(expected) + k * spread.map_or(0.0, angle);
+            (angle(value) - allowed).max(0.0).cos()
+        }
+        ("sqnr", _) => {
+            let noise = |db: f64| 10f64.powf(-db / 10.0);
+            let beyond = noise(value) - noise(expected) - k * spread.map_or(0.0, noise);
+            if beyond > 0.0 {
+                -10.0 * beyond.log10()
+            } else {
+                f64::INFINITY
+            }
+        }
+        (_, Some(Dir::Min)) => {
+            let loss = (1.0 - value) - (1.0 - expected) - k * spread.map_or(0.0, |s| 1.0 - s);
+            1.0 - loss.max(0.0)
+        }
+        _ => (value - expected - k * spread.unwrap_or(0.0)).max(0.0),
+    }
+}
+
 /// Check a bound's value against its metric's range: the message says the valid range.
 pub fn check_bound(metric: &str, value: f64) -> Result<()> {
     check_metric(metric)?;
@@ -174,6 +216,12 @@ impl Default for Thresholds {
 }
 
 impl Thresholds {
+    /// No bound at all (the same flip margin): figures shown beside a judged comparison, never
+    /// judged themselves.
+    pub fn unbounded(&self) -> Self {
+        Thresholds { default: BTreeMap::new(), rules: Vec::new(), ..self.clone() }
+    }
+
     /// The bounds applying to `tap`: metric → bound (and the glob it came from).
     pub fn bounds_for(&self, tap: &str) -> BTreeMap<String, (f64, String)> {
         let mut out: BTreeMap<String, (f64, String, usize)> =
@@ -256,6 +304,27 @@ mod tests {
 
     fn rule(g: &str, m: &str, v: f64) -> Rule {
         Rule::new(g, [(m.to_string(), v)].into_iter().collect()).unwrap()
+    }
+
+    #[test]
+    fn the_excess_allows_the_expected_noise_and_twice_the_spread_of_two_draws() {
+        let cos = |a: f64| a.cos();
+        // Angles add: expected 0.1 rad off, two draws 0.05 apart: up to 0.2 rad is no excess.
+        assert_eq!(excess("cosine", cos(0.2), cos(0.1), Some(cos(0.05))), 1.0);
+        // 0.3 rad is 0.1 beyond it.
+        assert!((excess("cosine", cos(0.3), cos(0.1), Some(cos(0.05))) - cos(0.1)).abs() < 1e-12);
+        // Without a spread, only the expected's own angle is allowed.
+        assert!((excess("cosine", cos(0.3), cos(0.1), None) - cos(0.2)).abs() < 1e-12);
+        // A share loses what it loses beyond the expected's loss plus twice the spread's.
+        assert!((excess("argmax", 0.5, 0.9, Some(0.95)) - 0.7).abs() < 1e-12);
+        // An error has what it has beyond the expected plus twice the spread.
+        assert!((excess("max_abs", 1.0, 0.3, Some(0.1)) - 0.5).abs() < 1e-12);
+        assert_eq!(excess("flips", 1.0, 0.0, Some(1.0)), 0.0);
+        // An SQNR is that of the noise power beyond: 20 dB expected, 30 dB spread, 10 dB seen.
+        let n = |db: f64| 10f64.powf(-db / 10.0);
+        let want = -10.0 * (n(10.0) - n(20.0) - 2.0 * n(30.0)).log10();
+        assert!((excess("sqnr", 10.0, 20.0, Some(30.0)) - want).abs() < 1e-9);
+        assert_eq!(excess("sqnr", 25.0, 20.0, None), f64::INFINITY);
     }
 
     #[test]

@@ -8,7 +8,7 @@ use super::frames::{chunks, Frames, PreProcess};
 use super::{ConfiguredModel, Device, FormatType, StreamInfo, INFERENCE_TIMEOUT};
 use crate::error::{Error, Result};
 use crate::hef::llm_config::LlmConfig;
-use crate::hef::Hef;
+use crate::hef::{Hef, QuantInfo};
 use std::collections::BTreeMap;
 
 /// Input names of one group, found by suffix (`get_layer_name_from_suffix`: the first input,
@@ -197,6 +197,38 @@ impl LlmDriver {
             }
         }
         Ok(())
+    }
+
+    /// The quant infos of the HEF's edges as the runtime applies them (the prefill group's:
+    /// embeddings, RoPE, every cache layer, the logits outputs column by column), for the
+    /// emulation of what the HEF computes when nothing is wrong ([`crate::fault::expected`]).
+    /// A stream that lists one quant info per feature gives each column its own.
+    pub fn edge_quant(&self, hef: &Hef) -> Result<crate::fault::expected::EdgeQuant> {
+        let g = &self.prefill;
+        let first = |name: &str| -> Result<QuantInfo> {
+            Ok(input(g, name)?.quant_infos.first().copied().unwrap_or(QuantInfo::INVALID))
+        };
+        let group =
+            hef.group(&g.name).ok_or_else(|| Error::Device(format!("no network group `{}`", g.name)))?;
+        let cache_of = |id: usize| group.caches.iter().find(|c| c.cache_id as usize == id).map(|c| c.quant);
+        let mut cache = Vec::new();
+        while let (Some(k), Some(v)) = (cache_of(2 * cache.len()), cache_of(2 * cache.len() + 1)) {
+            cache.push((k, v));
+        }
+        let mut logits = Vec::new();
+        for o in g.model.outputs() {
+            let w = o.shape.features as usize;
+            match o.quant_infos.as_slice() {
+                q if q.len() == w => logits.extend_from_slice(q),
+                q => logits.extend(std::iter::repeat_n(q.first().copied().unwrap_or(QuantInfo::INVALID), w)),
+            }
+        }
+        Ok(crate::fault::expected::EdgeQuant {
+            embeddings: first(&g.names.embeddings)?,
+            rope: first(&g.names.q_cos)?,
+            cache,
+            logits,
+        })
     }
 
     pub fn prefill_tokens(&self) -> usize {

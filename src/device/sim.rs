@@ -9,7 +9,7 @@
 //! device's behaviour, each read against the driver's frame code; split, every part would
 //! import the other two.)
 
-use super::synth_hef::{calibration_inputs, sim_spec, Mistake, SimSpec};
+use super::synth_hef::{sim_spec, Mistake, SimSpec};
 use super::{
     configured_streams, padded_entry_bytes, ConfiguredModel, Device, DeviceFacts, FormatType, SimProfile,
     StreamInfo, RPC_CACHE_UNSUPPORTED, RPC_FAILED_RUN,
@@ -283,7 +283,7 @@ impl SimDevice {
             f.transform_weights(&mut weights)?;
         }
         let model = Decoder::new(&weights)?;
-        let calib = calibration_inputs(c.vocab_size);
+        let calib = spec.calibration(c.vocab_size).inputs();
         for f in &faults {
             f.prepare(&model, &calib)?;
         }

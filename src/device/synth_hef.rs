@@ -92,6 +92,90 @@ pub struct SimSpec {
     /// Absent from HEFs written without it, so their resource is unchanged.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub noise: Option<SimNoise>,
+    /// The calibration set the simulated compiler used (its activations and the HEF's quant
+    /// infos), so the device and the expected-noise emulation calibrate alike. Absent from HEFs
+    /// written before it was recorded: the seeded random set ([`Calibration::random`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub calibration: Option<Calibration>,
+}
+
+/// The prompts a compiled graph is calibrated on (each followed by 16 greedy steps, as a DFC
+/// calibration set of full conversations would be), and where they came from.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Calibration {
+    pub source: String,
+    pub prompts: Vec<Vec<u32>>,
+}
+
+/// hefprobe's calibration text: ordinary prose, a recipe, a question and answer, code, a
+/// letter; one prompt per paragraph.
+pub const CALIBRATION_TEXT: &str = include_str!("calibration.txt");
+
+/// Greedy steps after each calibration prompt.
+const CALIBRATION_DECODE: usize = 16;
+
+impl Calibration {
+    /// Four seeded random prompts of 64 tokens: the calibration of a checkpoint with no
+    /// tokenizer of its own (synthesized weights, where any token is as typical as another).
+    pub fn random(vocab: usize) -> Calibration {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(0x7369_6d63);
+        let prompts = (0..4).map(|_| (0..64).map(|_| rng.random_range(0..vocab as u32)).collect()).collect();
+        Calibration { source: "4 seeded random prompts of 64 token ids".into(), prompts }
+    }
+
+    /// Paragraphs of `text` (separated by blank lines) tokenized with `tok`, as genai encodes
+    /// them (no special tokens); `what` names the text in the source.
+    pub fn from_text(
+        text: &str,
+        tok: &crate::model::tokenizer::Tokenizer,
+        what: &str,
+    ) -> Result<Calibration> {
+        let mut prompts = Vec::new();
+        for p in text.split("\n\n").map(str::trim).filter(|p| !p.is_empty()) {
+            prompts.push(tok.encode(p, false)?.ids);
+        }
+        if prompts.is_empty() {
+            return Err(Error::input(
+                what,
+                "holds no text to calibrate on (paragraphs are separated by blank lines)",
+            ));
+        }
+        let tokens: usize = prompts.iter().map(Vec::len).sum();
+        Ok(Calibration {
+            source: format!("{what}: {} prompts, {tokens} tokens, by {}", prompts.len(), tok.path.display()),
+            prompts,
+        })
+    }
+
+    /// The default for `ckpt`: hefprobe's calibration text through the checkpoint's own
+    /// tokenizer, or [`Calibration::random`] when it has none.
+    pub fn default_for(ckpt: &Checkpoint) -> Result<Calibration> {
+        match crate::model::tokenizer::Tokenizer::of_checkpoint(ckpt)? {
+            Some(tok) => Calibration::from_text(CALIBRATION_TEXT, &tok, "hefprobe's calibration text"),
+            None => Ok(Calibration::random(ckpt.config.vocab_size)),
+        }
+    }
+
+    /// The calibration runs: every prompt, then its greedy steps.
+    pub fn inputs(&self) -> Vec<InputSet> {
+        self.prompts
+            .iter()
+            .map(|p| {
+                let mut i = InputSet::new(p.clone());
+                i.decode = DecodeSpec::Greedy(CALIBRATION_DECODE);
+                i
+            })
+            .collect()
+    }
+}
+
+impl SimSpec {
+    /// The set the device was calibrated on.
+    pub fn calibration(&self, vocab: usize) -> Calibration {
+        self.calibration.clone().unwrap_or_else(|| Calibration::random(vocab))
+    }
 }
 
 /// Run-to-run noise a real device should not have, planted so the suite's repeatability gate
@@ -117,7 +201,8 @@ pub struct SynthHefOptions {
     pub lm_head_shards: usize,
     pub mistakes: Vec<Mistake>,
     /// Calibration prompts (token ids); empty = seeded random prompts.
-    pub calibration: Vec<Vec<u32>>,
+    /// What the simulated compiler calibrates on (default: [`Calibration::default_for`]).
+    pub calibration: Option<Calibration>,
     /// Planted run-to-run noise (see [`SimNoise`]).
     pub noise: Option<SimNoise>,
 }
@@ -134,7 +219,7 @@ impl Default for SynthHefOptions {
             quant: "a16".into(),
             lm_head_shards: 1,
             mistakes: Vec::new(),
-            calibration: Vec::new(),
+            calibration: None,
             noise: None,
         }
     }
@@ -180,26 +265,12 @@ pub fn u16_quant(lo: f32, hi: f32) -> QuantInfo {
     QuantInfo { zp: a.zp, scale: a.scale, min: (a.qmin - a.zp) * a.scale, max: (a.qmax - a.zp) * a.scale }
 }
 
-/// The ranges the HEF's quant infos are calibrated on. By default the simulated compiler's one
-/// calibration set ([`calibration_inputs`]), the same the simulated graph's
-/// activations are calibrated on. It used to be a smaller set of its own (2 prompts of 32 tokens,
-/// 8 greedy steps): the cache ranges then clipped ordinary prompts (tokens 1..40 on tinystories),
-/// and the clipped cache entries moved later layers' keys and values by up to 182 LSB.
-fn calibrate(model: &Decoder, opts: &SynthHefOptions) -> Result<Ranges> {
-    let inputs: Vec<InputSet> = if opts.calibration.is_empty() {
-        calibration_inputs(model.cfg.vocab_size)
-    } else {
-        opts.calibration
-            .iter()
-            .map(|prompt| {
-                let mut i = InputSet::new(prompt.clone());
-                i.decode = DecodeSpec::Greedy(16);
-                i
-            })
-            .collect()
-    };
+/// The ranges the HEF's quant infos are calibrated on: the simulated compiler's one
+/// calibration set, the same the simulated graph's activations are calibrated on (a set of its
+/// own once made the cache ranges clip ordinary prompts, moving later layers by up to 182 LSB).
+fn calibrate(model: &Decoder, calibration: &Calibration) -> Result<Ranges> {
     let mut ranges = Ranges::default();
-    for i in &inputs {
+    for i in &calibration.inputs() {
         run_inputs(model, i, &mut NoTaps, &mut ranges, &mut RunRecord::default())?;
     }
     Ok(ranges)
@@ -243,8 +314,18 @@ pub fn synth_hef(ckpt: &Checkpoint, checkpoint: SimCheckpoint, opts: &SynthHefOp
         }
         crate::fault::catalog::build(f, c)?;
     }
+    // The quantization the graph is compiled with is checked now, not when the HEF is used.
+    if opts.quant != "none" {
+        let q = crate::fault::spec::quantization(&opts.quant)?;
+        crate::fault::catalog::build(&q, c)
+            .map_err(|e| Error::usage(format!("--quant {}: {e}", opts.quant)))?;
+    }
     let model = Decoder::new(ckpt)?;
-    let ranges = calibrate(&model, opts)?;
+    let calibration = match &opts.calibration {
+        Some(c) => c.clone(),
+        None => Calibration::default_for(ckpt)?,
+    };
+    let ranges = calibrate(&model, &calibration)?;
 
     let embed = ckpt.tensor("model.embed_tokens.weight")?;
     let (elo, ehi) = (embed.min_all()?.to_scalar::<f32>()?, embed.max_all()?.to_scalar::<f32>()?);
@@ -278,11 +359,15 @@ pub fn synth_hef(ckpt: &Checkpoint, checkpoint: SimCheckpoint, opts: &SynthHefOp
     let resources = LlmResources {
         embeddings,
         theta,
-        // Cut to the checkpoint's vocabulary: an id the tokenizer gives must have an embeddings
-        // row and a logit (audit's embeddings-rows and logits-width).
-        tokenizer: crate::model::tokenizer::synth_tokenizer_json_within(c.vocab_size)
-            .to_string()
-            .into_bytes(),
+        // The checkpoint's own tokenizer, as a compiled LLM HEF carries it; for synthesized
+        // weights the synth one, cut to the vocabulary: an id the tokenizer gives must have an
+        // embeddings row and a logit (audit's embeddings-rows and logits-width).
+        tokenizer: match crate::model::tokenizer::Tokenizer::of_checkpoint(ckpt)? {
+            Some(t) => t.to_json()?.into_bytes(),
+            None => {
+                crate::model::tokenizer::synth_tokenizer_json_within(c.vocab_size).to_string().into_bytes()
+            }
+        },
         eos_token_id: c.eos_token_id.unwrap_or(2),
         stop_token_ids: Vec::new(),
     };
@@ -299,6 +384,7 @@ pub fn synth_hef(ckpt: &Checkpoint, checkpoint: SimCheckpoint, opts: &SynthHefOp
         quant: opts.quant.clone(),
         mistakes: opts.mistakes.clone(),
         noise: opts.noise,
+        calibration: Some(calibration),
     };
     hef.resources.push(Resource::new(SIM_RESOURCE, serde_json::to_vec_pretty(&sim).expect("json")));
     Ok(hef)
@@ -374,20 +460,6 @@ pub fn sim_spec(hef: &Hef, what: &str) -> Result<Option<SimSpec>> {
         ));
     }
     Ok(Some(spec))
-}
-
-/// What the simulated compiler calibrates on: four seeded random prompts of 64 tokens, each
-/// with 16 greedy steps (a DFC calibration set stands in for the model's real data).
-pub fn calibration_inputs(vocab: usize) -> Vec<InputSet> {
-    use rand::{Rng, SeedableRng};
-    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(0x7369_6d63);
-    (0..4)
-        .map(|_| {
-            let mut i = InputSet::new((0..64).map(|_| rng.random_range(0..vocab as u32)).collect());
-            i.decode = DecodeSpec::Greedy(16);
-            i
-        })
-        .collect()
 }
 
 impl SimCheckpoint {

@@ -79,7 +79,7 @@ pub fn run_case(ckpt: &Checkpoint, inputs: &InputSet, spec: &str, expected: &str
     let pair =
         compare(&reference.capture, &observed.capture, ("reference", spec), &Settings::new(&thresholds))?;
     let located = locate::locate(&pair).first().map(|l| format!("{}/{}", l.phase, l.tap));
-    let at = crate::explain::rank::Setting { ckpt, inputs, scratch: None };
+    let at = crate::explain::rank::Setting { ckpt, inputs, scratch: None, target: None };
     let report =
         crate::explain::explain(&at, &reference.capture, (spec, &observed.capture), &ExplainSpec::default())?;
     let pos = report.rows.iter().position(|r| r.fault == spec || r.ties.iter().any(|t| t == spec));

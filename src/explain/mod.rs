@@ -53,6 +53,9 @@ pub struct ExplainReport {
     /// explain ranks nothing and `conclusion` says why.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub nonfinite: Vec<(String, usize)>,
+    /// How the layers of per-layer faults were searched, when nothing located them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub search: Option<String>,
 }
 
 /// Three-way attribution per layer: fp32 ↔ quant emulation ↔ observed.

@@ -12,12 +12,14 @@ use crate::compare::metrics;
 use crate::error::Result;
 use crate::explain::ExplainSpec;
 use crate::explain::{AttributionRow, ExplainReport, ExplainRow};
+use crate::fault::expected::Expected;
 use crate::fault::spec::FaultSpec;
 use crate::inputs::InputSet;
 use crate::model::Checkpoint;
 use crate::tap::{Key, Tap, TapName, TapSelection};
 use ndarray::ArrayD;
 use std::path::Path;
+use std::sync::Arc;
 
 /// How well `emulated` reproduces `observed` on their shared keys.
 #[derive(Debug, Clone, Copy)]
@@ -128,6 +130,7 @@ fn refuse_nonfinite(observed_name: &str, taps: Vec<TapName>, bad: &[(Key, usize)
         ),
         attribution: Vec::new(),
         nonfinite: bad.iter().map(|(k, n)| (k.to_string(), *n)).collect(),
+        search: None,
     }
 }
 
@@ -157,19 +160,47 @@ const REFINE: usize = 4;
 /// Rows whose ties are resolved (each tie check re-runs two emulations).
 const TIE_ROWS: usize = 5;
 
-fn sort(results: &mut [Candidate]) {
+/// Best match first: by match cosine, or by KL to the observation's distribution when
+/// `by_kl` (a quantized target seen through its logits: its quantization noise across the
+/// whole vocabulary dominates the logits cosine, the KL weighs the tokens the model would pick;
+/// measured on SmolLM2 HEFs, docs/QUANTIZATION.md).
+fn sort(results: &mut [Candidate], by_kl: bool) {
     results.sort_by(|a, b| {
-        b.m.cosine.total_cmp(&a.m.cosine).then(a.m.kl.total_cmp(&b.m.kl)).then(a.name().cmp(&b.name()))
+        let (cos, kl) = (b.m.cosine.total_cmp(&a.m.cosine), a.m.kl.total_cmp(&b.m.kl));
+        let order = if by_kl { kl.then(cos) } else { cos.then(kl) };
+        order.then(a.name().cmp(&b.name()))
     });
 }
 
-/// What explain emulates on: the checkpoint, the inputs being explained, and where emulations
-/// are written (a spilled run's temporary folder; None: kept in memory).
+/// What explain emulates on: the checkpoint, the inputs being explained, where emulations
+/// are written (a spilled run's temporary folder; None: kept in memory), and the target's own
+/// quantization when it has one (a HEF's): every candidate is that quantization composed with
+/// the fault, and the baseline is the quantization alone.
 pub struct Setting<'a> {
     pub ckpt: &'a Checkpoint,
     pub inputs: &'a InputSet,
     pub scratch: Option<&'a Path>,
+    pub target: Option<Target<'a>>,
 }
+
+/// A quantized target: its quantization, and the float reference, against which that
+/// quantization's own noise is measured.
+pub struct Target<'a> {
+    pub expected: Arc<Expected>,
+    pub float: &'a dyn Store,
+    /// The keys where the target is beyond its expected quantization (what its judge failed):
+    /// matched alone when there are any, since elsewhere every candidate and the baseline differ
+    /// from the observation only by the quantization's noise.
+    pub focus: Vec<Key>,
+}
+
+/// Emulations the per-layer search may spend when the observation holds no layer tap (a HEF's
+/// logits). Every layer of every per-layer fault of the grid, when that fits: a dozen such
+/// faults on a 30-layer model is 360. Halving the layers on the match figure was tried first
+/// and measured wrong on SmolLM2 (a fault at layer 2 emulated over layers 0-14 matches worse
+/// than over 15-29: the other 14 faulted layers swamp it), so past the budget the search is a
+/// stride over the layers, then every layer near each fault's best.
+pub const LAYER_SEARCH_BUDGET: usize = 400;
 
 /// Runs the reference with faults injected, on the inputs and taps being explained, and
 /// matches each emulation against the observation.
@@ -184,10 +215,26 @@ struct Emulator<'a> {
 
 impl Emulator<'_> {
     fn run(&self, specs: &[FaultSpec]) -> Result<Box<dyn Store>> {
-        let mut b = DecoderBackend::emulator("explain", self.at.ckpt, specs, None)?;
+        let mut faults = crate::fault::catalog::build_all(specs, &self.at.ckpt.config)?;
+        if let Some(t) = &self.at.target {
+            faults.push(Box::new(t.expected.clone()));
+        }
+        let mut b = DecoderBackend::with_faults("explain", self.at.ckpt, faults)?;
         let place = self.at.scratch.map_or(Place::Memory, |d| Place::Temporary(d.to_path_buf()));
         let run = crate::backend::run_to(&mut b, self.at.inputs, &self.taps, None, &place)?;
         run.error.map_or(Ok(run.capture), Err)
+    }
+
+    /// Every candidate of `all`, two emulations at a time where there are two cores (each is
+    /// a small-batch decoder run that a second core barely speeds up), in `all`'s order.
+    fn evaluate_all(&self, all: Vec<Vec<FaultSpec>>) -> Result<Vec<Candidate>> {
+        use rayon::prelude::*;
+        self.bar.inc_length(all.len() as u64);
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(4);
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().map_err(|e| {
+            crate::error::Error::usage(format!("cannot start {threads} explain threads: {e}"))
+        })?;
+        pool.install(|| all.into_par_iter().map(|specs| self.evaluate(specs)).collect())
     }
 
     fn evaluate(&self, specs: Vec<FaultSpec>) -> Result<Candidate> {
@@ -199,6 +246,11 @@ impl Emulator<'_> {
             clean_like: match_captures(cap.as_ref(), self.reference, &self.keys)?.cosine >= 1.0 - CLEAN_EPS,
             specs,
         })
+    }
+
+    /// A quantized target matched on logits alone: ranked by KL (see [`sort`]).
+    fn by_kl(&self) -> bool {
+        self.at.target.is_some() && self.keys.iter().all(|k| k.tap().is_some_and(|t| t.is(Tap::Logits)))
     }
 
     /// Whether two candidates' emulations agree on these inputs (to float noise).
@@ -216,7 +268,7 @@ pub fn explain(
     (observed_name, observed): (&str, &dyn Store),
     spec: &ExplainSpec,
 ) -> Result<ExplainReport> {
-    let keys = shared_keys(observed);
+    let (keys, focused) = focus_keys(shared_keys(observed), at);
     if keys.is_empty() {
         return Err(crate::error::Error::usage(format!(
             "explain: `{observed_name}` holds no canonical PHASE/TAP keys to match emulations against"
@@ -240,12 +292,15 @@ pub fn explain(
     bar.set_style(indicatif::ProgressStyle::with_template("explain {pos}/{len} {msg}").expect("template"));
     let emu = Emulator { at, taps, reference, observed, keys, bar };
     let base = match_captures(reference, observed, &emu.keys)?;
-    let results = rank_all(&emu, spec)?;
+    let (results, mut search) = rank_all(&emu, spec)?;
     emu.bar.finish_and_clear();
+    if focused {
+        search = Some(focus_note(&emu.keys, observed_name, search));
+    }
     let rows = rows_with_ties(&emu, &results)?;
     let baseline = ExplainRow {
         rank: 0,
-        fault: "(clean reference)".into(),
+        fault: if at.target.is_some() { "(expected quantization)" } else { "(clean reference)" }.into(),
         finding: None,
         match_cosine: base.cosine,
         argmax_agreement: base.argmax,
@@ -253,7 +308,20 @@ pub fn explain(
         ties: Vec::new(),
         note: None,
     };
-    let conclusion = conclude(&rows, &baseline, observed_name);
+    // The quantization's own noise: how far it moves the float reference on these taps.
+    let noise = match &at.target {
+        Some(t) => Some(1.0 - match_captures(reference, t.float, &emu.keys)?.cosine),
+        None => None,
+    };
+    let mut conclusion = conclude(&rows, &baseline, observed_name, noise);
+    if emu.by_kl() && conclusion.starts_with("best explanation") {
+        if let Some(best) = rows.first() {
+            conclusion += &format!(
+                "; ranked by KL to the observation: {:.6} (expected quantization {:.6})",
+                best.kl_mean, baseline.kl_mean
+            );
+        }
+    }
     let attribution = match &spec.quant {
         Some(q) => attribute(&emu, q)?,
         None => Vec::new(),
@@ -266,49 +334,147 @@ pub fn explain(
         conclusion,
         attribution,
         nonfinite: Vec::new(),
+        search,
     })
+}
+
+/// The keys explain matches on: with a quantized target, only those where its judge failed
+/// ([`Target::focus`]) when any of them is shared; and whether it narrowed them.
+fn focus_keys(mut keys: Vec<Key>, at: &Setting) -> (Vec<Key>, bool) {
+    let focus = at.target.as_ref().map_or(&[][..], |t| &t.focus[..]);
+    let focused = focus.iter().any(|k| keys.contains(k));
+    if focused {
+        keys.retain(|k| focus.contains(k));
+    }
+    (keys, focused)
+}
+
+/// The table's note when explain matched on the focus keys alone (before the search's note).
+fn focus_note(keys: &[Key], observed: &str, search: Option<String>) -> String {
+    let on: Vec<String> = keys.iter().map(ToString::to_string).collect();
+    let note = format!(
+        "matched on the {} key(s) where `{observed}` is beyond its expected quantization ({}); \
+         elsewhere it differs from every emulation only by the quantization's noise",
+        on.len(),
+        on.join(", ")
+    );
+    match search {
+        Some(s) => format!("{note}; {s}"),
+        None => note,
+    }
 }
 
 /// Every candidate, ranked: the faults of the spec (or the grid), then per-layer narrowings
 /// (at the layer where the observation first departs from the reference, when it holds layer
 /// taps, and at every layer for the best few families: the family finds the mechanism, the
 /// sweep finds where), then, if asked, pairs of the best five.
-fn rank_all(emu: &Emulator, spec: &ExplainSpec) -> Result<Vec<Candidate>> {
+fn rank_all(emu: &Emulator, spec: &ExplainSpec) -> Result<(Vec<Candidate>, Option<String>)> {
     let cfg = &emu.at.ckpt.config;
-    let candidates: Vec<FaultSpec> = spec.faults.clone().unwrap_or_else(|| crate::fault::catalog::grid(cfg));
-    emu.bar.inc_length(candidates.len() as u64);
-    let mut results = candidates.iter().map(|c| emu.evaluate(vec![c.clone()])).collect::<Result<Vec<_>>>()?;
-    sort(&mut results);
+    let mut candidates: Vec<FaultSpec> =
+        spec.faults.clone().unwrap_or_else(|| crate::fault::catalog::grid(cfg));
+    if emu.at.target.is_some() && spec.faults.is_none() {
+        // The baseline is the target's quantization already: quantizing again explains nothing.
+        candidates.retain(|c| !crate::fault::catalog::is::<crate::fault::quant::QuantFault>(c));
+    }
+    let mut results = emu.evaluate_all(candidates.iter().map(|c| vec![c.clone()]).collect())?;
+    sort(&mut results, emu.by_kl());
+    let mut search = None;
     let mut narrowed: Vec<FaultSpec> = Vec::new();
-    if let Some(layer) = first_drift_layer(emu.reference, emu.observed, &emu.keys)? {
-        for c in &candidates {
-            narrowed.extend(crate::fault::catalog::per_layer(c, cfg).into_iter().nth(layer));
-        }
-    }
-    for c in results.iter().filter(|c| !c.clean_like).take(REFINE) {
-        if let [one] = c.specs.as_slice() {
-            narrowed.extend(crate::fault::catalog::per_layer(one, cfg));
-        }
-    }
-    emu.bar.inc_length(narrowed.len() as u64);
-    for spec in narrowed {
-        if !results.iter().any(|c| c.specs == [spec.clone()]) {
-            results.push(emu.evaluate(vec![spec])?);
-        }
-    }
-    if spec.pairs {
-        sort(&mut results);
-        let top: Vec<FaultSpec> =
-            results.iter().filter(|c| !c.clean_like).take(5).map(|c| c.specs[0].clone()).collect();
-        emu.bar.inc_length((top.len() * top.len().saturating_sub(1) / 2) as u64);
-        for i in 0..top.len() {
-            for j in i + 1..top.len() {
-                results.push(emu.evaluate(vec![top[i].clone(), top[j].clone()])?);
+    match first_drift_layer(emu.reference, emu.observed, &emu.keys)? {
+        Some(layer) => {
+            for c in &candidates {
+                narrowed.extend(crate::fault::catalog::per_layer(c, cfg).into_iter().nth(layer));
+            }
+            for c in results.iter().filter(|c| !c.clean_like).take(REFINE) {
+                if let [one] = c.specs.as_slice() {
+                    narrowed.extend(crate::fault::catalog::per_layer(one, cfg));
+                }
             }
         }
+        None if emu.keys.iter().all(|k| k.tap().and_then(TapName::layer).is_none()) => {
+            search = Some(search_layers(emu, &mut results)?);
+        }
+        None => {}
     }
-    sort(&mut results);
-    Ok(results)
+    let mut seen: Vec<FaultSpec> =
+        results.iter().filter(|c| c.specs.len() == 1).map(|c| c.specs[0].clone()).collect();
+    narrowed.retain(|spec| {
+        let new = !seen.contains(spec);
+        seen.push(spec.clone());
+        new
+    });
+    results.extend(emu.evaluate_all(narrowed.into_iter().map(|s| vec![s]).collect())?);
+    if spec.pairs {
+        sort(&mut results, emu.by_kl());
+        let top: Vec<FaultSpec> =
+            results.iter().filter(|c| !c.clean_like).take(5).map(|c| c.specs[0].clone()).collect();
+        let pairs = (0..top.len()).flat_map(|i| (i + 1..top.len()).map(move |j| (i, j)));
+        let pairs = pairs.map(|(i, j)| vec![top[i].clone(), top[j].clone()]).collect();
+        results.extend(emu.evaluate_all(pairs)?);
+    }
+    sort(&mut results, emu.by_kl());
+    Ok((results, search))
+}
+
+/// Where an observation holds no layer tap, nothing locates the layer a per-layer fault acts
+/// on; so each per-layer fault of the ranking is emulated at single layers: every layer when
+/// all of them fit [`LAYER_SEARCH_BUDGET`], else every s-th layer (s the smallest stride that
+/// fits half the budget), then the layers within s of each fault's best, as the rest allows.
+/// Returns the sentence the table states the search with.
+fn search_layers(emu: &Emulator, results: &mut Vec<Candidate>) -> Result<String> {
+    let layers = emu.at.ckpt.config.num_layers;
+    let per_layer = |c: &Candidate| match c.specs.as_slice() {
+        [one] if one.layers.is_none() => crate::fault::catalog::entry(&one.name).is_some_and(|e| e.per_layer),
+        _ => false,
+    };
+    let families: Vec<FaultSpec> =
+        results.iter().filter(|c| per_layer(c)).map(|c| c.specs[0].clone()).collect();
+    if layers < 2 || families.is_empty() {
+        return Ok("the observation holds no layer tap and no per-layer fault was ranked".to_string());
+    }
+    let at = |layer_set: &mut dyn Iterator<Item = usize>, f: &FaultSpec| -> Vec<Vec<FaultSpec>> {
+        layer_set.map(|l| vec![f.at_layer(l)]).collect()
+    };
+    let all = families.len() * layers;
+    if all <= LAYER_SEARCH_BUDGET {
+        let specs = families.iter().flat_map(|f| at(&mut (0..layers), f)).collect();
+        results.extend(emu.evaluate_all(specs)?);
+        return Ok(format!(
+            "the observation holds no layer tap: each of {} per-layer faults emulated at every one of the {layers} \
+             layers, {all} emulations (budget {LAYER_SEARCH_BUDGET})",
+            families.len()
+        ));
+    }
+    let stride = all.div_ceil(LAYER_SEARCH_BUDGET / 2).max(2);
+    let coarse: Vec<Vec<FaultSpec>> =
+        families.iter().flat_map(|f| at(&mut (0..layers).step_by(stride), f)).collect();
+    let mut spent = coarse.len();
+    let found = emu.evaluate_all(coarse)?;
+    let mut fine = Vec::new();
+    for f in &families {
+        let best = found
+            .iter()
+            .filter(|c| c.specs[0].name == f.name && c.specs[0].params == f.params)
+            .max_by(|a, b| a.m.cosine.total_cmp(&b.m.cosine));
+        let Some(layer) = best.and_then(|c| c.specs[0].layers.as_ref().and_then(|v| v.first().copied()))
+        else {
+            continue;
+        };
+        let near = layer.saturating_sub(stride - 1)..(layer + stride).min(layers);
+        let near: Vec<usize> = near.filter(|l| l % stride != 0).collect();
+        if spent + near.len() > LAYER_SEARCH_BUDGET {
+            break;
+        }
+        spent += near.len();
+        fine.extend(at(&mut near.into_iter(), f));
+    }
+    results.extend(found);
+    results.extend(emu.evaluate_all(fine)?);
+    Ok(format!(
+        "the observation holds no layer tap: {} per-layer faults emulated at every {stride}th of the {layers} layers, \
+         then at the layers near each one's best, {spent} emulations (budget {LAYER_SEARCH_BUDGET})",
+        families.len()
+    ))
 }
 
 /// The table's rows: faults whose emulations agree on these inputs (to float noise) are one
@@ -355,12 +521,34 @@ pub fn explained_share(best: f64, baseline: f64) -> f64 {
     (1.0 - (1.0 - best) / drift).clamp(0.0, 1.0)
 }
 
-fn conclude(rows: &[ExplainRow], baseline: &ExplainRow, observed: &str) -> String {
-    if baseline.match_cosine >= 1.0 - 1e-9
-        && (baseline.argmax_agreement.is_nan() || baseline.argmax_agreement >= 1.0)
-    {
+/// A match this close to the expected quantization is the quantization (float order and
+/// rounding boundaries differ between a device's frames and an emulation's rows).
+const EXPECTED_EPS: f64 = 1e-5;
+
+/// `noise`: where the target is quantized, how far its quantization alone moves the float
+/// reference (1 − cosine). An observation no farther from the quantization than that, which no
+/// fault brings much closer, is that quantization's noise: two quantized implementations differ
+/// at rounding boundaries the float order decides.
+fn conclude(rows: &[ExplainRow], baseline: &ExplainRow, observed: &str, noise: Option<f64>) -> String {
+    let argmax_agrees = baseline.argmax_agreement.is_nan() || baseline.argmax_agreement >= 1.0;
+    let quantized = noise.is_some();
+    if let Some(noise) = noise {
+        let off = 1.0 - baseline.match_cosine;
+        let gain = rows.first().map_or(0.0, |r| r.match_cosine - baseline.match_cosine);
+        if off <= noise.max(EXPECTED_EPS) && gain < off / 2.0 {
+            return format!(
+                "`{observed}` matches its expected quantization (match cosine {:.6}, within the quantization's own \
+                 noise of {:.6}): expected quantization noise, the quantization alone explains the drift from the \
+                 float reference.",
+                baseline.match_cosine,
+                1.0 - noise
+            );
+        }
+    }
+    if baseline.match_cosine >= 1.0 - 1e-9 && argmax_agrees {
         return format!("`{observed}` matches the clean reference: nothing to explain.");
     }
+    let clean = if quantized { "expected quantization" } else { "clean reference" };
     let Some(best) = rows.first() else { return "no fault was ranked.".into() };
     let share = explained_share(best.match_cosine, baseline.match_cosine);
     let ties =
@@ -373,7 +561,7 @@ fn conclude(rows: &[ExplainRow], baseline: &ExplainRow, observed: &str) -> Strin
     }
     if share >= 0.9 && best.match_cosine > baseline.match_cosine {
         format!(
-            "best explanation: {}{ties} — match cosine {:.6} (clean reference {:.6}; explains {:.0}% of the drift)",
+            "best explanation: {}{ties} — match cosine {:.6} ({clean} {:.6}; explains {:.0}% of the drift)",
             best.fault,
             best.match_cosine,
             baseline.match_cosine,
@@ -381,7 +569,7 @@ fn conclude(rows: &[ExplainRow], baseline: &ExplainRow, observed: &str) -> Strin
         )
     } else {
         format!(
-            "nothing in the catalog explains `{observed}`: the best, {}, reaches match cosine {:.6} against the clean reference's {:.6} ({:.0}% of the drift).",
+            "nothing in the catalog explains `{observed}`: the best, {}, reaches match cosine {:.6} against the {clean}'s {:.6} ({:.0}% of the drift).",
             best.fault,
             best.match_cosine,
             baseline.match_cosine,
@@ -482,7 +670,7 @@ mod tests {
             quant: Some(crate::fault::spec::quantization("w8a16").unwrap()),
             ..Default::default()
         };
-        let at = Setting { ckpt: &ckpt, inputs: &inputs, scratch: None };
+        let at = Setting { ckpt: &ckpt, inputs: &inputs, scratch: None, target: None };
         let held = explain(&at, &reference, ("obs", &observed), &spec).unwrap();
         let dir = tempfile::tempdir().unwrap();
         let (r, o, scratch) =

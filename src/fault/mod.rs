@@ -6,6 +6,7 @@
 //! rule) is the one place that says everything else about it; [`catalog::REGISTRY`] lists them.
 
 pub mod catalog;
+pub mod expected;
 pub mod quant;
 pub mod spec;
 

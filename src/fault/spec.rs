@@ -88,6 +88,15 @@ impl FaultSpec {
         FaultSpec { layers: Some(vec![layer]), text: format!("{}@layers={layer}", self.text), ..self.clone() }
     }
 
+    /// This fault over a range of layers: `NAME[:PARAMS]@layers=A-B` (`@layers=A` for one).
+    pub fn at_layers(&self, layers: std::ops::Range<usize>) -> FaultSpec {
+        if layers.len() == 1 {
+            return self.at_layer(layers.start);
+        }
+        let text = format!("{}@layers={}-{}", self.text, layers.start, layers.end - 1);
+        FaultSpec { layers: Some(layers.collect()), text, ..self.clone() }
+    }
+
     /// This spec with one more `key=value` parameter (after the ones written).
     pub fn with_param(&self, key: &str, value: &str) -> FaultSpec {
         let mut params = self.params.clone();
@@ -236,10 +245,15 @@ pub trait Choice: Copy + PartialEq + 'static {
     }
 }
 
+/// More layers than any model has: a range past it is refused at parse time, before a list of
+/// its layers is made (the model's own count is checked when the fault is built).
+pub const MAX_LAYERS: usize = 4096;
+
 fn parse_range(s: &str) -> std::result::Result<Vec<usize>, String> {
     if s == "all" {
         return Err("write no @layers for every layer".into());
     }
+    let too_many = |l: usize| format!("layer {l} is beyond any model (at most {MAX_LAYERS} layers)");
     let mut out = Vec::new();
     for part in s.split(',') {
         let bad = || format!("`{part}` is not a layer or a range like 1-3");
@@ -249,9 +263,21 @@ fn parse_range(s: &str) -> std::result::Result<Vec<usize>, String> {
                 if a > b {
                     return Err(bad());
                 }
+                if b >= MAX_LAYERS {
+                    return Err(too_many(b));
+                }
                 out.extend(a..=b);
             }
-            None => out.push(part.parse().map_err(|_| bad())?),
+            None => {
+                let l: usize = part.parse().map_err(|_| bad())?;
+                if l >= MAX_LAYERS {
+                    return Err(too_many(l));
+                }
+                out.push(l);
+            }
+        }
+        if out.len() > MAX_LAYERS {
+            return Err(format!("more than {MAX_LAYERS} layers listed"));
         }
     }
     Ok(out)

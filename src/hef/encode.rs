@@ -160,6 +160,8 @@ fn base(
         format: order.code(),
         sys_index: sys,
         data_bytes,
+        // One entry, as HailoRT's parser requires (see the field's doc).
+        buffer_indices: vec![ProtoHefResourceIndices { index: sys, cluster_index: 0 }],
         ..Default::default()
     }
 }

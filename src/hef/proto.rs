@@ -232,6 +232,15 @@ pub struct ProtoHefEdgeLayerInfo {
     pub transposed: bool,
 }
 
+/// hef.proto `ProtoHEFResourceIndices`.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct ProtoHefResourceIndices {
+    #[prost(uint32, tag = "1")]
+    pub index: u32,
+    #[prost(uint32, tag = "2")]
+    pub cluster_index: u32,
+}
+
 /// hef.proto `ProtoHEFEdgeLayerBase`. `format` is the compiler's format code, not
 /// `ProtoHEFFormatOrder` (see `model::FormatOrder::from_code`).
 #[derive(Clone, PartialEq, prost::Message)]
@@ -258,6 +267,12 @@ pub struct ProtoHefEdgeLayerBase {
     pub core_buffers_per_frame: u32,
     #[prost(uint32, tag = "12")]
     pub data_bytes: u32,
+    /// HailoRT's parser asserts exactly one entry per edge layer (hef.cpp, the "Simulation
+    /// info" of `fill_layer_info`: `assert(1 == buffer_indices_size())`); without it a release
+    /// build of HailoRT reads past an empty list and crashes (measured: `hailortcli parse-hef`
+    /// on a HEF without them dies with SIGSEGV).
+    #[prost(message, repeated, tag = "13")]
+    pub buffer_indices: Vec<ProtoHefResourceIndices>,
     #[prost(bool, tag = "14")]
     pub host_argmax: bool,
     #[prost(uint32, tag = "15")]

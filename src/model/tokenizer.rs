@@ -36,6 +36,26 @@ impl Tokenizer {
         Ok(Tokenizer { inner: crate::model::gguf::tokenizer::load(path)?, path: path.to_path_buf() })
     }
 
+    /// The checkpoint's own tokenizer: a folder's tokenizer.json, a GGUF's metadata; None for a
+    /// synthesized checkpoint or a folder that has none.
+    pub fn of_checkpoint(ckpt: &crate::model::Checkpoint) -> Result<Option<Self>> {
+        use crate::model::weights::CheckpointSource;
+        match &ckpt.source {
+            CheckpointSource::Dir(d) if d.join("tokenizer.json").is_file() => {
+                Tokenizer::load(&d.join("tokenizer.json")).map(Some)
+            }
+            CheckpointSource::Gguf { path, .. } => Tokenizer::from_gguf(path).map(Some),
+            _ => Ok(None),
+        }
+    }
+
+    /// tokenizer.json as text, as a HEF's tokenizer resource carries it.
+    pub fn to_json(&self) -> Result<String> {
+        self.inner.to_string(false).map_err(|e| {
+            Error::input(self.path.display().to_string(), format!("cannot write the tokenizer as JSON: {e}"))
+        })
+    }
+
     /// The tokenizer `hefprobe synth` writes, in memory (for `--synth` models).
     pub fn synth() -> Self {
         let json = synth_tokenizer_json().to_string();

@@ -16,10 +16,12 @@ use crate::backend::{run_to, Backend, Capabilities, Run};
 use crate::backend::{BackendKind, BackendSpec};
 use crate::capture::{Place, Store};
 use crate::compare::lens::LensRow;
-use crate::compare::thresholds::Thresholds;
-use crate::compare::{compare, lens, locate, PairComparison, RowStatus, Settings, View};
+use crate::compare::thresholds::{self, Thresholds};
+use crate::compare::{compare, lens, locate, Beyond, PairComparison, RowStatus, Settings, View};
 use crate::error::{Error, Result};
 use crate::explain::ExplainSpec;
+use crate::fault::expected::{Expected, Realization};
+use crate::fault::Fault;
 use crate::inputs::{DecodeSpec, InputSet};
 use crate::model::memory::{self, TapsHeld};
 use crate::model::run::RunRecord;
@@ -29,7 +31,7 @@ use crate::probe::schema::{InputsSpec, Probe};
 use crate::probe::spill::{spill_note, spill_plan, SpillDir};
 pub use crate::probe::spill::{CaptureOptions, SpillPlan};
 use crate::report::{BackendInfo, BackendStatus, CheckpointInfo, InputInfo, ProbeInfo, Report};
-use crate::tap::TapSelection;
+use crate::tap::{Key, TapSelection};
 use std::sync::Arc;
 
 /// What the command line changes in a probe, and where its captures go.
@@ -74,6 +76,7 @@ fn tokenizer(spec: &InputsSpec, ckpt: &Checkpoint) -> Result<Tokenizer> {
     use crate::model::weights::CheckpointSource;
     match (&spec.tokenizer, &ckpt.source) {
         (Some(p), _) => Tokenizer::load(p),
+        // A folder without one: named as missing, with the fix.
         (None, CheckpointSource::Dir(d)) => Tokenizer::load(&d.join("tokenizer.json")),
         (None, CheckpointSource::Gguf { path, .. }) => Tokenizer::from_gguf(path),
         (None, _) if ckpt.config.vocab_size >= SYNTH_TOKENIZER_VOCAB => Ok(Tokenizer::synth()),
@@ -192,17 +195,38 @@ pub struct BackendOutput {
     pub capture: Box<dyn Store>,
     pub local: Option<(TapSelection, Box<dyn Store>)>,
     pub error: Option<Error>,
-    /// The reference this backend is compared with when it needs its own
+    /// The float reference this backend is compared with when it needs its own
     /// ([`Backend::reference_window`]): its label, capture, and the note that says why.
     pub reference: Option<(String, Box<dyn Store>, String)>,
+    /// What the backend computes when nothing is wrong ([`Backend::expected`]): the backend
+    /// is judged on its excess over it.
+    pub expected: Option<ExpectedRun>,
+}
+
+/// A backend's expected quantization, emulated twice: the expected draw, and a second draw
+/// ([`Realization`]) whose distance from the first is the spread the backend's own draw may
+/// show.
+pub struct ExpectedRun {
+    pub quant: Arc<Expected>,
+    pub capture: Box<dyn Store>,
+    pub realization: Box<dyn Store>,
 }
 
 impl BackendOutput {
-    /// The reference this backend is judged against, and its label.
-    pub fn judged_against<'a>(&'a self, runs: &'a Runs) -> (&'a str, &'a dyn Store) {
+    /// The float reference of this backend, and its label.
+    pub fn float_reference<'a>(&'a self, runs: &'a Runs) -> (&'a str, &'a dyn Store) {
         match &self.reference {
             Some((l, c, _)) => (l, c.as_ref()),
             None => ("reference", runs.reference.as_ref()),
+        }
+    }
+
+    /// What explain takes as clean for this backend, and its label: its expected emulation,
+    /// else its float reference.
+    pub fn clean<'a>(&'a self, runs: &'a Runs) -> (&'a str, &'a dyn Store) {
+        match &self.expected {
+            Some(e) => ("expected", e.capture.as_ref()),
+            None => self.float_reference(runs),
         }
     }
 }
@@ -228,6 +252,11 @@ impl Runs {
         let backends = self.backends.iter();
         std::iter::once(self.reference.as_ref())
             .chain(backends.clone().filter_map(|b| b.reference.as_ref().map(|(_, c, _)| c.as_ref())))
+            .chain(
+                backends.clone().flat_map(|b| {
+                    b.expected.iter().flat_map(|e| [e.capture.as_ref(), e.realization.as_ref()])
+                }),
+            )
             .chain(backends.clone().map(|b| b.capture.as_ref()))
             .chain(backends.filter_map(|b| b.local.as_ref().map(|(_, c)| c.as_ref())))
     }
@@ -415,10 +444,21 @@ fn run_backend(
     let Run { capture, record, error } =
         run_to(backend.as_mut(), &p.inputs, &p.selection, None, &places.capture(&label))?;
     let capabilities = backend.capabilities();
-    let own_reference = match backend.reference_window(&p.inputs) {
+    let window = backend.reference_window(&p.inputs);
+    let windowed = match &window {
         Some((window, note)) => {
-            let (l, c) = windowed_reference(p, window, places)?;
+            let (l, c) = own_reference(p, *window, None, places)?;
             Some((l, c, format!("backend `{label}`: {note}")))
+        }
+        None => None,
+    };
+    let expected = match backend.expected(&p.ckpt)? {
+        Some(quant) => {
+            let w = window.as_ref().map_or(0, |w| w.0);
+            let (_, capture) = own_reference(p, w, Some((Box::new(quant.clone()), "expected")), places)?;
+            let second = Box::new(Realization(quant.clone()));
+            let (_, realization) = own_reference(p, w, Some((second, "expected-realization")), places)?;
+            Some(ExpectedRun { quant, capture, realization })
         }
         None => None,
     };
@@ -439,15 +479,32 @@ fn run_backend(
         capture,
         local,
         error,
-        reference: own_reference,
+        reference: windowed,
+        expected,
     })
 }
 
-/// The reference with every layer's attention limited to the last `window` keys
-/// ([`Decoder::windowed`]), run on the same inputs (decode already teacher-forced).
-fn windowed_reference(p: &Prepared, window: usize, places: &Places) -> Result<(String, Box<dyn Store>)> {
-    let label = format!("reference[window={window}]");
-    let mut backend = DecoderBackend::reference(Arc::new(p.model.windowed(window)));
+/// A backend's own reference, run on the same inputs (decode already teacher-forced): every
+/// layer's attention limited to the last `window` keys when `window` > 0
+/// ([`Decoder::windowed`]), and with the quantization `expected` (a fault, and its label)
+/// when given.
+fn own_reference(
+    p: &Prepared,
+    window: usize,
+    expected: Option<(Box<dyn Fault>, &str)>,
+    places: &Places,
+) -> Result<(String, Box<dyn Store>)> {
+    let mut label = String::from(expected.as_ref().map_or("reference", |e| e.1));
+    if window > 0 {
+        label += &format!("[window={window}]");
+    }
+    let mut backend = match expected {
+        Some((e, _)) => DecoderBackend::with_faults(&label, &p.ckpt, vec![e])?,
+        None => DecoderBackend::reference(p.model.clone()),
+    };
+    if window > 0 {
+        backend = backend.windowed(window);
+    }
     let taps = reference_selection(p.selection.globs())?;
     let run = run_to(&mut backend, &p.inputs, &taps, None, &places.capture(&label))?;
     match run.error {
@@ -459,7 +516,12 @@ fn windowed_reference(p: &Prepared, window: usize, places: &Places) -> Result<(S
 /// What stage 3 found for one backend.
 pub struct Compared {
     pub label: String,
+    /// The float reference against the backend, judged (on the excess over `expected` when
+    /// there is one).
     pub cumulative: PairComparison,
+    /// The float reference against the backend's expected emulation: its quantization's own
+    /// noise, shown beside and not judged.
+    pub expected: Option<PairComparison>,
     /// The local view's comparison, and the layers whose own error fails there when the
     /// cumulative view failed.
     pub local: Option<(PairComparison, Option<Vec<usize>>)>,
@@ -471,13 +533,33 @@ pub struct Compared {
 /// was compared before a failure is kept in `out`.
 pub fn compare_runs(p: &Prepared, runs: &Runs, out: &mut Vec<Compared>) -> Result<()> {
     let workers = p.spill.as_ref().map_or(1, |s| s.workers);
-    let settings =
-        |view, selection| Settings { view, thresholds: &p.thresholds, selection: Some(selection), workers };
+    let settings = |view, selection| Settings {
+        view,
+        thresholds: &p.thresholds,
+        selection: Some(selection),
+        workers,
+        beyond: None,
+    };
+    let unbounded = p.thresholds.unbounded();
     for b in &runs.backends {
-        let (ref_label, reference) = b.judged_against(runs);
+        let (ref_label, reference) = b.float_reference(runs);
         let names = (ref_label, b.label.as_str());
-        let cumulative =
-            compare(reference, b.capture.as_ref(), names, &settings(View::Cumulative, &p.selection))?;
+        // The quantization's own noise first, and how far two draws of it fall apart: the
+        // backend is judged on its excess over them.
+        let noise = Settings { thresholds: &unbounded, ..settings(View::Expected, &p.selection) };
+        let (expected, spread) = match &b.expected {
+            Some(e) => {
+                let expected_label = format!("expected[{}]", b.label);
+                let pair = compare(reference, e.capture.as_ref(), (ref_label, &expected_label), &noise)?;
+                let second = (expected_label.as_str(), "its second draw");
+                let spread = compare(e.capture.as_ref(), e.realization.as_ref(), second, &noise)?;
+                (Some(pair), Some(spread))
+            }
+            None => (None, None),
+        };
+        let beyond = expected.as_ref().map(|expected| Beyond { expected, spread: spread.as_ref() });
+        let judged = Settings { beyond, ..settings(View::Cumulative, &p.selection) };
+        let cumulative = compare(reference, b.capture.as_ref(), names, &judged)?;
         if b.spec.kind == BackendKind::Dump {
             refuse_misaligned(&b.label, &cumulative)?;
         }
@@ -499,7 +581,7 @@ pub fn compare_runs(p: &Prepared, runs: &Runs, out: &mut Vec<Compared>) -> Resul
             }
             None => None,
         };
-        out.push(Compared { label: b.label.clone(), cumulative, local, lens });
+        out.push(Compared { label: b.label.clone(), cumulative, expected, local, lens });
     }
     Ok(())
 }
@@ -524,15 +606,44 @@ fn refuse_misaligned(label: &str, pair: &PairComparison) -> Result<()> {
 /// (the first one). A spilled run is explained from its files, one tap of each side at a
 /// time, each emulation written to the spill folder and deleted once matched: the same
 /// ranking and figures as in memory.
-pub fn explain_stage(p: &Prepared, runs: &Runs, explain: Option<&ExplainSpec>) -> Result<Option<Explained>> {
+pub fn explain_stage(
+    p: &Prepared,
+    runs: &Runs,
+    compared: &[Compared],
+    explain: Option<&ExplainSpec>,
+) -> Result<Option<Explained>> {
     let Some(explain) = explain else { return Ok(None) };
     let observed = match &explain.observed {
         Some(o) if !p.replaced_backends || runs.backend(o).is_some() => o.clone(),
         _ => runs.backends[0].label.clone(),
     };
-    let (observed_capture, reference) = match runs.backend(&observed) {
-        Some(b) => (b.capture.as_ref(), b.judged_against(runs).1),
-        None if observed == "reference" => (runs.reference.as_ref(), runs.reference.as_ref()),
+    let (observed_capture, reference, target) = match runs.backend(&observed) {
+        // A backend that stopped before its first phase has nothing to explain; its own
+        // error is the run's (a second one about empty captures would hide it).
+        Some(b) if b.error.is_some() && b.capture.keys().is_empty() => return Ok(None),
+        Some(b) => {
+            let float = b.float_reference(runs).1;
+            // Where the judge found it beyond its expected quantization: the drift to explain.
+            let focus = compared
+                .iter()
+                .find(|c| c.label == b.label)
+                .map(|c| {
+                    c.cumulative
+                        .rows
+                        .iter()
+                        .filter(|r| r.failed())
+                        .map(|r| Key::new(r.phase, r.tap.clone()))
+                        .collect()
+                })
+                .unwrap_or_default();
+            let target = b.expected.as_ref().map(|e| crate::explain::rank::Target {
+                expected: e.quant.clone(),
+                float,
+                focus,
+            });
+            (b.capture.as_ref(), b.clean(runs).1, target)
+        }
+        None if observed == "reference" => (runs.reference.as_ref(), runs.reference.as_ref(), None),
         None => {
             return Err(Error::usage(format!(
                 "[explain] observed `{observed}` is not a backend of this probe"
@@ -540,7 +651,7 @@ pub fn explain_stage(p: &Prepared, runs: &Runs, explain: Option<&ExplainSpec>) -
         }
     };
     let scratch = runs.spill.as_ref().map(|s| s.tmp.path());
-    let at = crate::explain::rank::Setting { ckpt: &p.ckpt, inputs: &p.inputs, scratch };
+    let at = crate::explain::rank::Setting { ckpt: &p.ckpt, inputs: &p.inputs, scratch, target };
     let report = crate::explain::explain(&at, reference, (&observed, observed_capture), explain)?;
     Ok(Some(Explained { report, from_disk: scratch.map(|d| d.display().to_string()) }))
 }
@@ -604,6 +715,16 @@ pub fn report(r: &Results) -> Report {
             status: b.status.clone(),
         });
         report.notes.extend(b.reference.as_ref().map(|(_, _, note)| note.clone()));
+        if let Some(e) = &b.expected {
+            report.notes.push(format!(
+                "backend `{}` is judged on its excess over what it computes when nothing is wrong, emulated: {} \
+                 (each figure may also differ from the expected by {} times what a second draw of that \
+                 quantization does)",
+                b.label,
+                e.quant.description,
+                thresholds::REALIZATION_SLACK
+            ));
+        }
     }
     for c in r.compared {
         if let Some(rows) = &c.lens {
@@ -615,6 +736,9 @@ pub fn report(r: &Results) -> Report {
                 report.blame.push((c.label.clone(), layers.clone()));
             }
             report.add_comparison(pair.clone());
+        }
+        if let Some(noise) = &c.expected {
+            report.add_comparison(noise.clone());
         }
     }
     // A backend that stopped is said once it was compared (a failed compare stage names itself).
@@ -645,7 +769,7 @@ pub fn run_probe(probe: &Probe, opts: &RunOptions) -> Result<ProbeRun> {
     let (mut compared, mut explained) = (Vec::new(), None);
     let stopped = match compare_runs(&p, &runs, &mut compared) {
         Err(e) => Some(("compare", e)),
-        Ok(()) => match explain_stage(&p, &runs, p.explain.as_ref()) {
+        Ok(()) => match explain_stage(&p, &runs, &compared, p.explain.as_ref()) {
             Err(e) => Some(("explain", e)),
             Ok(e) => {
                 explained = e;

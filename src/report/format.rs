@@ -63,11 +63,23 @@ pub fn pct(v: f64) -> String {
 
 /// One failed bound: `cosine 0.95 < 0.99 (by 0.04)`.
 pub fn failure(f: &Failure) -> String {
+    let judged = f.expected.map_or(f.value, |(_, x)| x);
     let (op, by) = match f.dir {
-        Dir::Min => ("<", f.bound - f.value),
-        Dir::Max => (">", f.value - f.bound),
+        Dir::Min => ("<", f.bound - judged),
+        Dir::Max => (">", judged - f.bound),
     };
-    format!("{} {} {op} {} (by {})", f.metric, num(f.value), num(f.bound), num(by))
+    match f.expected {
+        None => format!("{} {} {op} {} (by {})", f.metric, num(f.value), num(f.bound), num(by)),
+        Some((e, x)) => format!(
+            "{} {} (the expected quantization's {}): excess {} {op} {} (by {})",
+            f.metric,
+            num(f.value),
+            num(e),
+            num(x),
+            num(f.bound),
+            num(by)
+        ),
+    }
 }
 
 /// The verdict cell text of a row.
@@ -149,6 +161,28 @@ pub fn lens_sentence(rows: &[crate::compare::lens::LensRow]) -> String {
         "logit lens (last position of each phase): the top-1 token first differs {}{more}",
         shown.join(", ")
     )
+}
+
+/// Where `candidate` is judged on its excess over its expected quantization: the logits cosine
+/// of each with the reference, at the worst phase.
+pub fn expected_sentence(report: &super::Report, candidate: &str) -> Option<String> {
+    let expected = report.expected_of(candidate)?;
+    let judged = report
+        .comparisons
+        .iter()
+        .find(|p| p.candidate == candidate && p.view == crate::compare::View::Cumulative)?;
+    let logits = |p: &crate::compare::PairComparison| {
+        p.rows
+            .iter()
+            .filter(|r| r.tap.is(crate::tap::Tap::Logits))
+            .filter_map(|r| r.cosine())
+            .min_by(f64::total_cmp)
+    };
+    Some(format!(
+        "judged on the excess over its expected quantization: logits cosine {} for the expected quantization, {} for {candidate}",
+        cos(logits(expected)),
+        cos(logits(judged))
+    ))
 }
 
 /// "logits" or "63 taps: embed … logits".
@@ -239,7 +273,21 @@ mod tests {
             bound: 0.05,
             value: 0.5,
             rule: "d".into(),
+            expected: None,
         };
         assert_eq!(failure(&f), "prob_sum_err 0.5 > 0.05 (by 0.45)");
+        // On the excess over an expected quantization: both values, and the excess judged.
+        let f = Failure {
+            metric: "cosine".into(),
+            dir: Dir::Min,
+            bound: 0.999,
+            value: 0.95,
+            expected: Some((0.98, 0.97)),
+            ..f
+        };
+        assert_eq!(
+            failure(&f),
+            "cosine 0.95 (the expected quantization's 0.98): excess 0.97 < 0.999 (by 0.029)"
+        );
     }
 }

@@ -2,7 +2,7 @@
 //! reproduces the result, versions, checkpoint hash, the tables and the located drift.
 
 use super::doc::{Cell, Doc, Table, Text};
-use super::format::{blame_sentence, lens_sentence, phase_span, taps_summary};
+use super::format::{blame_sentence, expected_sentence, lens_sentence, phase_span, taps_summary};
 use super::{compact, relative_to, tables, worst_per_tap, ExplainReport, Report};
 use crate::compare::PairComparison;
 use std::path::Path;
@@ -108,13 +108,16 @@ fn pair_section(report: &Report, i: usize, pair: &PairComparison, d: &mut Doc) {
     if let Some((_, layers)) = report.blame.iter().find(|(c, _)| *c == pair.candidate) {
         d.fact(blame_sentence(layers));
     }
-    let local = report.local_of(&pair.candidate);
+    if let Some(s) = expected_sentence(report, &pair.candidate) {
+        d.fact(s);
+    }
+    let beside = report.beside(&pair.candidate);
     let all = worst_per_tap(pair);
     let shown = compact(&all);
-    d.blank().table(tables::taps(&shown, local));
+    d.blank().table(tables::taps(&shown, &beside));
     if shown.len() < all.len() {
         let mut every = Doc::new();
-        every.table(tables::taps(&all, local));
+        every.table(tables::taps(&all, &beside));
         d.blank().details(format!("all {} taps", all.len()), every);
     }
     d.blank().table(tables::phases(pair));
@@ -128,6 +131,9 @@ fn explain_section(e: &ExplainReport, d: &mut Doc) {
     ))
     .blank();
     d.table(tables::explain(&e.rows, usize::MAX, e.baseline.as_ref(), "baseline"));
+    if let Some(s) = &e.search {
+        d.blank().line(format!("{s}."));
+    }
     d.blank().line(&e.conclusion);
     if !e.attribution.is_empty() {
         d.blank().table(tables::attribution(&e.attribution));

@@ -199,14 +199,34 @@ impl Report {
         self.comparisons.push(pair);
     }
 
-    /// Drift beyond a threshold in any comparison.
+    /// Drift beyond a threshold in any judged comparison (an expected quantization's own
+    /// noise is shown, not judged).
     pub fn drift(&self) -> bool {
-        self.comparisons.iter().any(|p| !p.passed())
+        self.comparisons.iter().any(|p| p.view != View::Expected && !p.passed())
     }
 
     /// The local-view comparison of `candidate`, if any.
     pub fn local_of(&self, candidate: &str) -> Option<&PairComparison> {
         self.comparisons.iter().find(|p| p.candidate == candidate && p.view == View::Local)
+    }
+
+    /// The float reference against `candidate`'s expected quantization, when `candidate` is
+    /// judged on its excess over it.
+    pub fn expected_of(&self, candidate: &str) -> Option<&PairComparison> {
+        let label = format!("expected[{candidate}]");
+        self.comparisons.iter().find(|p| p.view == View::Expected && p.candidate == label)
+    }
+
+    /// The extra columns of `candidate`'s taps table: its local view, its float figures.
+    pub fn beside(&self, candidate: &str) -> Vec<(&'static str, &PairComparison)> {
+        let mut v = Vec::new();
+        if let Some(l) = self.local_of(candidate) {
+            v.push(("local cosine", l));
+        }
+        if let Some(e) = self.expected_of(candidate) {
+            v.push(("expected cosine", e));
+        }
+        v
     }
 
     pub fn cumulative(&self) -> impl Iterator<Item = (usize, &PairComparison)> {
@@ -220,6 +240,10 @@ impl Report {
         let unchecked = pair.rows.len() - checked;
         let unchecked = if unchecked > 0 { format!(", {unchecked} unchecked") } else { String::new() };
         match self.located[index].first() {
+            None if checked == 0 && !self.incomplete.is_empty() => format!(
+                "{} vs {}: nothing compared: the run did not finish (see `incomplete`){unchecked}",
+                pair.reference, pair.candidate
+            ),
             None => format!(
                 "{} vs {}: no drift beyond thresholds ({checked} taps checked{unchecked})",
                 pair.reference, pair.candidate

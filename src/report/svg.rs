@@ -41,6 +41,7 @@ fn label(pair: &PairComparison) -> String {
     match pair.view {
         View::Cumulative => pair.candidate.clone(),
         View::Local => format!("{} (local)", pair.candidate),
+        View::Expected => pair.candidate.clone(),
     }
 }
 

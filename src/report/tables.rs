@@ -13,14 +13,14 @@ fn code_or_dash(s: String) -> Cell {
     Cell::from(if s == "-" { Text::from(s) } else { Text::code(s) })
 }
 
-/// One row per tap (its worst phase); `local cosine` only when a local view exists.
-pub fn taps(rows: &[(&TapRow, usize, usize)], local: Option<&PairComparison>) -> Table {
+/// One row per tap (its worst phase), with a cosine column per comparison `beside` (a local
+/// view, the float reference) at the same tap and phase.
+pub fn taps(rows: &[(&TapRow, usize, usize)], beside: &[(&str, &PairComparison)]) -> Table {
     let mut header = vec!["tap", "worst phase", "fails", "cosine", "SQNR dB", "max |Δ|"];
-    if local.is_some() {
-        header.push("local cosine");
-    }
+    header.extend(beside.iter().map(|(h, _)| *h));
     header.push("verdict");
-    let mut t = Table::new(header).align(if local.is_some() { "llrrrrrl" } else { "llrrrrl" });
+    let align = format!("llrrrr{}l", "r".repeat(beside.len()));
+    let mut t = Table::new(header).align(&align);
     for &(row, failed, total) in rows {
         let m = row.metrics.as_ref();
         let mut cells = vec![
@@ -31,8 +31,8 @@ pub fn taps(rows: &[(&TapRow, usize, usize)], local: Option<&PairComparison>) ->
             row_sqnr(row).into(),
             sci(m.map(|m| m.max_abs)).into(),
         ];
-        if let Some(l) = local {
-            cells.push(row_cos(l.row(row.phase, &row.tap)).into());
+        for (_, other) in beside {
+            cells.push(row_cos(other.row(row.phase, &row.tap)).into());
         }
         let tone = match (row.checked(), row.failed()) {
             (false, _) => Tone::Muted,

@@ -2,7 +2,7 @@
 //! phase), then one row per phase. Colour only on a terminal.
 
 use super::doc::Doc;
-use super::format::{blame_sentence, lens_sentence, phase_span, taps_summary};
+use super::format::{blame_sentence, expected_sentence, lens_sentence, phase_span, taps_summary};
 use super::{compact, tables, worst_per_tap, ExplainReport, Report};
 
 /// Ranked faults shown on a terminal (the rest are in Markdown and JSON).
@@ -16,13 +16,15 @@ pub fn doc(report: &Report) -> Doc {
     let mut d = header(report);
     for (i, pair) in report.cumulative() {
         d.blank().line(report.headline(i));
-        let local = report.local_of(&pair.candidate);
         if let Some((_, layers)) = report.blame.iter().find(|(c, _)| *c == pair.candidate) {
             d.line(blame_sentence(layers));
         }
+        if let Some(s) = expected_sentence(report, &pair.candidate) {
+            d.line(s);
+        }
         let all = worst_per_tap(pair);
         let shown = compact(&all);
-        d.table(tables::taps(&shown, local));
+        d.table(tables::taps(&shown, &report.beside(&pair.candidate)));
         if let Some((_, rows)) = report.lens.iter().find(|(c, _)| *c == pair.candidate) {
             d.line(lens_sentence(rows));
         }
@@ -83,6 +85,9 @@ fn explain(e: &ExplainReport) -> Doc {
     d.table(tables::explain(&e.rows, EXPLAIN_ROWS, e.baseline.as_ref(), "base"));
     if let n @ 1.. = e.rows.len().saturating_sub(EXPLAIN_ROWS) {
         d.note(format!("{n} more ranked faults in the Markdown and JSON reports"));
+    }
+    if let Some(s) = &e.search {
+        d.note(s);
     }
     d.line(&e.conclusion);
     d

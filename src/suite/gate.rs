@@ -25,7 +25,8 @@ pub type OpenDevice = Rc<RefCell<HefBackend>>;
 /// Open `target`'s HEF on its device: the simulated one for a HEF `synth-hef` wrote, the real
 /// one otherwise. A HEF built for another architecture is an input error, never a regression.
 pub fn open(target: &Target) -> Result<OpenDevice> {
-    let hef = open_hef(&target.label, target.spec.path()?, target.spec.sim_profile()?)?;
+    let mut hef = open_hef(&target.label, target.spec.path()?, target.spec.sim_profile()?)?;
+    hef.declared = target.spec.quant.clone();
     Ok(Rc::new(RefCell::new(hef)))
 }
 
@@ -50,6 +51,13 @@ impl Backend for Shared {
 
     fn reference_window(&self, inputs: &InputSet) -> Option<(usize, String)> {
         self.device.borrow().reference_window(inputs)
+    }
+
+    fn expected(
+        &mut self,
+        ckpt: &crate::model::Checkpoint,
+    ) -> Result<Option<std::sync::Arc<crate::fault::expected::Expected>>> {
+        self.device.borrow_mut().expected(ckpt).map(Some)
     }
 
     fn run(

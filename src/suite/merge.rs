@@ -21,10 +21,41 @@ pub fn read(path: &Path) -> Result<SuiteResult> {
     Ok(r)
 }
 
-pub fn merge_files(paths: &[PathBuf]) -> Result<SuiteResult> {
+pub fn merge_files(paths: &[PathBuf], baseline: Option<&Path>) -> Result<SuiteResult> {
     let shards =
         paths.iter().map(|p| read(p).map(|r| (p.display().to_string(), r))).collect::<Result<Vec<_>>>()?;
-    merge(shards)
+    let mut merged = merge(shards)?;
+    if let Some(path) = baseline {
+        rejudge(&mut merged, &super::baseline::Baseline::load(path)?, path);
+    }
+    Ok(merged)
+}
+
+/// Judge every pair of a merged night against `baseline`, as an unsharded run with
+/// `--baseline` does: figures worse than the baseline by more than the pair's noise band are
+/// `regressed`; a drift no worse than it is `known`. A pair a shard already judged against
+/// another baseline is judged again against this one; pairs that stopped or were flaky keep
+/// what they said.
+pub fn rejudge(r: &mut SuiteResult, baseline: &super::baseline::Baseline, path: &Path) {
+    use super::result::Status;
+    for pair in &mut r.pairs {
+        if !matches!(pair.status, Status::Pass | Status::Failed | Status::Known | Status::Regressed) {
+            continue;
+        }
+        let (Some(base), Some(band)) = (baseline.get(&pair.probe, &pair.target), pair.band) else { continue };
+        // Within thresholds: passed, or regressed with no drift located.
+        let passed =
+            pair.status == Status::Pass || pair.status == Status::Regressed && pair.located.is_none();
+        pair.regressions = super::figures::regressions(&pair.figures, base, &band);
+        pair.baseline = Some(base.clone());
+        pair.status = match (passed, pair.regressions.is_empty()) {
+            (_, false) => Status::Regressed,
+            (true, true) => Status::Pass,
+            (false, true) => Status::Known,
+        };
+    }
+    r.counts = Counts::of(&r.pairs);
+    r.baseline = Some(path.display().to_string());
 }
 
 /// Merge shard results (named by where they came from, for errors).

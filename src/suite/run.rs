@@ -87,6 +87,8 @@ pub struct SuiteOptions {
     /// Where captures over the memory budget are spilled (`--spill-dir`; default the system's
     /// temporary folder).
     pub spill_dir: Option<PathBuf>,
+    /// Every probe's checkpoint instead of its own (`--checkpoint`): the catalog on your model.
+    pub checkpoint: Option<crate::model::CheckpointRef>,
 }
 
 impl Default for SuiteOptions {
@@ -100,6 +102,7 @@ impl Default for SuiteOptions {
             clock: Clock::System,
             no_explain: false,
             spill_dir: None,
+            checkpoint: None,
         }
     }
 }
@@ -232,9 +235,9 @@ fn run_stages(ctx: &Ctx, probe: &Probe, specs: Vec<BackendSpec>) -> Result<(Prep
     let opts = RunOptions {
         probe: ProbeOverrides {
             backends: specs,
+            checkpoint: ctx.opts.checkpoint.clone(),
             thresholds: ctx.suite.thresholds.clone(),
             explain: ExplainChoice::Off,
-            ..Default::default()
         },
         // Long prompts with every tap outgrow memory before a nightly machine does: spill as
         // `hefprobe run` does, and say so on each pair.
@@ -544,7 +547,7 @@ fn explain_confirmed(
         if let Some(f) = &settings.faults {
             spec.faults = Some(f.clone());
         }
-        pairs[i].explanation = match explain_stage(&run.p, &run.runs, Some(&spec)) {
+        pairs[i].explanation = match explain_stage(&run.p, &run.runs, &run.compared, Some(&spec)) {
             Ok(e) => e.map(|e| e.report.conclusion),
             Err(e) => Some(format!("explain could not run: {e}")),
         };

@@ -89,6 +89,13 @@ impl Shard {
         total: Option<usize>,
         get: &dyn Fn(&str) -> Option<String>,
     ) -> Result<Option<Shard>> {
+        // A total of 0 is no shard count at all, not "run everything" (--shard 1/0 is refused).
+        if total == Some(0) {
+            return Err(Error::usage("--shard-total 0: give the number of shards, at least 1"));
+        }
+        if get("HEFPROBE_SHARD_TOTAL").as_deref().map(str::trim) == Some("0") {
+            return Err(Error::usage("HEFPROBE_SHARD_TOTAL=0: give the number of shards, at least 1"));
+        }
         match flag {
             Some(s) => Shard::parse(s).map(Some),
             None => Shard::from_env(get, total),
