@@ -48,11 +48,7 @@ pub fn rejudge(r: &mut SuiteResult, baseline: &super::baseline::Baseline, path: 
             pair.status == Status::Pass || pair.status == Status::Regressed && pair.located.is_none();
         pair.regressions = super::figures::regressions(&pair.figures, base, &band);
         pair.baseline = Some(base.clone());
-        pair.status = match (passed, pair.regressions.is_empty()) {
-            (_, false) => Status::Regressed,
-            (true, true) => Status::Pass,
-            (false, true) => Status::Known,
-        };
+        pair.status = Status::judged(passed, true, !pair.regressions.is_empty());
     }
     r.counts = Counts::of(&r.pairs);
     r.baseline = Some(path.display().to_string());

@@ -38,6 +38,17 @@ crate::named_enum! {
 }
 
 impl Status {
+    /// A compared pair's verdict: within its thresholds or not, against a baseline or not, and
+    /// with figures worse than it (beyond the band) or not. A regression outranks the rest.
+    pub fn judged(passed: bool, has_baseline: bool, regressed: bool) -> Status {
+        match (passed, has_baseline, regressed) {
+            (_, true, true) => Status::Regressed,
+            (true, _, _) => Status::Pass,
+            (false, true, false) => Status::Known,
+            (false, false, _) => Status::Failed,
+        }
+    }
+
     /// Fails the run (and the pull request).
     pub fn is_failure(self) -> bool {
         matches!(self, Status::Regressed | Status::Failed | Status::Unstable | Status::Error)

@@ -279,12 +279,7 @@ fn evaluate(
     let figs = figures(pair);
     let located = crate::compare::locate::locate(pair).into_iter().next();
     let regs = base.map(|b| regressions(&figs, b, band)).unwrap_or_default();
-    let status = match (pair.passed(), base.is_some(), regs.is_empty()) {
-        (_, true, false) => Status::Regressed,
-        (true, _, _) => Status::Pass,
-        (false, true, true) => Status::Known,
-        (false, false, _) => Status::Failed,
-    };
+    let status = Status::judged(pair.passed(), base.is_some(), !regs.is_empty());
     let mut taps = vec!["logits".to_string()];
     if let Some(l) = &located {
         if !l.tap.is(crate::tap::Tap::Logits) {
