@@ -515,3 +515,36 @@ fn layer_ranges_thread_counts_shard_totals_and_quant_settings_are_bounded_when_r
         .code(2)
         .stderr(predicate::str::contains("HEFPROBE_SHARD_TOTAL=0"));
 }
+
+/// The calibration a simulated HEF records is input: an id past the vocabulary, an empty
+/// prompt or an unbounded set is refused naming the resource, before the device calibrates.
+#[test]
+fn a_simulated_hefs_recorded_calibration_is_checked_when_the_hef_is_opened() {
+    let t = tempfile::tempdir().unwrap();
+    let h = t.path().join("m.hef");
+    hefprobe().args(["synth-hef", "--synth", "tinystories", "-o"]).arg(&h).assert().success();
+    let probe = Path::new(env!("CARGO_MANIFEST_DIR")).join("probes/shared-softmax.toml");
+    let cases: [(serde_json::Value, &str); 3] = [
+        (serde_json::json!([[1, 2, 4_000_000_000u32]]), "token id 4000000000"),
+        (serde_json::json!([[1, 2], []]), "prompt 1 is empty"),
+        (serde_json::json!([]), "0 prompts"),
+    ];
+    for (prompts, says) in cases {
+        let mut hef = hefprobe::hef::Hef::read(&h).unwrap();
+        let sim = hef.resources.iter_mut().find(|r| r.name == "hefprobe-sim.json").unwrap();
+        let mut v: serde_json::Value = serde_json::from_slice(&sim.data).unwrap();
+        v["calibration"]["prompts"] = prompts;
+        sim.data = serde_json::to_vec(&v).unwrap();
+        let bad = t.path().join("bad.hef");
+        std::fs::write(&bad, hef.to_bytes()).unwrap();
+        hefprobe()
+            .arg("run")
+            .arg(&probe)
+            .args(["--no-explain", "--backend"])
+            .arg(format!("hef={}", bad.display()))
+            .assert()
+            .code(2)
+            .stderr(predicate::str::contains("hefprobe-sim.json `calibration`"))
+            .stderr(predicate::str::contains(says));
+    }
+}

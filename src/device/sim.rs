@@ -283,7 +283,9 @@ impl SimDevice {
             f.transform_weights(&mut weights)?;
         }
         let model = Decoder::new(&weights)?;
-        let calib = spec.calibration(c.vocab_size).inputs();
+        let calibration = spec.calibration(c.vocab_size);
+        check_calibration(&calibration.prompts, c.vocab_size, &what)?;
+        let calib = calibration.inputs();
         for f in &faults {
             f.prepare(&model, &calib)?;
         }
@@ -354,6 +356,41 @@ impl SimDevice {
     pub fn spec(&self) -> SimSpec {
         self.core.borrow().spec.clone()
     }
+}
+
+/// Tokens a recorded calibration may hold: far past any calibration set (the corpus is ~600),
+/// so a damaged resource cannot make opening the HEF run without bound.
+const MAX_CALIBRATION_TOKENS: usize = 1 << 16;
+
+/// The calibration prompts a simulated HEF records are input: each id inside the vocabulary,
+/// none empty, and a bounded total, named by the resource they come from.
+fn check_calibration(prompts: &[Vec<u32>], vocab: usize, what: &str) -> Result<()> {
+    let resource = || format!("{what} resource {} `calibration`", super::synth_hef::SIM_RESOURCE);
+    let total = prompts.iter().map(Vec::len).fold(0usize, usize::saturating_add);
+    if prompts.is_empty() || total > MAX_CALIBRATION_TOKENS {
+        return Err(Error::input(
+            resource(),
+            format!(
+                "{} prompts of {total} tokens: give 1 ..= {MAX_CALIBRATION_TOKENS} tokens",
+                prompts.len()
+            ),
+        ));
+    }
+    for (i, p) in prompts.iter().enumerate() {
+        if p.is_empty() {
+            return Err(Error::input(resource(), format!("prompt {i} is empty")));
+        }
+        if let Some(&id) = p.iter().find(|&&id| id as usize >= vocab) {
+            return Err(Error::input(
+                resource(),
+                format!(
+                    "prompt {i} holds token id {id}, beyond the checkpoint's vocabulary of {vocab}: \
+                     the HEF was calibrated for another checkpoint (write it again with synth-hef)"
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn ring_length(g: &NetworkGroup, what: &str) -> Result<usize> {
