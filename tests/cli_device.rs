@@ -137,24 +137,36 @@ fn split_workflow_save_inputs_capture_on_the_device_host_compare_here() {
         .stderr(predicate::str::contains("--features hailo"));
 }
 
+/// A HEF of the tinystories preset (the catalog probes' checkpoint) in `dir`, with `extra`
+/// synth-hef flags; its synth-hef stdout is returned for what it says.
+fn tinystories_hef(dir: &Path, extra: &[&str]) -> (PathBuf, String) {
+    let h = dir.join("ts.hef");
+    let out =
+        hefprobe().args(["synth-hef", "--synth", "tinystories", "-o"]).arg(&h).args(extra).assert().success();
+    (h, String::from_utf8_lossy(&out.get_output().stdout).into_owned())
+}
+
+/// The shared-softmax catalog probe ([`run_against`] runs it against a HEF).
+fn shared_softmax_probe() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("probes/shared-softmax.toml")
+}
+
+fn run_against(h: &Path) -> assert_cmd::assert::Assert {
+    hefprobe()
+        .arg("run")
+        .arg(shared_softmax_probe())
+        .arg("--backend")
+        .arg(format!("hef={}", h.display()))
+        .assert()
+}
+
 #[test]
 fn shared_softmax_probe_against_a_hef_explains_it_from_logits_alone() {
     // What a user with a HEF does: the probe's own checkpoint (synthesized) and a HEF of it
     // whose graph shares the softmax across heads in layer 0; the device returns logits only.
     let t = tempfile::tempdir().unwrap();
-    let h = t.path().join("ts.hef");
-    hefprobe()
-        .args(["synth-hef", "--synth", "tinystories", "--fault", "shared-softmax@layers=0", "-o"])
-        .arg(&h)
-        .assert()
-        .success();
-    let probe = Path::new(env!("CARGO_MANIFEST_DIR")).join("probes/shared-softmax.toml");
-    hefprobe()
-        .arg("run")
-        .arg(&probe)
-        .arg("--backend")
-        .arg(format!("hef={}", h.display()))
-        .assert()
+    let (h, _) = tinystories_hef(t.path(), &["--fault", "shared-softmax@layers=0"]);
+    run_against(&h)
         .code(1)
         .stdout(predicate::str::contains("explain: which fault reproduces hef (matched on logits)"))
         .stdout(predicate::str::contains("best explanation: shared-softmax@layers=0"));
@@ -166,20 +178,9 @@ fn shared_softmax_probe_against_a_hef_explains_it_from_logits_alone() {
 #[test]
 fn a_fault_past_layer_0_of_a_quantized_hef_ranks_first_from_its_logits_alone() {
     let t = tempfile::tempdir().unwrap();
-    let h = t.path().join("ts.hef");
-    hefprobe()
-        .args(["synth-hef", "--synth", "tinystories", "--fault", "shared-softmax@layers=3", "-o"])
-        .arg(&h)
-        .assert()
-        .success()
-        .stdout(predicate::str::contains("quant a16"));
-    let probe = Path::new(env!("CARGO_MANIFEST_DIR")).join("probes/shared-softmax.toml");
-    hefprobe()
-        .arg("run")
-        .arg(&probe)
-        .arg("--backend")
-        .arg(format!("hef={}", h.display()))
-        .assert()
+    let (h, said) = tinystories_hef(t.path(), &["--fault", "shared-softmax@layers=3"]);
+    assert!(said.contains("quant a16"), "{said}");
+    run_against(&h)
         .code(1)
         .stdout(predicate::str::contains("judged on its excess over what it computes when nothing is wrong"))
         .stdout(predicate::str::contains("(expected quantization)"))
@@ -193,13 +194,8 @@ fn a_fault_past_layer_0_of_a_quantized_hef_ranks_first_from_its_logits_alone() {
 #[test]
 fn explain_of_a_recorded_capture_takes_the_quantization_of_the_hef_it_came_from() {
     let t = tempfile::tempdir().unwrap();
-    let h = t.path().join("ts.hef");
-    hefprobe()
-        .args(["synth-hef", "--synth", "tinystories", "--fault", "shared-softmax@layers=3", "-o"])
-        .arg(&h)
-        .assert()
-        .success();
-    let probe = Path::new(env!("CARGO_MANIFEST_DIR")).join("probes/shared-softmax.toml");
+    let (h, _) = tinystories_hef(t.path(), &["--fault", "shared-softmax@layers=3"]);
+    let probe = shared_softmax_probe();
     let inputs = t.path().join("inputs.npz");
     hefprobe().arg("run").arg(&probe).arg("--no-explain").arg("--save-inputs").arg(&inputs).assert().code(1);
     let cap = t.path().join("device.npz");
@@ -222,15 +218,8 @@ fn explain_of_a_recorded_capture_takes_the_quantization_of_the_hef_it_came_from(
 #[test]
 fn a_clean_quantized_hef_passes_on_its_excess_and_explain_calls_it_quantization_noise() {
     let t = tempfile::tempdir().unwrap();
-    let h = t.path().join("ts.hef");
-    hefprobe().args(["synth-hef", "--synth", "tinystories", "-o"]).arg(&h).assert().success();
-    let probe = Path::new(env!("CARGO_MANIFEST_DIR")).join("probes/shared-softmax.toml");
-    hefprobe()
-        .arg("run")
-        .arg(&probe)
-        .arg("--backend")
-        .arg(format!("hef={}", h.display()))
-        .assert()
+    let (h, _) = tinystories_hef(t.path(), &[]);
+    run_against(&h)
         .success()
         .stdout(predicate::str::contains("expected cosine"))
         .stdout(predicate::str::contains("expected quantization noise"))

@@ -228,13 +228,19 @@ fn the_published_like_hf_folder_loads_and_equals_hf() {
     assert!(failures.is_empty(), "{} failures:\n{}", failures.len(), failures.join("\n"));
 }
 
-#[test]
-#[ignore = "needs HEFPROBE_REAL_MODELS=DIR (scripts/fetch-real-models.sh, references/make_real_goldens.py)"]
-fn every_probe_runs_on_the_real_model_and_explains_its_planted_fault() {
+/// The catalog's probe files, in name order.
+fn catalog_probes() -> Vec<PathBuf> {
     let probes = Path::new(env!("CARGO_MANIFEST_DIR")).join("probes");
     let mut paths: Vec<_> = std::fs::read_dir(&probes).unwrap().map(|e| e.unwrap().path()).collect();
     paths.retain(|p| p.extension().is_some_and(|e| e == "toml"));
     paths.sort();
+    paths
+}
+
+#[test]
+#[ignore = "needs HEFPROBE_REAL_MODELS=DIR (scripts/fetch-real-models.sh, references/make_real_goldens.py)"]
+fn every_probe_runs_on_the_real_model_and_explains_its_planted_fault() {
+    let paths = catalog_probes();
     let mut failures = Vec::new();
     for path in paths {
         let name = path.file_name().unwrap().to_string_lossy().to_string();
@@ -326,10 +332,7 @@ fn every_catalog_probe_judges_simulated_hefs_of_the_real_model() {
     let (code, out) =
         hefprobe_in(tmp.path(), &["synth-hef", "--checkpoint", g, "--out", clean.to_str().unwrap()]);
     assert_eq!(code, 0, "{out}");
-    let probes = Path::new(env!("CARGO_MANIFEST_DIR")).join("probes");
-    let mut paths: Vec<_> = std::fs::read_dir(&probes).unwrap().map(|e| e.unwrap().path()).collect();
-    paths.retain(|p| p.extension().is_some_and(|e| e == "toml"));
-    paths.sort();
+    let paths = catalog_probes();
     let mut failures = Vec::new();
     for path in paths {
         let name = path.file_stem().unwrap().to_string_lossy().to_string();
