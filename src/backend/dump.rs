@@ -41,9 +41,9 @@ enum MapEntry {
     Full(Transform),
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct Transform {
+pub(super) struct Transform {
     tap: String,
     #[serde(default)]
     squeeze: bool,
@@ -64,10 +64,10 @@ pub struct DumpBackend {
 }
 
 /// One array of the dump as it enters the capture.
-struct Entry {
-    member: String,
-    key: Key,
-    transform: Option<Transform>,
+pub(super) struct Entry {
+    pub member: String,
+    pub key: Key,
+    pub transform: Option<Transform>,
 }
 
 fn canonical_key(target: &str, default_phase: Phase, what: &str) -> Result<Key> {
@@ -103,7 +103,7 @@ fn squeezed(shape: &[usize]) -> Vec<usize> {
 }
 
 /// The shape `t` turns `shape` into, or why it cannot: checked before any data is read.
-fn transformed_shape(shape: &[usize], t: &Transform, what: &str) -> Result<Vec<usize>> {
+pub(super) fn transformed_shape(shape: &[usize], t: &Transform, what: &str) -> Result<Vec<usize>> {
     let mut dims = if t.squeeze { squeezed(shape) } else { shape.to_vec() };
     if let Some(p) = &t.permute {
         let mut sorted = p.clone();
@@ -136,7 +136,7 @@ fn transformed_shape(shape: &[usize], t: &Transform, what: &str) -> Result<Vec<u
     Ok(dims)
 }
 
-fn apply(a: ArrayD<f32>, t: &Transform, what: &str) -> Result<ArrayD<f32>> {
+pub(super) fn apply(a: ArrayD<f32>, t: &Transform, what: &str) -> Result<ArrayD<f32>> {
     let out = transformed_shape(a.shape(), t, what)?;
     let fail = |e: ndarray::ShapeError| Error::input(what, format!("{e}"));
     let mut a = if t.squeeze {
@@ -153,13 +153,15 @@ fn apply(a: ArrayD<f32>, t: &Transform, what: &str) -> Result<ArrayD<f32>> {
 
 /// A name map (the TOML text of `map_what`) checked against a dump's members (`npz_what`)
 /// and their shapes (`shape_of`): every entry names a member, a canonical tap no other entry
-/// names, and a transform that fits. No data is read.
-fn plan(
+/// in the same `family` names, and a transform that fits. No data is read. (A dump is one
+/// family; a HEF's outputs are one per network group, prefill and tbt each giving a tap.)
+pub(super) fn plan(
     text: &str,
     map_what: &str,
     npz_what: &str,
     members: &[String],
     mut shape_of: impl FnMut(&str) -> Result<Vec<usize>>,
+    family: impl Fn(&str) -> String,
 ) -> Result<Vec<Entry>> {
     let map: MapFile =
         toml::from_str(text).map_err(|e| Error::input(map_what, e.to_string().trim_end().to_string()))?;
@@ -189,7 +191,7 @@ fn plan(
                 (key, Some(tr))
             }
         };
-        if let Some(other) = entries.iter().find(|e| e.key == key) {
+        if let Some(other) = entries.iter().find(|e| e.key == key && family(&e.member) == family(&theirs)) {
             return Err(Error::input(
                 what,
                 format!("maps onto {key}, as entry `{}` does already; keep one of them", other.member),
@@ -220,7 +222,7 @@ impl DumpBackend {
             Some(m) => {
                 let text = crate::files::read_text(m)?;
                 let (map_what, npz_what) = (m.display().to_string(), path.display().to_string());
-                plan(&text, &map_what, &npz_what, &members, |k| file.shape(k))?
+                plan(&text, &map_what, &npz_what, &members, |k| file.shape(k), |_| String::new())?
             }
         };
         Ok(DumpBackend {
@@ -238,7 +240,7 @@ impl DumpBackend {
     pub fn map_capture(mut raw: Capture, text: &str, map_what: &str, npz_what: &str) -> Result<Capture> {
         let members: Vec<String> = raw.keys().map(Key::to_string).collect();
         let shape_of = |k: &str| Ok(raw.get(&Key::parse(k)).map(|a| a.shape().to_vec()).unwrap_or_default());
-        let entries = plan(text, map_what, npz_what, &members, shape_of)?;
+        let entries = plan(text, map_what, npz_what, &members, shape_of, |_| String::new())?;
         let mut out = Capture::default();
         for e in entries {
             let a = raw.remove(&Key::parse(&e.member)).expect("plan checked the member");
@@ -264,7 +266,7 @@ impl DumpBackend {
 }
 
 impl Entry {
-    fn mapped(&self, a: ArrayD<f32>, map_what: &str) -> Result<ArrayD<f32>> {
+    pub(super) fn mapped(&self, a: ArrayD<f32>, map_what: &str) -> Result<ArrayD<f32>> {
         match &self.transform {
             None => Ok(a),
             Some(t) => apply(a, t, &format!("{map_what} entry `{}`", self.member)),

@@ -4,7 +4,8 @@
 
 use super::{no_feed, Backend, Capabilities, Ran};
 use crate::capture::{Store, TapSink};
-use crate::device::driver::LlmDriver;
+use crate::device::driver::{Exposed, LlmDriver};
+use crate::device::exposed::for_capture;
 use crate::device::sim::SimDevice;
 use crate::device::synth_hef::{sim_spec, Calibration, SimSpec};
 use crate::device::{Device, DeviceFacts, SimProfile};
@@ -38,6 +39,10 @@ pub struct HefBackend {
     pub declared: Option<FaultSpec>,
     /// [`HefBackend::expected`], made once per checkpoint (its hash).
     expected: Option<(String, Arc<Expected>)>,
+    /// The outputs beyond the logits and the taps they are ([`HefBackend::set_output_map`]).
+    tap_outputs: Vec<TapOutput>,
+    /// The output map that named them, when one did.
+    output_map: Option<String>,
     /// Kept alive for the driver's configured models.
     _device: Box<dyn Device>,
 }
@@ -106,7 +111,7 @@ pub fn open_hef(label: &str, path: &Path, profile: Option<SimProfile>) -> Result
     let driver = LlmDriver::open(device.as_mut(), &hef, &what)?;
     let description = device.describe();
     let (made_from, sim) = sim.map_or((None, None), |(h, s)| (Some(h), Some(s)));
-    Ok(HefBackend {
+    HefBackend {
         name: label.to_string(),
         driver,
         hef,
@@ -116,8 +121,34 @@ pub fn open_hef(label: &str, path: &Path, profile: Option<SimProfile>) -> Result
         sim,
         declared: None,
         expected: None,
+        tap_outputs: Vec::new(),
+        output_map: None,
         _device: device,
-    })
+    }
+    .with_convention(&what)
+}
+
+/// An output beyond the logits and the tap it is.
+struct TapOutput {
+    output: String,
+    tap: Tap,
+    /// From an output map entry: the wire array [h, w, f] to the capture layout of a frame.
+    transform: Option<super::dump::Transform>,
+}
+
+/// A tap output's quant infos must dequantize: HailoRT multiplies by the scale.
+fn check_quant(o: &crate::device::StreamInfo, what: &str) -> Result<()> {
+    match o.quant_infos.iter().position(|q| !(q.scale.is_finite() && q.scale != 0.0 && q.zp.is_finite())) {
+        Some(i) => Err(Error::input(
+            format!("{what} output `{}`", o.name),
+            format!(
+                "quant info {i} has scale {} and zero point {}: its values cannot be dequantized; \
+                 the HEF is damaged or the output is not a quantized tensor",
+                o.quant_infos[i].scale, o.quant_infos[i].zp
+            ),
+        )),
+        None => Ok(()),
+    }
 }
 
 /// The `hef` backend for the HEF at `path`, refused when it was made from another checkpoint
@@ -129,6 +160,164 @@ pub fn open(label: &str, path: &Path, profile: Option<SimProfile>, ckpt: &Checkp
 }
 
 impl HefBackend {
+    /// The exposed outputs by the naming convention (`<group>/<tap>`), each checked.
+    fn with_convention(mut self, what: &str) -> Result<Self> {
+        let g = self.driver.geometry();
+        let mut tap_outputs = Vec::new();
+        for (group, o, is_tap) in self.driver.outputs() {
+            let Some(tap) = is_tap.then(|| crate::device::exposed::tap_named(&o.name)).flatten() else {
+                continue;
+            };
+            check_quant(&o, what)?;
+            let rows = o.shape.rows() as usize;
+            let frame = if group == self.driver.prefill_group() { self.driver.prefill_tokens() } else { 1 };
+            let (want, got) = (g.row_width(tap), o.shape.features as usize);
+            if want != got || !(rows == frame || rows == 1) {
+                return Err(Error::input(
+                    format!("{what} output `{}`", o.name),
+                    format!(
+                        "is named as tap {tap}, whose frame is {frame} (or 1) rows of {want} values here, but the \
+                         output is {} rows of {got}; rename it, or map it with an output map",
+                        o.shape.rows()
+                    ),
+                ));
+            }
+            tap_outputs.push(TapOutput { output: o.name.clone(), tap, transform: None });
+        }
+        self.tap_outputs = tap_outputs;
+        Ok(self)
+    }
+
+    /// Take the HEF's outputs as the output map at `path` names them (the dump map's TOML form:
+    /// output name → tap, with transforms from the output's [h, w, f] to the tap's frame layout
+    /// rows of the tap's values); an output the map leaves out stays as the naming convention
+    /// has it (a tap, or a part of the logits), and an entry mapping onto `logits` makes it a
+    /// part of the logits.
+    pub fn set_output_map(&mut self, path: &Path) -> Result<()> {
+        let map_what = path.display().to_string();
+        let text = crate::files::read_text(path)?;
+        let outputs = self.driver.outputs();
+        let names: Vec<String> = outputs.iter().map(|(_, o, _)| o.name.clone()).collect();
+        let shape_of = |n: &str| {
+            let o = &outputs.iter().find(|(_, o, _)| o.name == n).expect("plan asks for members").1;
+            Ok(vec![o.shape.height as usize, o.shape.width as usize, o.shape.features as usize])
+        };
+        let group_of =
+            |n: &str| outputs.iter().find(|(_, o, _)| o.name == n).map_or(String::new(), |x| x.0.clone());
+        let entries = super::dump::plan(&text, &map_what, "the HEF's outputs", &names, shape_of, group_of)?;
+        let g = self.driver.geometry();
+        let mentioned: Vec<String> = entries.iter().map(|e| e.member.clone()).collect();
+        let mut tap_outputs: Vec<TapOutput> = Vec::new();
+        for e in entries {
+            let what = format!("{map_what} entry `{}`", e.member);
+            let Some((phase, tap)) = e.key.canonical() else {
+                return Err(Error::input(what, format!("`{}` is not a canonical tap", e.key)));
+            };
+            if phase != Phase::Prefill {
+                return Err(Error::input(
+                    what,
+                    format!("names phase {phase}: an output's phase is the frame it comes back with; give the tap alone"),
+                ));
+            }
+            if tap == Tap::Logits {
+                continue;
+            }
+            if !crate::device::exposed::exposable(tap) {
+                return Err(Error::input(
+                    what,
+                    format!("{tap} cannot be a HEF's output (the host looks the embeddings up)"),
+                ));
+            }
+            let (group, o, _) =
+                outputs.iter().find(|(_, o, _)| o.name == e.member).expect("plan checked the member");
+            check_quant(o, &map_what)?;
+            let dims = shape_of(&e.member)?;
+            let rows = match &e.transform {
+                Some(t) => super::dump::transformed_shape(&dims, t, &what)?,
+                None => vec![dims[0] * dims[1], dims[2]],
+            };
+            let frame = if group == self.driver.prefill_group() { self.driver.prefill_tokens() } else { 1 };
+            let width = g.row_width(tap);
+            if !matches!(rows[..], [r, w] if w == width && (r == frame || r == 1)) {
+                return Err(Error::input(
+                    what,
+                    format!(
+                        "gives the output's {}×{}×{} as {rows:?}, but {tap} here comes as rows of {width} values \
+                         ({frame} rows, or only the last): a transform must end in [rows, values] (squeeze, permute, \
+                         reshape), the values in the capture's order after its row axis",
+                        o.shape.height, o.shape.width, o.shape.features
+                    ),
+                ));
+            }
+            tap_outputs.push(TapOutput { output: e.member.clone(), tap, transform: e.transform });
+        }
+        tap_outputs.extend(
+            std::mem::take(&mut self.tap_outputs).into_iter().filter(|t| !mentioned.contains(&t.output)),
+        );
+        self.driver.set_taps(&tap_outputs.iter().map(|t| t.output.clone()).collect());
+        self.tap_outputs = tap_outputs;
+        self.output_map = Some(map_what);
+        Ok(())
+    }
+
+    /// What the host sees of each exposed tap: its output's quant infos (the first group's that
+    /// outputs it), for the expected emulation. An output a map transforms has its features in
+    /// another order than the tap's: there only a quant info shared by all is reproduced.
+    fn exposed_quant(&self) -> Vec<(Tap, crate::fault::expected::ExposedQuant)> {
+        let g = self.driver.geometry();
+        let outputs = self.driver.outputs();
+        let mut out: Vec<(Tap, crate::fault::expected::ExposedQuant)> = Vec::new();
+        for t in &self.tap_outputs {
+            let Some((group, o, _)) = outputs.iter().find(|(_, o, _)| o.name == t.output) else { continue };
+            let shared = o.quant_infos.windows(2).all(|w| w[0] == w[1]);
+            if out.iter().any(|(x, _)| *x == t.tap) || (t.transform.is_some() && !shared) {
+                continue;
+            }
+            let bytes = self
+                .hef
+                .group(group)
+                .and_then(|g| g.outputs.iter().find(|s| s.name == o.name))
+                .map_or(2, |s| s.data_bytes);
+            out.push((
+                t.tap,
+                crate::fault::expected::ExposedQuant {
+                    layout: g.layout(t.tap),
+                    slots: g.slots,
+                    infos: if shared { o.quant_infos[..1].to_vec() } else { o.quant_infos.clone() },
+                    qmax: if bytes == 1 { 255.0 } else { 65535.0 },
+                },
+            ));
+        }
+        out
+    }
+
+    /// One frame's exposed outputs as capture arrays of the taps `taps` selects.
+    fn exposed_taps(&self, frame: Exposed, taps: &TapSelection) -> Result<Vec<(Tap, ArrayD<f32>)>> {
+        let g = self.driver.geometry();
+        let mut out = Vec::new();
+        for (name, shape, values) in frame.outputs {
+            let Some(t) = self.tap_outputs.iter().find(|t| t.output == name) else { continue };
+            if !taps.matches(&t.tap.to_string()) {
+                continue;
+            }
+            let what = format!("output `{name}`");
+            let layout = g.layout(t.tap);
+            let a = match &t.transform {
+                None => layout.from_rows(values, shape.rows() as usize, &what)?,
+                Some(tr) => {
+                    let dims = [shape.height as usize, shape.width as usize, shape.features as usize];
+                    let a = ArrayD::from_shape_vec(IxDyn(&dims), values)
+                        .map_err(|e| Error::Device(format!("{what}: {e}")))?;
+                    let rows = super::dump::apply(a, tr, &what)?;
+                    let n = rows.shape()[0];
+                    layout.from_rows(rows.iter().copied().collect(), n, &what)?
+                }
+            };
+            out.push((t.tap, for_capture(a, layout, frame.real_rows, &frame.cols, &what)?));
+        }
+        Ok(out)
+    }
+
     pub fn from_parts(name: &str, device: Box<dyn Device>, driver: LlmDriver, hef: Hef) -> Self {
         let sim = sim_spec(&hef, name).ok().flatten();
         HefBackend {
@@ -141,6 +330,8 @@ impl HefBackend {
             sim,
             declared: None,
             expected: None,
+            tap_outputs: Vec::new(),
+            output_map: None,
             _device: device,
         }
     }
@@ -154,7 +345,8 @@ impl HefBackend {
                 return Ok(e.clone());
             }
         }
-        let edges = self.driver.edge_quant(&self.hef)?;
+        let mut edges = self.driver.edge_quant(&self.hef)?;
+        edges.exposed = self.exposed_quant();
         let vocab = ckpt.config.vocab_size;
         let acts = match (&self.declared, &self.sim) {
             (Some(d), _) => Some(d.clone()),
@@ -253,14 +445,23 @@ impl HefBackend {
     }
 
     /// Feed `inputs` (decode teacher-forced, or greedy on the device's own argmax).
-    pub fn drive(&mut self, inputs: &InputSet, sink: &mut dyn TapSink, record: &mut RunRecord) -> Result<()> {
+    pub fn drive(
+        &mut self,
+        inputs: &InputSet,
+        taps: &TapSelection,
+        sink: &mut dyn TapSink,
+        record: &mut RunRecord,
+    ) -> Result<()> {
         self.check_inputs(inputs)?;
         self.driver.new_conversation()?;
+        self.driver.take_exposed();
         let logits = self.driver.prefill(&inputs.prompt)?;
+        let mut exposed = self.driver.take_exposed().into_iter();
         let row = |v: Vec<f32>| ArrayD::from_shape_vec(IxDyn(&[1, v.len()]), v).expect("one row");
         let mut last = Vec::new();
         let n = logits.len();
         for (i, l) in logits.into_iter().enumerate() {
+            let frame = exposed.next();
             let phase = match inputs.chunk {
                 Some(_) => Phase::PrefillChunk(i),
                 None if i + 1 == n => Phase::Prefill,
@@ -270,6 +471,9 @@ impl HefBackend {
             record.argmax.push(crate::model::decoder::argmax(&l) as u32);
             last = l.clone();
             sink.put_array(Key::new(phase, Tap::Logits), row(l))?;
+            for (tap, a) in frame.map_or(Ok(Vec::new()), |f| self.exposed_taps(f, taps))? {
+                sink.put_array(Key::new(phase, tap), a)?;
+            }
         }
         for k in 0..inputs.decode.steps() {
             let token = match &inputs.decode {
@@ -282,8 +486,44 @@ impl HefBackend {
             record.argmax.push(crate::model::decoder::argmax(&l) as u32);
             last = l.clone();
             sink.put_array(Key::new(Phase::Decode(k), Tap::Logits), row(l))?;
+            for frame in self.driver.take_exposed() {
+                for (tap, a) in self.exposed_taps(frame, taps)? {
+                    sink.put_array(Key::new(Phase::Decode(k), tap), a)?;
+                }
+            }
         }
         Ok(())
+    }
+}
+
+impl HefBackend {
+    /// Where each figure of this HEF comes from: which outputs are the logits, which taps were
+    /// measured (and how their values reached the host), and that every other tap is inferred.
+    pub fn outputs_note(&self) -> String {
+        let outputs = self.driver.outputs();
+        let logits: Vec<String> =
+            outputs.iter().filter(|(_, _, t)| !t).map(|(_, o, _)| format!("`{}`", o.name)).collect();
+        let mut note = format!("backend `{}`: logits from {}", self.name, logits.join(", "));
+        if self.tap_outputs.is_empty() {
+            note += "; no other output, so every per-layer figure is inferred (explain), none measured on the device";
+            return note;
+        }
+        let mut taps: Vec<String> = self.tap_outputs.iter().map(|t| t.tap.to_string()).collect();
+        taps.sort();
+        taps.dedup();
+        let per_feature = self
+            .tap_outputs
+            .iter()
+            .any(|t| outputs.iter().any(|(_, o, _)| o.name == t.output && o.quant_infos.len() > 1));
+        note += &format!(
+            "; measured on the device, from {} outputs named {}: {} (float32 as HailoRT dequantizes them, {}); \
+             every other tap is inferred (explain)",
+            self.tap_outputs.len(),
+            self.output_map.as_ref().map_or("by the `<group>/<tap>` convention".to_string(), |m| format!("by {m} and the `<group>/<tap>` convention")),
+            taps.join(", "),
+            if per_feature { "per-feature quant infos" } else { "one quant info per output" }
+        );
+        note
     }
 }
 
@@ -304,10 +544,14 @@ impl Backend for HefBackend {
         HefBackend::expected(self, ckpt).map(Some)
     }
 
+    fn notes(&self) -> Vec<String> {
+        vec![self.outputs_note()]
+    }
+
     fn run(
         &mut self,
         inputs: &InputSet,
-        _taps: &TapSelection,
+        taps: &TapSelection,
         feed: Option<&dyn Store>,
         sink: &mut dyn TapSink,
     ) -> Ran {
@@ -315,7 +559,7 @@ impl Backend for HefBackend {
             return no_feed(&self.name);
         }
         let mut record = RunRecord::default();
-        let error = self.drive(inputs, sink, &mut record).err();
+        let error = self.drive(inputs, taps, sink, &mut record).err();
         Ran { record, error }
     }
 }

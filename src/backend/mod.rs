@@ -54,6 +54,11 @@ pub trait Backend {
     fn expected(&mut self, _ckpt: &Checkpoint) -> Result<Option<Arc<Expected>>> {
         Ok(None)
     }
+    /// What the report should say about where this backend's figures come from (a HEF: which
+    /// outputs were measured, which taps only explain can infer).
+    fn notes(&self) -> Vec<String> {
+        Vec::new()
+    }
     /// Run every phase of `inputs` (decode teacher-forced: greedy is resolved beforehand) into
     /// `sink`. With `feed` (the reference's `embed` and `layers.*.out`), every layer is fed the
     /// reference's own input: only for backends whose capabilities say `overrides`.
@@ -127,6 +132,9 @@ pub fn make_backend(spec: &BackendSpec, ckpt: &Checkpoint, model: &Arc<Decoder>)
         BackendKind::Hef => {
             let mut b = hef::open(&label, spec.path()?, spec.sim_profile()?, ckpt)?;
             b.declared = spec.quant.clone();
+            if let Some(m) = &spec.map {
+                b.set_output_map(m)?;
+            }
             Box::new(b)
         }
     })

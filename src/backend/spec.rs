@@ -62,7 +62,9 @@ pub struct BackendSpec {
     pub quant: Option<FaultSpec>,
     /// dump: the .npz; hef: the .hef.
     pub path: Option<PathBuf>,
-    /// dump: name map TOML (their name -> canonical tap).
+    /// dump: name map TOML (their name -> canonical tap); hef: output map (output name -> tap,
+    /// also spelled `output_map`).
+    #[serde(alias = "output_map")]
     pub map: Option<PathBuf>,
     /// hef: the simulated device for a simulated HEF, `sim` (default) or `sim-h10`.
     pub device: Option<String>,
@@ -95,13 +97,13 @@ impl BackendSpec {
     }
 
     /// From the command line: `emulator`, `emulator=FAULT+FAULT`, `dump=PATH[,map=MAP][,hef=HEF]`,
-    /// `hef=PATH[,device=sim|sim-h10]`.
+    /// `hef=PATH[,map=OUTPUT_MAP][,device=sim|sim-h10]`.
     pub fn parse_cli(s: &str) -> Result<Self> {
         let (kind_text, rest) = s.split_once('=').unwrap_or((s, ""));
         let kind = BackendKind::parse(kind_text).ok_or_else(|| {
             Error::usage(format!(
                 "--backend `{kind_text}`: expected reference, emulator[=FAULT+FAULT], dump=PATH[,map=MAP][,hef=HEF] or \
-                 hef=PATH[,device=sim|sim-h10]"
+                 hef=PATH[,map=OUTPUT_MAP][,device=sim|sim-h10]"
             ))
         })?;
         let mut spec = BackendSpec::new(kind);
@@ -119,7 +121,7 @@ impl BackendSpec {
                 spec.path = Some(PathBuf::from(path));
                 for p in parts {
                     match p.split_once('=') {
-                        Some(("map", m)) if kind == BackendKind::Dump => spec.map = Some(PathBuf::from(m)),
+                        Some(("map", m)) => spec.map = Some(PathBuf::from(m)),
                         Some(("hef", h)) if kind == BackendKind::Dump => spec.hef = Some(PathBuf::from(h)),
                         Some(("device", d)) if kind == BackendKind::Hef => {
                             SimProfile::parse(d)?;

@@ -56,7 +56,7 @@ pub fn capture(a: CaptureArgs) -> Result<ExitCode> {
     }
     let desc = backend.description.clone();
     let mut sink = MemorySink::new(crate::tap::TapSelection::all());
-    let result = backend.drive(&inputs, &mut sink, &mut Default::default());
+    let result = backend.drive(&inputs, &crate::tap::TapSelection::all(), &mut sink, &mut Default::default());
     let cap = sink.capture;
     cap.write_npz(&a.out)?;
     if let (Some(p), Some(frames)) = (&a.record_frames, backend.driver.record.as_ref()) {

@@ -1,9 +1,12 @@
 //! `hefprobe synth-hef`: write a simulated LLM HEF for a checkpoint (see device::synth_hef).
 
 use super::{parse_ids, Ids, ModelArgs};
-use crate::device::synth_hef::{synth_hef, Calibration, Mistake, SimCheckpoint, SimNoise, SynthHefOptions};
+use crate::device::synth_hef::{
+    synth_hef, Calibration, ExposeQuant, Mistake, SimCheckpoint, SimNoise, SynthHefOptions,
+};
 use crate::error::{Error, Result};
 use crate::model::CheckpointRef;
+use crate::tap::{Tap, TapSelection};
 use clap::Args;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -57,6 +60,40 @@ pub struct SynthHefArgs {
     /// Seed of --noise's stream.
     #[arg(long, default_value_t = 0, requires = "noise")]
     pub noise_seed: u64,
+    /// Also output these taps (globs, comma-separated: `layers.*.out,layers.3.attn.probs`), as
+    /// a compiler's extra output layers named `<group>/<tap>`: every layer measured on the device.
+    #[arg(long, value_name = "TAPS")]
+    pub expose: Option<String>,
+    /// How exposed outputs are quantized: per-feature (one quant info per feature) or per-tensor.
+    #[arg(long, default_value = "per-feature", value_parser = parse_expose_quant, requires = "expose")]
+    pub expose_quant: ExposeQuant,
+}
+
+fn parse_expose_quant(s: &str) -> std::result::Result<ExposeQuant, String> {
+    ExposeQuant::from_name(s)
+        .ok_or_else(|| format!("expected one of {}", ExposeQuant::ALL.map(ExposeQuant::name).join(", ")))
+}
+
+/// The taps `--expose` selects on a model of `layers` blocks, in execution order: each glob
+/// must select one that a HEF can output.
+fn exposed(globs: &str, layers: usize) -> Result<Vec<Tap>> {
+    let mut taps = Vec::new();
+    for g in globs.split(',').map(str::trim).filter(|g| !g.is_empty()) {
+        let sel = TapSelection::parse(&[g.to_string()])?;
+        let hit: Vec<Tap> = Tap::all(layers)
+            .into_iter()
+            .filter(|&t| crate::device::exposed::exposable(t) && sel.matches(&t.to_string()))
+            .collect();
+        if hit.is_empty() {
+            return Err(Error::usage(format!(
+                "--expose `{g}` selects no tap a HEF of this {layers}-layer model can output (layers.I.out, \
+                 layers.I.attn.probs, ..., final_norm; not embed or logits)"
+            )));
+        }
+        taps.extend(hit.into_iter().filter(|t| !taps.contains(t)).collect::<Vec<_>>());
+    }
+    taps.sort();
+    Ok(taps)
 }
 
 /// The calibration set the flags ask for, or None for the default.
@@ -114,6 +151,8 @@ pub fn run(a: SynthHefArgs) -> Result<ExitCode> {
         mistakes: a.mistakes.iter().map(|m| Mistake::parse(m)).collect::<Result<_>>()?,
         calibration: calibration(&a, &ckpt)?,
         noise: a.noise.map(|std| SimNoise { std, seed: a.noise_seed }),
+        expose: a.expose.as_deref().map_or(Ok(Vec::new()), |g| exposed(g, ckpt.config.num_layers))?,
+        expose_quant: a.expose_quant,
         ..Default::default()
     };
     let hef = synth_hef(&ckpt, source, &opts)?;
@@ -139,5 +178,12 @@ pub fn run(a: SynthHefArgs) -> Result<ExitCode> {
             format!(", mistakes {}", opts.mistakes.iter().map(|m| m.name()).collect::<Vec<_>>().join(", "))
         }
     );
+    if !opts.expose.is_empty() {
+        println!(
+            "exposed outputs ({} quant infos): {}",
+            opts.expose_quant.name(),
+            opts.expose.iter().map(Tap::to_string).collect::<Vec<_>>().join(", ")
+        );
+    }
     Ok(ExitCode::SUCCESS)
 }

@@ -164,9 +164,11 @@ impl PairComparison {
 /// Reference and candidate values, flat and of equal length, and how they were aligned.
 pub type Aligned<'a> = (Cow<'a, [f32]>, Cow<'a, [f32]>, Option<String>);
 
-/// Align candidate to reference shapes. A device returns logits for the last position only
-/// (HailoRT's server reads one [1, 1, vocab] row): a single candidate row is compared with the
-/// reference's last row.
+/// Align candidate to reference shapes. A device returns fewer rows than the reference holds:
+/// logits for the last position only (HailoRT's server reads one [1, 1, vocab] row), and exposed
+/// taps of the last prefill chunk only. A candidate that differs from the reference only in its
+/// row axis (0 of `[T, F]`, 1 of `[H, T, ·]`), and holds fewer rows, is compared with the
+/// reference's last rows.
 pub fn align<'a>(r: &'a ArrayD<f32>, x: &'a ArrayD<f32>) -> Option<Aligned<'a>> {
     // Borrowed when the array is one contiguous standard-layout block (every capture read
     // from an npz is): a 1024-token logits tap of SmolLM2 is 200 MB a side, not worth a copy.
@@ -176,12 +178,22 @@ pub fn align<'a>(r: &'a ArrayD<f32>, x: &'a ArrayD<f32>) -> Option<Aligned<'a>> 
     if r.shape() == x.shape() {
         return Some((flat(r), flat(x), None));
     }
-    if r.ndim() == 2 && x.ndim() == 2 && x.shape()[0] == 1 && r.shape()[1] == x.shape()[1] {
-        let last = r.shape()[0] - 1;
-        let row: Vec<f32> = r.index_axis(ndarray::Axis(0), last).iter().copied().collect();
-        return Some((Cow::Owned(row), flat(x), Some(format!("reference row {last} (last position)"))));
+    let axis = match r.ndim() {
+        2 => 0,
+        3 => 1,
+        _ => return None,
+    };
+    let others_agree = (0..r.ndim()).all(|a| a == axis || r.shape()[a] == x.shape()[a]);
+    let (rows, have) = (r.shape()[axis], x.shape()[axis]);
+    if x.ndim() != r.ndim() || !others_agree || have == 0 || have > rows {
+        return None;
     }
-    None
+    let tail = r.slice_axis(ndarray::Axis(axis), ndarray::Slice::from(rows - have..));
+    let note = match have {
+        1 => format!("reference row {} (last position)", rows - 1),
+        _ => format!("reference rows {}..{rows} (the last {have} positions)", rows - have),
+    };
+    Some((Cow::Owned(tail.iter().copied().collect()), flat(x), Some(note)))
 }
 
 /// The reference tap whose -inf entries mask an attention tap: its layer's scores.
@@ -453,7 +465,14 @@ fn compare_one(
         return row;
     };
     let canon = row.tap.canonical();
-    let mask = if aligned.is_none() { attention_mask(scores, rv.len()) } else { None };
+    // The reference's scores aligned as the reference was (its last rows), when they were.
+    let mask = match (&aligned, scores) {
+        (None, s) => attention_mask(s, rv.len()),
+        (Some(_), Some(s)) if s.shape() == r.shape() => {
+            align(s, x).map(|(sv, _, _)| sv.iter().map(|&v| v == f32::NEG_INFINITY).collect())
+        }
+        (Some(_), _) => None,
+    };
     row.metrics = Some(metrics::compute(&rv, &xv, mask.as_deref()));
     let shape: Vec<usize> = if aligned.is_some() { x.shape().to_vec() } else { r.shape().to_vec() };
     let features = shape.last().copied().unwrap_or(1).max(1);

@@ -55,6 +55,24 @@ struct Group {
     name: String,
     model: Box<dyn ConfiguredModel>,
     names: InputNames,
+    /// Per output (in `outputs()` order): whether it is an exposed tap rather than a part of
+    /// the logits ([`LlmDriver::set_taps`]; by default, the naming convention of
+    /// [`super::exposed::tap_named`]).
+    taps: Vec<bool>,
+}
+
+/// What one frame returned beyond the logits: every exposed output as float32 (HailoRT
+/// dequantized it, genai configures every output FLOAT32), with what selects the capture's part
+/// of it ([`super::exposed::for_capture`]).
+#[derive(Debug, Clone)]
+pub struct Exposed {
+    /// (output name, its shape, its values) in output order.
+    pub outputs: Vec<(String, crate::hef::Shape3, Vec<f32>)>,
+    /// Rows of the frame that carry this step's tokens (its last ones).
+    pub real_rows: usize,
+    /// The mask's columns that are on for the frame's last row, in column order: the key slots
+    /// of the positions seen so far.
+    pub cols: Vec<usize>,
 }
 
 /// One frame as sent, for the record (`--record-frames`).
@@ -76,6 +94,8 @@ pub struct LlmDriver {
     pub device: String,
     /// Whether this conversation has said its context is full (genai's client warns once).
     context_full: bool,
+    /// The exposed outputs of every frame sent since [`LlmDriver::take_exposed`].
+    exposed: Vec<Exposed>,
 }
 
 fn frame_check(group: &str, s: &StreamInfo, bytes: usize, role: &str, cfg_note: &str) -> Result<()> {
@@ -118,7 +138,8 @@ impl LlmDriver {
             // genai sets the four RoPE inputs and every output to FLOAT32; embeddings and mask
             // keep their hardware types (llm_server.cpp create_inference_managers_future).
             let model = device.configure(name, &names.rope())?;
-            Ok(Group { name: name.to_string(), model, names })
+            let taps = model.outputs().iter().map(|o| super::exposed::tap_named(&o.name).is_some()).collect();
+            Ok(Group { name: name.to_string(), model, names, taps })
         };
         let prefill = open_group(device, &prefill_name)?;
         let tbt = match &tbt_name {
@@ -166,6 +187,7 @@ impl LlmDriver {
             record: None,
             device: device.describe(),
             context_full: false,
+            exposed: Vec::new(),
         };
         driver.check_frames()?;
         Ok(driver)
@@ -216,7 +238,7 @@ impl LlmDriver {
             cache.push((k, v));
         }
         let mut logits = Vec::new();
-        for o in g.model.outputs() {
+        for (o, _) in g.model.outputs().iter().zip(&g.taps).filter(|(_, &tap)| !tap) {
             let w = o.shape.features as usize;
             match o.quant_infos.as_slice() {
                 q if q.len() == w => logits.extend_from_slice(q),
@@ -228,11 +250,24 @@ impl LlmDriver {
             rope: first(&g.names.q_cos)?,
             cache,
             logits,
+            exposed: Vec::new(),
         })
     }
 
     pub fn prefill_tokens(&self) -> usize {
         self.pre.p
+    }
+
+    /// The shape of what the HEF computes, as its inputs and hailo-config.json give it.
+    pub fn geometry(&self) -> super::exposed::Geometry {
+        let pp = &self.config.pre_process_params;
+        super::exposed::Geometry {
+            hidden: self.pre.features,
+            heads: pp.num_attention_heads as usize,
+            kv_heads: pp.num_key_value_heads as usize,
+            head_dim: self.pre.theta.len(),
+            slots: self.pre.kv,
+        }
     }
 
     pub fn kv_cache_size(&self) -> usize {
@@ -355,7 +390,10 @@ impl LlmDriver {
             let rows = self.rows(&tokens[start..start + n])?;
             start += n;
             let frames = self.pre.prefill(&rows);
-            out.push(send(&mut self.prefill, frames, n as i32, &mut self.record)?);
+            let (logits, exposed) =
+                send(&mut self.prefill, frames, n, (self.pre.mask_on, self.pre.kv), &mut self.record)?;
+            out.push(logits);
+            self.exposed.extend(exposed);
             self.note_context_full();
         }
         Ok(out)
@@ -365,16 +403,18 @@ impl LlmDriver {
     /// `generate_next_token_on_demand` routes single tokens.
     pub fn step(&mut self, token: u32) -> Result<Vec<f32>> {
         let rows = self.rows(&[token])?;
-        let logits = match self.tbt.as_mut() {
+        let on = (self.pre.mask_on, self.pre.kv);
+        let (logits, exposed) = match self.tbt.as_mut() {
             Some(g) => {
                 let frames = self.pre.tbt(rows.into_iter().next().expect("one row"));
-                send(g, frames, 1, &mut self.record)
+                send(g, frames, 1, on, &mut self.record)
             }
             None => {
                 let frames = self.pre.prefill(&rows);
-                send(&mut self.prefill, frames, 1, &mut self.record)
+                send(&mut self.prefill, frames, 1, on, &mut self.record)
             }
         }?;
+        self.exposed.extend(exposed);
         self.note_context_full();
         Ok(logits)
     }
@@ -391,6 +431,28 @@ impl LlmDriver {
     pub fn prefill_group(&self) -> &str {
         &self.prefill.name
     }
+
+    /// Every output of both groups: (group, name, shape, whether it is taken as an exposed tap).
+    pub fn outputs(&self) -> Vec<(String, StreamInfo, bool)> {
+        let groups = std::iter::once(&self.prefill).chain(self.tbt.as_ref());
+        groups
+            .flat_map(|g| g.model.outputs().iter().zip(&g.taps).map(|(o, &t)| (g.name.clone(), o.clone(), t)))
+            .collect()
+    }
+
+    /// Take exactly the outputs named in `names` as exposed taps (an output map's), every other
+    /// as a part of the logits.
+    pub fn set_taps(&mut self, names: &std::collections::BTreeSet<String>) {
+        for g in std::iter::once(&mut self.prefill).chain(self.tbt.as_mut()) {
+            g.taps = g.model.outputs().iter().map(|o| names.contains(&o.name)).collect();
+        }
+    }
+
+    /// The exposed outputs of the frames sent since the last call, one per frame (none when
+    /// the HEF exposes nothing).
+    pub fn take_exposed(&mut self) -> Vec<Exposed> {
+        std::mem::take(&mut self.exposed)
+    }
 }
 
 fn input<'a>(g: &'a Group, name: &str) -> Result<&'a StreamInfo> {
@@ -403,9 +465,17 @@ fn f32_bytes(v: &[f32]) -> Vec<u8> {
     v.iter().flat_map(|x| x.to_le_bytes()).collect()
 }
 
-/// update_cache_offset(+delta), then run; the float32 outputs concatenated in outputs order
-/// (llm_inference_manager.cpp generate: output i at byte offset i × frame size).
-fn send(g: &mut Group, frames: Frames, delta: i32, record: &mut Option<Vec<SentFrame>>) -> Result<Vec<f32>> {
+/// update_cache_offset(+rows), then run; the float32 logits outputs concatenated in outputs
+/// order (llm_inference_manager.cpp generate: output i at byte offset i × frame size), and the
+/// exposed ones apart, when the HEF has any.
+fn send(
+    g: &mut Group,
+    frames: Frames,
+    rows: usize,
+    (mask_on, kv): (u8, usize),
+    record: &mut Option<Vec<SentFrame>>,
+) -> Result<(Vec<f32>, Option<Exposed>)> {
+    let delta = rows as i32;
     let n = &g.names;
     let inputs = vec![
         (n.embeddings.clone(), frames.embeddings.iter().flat_map(|x| x.to_le_bytes()).collect()),
@@ -427,11 +497,9 @@ fn send(g: &mut Group, frames: Frames, delta: i32, record: &mut Option<Vec<SentF
     }
     g.model.update_cache_offset(delta)?;
     let outputs = g.model.run(&inputs, INFERENCE_TIMEOUT)?;
-    if let Some(r) = record.as_mut() {
-        r.push(SentFrame { group: g.name.clone(), cache_offset_delta: delta, frames });
-    }
     let mut logits = Vec::new();
-    for (o, bytes) in g.model.outputs().iter().zip(&outputs) {
+    let mut exposed = Vec::new();
+    for ((o, bytes), &tap) in g.model.outputs().iter().zip(&outputs).zip(&g.taps) {
         if o.format != FormatType::Float32 || bytes.len() != o.frame_size() {
             return Err(Error::Device(format!(
                 "output `{}` returned {} bytes as {:?}; expected {} float32 bytes",
@@ -441,9 +509,24 @@ fn send(g: &mut Group, frames: Frames, delta: i32, record: &mut Option<Vec<SentF
                 o.frame_size()
             )));
         }
-        logits.extend(bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])));
+        let values = bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]));
+        if tap {
+            exposed.push((o.name.clone(), o.shape, values.collect()));
+        } else {
+            logits.extend(values);
+        }
     }
-    Ok(logits)
+    let exposed = (!exposed.is_empty()).then(|| {
+        // Head block 0 of the last row: the columns genai turned on (pre_process.cpp:133-174).
+        let width = frames.mask.len() / frames.rows.max(1);
+        let last = &frames.mask[(frames.rows - 1) * width..][..kv.min(width)];
+        let cols = (0..last.len()).filter(|&c| last[c] == mask_on).collect();
+        Exposed { outputs: exposed, real_rows: rows, cols }
+    });
+    if let Some(r) = record.as_mut() {
+        r.push(SentFrame { group: g.name.clone(), cache_offset_delta: delta, frames });
+    }
+    Ok((logits, exposed))
 }
 
 /// Write recorded frames as `.npz` (one array per frame and input).

@@ -6,6 +6,7 @@
 
 pub mod doctor;
 pub mod driver;
+pub mod exposed;
 pub mod frames;
 #[cfg(feature = "hailo")]
 pub mod hailo;

@@ -9,12 +9,13 @@
 //! device's behaviour, each read against the driver's frame code; split, every part would
 //! import the other two.)
 
+use super::exposed::{tap_named, Layout};
 use super::synth_hef::{sim_spec, Mistake, SimSpec};
 use super::{
     configured_streams, padded_entry_bytes, ConfiguredModel, Device, DeviceFacts, FormatType, SimProfile,
     StreamInfo, RPC_CACHE_UNSUPPORTED, RPC_FAILED_RUN,
 };
-use crate::capture::NoTaps;
+use crate::capture::TapSink;
 use crate::error::{Error, Result};
 use crate::fault::catalog::cache::CacheLayout;
 use crate::fault::spec::FaultSpec;
@@ -25,7 +26,7 @@ use crate::hef::{Hef, NetworkGroup, QuantInfo};
 use crate::model::decoder::{CacheView, FrameInputs, KvStore, StepInput};
 use crate::model::hooks::HookStack;
 use crate::model::{Checkpoint, Decoder};
-use crate::tap::Phase;
+use crate::tap::{Phase, Tap};
 use candle_core::{Device as Cpu, Tensor};
 use std::cell::RefCell;
 use std::collections::BTreeMap;
@@ -585,6 +586,58 @@ impl ConfiguredModel for SimModel {
     }
 }
 
+/// The taps a simulated HEF exposes, caught as the emulator computes them (faults applied).
+struct Catch {
+    taps: Vec<Tap>,
+    got: BTreeMap<Tap, Tensor>,
+}
+
+impl TapSink for Catch {
+    fn wants(&self, tap: Tap) -> bool {
+        self.taps.contains(&tap)
+    }
+    fn put(&mut self, _: Phase, tap: Tap, t: &Tensor) -> Result<()> {
+        self.got.insert(tap, t.clone());
+        Ok(())
+    }
+    fn put_array(&mut self, _: crate::tap::Key, _: ndarray::ArrayD<f32>) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// An exposed output's float32 frame: every row of the frame, or its last when the output has
+/// one row; each value through its feature's quant info as the hardware's uint16 (saturating)
+/// and HailoRT's dequantization (transform.cpp `dequantize_output_by_feature`: feature = index
+/// mod F for NHWC).
+fn exposed_bytes(o: &StreamInfo, rows: Vec<Vec<f32>>) -> Result<Vec<u8>> {
+    let w = o.shape.features as usize;
+    let keep = if o.shape.rows() == 1 { rows.len().saturating_sub(1) } else { 0 };
+    let mut bytes = Vec::with_capacity(o.frame_size());
+    for row in &rows[keep..] {
+        if row.len() != w {
+            return Err(Error::Device(format!(
+                "output `{}`: the graph computes {} values per row, the output holds {w}",
+                o.name,
+                row.len()
+            )));
+        }
+        for (f, &x) in row.iter().enumerate() {
+            let q = o.quant_infos[if o.quant_infos.len() == w { f } else { 0 }];
+            let raw = q.quantize(x).clamp(0.0, 65535.0);
+            bytes.extend(q.dequantize(raw).to_le_bytes());
+        }
+    }
+    if bytes.len() != o.frame_size() {
+        return Err(Error::Device(format!(
+            "output `{}`: {} rows computed for a frame of {}",
+            o.name,
+            rows.len() - keep,
+            o.shape.rows()
+        )));
+    }
+    Ok(bytes)
+}
+
 impl SimModel {
     /// sim-h10: refuse every call after a failed run, naming it.
     fn check_usable(&self) -> Result<()> {
@@ -671,7 +724,11 @@ impl SimModel {
             rows: t,
             writer: if self.prefill { Phase::Prefill } else { Phase::Decode(0) },
         };
-        let out = core.model.step(&input, &mut store, &mut NoTaps, &mut stack)?;
+        let mut exposed = Catch {
+            taps: self.outputs.iter().filter_map(|o| tap_named(&o.name)).collect(),
+            got: BTreeMap::new(),
+        };
+        let out = core.model.step(&input, &mut store, &mut exposed, &mut stack)?;
         drop(stack);
         drop(hooks);
         let mut rows: Vec<Vec<f32>> = out.to_vec2()?;
@@ -686,6 +743,11 @@ impl SimModel {
         let mut outputs = Vec::with_capacity(self.outputs.len());
         let mut col = 0;
         for o in &self.outputs {
+            if let Some(tap) = tap_named(&o.name) {
+                let a = crate::capture::tensor_to_array(&exposed.got[&tap])?;
+                outputs.push(exposed_bytes(o, Layout::of(tap, c.num_heads, c.num_kv_heads).to_rows(&a))?);
+                continue;
+            }
             let w = o.shape.features as usize;
             let q = o.quant_infos[0];
             let mut bytes = Vec::with_capacity(o.frame_size());

@@ -6,7 +6,7 @@
 //! device runs, and, on request, the structural mistakes of the findings table so `audit` can be
 //! tested against them.
 
-use crate::capture::NoTaps;
+use crate::device::exposed::Layout;
 use crate::error::{Error, Result};
 use crate::fault::catalog::{self, rope::PositionShift, rope::RopeFault};
 use crate::fault::quant::Affine;
@@ -205,6 +205,23 @@ pub struct SynthHefOptions {
     pub calibration: Option<Calibration>,
     /// Planted run-to-run noise (see [`SimNoise`]).
     pub noise: Option<SimNoise>,
+    /// Taps the graph also outputs (`--expose`), as a compiler's extra output layers, and how
+    /// their uint16 values are quantized.
+    pub expose: Vec<Tap>,
+    pub expose_quant: ExposeQuant,
+}
+
+crate::named_enum! {
+    /// How `synth-hef --expose` quantizes an exposed output's uint16 values.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+    pub enum ExposeQuant {
+        /// One quant info per feature (OUTPUT_SCALE_PER_FEATURE), calibrated per feature (per head
+        /// for attention scores and probabilities).
+        #[default]
+        PerFeature = "per-feature",
+        /// One quant info for the whole output.
+        PerTensor = "per-tensor",
+    }
 }
 
 impl Default for SynthHefOptions {
@@ -221,14 +238,20 @@ impl Default for SynthHefOptions {
             mistakes: Vec::new(),
             calibration: None,
             noise: None,
+            expose: Vec::new(),
+            expose_quant: ExposeQuant::PerFeature,
         }
     }
 }
 
-/// Ranges seen while calibrating: logits, final norm, and each layer's keys and values.
+/// Ranges seen while calibrating: logits, final norm, and each layer's keys and values; and per
+/// exposed tap, one range per feature of its output row (per head for attention scores and
+/// probabilities, whose key slots the calibration runs do not lay out as the ring does).
 #[derive(Default)]
 struct Ranges {
     sites: BTreeMap<String, (f32, f32)>,
+    exposed: BTreeMap<Tap, Vec<(f32, f32)>>,
+    heads: (usize, usize),
 }
 
 impl Ranges {
@@ -239,6 +262,53 @@ impl Ranges {
         e.0 = e.0.min(lo);
         e.1 = e.1.max(hi);
         Ok(())
+    }
+
+    /// Per-unit ranges of an exposed tap: the finite values only (masked scores are -inf).
+    fn see_features(&mut self, tap: Tap, t: &Tensor) -> Result<()> {
+        let a = crate::capture::tensor_to_array(t)?;
+        let layout = Layout::of(tap, self.heads.0, self.heads.1);
+        let rows = layout.to_rows(&a);
+        let width = rows.first().map_or(0, Vec::len);
+        let units = match layout {
+            Layout::Keys(h) => h,
+            _ => width,
+        };
+        let per_unit = width / units.max(1);
+        let e = self.exposed.entry(tap).or_default();
+        e.resize(units, (f32::INFINITY, f32::NEG_INFINITY));
+        for row in &rows {
+            for (i, &x) in row.iter().enumerate().filter(|(_, x)| x.is_finite()) {
+                let r = &mut e[i / per_unit.max(1)];
+                (r.0, r.1) = (r.0.min(x), r.1.max(x));
+            }
+        }
+        Ok(())
+    }
+
+    /// The quant infos of an exposed output `width` values wide, and its scalar (limvals over
+    /// every feature, as HailoRT takes them from the scalar for each feature).
+    fn exposed_quant(&self, tap: Tap, width: usize, how: ExposeQuant) -> (QuantInfo, Vec<QuantInfo>) {
+        let units: Vec<(f32, f32)> = self.exposed[&tap]
+            .iter()
+            .map(|&(lo, hi)| if lo <= hi { (lo, hi) } else { (-1.0, 1.0) })
+            .collect();
+        let lo = units.iter().map(|u| u.0).fold(f32::INFINITY, f32::min);
+        let hi = units.iter().map(|u| u.1).fold(f32::NEG_INFINITY, f32::max);
+        let scalar = u16_quant(lo, hi);
+        match how {
+            ExposeQuant::PerTensor => (scalar, Vec::new()),
+            ExposeQuant::PerFeature => {
+                let per_unit = width / units.len().max(1);
+                let list = (0..width)
+                    .map(|f| {
+                        let (a, b) = units[f / per_unit.max(1)];
+                        QuantInfo { min: scalar.min, max: scalar.max, ..u16_quant(a, b) }
+                    })
+                    .collect();
+                (scalar, list)
+            }
+        }
     }
 
     fn get(&self, site: &str) -> (f32, f32) {
@@ -252,6 +322,9 @@ impl Hooks for Ranges {
             Tap::Logits | Tap::FinalNorm => self.see(tap.to_string(), &t)?,
             Tap::Layer(l, LayerTap::K | LayerTap::V) => self.see(format!("cache.{l}"), &t)?,
             _ => {}
+        }
+        if self.exposed.contains_key(&tap) {
+            self.see_features(tap, &t)?;
         }
         Ok(t)
     }
@@ -268,12 +341,70 @@ pub fn u16_quant(lo: f32, hi: f32) -> QuantInfo {
 /// The ranges the HEF's quant infos are calibrated on: the simulated compiler's one
 /// calibration set, the same the simulated graph's activations are calibrated on (a set of its
 /// own once made the cache ranges clip ordinary prompts, moving later layers by up to 182 LSB).
-fn calibrate(model: &Decoder, calibration: &Calibration) -> Result<Ranges> {
-    let mut ranges = Ranges::default();
+fn calibrate(model: &Decoder, calibration: &Calibration, expose: &[Tap]) -> Result<Ranges> {
+    let c = &model.cfg;
+    let mut ranges = Ranges { heads: (c.num_heads, c.num_kv_heads), ..Ranges::default() };
+    for &t in expose {
+        ranges.exposed.insert(t, Vec::new());
+    }
     for i in &calibration.inputs() {
-        run_inputs(model, i, &mut NoTaps, &mut ranges, &mut RunRecord::default())?;
+        run_inputs(model, i, &mut Explicit(expose), &mut ranges, &mut RunRecord::default())?;
     }
     Ok(ranges)
+}
+
+/// A sink that keeps nothing but asks for `0`'s taps, so the decoder computes attention scores
+/// and probabilities explicitly where they are exposed (the hooks see them on the way).
+struct Explicit<'a>(&'a [Tap]);
+
+impl crate::capture::TapSink for Explicit<'_> {
+    fn wants(&self, tap: Tap) -> bool {
+        self.0.contains(&tap)
+    }
+    fn put(&mut self, _: crate::tap::Phase, _: Tap, _: &Tensor) -> Result<()> {
+        Ok(())
+    }
+    fn put_array(&mut self, _: crate::tap::Key, _: ndarray::ArrayD<f32>) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// Add an output per exposed tap to every group: `<group>/<tap>`, [1, rows, width] uint16 (the
+/// prefill group's rows are its frame's, tbt's one), quantized as `how` says.
+fn expose_outputs(
+    hef: &mut Hef,
+    spec: &LlmSpec,
+    ranges: &Ranges,
+    expose: &[Tap],
+    how: ExposeQuant,
+) -> Result<()> {
+    let (heads, kv_heads) = ranges.heads;
+    let geometry = crate::device::exposed::Geometry {
+        hidden: spec.hidden as usize,
+        heads,
+        kv_heads,
+        head_dim: spec.head_dim as usize,
+        slots: spec.kv_cache_size as usize,
+    };
+    for g in &mut hef.groups {
+        let rows = if g.name == spec.prefill_name() { spec.prefill_tokens } else { 1 };
+        for &tap in expose {
+            let width = geometry.row_width(tap);
+            let (scalar, per_feature) = ranges.exposed_quant(tap, width, how);
+            let shape = crate::hef::Shape3::new(1, rows, size("exposed output width", width)?);
+            g.outputs.push(crate::hef::Stream {
+                name: format!("{}/{tap}", g.name),
+                shape,
+                padded: shape,
+                order: crate::hef::FormatOrder::Nhwc,
+                data_bytes: crate::hef::synth::data_bytes::LOGITS,
+                quant: scalar,
+                quant_per_feature: per_feature,
+                transposed: false,
+            });
+        }
+    }
+    Ok(())
 }
 
 /// A size from the checkpoint or the options as the layout's 32-bit number.
@@ -325,7 +456,16 @@ pub fn synth_hef(ckpt: &Checkpoint, checkpoint: SimCheckpoint, opts: &SynthHefOp
         Some(c) => c.clone(),
         None => Calibration::default_for(ckpt)?,
     };
-    let ranges = calibrate(&model, &calibration)?;
+    for &t in &opts.expose {
+        if !crate::device::exposed::exposable(t) || t.layer().is_some_and(|l| l >= c.num_layers) {
+            return Err(Error::usage(format!(
+                "--expose `{t}`: a HEF can output a block's taps (layers.I.out, layers.I.attn.probs, ...; \
+                 I < {}) and final_norm; the embeddings are looked up on the host and the logits are output anyway",
+                c.num_layers
+            )));
+        }
+    }
+    let ranges = calibrate(&model, &calibration, &opts.expose)?;
 
     let embed = ckpt.tensor("model.embed_tokens.weight")?;
     let (elo, ehi) = (embed.min_all()?.to_scalar::<f32>()?, embed.max_all()?.to_scalar::<f32>()?);
@@ -377,6 +517,7 @@ pub fn synth_hef(ckpt: &Checkpoint, checkpoint: SimCheckpoint, opts: &SynthHefOp
     for &m in &opts.mistakes {
         write_mistake(&mut hef, &spec, m, u16_quant(flo, fhi))?;
     }
+    expose_outputs(&mut hef, &spec, &ranges, &opts.expose, opts.expose_quant)?;
     let sim = SimSpec {
         schema: SIM_SCHEMA.into(),
         checkpoint,

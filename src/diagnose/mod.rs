@@ -81,7 +81,7 @@ pub fn repeatability(backend: &mut HefBackend, inputs: &InputSet, runs: usize) -
     let mut spread = Spread::default();
     for _ in 0..runs {
         let mut sink = MemorySink::new(TapSelection::all());
-        backend.drive(inputs, &mut sink, &mut Default::default())?;
+        backend.drive(inputs, &crate::tap::TapSelection::all(), &mut sink, &mut Default::default())?;
         let cap = sink.capture;
         let Some(f) = &first else {
             first = Some(cap);

@@ -42,6 +42,61 @@ pub struct EdgeQuant {
     pub cache: Vec<(QuantInfo, QuantInfo)>,
     /// Per logits column, in the order genai concatenates the outputs.
     pub logits: Vec<QuantInfo>,
+    /// The exposed outputs (taps measured on the device): what the host sees of each.
+    pub exposed: Vec<(Tap, ExposedQuant)>,
+}
+
+/// An exposed output's quantization: the host sees the tap through it, the graph goes on with
+/// the value ([`Hooks::observe`]).
+#[derive(Debug, Clone)]
+pub struct ExposedQuant {
+    pub layout: crate::device::exposed::Layout,
+    /// Key slots of an attention tap's rows (the ring's).
+    pub slots: usize,
+    /// One per feature of a wire row, or one for all.
+    pub infos: Vec<QuantInfo>,
+    /// The largest code of the output's type (65535 for uint16): the hardware saturates there.
+    pub qmax: f32,
+}
+
+impl ExposedQuant {
+    /// `t` in its capture layout as the host reads it: each value through the quant info of
+    /// its wire feature (an attention tap's column j of S keys sits in slot slots − S + j, the
+    /// mask's layout), its code saturated to the type.
+    pub fn seen(&self, t: &Tensor) -> Result<Tensor> {
+        use crate::device::exposed::Layout;
+        let dims = t.dims().to_vec();
+        let inner = *dims.last().unwrap_or(&1);
+        let per_row = match self.layout {
+            Layout::Rows => inner,
+            Layout::Heads(_) | Layout::Keys(_) => dims.get(1).copied().unwrap_or(1) * inner,
+        };
+        let feature = |i: usize| -> usize {
+            match self.layout {
+                Layout::Rows => i % inner,
+                Layout::Heads(_) => (i / per_row) * inner + i % inner,
+                Layout::Keys(_) => {
+                    let j = i % inner;
+                    (i / per_row) * self.slots + (self.slots + j).saturating_sub(inner).min(self.slots - 1)
+                }
+            }
+        };
+        let n = self.infos.len();
+        let qmax = self.qmax;
+        let v: Vec<f32> = t.flatten_all()?.to_vec1()?;
+        let out = v
+            .iter()
+            .enumerate()
+            .map(|(i, &x)| {
+                if !x.is_finite() {
+                    return x;
+                }
+                let q = self.infos[if n == 1 { 0 } else { feature(i) % n }];
+                q.dequantize(q.quantize(x).clamp(0.0, qmax))
+            })
+            .collect();
+        Ok(Tensor::from_vec(out, dims, &Device::Cpu)?)
+    }
 }
 
 /// A target's quantization: its edges, and its activations when known.
@@ -173,6 +228,13 @@ impl ExpectedHooks<'_> {
 }
 
 impl Hooks for ExpectedHooks<'_> {
+    fn observe(&mut self, _ctx: &StepCtx, tap: Tap, t: &Tensor) -> Result<Option<Tensor>> {
+        match self.e.edges.exposed.iter().find(|(x, _)| *x == tap) {
+            Some((_, q)) => q.seen(t).map(Some),
+            None => Ok(None),
+        }
+    }
+
     fn edit(&mut self, ctx: &StepCtx, tap: Tap, t: Tensor) -> Result<Tensor> {
         let e: &Expected = self.e;
         let edges = &e.edges;

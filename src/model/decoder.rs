@@ -221,7 +221,8 @@ impl Decoder {
             let _s = span(Op::Taps);
             let t = hooks.edit(&ctx, tap, t)?;
             if sink.wants(tap) {
-                sink.put(phase, tap, &t)?;
+                let seen = hooks.observe(&ctx, tap, &t)?;
+                sink.put(phase, tap, seen.as_ref().unwrap_or(&t))?;
             }
             Ok(t)
         };
@@ -269,7 +270,8 @@ impl Decoder {
             let tap = Tap::Layer(l, tap);
             let t = hooks.edit(ctx, tap, t)?;
             if sink.wants(tap) {
-                sink.put(ctx.phase, tap, &t)?;
+                let seen = hooks.observe(ctx, tap, &t)?;
+                sink.put(ctx.phase, tap, seen.as_ref().unwrap_or(&t))?;
             }
             Ok(t)
         };

@@ -30,6 +30,13 @@ pub trait Hooks {
         Ok(t)
     }
 
+    /// What a capture records of a tap where it differs from what flows on: a device output's
+    /// own quantization (the graph goes on with the value, the host sees it through the output's
+    /// quant infos). Called only for taps the sink records, after [`Hooks::edit`].
+    fn observe(&mut self, _ctx: &StepCtx, _tap: Tap, _t: &Tensor) -> Result<Option<Tensor>> {
+        Ok(None)
+    }
+
     /// Rotate queries or keys `x` [heads, T, D] of `layer`.
     fn rope(
         &mut self,
@@ -103,6 +110,15 @@ impl Hooks for HookStack<'_> {
             t = h.edit(ctx, tap, t)?;
         }
         Ok(t)
+    }
+    fn observe(&mut self, ctx: &StepCtx, tap: Tap, t: &Tensor) -> Result<Option<Tensor>> {
+        let mut seen: Option<Tensor> = None;
+        for h in self.hooks.iter_mut() {
+            if let Some(o) = h.observe(ctx, tap, seen.as_ref().unwrap_or(t))? {
+                seen = Some(o);
+            }
+        }
+        Ok(seen)
     }
     fn rope(
         &mut self,

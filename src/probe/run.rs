@@ -201,6 +201,8 @@ pub struct BackendOutput {
     /// What the backend computes when nothing is wrong ([`Backend::expected`]): the backend
     /// is judged on its excess over it.
     pub expected: Option<ExpectedRun>,
+    /// Where its figures come from ([`Backend::notes`]).
+    pub notes: Vec<String>,
 }
 
 /// A backend's expected quantization, emulated twice: the expected draw, and a second draw
@@ -481,6 +483,7 @@ fn run_backend(
         error,
         reference: windowed,
         expected,
+        notes: backend.notes(),
     })
 }
 
@@ -715,6 +718,7 @@ pub fn report(r: &Results) -> Report {
             status: b.status.clone(),
         });
         report.notes.extend(b.reference.as_ref().map(|(_, _, note)| note.clone()));
+        report.notes.extend(b.notes.iter().cloned());
         if let Some(e) = &b.expected {
             report.notes.push(format!(
                 "backend `{}` is judged on its excess over what it computes when nothing is wrong, emulated: {} \

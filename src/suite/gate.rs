@@ -27,6 +27,9 @@ pub type OpenDevice = Rc<RefCell<HefBackend>>;
 pub fn open(target: &Target) -> Result<OpenDevice> {
     let mut hef = open_hef(&target.label, target.spec.path()?, target.spec.sim_profile()?)?;
     hef.declared = target.spec.quant.clone();
+    if let Some(m) = &target.spec.map {
+        hef.set_output_map(m)?;
+    }
     Ok(Rc::new(RefCell::new(hef)))
 }
 
@@ -58,6 +61,10 @@ impl Backend for Shared {
         ckpt: &crate::model::Checkpoint,
     ) -> Result<Option<std::sync::Arc<crate::fault::expected::Expected>>> {
         self.device.borrow_mut().expected(ckpt).map(Some)
+    }
+
+    fn notes(&self) -> Vec<String> {
+        vec![self.device.borrow().outputs_note()]
     }
 
     fn run(

@@ -61,6 +61,6 @@ pub fn drive(
     record: &mut hefprobe::model::run::RunRecord,
 ) -> hefprobe::capture::Capture {
     let mut sink = hefprobe::capture::MemorySink::new(hefprobe::tap::TapSelection::all());
-    dev.drive(inputs, &mut sink, record).unwrap();
+    dev.drive(inputs, &hefprobe::tap::TapSelection::all(), &mut sink, record).unwrap();
     sink.capture
 }

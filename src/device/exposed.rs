@@ -1,0 +1,182 @@
+//! Outputs beyond the logits (docs/HAILO-RUNTIME.md, "Exposed outputs"). A HEF compiled with
+//! extra output layers returns those tensors with every frame; each becomes a tap, measured on
+//! the device. An output is a tap when an output map names it (the dump map's TOML form,
+//! `backend::dump`), or, without one, when its name ends in `/TAP` with TAP a canonical tap
+//! (`model__prefill/layers.3.out`); every other output is a part of the logits, in output order.
+//!
+//! On the wire an exposed output is [1, R, F]: R rows (the frame's, or only its last) of F
+//! values. A tap's values sit in the row as the capture lays them out after its row axis:
+//! `[T, F]` taps as they are, `[H, T, D]` as H·D (head-major), `[H, T, S]` as H·S with S the
+//! cache ring's slots in the mask's column order.
+
+use crate::error::{Error, Result};
+use crate::tap::{LayerTap, Tap};
+use ndarray::{ArrayD, Axis, IxDyn};
+
+/// Whether `tap` can come back as an output: a block's captured taps and the final norm. The
+/// embeddings are the host's (genai looks them up), the logits are the logits.
+pub fn exposable(tap: Tap) -> bool {
+    match tap {
+        Tap::Layer(_, t) => t.is_captured(),
+        Tap::FinalNorm => true,
+        Tap::Embed | Tap::Logits => false,
+    }
+}
+
+/// The naming convention: the tap an output's name ends in (after its last `/`).
+pub fn tap_named(output: &str) -> Option<Tap> {
+    Tap::parse(output.rsplit('/').next()?).filter(|&t| exposable(t))
+}
+
+/// What a HEF's frames are made of (its inputs and hailo-config.json say it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Geometry {
+    pub hidden: usize,
+    pub heads: usize,
+    pub kv_heads: usize,
+    pub head_dim: usize,
+    /// Key slots of the cache ring (kv_cache_size).
+    pub slots: usize,
+}
+
+impl Geometry {
+    pub fn layout(&self, tap: Tap) -> Layout {
+        Layout::of(tap, self.heads, self.kv_heads)
+    }
+
+    /// Values of one wire row of `tap`.
+    pub fn row_width(&self, tap: Tap) -> usize {
+        let layout = self.layout(tap);
+        let inner = if matches!(layout, Layout::Keys(_)) { self.slots } else { self.head_dim };
+        layout.row_width(self.hidden, inner)
+    }
+}
+
+/// How a tap lays out one frame in a capture.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Layout {
+    /// `[T, F]`.
+    Rows,
+    /// `[H, T, D]` for H heads.
+    Heads(usize),
+    /// `[H, T, S]`: attention scores and probabilities over S key slots.
+    Keys(usize),
+}
+
+impl Layout {
+    pub fn of(tap: Tap, heads: usize, kv_heads: usize) -> Layout {
+        match tap {
+            Tap::Layer(_, LayerTap::Q) => Layout::Heads(heads),
+            Tap::Layer(_, LayerTap::K | LayerTap::V) => Layout::Heads(kv_heads),
+            Tap::Layer(_, LayerTap::Scores | LayerTap::Probs) => Layout::Keys(heads),
+            _ => Layout::Rows,
+        }
+    }
+
+    /// The axis rows (positions) run along in the capture layout.
+    pub fn row_axis(self) -> usize {
+        match self {
+            Layout::Rows => 0,
+            Layout::Heads(_) | Layout::Keys(_) => 1,
+        }
+    }
+
+    /// Values of one row on the wire for a tap whose per-head width is `inner` (D or S), or
+    /// `hidden` for row taps.
+    pub fn row_width(self, hidden: usize, inner: usize) -> usize {
+        match self {
+            Layout::Rows => hidden,
+            Layout::Heads(h) | Layout::Keys(h) => h * inner,
+        }
+    }
+
+    /// A frame's rows on the wire (`rows` × width) in the capture layout.
+    pub fn from_rows(self, values: Vec<f32>, rows: usize, what: &str) -> Result<ArrayD<f32>> {
+        let width = values.len().checked_div(rows).unwrap_or(0);
+        let bad = |why: String| Error::input(what, why);
+        if rows == 0 || width * rows != values.len() {
+            return Err(bad(format!("{} values are not {rows} whole rows", values.len())));
+        }
+        let a = ArrayD::from_shape_vec(IxDyn(&[rows, width]), values).expect("checked size");
+        match self {
+            Layout::Rows => Ok(a),
+            Layout::Heads(h) | Layout::Keys(h) => {
+                if h == 0 || !width.is_multiple_of(h) {
+                    return Err(bad(format!("rows of {width} values do not split over {h} heads")));
+                }
+                let a = a.into_shape_with_order(IxDyn(&[rows, h, width / h])).expect("checked size");
+                Ok(a.permuted_axes(IxDyn(&[1, 0, 2])).as_standard_layout().into_owned())
+            }
+        }
+    }
+
+    /// The capture layout of one frame back to wire rows: what a device computing `tap` sends.
+    pub fn to_rows(self, a: &ArrayD<f32>) -> Vec<Vec<f32>> {
+        let a = match self {
+            Layout::Rows => a.clone(),
+            Layout::Heads(_) | Layout::Keys(_) => a.view().permuted_axes(IxDyn(&[1, 0, 2])).to_owned(),
+        };
+        a.outer_iter().map(|row| row.iter().copied().collect()).collect()
+    }
+}
+
+/// One frame's exposed tap as the capture holds it: the last `real` rows along the row axis
+/// (a remainder-first chunk's padding rows dropped; an output that holds only the last row is
+/// kept as that row) and, for attention taps, the key slots in `cols` (the mask's columns of the
+/// frame's last row, oldest first: the positions seen so far).
+pub fn for_capture(
+    a: ArrayD<f32>,
+    layout: Layout,
+    real: usize,
+    cols: &[usize],
+    what: &str,
+) -> Result<ArrayD<f32>> {
+    let axis = Axis(layout.row_axis());
+    let rows = a.len_of(axis);
+    let a = if rows > real { a.slice_axis(axis, ndarray::Slice::from(rows - real..)).to_owned() } else { a };
+    match layout {
+        Layout::Keys(_) => {
+            let slots = a.len_of(Axis(2));
+            if let Some(&c) = cols.iter().find(|&&c| c >= slots) {
+                return Err(Error::input(
+                    what,
+                    format!("has {slots} key slots per head, but the mask frame has column {c} on"),
+                ));
+            }
+            Ok(a.select(Axis(2), cols))
+        }
+        _ => Ok(a),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_and_layouts_round_trip() {
+        assert_eq!(tap_named("m__prefill/layers.3.out"), Some(Tap::Layer(3, LayerTap::Out)));
+        assert_eq!(tap_named("m__prefill/output_layer1"), None);
+        assert_eq!(tap_named("m__prefill/logits"), None, "the logits are not an exposed tap");
+        assert_eq!(tap_named("m/layers.0.input"), None, "an edit site is not captured");
+        // [H=2, T=3, D=2] -> rows of H·D -> back.
+        let a = ArrayD::from_shape_vec(IxDyn(&[2, 3, 2]), (0..12).map(|x| x as f32).collect()).unwrap();
+        let l = Layout::Heads(2);
+        let rows = l.to_rows(&a);
+        assert_eq!(rows[0], vec![0.0, 1.0, 6.0, 7.0], "row 0 holds head 0 then head 1");
+        let back = l.from_rows(rows.concat(), 3, "x").unwrap();
+        assert_eq!(back, a);
+        assert!(l.from_rows(vec![0.0; 7], 3, "x").is_err());
+    }
+
+    #[test]
+    fn padding_rows_and_unmasked_columns_are_kept_out() {
+        // [H=1, T=3, S=4]: the frame's last 2 rows are real, columns 2 and 3 are on.
+        let a = ArrayD::from_shape_vec(IxDyn(&[1, 3, 4]), (0..12).map(|x| x as f32).collect()).unwrap();
+        let c = for_capture(a, Layout::Keys(1), 2, &[2, 3], "x").unwrap();
+        assert_eq!(c.shape(), &[1, 2, 2]);
+        assert_eq!(c.iter().copied().collect::<Vec<_>>(), vec![6.0, 7.0, 10.0, 11.0]);
+        let a = ArrayD::from_shape_vec(IxDyn(&[1, 3, 4]), vec![0.0; 12]).unwrap();
+        assert!(for_capture(a, Layout::Keys(1), 2, &[4], "x").is_err());
+    }
+}
