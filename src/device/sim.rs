@@ -9,7 +9,7 @@
 //! device's behaviour, each read against the driver's frame code; split, every part would
 //! import the other two.)
 
-use super::exposed::{tap_named, Layout};
+use super::exposed::Layout;
 use super::synth_hef::{sim_spec, Mistake, SimSpec};
 use super::{
     configured_streams, padded_entry_bytes, ConfiguredModel, Device, DeviceFacts, FormatType, SimProfile,
@@ -228,6 +228,8 @@ struct Core {
     poisoned: Option<String>,
     /// The planted noise's stream (SimSpec::noise), continued across runs.
     noise: Option<(rand_chacha::ChaCha8Rng, rand_distr::Normal<f32>)>,
+    /// The taps the graph also outputs (SimSpec::expose).
+    exposed: Vec<Tap>,
 }
 
 pub struct SimDevice {
@@ -320,6 +322,20 @@ impl SimDevice {
                 }
             }
         }
+        let exposed = spec
+            .expose
+            .iter()
+            .map(|t| {
+                Tap::parse(t)
+                    .filter(|&t| super::exposed::exposable(t) && t.layer().is_none_or(|l| l < c.num_layers))
+                    .ok_or_else(|| {
+                        Error::input(
+                            format!("{what} resource {} `expose`", super::synth_hef::SIM_RESOURCE),
+                            format!("`{t}` is not a tap this {}-layer graph can output", c.num_layers),
+                        )
+                    })
+            })
+            .collect::<Result<Vec<_>>>()?;
         let noise = match spec.noise {
             Some(n) => {
                 use rand::SeedableRng;
@@ -345,6 +361,7 @@ impl SimDevice {
                 profile: SimProfile::Sim,
                 poisoned: None,
                 noise,
+                exposed,
             })),
             checkpoint: ckpt,
         })
@@ -724,10 +741,7 @@ impl SimModel {
             rows: t,
             writer: if self.prefill { Phase::Prefill } else { Phase::Decode(0) },
         };
-        let mut exposed = Catch {
-            taps: self.outputs.iter().filter_map(|o| tap_named(&o.name)).collect(),
-            got: BTreeMap::new(),
-        };
+        let mut exposed = Catch { taps: core.exposed.clone(), got: BTreeMap::new() };
         let out = core.model.step(&input, &mut store, &mut exposed, &mut stack)?;
         drop(stack);
         drop(hooks);
@@ -742,8 +756,10 @@ impl SimModel {
             if full { rows.iter().collect() } else { vec![rows.last().expect("rows")] };
         let mut outputs = Vec::with_capacity(self.outputs.len());
         let mut col = 0;
-        for o in &self.outputs {
-            if let Some(tap) = tap_named(&o.name) {
+        // The graph's exposed taps are its last outputs, in the order synth-hef wrote them.
+        let first_exposed = self.outputs.len().saturating_sub(core.exposed.len());
+        for (i, o) in self.outputs.iter().enumerate() {
+            if let Some(&tap) = i.checked_sub(first_exposed).and_then(|k| core.exposed.get(k)) {
                 let a = crate::capture::tensor_to_array(&exposed.got[&tap])?;
                 outputs.push(exposed_bytes(o, Layout::of(tap, c.num_heads, c.num_kv_heads).to_rows(&a))?);
                 continue;

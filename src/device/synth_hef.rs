@@ -97,6 +97,9 @@ pub struct SimSpec {
     /// written before it was recorded: the seeded random set ([`Calibration::random`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub calibration: Option<Calibration>,
+    /// The taps the graph also outputs, in output order after the logits (`--expose`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub expose: Vec<String>,
 }
 
 /// The prompts a compiled graph is calibrated on (each followed by 16 greedy steps, as a DFC
@@ -526,6 +529,7 @@ pub fn synth_hef(ckpt: &Checkpoint, checkpoint: SimCheckpoint, opts: &SynthHefOp
         mistakes: opts.mistakes.clone(),
         noise: opts.noise,
         calibration: Some(calibration),
+        expose: opts.expose.iter().map(Tap::to_string).collect(),
     };
     hef.resources.push(Resource::new(SIM_RESOURCE, serde_json::to_vec_pretty(&sim).expect("json")));
     Ok(hef)
