@@ -89,7 +89,7 @@ impl Backend for DecoderBackend {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities { all_taps: true, overrides: true }
+        Capabilities { all_taps: true, overrides: true, fed: false }
     }
 
     fn run(

@@ -280,7 +280,7 @@ impl Backend for DumpBackend {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities { all_taps: false, overrides: false }
+        Capabilities { all_taps: false, overrides: false, fed: false }
     }
 
     fn expected(&mut self, ckpt: &Checkpoint) -> Result<Option<Arc<Expected>>> {

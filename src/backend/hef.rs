@@ -43,6 +43,9 @@ pub struct HefBackend {
     tap_outputs: Vec<TapOutput>,
     /// The output map that named them, when one did.
     output_map: Option<String>,
+    /// The first block of the graph (> 0 for a suffix HEF, whose first input is the hidden state
+    /// entering it): a simulated HEF's own, or declared (`first_layer`).
+    pub first_layer: usize,
     /// Kept alive for the driver's configured models.
     _device: Box<dyn Device>,
 }
@@ -110,6 +113,7 @@ pub fn open_hef(label: &str, path: &Path, profile: Option<SimProfile>) -> Result
     check_arch(hef.hw_arch, facts.architecture.as_deref(), &what)?;
     let driver = LlmDriver::open(device.as_mut(), &hef, &what)?;
     let description = device.describe();
+    let first_layer = sim.as_ref().and_then(|(_, s)| s.layers).map_or(0, |[a, _]| a);
     let (made_from, sim) = sim.map_or((None, None), |(h, s)| (Some(h), Some(s)));
     HefBackend {
         name: label.to_string(),
@@ -123,6 +127,7 @@ pub fn open_hef(label: &str, path: &Path, profile: Option<SimProfile>) -> Result
         expected: None,
         tap_outputs: Vec::new(),
         output_map: None,
+        first_layer,
         _device: device,
     }
     .with_convention(&what)
@@ -332,6 +337,7 @@ impl HefBackend {
             expected: None,
             tap_outputs: Vec::new(),
             output_map: None,
+            first_layer: 0,
             _device: device,
         }
     }
@@ -470,7 +476,9 @@ impl HefBackend {
             record.phases.push((phase, Vec::new(), Vec::new()));
             record.argmax.push(crate::model::decoder::argmax(&l) as u32);
             last = l.clone();
-            sink.put_array(Key::new(phase, Tap::Logits), row(l))?;
+            if !l.is_empty() {
+                sink.put_array(Key::new(phase, Tap::Logits), row(l))?;
+            }
             for (tap, a) in frame.map_or(Ok(Vec::new()), |f| self.exposed_taps(f, taps))? {
                 sink.put_array(Key::new(phase, tap), a)?;
             }
@@ -485,7 +493,9 @@ impl HefBackend {
             record.phases.push((Phase::Decode(k), vec![token], Vec::new()));
             record.argmax.push(crate::model::decoder::argmax(&l) as u32);
             last = l.clone();
-            sink.put_array(Key::new(Phase::Decode(k), Tap::Logits), row(l))?;
+            if !l.is_empty() {
+                sink.put_array(Key::new(Phase::Decode(k), Tap::Logits), row(l))?;
+            }
             for frame in self.driver.take_exposed() {
                 for (tap, a) in self.exposed_taps(frame, taps)? {
                     sink.put_array(Key::new(Phase::Decode(k), tap), a)?;
@@ -503,7 +513,10 @@ impl HefBackend {
         let outputs = self.driver.outputs();
         let logits: Vec<String> =
             outputs.iter().filter(|(_, _, t)| !t).map(|(_, o, _)| format!("`{}`", o.name)).collect();
-        let mut note = format!("backend `{}`: logits from {}", self.name, logits.join(", "));
+        let mut note = match logits.is_empty() {
+            true => format!("backend `{}`: no logits (a graph cut before lm_head)", self.name),
+            false => format!("backend `{}`: logits from {}", self.name, logits.join(", ")),
+        };
         if self.tap_outputs.is_empty() {
             note += "; no other output, so every per-layer figure is inferred (explain), none measured on the device";
             return note;
@@ -527,13 +540,36 @@ impl HefBackend {
     }
 }
 
+impl HefBackend {
+    fn feed_needed(&self, k: usize) -> Error {
+        Error::usage(format!(
+            "backend `{}` starts at block {k} (a suffix HEF): it is fed the reference's layers.{}.out, so run it \
+             with a reference that records that tap",
+            self.name,
+            k - 1
+        ))
+    }
+
+    /// The hidden state entering block `k` at every position, in run order: the reference's
+    /// `layers.{k-1}.out` of each phase, rows concatenated.
+    fn hidden_rows(&self, reference: &dyn Store, k: usize) -> Result<Vec<Vec<f32>>> {
+        let tap = Tap::Layer(k - 1, crate::tap::LayerTap::Out);
+        let mut rows = Vec::new();
+        for phase in crate::capture::phases(reference) {
+            let a = reference.get(&Key::new(phase, tap))?.ok_or_else(|| self.feed_needed(k))?;
+            rows.extend(a.outer_iter().map(|r| r.iter().copied().collect::<Vec<f32>>()));
+        }
+        Ok(rows)
+    }
+}
+
 impl Backend for HefBackend {
     fn name(&self) -> &str {
         &self.name
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities { all_taps: false, overrides: false }
+        Capabilities { all_taps: false, overrides: false, fed: self.first_layer > 0 }
     }
 
     fn reference_window(&self, inputs: &InputSet) -> Option<(usize, String)> {
@@ -555,10 +591,15 @@ impl Backend for HefBackend {
         feed: Option<&dyn Store>,
         sink: &mut dyn TapSink,
     ) -> Ran {
-        if feed.is_some() {
-            return no_feed(&self.name);
-        }
         let mut record = RunRecord::default();
+        match (feed, self.first_layer) {
+            (Some(_), 0) => return no_feed(&self.name),
+            (None, 0) => self.driver.feed = None,
+            (feed, k) => match feed.ok_or_else(|| self.feed_needed(k)).and_then(|f| self.hidden_rows(f, k)) {
+                Ok(rows) => self.driver.feed = Some(rows),
+                Err(e) => return Ran { record, error: Some(e) },
+            },
+        }
         let error = self.drive(inputs, taps, sink, &mut record).err();
         Ran { record, error }
     }

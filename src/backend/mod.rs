@@ -26,6 +26,9 @@ pub struct Capabilities {
     pub all_taps: bool,
     /// Accepts a feed (each layer fed the reference's input) for the local view.
     pub overrides: bool,
+    /// Its every run takes the reference's capture as its input (a suffix HEF: the hidden state
+    /// entering its first block).
+    pub fed: bool,
 }
 
 /// How a run ended: what it fed and produced phase by phase, and the error that stopped it

@@ -67,6 +67,17 @@ pub struct SynthHefArgs {
     /// How exposed outputs are quantized: per-feature (one quant info per feature) or per-tensor.
     #[arg(long, default_value = "per-feature", value_parser = parse_expose_quant, requires = "expose")]
     pub expose_quant: ExposeQuant,
+    /// Only blocks A..=B, as a graph cut from the model: a prefix (A = 0) outputs layers.B.out in
+    /// place of the logits (for `bisect`); a suffix (B the last block) takes the hidden state
+    /// entering block A where genai feeds embeddings (the host feeds the reference's).
+    #[arg(long, value_name = "A..=B", value_parser = parse_block_range)]
+    pub layers: Option<(usize, usize)>,
+}
+
+fn parse_block_range(s: &str) -> std::result::Result<(usize, usize), String> {
+    let (a, b) = s.split_once("..=").ok_or_else(|| format!("`{s}`: give A..=B, e.g. 0..=12"))?;
+    let n = |x: &str| x.trim().parse::<usize>().map_err(|e| format!("`{x}` in `{s}`: {e}"));
+    Ok((n(a)?, n(b)?))
 }
 
 fn parse_expose_quant(s: &str) -> std::result::Result<ExposeQuant, String> {
@@ -76,18 +87,20 @@ fn parse_expose_quant(s: &str) -> std::result::Result<ExposeQuant, String> {
 
 /// The taps `--expose` selects on a model of `layers` blocks, in execution order: each glob
 /// must select one that a HEF can output.
-fn exposed(globs: &str, layers: usize) -> Result<Vec<Tap>> {
+fn exposed(globs: &str, layers: usize, range: Option<(usize, usize)>) -> Result<Vec<Tap>> {
+    let (first, last) = range.unwrap_or((0, layers.saturating_sub(1)));
     let mut taps = Vec::new();
     for g in globs.split(',').map(str::trim).filter(|g| !g.is_empty()) {
         let sel = TapSelection::parse(&[g.to_string()])?;
         let hit: Vec<Tap> = Tap::all(layers)
             .into_iter()
             .filter(|&t| crate::device::exposed::exposable(t) && sel.matches(&t.to_string()))
+            .filter(|t| t.layer().map_or(last + 1 == layers, |l| (first..=last).contains(&l)))
             .collect();
         if hit.is_empty() {
             return Err(Error::usage(format!(
-                "--expose `{g}` selects no tap a HEF of this {layers}-layer model can output (layers.I.out, \
-                 layers.I.attn.probs, ..., final_norm; not embed or logits)"
+                "--expose `{g}` selects no tap a HEF of blocks {first}..={last} of this {layers}-layer model can \
+                 output (layers.I.out, layers.I.attn.probs, ..., final_norm; not embed or logits)"
             )));
         }
         taps.extend(hit.into_iter().filter(|t| !taps.contains(t)).collect::<Vec<_>>());
@@ -151,8 +164,12 @@ pub fn run(a: SynthHefArgs) -> Result<ExitCode> {
         mistakes: a.mistakes.iter().map(|m| Mistake::parse(m)).collect::<Result<_>>()?,
         calibration: calibration(&a, &ckpt)?,
         noise: a.noise.map(|std| SimNoise { std, seed: a.noise_seed }),
-        expose: a.expose.as_deref().map_or(Ok(Vec::new()), |g| exposed(g, ckpt.config.num_layers))?,
+        expose: a
+            .expose
+            .as_deref()
+            .map_or(Ok(Vec::new()), |g| exposed(g, ckpt.config.num_layers, a.layers))?,
         expose_quant: a.expose_quant,
+        layers: a.layers,
         ..Default::default()
     };
     let hef = synth_hef(&ckpt, source, &opts)?;

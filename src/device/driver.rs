@@ -96,6 +96,9 @@ pub struct LlmDriver {
     context_full: bool,
     /// The exposed outputs of every frame sent since [`LlmDriver::take_exposed`].
     exposed: Vec<Exposed>,
+    /// For a graph that starts past block 0 (a suffix HEF): the hidden state entering its first
+    /// block at each position of the conversation, fed where genai feeds embeddings rows.
+    pub feed: Option<Vec<Vec<f32>>>,
 }
 
 fn frame_check(group: &str, s: &StreamInfo, bytes: usize, role: &str, cfg_note: &str) -> Result<()> {
@@ -188,6 +191,7 @@ impl LlmDriver {
             device: device.describe(),
             context_full: false,
             exposed: Vec::new(),
+            feed: None,
         };
         driver.check_frames()?;
         Ok(driver)
@@ -287,6 +291,25 @@ impl LlmDriver {
 
     fn rows(&self, tokens: &[u32]) -> Result<Vec<Vec<u16>>> {
         let f = self.pre.features;
+        if let Some(feed) = &self.feed {
+            // A suffix graph: the hidden state of each position, quantized with the first input's
+            // quant info as HailoRT quantizes a float input (clip, round half to even).
+            let q = input(&self.prefill, &self.prefill.names.embeddings)?.quant_infos.first().copied();
+            let q = q.unwrap_or(QuantInfo::INVALID);
+            let at = self.pre.usage;
+            return (at..at + tokens.len())
+                .map(|p| {
+                    let row = feed.get(p).filter(|r| r.len() == f).ok_or_else(|| {
+                        Error::usage(format!(
+                            "the suffix HEF needs the reference's hidden state of position {p} ({f} values); the \
+                             feed holds {} positions",
+                            feed.len()
+                        ))
+                    })?;
+                    Ok(row.iter().map(|&x| q.quantize(x).clamp(0.0, 65535.0) as u16).collect())
+                })
+                .collect();
+        }
         tokens
             .iter()
             .map(|&t| {

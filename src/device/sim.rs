@@ -230,6 +230,8 @@ struct Core {
     noise: Option<(rand_chacha::ChaCha8Rng, rand_distr::Normal<f32>)>,
     /// The taps the graph also outputs (SimSpec::expose).
     exposed: Vec<Tap>,
+    /// The blocks the graph runs, first and last (SimSpec::layers).
+    layers: (usize, usize),
 }
 
 pub struct SimDevice {
@@ -296,14 +298,17 @@ impl SimDevice {
         let g = hef.group(&prefill).expect("selected group exists");
         let ring_len = ring_length(g, &what)?;
         let pad = cache_entry_bytes(&hef, c.num_kv_heads, c.head_dim, &what)?;
+        // A graph cut from the model (SimSpec::layers) numbers its caches from its first block.
+        let (first, last) = spec.block_range(c.num_layers, &what)?;
         let quant = (0..c.num_layers)
             .map(|l| {
+                let hef_layer = l.clamp(first, last) - first;
                 let q = |id: usize| {
                     g.caches.iter().find(|x| x.cache_id as usize == id).map(|x| x.quant).ok_or_else(|| {
                         Error::input(&what, format!("group `{}` has no cache id {id} (layer {l})", g.name))
                     })
                 };
-                Ok((q(2 * l)?, q(2 * l + 1)?))
+                Ok((q(2 * hef_layer)?, q(2 * hef_layer + 1)?))
             })
             .collect::<Result<Vec<_>>>()?;
         let mut ring = Ring::new(ring_len, c.num_layers, c.num_kv_heads, c.head_dim, pad, quant);
@@ -362,6 +367,7 @@ impl SimDevice {
                 poisoned: None,
                 noise,
                 exposed,
+                layers: (first, last),
             })),
             checkpoint: ckpt,
         })
@@ -593,13 +599,17 @@ impl ConfiguredModel for SimModel {
     fn cache_buffers(&mut self) -> Result<BTreeMap<u32, Vec<u8>>> {
         self.check_cache_access("get_cache_buffers")?;
         let core = self.core.borrow();
-        let ids = 2 * core.model.cfg.num_layers as u32;
-        Ok((0..ids).filter_map(|id| core.ring.raw(id).map(|b| (id, b))).collect())
+        let (first, last) = core.layers;
+        let ids = 2 * (last + 1 - first) as u32;
+        let base = 2 * first as u32;
+        Ok((0..ids).filter_map(|id| core.ring.raw(id + base).map(|b| (id, b))).collect())
     }
 
     fn update_cache_buffer(&mut self, cache_id: u32, bytes: &[u8]) -> Result<()> {
         self.check_cache_access("update_cache_buffer")?;
-        self.core.borrow_mut().ring.write_raw(cache_id, bytes)
+        let mut core = self.core.borrow_mut();
+        let base = 2 * core.layers.0 as u32;
+        core.ring.write_raw(cache_id.saturating_add(base), bytes)
     }
 }
 
@@ -722,6 +732,7 @@ impl SimModel {
                 self.table(k_cos, t, c.num_kv_heads, "K cos")?,
                 self.table(k_sin, t, c.num_kv_heads, "K sin")?,
             ),
+            layers: Some(core.layers),
         };
         let phase = if self.prefill {
             Phase::Prefill

@@ -100,6 +100,11 @@ pub struct SimSpec {
     /// The taps the graph also outputs, in output order after the logits (`--expose`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub expose: Vec<String>,
+    /// The blocks a graph cut from the model runs, first and last (`--layers A..=B`): a prefix
+    /// (A = 0) outputs `layers.B.out` instead of the logits, a suffix (B the last block) takes
+    /// the hidden state entering block A where genai feeds embeddings.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub layers: Option<[usize; 2]>,
 }
 
 /// The prompts a compiled graph is calibrated on (each followed by 16 greedy steps, as a DFC
@@ -175,6 +180,18 @@ impl Calibration {
 }
 
 impl SimSpec {
+    /// The blocks the graph runs, first and last, checked against the model's `layers`.
+    pub fn block_range(&self, layers: usize, what: &str) -> Result<(usize, usize)> {
+        match self.layers {
+            None => Ok((0, layers.saturating_sub(1))),
+            Some([a, b]) if a <= b && b < layers => Ok((a, b)),
+            Some([a, b]) => Err(Error::input(
+                format!("{what} resource {SIM_RESOURCE} `layers`"),
+                format!("blocks {a}..={b} are not a range of this {layers}-layer model's blocks"),
+            )),
+        }
+    }
+
     /// The set the device was calibrated on.
     pub fn calibration(&self, vocab: usize) -> Calibration {
         self.calibration.clone().unwrap_or_else(|| Calibration::random(vocab))
@@ -212,6 +229,8 @@ pub struct SynthHefOptions {
     /// their uint16 values are quantized.
     pub expose: Vec<Tap>,
     pub expose_quant: ExposeQuant,
+    /// The blocks of a graph cut from the model (`--layers A..=B`; see [`SimSpec::layers`]).
+    pub layers: Option<(usize, usize)>,
 }
 
 crate::named_enum! {
@@ -243,6 +262,7 @@ impl Default for SynthHefOptions {
             noise: None,
             expose: Vec::new(),
             expose_quant: ExposeQuant::PerFeature,
+            layers: None,
         }
     }
 }
@@ -324,6 +344,7 @@ impl Hooks for Ranges {
         match tap {
             Tap::Logits | Tap::FinalNorm => self.see(tap.to_string(), &t)?,
             Tap::Layer(l, LayerTap::K | LayerTap::V) => self.see(format!("cache.{l}"), &t)?,
+            Tap::Layer(l, LayerTap::Out) => self.see(format!("out.{l}"), &t)?,
             _ => {}
         }
         if self.exposed.contains_key(&tap) {
@@ -419,6 +440,22 @@ fn size(what: &str, n: usize) -> Result<u32> {
 /// the checkpoint, then the structural mistakes and the simulator's resource.
 pub fn synth_hef(ckpt: &Checkpoint, checkpoint: SimCheckpoint, opts: &SynthHefOptions) -> Result<Hef> {
     let c = &ckpt.config;
+    let (first, last) = match opts.layers {
+        None => (0, c.num_layers - 1),
+        Some((a, b)) if a <= b && b < c.num_layers && (a, b) != (0, c.num_layers - 1) => (a, b),
+        Some((a, b)) => {
+            return Err(Error::usage(format!(
+                "--layers {a}..={b}: give blocks A..=B of this {}-layer model (B < {}), not all of them",
+                c.num_layers, c.num_layers
+            )))
+        }
+    };
+    // A prefix outputs its last block's hidden state in place of the logits.
+    let mut expose = opts.expose.clone();
+    let prefix_out = Tap::Layer(last, LayerTap::Out);
+    if last + 1 < c.num_layers && !expose.contains(&prefix_out) {
+        expose.push(prefix_out);
+    }
     let spec = LlmSpec {
         name: opts.name.clone(),
         vocab: size("vocab_size", c.vocab_size)?,
@@ -426,7 +463,7 @@ pub fn synth_hef(ckpt: &Checkpoint, checkpoint: SimCheckpoint, opts: &SynthHefOp
         heads: size("num_attention_heads", c.num_heads)?,
         kv_heads: size("num_key_value_heads", c.num_kv_heads)?,
         head_dim: size("head_dim", c.head_dim)?,
-        layers: size("num_hidden_layers", c.num_layers)?,
+        layers: size("--layers", last + 1 - first)?,
         prefill_tokens: size("--prefill-tokens", opts.prefill_tokens)?,
         kv_cache_size: size("--kv-cache-size", opts.kv_cache_size)?,
         with_tbt: opts.tbt,
@@ -459,22 +496,31 @@ pub fn synth_hef(ckpt: &Checkpoint, checkpoint: SimCheckpoint, opts: &SynthHefOp
         Some(c) => c.clone(),
         None => Calibration::default_for(ckpt)?,
     };
-    for &t in &opts.expose {
-        if !crate::device::exposed::exposable(t) || t.layer().is_some_and(|l| l >= c.num_layers) {
+    for &t in &expose {
+        let inside = t.layer().map_or(last + 1 == c.num_layers, |l| (first..=last).contains(&l));
+        if !crate::device::exposed::exposable(t) || !inside {
             return Err(Error::usage(format!(
-                "--expose `{t}`: a HEF can output a block's taps (layers.I.out, layers.I.attn.probs, ...; \
-                 I < {}) and final_norm; the embeddings are looked up on the host and the logits are output anyway",
-                c.num_layers
+                "--expose `{t}`: a HEF can output its own blocks' taps (layers.I.out, layers.I.attn.probs, ...; \
+                 {first} ≤ I ≤ {last}) and, when it ends with the model, final_norm; the embeddings are looked up on \
+                 the host and the logits are output anyway"
             )));
         }
     }
-    let ranges = calibrate(&model, &calibration, &opts.expose)?;
+    let ranges = calibrate(&model, &calibration, &expose)?;
 
     let embed = ckpt.tensor("model.embed_tokens.weight")?;
     let (elo, ehi) = (embed.min_all()?.to_scalar::<f32>()?, embed.max_all()?.to_scalar::<f32>()?);
     let emb_q = {
         let a = Affine::calibrate(elo, ehi, 16, false);
         QuantInfo { zp: a.zp, scale: a.scale, min: elo, max: ehi }
+    };
+    // A suffix's first input is the hidden state entering its first block: that range.
+    let input_q = match first {
+        0 => emb_q,
+        a => {
+            let (lo, hi) = ranges.get(&format!("out.{}", a - 1));
+            u16_quant(lo, hi)
+        }
     };
     let embeddings: Vec<u16> = embed
         .flatten_all()?
@@ -488,11 +534,11 @@ pub fn synth_hef(ckpt: &Checkpoint, checkpoint: SimCheckpoint, opts: &SynthHefOp
     let theta: Vec<f32> = (0..c.head_dim).map(|i| half[i % half.len()]).collect();
     let (llo, lhi) = ranges.get("logits");
     let quant = LlmQuant {
-        embeddings: emb_q,
+        embeddings: input_q,
         mask: LlmQuant::MASK,
         rope: LlmQuant::ROPE,
         logits: u16_quant(llo, lhi),
-        caches: (0..c.num_layers)
+        caches: (first..=last)
             .map(|l| {
                 let (lo, hi) = ranges.get(&format!("cache.{l}"));
                 (u16_quant(lo, hi), u16_quant(lo, hi))
@@ -520,7 +566,12 @@ pub fn synth_hef(ckpt: &Checkpoint, checkpoint: SimCheckpoint, opts: &SynthHefOp
     for &m in &opts.mistakes {
         write_mistake(&mut hef, &spec, m, u16_quant(flo, fhi))?;
     }
-    expose_outputs(&mut hef, &spec, &ranges, &opts.expose, opts.expose_quant)?;
+    if last + 1 < c.num_layers {
+        for g in &mut hef.groups {
+            g.outputs.clear();
+        }
+    }
+    expose_outputs(&mut hef, &spec, &ranges, &expose, opts.expose_quant)?;
     let sim = SimSpec {
         schema: SIM_SCHEMA.into(),
         checkpoint,
@@ -529,7 +580,8 @@ pub fn synth_hef(ckpt: &Checkpoint, checkpoint: SimCheckpoint, opts: &SynthHefOp
         mistakes: opts.mistakes.clone(),
         noise: opts.noise,
         calibration: Some(calibration),
-        expose: opts.expose.iter().map(Tap::to_string).collect(),
+        expose: expose.iter().map(Tap::to_string).collect(),
+        layers: opts.layers.map(|_| [first, last]),
     };
     hef.resources.push(Resource::new(SIM_RESOURCE, serde_json::to_vec_pretty(&sim).expect("json")));
     Ok(hef)

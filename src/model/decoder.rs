@@ -109,6 +109,10 @@ pub struct FrameInputs {
     /// cos, sin over the whole head: [heads, T, D] for queries and [kv_heads, T, D] for keys.
     pub rope_q: (Tensor, Tensor),
     pub rope_k: (Tensor, Tensor),
+    /// The blocks a graph cut from the model runs (a prefix or suffix HEF), first and last:
+    /// its input is the hidden state entering the first (the embeddings when it is 0), its
+    /// output the last one's `out` when that is not the model's last block. None: every block.
+    pub layers: Option<(usize, usize)>,
 }
 
 /// How a step's q and k are rotated (and, for a frame, masked): a device frame's own tables,
@@ -237,10 +241,18 @@ impl Decoder {
                 Rotation::Tables(&tables)
             }
         };
-        let mut x = emit(Tap::Embed, input.embeds.clone(), hooks, sink)?;
-        for l in 0..self.blocks.len() {
+        let (first, last) =
+            input.frame.as_ref().and_then(|f| f.layers).unwrap_or((0, self.blocks.len().saturating_sub(1)));
+        let mut x = input.embeds.clone();
+        if first == 0 {
+            x = emit(Tap::Embed, x, hooks, sink)?;
+        }
+        for l in first..=last.min(self.blocks.len().saturating_sub(1)) {
             x = emit(Tap::Layer(l, LayerTap::Input), x, hooks, sink)?;
             x = self.block(l, (&ctx, rope), x, cache, sink, hooks)?;
+        }
+        if last + 1 < self.blocks.len() {
+            return Ok(x);
         }
         let l_end = self.blocks.len();
         x = emit(Tap::Layer(l_end, LayerTap::Input), x, hooks, sink)?;

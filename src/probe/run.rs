@@ -443,9 +443,11 @@ fn run_backend(
     if let Err(why) = backend.check() {
         return Err(Error::usage(format!("backend `{label}` cannot run here: {why}")));
     }
-    let Run { capture, record, error } =
-        run_to(backend.as_mut(), &p.inputs, &p.selection, None, &places.capture(&label))?;
     let capabilities = backend.capabilities();
+    // A suffix HEF is fed the reference's hidden state entering its first block.
+    let feed = capabilities.fed.then_some(reference);
+    let Run { capture, record, error } =
+        run_to(backend.as_mut(), &p.inputs, &p.selection, feed, &places.capture(&label))?;
     let window = backend.reference_window(&p.inputs);
     let windowed = match &window {
         Some((window, note)) => {
