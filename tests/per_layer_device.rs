@@ -137,3 +137,146 @@ fn damaged_exposed_outputs_are_input_errors_naming_the_output() {
         .code(2)
         .stderr(predicate::str::contains("--expose `embed` selects no tap"));
 }
+
+/// A 24-block checkpoint (small: hidden 64) and a probe over it, in `dir`.
+fn deep(dir: &Path) -> (PathBuf, PathBuf) {
+    let ck = dir.join("ck24");
+    hefprobe()
+        .args([
+            "synth",
+            "--arch",
+            "llama",
+            "--hidden",
+            "64",
+            "--layers",
+            "24",
+            "--heads",
+            "4",
+            "--kv-heads",
+            "2",
+        ])
+        .args(["--vocab", "512", "-o"])
+        .arg(&ck)
+        .assert()
+        .success();
+    let probe = dir.join("p.toml");
+    std::fs::write(
+        &probe,
+        "version = 1\nname = \"deep\"\nquestion = \"Where does it drift?\"\n[checkpoint]\npath = \"ck24\"\n\
+         [inputs]\ntokens = [1, 5, 9, 33, 70, 2, 100, 401, 7, 8, 300, 12]\ndecode = 2\n",
+    )
+    .unwrap();
+    (ck, probe)
+}
+
+/// The prefix of blocks 0..=b (the whole model for the last), planted `fault` when given. Float
+/// activations (`--quant none`): the search is about the fault, and 16-bit activation noise
+/// through 24 random blocks reaches the logits' default bound on its own (measured: a clean a16
+/// whole model at cosine 0.9947 against its emulation's 0.9995).
+fn prefix(ck: &Path, dir: &Path, b: usize, fault: Option<&str>) {
+    let mut c = hefprobe();
+    c.args(["synth-hef", "--checkpoint"]).arg(ck);
+    c.args(["--calib-random", "--prefill-tokens", "16", "--kv-cache-size", "128", "--quant", "none", "-o"]);
+    c.arg(dir.join(format!("prefix-{b}.hef")));
+    if b < 23 {
+        c.args(["--layers", &format!("0..={b}")]);
+    }
+    if let Some(f) = fault {
+        c.args(["--fault", f]);
+    }
+    c.assert().success();
+}
+
+#[test]
+fn bisect_next_names_each_prefix_in_turn_and_finds_the_faulted_block_in_at_most_six_runs() {
+    let t = tempfile::tempdir().unwrap();
+    let (ck, probe) = deep(t.path());
+    let dir = t.path().join("prefixes");
+    std::fs::create_dir(&dir).unwrap();
+    let mut compiled = Vec::new();
+    loop {
+        let out = hefprobe().args(["bisect", "next"]).arg(&dir).arg("--probe").arg(&probe).output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let Some(at) = text.find("compile the prefix of blocks 0..=") else {
+            assert_eq!(out.status.code(), Some(1), "{text}");
+            assert!(text.contains("first drifting layer on the device: block 13"), "{text}");
+            break;
+        };
+        let b: usize = text[at + 33..].split(|c: char| !c.is_ascii_digit()).next().unwrap().parse().unwrap();
+        assert!(!compiled.contains(&b), "asked twice for {b}");
+        compiled.push(b);
+        prefix(&ck, &dir, b, Some("shared-softmax@layers=13"));
+        assert!(compiled.len() <= 6, "more than ⌈log2 24⌉ + 1 prefixes: {compiled:?}");
+    }
+    assert_eq!(compiled[0], 23, "the whole stack is asked first");
+    // `run` over the same folder gives the same answer and says how many ran.
+    hefprobe()
+        .args(["bisect", "run"])
+        .arg(&dir)
+        .arg("--probe")
+        .arg(&probe)
+        .assert()
+        .code(1)
+        .stdout(predicate::str::contains("block 13 (measured: layers.13.out; 6 prefix HEFs run)"));
+}
+
+#[test]
+fn bisect_over_clean_prefixes_exits_0_and_a_bad_folder_is_refused_naming_the_file() {
+    let t = tempfile::tempdir().unwrap();
+    let (ck, probe) = deep(t.path());
+    let dir = t.path().join("clean");
+    std::fs::create_dir(&dir).unwrap();
+    for b in [23, 11] {
+        prefix(&ck, &dir, b, None);
+    }
+    let bisect =
+        |sub: &str, d: &Path| hefprobe().args(["bisect", sub]).arg(d).arg("--probe").arg(&probe).assert();
+    bisect("run", &dir).code(0).stdout(predicate::str::contains("nothing to bisect (1 HEF run)"));
+    // A faulted whole model whose next prefix is missing: run names it.
+    let gap = t.path().join("gap");
+    std::fs::create_dir(&gap).unwrap();
+    prefix(&ck, &gap, 23, Some("shared-softmax@layers=13"));
+    bisect("run", &gap).code(2).stderr(predicate::str::contains("holds no prefix ending at block 11"));
+    // Two HEFs ending at one block.
+    std::fs::copy(gap.join("prefix-23.hef"), gap.join("again.hef")).unwrap();
+    bisect("run", &gap).code(2).stderr(predicate::str::contains("ends at block 23, as"));
+    // A suffix is not a prefix.
+    let bad = t.path().join("bad");
+    std::fs::create_dir(&bad).unwrap();
+    hefprobe()
+        .args(["synth-hef", "--checkpoint"])
+        .arg(&ck)
+        .args([
+            "--calib-random",
+            "--prefill-tokens",
+            "16",
+            "--kv-cache-size",
+            "128",
+            "--layers",
+            "4..=23",
+            "-o",
+        ])
+        .arg(bad.join("s.hef"))
+        .assert()
+        .success();
+    bisect("run", &bad).code(2).stderr(predicate::str::contains("a prefix HEF starts at block 0"));
+    hefprobe()
+        .args(["bisect", "plan", "--checkpoint"])
+        .arg(&ck)
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("at most 6 prefix HEFs run"))
+        .stdout(predicate::str::contains("end_node_names"));
+}
+
+#[test]
+fn a_suffix_hef_fed_the_reference_fails_at_its_own_faulted_block_and_one_after_it_is_clean() {
+    let t = tempfile::tempdir().unwrap();
+    let at = hef(t.path(), "s3.hef", false, &["--layers", "3..=5", "--expose", "layers.*.out"]);
+    run(&at, "")
+        .code(1)
+        .stdout(predicate::str::contains("first drift at layers.3."))
+        .stdout(predicate::str::contains("best explanation: shared-softmax@layers=3"));
+    let after = hef(t.path(), "s4.hef", false, &["--layers", "4..=5", "--expose", "layers.*.out"]);
+    run(&after, "").code(0).stdout(predicate::str::contains("no drift beyond thresholds"));
+}

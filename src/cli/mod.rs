@@ -2,6 +2,7 @@
 
 mod audit;
 mod bench;
+mod bisect;
 mod compare;
 mod device;
 mod doctor;
@@ -77,6 +78,8 @@ pub enum Command {
     Merge(suite::MergeArgs),
     /// Plot a figure over the runs of a suite history, with its baseline band.
     Trend(suite::TrendArgs),
+    /// Locate the first drifting layer on the device with prefix HEFs (plan, run, next).
+    Bisect(bisect::BisectArgs),
 }
 
 /// A checkpoint given on the command line: a folder, a `.gguf` file, or a hub id at a
@@ -258,6 +261,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Command::Suite(a) => suite::suite(a),
         Command::Merge(a) => suite::merge(a),
         Command::Trend(a) => suite::trend(a),
+        Command::Bisect(a) => bisect::run(a),
     }
 }
 
