@@ -214,7 +214,7 @@ fn search(a: SearchArgs, next: bool) -> Result<ExitCode> {
         Ok(Some(drift))
     };
     let missing = |b: usize, t: &Table| -> Result<ExitCode> {
-        print!("{}", show(&t));
+        print!("{}", show(t));
         let dir = a.dir.display();
         if next {
             println!(
