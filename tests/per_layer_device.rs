@@ -280,3 +280,57 @@ fn a_suffix_hef_fed_the_reference_fails_at_its_own_faulted_block_and_one_after_i
     let after = hef(t.path(), "s4.hef", false, &["--layers", "4..=5", "--expose", "layers.*.out"]);
     run(&after, "").code(0).stdout(predicate::str::contains("no drift beyond thresholds"));
 }
+
+/// The emulator's capture of the shared-softmax probe's inputs, with `fault` (none: clean), as
+/// a DFC emulator dump stands in for it: its `.npz`.
+fn emulator_dump(dir: &Path, fault: &str) -> PathBuf {
+    let caps = dir.join(format!("caps-{}", fault.len()));
+    let backend = if fault.is_empty() { "emulator".to_string() } else { format!("emulator={fault}") };
+    hefprobe()
+        .arg("run")
+        .arg(probe())
+        .args(["--no-explain", "--backend", &backend, "--save-captures"])
+        .arg(&caps)
+        .assert()
+        .code(predicate::in_iter([0, 1]));
+    std::fs::read_dir(&caps)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| !p.ends_with("reference.npz"))
+        .expect("the emulator's capture")
+}
+
+#[test]
+fn beside_an_emulator_dump_the_device_shows_only_what_the_emulator_did_not_compute() {
+    let t = tempfile::tempdir().unwrap();
+    let h = hef(t.path(), "d.hef", false, &["--expose", "layers.*.out,layers.3.attn.probs"]);
+    let three = |dump: &Path| {
+        let p = t.path().join("three.toml");
+        std::fs::write(
+            &p,
+            format!(
+                "version = 1\nname = \"three\"\nquestion = \"q\"\n[checkpoint]\nsynth = \"tinystories\"\n\
+                 [inputs]\ntext = \"Once upon a time there was a little robot\"\ndecode = 4\n\
+                 [[backend]]\nname = \"dfc\"\nkind = \"dump\"\npath = \"{}\"\n\
+                 [[backend]]\nname = \"device\"\nkind = \"hef\"\npath = \"{}\"\nbeside = \"dfc\"\n",
+                dump.display(),
+                h.display()
+            ),
+        )
+        .unwrap();
+        let out = hefprobe().arg("run").arg(&p).output().unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    // The emulator computes the fault too (finding 11): the device adds nothing beyond it.
+    let both = three(&emulator_dump(t.path(), "shared-softmax@layers=3"));
+    assert!(both.contains("reference vs dfc: prefill: first drift at layers.3.attn.probs"), "{both}");
+    assert!(both.contains("reference vs device: prefill: first drift at layers.3.attn.probs"), "{both}");
+    assert!(both.contains("dfc vs device: no drift beyond thresholds"), "{both}");
+    // Only the device has it: its excess over the emulator is at the fault's tap.
+    let device_only = three(&emulator_dump(t.path(), ""));
+    assert!(device_only.contains("reference vs dfc: no drift beyond thresholds"), "{device_only}");
+    assert!(
+        device_only.contains("dfc vs device: prefill: first drift at layers.3.attn.probs"),
+        "{device_only}"
+    );
+}

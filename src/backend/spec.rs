@@ -68,6 +68,9 @@ pub struct BackendSpec {
     pub map: Option<PathBuf>,
     /// hef: the simulated device for a simulated HEF, `sim` (default) or `sim-h10`.
     pub device: Option<String>,
+    /// hef: the label of a dump backend of the same probe holding the DFC emulator's inference
+    /// of this HEF: the device is also compared with it, so its excess over the emulator shows.
+    pub beside: Option<String>,
     /// dump: the HEF it was captured from. Its quantization (its quant infos, and its recorded
     /// or declared `quant`) is what the dump is judged beyond, as a `hef` backend is.
     pub hef: Option<PathBuf>,
@@ -84,6 +87,7 @@ impl BackendSpec {
             map: None,
             device: None,
             hef: None,
+            beside: None,
         }
     }
 
@@ -97,13 +101,13 @@ impl BackendSpec {
     }
 
     /// From the command line: `emulator`, `emulator=FAULT+FAULT`, `dump=PATH[,map=MAP][,hef=HEF]`,
-    /// `hef=PATH[,map=OUTPUT_MAP][,device=sim|sim-h10]`.
+    /// `hef=PATH[,map=OUTPUT_MAP][,beside=DUMP][,device=sim|sim-h10]`.
     pub fn parse_cli(s: &str) -> Result<Self> {
         let (kind_text, rest) = s.split_once('=').unwrap_or((s, ""));
         let kind = BackendKind::parse(kind_text).ok_or_else(|| {
             Error::usage(format!(
                 "--backend `{kind_text}`: expected reference, emulator[=FAULT+FAULT], dump=PATH[,map=MAP][,hef=HEF] or \
-                 hef=PATH[,map=OUTPUT_MAP][,device=sim|sim-h10]"
+                 hef=PATH[,map=OUTPUT_MAP][,beside=DUMP][,device=sim|sim-h10]"
             ))
         })?;
         let mut spec = BackendSpec::new(kind);
@@ -123,6 +127,7 @@ impl BackendSpec {
                     match p.split_once('=') {
                         Some(("map", m)) => spec.map = Some(PathBuf::from(m)),
                         Some(("hef", h)) if kind == BackendKind::Dump => spec.hef = Some(PathBuf::from(h)),
+                        Some(("beside", b)) if kind == BackendKind::Hef => spec.beside = Some(b.to_string()),
                         Some(("device", d)) if kind == BackendKind::Hef => {
                             SimProfile::parse(d)?;
                             spec.device = Some(d.to_string());

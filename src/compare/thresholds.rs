@@ -222,6 +222,19 @@ impl Thresholds {
         Thresholds { default: BTreeMap::new(), rules: Vec::new(), ..self.clone() }
     }
 
+    /// These bounds without those on the candidate's own figures (a head's probabilities
+    /// summing to 1): for a comparison with a reference that shares them (the device beside an
+    /// emulator that computes the same fault), where only the difference is judged.
+    pub fn relative(&self) -> Self {
+        let own = |m: &String| m.as_str() == "prob_sum_err";
+        let mut t = self.clone();
+        t.default.retain(|m, _| !own(m));
+        for r in &mut t.rules {
+            r.bounds.retain(|m, _| !own(m));
+        }
+        t
+    }
+
     /// The bounds applying to `tap`: metric → bound (and the glob it came from).
     pub fn bounds_for(&self, tap: &str) -> BTreeMap<String, (f64, String)> {
         let mut out: BTreeMap<String, (f64, String, usize)> =

@@ -530,6 +530,9 @@ pub struct Compared {
     /// The local view's comparison, and the layers whose own error fails there when the
     /// cumulative view failed.
     pub local: Option<(PairComparison, Option<Vec<usize>>)>,
+    /// A device against the emulator dump it is set beside (`beside`): its excess over what the
+    /// compiler's own emulator computed.
+    pub beside: Option<PairComparison>,
     pub lens: Option<Vec<LensRow>>,
 }
 
@@ -586,7 +589,35 @@ pub fn compare_runs(p: &Prepared, runs: &Runs, out: &mut Vec<Compared>) -> Resul
             }
             None => None,
         };
-        out.push(Compared { label: b.label.clone(), cumulative, expected, local, lens });
+        let beside = match &b.spec.beside {
+            Some(label) => {
+                let dump =
+                    runs.backends.iter().find(|d| d.label == *label && d.spec.kind == BackendKind::Dump);
+                let dump = dump.ok_or_else(|| {
+                    Error::usage(format!(
+                        "backend `{}`: beside = `{label}` names no dump backend of this probe (the DFC emulator's \
+                         inference saved as .npz, with its map)",
+                        b.label
+                    ))
+                })?;
+                // Judged, as the device is against the reference, on its excess over what its own
+                // quantization alone would put between the two (the expected emulation vs the dump).
+                let names = (label.as_str(), b.label.as_str());
+                let quant = match &b.expected {
+                    Some(e) => {
+                        Some(compare(dump.capture.as_ref(), e.capture.as_ref(), (label, "expected"), &noise)?)
+                    }
+                    None => None,
+                };
+                let beyond = quant.as_ref().map(|expected| Beyond { expected, spread: spread.as_ref() });
+                let relative = p.thresholds.relative();
+                let judged =
+                    Settings { beyond, thresholds: &relative, ..settings(View::Cumulative, &p.selection) };
+                Some(compare(dump.capture.as_ref(), b.capture.as_ref(), names, &judged)?)
+            }
+            None => None,
+        };
+        out.push(Compared { label: b.label.clone(), cumulative, expected, local, lens, beside });
     }
     Ok(())
 }
@@ -745,6 +776,9 @@ pub fn report(r: &Results) -> Report {
         }
         if let Some(noise) = &c.expected {
             report.add_comparison(noise.clone());
+        }
+        if let Some(beside) = &c.beside {
+            report.add_comparison(beside.clone());
         }
     }
     // A backend that stopped is said once it was compared (a failed compare stage names itself).
