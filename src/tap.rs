@@ -359,6 +359,77 @@ impl serde::Serialize for Key {
     }
 }
 
+/// How a tap lays out one frame in a capture.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Layout {
+    /// `[T, F]`.
+    Rows,
+    /// `[H, T, D]` for H heads.
+    Heads(usize),
+    /// `[H, T, S]`: attention scores and probabilities over S key slots.
+    Keys(usize),
+}
+
+impl Layout {
+    pub fn of(tap: Tap, heads: usize, kv_heads: usize) -> Layout {
+        match tap {
+            Tap::Layer(_, LayerTap::Q) => Layout::Heads(heads),
+            Tap::Layer(_, LayerTap::K | LayerTap::V) => Layout::Heads(kv_heads),
+            Tap::Layer(_, LayerTap::Scores | LayerTap::Probs) => Layout::Keys(heads),
+            _ => Layout::Rows,
+        }
+    }
+
+    /// The axis rows (positions) run along in the capture layout.
+    pub fn row_axis(self) -> usize {
+        match self {
+            Layout::Rows => 0,
+            Layout::Heads(_) | Layout::Keys(_) => 1,
+        }
+    }
+
+    /// Values of one row on the wire for a tap whose per-head width is `inner` (D or S), or
+    /// `hidden` for row taps.
+    pub fn row_width(self, hidden: usize, inner: usize) -> usize {
+        match self {
+            Layout::Rows => hidden,
+            Layout::Heads(h) | Layout::Keys(h) => h * inner,
+        }
+    }
+
+    /// A frame's rows on the wire (`rows` × width) in the capture layout.
+    pub fn from_rows(self, values: Vec<f32>, rows: usize, what: &str) -> Result<ndarray::ArrayD<f32>> {
+        let width = values.len().checked_div(rows).unwrap_or(0);
+        let bad = |why: String| Error::input(what, why);
+        if rows == 0 || width * rows != values.len() {
+            return Err(bad(format!("{} values are not {rows} whole rows", values.len())));
+        }
+        let a =
+            ndarray::ArrayD::from_shape_vec(ndarray::IxDyn(&[rows, width]), values).expect("checked size");
+        match self {
+            Layout::Rows => Ok(a),
+            Layout::Heads(h) | Layout::Keys(h) => {
+                if h == 0 || !width.is_multiple_of(h) {
+                    return Err(bad(format!("rows of {width} values do not split over {h} heads")));
+                }
+                let a = a.into_shape_with_order(ndarray::IxDyn(&[rows, h, width / h])).expect("checked size");
+                Ok(a.permuted_axes(ndarray::IxDyn(&[1, 0, 2])).as_standard_layout().into_owned())
+            }
+        }
+    }
+
+    /// The capture layout of one frame back to wire rows: what a device computing `tap` sends.
+    pub fn to_rows(self, a: &ndarray::ArrayD<f32>) -> Vec<Vec<f32>> {
+        let a = match self {
+            Layout::Rows => a.clone(),
+            Layout::Heads(_) | Layout::Keys(_) => {
+                a.view().permuted_axes(ndarray::IxDyn(&[1, 0, 2])).to_owned()
+            }
+        };
+        a.outer_iter().map(|row| row.iter().copied().collect()).collect()
+    }
+}
+
 /// Which taps to record: glob patterns over tap names (`layers.*.attn.probs`, `logits`).
 #[derive(Debug, Clone)]
 pub struct TapSelection {

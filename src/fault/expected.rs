@@ -50,7 +50,7 @@ pub struct EdgeQuant {
 /// the value ([`Hooks::observe`]).
 #[derive(Debug, Clone)]
 pub struct ExposedQuant {
-    pub layout: crate::device::exposed::Layout,
+    pub layout: crate::tap::Layout,
     /// Key slots of an attention tap's rows (the ring's).
     pub slots: usize,
     /// One per feature of a wire row, or one for all.
@@ -64,7 +64,7 @@ impl ExposedQuant {
     /// its wire feature (an attention tap's column j of S keys sits in slot slots − S + j, the
     /// mask's layout), its code saturated to the type.
     pub fn seen(&self, t: &Tensor) -> Result<Tensor> {
-        use crate::device::exposed::Layout;
+        use crate::tap::Layout;
         let dims = t.dims().to_vec();
         let inner = *dims.last().unwrap_or(&1);
         let per_row = match self.layout {
