@@ -138,7 +138,7 @@ struct TapOutput {
     output: String,
     tap: Tap,
     /// From an output map entry: the wire array [h, w, f] to the capture layout of a frame.
-    transform: Option<super::dump::Transform>,
+    transform: Option<super::map::Transform>,
 }
 
 /// A tap output's quant infos must dequantize: HailoRT multiplies by the scale.
@@ -209,7 +209,7 @@ impl HefBackend {
         };
         let group_of =
             |n: &str| outputs.iter().find(|(_, o, _)| o.name == n).map_or(String::new(), |x| x.0.clone());
-        let entries = super::dump::plan(&text, &map_what, "the HEF's outputs", &names, shape_of, group_of)?;
+        let entries = super::map::plan(&text, &map_what, "the HEF's outputs", &names, shape_of, group_of)?;
         let g = self.driver.geometry();
         let mentioned: Vec<String> = entries.iter().map(|e| e.member.clone()).collect();
         let mut tap_outputs: Vec<TapOutput> = Vec::new();
@@ -238,7 +238,7 @@ impl HefBackend {
             check_quant(o, &map_what)?;
             let dims = shape_of(&e.member)?;
             let rows = match &e.transform {
-                Some(t) => super::dump::transformed_shape(&dims, t, &what)?,
+                Some(t) => super::map::transformed_shape(&dims, t, &what)?,
                 None => vec![dims[0] * dims[1], dims[2]],
             };
             let frame = if group == self.driver.prefill_group() { self.driver.prefill_tokens() } else { 1 };
@@ -313,7 +313,7 @@ impl HefBackend {
                     let dims = [shape.height as usize, shape.width as usize, shape.features as usize];
                     let a = ArrayD::from_shape_vec(IxDyn(&dims), values)
                         .map_err(|e| Error::Device(format!("{what}: {e}")))?;
-                    let rows = super::dump::apply(a, tr, &what)?;
+                    let rows = super::map::apply(a, tr, &what)?;
                     let n = rows.shape()[0];
                     layout.from_rows(rows.iter().copied().collect(), n, &what)?
                 }

@@ -5,6 +5,7 @@
 pub mod decoder;
 pub mod dump;
 pub mod hef;
+mod map;
 pub mod overrides;
 pub mod spec;
 

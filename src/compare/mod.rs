@@ -133,6 +133,10 @@ pub struct PairComparison {
     pub candidate: String,
     pub view: View,
     pub rows: Vec<TapRow>,
+    /// The candidate is a HEF on a device: a tap it holds was measured there (an output), one
+    /// only the reference holds can only be inferred (explain).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub on_device: bool,
 }
 
 #[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
@@ -421,7 +425,13 @@ pub fn compare(
             .map_err(|e| Error::usage(format!("cannot start {} comparison threads: {e}", s.workers)))?;
         pool.install(|| keys.par_iter().map(row).collect::<Result<Vec<_>>>())?
     };
-    Ok(PairComparison { reference: names.0.to_string(), candidate: names.1.to_string(), view: s.view, rows })
+    Ok(PairComparison {
+        reference: names.0.to_string(),
+        candidate: names.1.to_string(),
+        view: s.view,
+        rows,
+        on_device: false,
+    })
 }
 
 /// One row: the reference's and the candidate's tap at `key` (either may be missing), and

@@ -567,7 +567,8 @@ pub fn compare_runs(p: &Prepared, runs: &Runs, out: &mut Vec<Compared>) -> Resul
         };
         let beyond = expected.as_ref().map(|expected| Beyond { expected, spread: spread.as_ref() });
         let judged = Settings { beyond, ..settings(View::Cumulative, &p.selection) };
-        let cumulative = compare(reference, b.capture.as_ref(), names, &judged)?;
+        let mut cumulative = compare(reference, b.capture.as_ref(), names, &judged)?;
+        cumulative.on_device = b.spec.kind == BackendKind::Hef;
         if b.spec.kind == BackendKind::Dump {
             refuse_misaligned(&b.label, &cumulative)?;
         }
@@ -589,37 +590,46 @@ pub fn compare_runs(p: &Prepared, runs: &Runs, out: &mut Vec<Compared>) -> Resul
             }
             None => None,
         };
-        let beside = match &b.spec.beside {
-            Some(label) => {
-                let dump =
-                    runs.backends.iter().find(|d| d.label == *label && d.spec.kind == BackendKind::Dump);
-                let dump = dump.ok_or_else(|| {
-                    Error::usage(format!(
-                        "backend `{}`: beside = `{label}` names no dump backend of this probe (the DFC emulator's \
-                         inference saved as .npz, with its map)",
-                        b.label
-                    ))
-                })?;
-                // Judged, as the device is against the reference, on its excess over what its own
-                // quantization alone would put between the two (the expected emulation vs the dump).
-                let names = (label.as_str(), b.label.as_str());
-                let quant = match &b.expected {
-                    Some(e) => {
-                        Some(compare(dump.capture.as_ref(), e.capture.as_ref(), (label, "expected"), &noise)?)
-                    }
-                    None => None,
-                };
-                let beyond = quant.as_ref().map(|expected| Beyond { expected, spread: spread.as_ref() });
-                let relative = p.thresholds.relative();
-                let judged =
-                    Settings { beyond, thresholds: &relative, ..settings(View::Cumulative, &p.selection) };
-                Some(compare(dump.capture.as_ref(), b.capture.as_ref(), names, &judged)?)
-            }
-            None => None,
-        };
+        let beside = beside_pair(p, runs, b, (&noise, spread.as_ref()))?;
         out.push(Compared { label: b.label.clone(), cumulative, expected, local, lens, beside });
     }
     Ok(())
+}
+
+/// A device against the emulator dump it is set `beside`, judged on its excess over what its
+/// own quantization puts between the two (the expected emulation vs the dump), without the
+/// bounds on the device's own figures, which the dump shares.
+fn beside_pair(
+    p: &Prepared,
+    runs: &Runs,
+    b: &BackendOutput,
+    (noise, spread): (&Settings, Option<&PairComparison>),
+) -> Result<Option<PairComparison>> {
+    let Some(label) = &b.spec.beside else { return Ok(None) };
+    let dump = runs.backends.iter().find(|d| d.label == *label && d.spec.kind == BackendKind::Dump);
+    let dump = dump.ok_or_else(|| {
+        Error::usage(format!(
+            "backend `{}`: beside = `{label}` names no dump backend of this probe (the DFC emulator's \
+             inference saved as .npz, with its map)",
+            b.label
+        ))
+    })?;
+    let quant = match &b.expected {
+        Some(e) => Some(compare(dump.capture.as_ref(), e.capture.as_ref(), (label, "expected"), noise)?),
+        None => None,
+    };
+    let beyond = quant.as_ref().map(|expected| Beyond { expected, spread });
+    let relative = p.thresholds.relative();
+    let judged = Settings {
+        view: View::Cumulative,
+        thresholds: &relative,
+        selection: Some(&p.selection),
+        workers: noise.workers,
+        beyond,
+    };
+    let mut pair = compare(dump.capture.as_ref(), b.capture.as_ref(), (label, &b.label), &judged)?;
+    pair.on_device = true;
+    Ok(Some(pair))
 }
 
 /// A dump's tap whose shape cannot be aligned with the reference's is an input error.

@@ -114,10 +114,10 @@ fn pair_section(report: &Report, i: usize, pair: &PairComparison, d: &mut Doc) {
     let beside = report.beside(&pair.candidate);
     let all = worst_per_tap(pair);
     let shown = compact(&all);
-    d.blank().table(tables::taps(&shown, &beside));
+    d.blank().table(tables::taps(&shown, &beside, pair.on_device));
     if shown.len() < all.len() {
         let mut every = Doc::new();
-        every.table(tables::taps(&all, &beside));
+        every.table(tables::taps(&all, &beside, pair.on_device));
         d.blank().details(format!("all {} taps", all.len()), every);
     }
     d.blank().table(tables::phases(pair));

@@ -14,12 +14,16 @@ fn code_or_dash(s: String) -> Cell {
 }
 
 /// One row per tap (its worst phase), with a cosine column per comparison `beside` (a local
-/// view, the float reference) at the same tap and phase.
-pub fn taps(rows: &[(&TapRow, usize, usize)], beside: &[(&str, &PairComparison)]) -> Table {
+/// view, the float reference) at the same tap and phase, and for a device whether its figure
+/// was measured there or can only be inferred.
+pub fn taps(rows: &[(&TapRow, usize, usize)], beside: &[(&str, &PairComparison)], on_device: bool) -> Table {
     let mut header = vec!["tap", "worst phase", "fails", "cosine", "SQNR dB", "max |Δ|"];
     header.extend(beside.iter().map(|(h, _)| *h));
+    if on_device {
+        header.push("on the device");
+    }
     header.push("verdict");
-    let align = format!("llrrrr{}l", "r".repeat(beside.len()));
+    let align = format!("llrrrr{}{}l", "r".repeat(beside.len()), if on_device { "l" } else { "" });
     let mut t = Table::new(header).align(&align);
     for &(row, failed, total) in rows {
         let m = row.metrics.as_ref();
@@ -33,6 +37,13 @@ pub fn taps(rows: &[(&TapRow, usize, usize)], beside: &[(&str, &PairComparison)]
         ];
         for (_, other) in beside {
             cells.push(row_cos(other.row(row.phase, &row.tap)).into());
+        }
+        if on_device {
+            let how = match row.status {
+                crate::compare::RowStatus::OnlyInReference => "inferred (explain)",
+                _ => "measured",
+            };
+            cells.push(how.into());
         }
         let tone = match (row.checked(), row.failed()) {
             (false, _) => Tone::Muted,

@@ -24,7 +24,7 @@ pub fn doc(report: &Report) -> Doc {
         }
         let all = worst_per_tap(pair);
         let shown = compact(&all);
-        d.table(tables::taps(&shown, &report.beside(&pair.candidate)));
+        d.table(tables::taps(&shown, &report.beside(&pair.candidate), pair.on_device));
         if let Some((_, rows)) = report.lens.iter().find(|(c, _)| *c == pair.candidate) {
             d.line(lens_sentence(rows));
         }
