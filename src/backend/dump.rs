@@ -136,6 +136,7 @@ impl Backend for DumpBackend {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use ndarray::IxDyn;
 
     #[test]
     fn map_renames_and_transforms() {
