@@ -277,6 +277,10 @@ fn a_suffix_hef_fed_the_reference_fails_at_its_own_faulted_block_and_one_after_i
         .code(1)
         .stdout(predicate::str::contains("first drift at layers.3."))
         .stdout(predicate::str::contains("best explanation: shared-softmax@layers=3"));
+    // A declared first block must be the HEF's own.
+    run(&at, ",first_layer=2")
+        .code(2)
+        .stderr(predicate::str::contains("the simulated HEF starts at block 3"));
     let after = hef(t.path(), "s4.hef", false, &["--layers", "4..=5", "--expose", "layers.*.out"]);
     run(&after, "").code(0).stdout(predicate::str::contains("no drift beyond thresholds"));
 }

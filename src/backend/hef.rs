@@ -541,6 +541,26 @@ impl HefBackend {
 }
 
 impl HefBackend {
+    /// A compiled suffix HEF's first block, as declared (`first_layer`); a simulated HEF's own
+    /// range must agree with a declaration.
+    pub fn declare_first_layer(&mut self, k: Option<usize>, layers: usize) -> Result<()> {
+        let Some(k) = k else { return Ok(()) };
+        let own = self.sim.as_ref().and_then(|s| s.layers).map(|[a, _]| a);
+        if k >= layers || own.is_some_and(|a| a != k) || (self.sim.is_some() && own.is_none() && k != 0) {
+            return Err(Error::usage(format!(
+                "backend `{}`: first_layer = {k}, but {}",
+                self.name,
+                match own {
+                    Some(a) => format!("the simulated HEF starts at block {a}"),
+                    None if self.sim.is_some() => "the simulated HEF starts at block 0".to_string(),
+                    None => format!("the checkpoint has {layers} blocks"),
+                }
+            )));
+        }
+        self.first_layer = k;
+        Ok(())
+    }
+
     fn feed_needed(&self, k: usize) -> Error {
         Error::usage(format!(
             "backend `{}` starts at block {k} (a suffix HEF): it is fed the reference's layers.{}.out, so run it \

@@ -139,6 +139,7 @@ pub fn make_backend(spec: &BackendSpec, ckpt: &Checkpoint, model: &Arc<Decoder>)
             if let Some(m) = &spec.map {
                 b.set_output_map(m)?;
             }
+            b.declare_first_layer(spec.first_layer, ckpt.config.num_layers)?;
             Box::new(b)
         }
     })

@@ -71,6 +71,9 @@ pub struct BackendSpec {
     /// hef: the label of a dump backend of the same probe holding the DFC emulator's inference
     /// of this HEF: the device is also compared with it, so its excess over the emulator shows.
     pub beside: Option<String>,
+    /// hef: the block a compiled suffix HEF starts at (its first input is the hidden state
+    /// entering it; a simulated HEF says so itself).
+    pub first_layer: Option<usize>,
     /// dump: the HEF it was captured from. Its quantization (its quant infos, and its recorded
     /// or declared `quant`) is what the dump is judged beyond, as a `hef` backend is.
     pub hef: Option<PathBuf>,
@@ -88,6 +91,7 @@ impl BackendSpec {
             device: None,
             hef: None,
             beside: None,
+            first_layer: None,
         }
     }
 
@@ -101,13 +105,13 @@ impl BackendSpec {
     }
 
     /// From the command line: `emulator`, `emulator=FAULT+FAULT`, `dump=PATH[,map=MAP][,hef=HEF]`,
-    /// `hef=PATH[,map=OUTPUT_MAP][,beside=DUMP][,device=sim|sim-h10]`.
+    /// `hef=PATH[,map=OUTPUT_MAP][,beside=DUMP][,first_layer=K][,device=sim|sim-h10]`.
     pub fn parse_cli(s: &str) -> Result<Self> {
         let (kind_text, rest) = s.split_once('=').unwrap_or((s, ""));
         let kind = BackendKind::parse(kind_text).ok_or_else(|| {
             Error::usage(format!(
                 "--backend `{kind_text}`: expected reference, emulator[=FAULT+FAULT], dump=PATH[,map=MAP][,hef=HEF] or \
-                 hef=PATH[,map=OUTPUT_MAP][,beside=DUMP][,device=sim|sim-h10]"
+                 hef=PATH[,map=OUTPUT_MAP][,beside=DUMP][,first_layer=K][,device=sim|sim-h10]"
             ))
         })?;
         let mut spec = BackendSpec::new(kind);
@@ -128,6 +132,11 @@ impl BackendSpec {
                         Some(("map", m)) => spec.map = Some(PathBuf::from(m)),
                         Some(("hef", h)) if kind == BackendKind::Dump => spec.hef = Some(PathBuf::from(h)),
                         Some(("beside", b)) if kind == BackendKind::Hef => spec.beside = Some(b.to_string()),
+                        Some(("first_layer", k)) if kind == BackendKind::Hef => {
+                            spec.first_layer = Some(k.parse().map_err(|e| {
+                                Error::usage(format!("--backend {s}: first_layer `{k}`: {e}"))
+                            })?)
+                        }
                         Some(("device", d)) if kind == BackendKind::Hef => {
                             SimProfile::parse(d)?;
                             spec.device = Some(d.to_string());
@@ -183,5 +192,7 @@ mod tests {
         assert_eq!(b.sim_profile().unwrap(), Some(SimProfile::SimH10));
         assert!(BackendSpec::parse_cli("hef=m.hef,device=h8").is_err());
         assert!(BackendSpec::parse_cli("dump=d.npz,device=sim").is_err());
+        assert_eq!(BackendSpec::parse_cli("hef=m.hef,first_layer=4").unwrap().first_layer, Some(4));
+        assert!(BackendSpec::parse_cli("hef=m.hef,first_layer=x").is_err());
     }
 }
