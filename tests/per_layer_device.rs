@@ -338,3 +338,22 @@ fn beside_an_emulator_dump_the_device_shows_only_what_the_emulator_did_not_compu
         "{device_only}"
     );
 }
+
+#[test]
+fn exposed_outputs_holding_only_the_last_row_are_compared_with_the_references_last_row() {
+    let t = tempfile::tempdir().unwrap();
+    let h = hef(t.path(), "l.hef", false, &["--expose", "layers.3.attn.probs,layers.2.out"]);
+    let mut parsed = Hef::read(&h).unwrap();
+    for g in &mut parsed.groups {
+        for o in g.outputs.iter_mut().filter(|o| o.name.contains("/layers.")) {
+            (o.shape.width, o.padded.width) = (1, 1);
+        }
+    }
+    let last = t.path().join("last.hef");
+    std::fs::write(&last, parsed.to_bytes()).unwrap();
+    let out = run(&last, "").code(1).get_output().stdout.clone();
+    let text = String::from_utf8_lossy(&out);
+    assert!(text.contains("prefill: first drift at layers.3.attn.probs"), "{text}");
+    let row = text.lines().find(|r| r.contains("│ layers.2.out ")).expect("a measured row");
+    assert!(row.contains("measured") && row.contains("ok"), "{row}");
+}
