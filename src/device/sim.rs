@@ -15,7 +15,6 @@ use super::{
     configured_streams, padded_entry_bytes, ConfiguredModel, Device, DeviceFacts, FormatType, SimProfile,
     StreamInfo, RPC_CACHE_UNSUPPORTED, RPC_FAILED_RUN,
 };
-use crate::capture::TapSink;
 use crate::error::{Error, Result};
 use crate::fault::catalog::cache::CacheLayout;
 use crate::fault::spec::FaultSpec;
@@ -613,25 +612,6 @@ impl ConfiguredModel for SimModel {
     }
 }
 
-/// The taps a simulated HEF exposes, caught as the emulator computes them (faults applied).
-struct Catch {
-    taps: Vec<Tap>,
-    got: BTreeMap<Tap, Tensor>,
-}
-
-impl TapSink for Catch {
-    fn wants(&self, tap: Tap) -> bool {
-        self.taps.contains(&tap)
-    }
-    fn put(&mut self, _: Phase, tap: Tap, t: &Tensor) -> Result<()> {
-        self.got.insert(tap, t.clone());
-        Ok(())
-    }
-    fn put_array(&mut self, _: crate::tap::Key, _: ndarray::ArrayD<f32>) -> Result<()> {
-        Ok(())
-    }
-}
-
 /// An exposed output's float32 frame: every row of the frame, or its last when the output has
 /// one row; each value through its feature's quant info as the hardware's uint16 (saturating)
 /// and HailoRT's dequantization (transform.cpp `dequantize_output_by_feature`: feature = index
@@ -650,8 +630,7 @@ fn exposed_bytes(o: &StreamInfo, rows: Vec<Vec<f32>>) -> Result<Vec<u8>> {
         }
         for (f, &x) in row.iter().enumerate() {
             let q = o.quant_infos[if o.quant_infos.len() == w { f } else { 0 }];
-            let raw = q.quantize(x).clamp(0.0, 65535.0);
-            bytes.extend(q.dequantize(raw).to_le_bytes());
+            bytes.extend(q.seen(x, 65535.0).to_le_bytes());
         }
     }
     if bytes.len() != o.frame_size() {
@@ -752,7 +731,9 @@ impl SimModel {
             rows: t,
             writer: if self.prefill { Phase::Prefill } else { Phase::Decode(0) },
         };
-        let mut exposed = Catch { taps: core.exposed.clone(), got: BTreeMap::new() };
+        // The taps the graph also outputs, caught as the emulator computes them (faults applied).
+        let names: Vec<String> = core.exposed.iter().map(Tap::to_string).collect();
+        let mut exposed = crate::capture::MemorySink::new(crate::tap::TapSelection::parse(&names)?);
         let out = core.model.step(&input, &mut store, &mut exposed, &mut stack)?;
         drop(stack);
         drop(hooks);
@@ -771,8 +752,10 @@ impl SimModel {
         let first_exposed = self.outputs.len().saturating_sub(core.exposed.len());
         for (i, o) in self.outputs.iter().enumerate() {
             if let Some(&tap) = i.checked_sub(first_exposed).and_then(|k| core.exposed.get(k)) {
-                let a = crate::capture::tensor_to_array(&exposed.got[&tap])?;
-                outputs.push(exposed_bytes(o, Layout::of(tap, c.num_heads, c.num_kv_heads).to_rows(&a))?);
+                let a = exposed.capture.get(&crate::tap::Key::new(phase, tap)).ok_or_else(|| {
+                    Error::Device(format!("output `{}`: the graph computed no {tap}", o.name))
+                })?;
+                outputs.push(exposed_bytes(o, Layout::of(tap, c.num_heads, c.num_kv_heads).to_rows(a))?);
                 continue;
             }
             let w = o.shape.features as usize;

@@ -91,8 +91,7 @@ impl ExposedQuant {
                 if !x.is_finite() {
                     return x;
                 }
-                let q = self.infos[if n == 1 { 0 } else { feature(i) % n }];
-                q.dequantize(q.quantize(x).clamp(0.0, qmax))
+                self.infos[if n == 1 { 0 } else { feature(i) % n }].seen(x, qmax)
             })
             .collect();
         Ok(Tensor::from_vec(out, dims, &Device::Cpu)?)

@@ -60,6 +60,12 @@ impl QuantInfo {
         (q - self.zp) * self.scale
     }
 
+    /// `x` as the host reads it from a quantized output: quantized, its code saturated to
+    /// 0..=`qmax` as the hardware's type holds it, dequantized.
+    pub fn seen(&self, x: f32, qmax: f32) -> f32 {
+        self.dequantize(self.quantize(x).clamp(0.0, qmax))
+    }
+
     /// `Quantization::clip` (quantization.hpp:239-250): the max test comes first.
     fn clip(&self, x: f32) -> f32 {
         if x >= self.max {
