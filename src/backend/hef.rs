@@ -141,6 +141,12 @@ struct TapOutput {
     transform: Option<super::map::Transform>,
 }
 
+/// Whether an exposed output's [rows, values] are what the tap comes as: the frame's rows (or
+/// only the last) of `width` values.
+fn fits(rows_values: &[usize], frame: usize, width: usize) -> bool {
+    matches!(rows_values, [r, w] if *w == width && (*r == frame || *r == 1))
+}
+
 /// A tap output's quant infos must dequantize: HailoRT multiplies by the scale.
 fn check_quant(o: &crate::device::StreamInfo, what: &str) -> Result<()> {
     match o.quant_infos.iter().position(|q| !(q.scale.is_finite() && q.scale != 0.0 && q.zp.is_finite())) {
@@ -165,19 +171,23 @@ pub fn open(label: &str, path: &Path, profile: Option<SimProfile>, ckpt: &Checkp
 }
 
 impl HefBackend {
+    /// The rows of a frame of `group` and the values of one wire row of `tap`.
+    fn wire(&self, group: &str, tap: Tap) -> (usize, usize) {
+        let frame = if group == self.driver.prefill_group() { self.driver.prefill_tokens() } else { 1 };
+        (frame, self.driver.geometry().row_width(tap))
+    }
+
     /// The exposed outputs by the naming convention (`<group>/<tap>`), each checked.
     fn with_convention(mut self, what: &str) -> Result<Self> {
-        let g = self.driver.geometry();
         let mut tap_outputs = Vec::new();
         for (group, o, is_tap) in self.driver.outputs() {
             let Some(tap) = is_tap.then(|| crate::device::exposed::tap_named(&o.name)).flatten() else {
                 continue;
             };
             check_quant(&o, what)?;
-            let rows = o.shape.rows() as usize;
-            let frame = if group == self.driver.prefill_group() { self.driver.prefill_tokens() } else { 1 };
-            let (want, got) = (g.row_width(tap), o.shape.features as usize);
-            if want != got || !(rows == frame || rows == 1) {
+            let (frame, want) = self.wire(&group, tap);
+            let got = o.shape.features as usize;
+            if !fits(&[o.shape.rows() as usize, got], frame, want) {
                 return Err(Error::input(
                     format!("{what} output `{}`", o.name),
                     format!(
@@ -210,7 +220,6 @@ impl HefBackend {
         let group_of =
             |n: &str| outputs.iter().find(|(_, o, _)| o.name == n).map_or(String::new(), |x| x.0.clone());
         let entries = super::map::plan(&text, &map_what, "the HEF's outputs", &names, shape_of, group_of)?;
-        let g = self.driver.geometry();
         let mentioned: Vec<String> = entries.iter().map(|e| e.member.clone()).collect();
         let mut tap_outputs: Vec<TapOutput> = Vec::new();
         for e in entries {
@@ -241,9 +250,8 @@ impl HefBackend {
                 Some(t) => super::map::transformed_shape(&dims, t, &what)?,
                 None => vec![dims[0] * dims[1], dims[2]],
             };
-            let frame = if group == self.driver.prefill_group() { self.driver.prefill_tokens() } else { 1 };
-            let width = g.row_width(tap);
-            if !matches!(rows[..], [r, w] if w == width && (r == frame || r == 1)) {
+            let (frame, width) = self.wire(group, tap);
+            if !fits(&rows, frame, width) {
                 return Err(Error::input(
                     what,
                     format!(
