@@ -140,25 +140,7 @@ fn damaged_exposed_outputs_are_input_errors_naming_the_output() {
 
 /// A 24-block checkpoint (small: hidden 64) and a probe over it, in `dir`.
 fn deep(dir: &Path) -> (PathBuf, PathBuf) {
-    let ck = dir.join("ck24");
-    hefprobe()
-        .args([
-            "synth",
-            "--arch",
-            "llama",
-            "--hidden",
-            "64",
-            "--layers",
-            "24",
-            "--heads",
-            "4",
-            "--kv-heads",
-            "2",
-        ])
-        .args(["--vocab", "512", "-o"])
-        .arg(&ck)
-        .assert()
-        .success();
+    let ck = common::small_checkpoint_of(dir, "ck24", 512, 24);
     let probe = dir.join("p.toml");
     std::fs::write(
         &probe,

@@ -18,6 +18,11 @@ pub fn hefprobe() -> Command {
 /// `hefprobe synth` of a tiny llama (hidden 64, 2 layers, 4 heads, 2 KV heads) with `vocab`
 /// tokens, into `dir/name`.
 pub fn small_checkpoint(dir: &Path, name: &str, vocab: usize) -> PathBuf {
+    small_checkpoint_of(dir, name, vocab, 2)
+}
+
+/// [`small_checkpoint`] with `layers` blocks.
+pub fn small_checkpoint_of(dir: &Path, name: &str, vocab: usize, layers: usize) -> PathBuf {
     let out = dir.join(name);
     hefprobe()
         .args([
@@ -27,7 +32,7 @@ pub fn small_checkpoint(dir: &Path, name: &str, vocab: usize) -> PathBuf {
             "--hidden",
             "64",
             "--layers",
-            "2",
+            &layers.to_string(),
             "--heads",
             "4",
             "--kv-heads",
