@@ -242,6 +242,13 @@ fn bisect_over_clean_prefixes_exits_0_and_a_bad_folder_is_refused_naming_the_fil
         .assert()
         .success();
     bisect("run", &bad).code(2).stderr(predicate::str::contains("a prefix HEF starts at block 0"));
+    // A FIFO named like a HEF is refused, never read (the read would block).
+    let fifo_dir = t.path().join("fifo");
+    std::fs::create_dir(&fifo_dir).unwrap();
+    let made = std::process::Command::new("mkfifo").arg(fifo_dir.join("p.hef")).status();
+    if made.is_ok_and(|s| s.success()) {
+        bisect("run", &fifo_dir).code(2).stderr(predicate::str::contains("is not a regular file"));
+    }
     hefprobe()
         .args(["bisect", "plan", "--checkpoint"])
         .arg(&ck)
