@@ -4,14 +4,58 @@
 use crate::error::{Error, Result};
 use std::path::{Path, PathBuf};
 
-/// Read a whole file with the path in the error.
-pub fn read_file(path: impl AsRef<Path>) -> Result<Vec<u8>> {
-    std::fs::read(path.as_ref()).map_err(|e| Error::io(path, e))
+/// Open an input file for reading, with the path in the error. Only a regular file (or a
+/// symlink to one) is opened: `open` on a FIFO blocks until a writer comes, and a device or a
+/// socket is no input file, so those are refused first, from their metadata, naming what they are.
+pub fn open(path: impl AsRef<Path>) -> Result<std::fs::File> {
+    let path = path.as_ref();
+    let meta = std::fs::metadata(path).map_err(|e| Error::io(path, e))?;
+    if !meta.is_file() {
+        return Err(Error::input(
+            path.display().to_string(),
+            format!("is {}, not a regular file: give the file itself", kind(&meta.file_type())),
+        ));
+    }
+    std::fs::File::open(path).map_err(|e| Error::io(path, e))
 }
 
-/// Read a whole UTF-8 file with the path in the error.
+/// What a non-regular file is, for the error that refuses it.
+fn kind(t: &std::fs::FileType) -> &'static str {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::FileTypeExt;
+        if t.is_fifo() {
+            return "a FIFO (named pipe)";
+        }
+        if t.is_socket() {
+            return "a socket";
+        }
+        if t.is_block_device() || t.is_char_device() {
+            return "a device";
+        }
+    }
+    if t.is_dir() {
+        "a folder"
+    } else {
+        "not a regular file"
+    }
+}
+
+/// Read a whole file with the path in the error (a regular file only, see [`open`]).
+pub fn read_file(path: impl AsRef<Path>) -> Result<Vec<u8>> {
+    use std::io::Read;
+    let path = path.as_ref();
+    let mut bytes = Vec::new();
+    open(path)?.read_to_end(&mut bytes).map_err(|e| Error::io(path, e))?;
+    Ok(bytes)
+}
+
+/// Read a whole UTF-8 file with the path in the error (a regular file only, see [`open`]).
 pub fn read_text(path: impl AsRef<Path>) -> Result<String> {
-    std::fs::read_to_string(path.as_ref()).map_err(|e| Error::io(path, e))
+    let path = path.as_ref();
+    String::from_utf8(read_file(path)?).map_err(|e| {
+        Error::input(path.display().to_string(), format!("is not UTF-8 text: {}", e.utf8_error()))
+    })
 }
 
 /// Write a whole file, creating parent directories, with the path in the error: through a

@@ -169,7 +169,7 @@ impl InputSet {
     /// a missing or mistyped array, an empty prompt, a chunk ≤ 0, a negative count.
     pub fn from_npz(path: &std::path::Path) -> Result<Self> {
         let what = path.display().to_string();
-        let file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
+        let file = crate::files::open(path)?;
         let mut r =
             ndarray_npy::NpzReader::new(file).map_err(|e| Error::input(&what, format!("not an npz: {e}")))?;
         let mut get = |name: &str| -> Result<Vec<i64>> {

@@ -395,6 +395,26 @@ impl HefBackend {
         }
     }
 
+    /// A probe whose `chunk` cuts the prompt otherwise than the HEF's prefill frame: the same
+    /// inputs chunked as genai feeds this HEF (remainder first, then frames of
+    /// prefill_input_tokens_count rows), and the note that says so. `None` when the cuts agree.
+    pub fn follow_chunk(&self, inputs: &InputSet) -> Option<(InputSet, String)> {
+        let p = self.driver.prefill_tokens();
+        let n = inputs.prompt.len();
+        let cut = |c| crate::device::frames::chunks(n, c);
+        let c = inputs.chunk.filter(|&c| c != p && cut(c) != cut(p))?;
+        let followed = InputSet { chunk: Some(p), ..inputs.clone() };
+        let note = format!(
+            "backend `{}`: the probe prefills in chunks of {c}, the HEF in frames of {p} rows \
+             (prefill_input_tokens_count): it ran as genai feeds it ({} chunk(s): {:?}) and is compared with \
+             a reference chunked the same",
+            self.name,
+            cut(p).len(),
+            cut(p)
+        );
+        Some((followed, note))
+    }
+
     fn check_inputs(&self, inputs: &InputSet) -> Result<()> {
         let p = self.driver.prefill_tokens();
         if inputs.start_position != 0 {
@@ -602,6 +622,10 @@ impl Backend for HefBackend {
 
     fn reference_window(&self, inputs: &InputSet) -> Option<(usize, String)> {
         self.ring_window(inputs)
+    }
+
+    fn follow_inputs(&self, inputs: &InputSet) -> Option<(InputSet, String)> {
+        self.follow_chunk(inputs)
     }
 
     fn expected(&mut self, ckpt: &Checkpoint) -> Result<Option<Arc<Expected>>> {

@@ -52,6 +52,12 @@ pub trait Backend {
     fn reference_window(&self, _inputs: &InputSet) -> Option<(usize, String)> {
         None
     }
+    /// When this backend cannot run `inputs` as they are but runs them the way its device is
+    /// fed (a HEF prefills in chunks of its own frame): the inputs it runs, and the note the
+    /// report shows. It is then compared with a reference run on the same inputs.
+    fn follow_inputs(&self, _inputs: &InputSet) -> Option<(InputSet, String)> {
+        None
+    }
     /// What this backend computes when nothing is wrong, beyond the float reference: a HEF's
     /// quantization ([`crate::fault::expected`]). Comparisons are judged against it, and
     /// explain composes every fault with it.

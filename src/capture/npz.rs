@@ -31,7 +31,7 @@ pub struct NpzFile<R: Read + Seek = BufReader<File>> {
 
 impl NpzFile {
     pub fn open(path: &Path) -> Result<Self> {
-        let file = File::open(path).map_err(|e| Error::io(path, e))?;
+        let file = crate::files::open(path)?;
         Self::from_reader(BufReader::new(file), path.to_path_buf())
     }
 }

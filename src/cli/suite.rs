@@ -5,10 +5,10 @@ use crate::error::{Error, Result};
 use crate::report::{Format, ReportTarget};
 use crate::suite::figures::Figure;
 use crate::suite::history::{self, TrendSpec};
-use crate::suite::run::{run_suite, Clock, SuiteOptions};
+use crate::suite::run::{run_suite_with, Clock, SuiteOptions};
 use crate::suite::shard::Shard;
 use crate::suite::spec::{is_suite_file, Suite};
-use crate::suite::{emit, finish, merge, Finish};
+use crate::suite::{emit, finish, merge, render, Finish};
 use clap::Args;
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -212,8 +212,40 @@ pub fn suite(a: SuiteArgs) -> Result<ExitCode> {
         spill_dir: a.spill_dir.clone(),
         checkpoint: a.checkpoint.to_ref(),
     };
-    let result = run_suite(&suite, &opts)?;
+    let result = run_suite_with(&suite, &opts, &mut partial_reports(&a.out))?;
     report(&result, &a.out)
+}
+
+/// After each probe of a run still going: the file reports rewritten with what finished, and
+/// what they hold said if the run is interrupted (stdout and $GITHUB_STEP_SUMMARY get the
+/// finished run only; the history and baseline are written at the end).
+fn partial_reports(out: &SuiteOutputArgs) -> impl FnMut(&crate::suite::result::SuiteResult) -> Result<()> {
+    use crate::probe::cleanup;
+    cleanup::install();
+    let files: Vec<ReportTarget> = out.reports.iter().filter(|t| t.path.is_some()).cloned().collect();
+    move |r| {
+        if r.unfinished.is_empty() {
+            return Ok(()); // the finished run's reports follow at once
+        }
+        let mut note = format!("{} not run", r.unfinished.len());
+        if !files.is_empty() {
+            cleanup::writing(|| -> Result<()> {
+                for (t, path) in files.iter().filter_map(|t| Some((t, t.path.as_ref()?))) {
+                    // Quiet: "wrote" is said once, for the finished run's files.
+                    let mut f = crate::files::AtomicFile::create(path)?;
+                    std::io::Write::write_all(f.file(), render(r, t.format, false)?.as_bytes())
+                        .map_err(|e| Error::io(path, e))?;
+                    f.commit_quiet()?;
+                }
+                Ok(())
+            })?;
+            let names: Vec<String> =
+                files.iter().filter_map(|t| t.path.as_ref()).map(|p| p.display().to_string()).collect();
+            note = format!("{} hold the {} pairs that finished ({note})", names.join(", "), r.pairs.len());
+        }
+        cleanup::leave(format!("{note}; no history appended, the baseline unchanged"));
+        Ok(())
+    }
 }
 
 pub fn merge(a: MergeArgs) -> Result<ExitCode> {

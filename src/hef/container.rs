@@ -153,7 +153,7 @@ pub struct FileSource {
 impl FileSource {
     pub fn open(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref().to_path_buf();
-        let file = File::open(&path).map_err(|e| Error::io(&path, e))?;
+        let file = crate::files::open(&path)?;
         let size = file.metadata().map_err(|e| Error::io(&path, e))?.len();
         Ok(FileSource { file, path, size })
     }

@@ -21,11 +21,29 @@ pub enum CheckpointRef {
 impl Checkpoint {
     /// A HF folder (`config.json` and its weights), or a GGUF file (see [`super::gguf`]).
     pub fn load(path: &Path) -> Result<Self> {
-        if super::gguf::is_gguf(path) {
-            super::gguf::load(path)
-        } else {
-            Checkpoint::load_dir(path)
+        if path.is_dir() || !path.exists() {
+            return Checkpoint::load_dir(path);
         }
+        // A file: a GGUF, or named for what it is instead (never "directory not found").
+        let mut head = Vec::new();
+        std::io::Read::read_to_end(&mut std::io::Read::take(crate::files::open(path)?, 4), &mut head)
+            .map_err(|e| crate::error::Error::io(path, e))?;
+        if head == b"GGUF" {
+            return super::gguf::load(path);
+        }
+        let what = match head.len() {
+            0 => "is an empty file".to_string(),
+            _ => format!(
+                "is not a GGUF file (it starts with bytes {}, not `GGUF`)",
+                head.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(" ")
+            ),
+        };
+        Err(crate::error::Error::input(
+            path.display().to_string(),
+            format!(
+                "{what}: a checkpoint is a .gguf file, or a folder with config.json and model.safetensors"
+            ),
+        ))
     }
 }
 

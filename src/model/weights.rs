@@ -248,16 +248,8 @@ pub fn tensors_from_bytes(
     for (name, view) in st.tensors() {
         dtypes.insert(format!("{:?}", view.dtype()).to_lowercase());
         let tensor_what = || format!("{what} tensor `{name}`");
-        if let Some((count, first)) = nonfinite(&view) {
-            return Err(Error::input(
-                tensor_what(),
-                format!(
-                    "holds {count} non-finite value{} (NaN or ±Inf; the first at flat index \
-                     {first}): the checkpoint is damaged or was saved after training diverged, \
-                     and every tap downstream of it would be NaN",
-                    if count == 1 { "" } else { "s" }
-                ),
-            ));
+        if let Some(found) = nonfinite(&view) {
+            return Err(nonfinite_error(tensor_what(), found));
         }
         let t = view_to_f32(&view).map_err(|msg| Error::input(tensor_what(), msg))?;
         out.insert(name, t);
@@ -273,7 +265,7 @@ fn data_bytes(file: &Path) -> Result<u64> {
     let corrupt = |msg: String| {
         Error::input(file.display().to_string(), format!("corrupt or truncated safetensors file: {msg}"))
     };
-    let mut f = std::fs::File::open(file).map_err(|e| Error::io(file, e))?;
+    let mut f = crate::files::open(file)?;
     let len = f.metadata().map_err(|e| Error::io(file, e))?.len();
     let mut n = [0u8; 8];
     f.read_exact(&mut n)
@@ -309,6 +301,19 @@ fn weight_files_name(files: &[PathBuf]) -> String {
         }
         many => format!("the {} weight files", many.len()),
     }
+}
+
+/// The input error of a tensor holding `(count, first)` non-finite values (safetensors and
+/// GGUF alike).
+pub fn nonfinite_error(what: String, (count, first): (usize, usize)) -> Error {
+    Error::input(
+        what,
+        format!(
+            "holds {count} non-finite value{} (NaN or ±Inf; the first at flat index {first}): the checkpoint \
+             is damaged or was saved after training diverged, and every tap downstream of it would be NaN",
+            if count == 1 { "" } else { "s" }
+        ),
+    )
 }
 
 /// How many values of a float tensor are NaN or ±Inf, and the index of the first: one pass

@@ -1,12 +1,15 @@
-//! Spill folders that outlive their run: removed when the run is interrupted (Ctrl-C, SIGTERM,
-//! SIGHUP), and swept at the next spilled run when their run was killed outright (SIGKILL, the
+//! What an interrupted run leaves. Spill folders that outlive their run: removed when the run is
+//! interrupted (Ctrl-C, SIGTERM, SIGHUP), and swept at the next spilled run when their run was killed outright (SIGKILL, the
 //! kernel's OOM killer; a spilled run is the one most likely to meet it). A spilled run's
 //! files can be tens of GB, too much to leave in a temporary folder.
 //!
 //! Each spill folder holds an `owner` file, `PID HOST`; a folder is swept only when its HOST is
 //! this machine's and no process PID runs here (a `--spill-dir` shared between hosts keeps
-//! other hosts' folders). The handler is installed with the first spill folder, so runs that
-//! never spill keep the default signal behaviour.
+//! other hosts' folders). The handler is installed with the first spill folder, or by a
+//! command that rewrites partial reports as it goes (`suite`, [`install`]); runs that do neither
+//! keep the default signal behaviour. Such a command says what its files hold ([`leave`]) and
+//! replaces them inside [`writing`], so a signal never cuts a report in half: the handler waits
+//! for the write, says what was left, and exits 130.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, Once};
@@ -20,17 +23,37 @@ const INTERRUPTED: i32 = 130;
 /// Spill folders of this process that exist now.
 static LIVE: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
 static HANDLER: Once = Once::new();
+/// What the files written so far hold, said when interrupted.
+static LEFT: Mutex<Option<String>> = Mutex::new(None);
+/// Held while a partial report is replaced.
+static WRITING: Mutex<()> = Mutex::new(());
+
+/// Handle Ctrl-C, SIGTERM and SIGHUP here (idempotent).
+pub fn install() {
+    HANDLER.call_once(|| {
+        // Another handler already installed (a library user's own) is left in charge; a spill
+        // folder is then still swept by the next spilled run here.
+        let _ = ctrlc::set_handler(on_signal);
+    });
+}
+
+/// Say `note` (what the reports written so far hold) if the run is interrupted.
+pub fn leave(note: String) {
+    *LEFT.lock().unwrap_or_else(|e| e.into_inner()) = Some(note);
+}
+
+/// Run `f` (a write of files the handler reports on) without being cut short by a signal.
+pub fn writing<T>(f: impl FnOnce() -> T) -> T {
+    let _held = WRITING.lock().unwrap_or_else(|e| e.into_inner());
+    f()
+}
 
 /// Mark `dir` (a new spill folder) as this process's: write its owner file, and remove it if
 /// the run is interrupted. Errors only when the owner file cannot be written.
 pub fn watch(dir: &Path) -> std::io::Result<()> {
     std::fs::write(dir.join(OWNER), format!("{} {}\n", std::process::id(), host()))?;
     LIVE.lock().unwrap_or_else(|e| e.into_inner()).push(dir.to_path_buf());
-    HANDLER.call_once(|| {
-        // Another handler already installed (a library user's own) is left in charge; the
-        // folder is then still swept by the next spilled run here.
-        let _ = ctrlc::set_handler(on_signal);
-    });
+    install();
     Ok(())
 }
 
@@ -40,6 +63,8 @@ pub fn unwatch(dir: &Path) {
 }
 
 fn on_signal() {
+    // A report being replaced is finished first; none is started after (the lock is kept).
+    let _held = WRITING.lock().unwrap_or_else(|e| e.into_inner());
     let dirs = std::mem::take(&mut *LIVE.lock().unwrap_or_else(|e| e.into_inner()));
     for d in &dirs {
         match std::fs::remove_dir_all(d) {
@@ -49,8 +74,10 @@ fn on_signal() {
             }
         }
     }
-    if dirs.is_empty() {
-        eprintln!("hefprobe: interrupted");
+    match LEFT.lock().unwrap_or_else(|e| e.into_inner()).take() {
+        Some(note) => eprintln!("hefprobe: interrupted; {note}"),
+        None if dirs.is_empty() => eprintln!("hefprobe: interrupted"),
+        None => {}
     }
     std::process::exit(INTERRUPTED);
 }

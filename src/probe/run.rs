@@ -203,6 +203,8 @@ pub struct BackendOutput {
     pub expected: Option<ExpectedRun>,
     /// Where its figures come from ([`Backend::notes`]).
     pub notes: Vec<String>,
+    /// The inputs it ran when not the probe's ([`Backend::follow_inputs`]).
+    pub inputs: Option<InputSet>,
 }
 
 /// A backend's expected quantization, emulated twice: the expected draw, and a second draw
@@ -444,24 +446,35 @@ fn run_backend(
         return Err(Error::usage(format!("backend `{label}` cannot run here: {why}")));
     }
     let capabilities = backend.capabilities();
+    // A HEF prefills in its own frames: it runs the probe's inputs chunked that way, and is
+    // compared with a reference chunked the same.
+    let followed = backend.follow_inputs(&p.inputs);
+    let inputs = followed.as_ref().map_or(&p.inputs, |f| &f.0);
     // A suffix HEF is fed the reference's hidden state entering its first block.
     let feed = capabilities.fed.then_some(reference);
     let Run { capture, record, error } =
-        run_to(backend.as_mut(), &p.inputs, &p.selection, feed, &places.capture(&label))?;
-    let window = backend.reference_window(&p.inputs);
-    let windowed = match &window {
-        Some((window, note)) => {
-            let (l, c) = own_reference(p, *window, None, places)?;
-            Some((l, c, format!("backend `{label}`: {note}")))
+        run_to(backend.as_mut(), inputs, &p.selection, feed, &places.capture(&label))?;
+    let window = backend.reference_window(inputs);
+    let w = window.as_ref().map_or(0, |w| w.0);
+    let notes: Vec<String> =
+        [followed.as_ref().map(|f| f.1.clone()), window.map(|w| format!("backend `{label}`: {}", w.1))]
+            .into_iter()
+            .flatten()
+            .collect();
+    let windowed = match notes.is_empty() {
+        false => {
+            let (l, c) = own_reference(p, inputs, w, None, places)?;
+            Some((l, c, notes.join("; ")))
         }
-        None => None,
+        true => None,
     };
     let expected = match backend.expected(&p.ckpt)? {
         Some(quant) => {
-            let w = window.as_ref().map_or(0, |w| w.0);
-            let (_, capture) = own_reference(p, w, Some((Box::new(quant.clone()), "expected")), places)?;
+            let (_, capture) =
+                own_reference(p, inputs, w, Some((Box::new(quant.clone()), "expected")), places)?;
             let second = Box::new(Realization(quant.clone()));
-            let (_, realization) = own_reference(p, w, Some((second, "expected-realization")), places)?;
+            let (_, realization) =
+                own_reference(p, inputs, w, Some((second, "expected-realization")), places)?;
             Some(ExpectedRun { quant, capture, realization })
         }
         None => None,
@@ -472,7 +485,7 @@ fn run_backend(
             &[p.selection.globs().to_vec(), Overrides::required_taps(p.ckpt.config.num_layers)].concat(),
         )?;
         // As the cumulative run, a local run that stops keeps what it finished.
-        let run = run_to(backend.as_mut(), &p.inputs, &taps, Some(reference), &places.local(&label))?;
+        let run = run_to(backend.as_mut(), inputs, &taps, Some(reference), &places.local(&label))?;
         local = Some((taps, run.capture));
     }
     Ok(BackendOutput {
@@ -486,6 +499,7 @@ fn run_backend(
         reference: windowed,
         expected,
         notes: backend.notes(),
+        inputs: followed.map(|f| f.0),
     })
 }
 
@@ -495,6 +509,7 @@ fn run_backend(
 /// when given.
 fn own_reference(
     p: &Prepared,
+    inputs: &InputSet,
     window: usize,
     expected: Option<(Box<dyn Fault>, &str)>,
     places: &Places,
@@ -502,6 +517,9 @@ fn own_reference(
     let mut label = String::from(expected.as_ref().map_or("reference", |e| e.1));
     if window > 0 {
         label += &format!("[window={window}]");
+    }
+    if let Some(c) = inputs.chunk.filter(|_| inputs.chunk != p.inputs.chunk) {
+        label += &format!("[chunk={c}]");
     }
     let mut backend = match expected {
         Some((e, _)) => DecoderBackend::with_faults(&label, &p.ckpt, vec![e])?,
@@ -511,7 +529,7 @@ fn own_reference(
         backend = backend.windowed(window);
     }
     let taps = reference_selection(p.selection.globs())?;
-    let run = run_to(&mut backend, &p.inputs, &taps, None, &places.capture(&label))?;
+    let run = run_to(&mut backend, inputs, &taps, None, &places.capture(&label))?;
     match run.error {
         Some(e) => Err(e),
         None => Ok((label, run.capture)),
@@ -663,6 +681,7 @@ pub fn explain_stage(
         Some(o) if !p.replaced_backends || runs.backend(o).is_some() => o.clone(),
         _ => runs.backends[0].label.clone(),
     };
+    let mut inputs = &p.inputs;
     let (observed_capture, reference, target) = match runs.backend(&observed) {
         // A backend that stopped before its first phase has nothing to explain; its own
         // error is the run's (a second one about empty captures would hide it).
@@ -687,6 +706,7 @@ pub fn explain_stage(
                 float,
                 focus,
             });
+            inputs = b.inputs.as_ref().unwrap_or(inputs);
             (b.capture.as_ref(), b.clean(runs).1, target)
         }
         None if observed == "reference" => (runs.reference.as_ref(), runs.reference.as_ref(), None),
@@ -697,7 +717,7 @@ pub fn explain_stage(
         }
     };
     let scratch = runs.spill.as_ref().map(|s| s.tmp.path());
-    let at = crate::explain::rank::Setting { ckpt: &p.ckpt, inputs: &p.inputs, scratch, target };
+    let at = crate::explain::rank::Setting { ckpt: &p.ckpt, inputs, scratch, target };
     let report = crate::explain::explain(&at, reference, (&observed, observed_capture), explain)?;
     Ok(Some(Explained { report, from_disk: scratch.map(|d| d.display().to_string()) }))
 }

@@ -56,6 +56,10 @@ impl Backend for Shared {
         self.device.borrow().reference_window(inputs)
     }
 
+    fn follow_inputs(&self, inputs: &InputSet) -> Option<(InputSet, String)> {
+        self.device.borrow().follow_chunk(inputs)
+    }
+
     fn expected(
         &mut self,
         ckpt: &crate::model::Checkpoint,
@@ -82,6 +86,9 @@ impl Backend for Shared {
 /// (`explain::diag::repeatability`), stable when run 1 and every later run agree on the
 /// argmax and within `[gate] min_cosine`.
 pub fn gate(device: &OpenDevice, inputs: &InputSet, spec: &GateSpec) -> Result<(GateResult, Spread)> {
+    // Run as the pair's comparison runs it: chunked as the HEF is fed.
+    let followed = device.borrow().follow_chunk(inputs);
+    let inputs = followed.as_ref().map_or(inputs, |f| &f.0);
     let r = repeatability(&mut device.borrow_mut(), inputs, spec.runs)?;
     let s = r.spread;
     let stable = s.cosine >= spec.min_cosine && s.argmax_agreement >= 1.0;

@@ -160,6 +160,7 @@ pub fn render(r: &SuiteResult) -> Result<String> {
         suite => r.suite,
         shard => r.shard.map(|s| s.to_string()),
         counts => counts_sentence(r),
+        interrupted => (!r.unfinished.is_empty()).then(|| super::summary::unfinished_sentence(r)),
         exit => r.exit_code(),
         command => r.command,
         baseline => r.baseline,

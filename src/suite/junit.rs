@@ -118,9 +118,9 @@ fn details(p: &PairResult) -> String {
 
 pub fn render(r: &SuiteResult) -> String {
     let mut targets: Vec<&str> = Vec::new();
-    for p in &r.pairs {
-        if !targets.contains(&p.target.as_str()) {
-            targets.push(&p.target);
+    for t in r.pairs.iter().map(|p| &p.target).chain(r.unfinished.iter().map(|e| &e.target)) {
+        if !targets.contains(&t.as_str()) {
+            targets.push(t);
         }
     }
     let failures = |ps: &[&PairResult]| {
@@ -131,25 +131,26 @@ pub fn render(r: &SuiteResult) -> String {
     };
     let all: Vec<&PairResult> = r.pairs.iter().collect();
     let total: f64 = r.pairs.iter().map(|p| p.seconds).sum();
+    let not_run = |t: &str| r.unfinished.iter().filter(|e| e.target == t).count();
     let mut o = String::from("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
     let _ = writeln!(
         o,
         "<testsuites name=\"{}\" tests=\"{}\" failures=\"{}\" errors=\"{}\" time=\"{}\">",
         escape(&format!("hefprobe suite {}", r.suite)),
-        all.len(),
+        all.len() + r.unfinished.len(),
         failures(&all),
         errors(&all),
         time(total)
     );
     for target in targets {
         let ps: Vec<&PairResult> = r.pairs.iter().filter(|p| p.target == target).collect();
-        let skipped = ps.iter().filter(|p| p.status == Status::Skipped).count();
+        let skipped = ps.iter().filter(|p| p.status == Status::Skipped).count() + not_run(target);
         let _ = writeln!(
             o,
             "  <testsuite name=\"{}\" tests=\"{}\" failures=\"{}\" errors=\"{}\" skipped=\"{skipped}\" time=\"{}\" \
              timestamp=\"{}\">",
             escape(target),
-            ps.len(),
+            ps.len() + not_run(target),
             failures(&ps),
             errors(&ps),
             time(ps.iter().map(|p| p.seconds).sum()),
@@ -173,6 +174,16 @@ pub fn render(r: &SuiteResult) -> String {
         }
         for p in ps {
             testcase(&mut o, p);
+        }
+        // An interrupted run's file: the pairs it did not reach.
+        for e in r.unfinished.iter().filter(|e| e.target == target) {
+            let _ = writeln!(
+                o,
+                "    <testcase name=\"{}\" classname=\"hefprobe.{}\" time=\"0.000\">\n      \
+                 <skipped message=\"not run: the suite was interrupted\"/>\n    </testcase>",
+                escape(&e.probe),
+                escape(target)
+            );
         }
         o.push_str("  </testsuite>\n");
     }

@@ -63,6 +63,15 @@ pub fn merge(mut shards: Vec<(String, SuiteResult)>) -> Result<SuiteResult> {
     shards.sort_by_key(|(_, r)| r.shard.map(|s| s.index));
     let plan = shards[0].1.plan.clone();
     for (name, r) in &shards {
+        if !r.unfinished.is_empty() {
+            return Err(Error::input(
+                name,
+                format!(
+                    "is an interrupted shard: {}; run that shard again",
+                    super::summary::unfinished_sentence(r)
+                ),
+            ));
+        }
         if r.plan != plan || r.suite != shards[0].1.suite {
             return Err(Error::input(
                 name,

@@ -67,6 +67,18 @@ pub fn finish(r: &SuiteResult, f: &Finish) -> Result<Vec<String>> {
     Ok(said)
 }
 
+/// One report of a suite result as text.
+pub fn render(r: &SuiteResult, format: Format, color: bool) -> Result<String> {
+    Ok(match format {
+        Format::Terminal => summary::doc(r).terminal(color),
+        Format::Markdown => summary::doc(r).markdown(),
+        Format::Json => r.to_json(),
+        Format::Junit => junit::render(r),
+        Format::Html => html::render(r)?,
+        Format::Svg => return Err(Error::usage(SVG_INLINE)),
+    })
+}
+
 /// Render every requested report; files are written, stdout's share returned. Markdown is also
 /// appended to `step_summary` (GitHub's `$GITHUB_STEP_SUMMARY`) when given.
 pub fn emit(
@@ -77,14 +89,7 @@ pub fn emit(
 ) -> Result<String> {
     let mut stdout = String::new();
     for t in targets {
-        let text = match t.format {
-            Format::Terminal => summary::doc(r).terminal(color && t.path.is_none()),
-            Format::Markdown => summary::doc(r).markdown(),
-            Format::Json => r.to_json(),
-            Format::Junit => junit::render(r),
-            Format::Html => html::render(r)?,
-            Format::Svg => return Err(Error::usage(SVG_INLINE)),
-        };
+        let text = render(r, t.format, color && t.path.is_none())?;
         crate::report::deliver(t, &text, &mut stdout)?;
     }
     if let Some(path) = step_summary {

@@ -164,6 +164,12 @@ pub struct PlanEntry {
     pub target: String,
 }
 
+impl PlanEntry {
+    pub fn new(probe: &str, target: &str) -> PlanEntry {
+        PlanEntry { probe: probe.into(), target: target.into() }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TargetInfo {
@@ -263,6 +269,10 @@ pub struct SuiteResult {
     pub counts: Counts,
     pub timing: Timing,
     pub pairs: Vec<PairResult>,
+    /// Pairs of this shard not run when the file was written: the run was interrupted (the
+    /// reports are rewritten after each probe). Empty in a finished run.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unfinished: Vec<PlanEntry>,
 }
 
 impl SuiteResult {

@@ -160,8 +160,18 @@ struct Ctx<'a> {
 
 /// Run the suite (this shard of it).
 pub fn run_suite(suite: &Suite, opts: &SuiteOptions) -> Result<SuiteResult> {
+    run_suite_with(suite, opts, &mut |_| Ok(()))
+}
+
+/// Run the suite, handing `finished` the result so far after each probe's pairs (its
+/// `unfinished` lists the pairs of this shard still to run): the CLI writes the file reports
+/// there, so an interrupted night leaves what finished.
+pub fn run_suite_with(
+    suite: &Suite,
+    opts: &SuiteOptions,
+    finished: &mut dyn FnMut(&SuiteResult) -> Result<()>,
+) -> Result<SuiteResult> {
     let total = opts.clock.start();
-    let date = opts.clock.date();
     let baseline = match &opts.baseline {
         Some(p) => Some(Baseline::load_or_new(p, opts.update_baseline)?),
         None => None,
@@ -173,8 +183,14 @@ pub fn run_suite(suite: &Suite, opts: &SuiteOptions) -> Result<SuiteResult> {
         Some(s) => s.select(&keys),
         None => vec![true; plan.len()],
     };
+    let mut result = empty_result(suite, opts, &keys);
+    result.unfinished = keys
+        .iter()
+        .zip(&mine)
+        .filter(|(_, m)| **m)
+        .map(|((probe, target), _)| PlanEntry::new(probe, target))
+        .collect();
     let mut ctx = Ctx { suite, opts, baseline, devices: BTreeMap::new(), timing: Timing::default() };
-    let mut pairs = Vec::new();
     for (i, probe) in suite.probes.iter().enumerate() {
         let here: Vec<&Option<Target>> =
             plan.iter().zip(&mine).filter(|((pi, _), m)| *pi == i && **m).map(|((_, t), _)| t).collect();
@@ -185,18 +201,29 @@ pub fn run_suite(suite: &Suite, opts: &SuiteOptions) -> Result<SuiteResult> {
         for p in &done {
             eprintln!("{} × {}: {}", p.probe, p.target, p.status.name());
         }
-        pairs.extend(done);
+        result.unfinished.retain(|e| e.probe != probe.name);
+        result.pairs.extend(done);
+        result.counts = Counts::of(&result.pairs);
+        ctx.timing.total = total.secs();
+        result.timing = ctx.timing;
+        finished(&result)?;
     }
     ctx.timing.total = total.secs();
-    Ok(SuiteResult {
+    result.timing = ctx.timing;
+    Ok(result)
+}
+
+/// The result of a run before any pair: what it is of (suite, plan, targets, gate, baseline).
+fn empty_result(suite: &Suite, opts: &SuiteOptions, keys: &[(String, String)]) -> SuiteResult {
+    SuiteResult {
         schema: SUITE_SCHEMA.into(),
         hefprobe: env!("CARGO_PKG_VERSION").into(),
         suite: suite.name.clone(),
         file: suite.file.as_ref().map(|f| f.display().to_string()),
         command: opts.command.clone(),
-        date,
+        date: opts.clock.date(),
         shard: opts.shard,
-        plan: keys.into_iter().map(|(probe, target)| PlanEntry { probe, target }).collect(),
+        plan: keys.iter().map(|(probe, target)| PlanEntry::new(probe, target)).collect(),
         targets: suite
             .targets
             .iter()
@@ -210,10 +237,11 @@ pub fn run_suite(suite: &Suite, opts: &SuiteOptions) -> Result<SuiteResult> {
         gate: suite.gate,
         floors: suite.floors,
         baseline: opts.baseline.as_ref().map(|p| p.display().to_string()),
-        counts: Counts::of(&pairs),
-        timing: ctx.timing,
-        pairs,
-    })
+        counts: Counts::default(),
+        timing: Timing::default(),
+        pairs: Vec::new(),
+        unfinished: Vec::new(),
+    }
 }
 
 /// A run of one probe against some of its targets: the stages up to compare.

@@ -170,12 +170,30 @@ fn pairs_table(pairs: &[&PairResult]) -> Table {
 }
 
 /// The summary document.
+/// What an interrupted run did not do: its pairs not run (the first few named), no history, no
+/// baseline update.
+pub fn unfinished_sentence(r: &SuiteResult) -> String {
+    let named: Vec<String> =
+        r.unfinished.iter().take(5).map(|e| format!("{} × {}", e.probe, e.target)).collect();
+    let more = r.unfinished.len().saturating_sub(named.len());
+    format!(
+        "{} of {} pairs of this run not run ({}{}); the history and baseline were not written",
+        r.unfinished.len(),
+        r.unfinished.len() + r.pairs.len(),
+        named.join(", "),
+        if more > 0 { format!(", {more} more") } else { String::new() }
+    )
+}
+
 pub fn doc(r: &SuiteResult) -> Doc {
     let mut d = Doc::new();
     let shard = r.shard.map(|s| format!(" (shard {s})")).unwrap_or_default();
     d.heading(2, format!("hefprobe suite: {}{shard}", r.suite));
     let exit = r.exit_code();
     d.line(Text::strong("Result.").and(format!(" {} (exit {exit}).", counts_sentence(r)))).blank();
+    if !r.unfinished.is_empty() {
+        d.line(Text::strong("Interrupted.").and(format!(" {}", unfinished_sentence(r)))).blank();
+    }
     let (bad, good): (Vec<&PairResult>, Vec<&PairResult>) =
         r.pairs.iter().partition(|p| !matches!(p.status, Status::Pass | Status::Skipped));
     if !bad.is_empty() {

@@ -35,6 +35,26 @@ pub fn is_gguf(path: &Path) -> bool {
         && &head == MAGIC
 }
 
+/// The tensor count a GGUF header declares (gguf.md: magic, u32 version, then the tensor count:
+/// u32 in version 1, u64 from version 2), the reader put back at the start; `None` when the
+/// file is too short or not GGUF (candle's reader then says what is wrong).
+fn declared_tensors(reader: &mut BufReader<std::fs::File>) -> std::io::Result<Option<u64>> {
+    let mut head = [0u8; 16];
+    let read = reader.read_exact(&mut head);
+    reader.seek(std::io::SeekFrom::Start(0))?;
+    match read {
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
+        Err(e) => return Err(e),
+        Ok(()) if &head[..4] != MAGIC => return Ok(None),
+        Ok(()) => {}
+    }
+    let version = u32::from_le_bytes(head[4..8].try_into().expect("4 bytes"));
+    Ok(Some(match version {
+        1 => u32::from_le_bytes(head[8..12].try_into().expect("4 bytes")) as u64,
+        _ => u64::from_le_bytes(head[8..16].try_into().expect("8 bytes")),
+    }))
+}
+
 /// An open GGUF file: its parsed header and its length.
 pub struct GgufFile {
     pub path: PathBuf,
@@ -45,9 +65,10 @@ pub struct GgufFile {
 
 impl GgufFile {
     pub fn open(path: &Path) -> Result<Self> {
-        let file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
+        let file = crate::files::open(path)?;
         let len = file.metadata().map_err(|e| Error::io(path, e))?.len();
         let mut reader = BufReader::new(file);
+        let declared = declared_tensors(&mut reader).map_err(|e| Error::io(path, e))?;
         // candle's header reader divides by `general.alignment` without checking it for zero;
         // a crafted header must be an input error, never a panic.
         let parsed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| Content::read(&mut reader)));
@@ -75,7 +96,41 @@ impl GgufFile {
                 ),
             ));
         }
-        Ok(GgufFile { path: path.to_path_buf(), content, len, reader })
+        let mut file = GgufFile { path: path.to_path_buf(), content, len, reader };
+        if let Some(n) = declared.filter(|&n| n != file.content.tensor_infos.len() as u64) {
+            return Err(file.duplicates(n));
+        }
+        Ok(file)
+    }
+
+    /// The error of a header declaring `declared` tensors under fewer distinct names (candle's
+    /// reader keeps the last of a repeated name): the repeated name, found in the header bytes as
+    /// GGUF writes a name (u64 length, then the bytes), where it can be.
+    fn duplicates(&mut self, declared: u64) -> Error {
+        let what = self.path.display().to_string();
+        let distinct = self.content.tensor_infos.len();
+        let mut header = Vec::new();
+        let read = self
+            .reader
+            .seek(std::io::SeekFrom::Start(0))
+            .and_then(|_| (&mut self.reader).take(self.content.tensor_data_offset).read_to_end(&mut header));
+        let twice = read.ok().and_then(|_| {
+            let mut names: Vec<&String> = self.content.tensor_infos.keys().collect();
+            names.sort();
+            names.into_iter().find(|n| {
+                let mut needle = (n.len() as u64).to_le_bytes().to_vec();
+                needle.extend_from_slice(n.as_bytes());
+                memchr::memmem::find_iter(&header, &needle).nth(1).is_some()
+            })
+        });
+        let named = twice.map(|n| format!(": tensor `{n}` is named twice")).unwrap_or_default();
+        Error::input(
+            what,
+            format!(
+                "the header declares {declared} tensors but holds {distinct} distinct names{named}; a GGUF \
+                 tensor name appears once (the file is damaged or was written by a broken converter)"
+            ),
+        )
     }
 
     fn what(&self, key: &str) -> String {
@@ -181,9 +236,21 @@ impl GgufFile {
         let q = info
             .read(&mut self.reader, self.content.tensor_data_offset, &candle_core::Device::Cpu)
             .map_err(|e| Error::input(&what, format!("unreadable: {e}")))?;
-        q.dequantize(&candle_core::Device::Cpu)
+        let t = q
+            .dequantize(&candle_core::Device::Cpu)
             .and_then(|t| t.to_dtype(candle_core::DType::F32))
-            .map_err(|e| Error::input(&what, format!("cannot dequantize {:?}: {e}", info.ggml_dtype)))
+            .map_err(|e| Error::input(&what, format!("cannot dequantize {:?}: {e}", info.ggml_dtype)))?;
+        // As for safetensors: a NaN or ±Inf weight (a stored one, or a block scale that makes
+        // one) is a damaged checkpoint, refused before any tap turns NaN.
+        let values = t
+            .flatten_all()
+            .and_then(|f| f.to_vec1::<f32>())
+            .map_err(|e| Error::input(&what, e.to_string()))?;
+        let mut bad = values.iter().enumerate().filter(|(_, v)| !v.is_finite());
+        if let Some((first, _)) = bad.next() {
+            return Err(crate::model::weights::nonfinite_error(what, (bad.count() + 1, first)));
+        }
+        Ok(t)
     }
 
     /// xxh3-64 of the whole file, streamed.
