@@ -150,7 +150,12 @@ fn check_paths(reads: &[(&str, &std::path::Path)], out: &SuiteOutputArgs) -> Res
     if let Some(h) = &out.history {
         outs.file("--history", h);
     }
-    outs.check()
+    outs.check()?;
+    // The history a run appends to is read now, so a damaged one fails before the night's work.
+    if let Some(h) = &out.history {
+        crate::suite::history::check(h)?;
+    }
+    Ok(())
 }
 
 fn targets(out: &SuiteOutputArgs) -> Vec<ReportTarget> {

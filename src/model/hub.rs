@@ -84,25 +84,107 @@ fn is_commit_sha(s: &str) -> bool {
     s.len() == 40 && s.chars().all(|c| c.is_ascii_digit() || ('a'..='f').contains(&c))
 }
 
+/// A revision as a branch or tag name: `/`-separated parts of letters, digits, `-`, `_`, `.`,
+/// none empty or starting with `.` (so never `..`, never absolute), at most 256 bytes. It names a
+/// file under `refs/` (huggingface_hub keeps `refs/pr/1` as that path), so it must never leave it.
+fn is_ref_name(s: &str) -> bool {
+    s.len() <= MAX_REF
+        && s.split('/').all(|p| {
+            !p.is_empty()
+                && !p.starts_with('.')
+                && p.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+        })
+}
+
+/// The longest ref name, and the most of a ref file read or echoed.
+const MAX_REF: usize = 256;
+
+/// `s` for an error message: at most 64 characters, control characters escaped.
+fn echo(s: &str) -> String {
+    let mut e: String = s.chars().take(64).flat_map(char::escape_default).collect();
+    if s.chars().count() > 64 {
+        e += "…";
+    }
+    e
+}
+
+/// The commit sha a ref file holds (huggingface_hub writes the 40-digit sha and nothing else);
+/// `Ok(None)` when there is no such file. A FIFO, a file past [`MAX_REF`] bytes or anything but
+/// a sha is an input error naming the file.
+fn read_ref(ref_file: &Path) -> Result<Option<String>> {
+    if !ref_file.exists() {
+        return Ok(None);
+    }
+    let what = ref_file.display().to_string();
+    let mut bytes = Vec::new();
+    std::io::Read::read_to_end(
+        &mut std::io::Read::take(crate::files::open(ref_file)?, MAX_REF as u64 + 1),
+        &mut bytes,
+    )
+    .map_err(|e| Error::io(ref_file, e))?;
+    if bytes.len() > MAX_REF {
+        return Err(Error::input(
+            what,
+            format!("holds more than {MAX_REF} bytes; a hub ref holds one commit sha"),
+        ));
+    }
+    let text = String::from_utf8_lossy(&bytes);
+    let sha = text.trim();
+    if !is_commit_sha(sha) {
+        return Err(Error::input(
+            what,
+            format!(
+                "holds `{}`, not a commit sha (40 hex digits, as huggingface_hub writes a ref)",
+                echo(sha)
+            ),
+        ));
+    }
+    Ok(Some(sha.to_string()))
+}
+
+/// `snap` when it resolves inside `repo` (a snapshot symlinked elsewhere is refused: the cache
+/// is what was asked for).
+fn inside(snap: PathBuf, repo: &Path) -> Result<PathBuf> {
+    let (Ok(real), Ok(root)) = (snap.canonicalize(), repo.canonicalize()) else { return Ok(snap) };
+    let real_config = snap.join("config.json").canonicalize().unwrap_or_else(|_| real.clone());
+    if real.starts_with(&root) && real_config.starts_with(&root) {
+        return Ok(snap);
+    }
+    Err(Error::input(
+        snap.display().to_string(),
+        format!(
+            "resolves to {}, outside the model's hub cache folder {}: a snapshot (and its config.json) \
+             lives in the cache",
+            real_config.display(),
+            root.display()
+        ),
+    ))
+}
+
 fn find_snapshot(id: &str, revision: &str, cache: &CacheDir) -> Result<PathBuf> {
+    if !is_ref_name(revision) {
+        return Err(Error::usage(format!(
+            "--revision `{}`: a branch, tag or commit sha (letters, digits, `-`, `_`, `.` and `/` between \
+             parts; never a path)",
+            echo(revision)
+        )));
+    }
     let repo = cache.path.join(format!("models--{}", id.replace('/', "--")));
     let ref_file = repo.join("refs").join(revision);
     let mut looked = vec![format!("{} (no such folder here)", id)];
     let sha = if is_commit_sha(revision) {
         Some(revision.to_string())
     } else {
-        match std::fs::read_to_string(&ref_file) {
-            Ok(s) => Some(s.trim().to_string()),
-            Err(_) => {
-                looked.push(format!("{} (from {}): no such file", ref_file.display(), cache.from));
-                None
-            }
+        let sha = read_ref(&ref_file)?;
+        if sha.is_none() {
+            looked.push(format!("{} (from {}): no such file", ref_file.display(), cache.from));
         }
+        sha
     };
     if let Some(sha) = sha {
         let snap = repo.join("snapshots").join(&sha);
         if snap.join("config.json").is_file() {
-            return Ok(snap);
+            return inside(snap, &repo);
         }
         let what = if snap.is_dir() { "has no config.json" } else { "no such folder" };
         looked.push(format!("{} (from {}): {what}", snap.display(), cache.from));
@@ -134,5 +216,11 @@ mod tests {
         }
         assert!(is_commit_sha(&"0123456789abcdef".repeat(3)[..40]));
         assert!(!is_commit_sha("main"));
+        for r in ["main", "v1.0", "refs/pr/1", "release_2"] {
+            assert!(is_ref_name(r), "{r}");
+        }
+        for r in ["/etc/hostname", "../x", "a/../b", "", "a//b", ".hidden", "a b", &"x".repeat(257)] {
+            assert!(!is_ref_name(r), "{r}");
+        }
     }
 }

@@ -67,6 +67,11 @@ impl Baseline {
                 format!("`{}`; this hefprobe reads `{BASELINE_SCHEMA}`", b.schema),
             ));
         }
+        for (probe, targets) in &b.pairs {
+            for (target, taps) in targets {
+                super::check::taps(&format!("{what} pair {probe} × {target}"), taps)?;
+            }
+        }
         Ok(b)
     }
 

@@ -55,6 +55,10 @@ pub fn lines(r: &SuiteResult) -> Vec<HistoryLine> {
 }
 
 pub fn append(path: &Path, r: &SuiteResult) -> Result<usize> {
+    // A last line cut off (a run killed while appending) is never glued onto.
+    if let Some(n) = unterminated(path)? {
+        return Err(truncated(path, n));
+    }
     if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
         std::fs::create_dir_all(parent).map_err(|e| Error::io(parent, e))?;
     }
@@ -68,8 +72,57 @@ pub fn append(path: &Path, r: &SuiteResult) -> Result<usize> {
     Ok(new.len())
 }
 
+/// The number of the last line of the history at `path` when it does not end in a newline (cut
+/// off while appending); `None` when it does, or is empty or missing.
+fn unterminated(path: &Path) -> Result<Option<usize>> {
+    use std::io::{Read, Seek, SeekFrom};
+    if !path.exists() {
+        return Ok(None);
+    }
+    let mut f = crate::files::open(path)?;
+    let len = f.metadata().map_err(|e| Error::io(path, e))?.len();
+    if len == 0 {
+        return Ok(None);
+    }
+    let mut last = [0u8; 1];
+    f.seek(SeekFrom::Start(len - 1)).and_then(|_| f.read_exact(&mut last)).map_err(|e| Error::io(path, e))?;
+    if last[0] == b'\n' {
+        return Ok(None);
+    }
+    f.seek(SeekFrom::Start(0)).map_err(|e| Error::io(path, e))?;
+    let mut lines = 1;
+    let mut buf = vec![0u8; 1 << 16];
+    loop {
+        let n = f.read(&mut buf).map_err(|e| Error::io(path, e))?;
+        if n == 0 {
+            break;
+        }
+        lines += buf[..n].iter().filter(|&&b| b == b'\n').count();
+    }
+    Ok(Some(lines))
+}
+
+fn truncated(path: &Path, line: usize) -> Error {
+    Error::input(
+        format!("{} line {line}", path.display()),
+        "is cut off (no newline at its end: a run was stopped while appending); remove that line, then \
+         append again",
+    )
+}
+
+/// Check the history at `path` (when it exists) before a run that will append to it.
+pub fn check(path: &Path) -> Result<()> {
+    match path.exists() {
+        true => read(path).map(|_| ()),
+        false => Ok(()),
+    }
+}
+
 pub fn read(path: &Path) -> Result<Vec<HistoryLine>> {
     let text = crate::files::read_text(path)?;
+    if !text.is_empty() && !text.ends_with('\n') {
+        return Err(truncated(path, text.lines().count()));
+    }
     let mut out = Vec::new();
     for (n, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
         let l: HistoryLine = serde_json::from_str(line).map_err(|e| {
@@ -80,6 +133,15 @@ pub fn read(path: &Path) -> Result<Vec<HistoryLine>> {
                 format!("{} line {}", path.display(), n + 1),
                 format!("schema `{}`; this hefprobe reads `{HISTORY_SCHEMA}`", l.schema),
             ));
+        }
+        let what = format!("{} line {} ({} × {})", path.display(), n + 1, l.probe, l.target);
+        super::check::date(&what, &l.date)?;
+        super::check::taps(&what, &l.figures)?;
+        if let Some(b) = &l.baseline {
+            super::check::taps(&format!("{what} baseline"), b)?;
+        }
+        if let Some(b) = &l.band {
+            super::check::band(&what, b)?;
         }
         out.push(l);
     }

@@ -18,6 +18,7 @@ pub fn read(path: &Path) -> Result<SuiteResult> {
             format!("`{}`; this hefprobe merges `{SUITE_SCHEMA}`", r.schema),
         ));
     }
+    super::check::result(&what, &r)?;
     Ok(r)
 }
 

@@ -8,9 +8,11 @@
 //! - [`run`]: the probe stages per pair, the gate ([`gate`]), re-runs, explain;
 //! - [`figures`]: per-tap figures, the noise band, regressions;   [`baseline`]: the ratchet;
 //! - [`result`]: what a run decides, as data;   [`merge`]: shards back into one result;
+//! - [`check`]: baselines, histories and shard files validated as they are read;
 //! - [`summary`] (terminal, Markdown), [`junit`], [`html`], [`history`] (JSONL, trend plots).
 
 pub mod baseline;
+pub mod check;
 pub mod figures;
 pub mod gate;
 pub mod history;
