@@ -4,7 +4,7 @@
 //! Every command that writes lists what it reads and what it writes in an [`Outputs`] and calls
 //! [`Outputs::check`] before loading a model. An output must be in a folder that exists, must
 //! not be a folder, must not be any input (compared canonicalized, so `./x.hef` and `x.hef`
-//! are one file) nor a file of a checkpoint folder being read, and two outputs must not be the
+//! are one file, and by inode, so a hard link is too) nor a file of a checkpoint folder being read, and two outputs must not be the
 //! same file. Writing itself goes through [`crate::files::write_file`] / [`crate::files::AtomicFile`].
 
 use crate::error::{Error, Result};
@@ -44,6 +44,18 @@ fn canonical(p: &Path) -> Option<PathBuf> {
         _ => Path::new("."),
     };
     Some(std::fs::canonicalize(parent).ok()?.join(p.file_name()?))
+}
+
+/// Two existing paths that are one file (a hard link: canonical paths differ, the inode is one).
+fn same_file(a: &Path, b: &Path) -> bool {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        if let (Ok(x), Ok(y)) = (std::fs::metadata(a), std::fs::metadata(b)) {
+            return x.dev() == y.dev() && x.ino() == y.ino();
+        }
+    }
+    false
 }
 
 impl Outputs {
@@ -96,7 +108,7 @@ impl Outputs {
                 )));
             }
             let Some(c) = canonical(p) else { continue };
-            if let Some((_, what)) = inputs.iter().find(|(i, _)| *i == c) {
+            if let Some((_, what)) = inputs.iter().find(|(i, _)| *i == c || same_file(i, &c)) {
                 return Err(Error::usage(format!(
                     "{}: is {what}, which this command reads; writing it would destroy the input \
                      (choose another output path)",

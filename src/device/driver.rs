@@ -6,6 +6,7 @@
 
 use super::frames::{chunks, Frames, PreProcess};
 use super::{ConfiguredModel, Device, FormatType, StreamInfo, INFERENCE_TIMEOUT};
+use crate::budget::Bytes;
 use crate::error::{Error, Result};
 use crate::hef::llm_config::LlmConfig;
 use crate::hef::{Hef, QuantInfo};
@@ -171,6 +172,19 @@ impl LlmDriver {
         let mask = input(&prefill, &prefill.names.mask)?;
         let q = mask.quant_infos.first().copied().unwrap_or(crate::hef::QuantInfo::INVALID);
         let mask_on = q.quantize(1.0).clamp(0.0, 255.0) as u8;
+        // One prefill frame set, sized by hailo-config.json (input): mask rows × kv_cache_size ×
+        // heads bytes, RoPE rows × theta × heads float32 for Q and K, the embeddings rows.
+        let (p, kv) = (pp.prefill_input_tokens_count as usize, pp.kv_cache_size as usize);
+        let (h, kvh) = (pp.num_attention_heads as usize, pp.num_key_value_heads as usize);
+        let frames = Bytes::product(&[p, kv, h])
+            .plus(Bytes::product(&[p, theta.len(), h.saturating_add(kvh), 2]).times(4))
+            .plus(Bytes::product(&[p, features]).times(2));
+        crate::budget::current().check(
+            format!("{what}: one prefill frame set (prefill_input_tokens_count {p} × kv_cache_size {kv} × {h} heads)"),
+            frames,
+            "the HEF's hailo-config.json claims frames no compiled model has: check prefill_input_tokens_count \
+             and kv_cache_size (hefprobe audit), or raise --max-memory",
+        )?;
         let pre = PreProcess::new(
             pp.prefill_input_tokens_count as usize,
             pp.kv_cache_size as usize,

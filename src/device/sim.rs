@@ -15,6 +15,7 @@ use super::{
     configured_streams, padded_entry_bytes, ConfiguredModel, Device, DeviceFacts, FormatType, SimProfile,
     StreamInfo, RPC_CACHE_UNSUPPORTED, RPC_FAILED_RUN,
 };
+use crate::budget::Bytes;
 use crate::error::{Error, Result};
 use crate::fault::catalog::cache::CacheLayout;
 use crate::fault::spec::FaultSpec;
@@ -310,6 +311,15 @@ impl SimDevice {
                 Ok((q(2 * hef_layer)?, q(2 * hef_layer + 1)?))
             })
             .collect::<Result<Vec<_>>>()?;
+        // The ring is sized by the HEF's cache layers (input): checked against the budget first.
+        let entry = Bytes::product(&[c.num_kv_heads, c.head_dim]).times(4).plus(Bytes::new(24));
+        let ring_bytes = Bytes::product(&[ring_len, c.num_layers, 2]).times(entry.get().unwrap_or(u64::MAX));
+        crate::budget::current().check(
+            format!("{what}: the simulated device's KV cache ring ({ring_len} entries × {} layers × K and V)", c.num_layers),
+            ring_bytes,
+            "the HEF's cache layers (kv_cache_size) are larger than any model needs: rebuild it with a smaller \
+             --kv-cache-size, or raise --max-memory",
+        )?;
         let mut ring = Ring::new(ring_len, c.num_layers, c.num_kv_heads, c.head_dim, pad, quant);
         for f in &layouts {
             let fs = crate::fault::catalog::parse_as::<CacheLayout>(f, c)?;

@@ -356,6 +356,7 @@ impl<'a> Auditor<'a> {
         self.check_caches();
         self.check_embeddings_resource();
         self.check_expectations();
+        self.check_sizes();
     }
 
     fn into_report(self, hef: &Hef) -> AuditReport {

@@ -114,9 +114,50 @@ impl Auditor<'_> {
             let msg = format!("{EMBEDDINGS} has {rows} rows but the tokenizer has {t} tokens; looking up a higher id reads past the table");
             self.push(Finding::new("embeddings-rows", Severity::Error, msg));
         }
+        // A padded table (Qwen2.5: 151,936 rows, 151,665 tokens) is normal; a tokenizer covering
+        // under half the rows is another model's (a 259-token byte-level test tokenizer beside a
+        // 49,152-row table): genai would never produce most of the vocabulary.
+        if let Some(t) = self.tokenizer_vocab.filter(|&t| u64::from(t).saturating_mul(2) < rows) {
+            let msg = format!(
+                "{TOKENIZER} has {t} tokens but {EMBEDDINGS} has {rows} rows: the tokenizer covers under half \
+                 the vocabulary, probably another model's"
+            );
+            self.push(Finding::new("tokenizer-vs-vocab", Severity::Warning, msg));
+        }
         if let Some(v) = self.expect.vocab_size.filter(|&v| rows != u64::from(v)) {
             let msg = format!("{EMBEDDINGS} has {rows} rows but the checkpoint's vocab_size is {v}");
             self.push(Finding::new("embeddings-rows", Severity::Warning, msg));
+        }
+    }
+
+    /// Sizes hailo-config.json claims that no model has (every one is input: the host builds
+    /// frames and the simulated device a ring from them): a KV cache past the longest context of
+    /// the models a Hailo-10H runs (Llama 3.2: 131,072 positions, its config.json
+    /// max_position_embeddings), and a mask frame (prefill rows × kv_cache_size × heads bytes,
+    /// llm_server.cpp create_pre_process_future) past 1 GiB.
+    pub(super) fn check_sizes(&mut self) {
+        const LONGEST_CONTEXT: u64 = 131_072;
+        let p = self.params.pre_process_params.clone();
+        let kv = u64::from(p.kv_cache_size);
+        if kv > LONGEST_CONTEXT {
+            let msg = format!(
+                "hailo-config.json kv_cache_size is {kv} slots, past the longest context of any model a \
+                 Hailo-10H runs ({LONGEST_CONTEXT}); every layer's cache ring holds that many entries"
+            );
+            self.push(Finding::new("implausible-size", Severity::Warning, msg));
+        }
+        let mask = u64::from(p.prefill_input_tokens_count)
+            .saturating_mul(kv)
+            .saturating_mul(u64::from(p.num_attention_heads));
+        if mask > 1 << 30 {
+            let msg = format!(
+                "a prefill mask frame is {} (prefill_input_tokens_count {} × kv_cache_size {kv} × {} heads): \
+                 host buffers that large are no compiled model's",
+                crate::error::format_size(mask),
+                p.prefill_input_tokens_count,
+                p.num_attention_heads
+            );
+            self.push(Finding::new("implausible-size", Severity::Warning, msg));
         }
     }
 
