@@ -430,6 +430,21 @@ impl HefBackend {
                  set [inputs] chunk = {p}, or leave it out to compare the last chunk only"
             )));
         }
+        // Every phase keeps a logits row: a decode count from a file is sized before it runs
+        // (a greedy_steps of 2^62 would otherwise run, and hold, without bound).
+        let phases = crate::budget::Bytes::new(inputs.prompt.len().div_ceil(p.max(1)) as u64)
+            .plus(crate::budget::Bytes::new(inputs.decode.steps() as u64));
+        let held = phases.times(self.driver.vocab_rows() as u64).times(4);
+        crate::budget::current().check(
+            format!(
+                "the device's logits of {} prompt tokens and {} decode steps ({} vocabulary rows each)",
+                inputs.prompt.len(),
+                inputs.decode.steps(),
+                self.driver.vocab_rows()
+            ),
+            held,
+            "fewer decode steps (the InputSet's `greedy_steps` or `decode_tokens`), or raise --max-memory",
+        )?;
         // A conversation past kv_cache_size is not refused: genai runs it on a ring that
         // overwrites its oldest entries (see LlmDriver::note_context_full), and the comparison
         // uses a reference with a window of kv_cache_size keys (`reference_window`).

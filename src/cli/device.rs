@@ -58,6 +58,14 @@ pub fn capture(a: CaptureArgs) -> Result<ExitCode> {
     let mut sink = MemorySink::new(crate::tap::TapSelection::all());
     let result = backend.drive(&inputs, &crate::tap::TapSelection::all(), &mut sink, &mut Default::default());
     let cap = sink.capture;
+    // A run refused or stopped before its first phase writes nothing over -o; one stopped
+    // half-way keeps what finished, and says so (the error follows).
+    if cap.phases().is_empty() {
+        return result.map(|_| ExitCode::SUCCESS);
+    }
+    if result.is_err() {
+        eprintln!("note: the run stopped; {} holds the phases that finished", a.out.display());
+    }
     cap.write_npz(&a.out)?;
     if let (Some(p), Some(frames)) = (&a.record_frames, backend.driver.record.as_ref()) {
         write_frames(frames, p)?;

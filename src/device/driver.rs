@@ -288,6 +288,11 @@ impl LlmDriver {
         }
     }
 
+    /// Rows of the embeddings table: the vocabulary the device's logits cover.
+    pub fn vocab_rows(&self) -> usize {
+        self.vocab_rows
+    }
+
     pub fn kv_cache_size(&self) -> usize {
         self.pre.kv
     }

@@ -74,6 +74,9 @@ pub struct SweepSpec {
     pub scope: Vec<String>,
 }
 
+/// The most points one `[sweep]` may have (each is at least one model run).
+pub const MAX_SWEEP_POINTS: usize = 10_000;
+
 fn default_generate() -> usize {
     32
 }
@@ -356,6 +359,26 @@ impl SweepSpec {
         }
         if let Some(n) = self.prompt_len.iter().find(|&&n| n == 0) {
             return bad("prompt_len", format!("holds {n}: a prompt holds at least 1 token"));
+        }
+        // The grid's size, before anything runs: every point is a model run.
+        let axes = [
+            ("hidden", self.hidden.len().max(self.checkpoints.len())),
+            ("quant", self.quant.len()),
+            ("faults", self.faults.len()),
+            ("prompt_len", self.prompt_len.len()),
+            ("scope", self.scope.len()),
+        ];
+        let points = axes.iter().fold(1usize, |n, (_, k)| n.saturating_mul((*k).max(1)));
+        if points > MAX_SWEEP_POINTS {
+            let sizes: Vec<String> = axes.iter().map(|(k, n)| format!("{k} {}", n.max(&1))).collect();
+            return Err(Error::input(
+                what.to_string(),
+                format!(
+                    "is a grid of {points} points ({}); one sweep runs at most {MAX_SWEEP_POINTS}: split it into \
+                     several probes",
+                    sizes.join(" × ")
+                ),
+            ));
         }
         Ok(())
     }

@@ -151,11 +151,12 @@ fn models(
     probe: &Probe,
     sw: &SweepSpec,
     checkpoint: Option<&crate::model::CheckpointRef>,
-) -> Result<Vec<Model>> {
+) -> Result<Vec<Source>> {
     if let Some(c) = checkpoint {
         let ckpt = c.load()?;
         crate::probe::run::note_unknown_keys(&ckpt);
-        return Ok(vec![Model { label: ckpt.source.to_string(), hidden: ckpt.config.hidden_size, ckpt }]);
+        let m = Model { label: ckpt.source.to_string(), hidden: ckpt.config.hidden_size, ckpt };
+        return Ok(vec![Source::Loaded(m)]);
     }
     if !sw.checkpoints.is_empty() {
         return sw
@@ -164,14 +165,19 @@ fn models(
             .map(|p| {
                 let ckpt = crate::model::CheckpointRef::path(p).load()?;
                 crate::probe::run::note_unknown_keys(&ckpt);
-                Ok(Model { label: p.display().to_string(), hidden: ckpt.config.hidden_size, ckpt })
+                Ok(Source::Loaded(Model {
+                    label: p.display().to_string(),
+                    hidden: ckpt.config.hidden_size,
+                    ckpt,
+                }))
             })
             .collect();
     }
     if sw.hidden.is_empty() {
         let ckpt = probe.checkpoint.to_ref()?.load()?;
         crate::probe::run::note_unknown_keys(&ckpt);
-        return Ok(vec![Model { label: ckpt.source.to_string(), hidden: ckpt.config.hidden_size, ckpt }]);
+        let m = Model { label: ckpt.source.to_string(), hidden: ckpt.config.hidden_size, ckpt };
+        return Ok(vec![Source::Loaded(m)]);
     }
     if probe.checkpoint.synth.is_none() {
         return Err(Error::usage("[sweep] hidden needs a synth checkpoint in [checkpoint]"));
@@ -200,9 +206,25 @@ fn models(
             let mut s = base.clone();
             (s.hidden, s.heads, s.kv_heads, s.head_dim, s.intermediate) =
                 (h, heads, heads / ratio, Some(head_dim), None);
-            Ok(Model { label: format!("hidden={h}"), hidden: h, ckpt: s.build()? })
+            Ok(Source::Synth(format!("hidden={h}"), h, Box::new(s)))
         })
         .collect()
+}
+
+/// A model of the sweep, synthesized only when its turn comes (one model's weights held at a
+/// time, however long `[sweep] hidden` is).
+enum Source {
+    Loaded(Model),
+    Synth(String, usize, Box<crate::model::synth::SynthSpec>),
+}
+
+impl Source {
+    fn get(self) -> Result<Model> {
+        match self {
+            Source::Loaded(m) => Ok(m),
+            Source::Synth(label, hidden, s) => Ok(Model { label, hidden, ckpt: s.build()? }),
+        }
+    }
 }
 
 /// One setting of the grid: its label, the faults and the quantization it emulates.
@@ -352,6 +374,7 @@ pub fn run_sweep(
     let logits = TapSelection::parse(&["logits".to_string()])?;
     let mut points = Vec::new();
     for m in models(probe, &sw, checkpoint)? {
+        let m = m.get()?;
         let base_inputs = build_inputs(&probe.inputs, &m.ckpt)?;
         check_memory(probe, &sw, &m, &base_inputs)?;
         let model = Arc::new(Decoder::new(&m.ckpt)?);
