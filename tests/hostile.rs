@@ -548,3 +548,298 @@ fn a_simulated_hefs_recorded_calibration_is_checked_when_the_hef_is_opened() {
             .stderr(predicate::str::contains(says));
     }
 }
+
+/// Round two (issue 22): catalog probes run against any HEF. kv-cache-layout prefills in chunks
+/// of 16; a default HEF's frame is 96 rows: the HEF is fed as genai feeds it, and says so.
+#[test]
+fn a_catalog_probe_follows_the_hefs_prefill_frame() {
+    let t = tempfile::tempdir().unwrap();
+    let hef = t.path().join("clean.hef");
+    hefprobe().args(["synth-hef", "--synth", "tinystories", "-o"]).arg(&hef).assert().success();
+    let probe = Path::new(env!("CARGO_MANIFEST_DIR")).join("probes/kv-cache-layout.toml");
+    hefprobe()
+        .arg("run")
+        .arg(&probe)
+        .args(["--no-explain", "--backend"])
+        .arg(format!("hef={}", hef.display()))
+        .assert()
+        .code(0)
+        .stdout(
+            predicate::str::contains("it ran as genai feeds it")
+                .and(predicate::str::contains("reference[chunk=96]")),
+        );
+}
+
+/// SIGTERM half-way through a suite: the file reports hold the pairs that finished and name the
+/// rest; merge refuses the file as an interrupted shard.
+#[cfg(unix)]
+#[test]
+fn an_interrupted_suite_leaves_reports_of_what_finished() {
+    let t = tempfile::tempdir().unwrap();
+    let hef = t.path().join("clean.hef");
+    hefprobe().args(["synth-hef", "--synth", "tinystories", "-o"]).arg(&hef).assert().success();
+    let probes: Vec<PathBuf> = std::fs::read_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("probes"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    let json = t.path().join("s.json");
+    let child = std::process::Command::new(assert_cmd::cargo::cargo_bin("hefprobe"))
+        .arg("suite")
+        .args(&probes)
+        .arg("--backend")
+        .arg(format!("hef={}", hef.display()))
+        .arg("--no-explain")
+        .arg("--report")
+        .arg(format!("json={}", json.display()))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = std::time::Instant::now();
+    while !json.exists() && start.elapsed().as_secs() < 300 {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    std::process::Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "{stderr}");
+    assert!(stderr.contains("hold the") && stderr.contains("not run"), "{stderr}");
+    let r: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert!(!r["unfinished"].as_array().unwrap().is_empty(), "{r}");
+    hefprobe().arg("merge").arg(&json).assert().code(2).stderr(predicate::str::contains("interrupted shard"));
+}
+
+/// Readers that doubt their file: a FIFO is refused before `open` blocks; a `.gguf` that is
+/// empty or has another magic says so; hub refs and revisions never leave the cache.
+#[cfg(unix)]
+#[test]
+fn fifos_bad_gguf_files_and_hub_refs_that_leave_the_cache_are_refused() {
+    let t = tempfile::tempdir().unwrap();
+    let fifo = t.path().join("fifo");
+    assert!(std::process::Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+    let f = fifo.display().to_string();
+    for args in [
+        vec!["run", &f],
+        vec!["audit", &f],
+        vec!["compare", &f, &f],
+        vec!["suite", &f],
+        vec!["reference", "--checkpoint", &f, "--tokens", "1", "-o", "never.npz"],
+    ] {
+        hefprobe()
+            .args(&args)
+            .timeout(std::time::Duration::from_secs(60))
+            .assert()
+            .code(2)
+            .stderr(predicate::str::contains("is a FIFO").and(predicate::str::contains("fifo")));
+    }
+    for (name, bytes, says) in
+        [("e.gguf", &b""[..], "is an empty file"), ("b.gguf", &b"GGUXxxxx"[..], "not a GGUF file")]
+    {
+        let p = t.path().join(name);
+        std::fs::write(&p, bytes).unwrap();
+        hefprobe()
+            .args(["reference", "--tokens", "1", "-o", "never.npz", "--checkpoint"])
+            .arg(&p)
+            .assert()
+            .code(2)
+            .stderr(predicate::str::contains(name).and(predicate::str::contains(says)));
+    }
+    let hub = t.path().join("hub");
+    let repo = hub.join("models--o--m");
+    std::fs::create_dir_all(repo.join("refs")).unwrap();
+    std::fs::create_dir_all(repo.join("snapshots")).unwrap();
+    let ck = t.path().join("ck");
+    hefprobe()
+        .args([
+            "synth",
+            "--arch",
+            "llama",
+            "--hidden",
+            "32",
+            "--layers",
+            "1",
+            "--heads",
+            "2",
+            "--kv-heads",
+            "1",
+            "-o",
+        ])
+        .arg(&ck)
+        .assert()
+        .success();
+    let sha = "0123456789abcdef0123456789abcdef01234567";
+    std::os::unix::fs::symlink(&ck, repo.join("snapshots").join(sha)).unwrap();
+    let reference = |rev: &str| {
+        let mut c = hefprobe();
+        c.env("HF_HUB_CACHE", &hub).args([
+            "reference",
+            "--tokens",
+            "1",
+            "--checkpoint",
+            "o/m",
+            "--revision",
+            rev,
+            "-o",
+        ]);
+        c.arg(t.path().join("r.npz"));
+        c.timeout(std::time::Duration::from_secs(60)).assert()
+    };
+    reference("/etc/hostname").code(2).stderr(predicate::str::contains("never a path"));
+    let refs = repo.join("refs/main");
+    for (text, says) in
+        [("../../x\n".to_string(), "not a commit sha"), ("a".repeat(100_000), "more than 256 bytes")]
+    {
+        std::fs::write(&refs, &text).unwrap();
+        reference("main").code(2).stderr(predicate::str::contains(says));
+    }
+    std::fs::write(&refs, format!("{sha}\n")).unwrap();
+    reference("main").code(2).stderr(predicate::str::contains("outside the model's hub cache folder"));
+    std::fs::remove_file(&refs).unwrap();
+    assert!(std::process::Command::new("mkfifo").arg(&refs).status().unwrap().success());
+    reference("main").code(2).stderr(predicate::str::contains("is a FIFO"));
+}
+
+/// Baselines, histories and shard files are validated as they are read, and a history whose
+/// last line was cut off is never appended to; no input file changes.
+#[test]
+fn baselines_histories_and_shards_are_checked_when_read() {
+    let t = tempfile::tempdir().unwrap();
+    let p = tiny_probe(t.path(), "");
+    let (base, hist, shard) = (t.path().join("b.json"), t.path().join("h.jsonl"), t.path().join("s.json"));
+    hefprobe()
+        .arg("suite")
+        .arg(&p)
+        .arg("--baseline")
+        .arg(&base)
+        .args(["--update-baseline", "--history"])
+        .arg(&hist)
+        .arg("--report")
+        .arg(format!("json={}", shard.display()))
+        .assert()
+        .code(0);
+    let edit = |path: &Path, name: &str, f: &dyn Fn(&mut serde_json::Value)| {
+        let text = std::fs::read_to_string(path).unwrap();
+        let one = if name.ends_with(".jsonl") { text.lines().next().unwrap().to_string() } else { text };
+        let mut v: serde_json::Value = serde_json::from_str(&one).unwrap();
+        f(&mut v);
+        write(t.path(), name, &format!("{v}\n"))
+    };
+    let cos = edit(&base, "b1.json", &|v| v["pairs"]["h"]["device"]["logits"]["cosine"] = 1e300.into());
+    let b1 = std::fs::read(&cos).unwrap();
+    hefprobe()
+        .arg("suite")
+        .arg(&p)
+        .arg("--baseline")
+        .arg(&cos)
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("key `cosine`"));
+    assert_eq!(std::fs::read(&cos).unwrap(), b1);
+    let kl = edit(&base, "b2.json", &|v| v["pairs"]["h"]["device"]["logits"]["kl"] = (-1e300).into());
+    hefprobe()
+        .arg("merge")
+        .arg(&shard)
+        .arg("--baseline")
+        .arg(&kl)
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("key `kl`"));
+    let date = edit(&hist, "h1.jsonl", &|v| v["date"] = "not a date".into());
+    let big = edit(&hist, "h2.jsonl", &|v| v["figures"]["logits"]["cosine"] = 1e308.into());
+    let line = std::fs::read_to_string(&hist).unwrap();
+    let cut = write(t.path(), "h3.jsonl", &format!("{line}{}", &line[..40]));
+    for (h, says) in [(&date, "RFC 3339"), (&big, "key `cosine`"), (&cut, "is cut off")] {
+        let before = std::fs::read(h).unwrap();
+        hefprobe()
+            .arg("suite")
+            .arg(&p)
+            .arg("--history")
+            .arg(h)
+            .assert()
+            .code(2)
+            .stderr(predicate::str::contains(says));
+        hefprobe().arg("trend").arg(h).assert().code(2).stderr(predicate::str::contains(says));
+        assert_eq!(std::fs::read(h).unwrap(), before);
+    }
+    let s52 = edit(&shard, "s1.json", &|v| v["shard"] = serde_json::json!({"index": 5, "total": 2}));
+    let sec = edit(&shard, "s2.json", &|v| v["timing"]["total"] = 1e308.into());
+    for (s, says) in [(&s52, "5/2 is not a shard"), (&sec, "key `total`")] {
+        hefprobe().arg("merge").arg(s).assert().code(2).stderr(predicate::str::contains(says));
+    }
+    // A hard link to the baseline is the baseline.
+    let link = t.path().join("link.json");
+    std::fs::hard_link(&base, &link).unwrap();
+    hefprobe()
+        .arg("suite")
+        .arg(&p)
+        .arg("--baseline")
+        .arg(&base)
+        .arg("--report")
+        .arg(format!("json={}", link.display()))
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("is the baseline"));
+}
+
+/// Sizes a file claims, checked before anything that large exists: a HEF's 10^8-slot cache, a
+/// 10^6-point sweep, an InputSet's 2^62 greedy steps, a glob over the whole filesystem.
+#[test]
+fn sizes_claimed_by_hefs_sweeps_inputsets_and_globs_are_bounded() {
+    let t = tempfile::tempdir().unwrap();
+    let hef = t.path().join("big.hef");
+    hefprobe()
+        .args(["synth-hef", "--synth", "tinystories", "--kv-cache-size", "100000000", "-o"])
+        .arg(&hef)
+        .assert()
+        .success();
+    hefprobe().arg("audit").arg(&hef).assert().stdout(predicate::str::contains("implausible-size"));
+    hefprobe()
+        .args(["diagnose", "--synth", "tinystories", "--tokens", "1,2,3"])
+        .arg(&hef)
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("big.hef").and(predicate::str::contains("budget")));
+    let grid: Vec<String> = (1..=1000).map(|i| (64 * i).to_string()).collect();
+    let quant = vec!["\"w8a16\""; 1000].join(",");
+    let sweep = write(
+        t.path(),
+        "grid.toml",
+        &format!(
+            "{HEAD}{TINY}{INPUTS}[sweep]\nhidden = [{}]\nhead_dim = 16\nquant = [{quant}]\n",
+            grid.join(",")
+        ),
+    );
+    hefprobe()
+        .arg("sweep")
+        .arg(&sweep)
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("grid of 1000000 points"));
+    let mut s = InputSet::new(vec![1, 2, 3]);
+    s.decode = DecodeSpec::Greedy(1 << 62);
+    let inputs = t.path().join("g.npz");
+    s.to_npz(&inputs).unwrap();
+    let clean = t.path().join("clean.hef");
+    hefprobe().args(["synth-hef", "--synth", "tinystories", "-o"]).arg(&clean).assert().success();
+    let out = t.path().join("o.npz");
+    hefprobe()
+        .arg("capture")
+        .arg(&clean)
+        .arg("--inputs")
+        .arg(&inputs)
+        .arg("-o")
+        .arg(&out)
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("decode steps"));
+    assert!(!out.exists());
+    for glob in ["/**/*.toml", "../*.toml"] {
+        let suite = write(t.path(), "s.toml", &format!("version = 1\nprobes = [\"{glob}\"]\n"));
+        hefprobe()
+            .arg("suite")
+            .arg(&suite)
+            .assert()
+            .code(2)
+            .stderr(predicate::str::contains("leaves the suite's folder"));
+    }
+}

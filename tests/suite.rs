@@ -132,12 +132,12 @@ fn the_catalog_against_simulated_hefs() {
     );
     let suite_text = |tonight: &Path| {
         format!(
-            "version = 1\nname = \"nightly\"\nprobes = [\"{}/*.toml\"]\n\
+            "version = 1\nname = \"nightly\"\nroot = \"{}\"\nprobes = [\"probes/*.toml\"]\n\
              [[target]]\nname = \"release\"\nkind = \"hef\"\npath = \"{}\"\n\
              [[target]]\nname = \"tonight\"\nkind = \"hef\"\npath = \"{}\"\nrevision = \"abc1234\"\n\
              [gate]\nruns = 2\n\
              [explain]\nfaults = [\"shared-softmax@layers=0\", \"cache-layout:transpose\"]\n",
-            repo("probes").display(),
+            repo("").display(),
             clean.display(),
             tonight.display()
         )
@@ -245,8 +245,8 @@ fn planted_noise_fails_the_gate_as_unstable_and_a_foreign_hef_is_an_input_error(
         d,
         "S.toml",
         &format!(
-            "version = 1\nprobes = [\"{}\"]\n[[target]]\nkind = \"hef\"\npath = \"{}\"\n[[target]]\nkind = \"hef\"\npath = \"{}\"\n",
-            repo("probes/shared-softmax.toml").display(),
+            "version = 1\nroot = \"{}\"\nprobes = [\"probes/shared-softmax.toml\"]\n[[target]]\nkind = \"hef\"\npath = \"{}\"\n[[target]]\nkind = \"hef\"\npath = \"{}\"\n",
+            repo("").display(),
             noisy.display(),
             foreign.display()
         ),

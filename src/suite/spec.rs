@@ -6,8 +6,9 @@
 //! ```toml
 //! version = 1
 //! name = "nightly"
-//! probes = ["probes/*.toml"]          # globs, relative to this file
+//! probes = ["probes/*.toml"]          # globs, relative to this file, never leaving its folder
 //! exclude = ["probes/hidden-size-*"]
+//! # root = "../catalog"               # or relative to (and confined below) this folder instead
 //!
 //! [[target]]
 //! name = "tonight"                    # the label in every report and in the baseline
@@ -42,6 +43,9 @@ struct SuiteFile {
     probes: Vec<String>,
     #[serde(default)]
     exclude: Vec<String>,
+    /// The folder the globs are relative to and confined below (relative to the suite file);
+    /// default: the suite file's own folder.
+    root: Option<PathBuf>,
     #[serde(default, rename = "target")]
     targets: Vec<TargetSpec>,
     #[serde(default)]
@@ -177,8 +181,15 @@ impl Suite {
                 ),
             ));
         }
-        let base = path.parent().unwrap_or(Path::new("."));
-        let paths = expand(&f.probes, &f.exclude, base, &what)?;
+        let base = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        let root = f.root.as_ref().map_or_else(|| base.to_path_buf(), |r| base.join(r));
+        if !root.is_dir() {
+            return Err(Error::input(
+                format!("{what} key `root`"),
+                format!("{} is not a folder", root.display()),
+            ));
+        }
+        let paths = expand(&f.probes, &f.exclude, &root, &what)?;
         let probes = paths.iter().map(|p| Probe::load(p)).collect::<Result<Vec<_>>>()?;
         let targets = f.targets.iter().map(|t| target_from_file(t, base)).collect::<Result<Vec<_>>>()?;
         let name = f.name.unwrap_or_else(|| {
@@ -219,9 +230,20 @@ impl Suite {
                 "names no probe; give probe files or `probes = [\"probes/*.toml\"]`",
             ));
         }
-        let mut seen: Vec<(&str, &Path)> = Vec::new();
+        let pairs = self.probes.len().saturating_mul(self.targets.len().max(1));
+        if pairs > MAX_PAIRS {
+            return Err(Error::input(
+                what,
+                format!(
+                    "plans {pairs} pairs ({} probes × {} targets); a suite runs at most {MAX_PAIRS}: split it",
+                    self.probes.len(),
+                    self.targets.len()
+                ),
+            ));
+        }
+        let mut seen: std::collections::HashMap<&str, &Path> = std::collections::HashMap::new();
         for p in &self.probes {
-            if let Some((_, other)) = seen.iter().find(|(n, _)| *n == p.name) {
+            if let Some(other) = seen.get(p.name.as_str()) {
                 return Err(Error::input(
                     what,
                     format!(
@@ -232,17 +254,16 @@ impl Suite {
                     ),
                 ));
             }
-            seen.push((&p.name, &p.path));
+            seen.insert(&p.name, &p.path);
         }
-        let mut labels: Vec<&str> = Vec::new();
+        let mut labels = std::collections::HashSet::new();
         for t in &self.targets {
-            if labels.contains(&t.label.as_str()) {
+            if !labels.insert(t.label.as_str()) {
                 return Err(Error::input(
                     what,
                     format!("two targets are labelled `{}`; give each a `name` in a suite file", t.label),
                 ));
             }
-            labels.push(&t.label);
         }
         if self.gate.runs < 2 {
             return Err(Error::input(format!("{what} [gate] runs"), "needs at least 2 runs to compare"));
@@ -251,29 +272,67 @@ impl Suite {
     }
 }
 
-/// Probe files matching `globs` (relative to `base`), less `exclude`, sorted and de-duplicated
-/// (the order of pairs in every report and shard).
+/// The most probe files a suite's globs may match, and the most pairs (probes × targets) a
+/// suite may plan: past these a glob or a target list is a mistake, refused before any work.
+pub const MAX_PROBES: usize = 10_000;
+pub const MAX_PAIRS: usize = 100_000;
+
+/// Probe files matching `globs` (relative to and confined below `base`: no absolute glob, no
+/// `..`), less `exclude`, sorted and de-duplicated (the order of pairs in every report and
+/// shard); at most [`MAX_PROBES`] of them.
 fn expand(globs: &[String], exclude: &[String], base: &Path, what: &str) -> Result<Vec<PathBuf>> {
+    let key = format!("{what} probes");
+    let confined = |g: &str| -> Result<PathBuf> {
+        let rel = Path::new(g);
+        let leaves = rel.is_absolute()
+            || rel
+                .components()
+                .any(|c| !matches!(c, std::path::Component::Normal(_) | std::path::Component::CurDir));
+        if leaves {
+            return Err(Error::input(
+                &key,
+                format!(
+                    "`{g}` leaves the suite's folder {}: globs are relative to it and stay below it (set \
+                     `root = \"...\"` to search another folder)",
+                    base.display()
+                ),
+            ));
+        }
+        Ok(base.join(g))
+    };
     let pattern = |g: &str| -> Result<glob::Pattern> {
-        let full = base.join(g);
-        glob::Pattern::new(&full.to_string_lossy())
-            .map_err(|e| Error::input(format!("{what} probes"), format!("`{g}` is not a glob: {e}")))
+        glob::Pattern::new(&confined(g)?.to_string_lossy())
+            .map_err(|e| Error::input(&key, format!("`{g}` is not a glob: {e}")))
     };
     let excluded = exclude.iter().map(|g| pattern(g)).collect::<Result<Vec<_>>>()?;
     let mut out = Vec::new();
+    let mut seen = std::collections::HashSet::new();
     for g in globs {
-        let full = base.join(g);
-        let matches = glob::glob(&full.to_string_lossy())
-            .map_err(|e| Error::input(format!("{what} probes"), format!("`{g}` is not a glob: {e}")))?;
-        let mut found: Vec<PathBuf> = matches.filter_map(|m| m.ok()).filter(|p| p.is_file()).collect();
+        let matches = glob::glob(&confined(g)?.to_string_lossy())
+            .map_err(|e| Error::input(&key, format!("`{g}` is not a glob: {e}")))?;
+        let mut found = Vec::new();
+        for p in matches.filter_map(|m| m.ok()).filter(|p| p.is_file()) {
+            if found.len() == MAX_PROBES {
+                return Err(Error::input(
+                    &key,
+                    format!(
+                        "`{g}` matches more than {MAX_PROBES} files; narrow it (a suite names its probes)"
+                    ),
+                ));
+            }
+            found.push(p);
+        }
         if found.is_empty() {
-            return Err(Error::input(format!("{what} probes"), format!("`{g}` matches no file")));
+            return Err(Error::input(&key, format!("`{g}` matches no file")));
         }
         found.sort();
         for p in found {
-            if !excluded.iter().any(|x| x.matches_path(&p)) && !out.contains(&p) {
+            if !excluded.iter().any(|x| x.matches_path(&p)) && seen.insert(p.clone()) {
                 out.push(p);
             }
+        }
+        if out.len() > MAX_PROBES {
+            return Err(Error::input(&key, format!("match more than {MAX_PROBES} probe files; narrow them")));
         }
     }
     Ok(out)

@@ -285,3 +285,28 @@ fn the_gguf_tokenizer_is_byte_level_bpe_with_its_control_tokens() {
     let e = crate::model::tokenizer::Tokenizer::from_gguf(&path).err().unwrap().to_string();
     assert!(e.contains("tokenizer.ggml.model `llama`") && e.contains("--tokenizer"), "{e}");
 }
+
+/// A GGUF that lies (issue 22): NaN weights, a tensor name given twice. Each is an input error
+/// naming the tensor, as safetensors' are.
+#[test]
+fn nan_weights_and_repeated_tensor_names_are_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut ckpt = synth(Arch::Qwen2);
+    let norm = ckpt.tensors["model.norm.weight"].clone();
+    let nan = Tensor::full(f32::NAN, norm.dims(), norm.device()).unwrap();
+    ckpt.tensors.insert("model.norm.weight".into(), nan);
+    let path = dir.path().join("nan.gguf");
+    write(&ckpt, "qwen2", GgmlDType::F32, &[], &path);
+    let e = load(&path).unwrap_err().to_string();
+    assert!(e.contains("tensor `output_norm.weight`") && e.contains("non-finite"), "{e}");
+
+    let path = dir.path().join("dup.gguf");
+    write(&synth(Arch::Qwen2), "qwen2", GgmlDType::F32, &[], &path);
+    let mut bytes = std::fs::read(&path).unwrap();
+    let from = b"blk.0.attn_k.weight";
+    let at = bytes.windows(from.len()).position(|w| w == from).unwrap();
+    bytes[at..at + from.len()].copy_from_slice(b"blk.0.attn_q.weight");
+    std::fs::write(&path, bytes).unwrap();
+    let e = load(&path).unwrap_err().to_string();
+    assert!(e.contains("tensor `blk.0.attn_q.weight` is named twice"), "{e}");
+}
