@@ -156,7 +156,7 @@ fn models(
         let ckpt = c.load()?;
         crate::probe::run::note_unknown_keys(&ckpt);
         let m = Model { label: ckpt.source.to_string(), hidden: ckpt.config.hidden_size, ckpt };
-        return Ok(vec![Source::Loaded(m)]);
+        return Ok(vec![Source::Loaded(Box::new(m))]);
     }
     if !sw.checkpoints.is_empty() {
         return sw
@@ -165,11 +165,8 @@ fn models(
             .map(|p| {
                 let ckpt = crate::model::CheckpointRef::path(p).load()?;
                 crate::probe::run::note_unknown_keys(&ckpt);
-                Ok(Source::Loaded(Model {
-                    label: p.display().to_string(),
-                    hidden: ckpt.config.hidden_size,
-                    ckpt,
-                }))
+                let m = Model { label: p.display().to_string(), hidden: ckpt.config.hidden_size, ckpt };
+                Ok(Source::Loaded(Box::new(m)))
             })
             .collect();
     }
@@ -177,7 +174,7 @@ fn models(
         let ckpt = probe.checkpoint.to_ref()?.load()?;
         crate::probe::run::note_unknown_keys(&ckpt);
         let m = Model { label: ckpt.source.to_string(), hidden: ckpt.config.hidden_size, ckpt };
-        return Ok(vec![Source::Loaded(m)]);
+        return Ok(vec![Source::Loaded(Box::new(m))]);
     }
     if probe.checkpoint.synth.is_none() {
         return Err(Error::usage("[sweep] hidden needs a synth checkpoint in [checkpoint]"));
@@ -214,14 +211,14 @@ fn models(
 /// A model of the sweep, synthesized only when its turn comes (one model's weights held at a
 /// time, however long `[sweep] hidden` is).
 enum Source {
-    Loaded(Model),
+    Loaded(Box<Model>),
     Synth(String, usize, Box<crate::model::synth::SynthSpec>),
 }
 
 impl Source {
     fn get(self) -> Result<Model> {
         match self {
-            Source::Loaded(m) => Ok(m),
+            Source::Loaded(m) => Ok(*m),
             Source::Synth(label, hidden, s) => Ok(Model { label, hidden, ckpt: s.build()? }),
         }
     }
