@@ -58,14 +58,32 @@ pub fn read_text(path: impl AsRef<Path>) -> Result<String> {
     })
 }
 
+/// At most the first `max` bytes of an input file (a regular file only, see [`open`]): for
+/// magic numbers and files that must be short, never reading more than that.
+pub fn read_prefix(path: impl AsRef<Path>, max: u64) -> Result<Vec<u8>> {
+    use std::io::Read;
+    let path = path.as_ref();
+    let mut bytes = Vec::new();
+    open(path)?.take(max).read_to_end(&mut bytes).map_err(|e| Error::io(path, e))?;
+    Ok(bytes)
+}
+
 /// Write a whole file, creating parent directories, with the path in the error: through a
 /// temporary file in the same folder, renamed into place, then announced ("wrote PATH").
 pub fn write_file(path: impl AsRef<Path>, bytes: impl AsRef<[u8]>) -> Result<()> {
+    write_file_quiet(path.as_ref(), bytes)?;
+    announce(path.as_ref());
+    Ok(())
+}
+
+/// [`write_file`] without the announcement: for a file rewritten as a run goes (a suite's
+/// partial reports), announced once when it is final.
+pub fn write_file_quiet(path: impl AsRef<Path>, bytes: impl AsRef<[u8]>) -> Result<()> {
     use std::io::Write;
     let mut f = AtomicFile::create(path.as_ref())?;
     let tmp = f.temp_path().to_path_buf();
     f.file().write_all(bytes.as_ref()).map_err(|e| Error::io(&tmp, e))?;
-    f.commit()
+    f.commit_quiet()
 }
 
 /// Append `text` to the file at `path`, creating it if missing, with the path in the error.

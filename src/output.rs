@@ -4,8 +4,8 @@
 //! Every command that writes lists what it reads and what it writes in an [`Outputs`] and calls
 //! [`Outputs::check`] before loading a model. An output must be in a folder that exists, must
 //! not be a folder, must not be any input (compared canonicalized, so `./x.hef` and `x.hef`
-//! are one file, and by inode, so a hard link is too) nor a file of a checkpoint folder being read, and two outputs must not be the
-//! same file. Writing itself goes through [`crate::files::write_file`] / [`crate::files::AtomicFile`].
+//! are one file, and by inode, so a hard link is too) nor a file of a checkpoint folder being
+//! read, and two outputs must not be the same file. Writing itself goes through [`crate::files::write_file`] / [`crate::files::AtomicFile`].
 
 use crate::error::{Error, Result};
 use std::path::{Path, PathBuf};

@@ -3,6 +3,8 @@
 //! exit code and that the message names the flag, key or file at fault; each runs in seconds
 //! (a hang would be a test timeout; the budget refusals happen before any allocation).
 
+mod common;
+
 use assert_cmd::Command;
 use hefprobe::capture::Capture;
 use hefprobe::inputs::{DecodeSpec, InputSet};
@@ -648,25 +650,7 @@ fn fifos_bad_gguf_files_and_hub_refs_that_leave_the_cache_are_refused() {
     let repo = hub.join("models--o--m");
     std::fs::create_dir_all(repo.join("refs")).unwrap();
     std::fs::create_dir_all(repo.join("snapshots")).unwrap();
-    let ck = t.path().join("ck");
-    hefprobe()
-        .args([
-            "synth",
-            "--arch",
-            "llama",
-            "--hidden",
-            "32",
-            "--layers",
-            "1",
-            "--heads",
-            "2",
-            "--kv-heads",
-            "1",
-            "-o",
-        ])
-        .arg(&ck)
-        .assert()
-        .success();
+    let ck = common::small_checkpoint(t.path(), "ck", 300);
     let sha = "0123456789abcdef0123456789abcdef01234567";
     std::os::unix::fs::symlink(&ck, repo.join("snapshots").join(sha)).unwrap();
     let reference = |rev: &str| {

@@ -247,7 +247,9 @@ fn bisect_over_clean_prefixes_exits_0_and_a_bad_folder_is_refused_naming_the_fil
     std::fs::create_dir(&fifo_dir).unwrap();
     let made = std::process::Command::new("mkfifo").arg(fifo_dir.join("p.hef")).status();
     if made.is_ok_and(|s| s.success()) {
-        bisect("run", &fifo_dir).code(2).stderr(predicate::str::contains("is not a regular file"));
+        bisect("run", &fifo_dir)
+            .code(2)
+            .stderr(predicate::str::contains("is a FIFO (named pipe), not a regular file"));
     }
     hefprobe()
         .args(["bisect", "plan", "--checkpoint"])

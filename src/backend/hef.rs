@@ -399,10 +399,8 @@ impl HefBackend {
     /// inputs chunked as genai feeds this HEF (remainder first, then frames of
     /// prefill_input_tokens_count rows), and the note that says so. `None` when the cuts agree.
     pub fn follow_chunk(&self, inputs: &InputSet) -> Option<(InputSet, String)> {
-        let p = self.driver.prefill_tokens();
-        let n = inputs.prompt.len();
-        let cut = |c| crate::device::frames::chunks(n, c);
-        let c = inputs.chunk.filter(|&c| c != p && cut(c) != cut(p))?;
+        let (c, p) = self.other_cut(inputs)?;
+        let cut = |c| crate::device::frames::chunks(inputs.prompt.len(), c);
         let followed = InputSet { chunk: Some(p), ..inputs.clone() };
         let note = format!(
             "backend `{}`: the probe prefills in chunks of {c}, the HEF in frames of {p} rows \
@@ -415,16 +413,21 @@ impl HefBackend {
         Some((followed, note))
     }
 
+    /// The probe's chunk and the HEF's frame rows when they cut the prompt differently. A
+    /// chunk that cuts it as the frames do (e.g. a prompt shorter than both) is the same run.
+    fn other_cut(&self, inputs: &InputSet) -> Option<(usize, usize)> {
+        let p = self.driver.prefill_tokens();
+        let cut = |c| crate::device::frames::chunks(inputs.prompt.len(), c);
+        inputs.chunk.filter(|&c| c != p && cut(c) != cut(p)).map(|c| (c, p))
+    }
+
     fn check_inputs(&self, inputs: &InputSet) -> Result<()> {
         let p = self.driver.prefill_tokens();
         if inputs.start_position != 0 {
             return Err(Error::usage("a device conversation starts at position 0; remove start_position"));
         }
-        // A probe chunk that cuts the prompt as the HEF's frames do (e.g. a prompt shorter than
-        // both) is the same run: only a different cut is refused.
-        let n = inputs.prompt.len();
-        let cut = |c| crate::device::frames::chunks(n, c);
-        if let Some(c) = inputs.chunk.filter(|&c| c != p && cut(c) != cut(p)) {
+        // Only a different cut is refused (a run follows it first: `follow_chunk`).
+        if let Some((c, _)) = self.other_cut(inputs) {
             return Err(Error::usage(format!(
                 "the probe prefills in chunks of {c}, the HEF in chunks of {p} (prefill_input_tokens_count): \
                  set [inputs] chunk = {p}, or leave it out to compare the last chunk only"

@@ -94,10 +94,7 @@ fn prefixes(dir: &Path, layers: usize) -> Result<BTreeMap<usize, PathBuf>> {
         .collect();
     paths.sort();
     for p in paths {
-        // A FIFO or device named *.hef would block the read: only regular files are HEFs.
-        if !std::fs::metadata(&p).map_err(|e| Error::io(&p, e))?.is_file() {
-            return Err(Error::input(p.display().to_string(), "is not a regular file: a prefix HEF is one"));
-        }
+        // A FIFO or device named *.hef is refused by the reader (files::open) before it blocks.
         let (b, made_from) = last_block(&p)?;
         let b = b.unwrap_or(layers - 1);
         if b >= layers {

@@ -237,10 +237,7 @@ fn partial_reports(out: &SuiteOutputArgs) -> impl FnMut(&crate::suite::result::S
             cleanup::writing(|| -> Result<()> {
                 for (t, path) in files.iter().filter_map(|t| Some((t, t.path.as_ref()?))) {
                     // Quiet: "wrote" is said once, for the finished run's files.
-                    let mut f = crate::files::AtomicFile::create(path)?;
-                    std::io::Write::write_all(f.file(), render(r, t.format, false)?.as_bytes())
-                        .map_err(|e| Error::io(path, e))?;
-                    f.commit_quiet()?;
+                    crate::files::write_file_quiet(path, render(r, t.format, false)?)?;
                 }
                 Ok(())
             })?;

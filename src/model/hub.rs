@@ -116,12 +116,7 @@ fn read_ref(ref_file: &Path) -> Result<Option<String>> {
         return Ok(None);
     }
     let what = ref_file.display().to_string();
-    let mut bytes = Vec::new();
-    std::io::Read::read_to_end(
-        &mut std::io::Read::take(crate::files::open(ref_file)?, MAX_REF as u64 + 1),
-        &mut bytes,
-    )
-    .map_err(|e| Error::io(ref_file, e))?;
+    let bytes = crate::files::read_prefix(ref_file, MAX_REF as u64 + 1)?;
     if bytes.len() > MAX_REF {
         return Err(Error::input(
             what,

@@ -25,10 +25,8 @@ impl Checkpoint {
             return Checkpoint::load_dir(path);
         }
         // A file: a GGUF, or named for what it is instead (never "directory not found").
-        let mut head = Vec::new();
-        std::io::Read::read_to_end(&mut std::io::Read::take(crate::files::open(path)?, 4), &mut head)
-            .map_err(|e| crate::error::Error::io(path, e))?;
-        if head == b"GGUF" {
+        let head = crate::files::read_prefix(path, super::gguf::MAGIC.len() as u64)?;
+        if head == super::gguf::MAGIC {
             return super::gguf::load(path);
         }
         let what = match head.len() {

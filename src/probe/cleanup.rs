@@ -1,6 +1,6 @@
 //! What an interrupted run leaves. Spill folders that outlive their run: removed when the run is
-//! interrupted (Ctrl-C, SIGTERM, SIGHUP), and swept at the next spilled run when their run was killed outright (SIGKILL, the
-//! kernel's OOM killer; a spilled run is the one most likely to meet it). A spilled run's
+//! interrupted (Ctrl-C, SIGTERM, SIGHUP), and swept at the next spilled run when their run was
+//! killed outright (SIGKILL, the kernel's OOM killer; a spilled run is the one most likely to meet it). A spilled run's
 //! files can be tens of GB, too much to leave in a temporary folder.
 //!
 //! Each spill folder holds an `owner` file, `PID HOST`; a folder is swept only when its HOST is

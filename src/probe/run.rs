@@ -461,12 +461,11 @@ fn run_backend(
             .into_iter()
             .flatten()
             .collect();
-    let windowed = match notes.is_empty() {
-        false => {
-            let (l, c) = own_reference(p, inputs, w, None, places)?;
-            Some((l, c, notes.join("; ")))
-        }
-        true => None,
+    let windowed = if notes.is_empty() {
+        None
+    } else {
+        let (l, c) = own_reference(p, inputs, w, None, places)?;
+        Some((l, c, notes.join("; ")))
     };
     let expected = match backend.expected(&p.ckpt)? {
         Some(quant) => {
@@ -681,7 +680,8 @@ pub fn explain_stage(
         Some(o) if !p.replaced_backends || runs.backend(o).is_some() => o.clone(),
         _ => runs.backends[0].label.clone(),
     };
-    let mut inputs = &p.inputs;
+    // The inputs the observed backend ran (a HEF's own chunking), which explain emulates too.
+    let inputs = runs.backend(&observed).and_then(|b| b.inputs.as_ref()).unwrap_or(&p.inputs);
     let (observed_capture, reference, target) = match runs.backend(&observed) {
         // A backend that stopped before its first phase has nothing to explain; its own
         // error is the run's (a second one about empty captures would hide it).
@@ -706,7 +706,6 @@ pub fn explain_stage(
                 float,
                 focus,
             });
-            inputs = b.inputs.as_ref().unwrap_or(inputs);
             (b.capture.as_ref(), b.clean(runs).1, target)
         }
         None if observed == "reference" => (runs.reference.as_ref(), runs.reference.as_ref(), None),

@@ -25,12 +25,19 @@ fn value(what: &str, key: &str, v: f64, lo: f64, hi: f64, meaning: &str) -> Resu
     Err(bad(format!("{what} key `{key}`"), format!("{v:e} is not {meaning} ({range})")))
 }
 
-/// A tap's figures: cosine −1…1, argmax agreement 0…1, KL ≥ 0, SQNR finite (a rounding margin
-/// of 1e-6 on the bounded ones: they are computed in floating point).
+/// The rounding margin on the bounded figures: they are computed in floating point.
+const E: f64 = 1e-6;
+
+/// A cosine: −1…1, within [`E`].
+fn cosine(what: &str, key: &str, c: f64) -> Result<()> {
+    value(what, key, c, -1.0 - E, 1.0 + E, "a cosine")
+}
+
+/// A tap's figures: cosine −1…1, argmax agreement 0…1, KL ≥ 0, SQNR finite (the bounded ones
+/// within [`E`]).
 pub fn figures(what: &str, f: &Figures) -> Result<()> {
-    const E: f64 = 1e-6;
     if let Some(c) = f.cosine {
-        value(what, "cosine", c, -1.0 - E, 1.0 + E, "a cosine")?;
+        cosine(what, "cosine", c)?;
     }
     if let Some(a) = f.argmax {
         value(what, "argmax", a, -E, 1.0 + E, "an agreement fraction")?;
@@ -157,21 +164,14 @@ pub fn result(what: &str, r: &SuiteResult) -> Result<()> {
         }
         for s in &p.series {
             for (phase, c) in &s.points {
-                value(
-                    &format!("{pair} series `{}` phase `{phase}`", s.tap),
-                    "cosine",
-                    *c,
-                    -1.0 - 1e-6,
-                    1.0 + 1e-6,
-                    "a cosine",
-                )?;
+                cosine(&format!("{pair} series `{}` phase `{phase}`", s.tap), "cosine", *c)?;
             }
         }
         if let Some(g) = &p.gate {
             let gate = format!("{pair} gate");
-            value(&gate, "cosine", g.cosine, -1.0 - 1e-6, 1.0 + 1e-6, "a cosine")?;
+            cosine(&gate, "cosine", g.cosine)?;
             value(&gate, "argmax", g.argmax, 0.0, 1.0, "an agreement fraction")?;
-            value(&gate, "kl", g.kl, -1e-6, f64::MAX, "a KL divergence")?;
+            value(&gate, "kl", g.kl, -E, f64::MAX, "a KL divergence")?;
             value(&gate, "max_abs", g.max_abs, 0.0, f64::MAX, "a difference")?;
         }
     }

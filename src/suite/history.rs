@@ -55,9 +55,9 @@ pub fn lines(r: &SuiteResult) -> Vec<HistoryLine> {
 }
 
 pub fn append(path: &Path, r: &SuiteResult) -> Result<usize> {
-    // A last line cut off (a run killed while appending) is never glued onto.
-    if let Some(n) = unterminated(path)? {
-        return Err(truncated(path, n));
+    // A last line cut off (a run killed while appending) is never glued onto: `read` names it.
+    if unterminated(path)? {
+        read(path)?;
     }
     if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
         std::fs::create_dir_all(parent).map_err(|e| Error::io(parent, e))?;
@@ -72,34 +72,21 @@ pub fn append(path: &Path, r: &SuiteResult) -> Result<usize> {
     Ok(new.len())
 }
 
-/// The number of the last line of the history at `path` when it does not end in a newline (cut
-/// off while appending); `None` when it does, or is empty or missing.
-fn unterminated(path: &Path) -> Result<Option<usize>> {
+/// Whether the history at `path` exists and its last byte is not a newline (a line cut off
+/// while appending): one byte read, not the file.
+fn unterminated(path: &Path) -> Result<bool> {
     use std::io::{Read, Seek, SeekFrom};
     if !path.exists() {
-        return Ok(None);
+        return Ok(false);
     }
     let mut f = crate::files::open(path)?;
     let len = f.metadata().map_err(|e| Error::io(path, e))?.len();
     if len == 0 {
-        return Ok(None);
+        return Ok(false);
     }
     let mut last = [0u8; 1];
     f.seek(SeekFrom::Start(len - 1)).and_then(|_| f.read_exact(&mut last)).map_err(|e| Error::io(path, e))?;
-    if last[0] == b'\n' {
-        return Ok(None);
-    }
-    f.seek(SeekFrom::Start(0)).map_err(|e| Error::io(path, e))?;
-    let mut lines = 1;
-    let mut buf = vec![0u8; 1 << 16];
-    loop {
-        let n = f.read(&mut buf).map_err(|e| Error::io(path, e))?;
-        if n == 0 {
-            break;
-        }
-        lines += buf[..n].iter().filter(|&&b| b == b'\n').count();
-    }
-    Ok(Some(lines))
+    Ok(last[0] != b'\n')
 }
 
 fn truncated(path: &Path, line: usize) -> Error {
@@ -112,10 +99,10 @@ fn truncated(path: &Path, line: usize) -> Error {
 
 /// Check the history at `path` (when it exists) before a run that will append to it.
 pub fn check(path: &Path) -> Result<()> {
-    match path.exists() {
-        true => read(path).map(|_| ()),
-        false => Ok(()),
+    if path.exists() {
+        read(path)?;
     }
+    Ok(())
 }
 
 pub fn read(path: &Path) -> Result<Vec<HistoryLine>> {

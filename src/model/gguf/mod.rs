@@ -25,7 +25,7 @@ use std::io::{BufReader, Read, Seek};
 use std::path::{Path, PathBuf};
 
 /// The first four bytes of every GGUF file (gguf.md: `GGUF` as a little-endian u32).
-const MAGIC: &[u8; 4] = b"GGUF";
+pub const MAGIC: &[u8; 4] = b"GGUF";
 
 /// True when `path` is a file that starts with the GGUF magic.
 pub fn is_gguf(path: &Path) -> bool {
