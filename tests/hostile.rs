@@ -826,4 +826,12 @@ fn sizes_claimed_by_hefs_sweeps_inputsets_and_globs_are_bounded() {
             .code(2)
             .stderr(predicate::str::contains("leaves the suite's folder"));
     }
+    let suite = write(t.path(), "s.toml", "version = 1\nroot = \"/\"\nprobes = [\"**/*.toml\"]\n");
+    hefprobe()
+        .arg("suite")
+        .arg(&suite)
+        .timeout(std::time::Duration::from_secs(60))
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("key `root`").and(predicate::str::contains("filesystem's root")));
 }

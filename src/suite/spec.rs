@@ -189,6 +189,13 @@ impl Suite {
                 format!("{} is not a folder", root.display()),
             ));
         }
+        // The filesystem's root holds /proc and every mount: a `**` glob there walks them all.
+        if root.canonicalize().is_ok_and(|r| r.parent().is_none()) {
+            return Err(Error::input(
+                format!("{what} key `root`"),
+                format!("{} is the filesystem's root; name the folder that holds the probes", root.display()),
+            ));
+        }
         let paths = expand(&f.probes, &f.exclude, &root, &what)?;
         let probes = paths.iter().map(|p| Probe::load(p)).collect::<Result<Vec<_>>>()?;
         let targets = f.targets.iter().map(|t| target_from_file(t, base)).collect::<Result<Vec<_>>>()?;
