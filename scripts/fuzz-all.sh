@@ -2,7 +2,8 @@
 # Run every fuzz target of fuzz/ for SECONDS each (default 600) and print one line per target:
 # executions, corpus size, crashes. The README's fuzzing figures come from this script.
 #
-#   scripts/fuzz-all.sh [SECONDS] [JOBS]      (JOBS targets at a time, default 1)
+#   scripts/fuzz-all.sh [SECONDS] [JOBS] [TARGET...]   (JOBS targets at a time, default 1;
+#                                                      default: every target)
 #
 # Needs cargo-fuzz (`cargo install cargo-fuzz`) and a nightly toolchain (or RUSTC_BOOTSTRAP=1 on
 # stable). Built without a sanitizer (`-s none`): a panic, an abort, a run over -rss_limit_mb
@@ -15,7 +16,9 @@ cd "$(dirname "$0")/../fuzz"
 toolchain=()
 if rustup toolchain list 2>/dev/null | grep -q '^nightly'; then toolchain=(+nightly); else export RUSTC_BOOTSTRAP=1; fi
 cargo "${toolchain[@]}" fuzz build -s none -O >/dev/null
-targets=(hef_reader npz_reader probe_toml model_config safetensors dump_map hailo_config)
+targets=(hef_reader npz_reader probe_toml model_config safetensors dump_map hailo_config
+         gguf_reader tokenizer_json suite_toml suite_json history_jsonl)
+[ $# -gt 2 ] && targets=("${@:3}")
 mkdir -p logs
 run() {
     local t=$1 seeds=seeds/$1

@@ -143,3 +143,26 @@ mod tests {
         assert_eq!(format_size(128 << 30), "128.0 GiB");
     }
 }
+
+/// `f` run where a panic is a value: `None` when it panicked. For third-party readers that
+/// `expect` on malformed input (candle's GGUF header, the tokenizers crate's decoder field), so
+/// a hostile file becomes an input error. The panic's message is not printed: the default hook
+/// is skipped on this thread while `f` runs (a hook installed once; every other panic, on any
+/// thread, still reaches the previous hook).
+pub fn contained<T>(f: impl FnOnce() -> T) -> Option<T> {
+    use std::cell::Cell;
+    thread_local!(static QUIET: Cell<bool> = const { Cell::new(false) });
+    static HOOK: std::sync::Once = std::sync::Once::new();
+    HOOK.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if !QUIET.with(Cell::get) {
+                previous(info)
+            }
+        }));
+    });
+    let was = QUIET.with(|q| q.replace(true));
+    let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+    QUIET.with(|q| q.set(was));
+    out.ok()
+}

@@ -25,9 +25,18 @@ impl Tokenizer {
                 "tokenizer.json not found; give token ids with --tokens, or --tokenizer PATH",
             ));
         }
-        let inner = tokenizers::Tokenizer::from_file(path).map_err(|e| {
-            Error::input(path.display().to_string(), format!("not a readable tokenizer.json: {e}"))
-        })?;
+        let what = path.display().to_string();
+        let text = crate::files::read_text(path)?;
+        // tokenizers 0.23 `expect`s on a `decoder` it cannot read (decoders/mod.rs, "Helper").
+        let inner = match crate::error::contained(|| text.parse::<tokenizers::Tokenizer>()) {
+            Some(Ok(t)) => t,
+            Some(Err(e)) => return Err(Error::input(what, format!("not a readable tokenizer.json: {e}"))),
+            None => return Err(Error::input(
+                what,
+                "not a readable tokenizer.json: the tokenizers crate gave up on a field it cannot read (a \
+                     malformed `decoder` does this); compare the file with the model's published one",
+            )),
+        };
         Ok(Tokenizer { inner, path: path.to_path_buf() })
     }
 
@@ -66,11 +75,22 @@ impl Tokenizer {
     }
 
     pub fn encode(&self, text: &str, add_special_tokens: bool) -> Result<Encoded> {
+        let what = || self.path.display().to_string();
         let enc = |special: bool| -> Result<Vec<u32>> {
-            self.inner
-                .encode(text, special)
-                .map(|e| e.get_ids().to_vec())
-                .map_err(|e| Error::input(self.path.display().to_string(), format!("encoding {text:?}: {e}")))
+            // tokenizers 0.23 indexes a TemplateProcessing's special tokens without checking that
+            // the template's names are among them (processors/template.rs): contained.
+            match crate::error::contained(|| self.inner.encode(text, special)) {
+                Some(Ok(e)) => Ok(e.get_ids().to_vec()),
+                Some(Err(e)) => Err(Error::input(what(), format!("encoding {text:?}: {e}"))),
+                None => Err(Error::input(
+                    what(),
+                    format!(
+                        "encoding {text:?}: the tokenizers crate gave up on this file (a `post_processor` \
+                         template naming a token its `special_tokens` lacks does this); compare the file \
+                         with the model's published one"
+                    ),
+                )),
+            }
         };
         let ids = enc(add_special_tokens)?;
         let bos_added = add_special_tokens && {
@@ -81,7 +101,7 @@ impl Tokenizer {
     }
 
     pub fn decode(&self, ids: &[u32]) -> String {
-        self.inner.decode(ids, false).unwrap_or_default()
+        crate::error::contained(|| self.inner.decode(ids, false)).and_then(|d| d.ok()).unwrap_or_default()
     }
 
     pub fn vocab_size(&self) -> usize {
@@ -212,5 +232,27 @@ mod tests {
         let t = Tokenizer::load(&p).unwrap();
         let e = t.encode("Once upon a time é", false).unwrap();
         assert_eq!(t.decode(&e.ids), "Once upon a time é");
+    }
+
+    #[test]
+    fn a_decoder_the_tokenizers_crate_panics_on_is_an_input_error() {
+        // Found by fuzz/fuzz_targets/tokenizer_json.rs: tokenizers 0.23 `expect`s on this.
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("tokenizer.json");
+        // A JSON syntax error inside the `decoder` object (the fuzzer's input had `{"t],`).
+        let json = synth_tokenizer_json().to_string().replacen(r#""decoder":{"#, r#""decoder":{"t],"#, 1);
+        std::fs::write(&p, json).unwrap();
+        let e = Tokenizer::load(&p).err().expect("refused");
+        assert!(matches!(e, Error::Input { .. }), "{e}");
+        assert!(e.to_string().contains("tokenizer.json") && e.to_string().contains("decoder"), "{e}");
+        // A template naming a special token its table lacks loads, then panics in encode.
+        let mut json = synth_tokenizer_json();
+        let table = json["post_processor"]["special_tokens"].as_object_mut().unwrap();
+        let s = table.remove("<s>").unwrap();
+        table.insert("< s>".into(), s);
+        std::fs::write(&p, json.to_string()).unwrap();
+        let t = Tokenizer::load(&p).unwrap();
+        let e = t.encode("Once", true).err().expect("refused");
+        assert!(matches!(e, Error::Input { .. }) && e.to_string().contains("post_processor"), "{e}");
     }
 }

@@ -71,16 +71,15 @@ impl GgufFile {
         let declared = declared_tensors(&mut reader).map_err(|e| Error::io(path, e))?;
         // candle's header reader divides by `general.alignment` without checking it for zero;
         // a crafted header must be an input error, never a panic.
-        let parsed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| Content::read(&mut reader)));
-        let content = match parsed {
-            Ok(Ok(c)) => c,
-            Ok(Err(e)) => {
+        let content = match crate::error::contained(|| Content::read(&mut reader)) {
+            Some(Ok(c)) => c,
+            Some(Err(e)) => {
                 return Err(Error::input(
                     path.display().to_string(),
                     format!("not a readable GGUF file: {e}"),
                 ))
             }
-            Err(_) => {
+            None => {
                 return Err(Error::input(
                     path.display().to_string(),
                     "malformed GGUF header (general.alignment must be a power of two)",

@@ -310,3 +310,28 @@ fn nan_weights_and_repeated_tensor_names_are_named() {
     let e = load(&path).unwrap_err().to_string();
     assert!(e.contains("tensor `blk.0.attn_q.weight` is named twice"), "{e}");
 }
+
+/// Writes the GGUF reader's fuzz seeds (`fuzz/seeds/gguf_reader/`) when
+/// `HEFPROBE_FUZZ_SEEDS=FOLDER` is set: one small model per architecture and storage type,
+/// each loaded back before it is kept.
+/// `HEFPROBE_FUZZ_SEEDS=fuzz/seeds/gguf_reader cargo test --lib write_fuzz_seeds -- --ignored`
+#[test]
+#[ignore = "writes fuzz seeds; run by hand"]
+fn write_fuzz_seeds() {
+    let dir = PathBuf::from(std::env::var("HEFPROBE_FUZZ_SEEDS").expect("HEFPROBE_FUZZ_SEEDS=FOLDER"));
+    std::fs::create_dir_all(&dir).unwrap();
+    for (arch, name, dt) in [
+        (Arch::Llama, "llama", GgmlDType::Q8_0),
+        (Arch::Qwen2, "qwen2", GgmlDType::F16),
+        (Arch::Qwen3, "qwen3", GgmlDType::Q4_0),
+    ] {
+        let mut s = SynthSpec::preset("tinystories", 5).unwrap();
+        (s.preset, s.arch, s.hidden, s.layers, s.heads, s.kv_heads) = (None, arch, 32, 1, 2, 1);
+        (s.head_dim, s.intermediate, s.vocab) = (None, Some(32), Some(261));
+        let ckpt = s.build().unwrap();
+        let path = dir.join(format!("{name}-{dt:?}.gguf").to_lowercase());
+        write(&ckpt, name, dt, &[], &path);
+        let back = load(&path).unwrap();
+        assert_eq!(back.config.hidden_size, 32, "{}", path.display());
+    }
+}
