@@ -538,3 +538,107 @@ fn a_suite_over_the_memory_budget_spills_and_judges_the_same() {
         .code(2)
         .stderr(predicates::str::contains("--spill-dir"));
 }
+
+/// Findings 11 (shared softmax) and 9 (KV cache layout) stated as claims and judged night after
+/// night through the command line: fixed on a clean HEF, 11 reproducing on a HEF that shares
+/// the softmax in layer 0, a failed run naming 11 once the log marks it fixed, and the status
+/// change in the history and `trend --finding`.
+#[test]
+fn findings_are_claims_judged_every_night() {
+    use assert_cmd::Command;
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let clean = write_hef(d, "clean.hef", small(), None);
+    let shared = hefprobe::fault::spec::FaultSpec::parse("shared-softmax@layers=0").unwrap();
+    let softmax = write_hef(d, "softmax.hef", SynthHefOptions { faults: vec![shared], ..small() }, None);
+    let suite = |hef: &Path, expect_11: &str| {
+        write(
+            d,
+            "findings.toml",
+            &format!(
+                "version = 1\nname = \"findings\"\nroot = \"{}\"\n\
+                 probes = [\"probes/shared-softmax.toml\", \"probes/kv-cache-layout.toml\"]\n\
+                 [[target]]\nname = \"tonight\"\nkind = \"hef\"\npath = \"{}\"\n[gate]\nruns = 2\n\
+                 [explain]\nfaults = [\"shared-softmax@layers=0\", \"cache-layout:transpose\"]\n\
+                 [[finding]]\nid = 11\ntitle = \"shared softmax\"\nprobe = \"shared-softmax\"\nexpect = \"{expect_11}\"\n\
+                 explained_by = \"shared-softmax\"\n\
+                 [[finding]]\nid = 9\nprobe = \"kv-cache-layout\"\nexpect = \"fixed\"\n\
+                 explained_by = \"cache-layout:transpose\"\n",
+                repo("").display(),
+                hef.display()
+            ),
+        )
+    };
+    let run = |args: &[&str]| {
+        let mut c = Command::cargo_bin("hefprobe").unwrap();
+        c.current_dir(d).args(args).env_remove("GITHUB_STEP_SUMMARY");
+        c.assert()
+    };
+    let statuses = |file: &str| -> Vec<(u32, String, bool)> {
+        let r: SuiteResult = serde_json::from_str(&std::fs::read_to_string(d.join(file)).unwrap()).unwrap();
+        r.findings.iter().map(|f| (f.claim.id, f.status.name().to_string(), f.fails)).collect()
+    };
+
+    // Night 1, a clean HEF: both fixed; 11 was expected to reproduce, which is said, not failed.
+    suite(&clean, "reproduces");
+    run(&["suite", "findings.toml", "--history", "h.jsonl", "--report", "json=n1.json"]).code(0);
+    assert_eq!(statuses("n1.json"), [(11, "fixed".into(), false), (9, "fixed".into(), false)]);
+
+    // Night 2, the softmax shared in layer 0: 11 reproduces (the pair fails: no baseline yet).
+    suite(&softmax, "reproduces");
+    run(&["suite", "findings.toml", "--history", "h.jsonl", "--baseline", "b.json", "--update-baseline"])
+        .code(1);
+    run(&[
+        "suite",
+        "findings.toml",
+        "--history",
+        "h.jsonl",
+        "--baseline",
+        "b.json",
+        "--report",
+        "json=n2.json",
+    ])
+    .code(0);
+    // 9 drifts too (the softmax is every probe's), but explained otherwise: changed, not failed.
+    assert_eq!(statuses("n2.json"), [(11, "reproduces".into(), false), (9, "changed".into(), false)]);
+
+    // Night 3: the log marks 11 fixed, and it reproduces: the pair is known against the
+    // baseline, yet the run fails, naming the finding.
+    suite(&softmax, "fixed");
+    let out = run(&[
+        "suite",
+        "findings.toml",
+        "--history",
+        "h.jsonl",
+        "--baseline",
+        "b.json",
+        "--report",
+        "json=n3.json",
+        "--report",
+        "markdown=n3.md",
+        "--report",
+        "junit=n3.xml",
+    ])
+    .code(1);
+    let stderr = String::from_utf8_lossy(&out.get_output().stderr).to_string();
+    assert!(stderr.contains("finding 11 on tonight: reproduces — expected fixed"), "{stderr}");
+    assert_eq!(statuses("n3.json"), [(11, "reproduces".into(), true), (9, "changed".into(), false)]);
+    let md = std::fs::read_to_string(d.join("n3.md")).unwrap();
+    assert!(md.contains("REPRODUCES") && md.contains("best explanation shared-softmax@layers=0"), "{md}");
+    let junit = std::fs::read_to_string(d.join("n3.xml")).unwrap();
+    check_junit(&junit);
+    assert!(junit.contains("<testcase name=\"finding 11\"") && junit.contains("type=\"finding\""), "{junit}");
+    // The history (this night's lines included) dates the last reproduction and the change.
+    let r3: SuiteResult = serde_json::from_str(&std::fs::read_to_string(d.join("n3.json")).unwrap()).unwrap();
+    let f11 = &r3.findings[0];
+    assert_eq!(f11.last_reproduced.as_deref(), Some(r3.date.as_str()));
+    let since = f11.since.clone().expect("dated from the history");
+    assert!(since < r3.date, "reproducing since night 2 ({since}), not just tonight ({})", r3.date);
+    assert_eq!(r3.findings[1].last_reproduced, None, "9 never reproduced");
+    let trend = run(&["trend", "h.jsonl", "--finding", "11"]).code(0);
+    let text = String::from_utf8_lossy(&trend.get_output().stdout).to_string();
+    assert!(text.contains("fixed") && text.contains("changed (was fixed)"), "{text}");
+    run(&["trend", "h.jsonl", "--finding", "11", "--report", "svg=f11.svg"]).code(0);
+    assert!(std::fs::read_to_string(d.join("f11.svg")).unwrap().contains("<svg"));
+    run(&["trend", "h.jsonl", "--finding", "4"]).code(2);
+}

@@ -98,6 +98,9 @@ pub struct TrendArgs {
     /// Only these pairs, PROBE/TARGET; several allowed.
     #[arg(long = "pair", value_name = "PROBE/TARGET")]
     pub pairs: Vec<String>,
+    /// A finding's status over the runs instead of a figure (the suite's `[[finding]]` id).
+    #[arg(long, value_name = "ID")]
+    pub finding: Option<u32>,
 }
 
 /// The command line without `--shard`: the command that runs the whole suite, the same in
@@ -172,10 +175,19 @@ fn report(r: &crate::suite::result::SuiteResult, out: &SuiteOutputArgs) -> Resul
             history: out.history.clone(),
         },
     )?;
+    // A finding's last reproduction and the date its status began come from the history, this
+    // run's lines included.
+    let mut r = r.clone();
+    if let (Some(h), false) = (&out.history, r.findings.is_empty()) {
+        crate::suite::findings::annotate(&mut r.findings, &history::read(h)?);
+    }
     let color = std::io::stdout().is_terminal();
-    print!("{}", emit(r, &targets(out), color, step_summary().as_deref())?);
+    print!("{}", emit(&r, &targets(out), color, step_summary().as_deref())?);
     for line in finished {
         eprintln!("{line}");
+    }
+    for f in r.findings.iter().filter(|f| f.fails) {
+        eprintln!("{}", crate::suite::findings::sentence(f));
     }
     Ok(ExitCode::from(r.exit_code()))
 }
@@ -273,6 +285,9 @@ pub fn trend(a: TrendArgs) -> Result<ExitCode> {
     outs.check()?;
     let spec = TrendSpec { figure, tap: a.tap.clone(), pairs: a.pairs.clone() };
     let lines = history::read(&a.history)?;
+    if let Some(id) = a.finding {
+        return trend_finding(&a.history, &lines, id, &a.reports);
+    }
     let trends = history::trends(&lines, &spec);
     if trends.is_empty() {
         return Err(Error::input(
@@ -313,6 +328,41 @@ pub fn trend(a: TrendArgs) -> Result<ExitCode> {
                     f.name()
                 )))
             }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `trend --finding ID`: the finding's status over the runs, as a table or an SVG.
+fn trend_finding(
+    path: &std::path::Path,
+    lines: &[history::HistoryLine],
+    id: u32,
+    reports: &[ReportTarget],
+) -> Result<ExitCode> {
+    use crate::suite::findings::{trend_doc, trend_plot};
+    let doc = trend_doc(lines, id).ok_or_else(|| {
+        Error::input(
+            path.display().to_string(),
+            format!("no run judged finding {id} (a suite's [[finding]] id {id})"),
+        )
+    })?;
+    for t in &ReportTarget::or(reports.to_vec(), Format::Terminal) {
+        let text = match t.format {
+            Format::Svg => crate::report::band::render(&trend_plot(lines, id))
+                .map_err(|e| Error::input(format!("finding {id}"), format!("drawing the plot: {e}")))?,
+            Format::Terminal => doc.terminal(t.path.is_none() && std::io::stdout().is_terminal()),
+            Format::Markdown => doc.markdown(),
+            f => {
+                return Err(Error::usage(format!(
+                    "--report {}: trend writes svg=PATH, terminal or markdown",
+                    f.name()
+                )))
+            }
+        };
+        match &t.path {
+            Some(p) => crate::files::write_file(p, text)?,
+            None => print!("{text}"),
         }
     }
     Ok(ExitCode::SUCCESS)

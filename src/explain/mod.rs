@@ -48,6 +48,9 @@ pub struct ExplainReport {
     /// The clean reference's match: what "no fault" looks like.
     pub baseline: Option<ExplainRow>,
     pub conclusion: String,
+    /// The fault ranked first, when it explains the drift (the conclusion's "best explanation").
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub best: Option<String>,
     pub attribution: Vec<AttributionRow>,
     /// Keys of the observation holding non-finite values (with how many): when any does,
     /// explain ranks nothing and `conclusion` says why.

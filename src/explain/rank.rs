@@ -128,6 +128,7 @@ fn refuse_nonfinite(observed_name: &str, taps: Vec<TapName>, bad: &[(Key, usize)
              ranked; a non-finite output is a device or runtime failure (overflow, a wrong output quantization, \
              uninitialized memory) to fix before explaining drift."
         ),
+        best: None,
         attribution: Vec::new(),
         nonfinite: bad.iter().map(|(k, n)| (k.to_string(), *n)).collect(),
         search: None,
@@ -313,8 +314,8 @@ pub fn explain(
         Some(t) => Some(1.0 - match_captures(reference, t.float, &emu.keys)?.cosine),
         None => None,
     };
-    let mut conclusion = conclude(&rows, &baseline, observed_name, noise);
-    if emu.by_kl() && conclusion.starts_with("best explanation") {
+    let (mut conclusion, explained) = conclude(&rows, &baseline, observed_name, noise);
+    if emu.by_kl() && explained {
         if let Some(best) = rows.first() {
             conclusion += &format!(
                 "; ranked by KL to the observation: {:.6} (expected quantization {:.6})",
@@ -326,12 +327,14 @@ pub fn explain(
         Some(q) => attribute(&emu, q)?,
         None => Vec::new(),
     };
+    let best = rows.first().filter(|_| explained).map(|r| r.fault.clone());
     Ok(ExplainReport {
         observed: observed_name.to_string(),
         taps: tap_names,
         rows,
         baseline: Some(baseline),
         conclusion,
+        best,
         attribution,
         nonfinite: Vec::new(),
         search,
@@ -529,52 +532,60 @@ const EXPECTED_EPS: f64 = 1e-5;
 /// reference (1 − cosine). An observation no farther from the quantization than that, which no
 /// fault brings much closer, is that quantization's noise: two quantized implementations differ
 /// at rounding boundaries the float order decides.
-fn conclude(rows: &[ExplainRow], baseline: &ExplainRow, observed: &str, noise: Option<f64>) -> String {
+fn conclude(
+    rows: &[ExplainRow],
+    baseline: &ExplainRow,
+    observed: &str,
+    noise: Option<f64>,
+) -> (String, bool) {
     let argmax_agrees = baseline.argmax_agreement.is_nan() || baseline.argmax_agreement >= 1.0;
     let quantized = noise.is_some();
     if let Some(noise) = noise {
         let off = 1.0 - baseline.match_cosine;
         let gain = rows.first().map_or(0.0, |r| r.match_cosine - baseline.match_cosine);
         if off <= noise.max(EXPECTED_EPS) && gain < off / 2.0 {
-            return format!(
+            return (format!(
                 "`{observed}` matches its expected quantization (match cosine {:.6}, within the quantization's own \
                  noise of {:.6}): expected quantization noise, the quantization alone explains the drift from the \
                  float reference.",
                 baseline.match_cosine,
                 1.0 - noise
-            );
+            ), false);
         }
     }
     if baseline.match_cosine >= 1.0 - 1e-9 && argmax_agrees {
-        return format!("`{observed}` matches the clean reference: nothing to explain.");
+        return (format!("`{observed}` matches the clean reference: nothing to explain."), false);
     }
     let clean = if quantized { "expected quantization" } else { "clean reference" };
-    let Some(best) = rows.first() else { return "no fault was ranked.".into() };
+    let Some(best) = rows.first() else { return ("no fault was ranked.".into(), false) };
     let share = explained_share(best.match_cosine, baseline.match_cosine);
     let ties =
         if best.ties.is_empty() { String::new() } else { format!(" (tied with {})", best.ties.join(", ")) };
     if best.note.is_some() {
-        return format!(
+        return (format!(
             "nothing in the catalog explains `{observed}`: the best match is indistinguishable from a clean run (match cosine {:.6}).",
             best.match_cosine
-        );
+        ), false);
     }
     if share >= 0.9 && best.match_cosine > baseline.match_cosine {
-        format!(
+        (
+            format!(
             "best explanation: {}{ties} — match cosine {:.6} ({clean} {:.6}; explains {:.0}% of the drift)",
             best.fault,
             best.match_cosine,
             baseline.match_cosine,
             share * 100.0
+        ),
+            true,
         )
     } else {
-        format!(
+        (format!(
             "nothing in the catalog explains `{observed}`: the best, {}, reaches match cosine {:.6} against the {clean}'s {:.6} ({:.0}% of the drift).",
             best.fault,
             best.match_cosine,
             baseline.match_cosine,
             share * 100.0
-        )
+        ), false)
     }
 }
 

@@ -5,6 +5,7 @@
 //! can read it.
 
 use super::figures::{Band, Figure, Figures};
+use super::findings::FindingStatus;
 use super::result::{Status, SuiteResult};
 use crate::device::DeviceFacts;
 use crate::error::{Error, Result};
@@ -31,6 +32,9 @@ pub struct HistoryLine {
     pub band: Option<Band>,
     pub figures: BTreeMap<String, Figures>,
     pub baseline: Option<BTreeMap<String, Figures>>,
+    /// The status of each finding claimed on this pair (by id).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub findings: BTreeMap<u32, FindingStatus>,
 }
 
 /// The lines a run adds (skipped pairs have nothing to add).
@@ -50,6 +54,14 @@ pub fn lines(r: &SuiteResult) -> Vec<HistoryLine> {
             band: p.band,
             figures: p.figures.clone(),
             baseline: p.baseline.clone(),
+            findings: r
+                .findings
+                .iter()
+                .filter(|f| {
+                    f.claim.probe == p.probe && f.target == p.target && f.status != FindingStatus::NotRun
+                })
+                .map(|f| (f.claim.id, f.status))
+                .collect(),
         })
         .collect()
 }

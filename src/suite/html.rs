@@ -171,6 +171,17 @@ pub fn render(r: &SuiteResult) -> Result<String> {
         date => r.date,
         pairs => pairs,
         failing => failing,
+        findings => r.findings.iter().map(|f| minijinja::context! {
+            id => f.claim.id,
+            title => f.claim.title,
+            target => f.target,
+            expect => f.claim.expect.name(),
+            status => f.status.name(),
+            fails => f.fails,
+            why => f.why,
+            last_reproduced => f.last_reproduced,
+            since => f.since,
+        }).collect::<Vec<_>>(),
     };
     env.get_template("suite.html")
         .and_then(|t| t.render(ctx))

@@ -187,8 +187,44 @@ pub fn render(r: &SuiteResult) -> String {
         }
         o.push_str("  </testsuite>\n");
     }
+    findings(&mut o, r);
     o.push_str("</testsuites>\n");
     o
+}
+
+/// One `<testcase>` per finding × target in a `findings` testsuite: a failure when the
+/// finding's status fails the run, skipped when it did not run.
+fn findings(o: &mut String, r: &SuiteResult) {
+    use super::findings::{sentence, FindingStatus};
+    if r.findings.is_empty() {
+        return;
+    }
+    let failures = r.findings.iter().filter(|f| f.fails).count();
+    let skipped = r.findings.iter().filter(|f| f.status == FindingStatus::NotRun).count();
+    let _ = writeln!(
+        o,
+        "  <testsuite name=\"findings\" tests=\"{}\" failures=\"{failures}\" errors=\"0\" skipped=\"{skipped}\" \
+         time=\"0.000\" timestamp=\"{}\">",
+        r.findings.len(),
+        escape(&r.date)
+    );
+    for f in &r.findings {
+        let _ = write!(
+            o,
+            "    <testcase name=\"finding {}\" classname=\"hefprobe.findings.{}\" time=\"0.000\"",
+            f.claim.id,
+            escape(&f.target)
+        );
+        let said = escape(&sentence(f));
+        if f.fails {
+            let _ = writeln!(o, ">\n      <failure type=\"finding\" message=\"{said}\"/>\n    </testcase>");
+        } else if f.status == FindingStatus::NotRun {
+            let _ = writeln!(o, ">\n      <skipped message=\"{said}\"/>\n    </testcase>");
+        } else {
+            let _ = writeln!(o, ">\n      <system-out>{said}</system-out>\n    </testcase>");
+        }
+    }
+    o.push_str("  </testsuite>\n");
 }
 
 #[cfg(test)]

@@ -122,6 +122,7 @@ pub fn merge(mut shards: Vec<(String, SuiteResult)>) -> Result<SuiteResult> {
         timing.add(&r.timing);
     }
     let date = shards.iter().map(|(_, r)| r.date.clone()).min().unwrap_or_default();
+    let findings = super::findings::merge(shards.iter().map(|(_, r)| r.findings.clone()));
     let base = shards.swap_remove(0).1;
-    Ok(SuiteResult { date, shard: None, counts: Counts::of(&pairs), timing, pairs, ..base })
+    Ok(SuiteResult { date, shard: None, counts: Counts::of(&pairs), timing, pairs, findings, ..base })
 }

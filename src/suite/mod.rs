@@ -14,6 +14,7 @@
 pub mod baseline;
 pub mod check;
 pub mod figures;
+pub mod findings;
 pub mod gate;
 pub mod history;
 pub mod html;

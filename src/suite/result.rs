@@ -116,8 +116,14 @@ pub struct PairResult {
     pub located: Option<String>,
     /// Figures worse than the baseline by more than the band, taps in network order.
     pub regressions: Vec<Regression>,
+    /// The first drifting tap (of `located`).
+    #[serde(default)]
+    pub first_drift: Option<String>,
     /// The explain verdict of a confirmed failure.
     pub explanation: Option<String>,
+    /// The fault explain ranked first, when it explains the drift (of `explanation`).
+    #[serde(default)]
+    pub best_explanation: Option<String>,
     /// What the first run said, when a failing pair was re-run (flaky, or confirmed).
     pub first_run: Option<String>,
     /// Why a pair was skipped; or, for a pair that ran, how (its captures spilled to disk).
@@ -273,6 +279,9 @@ pub struct SuiteResult {
     /// reports are rewritten after each probe). Empty in a finished run.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub unfinished: Vec<PlanEntry>,
+    /// The suite's `[[finding]]` claims, judged on this run's pairs.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub findings: Vec<super::findings::FindingResult>,
 }
 
 impl SuiteResult {
@@ -289,7 +298,9 @@ impl SuiteResult {
             2
         } else if any(&|p| p.status == Status::Unstable || p.status == Status::Error) {
             3
-        } else if any(&|p| matches!(p.status, Status::Regressed | Status::Failed)) {
+        } else if any(&|p| matches!(p.status, Status::Regressed | Status::Failed))
+            || self.findings.iter().any(|f| f.fails)
+        {
             1
         } else {
             0

@@ -6,6 +6,7 @@
 
 use super::baseline::Baseline;
 use super::figures::{figures, phase_series, regressions, Band, PhaseSeries};
+use super::findings::asks_explanation;
 use super::gate::{gate, open, OpenDevice, Shared};
 use super::result::*;
 use super::shard::Shard;
@@ -204,13 +205,21 @@ pub fn run_suite_with(
         result.unfinished.retain(|e| e.probe != probe.name);
         result.pairs.extend(done);
         result.counts = Counts::of(&result.pairs);
+        result.findings = super::findings::evaluate(&suite.findings, &result.pairs, &labels(suite));
         ctx.timing.total = total.secs();
         result.timing = ctx.timing;
         finished(&result)?;
     }
     ctx.timing.total = total.secs();
     result.timing = ctx.timing;
+    result.findings = super::findings::evaluate(&suite.findings, &result.pairs, &labels(suite));
     Ok(result)
+}
+
+/// The suite's target labels (a claim without targets on a probe that ran nowhere is not run
+/// on each of them).
+fn labels(suite: &Suite) -> Vec<String> {
+    suite.targets.iter().map(|t| t.label.clone()).collect()
 }
 
 /// The result of a run before any pair: what it is of (suite, plan, targets, gate, baseline).
@@ -241,6 +250,7 @@ fn empty_result(suite: &Suite, opts: &SuiteOptions, keys: &[(String, String)]) -
         timing: Timing::default(),
         pairs: Vec::new(),
         unfinished: Vec::new(),
+        findings: Vec::new(),
     }
 }
 
@@ -293,6 +303,7 @@ fn run_stages(ctx: &Ctx, probe: &Probe, specs: Vec<BackendSpec>) -> Result<(Prep
 struct Eval {
     status: Status,
     located: Option<String>,
+    first_drift: Option<String>,
     regressions: Vec<super::figures::Regression>,
     figures: BTreeMap<String, super::figures::Figures>,
     series: Vec<PhaseSeries>,
@@ -315,13 +326,15 @@ fn evaluate(
         }
     }
     let series = taps.iter().filter_map(|t| phase_series(pair, t)).collect();
+    let first_drift = located.as_ref().map(|l| l.tap.to_string());
     let located = located.map(|l| crate::report::format::located_sentence(&l));
-    Eval { status, located, regressions: regs, figures: figs, series }
+    Eval { status, located, first_drift, regressions: regs, figures: figs, series }
 }
 
 fn apply(pair: &mut PairResult, e: Eval) {
     pair.status = e.status;
     pair.located = e.located;
+    pair.first_drift = e.first_drift;
     pair.regressions = e.regressions;
     pair.figures = e.figures;
     pair.series = e.series;
@@ -495,6 +508,15 @@ fn probe_pairs(ctx: &mut Ctx, probe: &Probe, here: &[&Option<Target>]) -> Vec<Pa
     if !failing.is_empty() {
         rerun(ctx, probe, &mut pairs, &failing, &bands);
     }
+    // A known drift is not re-run, and explained only when a finding claims its explanation.
+    let known: Vec<(usize, String)> = runnable
+        .iter()
+        .filter(|(i, _)| pairs[*i].status == Status::Known)
+        .map(|(i, t)| (*i, t.label.clone()))
+        .collect();
+    let claimed: Vec<(usize, String)> =
+        known.into_iter().filter(|(_, t)| asks_explanation(&ctx.suite.findings, &probe.name, t)).collect();
+    explain_confirmed(ctx, probe, &mut pairs, &run, claimed);
     pairs
 }
 
@@ -558,11 +580,14 @@ fn explain_confirmed(
     confirmed: Vec<(usize, String)>,
 ) {
     let settings = &ctx.suite.explain;
-    let wanted =
-        settings.enabled && !ctx.opts.no_explain && (probe.explain.is_some() || settings.faults.is_some());
-    if !wanted {
-        return;
-    }
+    let wanted = |target: &str| {
+        settings.enabled
+            && !ctx.opts.no_explain
+            && (probe.explain.is_some()
+                || settings.faults.is_some()
+                || asks_explanation(&ctx.suite.findings, &probe.name, target))
+    };
+    let confirmed: Vec<(usize, String)> = confirmed.into_iter().filter(|(_, t)| wanted(t)).collect();
     for (i, target) in confirmed {
         let watch = ctx.opts.clock.start();
         let mut spec: ExplainSpec = probe.explain.clone().unwrap_or_default();
@@ -570,10 +595,13 @@ fn explain_confirmed(
         if let Some(f) = &settings.faults {
             spec.faults = Some(f.clone());
         }
-        pairs[i].explanation = match explain_stage(&run.p, &run.runs, &run.compared, Some(&spec)) {
-            Ok(e) => e.map(|e| e.report.conclusion),
-            Err(e) => Some(format!("explain could not run: {e}")),
-        };
+        match explain_stage(&run.p, &run.runs, &run.compared, Some(&spec)) {
+            Ok(e) => {
+                pairs[i].best_explanation = e.as_ref().and_then(|e| e.report.best.clone());
+                pairs[i].explanation = e.map(|e| e.report.conclusion);
+            }
+            Err(e) => pairs[i].explanation = Some(format!("explain could not run: {e}")),
+        }
         let secs = watch.secs();
         ctx.timing.explain += secs;
         pairs[i].seconds += secs;

@@ -25,6 +25,12 @@
 //!
 //! [explain]                           # explain confirmed failures
 //! faults = ["shared-softmax@layers=0", "cache-layout:transpose"]
+//!
+//! [[finding]]                         # claims judged every run (`suite::findings`)
+//! id = 11
+//! probe = "shared-softmax"
+//! expect = "fixed"
+//! explained_by = "shared-softmax"
 //! ```
 
 use crate::backend::{BackendKind, BackendSpec};
@@ -54,6 +60,9 @@ struct SuiteFile {
     band: BandFloors,
     #[serde(default)]
     explain: ExplainSettings,
+    /// Findings as assertions (`suite::findings`).
+    #[serde(default, rename = "finding")]
+    findings: Vec<super::findings::Claim>,
     /// Extra bounds for every probe, as `--threshold` takes them.
     #[serde(default)]
     thresholds: Vec<String>,
@@ -156,6 +165,7 @@ pub struct Suite {
     pub floors: BandFloors,
     pub explain: ExplainSettings,
     pub thresholds: Vec<String>,
+    pub findings: Vec<super::findings::Claim>,
 }
 
 /// Whether `path` is a suite file (it has a top-level `probes` list) rather than a probe.
@@ -211,8 +221,10 @@ impl Suite {
             floors: f.band,
             explain: f.explain,
             thresholds: f.thresholds,
+            findings: f.findings,
         };
         suite.check(&what)?;
+        suite.check_findings(&what)?;
         Ok(suite)
     }
 
@@ -227,7 +239,24 @@ impl Suite {
     /// Replace the targets with the command line's `--backend` specs.
     pub fn set_cli_targets(&mut self, specs: &[String]) -> Result<()> {
         self.targets = specs.iter().map(|s| target_from_cli(s)).collect::<Result<_>>()?;
-        self.check("--backend")
+        self.check("--backend")?;
+        self.check_findings("--backend")
+    }
+
+    fn check_findings(&self, what: &str) -> Result<()> {
+        let probes: Vec<&str> = self.probes.iter().map(|p| p.name.as_str()).collect();
+        let targets: Vec<&str> = self.targets.iter().map(|t| t.label.as_str()).collect();
+        let mut ids = std::collections::HashSet::new();
+        for c in &self.findings {
+            if !ids.insert(c.id) {
+                return Err(Error::input(
+                    format!("{what} [[finding]] id {}", c.id),
+                    "is stated twice; one table per finding",
+                ));
+            }
+            c.check(what, &probes, &targets)?;
+        }
+        Ok(())
     }
 
     fn check(&self, what: &str) -> Result<()> {

@@ -204,6 +204,12 @@ pub fn doc(r: &SuiteResult) -> Doc {
         inner.table(pairs_table(&good));
         d.details(format!("{} passing or skipped pairs", good.len()), inner).blank();
     }
+    if !r.findings.is_empty() {
+        for f in r.findings.iter().filter(|f| f.fails) {
+            d.line(Text::strong("Finding.").and(format!(" {}", super::findings::sentence(f))));
+        }
+        d.table(super::findings::table(&r.findings)).blank();
+    }
     d.fact(Text::from("command: ").and(Text::code(&r.command)));
     match &r.baseline {
         Some(b) => d.fact(Text::from("baseline: ").and(Text::code(b))),

@@ -1,0 +1,463 @@
+//! Findings as assertions: a suite's `[[finding]]` tables state what each finding of a findings
+//! log claims — a probe, the targets, and what "reproduces" means (the first drift at a tap, the
+//! best explanation a fault, a figure past a bound; every criterion given must hold) — and every
+//! run gives each finding × target a [`FindingStatus`]. A finding expected fixed that reproduces
+//! fails the run as a regression; one expected to reproduce that stops is reported, and fails
+//! the run only when its claim says `fail_if_stops`.
+//!
+//! ```toml
+//! [[finding]]
+//! id = 11
+//! title = "softmax shared across heads"
+//! probe = "shared-softmax"
+//! targets = ["tonight"]               # default: every target the probe runs against
+//! expect = "reproduces"               # or "fixed"
+//! first_drift = "layers.0.attn.probs" # the first drifting tap
+//! explained_by = "shared-softmax"     # the best explanation (a family or a whole fault spec)
+//! metric = { tap = "logits", figure = "cosine", below = 0.999 }
+//! ```
+
+use super::figures::Figure;
+use super::result::{PairResult, Status};
+use crate::error::{Error, Result};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+crate::named_enum! {
+    /// What a run says of one finding on one target.
+    #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+    #[serde(rename_all = "kebab-case")]
+    pub enum FindingStatus {
+        /// Every criterion of the claim holds.
+        Reproduces = "reproduces",
+        /// The pair drifts, but elsewhere or explained otherwise than claimed.
+        Changed = "changed",
+        /// The pair ran within its thresholds.
+        Fixed = "fixed",
+        /// The pair did not run here (another shard, an error, an unstable device, not planned).
+        #[default]
+        NotRun = "not-run",
+    }
+}
+
+crate::named_enum! {
+    /// What the findings log says of a finding today.
+    #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+    #[serde(rename_all = "lowercase")]
+    pub enum Expect {
+        #[default]
+        Reproduces = "reproduces",
+        Fixed = "fixed",
+    }
+}
+
+/// A figure past a bound: `below` for cosine, SQNR and argmax agreement; `above` for KL.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MetricClaim {
+    pub tap: String,
+    pub figure: String,
+    pub below: Option<f64>,
+    pub above: Option<f64>,
+}
+
+/// One `[[finding]]`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Claim {
+    pub id: u32,
+    #[serde(default)]
+    pub title: Option<String>,
+    pub probe: String,
+    #[serde(default)]
+    pub targets: Vec<String>,
+    #[serde(default)]
+    pub expect: Expect,
+    #[serde(default)]
+    pub fail_if_stops: bool,
+    #[serde(default)]
+    pub first_drift: Option<String>,
+    #[serde(default)]
+    pub explained_by: Option<String>,
+    #[serde(default)]
+    pub metric: Option<MetricClaim>,
+}
+
+impl Claim {
+    /// Checked when the suite is read: `what` names the suite file.
+    pub fn check(&self, what: &str, probes: &[&str], targets: &[&str]) -> Result<()> {
+        let key = |k: &str| format!("{what} [[finding]] id {} key `{k}`", self.id);
+        if !probes.contains(&self.probe.as_str()) {
+            return Err(Error::input(
+                key("probe"),
+                format!("`{}` is not a probe of this suite (its probes: {})", self.probe, probes.join(", ")),
+            ));
+        }
+        if let Some(t) = self.targets.iter().find(|t| !targets.is_empty() && !targets.contains(&t.as_str())) {
+            return Err(Error::input(
+                key("targets"),
+                format!("`{t}` is not a target of this suite (its targets: {})", targets.join(", ")),
+            ));
+        }
+        if self.first_drift.is_none() && self.explained_by.is_none() && self.metric.is_none() {
+            return Err(Error::input(
+                key("first_drift"),
+                "a finding states what reproduces means: give `first_drift`, `explained_by` or `metric`",
+            ));
+        }
+        if let Some(m) = &self.metric {
+            if Figure::parse(&m.figure).is_none() {
+                return Err(Error::input(
+                    key("metric.figure"),
+                    format!("`{}`: cosine, sqnr_db, kl or argmax", m.figure),
+                ));
+            }
+            match (m.below, m.above) {
+                (Some(v), None) | (None, Some(v)) if v.is_finite() => {}
+                _ => return Err(Error::input(key("metric"), "give one finite bound: `below` or `above`")),
+            }
+        }
+        Ok(())
+    }
+
+    fn wants(&self, p: &PairResult) -> bool {
+        p.probe == self.probe && (self.targets.is_empty() || self.targets.contains(&p.target))
+    }
+
+    /// This claim on one pair: its status, and what the pair said that decided it.
+    pub fn judge(&self, p: &PairResult) -> (FindingStatus, String) {
+        let drifts = matches!(p.status, Status::Failed | Status::Regressed | Status::Known);
+        if !drifts && !matches!(p.status, Status::Pass | Status::Flaky) {
+            return (FindingStatus::NotRun, format!("the pair is {}", p.status.name()));
+        }
+        let mut held = Vec::new();
+        let mut missed = Vec::new();
+        if let Some(tap) = &self.first_drift {
+            let at = p.first_drift.as_deref().unwrap_or("nowhere");
+            let said = format!("first drift at {at}");
+            if at == tap {
+                held.push(said)
+            } else {
+                missed.push(format!("{said}, not {tap}"))
+            }
+        }
+        if let Some(fault) = &self.explained_by {
+            let best = p.best_explanation.as_deref();
+            let same = best.is_some_and(|b| b == fault || b.split('@').next() == Some(fault.as_str()));
+            let said = format!("best explanation {}", best.unwrap_or("none"));
+            if same {
+                held.push(said)
+            } else {
+                missed.push(format!("{said}, not {fault}"))
+            }
+        }
+        if let Some(m) = &self.metric {
+            let v = Figure::parse(&m.figure).and_then(|f| p.figures.get(&m.tap).and_then(|x| f.get(x)));
+            let past = v.is_some_and(|v| m.below.is_some_and(|b| v < b) || m.above.is_some_and(|a| v > a));
+            let bound = m.below.map_or_else(|| format!("> {}", m.above.unwrap_or(0.0)), |b| format!("< {b}"));
+            let said =
+                format!("{} {} {}", m.tap, m.figure, v.map_or("not measured".into(), |v| format!("{v:.6}")));
+            if past {
+                held.push(said)
+            } else {
+                missed.push(format!("{said}, not {bound}"))
+            }
+        }
+        let status = match (missed.is_empty(), drifts) {
+            (true, _) => FindingStatus::Reproduces,
+            (false, true) => FindingStatus::Changed,
+            (false, false) => FindingStatus::Fixed,
+        };
+        held.extend(missed);
+        (status, held.join("; "))
+    }
+}
+
+/// Whether a claim names the best explanation of `probe` × `target` (so its pair is explained
+/// even when its drift is known).
+pub fn asks_explanation(claims: &[Claim], probe: &str, target: &str) -> bool {
+    claims.iter().any(|c| {
+        c.explained_by.is_some()
+            && c.probe == probe
+            && (c.targets.is_empty() || c.targets.iter().any(|t| t == target))
+    })
+}
+
+/// One finding on one target, as a run (or a merge) saw it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FindingResult {
+    pub claim: Claim,
+    pub target: String,
+    pub status: FindingStatus,
+    /// What the pair said that decided the status.
+    pub why: String,
+    /// Fails the run: expected fixed and reproducing, or stopped with `fail_if_stops`.
+    pub fails: bool,
+    /// From the history (when one is given): the last run it reproduced in, and the date its
+    /// current status began.
+    #[serde(default)]
+    pub last_reproduced: Option<String>,
+    #[serde(default)]
+    pub since: Option<String>,
+}
+
+/// Every claim on every pair it names; a claim on a target none of these pairs ran is not run.
+pub fn evaluate(claims: &[Claim], pairs: &[PairResult], targets: &[String]) -> Vec<FindingResult> {
+    let mut out = Vec::new();
+    for c in claims {
+        let names: Vec<String> = if c.targets.is_empty() {
+            let mut seen: Vec<String> = Vec::new();
+            for p in pairs.iter().filter(|p| p.probe == c.probe) {
+                if !seen.contains(&p.target) {
+                    seen.push(p.target.clone());
+                }
+            }
+            if seen.is_empty() {
+                targets.to_vec()
+            } else {
+                seen
+            }
+        } else {
+            c.targets.clone()
+        };
+        for t in names {
+            let (status, why) = match pairs.iter().find(|p| c.wants(p) && p.target == t) {
+                Some(p) => c.judge(p),
+                None => (FindingStatus::NotRun, "not run in this run".into()),
+            };
+            let fails = match c.expect {
+                Expect::Fixed => status == FindingStatus::Reproduces,
+                Expect::Reproduces => {
+                    c.fail_if_stops && matches!(status, FindingStatus::Fixed | FindingStatus::Changed)
+                }
+            };
+            out.push(FindingResult {
+                claim: c.clone(),
+                target: t,
+                status,
+                why,
+                fails,
+                last_reproduced: None,
+                since: None,
+            });
+        }
+    }
+    out
+}
+
+/// Shards' findings as one run's: per finding × target, the shard that ran it.
+pub fn merge(shards: impl IntoIterator<Item = Vec<FindingResult>>) -> Vec<FindingResult> {
+    let mut out: Vec<FindingResult> = Vec::new();
+    for f in shards.into_iter().flatten() {
+        match out.iter_mut().find(|o| o.claim.id == f.claim.id && o.target == f.target) {
+            Some(o) if o.status == FindingStatus::NotRun => *o = f,
+            Some(_) => {}
+            None => out.push(f),
+        }
+    }
+    out
+}
+
+/// The sentence of a finding's verdict ("finding 11 on tonight reproduces (expected fixed)").
+pub fn sentence(f: &FindingResult) -> String {
+    let expected = match (f.claim.expect, f.status) {
+        (Expect::Fixed, FindingStatus::Reproduces) => " — expected fixed: a regression",
+        (Expect::Reproduces, FindingStatus::Fixed | FindingStatus::Changed) => " — expected to reproduce",
+        _ => "",
+    };
+    format!("finding {} on {}: {}{expected} ({})", f.claim.id, f.target, f.status.name(), f.why)
+}
+
+/// The findings table of the terminal and Markdown summaries.
+pub fn table(findings: &[FindingResult]) -> crate::report::doc::Table {
+    use crate::report::doc::{Cell, Table, Text, Tone};
+    let mut t = Table::new(["finding", "target", "expected", "status", "why", "last reproduced", "since"])
+        .align("rllllll");
+    for f in findings {
+        let tone = match (f.fails, f.status) {
+            (true, _) => Tone::Bad,
+            (false, FindingStatus::NotRun) => Tone::Muted,
+            _ => Tone::Good,
+        };
+        let title = f.claim.title.as_ref().map(|t| format!(" {t}")).unwrap_or_default();
+        let status = if f.fails { f.status.name().to_uppercase() } else { f.status.name().to_string() };
+        t.row([
+            Cell::from(format!("{}{title}", f.claim.id)),
+            Cell::from(Text::code(&f.target)),
+            f.claim.expect.name().into(),
+            Cell::from(Text::strong(status)).tone(tone),
+            f.why.clone().into(),
+            f.last_reproduced.clone().unwrap_or_else(|| "-".into()).into(),
+            f.since.clone().unwrap_or_else(|| "-".into()).into(),
+        ]);
+    }
+    t
+}
+
+/// Fill `last_reproduced` and `since` from the history's lines (oldest first, this run's
+/// included): a finding's status on its probe × target over the runs.
+pub fn annotate(findings: &mut [FindingResult], history: &[super::history::HistoryLine]) {
+    for f in findings {
+        let mut since: Option<&str> = None;
+        let mut last: Option<FindingStatus> = None;
+        for l in history.iter().filter(|l| l.probe == f.claim.probe && l.target == f.target) {
+            let Some(&s) = l.findings.get(&f.claim.id) else { continue };
+            if s == FindingStatus::Reproduces {
+                f.last_reproduced = Some(l.date.clone());
+            }
+            if last != Some(s) {
+                since = Some(&l.date);
+                last = Some(s);
+            }
+        }
+        if last == Some(f.status) {
+            f.since = since.map(String::from);
+        }
+    }
+}
+
+/// A finding's runs in the history (oldest first): (date, probe × target, status).
+fn runs_of(history: &[super::history::HistoryLine], id: u32) -> Vec<(&str, String, FindingStatus)> {
+    history
+        .iter()
+        .filter_map(|l| {
+            l.findings.get(&id).map(|s| (l.date.as_str(), format!("{} × {}", l.probe, l.target), *s))
+        })
+        .collect()
+}
+
+/// `hefprobe trend --finding N`: the finding's status per run, each change marked; None when
+/// the history never judged it.
+pub fn trend_doc(history: &[super::history::HistoryLine], id: u32) -> Option<crate::report::doc::Doc> {
+    use crate::report::doc::{Doc, Table};
+    let runs = runs_of(history, id);
+    if runs.is_empty() {
+        return None;
+    }
+    let mut d = Doc::new();
+    d.line(format!("finding {id} over runs"));
+    let mut t = Table::new(["date", "pair", "status", ""]).align("llll");
+    let mut last: BTreeMap<&str, FindingStatus> = BTreeMap::new();
+    for (date, pair, s) in &runs {
+        let change = match last.insert(pair.as_str(), *s) {
+            Some(before) if before != *s => format!("changed (was {})", before.name()),
+            _ => String::new(),
+        };
+        t.row([date.to_string(), pair.clone(), s.name().to_string(), change]);
+    }
+    d.table(t);
+    Some(d)
+}
+
+/// The same as a plot: 1 reproduces, 0.5 changed, 0 fixed, one line per pair.
+pub fn trend_plot(history: &[super::history::HistoryLine], id: u32) -> crate::report::band::BandPlot {
+    use crate::report::band::{BandPlot, BandSeries};
+    let runs = runs_of(history, id);
+    let mut dates: Vec<&str> = runs.iter().map(|r| r.0).collect();
+    dates.sort();
+    dates.dedup();
+    let mut series: Vec<BandSeries> = Vec::new();
+    for (date, pair, s) in &runs {
+        let y = match s {
+            FindingStatus::Reproduces => 1.0,
+            FindingStatus::Changed => 0.5,
+            _ => 0.0,
+        };
+        let x = dates.iter().position(|d| d == date).unwrap_or(0);
+        match series.iter_mut().find(|t| &t.label == pair) {
+            Some(t) => t.points.push((x, y)),
+            None => series.push(BandSeries { label: pair.clone(), points: vec![(x, y)], band: None }),
+        }
+    }
+    BandPlot {
+        caption: format!("finding {id} over runs (1 reproduces, 0.5 changed, 0 fixed)"),
+        x_desc: "run".into(),
+        y_desc: "status".into(),
+        steps: dates.iter().map(|d| d.get(..16).unwrap_or(d).replace('T', " ")).collect(),
+        series,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn claim(expect: Expect) -> Claim {
+        Claim {
+            id: 11,
+            title: None,
+            probe: "shared-softmax".into(),
+            targets: vec![],
+            expect,
+            fail_if_stops: false,
+            first_drift: Some("layers.0.attn.probs".into()),
+            explained_by: Some("shared-softmax".into()),
+            metric: None,
+        }
+    }
+
+    fn pair(status: Status, tap: Option<&str>, best: Option<&str>) -> PairResult {
+        PairResult {
+            probe: "shared-softmax".into(),
+            target: "tonight".into(),
+            status,
+            first_drift: tap.map(String::from),
+            best_explanation: best.map(String::from),
+            ..PairResult::default()
+        }
+    }
+
+    #[test]
+    fn each_status_and_when_it_fails_the_run() {
+        let cases = [
+            (
+                pair(Status::Failed, Some("layers.0.attn.probs"), Some("shared-softmax@layers=0")),
+                FindingStatus::Reproduces,
+            ),
+            (
+                pair(Status::Known, Some("layers.0.attn.probs"), Some("rope:interleaved")),
+                FindingStatus::Changed,
+            ),
+            (pair(Status::Failed, Some("logits"), Some("shared-softmax")), FindingStatus::Changed),
+            (pair(Status::Pass, None, None), FindingStatus::Fixed),
+            (pair(Status::Error, None, None), FindingStatus::NotRun),
+        ];
+        for (p, want) in cases {
+            let got = evaluate(&[claim(Expect::Fixed)], std::slice::from_ref(&p), &[]);
+            assert_eq!(got.len(), 1);
+            assert_eq!(got[0].status, want, "{:?}: {}", p.status, got[0].why);
+            assert_eq!(
+                got[0].fails,
+                want == FindingStatus::Reproduces,
+                "expected fixed fails only when it reproduces"
+            );
+            let kept = evaluate(&[claim(Expect::Reproduces)], std::slice::from_ref(&p), &[]);
+            assert!(!kept[0].fails, "stopping is reported, not failed, without fail_if_stops");
+        }
+        let strict = Claim { fail_if_stops: true, ..claim(Expect::Reproduces) };
+        assert!(evaluate(&[strict], &[pair(Status::Pass, None, None)], &[])[0].fails);
+    }
+
+    #[test]
+    fn claims_are_checked_against_the_suite() {
+        let ok = claim(Expect::Fixed);
+        assert!(ok.check("s.toml", &["shared-softmax"], &["tonight"]).is_ok());
+        let e = ok.check("s.toml", &["kv-cache-layout"], &[]).unwrap_err().to_string();
+        assert!(e.contains("key `probe`") && e.contains("kv-cache-layout"), "{e}");
+        let empty = Claim { first_drift: None, explained_by: None, ..claim(Expect::Fixed) };
+        assert!(empty.check("s.toml", &["shared-softmax"], &[]).is_err());
+        let m = MetricClaim {
+            tap: "logits".into(),
+            figure: "cosine".into(),
+            below: Some(0.99),
+            above: Some(1.0),
+        };
+        let both = Claim { metric: Some(m), ..claim(Expect::Fixed) };
+        assert!(both
+            .check("s.toml", &["shared-softmax"], &[])
+            .unwrap_err()
+            .to_string()
+            .contains("one finite bound"));
+    }
+}
