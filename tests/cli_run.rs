@@ -478,3 +478,54 @@ fn run_over_the_memory_budget_spills_captures_and_reports_the_same_figures() {
             .and(predicate::str::contains("spill.toml [inputs]")),
     );
 }
+
+/// `reduce` on the shared-softmax probe (41 prompt tokens, 4 decode steps): a minimal probe of at
+/// most 3 tokens and no decode step that, run on its own, still locates `layers.0.attn.probs` and
+/// ranks `shared-softmax@layers=0` first; a budget stops it early, saying so; a probe that does
+/// not drift has nothing to reduce.
+#[test]
+fn reduce_shrinks_the_shared_softmax_probe_and_the_result_still_reproduces() {
+    let t = tempfile::tempdir().unwrap();
+    let min = t.path().join("min.toml");
+    let out = hefprobe()
+        .args(["reduce"])
+        .arg(repo("probes/shared-softmax.toml"))
+        .arg("-o")
+        .arg(&min)
+        .assert()
+        .success();
+    let said = String::from_utf8_lossy(&out.get_output().stdout).to_string();
+    assert!(said.contains("best explanation shared-softmax@layers=0"), "{said}");
+    let probe = hefprobe::probe::schema::Probe::load(&min).unwrap();
+    let tokens = probe.inputs.tokens.clone().expect("token ids");
+    assert!((1..=3).contains(&tokens.len()), "{tokens:?}");
+    assert!(probe.inputs.decode.is_none() && probe.inputs.decode_tokens.is_none(), "no decode step");
+    assert_eq!(probe.name, "shared-softmax-min");
+    let json = t.path().join("min.json");
+    hefprobe().arg("run").arg(&min).arg("--report").arg(format!("json={}", json.display())).assert().code(1);
+    let r: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(r["located"][0][0]["tap"], "layers.0.attn.probs", "{}", r["located"]);
+    assert_eq!(r["explain"]["rows"][0]["fault"], "shared-softmax@layers=0");
+
+    let early = hefprobe()
+        .args(["reduce"])
+        .arg(repo("probes/shared-softmax.toml"))
+        .args(["--budget", "2", "-o"])
+        .arg(t.path().join("early.toml"))
+        .assert()
+        .success();
+    let said = String::from_utf8_lossy(&early.get_output().stdout).to_string();
+    assert!(
+        said.contains("in 2 runs") && said.contains("stopped early: the run budget (2) is spent"),
+        "{said}"
+    );
+
+    hefprobe()
+        .args(["reduce"])
+        .arg(repo("probes/shared-softmax.toml"))
+        .args(["--backend", "emulator", "-o"])
+        .arg(t.path().join("none.toml"))
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("nothing to reduce"));
+}

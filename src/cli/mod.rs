@@ -8,6 +8,7 @@ mod device;
 mod doctor;
 mod explain;
 mod faults;
+mod reduce;
 mod reference;
 pub mod run;
 mod suite;
@@ -80,6 +81,8 @@ pub enum Command {
     Trend(suite::TrendArgs),
     /// Locate the first drifting layer on the device with prefix HEFs (plan, run, next).
     Bisect(bisect::BisectArgs),
+    /// Shrink a probe's inputs while the same drift reproduces; write the minimal probe.
+    Reduce(reduce::ReduceArgs),
 }
 
 /// A checkpoint given on the command line: a folder, a `.gguf` file, or a hub id at a
@@ -262,6 +265,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Command::Merge(a) => suite::merge(a),
         Command::Trend(a) => suite::trend(a),
         Command::Bisect(a) => bisect::run(a),
+        Command::Reduce(a) => reduce::run(a),
     }
 }
 

@@ -1,0 +1,287 @@
+//! `hefprobe reduce`: the smallest inputs on which a probe's drift still reproduces — the same
+//! first drifting tap and the same best explanation. Decode steps go first (every later run is
+//! cheaper without them), then the prompt by delta debugging (Zeller and Hildebrandt, "Simplifying
+//! and Isolating Failure-Inducing Input", 2002: drop chunks, then complements, halving the chunk
+//! size until single tokens), then the chunking and the start position. The checkpoint and the
+//! backends are prepared once; a run budget bounds the search, and each smaller reproduction is
+//! handed out as it is found, so an interrupted search keeps the best so far.
+
+use super::run::{compare_runs, explain_stage, run_backends, CaptureOptions, Prepared};
+use crate::error::{Error, Result};
+use crate::inputs::{DecodeSpec, InputSet};
+
+/// What must still hold: the first drifting tap, and the best explanation when there is one.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Drift {
+    pub tap: String,
+    pub best: Option<String>,
+}
+
+impl std::fmt::Display for Drift {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "first drift at {}", self.tap)?;
+        match &self.best {
+            Some(b) => write!(f, ", best explanation {b}"),
+            None => write!(f, ", no explanation ranked first"),
+        }
+    }
+}
+
+/// Where the search stands: the smallest inputs found and the runs spent.
+#[derive(Debug, Clone)]
+pub struct Reduced {
+    pub inputs: InputSet,
+    pub drift: Drift,
+    pub runs: usize,
+    /// Why the search ended early (the budget), if it did.
+    pub stopped: Option<String>,
+}
+
+/// The probe's inputs' size, for the sentence: prompt tokens and decode steps.
+pub fn size(i: &InputSet) -> (usize, usize) {
+    let decode = match &i.decode {
+        DecodeSpec::Greedy(n) => *n,
+        DecodeSpec::Forced(t) => t.len(),
+    };
+    (i.prompt.len(), decode)
+}
+
+/// The drift of `p` on `inputs` (None: within thresholds, or the run failed on these inputs).
+/// Explain runs only when the tap already matches `want`.
+fn drift_of(
+    p: &mut Prepared,
+    io: &CaptureOptions,
+    inputs: &InputSet,
+    want: Option<&Drift>,
+) -> Result<Option<Drift>> {
+    p.inputs = inputs.clone();
+    let mut runs = run_backends(p, io, &mut crate::backend::make_backend)?;
+    let observed = match p.explain.as_ref().and_then(|e| e.observed.clone()) {
+        Some(o) if runs.backend(&o).is_some() => o,
+        _ => runs.backends[0].label.clone(),
+    };
+    if runs.backend(&observed).is_some_and(|b| b.error.is_some()) {
+        return Ok(None);
+    }
+    let mut compared = Vec::new();
+    compare_runs(p, &runs, &mut compared)?;
+    let Some(c) = compared.iter().find(|c| c.label == observed) else { return Ok(None) };
+    let Some(first) = crate::compare::locate::locate(&c.cumulative).into_iter().next() else {
+        return Ok(None);
+    };
+    let tap = first.tap.to_string();
+    if want.is_some_and(|w| w.tap != tap) {
+        return Ok(Some(Drift { tap, best: None }));
+    }
+    let best = explain_stage(p, &runs, &compared, p.explain.as_ref())?.and_then(|e| e.report.best);
+    runs.backends.clear();
+    Ok(Some(Drift { tap, best }))
+}
+
+/// The search. `found` gets each smaller reproduction (the first is the probe's own inputs).
+pub fn reduce(
+    p: &mut Prepared,
+    io: &CaptureOptions,
+    budget: usize,
+    found: &mut dyn FnMut(&Reduced) -> Result<()>,
+) -> Result<Reduced> {
+    if p.explain.is_none() {
+        return Err(Error::usage(
+            "reduce keeps the best explanation fixed: the probe needs an [explain] table (observed = \"BACKEND\")",
+        ));
+    }
+    let start = p.inputs.clone();
+    let Some(drift) = drift_of(p, io, &start, None)? else {
+        return Err(Error::input(
+            p.probe.file.clone().unwrap_or_else(|| p.probe.name.clone()),
+            "nothing to reduce: on its own inputs the probe's observed backend is within its thresholds",
+        ));
+    };
+    let mut best = Reduced { inputs: start, drift, runs: 1, stopped: None };
+    found(&best)?;
+    let mut tries = Search { p, io, best: &mut best, budget, found };
+    tries.decode()?;
+    tries.prompt()?;
+    tries.rest()?;
+    Ok(best)
+}
+
+struct Search<'a, 'b> {
+    p: &'a mut Prepared,
+    io: &'a CaptureOptions,
+    best: &'a mut Reduced,
+    budget: usize,
+    found: &'b mut dyn FnMut(&Reduced) -> Result<()>,
+}
+
+impl Search<'_, '_> {
+    /// Run `candidate`; keep it when the same drift reproduces. False once the budget is spent.
+    fn keeps(&mut self, candidate: InputSet) -> Result<bool> {
+        if self.best.runs >= self.budget {
+            self.best.stopped = Some(format!("the run budget ({}) is spent", self.budget));
+            return Ok(false);
+        }
+        let cfg = &self.p.ckpt.config;
+        if candidate.validate(cfg.vocab_size, cfg.max_position_embeddings).is_err() {
+            return Ok(false);
+        }
+        self.best.runs += 1;
+        let same = drift_of(self.p, self.io, &candidate, Some(&self.best.drift))?
+            .is_some_and(|d| d == self.best.drift);
+        if same {
+            self.best.inputs = candidate;
+            (self.found)(self.best)?;
+        }
+        Ok(same)
+    }
+
+    fn spent(&self) -> bool {
+        self.best.stopped.is_some()
+    }
+
+    /// Decode steps: none at all, else halved while it reproduces.
+    fn decode(&mut self) -> Result<()> {
+        let with = |i: &InputSet, n: usize| {
+            let decode = match &i.decode {
+                DecodeSpec::Greedy(_) => DecodeSpec::Greedy(n),
+                DecodeSpec::Forced(t) => DecodeSpec::Forced(t[..n.min(t.len())].to_vec()),
+            };
+            InputSet { decode, ..i.clone() }
+        };
+        let mut n = size(&self.best.inputs).1;
+        while n > 0 && !self.spent() {
+            if self.keeps(with(&self.best.inputs, 0))? {
+                return Ok(());
+            }
+            n /= 2;
+            if n == 0 || !self.keeps(with(&self.best.inputs, n))? {
+                return Ok(());
+            }
+        }
+        Ok(())
+    }
+
+    /// The prompt by delta debugging: each of `parts` chunks dropped in turn, then each kept
+    /// alone; a success restarts at the new size, a failure halves the chunks.
+    fn prompt(&mut self) -> Result<()> {
+        let mut parts = 2usize;
+        while self.best.inputs.prompt.len() >= 2 && !self.spent() {
+            let prompt = self.best.inputs.prompt.clone();
+            let n = prompt.len();
+            let step = n.div_ceil(parts);
+            let chunks: Vec<std::ops::Range<usize>> =
+                (0..n).step_by(step).map(|a| a..(a + step).min(n)).collect();
+            let mut shrunk = false;
+            for r in &chunks {
+                let without: Vec<u32> = prompt[..r.start].iter().chain(&prompt[r.end..]).copied().collect();
+                if self.keeps(self.with_prompt(without))? {
+                    parts = (parts - 1).max(2);
+                    shrunk = true;
+                    break;
+                }
+                if self.spent() {
+                    return Ok(());
+                }
+            }
+            if !shrunk && chunks.len() > 2 {
+                for r in &chunks {
+                    if self.keeps(self.with_prompt(prompt[r.clone()].to_vec()))? {
+                        parts = 2;
+                        shrunk = true;
+                        break;
+                    }
+                }
+            }
+            if !shrunk {
+                if step == 1 {
+                    return Ok(());
+                }
+                parts = (parts * 2).min(n);
+            }
+        }
+        Ok(())
+    }
+
+    fn with_prompt(&self, prompt: Vec<u32>) -> InputSet {
+        let chunk = self.best.inputs.chunk.filter(|&c| c < prompt.len());
+        InputSet { prompt, chunk, ..self.best.inputs.clone() }
+    }
+
+    /// One prefill instead of chunks, then position 0.
+    fn rest(&mut self) -> Result<()> {
+        if self.best.inputs.chunk.is_some() && !self.spent() {
+            self.keeps(InputSet { chunk: None, ..self.best.inputs.clone() })?;
+        }
+        if self.best.inputs.start_position > 0 && !self.spent() {
+            self.keeps(InputSet { start_position: 0, ..self.best.inputs.clone() })?;
+        }
+        Ok(())
+    }
+}
+
+/// The probe file rewritten for `inputs`: its `[inputs]` replaced by token ids (decode steps,
+/// chunking and start position as found), its name suffixed `-min`, and a header saying where it
+/// came from. Relative paths of the probe (checkpoint, backends) are made absolute when the
+/// reduced file lives elsewhere.
+pub fn probe_toml(
+    original: &str,
+    from: &std::path::Path,
+    to: &std::path::Path,
+    r: &Reduced,
+) -> Result<String> {
+    let what = from.display().to_string();
+    let mut t: toml::Table = toml::from_str(original).map_err(|e| Error::input(&what, e.to_string()))?;
+    if let Some(toml::Value::String(n)) = t.get_mut("name") {
+        n.push_str("-min");
+    }
+    let mut inputs = toml::Table::new();
+    let ids = r.inputs.prompt.iter().map(|&i| toml::Value::Integer(i64::from(i))).collect();
+    inputs.insert("tokens".into(), toml::Value::Array(ids));
+    match &r.inputs.decode {
+        DecodeSpec::Greedy(0) => {}
+        DecodeSpec::Greedy(n) => {
+            inputs.insert("decode".into(), toml::Value::Integer(*n as i64));
+        }
+        DecodeSpec::Forced(v) if v.is_empty() => {}
+        DecodeSpec::Forced(v) => {
+            let ids = v.iter().map(|&i| toml::Value::Integer(i64::from(i))).collect();
+            inputs.insert("decode_tokens".into(), toml::Value::Array(ids));
+        }
+    }
+    if let Some(c) = r.inputs.chunk {
+        inputs.insert("chunk".into(), toml::Value::Integer(c as i64));
+    }
+    if r.inputs.start_position > 0 {
+        inputs.insert("start_position".into(), toml::Value::Integer(r.inputs.start_position as i64));
+    }
+    t.insert("inputs".into(), toml::Value::Table(inputs));
+    let here = from.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
+    let there = to.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
+    let same = here.canonicalize().ok().zip(there.canonicalize().ok()).is_some_and(|(a, b)| a == b);
+    if !same {
+        let absolute = |v: &mut toml::Value| {
+            if let toml::Value::String(s) = v {
+                if std::path::Path::new(s.as_str()).is_relative() {
+                    let joined = here.join(s.as_str());
+                    *s = joined.canonicalize().unwrap_or(joined).display().to_string();
+                }
+            }
+        };
+        if let Some(toml::Value::Table(c)) = t.get_mut("checkpoint") {
+            c.get_mut("path").map(absolute);
+        }
+        if let Some(toml::Value::Array(bs)) = t.get_mut("backend") {
+            for b in bs.iter_mut().filter_map(|b| b.as_table_mut()) {
+                for k in ["path", "map", "output_map", "beside"] {
+                    b.get_mut(k).map(absolute);
+                }
+            }
+        }
+    }
+    let (tokens, decode) = size(&r.inputs);
+    let body = toml::to_string(&t).map_err(|e| Error::input(&what, e.to_string()))?;
+    Ok(format!(
+        "# Reduced by `hefprobe reduce` from {what} in {} runs: {tokens} prompt tokens, {decode} decode steps; {}.\n{body}",
+        r.runs, r.drift
+    ))
+}
