@@ -423,3 +423,86 @@ fn doctor_without_hailort_or_a_device_says_what_it_could_not_find() {
         .code(2)
         .stderr(predicate::str::contains("no/such.hef"));
 }
+
+/// An evidence bundle of a HEF run replays the same on this machine; a figure edited in its
+/// report, or the HEF swapped for another, fails `verify` naming the file; a bundle recorded on
+/// a device this machine does not have says "not re-runnable here" for that device's figures.
+#[test]
+fn a_bundle_verifies_the_same_and_tampering_is_named() {
+    let t = tempfile::tempdir().unwrap();
+    let (h, _) = tinystories_hef(t.path(), &["--fault", "shared-softmax@layers=0"]);
+    let bundle = t.path().join("bundle");
+    let run = |dir: &Path| {
+        hefprobe()
+            .current_dir(t.path())
+            .arg("run")
+            .arg(shared_softmax_probe())
+            .args(["--backend", "hef=ts.hef", "--no-explain", "--bundle"])
+            .arg(dir)
+            .assert()
+            .code(1)
+    };
+    run(&bundle);
+    let manifest: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(bundle.join("bundle.json")).unwrap()).unwrap();
+    for f in
+        ["probe.toml", "inputs.npz", "report.json", "report.md", "captures/hef.npz", "captures/reference.npz"]
+    {
+        assert!(manifest["files"][f].is_string(), "{f} is pinned: {manifest}");
+    }
+    assert_eq!(manifest["devices"]["hef"]["kind"], "sim");
+    assert!(manifest["pinned"][0]["what"].as_str().unwrap().contains("HEF"));
+    // Fresh: the same, from another folder.
+    let verify = |dir: &Path| hefprobe().arg("verify").arg(dir).assert();
+    let out = verify(&bundle).code(0);
+    let said = String::from_utf8_lossy(&out.get_output().stdout).to_string();
+    assert!(said.contains(" 0 different, 0 not re-runnable here"), "{said}");
+
+    // One figure edited: the report no longer matches its hash.
+    let edited = t.path().join("edited");
+    copy_dir(&bundle, &edited);
+    let report = edited.join("report.json");
+    let text = std::fs::read_to_string(&report).unwrap();
+    let at = text.find("\"cosine\": ").unwrap() + "\"cosine\": ".len();
+    std::fs::write(&report, format!("{}0.1{}", &text[..at], &text[at + 3..])).unwrap();
+    assert_ne!(std::fs::read_to_string(&report).unwrap(), text, "a figure was edited");
+    verify(&edited).code(1).stdout(predicate::str::contains("report.json changed"));
+
+    // A device this machine does not have: its figures are not re-runnable here.
+    let elsewhere = t.path().join("elsewhere");
+    copy_dir(&bundle, &elsewhere);
+    let m = elsewhere.join("bundle.json");
+    let text = std::fs::read_to_string(&m).unwrap().replacen("\"kind\": \"sim\"", "\"kind\": \"hailo\"", 1);
+    std::fs::write(&m, text).unwrap();
+    verify(&elsewhere).code(0).stdout(
+        predicate::str::contains("not re-runnable here").and(predicate::str::contains("ran on hailo")),
+    );
+
+    // The HEF swapped for a clean one: named, exit 1.
+    let _ = std::fs::remove_file(&h);
+    tinystories_hef(t.path(), &[]);
+    verify(&bundle)
+        .code(1)
+        .stdout(predicate::str::contains("the HEF of `hef`").and(predicate::str::contains("ts.hef changed")));
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to.join("captures")).unwrap();
+    for e in walk(from) {
+        let rel = e.strip_prefix(from).unwrap();
+        std::fs::copy(&e, to.join(rel)).unwrap();
+    }
+}
+
+fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}

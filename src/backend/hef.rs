@@ -634,6 +634,10 @@ impl Backend for HefBackend {
         &self.name
     }
 
+    fn device(&self) -> Option<crate::device::DeviceFacts> {
+        Some(self.facts.clone())
+    }
+
     fn capabilities(&self) -> Capabilities {
         Capabilities { all_taps: false, overrides: false, fed: self.first_layer > 0 }
     }

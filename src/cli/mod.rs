@@ -83,6 +83,8 @@ pub enum Command {
     Bisect(bisect::BisectArgs),
     /// Shrink a probe's inputs while the same drift reproduces; write the minimal probe.
     Reduce(reduce::ReduceArgs),
+    /// Replay an evidence bundle (`run --bundle DIR`): hashes, then every figure re-run.
+    Verify(run::VerifyArgs),
 }
 
 /// A checkpoint given on the command line: a folder, a `.gguf` file, or a hub id at a
@@ -266,6 +268,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Command::Trend(a) => suite::trend(a),
         Command::Bisect(a) => bisect::run(a),
         Command::Reduce(a) => reduce::run(a),
+        Command::Verify(a) => run::verify(a),
     }
 }
 

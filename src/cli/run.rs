@@ -41,6 +41,13 @@ pub struct RunArgs {
     /// Run on this checkpoint instead of the probe's.
     #[command(flatten)]
     pub checkpoint: super::CheckpointArgs,
+    /// Write an evidence bundle to this new (or empty) folder: the command, probe, InputSet,
+    /// reports, captures, device facts and sha256 of every file (`hefprobe verify DIR` replays it).
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["save_inputs", "save_captures"])]
+    pub bundle: Option<PathBuf>,
+    /// Captures past this size in all are left out of the bundle, their hashes kept.
+    #[arg(long, value_name = "SIZE", value_parser = crate::budget::parse_size, requires = "bundle")]
+    pub bundle_cap: Option<u64>,
 }
 
 /// Report options shared by run, compare and explain.
@@ -150,6 +157,19 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
         outs.dir("--spill-dir", d);
     }
     outs.check()?;
+    if let Some(dir) = &a.bundle {
+        let asked = crate::probe::bundle::Asked {
+            probe: absolute(&a.probe.display().to_string()),
+            backends: bundle_backends(&a),
+            checkpoint: a.checkpoint.checkpoint.as_ref().map(|c| absolute(&c.display().to_string())),
+            revision: a.checkpoint.revision.clone(),
+            thresholds: a.out.thresholds.clone(),
+            no_explain: a.no_explain,
+        };
+        new_folder(dir)?;
+        let cap = a.bundle_cap.unwrap_or(crate::probe::bundle::DEFAULT_CAP);
+        return finish(crate::probe::bundle::write(&asked, &command_line(), dir, cap)?, &targets, true);
+    }
     let opts = RunOptions {
         probe: ProbeOverrides {
             backends,
@@ -166,4 +186,78 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
         command: command_line(),
     };
     finish(run_probe(&probe, &opts)?, &targets, true)
+}
+
+/// `path` made absolute when it names something here (a hub id or a fault stays as it is), so
+/// a bundle replays from any folder.
+fn absolute(path: &str) -> String {
+    std::path::Path::new(path).canonicalize().map_or_else(|_| path.to_string(), |p| p.display().to_string())
+}
+
+/// The backends a bundle asks for, as `--backend` specs with absolute paths (a `--fault` is an
+/// emulator's).
+fn bundle_backends(a: &RunArgs) -> Vec<String> {
+    let mut v: Vec<String> = a
+        .backends
+        .iter()
+        .map(|spec| {
+            spec.split(',')
+                .map(|part| match part.split_once('=') {
+                    Some((k, v)) if ["hef", "dump", "map", "beside"].contains(&k) => {
+                        format!("{k}={}", absolute(v))
+                    }
+                    _ => part.to_string(),
+                })
+                .collect::<Vec<_>>()
+                .join(",")
+        })
+        .collect();
+    if !a.faults.is_empty() {
+        v.push(format!("emulator={}", a.faults.join("+")));
+    }
+    v
+}
+
+/// A bundle's folder: made here, or an empty one.
+fn new_folder(dir: &std::path::Path) -> Result<()> {
+    match std::fs::read_dir(dir).map(|mut e| e.next().is_some()) {
+        Ok(true) => Err(crate::error::Error::input(
+            dir.display().to_string(),
+            "--bundle needs a new or empty folder (a bundle's hashes cover every file in it)",
+        )),
+        Ok(false) => Ok(()),
+        Err(_) => std::fs::create_dir(dir).map_err(|e| crate::error::Error::io(dir, e)),
+    }
+}
+
+#[derive(Args, Debug)]
+pub struct VerifyArgs {
+    /// The bundle folder (`hefprobe run --bundle DIR`).
+    pub bundle: PathBuf,
+}
+
+/// `hefprobe verify DIR`: 0 when every figure is the same, 1 when any differs (a changed file,
+/// a swapped HEF, a figure); what cannot run here is said, not failed.
+pub fn verify(a: VerifyArgs) -> Result<ExitCode> {
+    use crate::probe::bundle::Verdict;
+    use crate::report::doc::{Doc, Table};
+    let checks = crate::probe::bundle::verify(&a.bundle)?;
+    let count = |v: Verdict| checks.iter().filter(|c| c.verdict == v).count();
+    let mut d = Doc::new();
+    d.line(format!(
+        "verify {}: {} same, {} different, {} not re-runnable here",
+        a.bundle.display(),
+        count(Verdict::Same),
+        count(Verdict::Different),
+        count(Verdict::NotHere)
+    ));
+    let mut t = Table::new(["checked", "verdict", "why"]).align("lll");
+    for c in checks.iter().filter(|c| c.verdict != Verdict::Same) {
+        t.row([c.what.clone(), c.verdict.name().to_string(), c.why.clone()]);
+    }
+    if checks.iter().any(|c| c.verdict != Verdict::Same) {
+        d.table(t);
+    }
+    print!("{}", d.terminal(std::io::stdout().is_terminal()));
+    Ok(if count(Verdict::Different) > 0 { ExitCode::from(1) } else { ExitCode::SUCCESS })
 }

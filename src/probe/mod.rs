@@ -1,5 +1,6 @@
 //! Probes: the TOML files users write, and the InputSet they build.
 
+pub mod bundle;
 pub mod cleanup;
 pub mod reduce;
 pub mod run;

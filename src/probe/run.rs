@@ -203,6 +203,8 @@ pub struct BackendOutput {
     pub expected: Option<ExpectedRun>,
     /// Where its figures come from ([`Backend::notes`]).
     pub notes: Vec<String>,
+    /// The device it ran on ([`Backend::device`]).
+    pub device: Option<crate::device::DeviceFacts>,
     /// The inputs it ran when not the probe's ([`Backend::follow_inputs`]).
     pub inputs: Option<InputSet>,
 }
@@ -498,6 +500,7 @@ fn run_backend(
         reference: windowed,
         expected,
         notes: backend.notes(),
+        device: backend.device(),
         inputs: followed.map(|f| f.0),
     })
 }
@@ -749,6 +752,8 @@ pub struct ProbeRun {
     pub report: Report,
     pub runs: Runs,
     pub inputs: InputSet,
+    /// Where the checkpoint came from (for an evidence bundle's hashes).
+    pub source: crate::model::weights::CheckpointSource,
     /// The first error that stopped a backend (the report is still complete up to it).
     pub error: Option<Error>,
 }
@@ -856,5 +861,5 @@ pub fn run_probe(probe: &Probe, opts: &RunOptions) -> Result<ProbeRun> {
     let report = report(&results);
     // A stage error names the input at fault; it outranks a backend that stopped.
     let error = stopped.map(|(_, e)| e).or_else(|| runs.backends.iter_mut().find_map(|b| b.error.take()));
-    Ok(ProbeRun { report, runs, inputs: p.inputs, error })
+    Ok(ProbeRun { report, runs, inputs: p.inputs, source: p.ckpt.source, error })
 }
