@@ -121,29 +121,6 @@ impl From<candle_core::Error> for Error {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn exit_codes_follow_the_type() {
-        assert_eq!(Error::usage("x").exit_code(), 2);
-        assert_eq!(Error::input("f", "x").exit_code(), 2);
-        assert_eq!(Error::Device("x".into()).exit_code(), 3);
-        let missing = Error::io("nowhere", std::io::Error::from(std::io::ErrorKind::NotFound));
-        assert_eq!(missing.exit_code(), 2);
-        let full = Error::io("out", std::io::Error::from(std::io::ErrorKind::StorageFull));
-        assert_eq!(full.exit_code(), 3);
-    }
-
-    #[test]
-    fn sizes_read_like_meminfo() {
-        assert_eq!(format_size(512), "512 B");
-        assert_eq!(format_size(3 << 20), "3.0 MiB");
-        assert_eq!(format_size(128 << 30), "128.0 GiB");
-    }
-}
-
 /// `f` run where a panic is a value: `None` when it panicked. For third-party readers that
 /// `expect` on malformed input (candle's GGUF header, the tokenizers crate's decoder field), so
 /// a hostile file becomes an input error. The panic's message is not printed: the default hook
@@ -165,4 +142,27 @@ pub fn contained<T>(f: impl FnOnce() -> T) -> Option<T> {
     let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
     QUIET.with(|q| q.set(was));
     out.ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exit_codes_follow_the_type() {
+        assert_eq!(Error::usage("x").exit_code(), 2);
+        assert_eq!(Error::input("f", "x").exit_code(), 2);
+        assert_eq!(Error::Device("x".into()).exit_code(), 3);
+        let missing = Error::io("nowhere", std::io::Error::from(std::io::ErrorKind::NotFound));
+        assert_eq!(missing.exit_code(), 2);
+        let full = Error::io("out", std::io::Error::from(std::io::ErrorKind::StorageFull));
+        assert_eq!(full.exit_code(), 3);
+    }
+
+    #[test]
+    fn sizes_read_like_meminfo() {
+        assert_eq!(format_size(512), "512 B");
+        assert_eq!(format_size(3 << 20), "3.0 MiB");
+        assert_eq!(format_size(128 << 30), "128.0 GiB");
+    }
 }

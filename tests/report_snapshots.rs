@@ -133,6 +133,7 @@ fn fixed_report() -> Report {
         rows: vec![row(1, "shared-softmax@layers=1", 0.9999999, None), row(2, "mask-repeat", 0.93, None)],
         baseline: Some(row(0, "(clean reference)", 0.91, None)),
         conclusion: "best explanation: shared-softmax@layers=1".into(),
+        best: Some("shared-softmax@layers=1".into()),
         attribution: vec![],
         nonfinite: vec![],
         search: None,

@@ -179,7 +179,7 @@ fn report(r: &crate::suite::result::SuiteResult, out: &SuiteOutputArgs) -> Resul
     // run's lines included.
     let mut r = r.clone();
     if let (Some(h), false) = (&out.history, r.findings.is_empty()) {
-        crate::suite::findings::annotate(&mut r.findings, &history::read(h)?);
+        history::annotate(&mut r.findings, &history::read(h)?);
     }
     let color = std::io::stdout().is_terminal();
     print!("{}", emit(&r, &targets(out), color, step_summary().as_deref())?);
@@ -340,7 +340,7 @@ fn trend_finding(
     id: u32,
     reports: &[ReportTarget],
 ) -> Result<ExitCode> {
-    use crate::suite::findings::{trend_doc, trend_plot};
+    use crate::suite::history::{trend_doc, trend_plot};
     let doc = trend_doc(lines, id).ok_or_else(|| {
         Error::input(
             path.display().to_string(),

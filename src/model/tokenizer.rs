@@ -252,7 +252,7 @@ mod tests {
         table.insert("< s>".into(), s);
         std::fs::write(&p, json.to_string()).unwrap();
         let t = Tokenizer::load(&p).unwrap();
-        let e = t.encode("Once", true).err().expect("refused");
+        let e = t.encode("Once", true).expect_err("refused");
         assert!(matches!(e, Error::Input { .. }) && e.to_string().contains("post_processor"), "{e}");
     }
 }

@@ -162,30 +162,7 @@ pub fn write(asked: &Asked, command: &str, dir: &Path, cap: u64) -> Result<super
     for f in checkpoint_files(&run.source) {
         pinned.push(pin("a checkpoint file", &f)?);
     }
-    let mut files = BTreeMap::new();
-    let mut left_out = Vec::new();
-    let mut held = 0u64;
-    let mut names: Vec<PathBuf> = std::fs::read_dir(&captures)
-        .map_err(|e| Error::io(&captures, e))?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .collect();
-    names.sort();
-    for p in names {
-        let (sha, bytes) = sha256_file(&p)?;
-        let name = format!("captures/{}", p.file_name().unwrap_or_default().to_string_lossy());
-        if held.saturating_add(bytes) > cap {
-            std::fs::remove_file(&p).map_err(|e| Error::io(&p, e))?;
-            left_out.push(Pinned {
-                what: "a capture past the size cap".into(),
-                path: name,
-                sha256: sha,
-                bytes,
-            });
-        } else {
-            held += bytes;
-            files.insert(name, sha);
-        }
-    }
+    let (mut files, left_out) = keep_captures(&captures, cap)?;
     crate::files::write_file_quiet(dir.join("evidence.md"), evidence(command, &run, &pinned, &devices, dir))?;
     for name in ["probe.toml", "inputs.npz", "report.json", "report.md", "evidence.md"] {
         files.insert(name.into(), sha256_file(&dir.join(name))?.0);
@@ -208,6 +185,36 @@ pub fn write(asked: &Asked, command: &str, dir: &Path, cap: u64) -> Result<super
         dir.display()
     ));
     Ok(run)
+}
+
+/// The captures' hashes, by their paths in the bundle; those past `cap` bytes in all are
+/// removed and listed apart.
+fn keep_captures(captures: &Path, cap: u64) -> Result<(BTreeMap<String, String>, Vec<Pinned>)> {
+    let mut files = BTreeMap::new();
+    let mut left_out = Vec::new();
+    let mut held = 0u64;
+    let mut names: Vec<PathBuf> = std::fs::read_dir(captures)
+        .map_err(|e| Error::io(captures, e))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .collect();
+    names.sort();
+    for p in names {
+        let (sha, bytes) = sha256_file(&p)?;
+        let name = format!("captures/{}", p.file_name().unwrap_or_default().to_string_lossy());
+        if held.saturating_add(bytes) > cap {
+            std::fs::remove_file(&p).map_err(|e| Error::io(&p, e))?;
+            left_out.push(Pinned {
+                what: "a capture past the size cap".into(),
+                path: name,
+                sha256: sha,
+                bytes,
+            });
+        } else {
+            held += bytes;
+            files.insert(name, sha);
+        }
+    }
+    Ok((files, left_out))
 }
 
 /// A findings page's evidence block: what ran, on what (hashes), the headline, and the command
@@ -343,7 +350,7 @@ fn same(a: f64, b: f64) -> bool {
 
 /// Re-run the probe as the bundle asked it and compare every figure.
 fn rerun(dir: &Path, m: &Manifest, out: &mut Vec<Check>) -> Result<()> {
-    let text = crate::files::read_text(&dir.join("probe.toml"))?;
+    let text = crate::files::read_text(dir.join("probe.toml"))?;
     // The bundle's copy, read as if it were at the probe's own place (its relative paths).
     let probe = Probe::parse(&text, Path::new(&m.asked.probe))?;
     let opts = options(&m.asked, CaptureOptions { spill: true, ..Default::default() })?;
@@ -363,9 +370,8 @@ fn rerun(dir: &Path, m: &Manifest, out: &mut Vec<Check>) -> Result<()> {
             not_here.entry(b.label.clone()).or_insert_with(|| format!("it stopped here: {e}"));
         }
     }
-    let then: serde_json::Value =
-        serde_json::from_str(&crate::files::read_text(&dir.join("report.json"))?)
-            .map_err(|e| Error::input(dir.join("report.json").display().to_string(), e.to_string()))?;
+    let then: serde_json::Value = serde_json::from_str(&crate::files::read_text(dir.join("report.json"))?)
+        .map_err(|e| Error::input(dir.join("report.json").display().to_string(), e.to_string()))?;
     let now: serde_json::Value =
         serde_json::from_str(&crate::report::json::render(&run.report)).expect("a report renders as JSON");
     let (then, now) = (figures(&then), figures(&now));

@@ -18,70 +18,10 @@
 //! ```
 
 use super::figures::Figure;
+pub use super::result::{FindingResult, FindingStatus};
 use super::result::{PairResult, Status};
+pub use super::spec::{Claim, Expect, MetricClaim};
 use crate::error::{Error, Result};
-use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
-
-crate::named_enum! {
-    /// What a run says of one finding on one target.
-    #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-    #[serde(rename_all = "kebab-case")]
-    pub enum FindingStatus {
-        /// Every criterion of the claim holds.
-        Reproduces = "reproduces",
-        /// The pair drifts, but elsewhere or explained otherwise than claimed.
-        Changed = "changed",
-        /// The pair ran within its thresholds.
-        Fixed = "fixed",
-        /// The pair did not run here (another shard, an error, an unstable device, not planned).
-        #[default]
-        NotRun = "not-run",
-    }
-}
-
-crate::named_enum! {
-    /// What the findings log says of a finding today.
-    #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-    #[serde(rename_all = "lowercase")]
-    pub enum Expect {
-        #[default]
-        Reproduces = "reproduces",
-        Fixed = "fixed",
-    }
-}
-
-/// A figure past a bound: `below` for cosine, SQNR and argmax agreement; `above` for KL.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct MetricClaim {
-    pub tap: String,
-    pub figure: String,
-    pub below: Option<f64>,
-    pub above: Option<f64>,
-}
-
-/// One `[[finding]]`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Claim {
-    pub id: u32,
-    #[serde(default)]
-    pub title: Option<String>,
-    pub probe: String,
-    #[serde(default)]
-    pub targets: Vec<String>,
-    #[serde(default)]
-    pub expect: Expect,
-    #[serde(default)]
-    pub fail_if_stops: bool,
-    #[serde(default)]
-    pub first_drift: Option<String>,
-    #[serde(default)]
-    pub explained_by: Option<String>,
-    #[serde(default)]
-    pub metric: Option<MetricClaim>,
-}
 
 impl Claim {
     /// Checked when the suite is read: `what` names the suite file.
@@ -183,25 +123,6 @@ pub fn asks_explanation(claims: &[Claim], probe: &str, target: &str) -> bool {
     })
 }
 
-/// One finding on one target, as a run (or a merge) saw it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct FindingResult {
-    pub claim: Claim,
-    pub target: String,
-    pub status: FindingStatus,
-    /// What the pair said that decided the status.
-    pub why: String,
-    /// Fails the run: expected fixed and reproducing, or stopped with `fail_if_stops`.
-    pub fails: bool,
-    /// From the history (when one is given): the last run it reproduced in, and the date its
-    /// current status began.
-    #[serde(default)]
-    pub last_reproduced: Option<String>,
-    #[serde(default)]
-    pub since: Option<String>,
-}
-
 /// Every claim on every pair it names; a claim on a target none of these pairs ran is not run.
 pub fn evaluate(claims: &[Claim], pairs: &[PairResult], targets: &[String]) -> Vec<FindingResult> {
     let mut out = Vec::new();
@@ -293,90 +214,6 @@ pub fn table(findings: &[FindingResult]) -> crate::report::doc::Table {
         ]);
     }
     t
-}
-
-/// Fill `last_reproduced` and `since` from the history's lines (oldest first, this run's
-/// included): a finding's status on its probe × target over the runs.
-pub fn annotate(findings: &mut [FindingResult], history: &[super::history::HistoryLine]) {
-    for f in findings {
-        let mut since: Option<&str> = None;
-        let mut last: Option<FindingStatus> = None;
-        for l in history.iter().filter(|l| l.probe == f.claim.probe && l.target == f.target) {
-            let Some(&s) = l.findings.get(&f.claim.id) else { continue };
-            if s == FindingStatus::Reproduces {
-                f.last_reproduced = Some(l.date.clone());
-            }
-            if last != Some(s) {
-                since = Some(&l.date);
-                last = Some(s);
-            }
-        }
-        if last == Some(f.status) {
-            f.since = since.map(String::from);
-        }
-    }
-}
-
-/// A finding's runs in the history (oldest first): (date, probe × target, status).
-fn runs_of(history: &[super::history::HistoryLine], id: u32) -> Vec<(&str, String, FindingStatus)> {
-    history
-        .iter()
-        .filter_map(|l| {
-            l.findings.get(&id).map(|s| (l.date.as_str(), format!("{} × {}", l.probe, l.target), *s))
-        })
-        .collect()
-}
-
-/// `hefprobe trend --finding N`: the finding's status per run, each change marked; None when
-/// the history never judged it.
-pub fn trend_doc(history: &[super::history::HistoryLine], id: u32) -> Option<crate::report::doc::Doc> {
-    use crate::report::doc::{Doc, Table};
-    let runs = runs_of(history, id);
-    if runs.is_empty() {
-        return None;
-    }
-    let mut d = Doc::new();
-    d.line(format!("finding {id} over runs"));
-    let mut t = Table::new(["date", "pair", "status", ""]).align("llll");
-    let mut last: BTreeMap<&str, FindingStatus> = BTreeMap::new();
-    for (date, pair, s) in &runs {
-        let change = match last.insert(pair.as_str(), *s) {
-            Some(before) if before != *s => format!("changed (was {})", before.name()),
-            _ => String::new(),
-        };
-        t.row([date.to_string(), pair.clone(), s.name().to_string(), change]);
-    }
-    d.table(t);
-    Some(d)
-}
-
-/// The same as a plot: 1 reproduces, 0.5 changed, 0 fixed, one line per pair.
-pub fn trend_plot(history: &[super::history::HistoryLine], id: u32) -> crate::report::band::BandPlot {
-    use crate::report::band::{BandPlot, BandSeries};
-    let runs = runs_of(history, id);
-    let mut dates: Vec<&str> = runs.iter().map(|r| r.0).collect();
-    dates.sort();
-    dates.dedup();
-    let mut series: Vec<BandSeries> = Vec::new();
-    for (date, pair, s) in &runs {
-        let y = match s {
-            FindingStatus::Reproduces => 1.0,
-            FindingStatus::Changed => 0.5,
-            _ => 0.0,
-        };
-        let x = dates.iter().position(|d| d == date).unwrap_or(0);
-        match series.iter_mut().find(|t| &t.label == pair) {
-            Some(t) => t.points.push((x, y)),
-            None => series.push(BandSeries { label: pair.clone(), points: vec![(x, y)], band: None }),
-        }
-    }
-    BandPlot {
-        caption: format!("finding {id} over runs (1 reproduces, 0.5 changed, 0 fixed)"),
-        x_desc: "run".into(),
-        y_desc: "status".into(),
-        steps: dates.iter().map(|d| d.get(..16).unwrap_or(d).replace('T', " ")).collect(),
-        series,
-    }
 }
 
 #[cfg(test)]

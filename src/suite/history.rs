@@ -5,7 +5,7 @@
 //! can read it.
 
 use super::figures::{Band, Figure, Figures};
-use super::findings::FindingStatus;
+use super::result::FindingStatus;
 use super::result::{Status, SuiteResult};
 use crate::device::DeviceFacts;
 use crate::error::{Error, Result};
@@ -253,4 +253,88 @@ pub fn doc(trends: &[Trend], spec: &TrendSpec) -> Doc {
     }
     d.table(t);
     d
+}
+
+/// Fill `last_reproduced` and `since` from the history's lines (oldest first, this run's
+/// included): a finding's status on its probe × target over the runs.
+pub fn annotate(findings: &mut [super::result::FindingResult], history: &[HistoryLine]) {
+    for f in findings {
+        let mut since: Option<&str> = None;
+        let mut last: Option<FindingStatus> = None;
+        for l in history.iter().filter(|l| l.probe == f.claim.probe && l.target == f.target) {
+            let Some(&s) = l.findings.get(&f.claim.id) else { continue };
+            if s == FindingStatus::Reproduces {
+                f.last_reproduced = Some(l.date.clone());
+            }
+            if last != Some(s) {
+                since = Some(&l.date);
+                last = Some(s);
+            }
+        }
+        if last == Some(f.status) {
+            f.since = since.map(String::from);
+        }
+    }
+}
+
+/// A finding's runs in the history (oldest first): (date, probe × target, status).
+fn runs_of(history: &[HistoryLine], id: u32) -> Vec<(&str, String, FindingStatus)> {
+    history
+        .iter()
+        .filter_map(|l| {
+            l.findings.get(&id).map(|s| (l.date.as_str(), format!("{} × {}", l.probe, l.target), *s))
+        })
+        .collect()
+}
+
+/// `hefprobe trend --finding N`: the finding's status per run, each change marked; None when
+/// the history never judged it.
+pub fn trend_doc(history: &[HistoryLine], id: u32) -> Option<crate::report::doc::Doc> {
+    use crate::report::doc::{Doc, Table};
+    let runs = runs_of(history, id);
+    if runs.is_empty() {
+        return None;
+    }
+    let mut d = Doc::new();
+    d.line(format!("finding {id} over runs"));
+    let mut t = Table::new(["date", "pair", "status", ""]).align("llll");
+    let mut last: BTreeMap<&str, FindingStatus> = BTreeMap::new();
+    for (date, pair, s) in &runs {
+        let change = match last.insert(pair.as_str(), *s) {
+            Some(before) if before != *s => format!("changed (was {})", before.name()),
+            _ => String::new(),
+        };
+        t.row([date.to_string(), pair.clone(), s.name().to_string(), change]);
+    }
+    d.table(t);
+    Some(d)
+}
+
+/// The same as a plot: 1 reproduces, 0.5 changed, 0 fixed, one line per pair.
+pub fn trend_plot(history: &[HistoryLine], id: u32) -> crate::report::band::BandPlot {
+    use crate::report::band::{BandPlot, BandSeries};
+    let runs = runs_of(history, id);
+    let mut dates: Vec<&str> = runs.iter().map(|r| r.0).collect();
+    dates.sort();
+    dates.dedup();
+    let mut series: Vec<BandSeries> = Vec::new();
+    for (date, pair, s) in &runs {
+        let y = match s {
+            FindingStatus::Reproduces => 1.0,
+            FindingStatus::Changed => 0.5,
+            _ => 0.0,
+        };
+        let x = dates.iter().position(|d| d == date).unwrap_or(0);
+        match series.iter_mut().find(|t| &t.label == pair) {
+            Some(t) => t.points.push((x, y)),
+            None => series.push(BandSeries { label: pair.clone(), points: vec![(x, y)], band: None }),
+        }
+    }
+    BandPlot {
+        caption: format!("finding {id} over runs (1 reproduces, 0.5 changed, 0 fixed)"),
+        x_desc: "run".into(),
+        y_desc: "status".into(),
+        steps: dates.iter().map(|d| d.get(..16).unwrap_or(d).replace('T', " ")).collect(),
+        series,
+    }
 }

@@ -55,6 +55,42 @@ impl Status {
     }
 }
 
+crate::named_enum! {
+    /// What a run says of one finding on one target.
+    #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+    #[serde(rename_all = "kebab-case")]
+    pub enum FindingStatus {
+        /// Every criterion of the claim holds.
+        Reproduces = "reproduces",
+        /// The pair drifts, but elsewhere or explained otherwise than claimed.
+        Changed = "changed",
+        /// The pair ran within its thresholds.
+        Fixed = "fixed",
+        /// The pair did not run here (another shard, an error, an unstable device, not planned).
+        #[default]
+        NotRun = "not-run",
+    }
+}
+
+/// One finding on one target, as a run (or a merge) saw it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FindingResult {
+    pub claim: super::spec::Claim,
+    pub target: String,
+    pub status: FindingStatus,
+    /// What the pair said that decided the status.
+    pub why: String,
+    /// Fails the run: expected fixed and reproducing, or stopped with `fail_if_stops`.
+    pub fails: bool,
+    /// From the history (when one is given): the last run it reproduced in, and the date its
+    /// current status began.
+    #[serde(default)]
+    pub last_reproduced: Option<String>,
+    #[serde(default)]
+    pub since: Option<String>,
+}
+
 /// Why a pair could not run, and whose fault that is (the exit code: input 2, device 3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -281,7 +317,7 @@ pub struct SuiteResult {
     pub unfinished: Vec<PlanEntry>,
     /// The suite's `[[finding]]` claims, judged on this run's pairs.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub findings: Vec<super::findings::FindingResult>,
+    pub findings: Vec<FindingResult>,
 }
 
 impl SuiteResult {

@@ -62,7 +62,7 @@ struct SuiteFile {
     explain: ExplainSettings,
     /// Findings as assertions (`suite::findings`).
     #[serde(default, rename = "finding")]
-    findings: Vec<super::findings::Claim>,
+    findings: Vec<Claim>,
     /// Extra bounds for every probe, as `--threshold` takes them.
     #[serde(default)]
     thresholds: Vec<String>,
@@ -153,6 +153,49 @@ impl Default for ExplainSettings {
     }
 }
 
+crate::named_enum! {
+    /// What the findings log says of a finding today.
+    #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+    #[serde(rename_all = "lowercase")]
+    pub enum Expect {
+        #[default]
+        Reproduces = "reproduces",
+        Fixed = "fixed",
+    }
+}
+
+/// A figure past a bound: `below` for cosine, SQNR and argmax agreement; `above` for KL.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MetricClaim {
+    pub tap: String,
+    pub figure: String,
+    pub below: Option<f64>,
+    pub above: Option<f64>,
+}
+
+/// One `[[finding]]`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Claim {
+    pub id: u32,
+    #[serde(default)]
+    pub title: Option<String>,
+    pub probe: String,
+    #[serde(default)]
+    pub targets: Vec<String>,
+    #[serde(default)]
+    pub expect: Expect,
+    #[serde(default)]
+    pub fail_if_stops: bool,
+    #[serde(default)]
+    pub first_drift: Option<String>,
+    #[serde(default)]
+    pub explained_by: Option<String>,
+    #[serde(default)]
+    pub metric: Option<MetricClaim>,
+}
+
 /// A suite, loaded: its probes in order and the targets they run against.
 #[derive(Debug, Clone, Default)]
 pub struct Suite {
@@ -165,7 +208,7 @@ pub struct Suite {
     pub floors: BandFloors,
     pub explain: ExplainSettings,
     pub thresholds: Vec<String>,
-    pub findings: Vec<super::findings::Claim>,
+    pub findings: Vec<Claim>,
 }
 
 /// Whether `path` is a suite file (it has a top-level `probes` list) rather than a probe.
