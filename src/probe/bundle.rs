@@ -163,8 +163,21 @@ pub fn write(asked: &Asked, command: &str, dir: &Path, cap: u64) -> Result<super
         pinned.push(pin("a checkpoint file", &f)?);
     }
     let (mut files, left_out) = keep_captures(&captures, cap)?;
-    crate::files::write_file_quiet(dir.join("evidence.md"), evidence(command, &run, &pinned, &devices, dir))?;
-    for name in ["probe.toml", "inputs.npz", "report.json", "report.md", "evidence.md"] {
+    // The page's figures: the run's SVGs, linked from the evidence block.
+    let svgs = crate::report::svg::write(&run.report, &dir.join("figure"))?;
+    let svgs: Vec<String> = svgs
+        .iter()
+        .filter_map(|p| Path::new(p).file_name().map(|n| n.to_string_lossy().to_string()))
+        .collect();
+    crate::files::write_file_quiet(
+        dir.join("evidence.md"),
+        evidence(command, &run, &pinned, &svgs, &devices, dir),
+    )?;
+    for name in ["probe.toml", "inputs.npz", "report.json", "report.md", "evidence.md"]
+        .iter()
+        .copied()
+        .chain(svgs.iter().map(String::as_str))
+    {
         files.insert(name.into(), sha256_file(&dir.join(name))?.0);
     }
     let manifest = Manifest {
@@ -223,6 +236,7 @@ fn evidence(
     command: &str,
     run: &super::run::ProbeRun,
     pinned: &[Pinned],
+    svgs: &[String],
     devices: &BTreeMap<String, DeviceFacts>,
     dir: &Path,
 ) -> String {
@@ -249,6 +263,9 @@ fn evidence(
             t.row([format!("{} ({})", p.what, p.path), p.sha256.clone(), p.bytes.to_string()]);
         }
         d.table(t);
+    }
+    for s in svgs {
+        d.line(format!("![{s}]({s})")).blank();
     }
     d.line(
         Text::from("Replay: ")
