@@ -262,10 +262,10 @@ fn evidence(
         for p in pinned {
             t.row([format!("{} ({})", p.what, p.path), p.sha256.clone(), p.bytes.to_string()]);
         }
-        d.table(t);
+        d.table(t).blank();
     }
     for s in svgs {
-        d.line(format!("![{s}]({s})")).blank();
+        d.figure(s.clone()).blank();
     }
     d.line(
         Text::from("Replay: ")
