@@ -5,6 +5,7 @@
 //! byte into the unsharded result, and every output parsed (JUnit validated against the
 //! committed schema).
 
+mod common;
 mod xsd;
 
 use hefprobe::device::synth_hef::{synth_hef, SimCheckpoint, SimNoise, SynthHefOptions};
@@ -641,4 +642,45 @@ fn findings_are_claims_judged_every_night() {
     run(&["trend", "h.jsonl", "--finding", "11", "--report", "svg=f11.svg"]).code(0);
     assert!(std::fs::read_to_string(d.join("f11.svg")).unwrap().contains("<svg"));
     run(&["trend", "h.jsonl", "--finding", "4"]).code(2);
+}
+
+/// A target may name its own checkpoint: the probes run on it for that target (once per
+/// checkpoint), the other targets keep the probes' own; a checkpoint that is not there is that
+/// target's error, naming the path, and the rest still run.
+#[test]
+fn a_target_runs_the_probes_on_its_own_checkpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    common::small_checkpoint(d, "ck", 300);
+    common::small_checkpoint(d, "ck100", 100);
+    small_suite(d, "");
+    let text = std::fs::read_to_string(d.join("S.toml")).unwrap().replace(
+        "[[target]]\nname = \"release\"\nkind = \"emulator\"\n",
+        "[[target]]\nname = \"release\"\nkind = \"emulator\"\ncheckpoint = \"ck\"\n\
+         [[target]]\nname = \"nowhere\"\nkind = \"emulator\"\ncheckpoint = \"no-such-ck\"\n\
+         [[target]]\nname = \"narrow\"\nkind = \"emulator\"\ncheckpoint = \"ck100\"\n",
+    );
+    let suite = Suite::load(&write(d, "S.toml", &text)).unwrap();
+    assert_eq!(suite.targets.iter().find(|t| t.label == "release").unwrap().checkpoint, Some(d.join("ck")));
+    let r = run_suite(&suite, &opts(None, false)).unwrap();
+    for p in &r.pairs {
+        match p.target.as_str() {
+            "release" | "tonight" => {
+                assert_eq!(p.status, Status::Pass, "{} × {}: {:?}", p.probe, p.target, p.error)
+            }
+            "nowhere" => {
+                let e = p.error.as_ref().expect("an error");
+                assert_eq!(e.kind, ErrorKind::Input);
+                assert!(e.message.contains("no-such-ck"), "{}", e.message);
+            }
+            // Its checkpoint has 100 tokens: only small-2 (token 250) cannot run on it.
+            "narrow" if p.probe == "small-2" => {
+                let e = p.error.as_ref().expect("token 250 is past a 100-token vocabulary");
+                assert!(e.message.contains("250"), "{}", e.message);
+            }
+            "narrow" => assert_eq!(p.status, Status::Pass, "{}: {:?}", p.probe, p.error),
+            _ => {}
+        }
+    }
+    assert_eq!(r.pairs.iter().filter(|p| p.target == "release").count(), 3);
 }

@@ -116,7 +116,7 @@ pub fn plan(suite: &Suite) -> Vec<(usize, Option<Target>)> {
         let own: Vec<Target> = probe
             .backends
             .iter()
-            .map(|b| Target { label: b.label(), spec: b.clone(), revision: None })
+            .map(|b| Target { label: b.label(), spec: b.clone(), revision: None, checkpoint: None })
             .collect();
         let targets = if suite.targets.is_empty() { own } else { suite.targets.clone() };
         if targets.is_empty() {
@@ -269,11 +269,27 @@ impl ProbeRun {
 
 /// Prepare a probe against `specs` and run every backend: a device target drives the device
 /// opened once for the suite (refused when the probe's reference is another checkpoint).
-fn run_stages(ctx: &Ctx, probe: &Probe, specs: Vec<BackendSpec>) -> Result<(Prepared, Runs)> {
+/// The checkpoint a target runs the probe on: its own `checkpoint`, else `--checkpoint`, else
+/// the probe's.
+fn checkpoint_of(ctx: &Ctx, t: &Target) -> Option<crate::model::CheckpointRef> {
+    match &t.checkpoint {
+        Some(path) => Some(crate::model::CheckpointRef::Path {
+            path: path.clone(),
+            revision: crate::model::hub::DEFAULT_REVISION.into(),
+            strict_config: false,
+        }),
+        None => ctx.opts.checkpoint.clone(),
+    }
+}
+
+fn run_stages(ctx: &Ctx, probe: &Probe, targets: &[(usize, Target)]) -> Result<(Prepared, Runs)> {
+    let specs =
+        targets.iter().map(|(_, t)| BackendSpec { name: Some(t.label.clone()), ..t.spec.clone() }).collect();
+    let checkpoint = targets.first().and_then(|(_, t)| checkpoint_of(ctx, t));
     let opts = RunOptions {
         probe: ProbeOverrides {
             backends: specs,
-            checkpoint: ctx.opts.checkpoint.clone(),
+            checkpoint,
             thresholds: ctx.suite.thresholds.clone(),
             explain: ExplainChoice::Off,
         },
@@ -460,37 +476,50 @@ fn gate_all(
 
 fn probe_pairs(ctx: &mut Ctx, probe: &Probe, here: &[&Option<Target>]) -> Vec<PairResult> {
     let (mut pairs, runnable) = classify(ctx, probe, here);
-    if runnable.is_empty() {
-        return pairs;
+    // Targets on their own checkpoints run the probe once per checkpoint.
+    let mut groups: Vec<Vec<(usize, Target)>> = Vec::new();
+    for r in runnable {
+        match groups.iter_mut().find(|g| g[0].1.checkpoint == r.1.checkpoint) {
+            Some(g) => g.push(r),
+            None => groups.push(vec![r]),
+        }
     }
-    let spec_of = |t: &Target| BackendSpec { name: Some(t.label.clone()), ..t.spec.clone() };
+    for group in groups {
+        group_pairs(ctx, probe, &mut pairs, &group);
+    }
+    pairs
+}
+
+/// The pairs of `runnable` (targets sharing one checkpoint): run, gate, compare, judge, re-run
+/// and explain what failed.
+fn group_pairs(ctx: &mut Ctx, probe: &Probe, pairs: &mut [PairResult], runnable: &[(usize, Target)]) {
     let watch = ctx.opts.clock.start();
-    let (p, runs) = match run_stages(ctx, probe, runnable.iter().map(|(_, t)| spec_of(t)).collect()) {
+    let (p, runs) = match run_stages(ctx, probe, runnable) {
         Ok(r) => r,
         Err(e) => {
-            fail_all(&mut pairs, &runnable, &e);
-            return pairs;
+            fail_all(pairs, runnable, &e);
+            return;
         }
     };
     // A run over the memory budget compared from files: each pair says so.
     if let (Some(plan), Some(dir)) = (&p.spill, &runs.spill) {
         let note = crate::probe::spill::spill_note(plan, dir, runs.stores());
-        for (i, _) in &runnable {
+        for (i, _) in runnable {
             pairs[*i].note = Some(note.clone());
         }
     }
-    let (bands, own) = gate_all(ctx, &runs, &p.inputs, &mut pairs, &runnable);
+    let (bands, own) = gate_all(ctx, &runs, &p.inputs, pairs, runnable);
     let mut compared = Vec::new();
     let result = compare_runs(&p, &runs, &mut compared);
     let probe_secs = watch.secs() - own.values().sum::<f64>();
     ctx.timing.probes += probe_secs;
     if let Err(e) = result {
-        fail_all(&mut pairs, &runnable, &e);
-        return pairs;
+        fail_all(pairs, runnable, &e);
+        return;
     }
     let run = ProbeRun { p, runs, compared };
     let mut failing: Vec<(usize, Target)> = Vec::new();
-    for (i, t) in &runnable {
+    for (i, t) in runnable {
         pairs[*i].seconds = probe_secs / runnable.len() as f64 + own.get(i).copied().unwrap_or(0.0);
         let Some(band) = bands.get(i).copied() else { continue };
         pairs[*i].band = Some(band);
@@ -506,7 +535,7 @@ fn probe_pairs(ctx: &mut Ctx, probe: &Probe, here: &[&Option<Target>]) -> Vec<Pa
         }
     }
     if !failing.is_empty() {
-        rerun(ctx, probe, &mut pairs, &failing, &bands);
+        rerun(ctx, probe, pairs, &failing, &bands);
     }
     // A known drift is not re-run, and explained only when a finding claims its explanation.
     let known: Vec<(usize, String)> = runnable
@@ -516,8 +545,7 @@ fn probe_pairs(ctx: &mut Ctx, probe: &Probe, here: &[&Option<Target>]) -> Vec<Pa
         .collect();
     let claimed: Vec<(usize, String)> =
         known.into_iter().filter(|(_, t)| asks_explanation(&ctx.suite.findings, &probe.name, t)).collect();
-    explain_confirmed(ctx, probe, &mut pairs, &run, claimed);
-    pairs
+    explain_confirmed(ctx, probe, pairs, &run, claimed);
 }
 
 /// Re-run the failing pairs once: passing now makes them flaky; failing again confirms them,
@@ -530,9 +558,7 @@ fn rerun(
     bands: &BTreeMap<usize, Band>,
 ) {
     let watch = ctx.opts.clock.start();
-    let specs =
-        failing.iter().map(|(_, t)| BackendSpec { name: Some(t.label.clone()), ..t.spec.clone() }).collect();
-    let again = run_stages(ctx, probe, specs).and_then(|(p, runs)| {
+    let again = run_stages(ctx, probe, failing).and_then(|(p, runs)| {
         let mut compared = Vec::new();
         compare_runs(&p, &runs, &mut compared).map(|_| ProbeRun { p, runs, compared })
     });

@@ -15,6 +15,7 @@
 //! kind = "hef"
 //! path = "build/model.hef"
 //! revision = "4f2c1e9"                # optional; else PATH.rev, else --hef-revision
+//! # checkpoint = "../models/smollm2"   # optional: this target's probes run on it
 //!
 //! [gate]                              # repeatability gate of device targets
 //! runs = 3
@@ -74,6 +75,9 @@ pub struct TargetSpec {
     pub spec: BackendSpec,
     /// The git revision the HEF was built from.
     pub revision: Option<String>,
+    /// The checkpoint this target runs every probe on (a folder, a .gguf, a hub id), instead of
+    /// `--checkpoint` or each probe's own.
+    pub checkpoint: Option<PathBuf>,
 }
 
 /// By hand, as `[checkpoint]` is: `revision` is taken out, and [`BackendSpec`] (which refuses
@@ -86,8 +90,12 @@ impl<'de> Deserialize<'de> for TargetSpec {
             .remove("revision")
             .map(|v| String::deserialize(v).map_err(|e| D::Error::custom(format!("key `revision`: {e}"))))
             .transpose()?;
+        let checkpoint = table
+            .remove("checkpoint")
+            .map(|v| PathBuf::deserialize(v).map_err(|e| D::Error::custom(format!("key `checkpoint`: {e}"))))
+            .transpose()?;
         let spec = BackendSpec::deserialize(toml::Value::Table(table)).map_err(D::Error::custom)?;
-        Ok(TargetSpec { spec, revision })
+        Ok(TargetSpec { spec, revision, checkpoint })
     }
 }
 
@@ -97,6 +105,8 @@ pub struct Target {
     pub label: String,
     pub spec: BackendSpec,
     pub revision: Option<String>,
+    /// Its own checkpoint (relative paths resolved from the suite file; a hub id as given).
+    pub checkpoint: Option<PathBuf>,
 }
 
 /// The repeatability gate: the same InputSet `runs` times on a device before any comparison.
@@ -425,12 +435,16 @@ fn target_from_file(t: &TargetSpec, base: &Path) -> Result<Target> {
         spec.path()?;
     }
     let label = spec.name.clone().unwrap_or_else(|| default_label(&spec));
-    Ok(Target { label, spec, revision: t.revision.clone() })
+    let checkpoint = t.checkpoint.as_ref().map(|c| match base.join(c) {
+        here if c.is_relative() && here.exists() => here,
+        _ => c.clone(),
+    });
+    Ok(Target { label, spec, revision: t.revision.clone(), checkpoint })
 }
 
 fn target_from_cli(s: &str) -> Result<Target> {
     let spec = BackendSpec::parse_cli(s)?;
-    Ok(Target { label: default_label(&spec), spec, revision: None })
+    Ok(Target { label: default_label(&spec), spec, revision: None, checkpoint: None })
 }
 
 /// A file's stem for HEFs and dumps (`model.hef` → `model`): nightly builds keep their file
