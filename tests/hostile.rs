@@ -15,6 +15,10 @@ fn hefprobe() -> Command {
     Command::cargo_bin("hefprobe").unwrap()
 }
 
+fn repo(p: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(p)
+}
+
 fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
     let p = dir.join(name);
     std::fs::write(&p, text).unwrap();
@@ -834,4 +838,62 @@ fn sizes_claimed_by_hefs_sweeps_inputsets_and_globs_are_bounded() {
         .assert()
         .code(2)
         .stderr(predicate::str::contains("key `root`").and(predicate::str::contains("filesystem's root")));
+}
+
+/// Crafted evidence bundles, findings, and reductions: `verify` of a folder without a manifest,
+/// with another schema or a `files` path leaving the bundle; a suite's `[[finding]]` naming no
+/// probe of it, stated twice or claiming nothing; `reduce` of a probe without `[explain]`.
+#[test]
+fn crafted_bundles_findings_and_reductions_are_refused_by_name() {
+    let t = tempfile::tempdir().unwrap();
+    let d = t.path();
+    let verify = |dir: &Path| hefprobe().arg("verify").arg(dir).assert().code(2);
+    std::fs::create_dir_all(d.join("empty")).unwrap();
+    verify(&d.join("empty")).stderr(predicate::str::contains("bundle.json"));
+    let manifest = |text: &str| {
+        let b = d.join("b");
+        std::fs::create_dir_all(&b).unwrap();
+        std::fs::write(b.join("bundle.json"), text).unwrap();
+        b
+    };
+    let m = r#"{"schema": "SCHEMA", "hefprobe": "0", "command": "", "asked": {"probe": "p.toml", "backends": [],
+        "checkpoint": null, "revision": "main", "thresholds": [], "no_explain": false},
+        "files": {FILES}, "left_out": [], "pinned": [], "devices": {}}"#;
+    verify(&manifest(&m.replace("SCHEMA", "hefprobe.bundle/9").replace("FILES", "")))
+        .stderr(predicate::str::contains("key `schema`"));
+    verify(&manifest(
+        &m.replace("SCHEMA", "hefprobe.bundle/1").replace("FILES", r#""../../etc/passwd": "00""#),
+    ))
+    .stderr(predicate::str::contains("not a path inside the bundle"));
+    verify(&manifest("{")).stderr(predicate::str::contains("not a bundle manifest"));
+
+    let probes = d.join("probes");
+    std::fs::create_dir_all(&probes).unwrap();
+    std::fs::copy(repo("probes/shared-softmax.toml"), probes.join("s.toml")).unwrap();
+    let suite = |findings: &str| {
+        let p = d.join("suite.toml");
+        std::fs::write(&p, format!("version = 1\nprobes = [\"probes/*.toml\"]\n{findings}")).unwrap();
+        hefprobe().arg("suite").arg(&p).assert().code(2)
+    };
+    suite("[[finding]]\nid = 4\nprobe = \"kv-cache-layout\"\nexplained_by = \"x\"\n")
+        .stderr(predicate::str::contains("id 4 key `probe`"));
+    suite("[[finding]]\nid = 4\nprobe = \"shared-softmax\"\n")
+        .stderr(predicate::str::contains("what reproduces means"));
+    suite("[[finding]]\nid = 4\nprobe = \"shared-softmax\"\nfirst_drift = \"logits\"\n[[finding]]\nid = 4\nprobe = \"shared-softmax\"\nfirst_drift = \"logits\"\n")
+        .stderr(predicate::str::contains("stated twice"));
+    suite("[[finding]]\nid = 4\nprobe = \"shared-softmax\"\nmetric = { tap = \"logits\", figure = \"cos\", below = 0.9 }\n")
+        .stderr(predicate::str::contains("metric.figure"));
+
+    let plain = d.join("plain.toml");
+    let text = std::fs::read_to_string(repo("probes/shared-softmax.toml")).unwrap();
+    std::fs::write(&plain, text.replace("[explain]\nobserved = \"device\"\n", "")).unwrap();
+    hefprobe()
+        .arg("reduce")
+        .arg(&plain)
+        .arg("-o")
+        .arg(d.join("min.toml"))
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("[explain]"));
+    assert!(!d.join("min.toml").exists(), "nothing written");
 }
