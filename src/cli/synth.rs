@@ -10,7 +10,8 @@ use std::process::ExitCode;
 
 #[derive(Args, Debug)]
 pub struct SynthArgs {
-    /// A real model's config: tinystories, smollm2-135m, qwen2.5-0.5b, qwen3-0.6b, tinymistral-248m.
+    /// A real model's config: tinystories, smollm2-135m, qwen2.5-0.5b, qwen3-0.6b, tinymistral-248m,
+    /// qwen2.5-1.5b, llama3.2-3b.
     #[arg(long, conflicts_with = "arch")]
     pub preset: Option<String>,
     #[command(flatten)]
@@ -75,6 +76,7 @@ pub fn run(a: SynthArgs) -> Result<ExitCode> {
     };
     let spec = a.spec()?;
     crate::output::check_checkpoint_out("-o", &a.out, a.force)?;
+    crate::model::memory::check_synth(&spec.config()?, &format!("synth {}", spec.describe()))?;
     let ckpt = spec.build()?;
     ckpt.save(&a.out, dtype)?;
     let tok = if ckpt.config.vocab_size >= SYNTH_TOKENIZER_VOCAB {

@@ -239,6 +239,19 @@ pub fn check_weights(cfg: &ModelConfig, what: &str) -> Result<()> {
     )
 }
 
+/// Refuse a `synth` whose weights and writing do not fit the budget: the weights in f32, plus
+/// twice the largest matrix (the embeddings or lm_head; an MLP matrix when larger), which
+/// `Checkpoint::save` converts one tensor at a time.
+pub fn check_synth(cfg: &ModelConfig, what: &str) -> Result<()> {
+    let h = cfg.hidden_size as u64;
+    let largest = Bytes::new(h).times((cfg.vocab_size as u64).max(cfg.intermediate_size as u64)).times(F32);
+    budget::current().check(
+        format!("{what}: the weights and writing them"),
+        weights(cfg).plus(largest.times(2)),
+        "write fewer or smaller layers (--layers, --hidden, --vocab), or raise --max-memory",
+    )
+}
+
 /// Refuse a run whose planned memory exceeds the budget, before the first phase runs.
 pub fn check_run(cfg: &ModelConfig, inputs: &InputSet, taps: &TapSelection, held: TapsHeld) -> Result<()> {
     check(&estimate(cfg, inputs, taps, held), inputs)

@@ -14,8 +14,15 @@ use rand_distr::{Distribution, StandardNormal};
 use std::collections::BTreeMap;
 
 /// Presets copy the real configs of the models the findings table is about.
-pub const PRESETS: &[&str] =
-    &["tinystories", "smollm2-135m", "qwen2.5-0.5b", "qwen3-0.6b", "tinymistral-248m"];
+pub const PRESETS: &[&str] = &[
+    "tinystories",
+    "smollm2-135m",
+    "qwen2.5-0.5b",
+    "qwen3-0.6b",
+    "tinymistral-248m",
+    "qwen2.5-1.5b",
+    "llama3.2-3b",
+];
 
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct SynthSpec {
@@ -360,6 +367,10 @@ pub fn preset_config(name: &str) -> Result<ModelConfig> {
         "tinymistral-248m" => {
             (Arch::Mistral, [1024, 4096, 12, 32, 8, 32, 32005, 32768], 1e-6, 1e4, false, Some(32))
         }
+        // Qwen/Qwen2.5-1.5B config.json (tied lm_head; use_sliding_window false).
+        "qwen2.5-1.5b" => (Arch::Qwen2, [1536, 8960, 28, 12, 2, 128, 151936, 131072], 1e-6, 1e6, true, None),
+        // meta-llama/Llama-3.2-3B config.json (tied lm_head; llama3 RoPE scaling, set below).
+        "llama3.2-3b" => (Arch::Llama, [3072, 8192, 28, 24, 8, 128, 128256, 131072], 1e-5, 5e5, true, None),
         other => {
             return Err(Error::usage(format!(
                 "unknown synth preset `{other}`; presets: {}",
@@ -373,6 +384,15 @@ pub fn preset_config(name: &str) -> Result<ModelConfig> {
         (hidden, intermediate, layers, heads, kv_heads, head_dim);
     (c.vocab_size, c.max_position_embeddings, c.rms_norm_eps, c.rope.theta) = (vocab, max_pos, eps, theta);
     (c.tie_word_embeddings, c.sliding_window) = (tied, vec![window; layers]);
+    if name == "llama3.2-3b" {
+        // meta-llama/Llama-3.2-3B config.json `rope_scaling`.
+        c.rope.scaling = crate::model::config::RopeScaling::Llama3 {
+            factor: 32.0,
+            low_freq_factor: 1.0,
+            high_freq_factor: 4.0,
+            original_max_position_embeddings: 8192,
+        };
+    }
     Ok(c)
 }
 
@@ -445,6 +465,11 @@ mod tests {
             let c = preset_config(p).unwrap();
             assert!(c.num_heads.is_multiple_of(c.num_kv_heads), "{p}");
         }
+        let l3 = preset_config("llama3.2-3b").unwrap();
+        assert!(matches!(l3.rope.scaling, crate::model::config::RopeScaling::Llama3 { factor: 32.0, .. }));
+        assert!(l3.tie_word_embeddings && l3.vocab_size == 128256);
+        let q15 = preset_config("qwen2.5-1.5b").unwrap();
+        assert_eq!((q15.hidden_size, q15.num_kv_heads, q15.head_dim), (1536, 2, 128));
         let q3 = preset_config("qwen3-0.6b").unwrap();
         assert_eq!((q3.head_dim, q3.hidden_size / q3.num_heads), (128, 64));
         assert!(preset_config("gpt2").unwrap_err().to_string().contains("presets:"));

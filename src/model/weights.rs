@@ -147,33 +147,20 @@ impl Checkpoint {
         std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
         let config = serde_json::to_string_pretty(&self.config.to_hf_json()).expect("json");
         crate::files::write_file(dir.join("config.json"), config + "\n")?;
-        let mut data: Vec<(String, Vec<u8>, Vec<usize>)> = Vec::new();
-        for (name, t) in &self.tensors {
-            let t = t.to_dtype(dtype)?;
-            let bytes = match dtype {
-                DType::F32 => bytemuck_f32(&t.flatten_all()?.to_vec1::<f32>()?),
-                DType::F16 => {
-                    t.flatten_all()?.to_vec1::<half::f16>()?.iter().flat_map(|x| x.to_le_bytes()).collect()
-                }
-                DType::BF16 => {
-                    t.flatten_all()?.to_vec1::<half::bf16>()?.iter().flat_map(|x| x.to_le_bytes()).collect()
-                }
-                other => {
-                    return Err(Error::usage(format!(
-                        "cannot save weights as {other:?}; use f32, f16 or bf16"
-                    )))
-                }
-            };
-            data.push((name.clone(), bytes, t.dims().to_vec()));
-        }
         let st_dtype = match dtype {
             DType::F32 => Dtype::F32,
             DType::F16 => Dtype::F16,
-            _ => Dtype::BF16,
+            DType::BF16 => Dtype::BF16,
+            other => {
+                return Err(Error::usage(format!("cannot save weights as {other:?}; use f32, f16 or bf16")))
+            }
         };
-        let views: Vec<(String, TensorView)> = data
+        // Each tensor is converted while it is written (safetensors asks for one `View::data`
+        // at a time), so the file costs one tensor's bytes beyond the weights, not a second copy.
+        let views: Vec<(String, Stored)> = self
+            .tensors
             .iter()
-            .map(|(n, b, s)| (n.clone(), TensorView::new(st_dtype, s.clone(), b).expect("consistent view")))
+            .map(|(n, t)| (n.clone(), Stored { tensor: t, dtype, st_dtype, shape: t.dims().to_vec() }))
             .collect();
         let mut meta = std::collections::HashMap::new();
         meta.insert("format".to_string(), "pt".to_string());
@@ -183,6 +170,44 @@ impl Checkpoint {
             .map_err(|e| Error::input(path.display().to_string(), format!("writing safetensors: {e}")))?;
         crate::files::announce(&path);
         Ok(())
+    }
+}
+
+/// A tensor as safetensors writes it: converted to `dtype` when its bytes are asked for.
+struct Stored<'a> {
+    tensor: &'a Tensor,
+    dtype: DType,
+    st_dtype: Dtype,
+    shape: Vec<usize>,
+}
+
+impl safetensors::View for Stored<'_> {
+    fn dtype(&self) -> Dtype {
+        self.st_dtype
+    }
+
+    fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+
+    fn data(&self) -> std::borrow::Cow<'_, [u8]> {
+        // f32, f16 and bf16 of a CPU tensor always convert (other dtypes were refused above).
+        let flat =
+            self.tensor.flatten_all().and_then(|t| t.to_dtype(self.dtype)).expect("a CPU tensor converts");
+        let bytes = match self.dtype {
+            DType::F16 => {
+                flat.to_vec1::<half::f16>().map(|v| v.iter().flat_map(|x| x.to_le_bytes()).collect())
+            }
+            DType::BF16 => {
+                flat.to_vec1::<half::bf16>().map(|v| v.iter().flat_map(|x| x.to_le_bytes()).collect())
+            }
+            _ => flat.to_vec1::<f32>().map(|v| bytemuck_f32(&v)),
+        };
+        std::borrow::Cow::Owned(bytes.expect("a flat CPU tensor reads back"))
+    }
+
+    fn data_len(&self) -> usize {
+        self.tensor.elem_count() * self.st_dtype.bitsize() / 8
     }
 }
 
