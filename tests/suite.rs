@@ -684,3 +684,43 @@ fn a_target_runs_the_probes_on_its_own_checkpoint() {
     }
     assert_eq!(r.pairs.iter().filter(|p| p.target == "release").count(), 3);
 }
+
+/// A night's evidence bundle (`suite --bundle`): verify replays it the same; a probe edited
+/// after the night is named; `--bundle` with `--update-baseline` is refused.
+#[test]
+fn a_suite_bundle_replays_the_same_and_names_an_edited_probe() {
+    use assert_cmd::Command;
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let suite = small_suite(d, "\"shared-softmax@layers=0\"");
+    let hefprobe = || {
+        let mut c = Command::cargo_bin("hefprobe").unwrap();
+        c.current_dir(d).env_remove("GITHUB_STEP_SUMMARY");
+        c
+    };
+    hefprobe().arg("suite").arg(&suite).args(["--bundle", "night"]).assert().code(1);
+    let m: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(d.join("night/bundle.json")).unwrap()).unwrap();
+    assert!(m["suite"]["inputs"][0].as_str().unwrap().ends_with("S.toml"), "{m}");
+    for f in ["suite.toml", "report.json", "summary.md", "probes/small-0.toml"] {
+        assert!(m["files"][f].is_string(), "{f}: {m}");
+    }
+    let out = hefprobe().args(["verify", "night"]).assert().code(0);
+    let said = String::from_utf8_lossy(&out.get_output().stdout).to_string();
+    assert!(said.contains(" 0 different, 0 not re-runnable here"), "{said}");
+    let p0 = d.join("p/p0.toml");
+    let text = std::fs::read_to_string(&p0).unwrap();
+    std::fs::write(&p0, text + "# edited after the night\n").unwrap();
+    hefprobe().args(["verify", "night"]).assert().code(1).stdout(
+        predicates::prelude::PredicateBooleanExt::and(
+            predicates::str::contains("probe `small-0`"),
+            predicates::str::contains("p0.toml changed"),
+        ),
+    );
+    hefprobe()
+        .arg("suite")
+        .arg(&suite)
+        .args(["--bundle", "again", "--baseline", "b.json", "--update-baseline"])
+        .assert()
+        .code(2);
+}

@@ -160,7 +160,7 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
     if let Some(dir) = &a.bundle {
         let asked = crate::probe::bundle::Asked {
             probe: absolute(&a.probe.display().to_string()),
-            backends: bundle_backends(&a),
+            backends: bundle_backends(&a.backends, &a.faults),
             checkpoint: a.checkpoint.checkpoint.as_ref().map(|c| absolute(&c.display().to_string())),
             revision: a.checkpoint.revision.clone(),
             thresholds: a.out.thresholds.clone(),
@@ -190,15 +190,14 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
 
 /// `path` made absolute when it names something here (a hub id or a fault stays as it is), so
 /// a bundle replays from any folder.
-fn absolute(path: &str) -> String {
+pub(super) fn absolute(path: &str) -> String {
     std::path::Path::new(path).canonicalize().map_or_else(|_| path.to_string(), |p| p.display().to_string())
 }
 
 /// The backends a bundle asks for, as `--backend` specs with absolute paths (a `--fault` is an
 /// emulator's).
-fn bundle_backends(a: &RunArgs) -> Vec<String> {
-    let mut v: Vec<String> = a
-        .backends
+pub(super) fn bundle_backends(backends: &[String], faults: &[String]) -> Vec<String> {
+    let mut v: Vec<String> = backends
         .iter()
         .map(|spec| {
             spec.split(',')
@@ -212,14 +211,14 @@ fn bundle_backends(a: &RunArgs) -> Vec<String> {
                 .join(",")
         })
         .collect();
-    if !a.faults.is_empty() {
-        v.push(format!("emulator={}", a.faults.join("+")));
+    if !faults.is_empty() {
+        v.push(format!("emulator={}", faults.join("+")));
     }
     v
 }
 
 /// A bundle's folder: made here, or an empty one.
-fn new_folder(dir: &std::path::Path) -> Result<()> {
+pub(super) fn new_folder(dir: &std::path::Path) -> Result<()> {
     match std::fs::read_dir(dir).map(|mut e| e.next().is_some()) {
         Ok(true) => Err(crate::error::Error::input(
             dir.display().to_string(),
@@ -241,7 +240,7 @@ pub struct VerifyArgs {
 pub fn verify(a: VerifyArgs) -> Result<ExitCode> {
     use crate::probe::bundle::Verdict;
     use crate::report::doc::{Doc, Table};
-    let checks = crate::probe::bundle::verify(&a.bundle)?;
+    let checks = crate::suite::bundle::verify(&a.bundle)?;
     let count = |v: Verdict| checks.iter().filter(|c| c.verdict == v).count();
     let mut d = Doc::new();
     d.line(format!(

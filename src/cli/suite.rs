@@ -71,6 +71,12 @@ pub struct SuiteArgs {
     pub checkpoint: super::CheckpointArgs,
     #[command(flatten)]
     pub out: SuiteOutputArgs,
+    /// Write an evidence bundle of the night to this new (or empty) folder: the reports, the
+    /// suite and its probes, and sha256 of each HEF, checkpoint file and the baseline
+    /// (`hefprobe verify DIR` replays it). Not with --update-baseline: the baseline it pins must
+    /// stay what the night was judged against.
+    #[arg(long, value_name = "DIR", conflicts_with = "update_baseline")]
+    pub bundle: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]
@@ -229,7 +235,21 @@ pub fn suite(a: SuiteArgs) -> Result<ExitCode> {
         spill_dir: a.spill_dir.clone(),
         checkpoint: a.checkpoint.to_ref(),
     };
+    if let Some(dir) = &a.bundle {
+        super::run::new_folder(dir)?;
+    }
     let result = run_suite_with(&suite, &opts, &mut partial_reports(&a.out))?;
+    if let Some(dir) = &a.bundle {
+        let abs = |p: &std::path::Path| super::run::absolute(&p.display().to_string());
+        let asked = crate::probe::bundle::SuiteAsked {
+            inputs: a.inputs.iter().map(|p| abs(p)).collect(),
+            backends: super::run::bundle_backends(&a.backends, &[]),
+            checkpoint: a.checkpoint.checkpoint.as_deref().map(abs),
+            baseline: a.out.baseline.as_deref().map(abs),
+            no_explain: a.no_explain,
+        };
+        crate::suite::bundle::write(&result, &suite, &asked, dir)?;
+    }
     report(&result, &a.out)
 }
 

@@ -61,6 +61,21 @@ pub struct Manifest {
     pub pinned: Vec<Pinned>,
     /// The device each HEF backend ran on.
     pub devices: BTreeMap<String, DeviceFacts>,
+    /// A suite's bundle (`suite --bundle`): how the suite was asked for; `asked` is then unused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub suite: Option<SuiteAsked>,
+}
+
+/// How a suite was asked for, so `verify` asks the same.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SuiteAsked {
+    /// The suite file or the probe files, absolute.
+    pub inputs: Vec<String>,
+    pub backends: Vec<String>,
+    pub checkpoint: Option<String>,
+    pub baseline: Option<String>,
+    pub no_explain: bool,
 }
 
 pub fn sha256_file(path: &Path) -> Result<(String, u64)> {
@@ -80,14 +95,14 @@ pub fn sha256_file(path: &Path) -> Result<(String, u64)> {
     Ok((format!("{:x}", h.finalize()), n))
 }
 
-fn pin(what: &str, path: &Path) -> Result<Pinned> {
+pub fn pin(what: &str, path: &Path) -> Result<Pinned> {
     let (sha256, bytes) = sha256_file(path)?;
     let path = path.canonicalize().unwrap_or_else(|_| path.to_path_buf()).display().to_string();
     Ok(Pinned { what: what.into(), path, sha256, bytes })
 }
 
 /// The files of the checkpoint a run used (none for a synthesized one: its spec is its source).
-fn checkpoint_files(source: &crate::model::weights::CheckpointSource) -> Vec<PathBuf> {
+pub fn checkpoint_files(source: &crate::model::weights::CheckpointSource) -> Vec<PathBuf> {
     use crate::model::weights::CheckpointSource as S;
     match source {
         S::Synth(_) => Vec::new(),
@@ -189,6 +204,7 @@ pub fn write(asked: &Asked, command: &str, dir: &Path, cap: u64) -> Result<super
         left_out,
         pinned,
         devices,
+        suite: None,
     };
     let text = serde_json::to_string_pretty(&manifest).expect("a manifest serializes") + "\n";
     crate::files::write_file(dir.join(MANIFEST), text)?;
@@ -293,7 +309,7 @@ pub struct Check {
     pub why: String,
 }
 
-fn read_manifest(dir: &Path) -> Result<Manifest> {
+pub fn read_manifest(dir: &Path) -> Result<Manifest> {
     let path = dir.join(MANIFEST);
     let text = crate::files::read_text(&path)?;
     let m: Manifest = serde_json::from_str(&text)
@@ -317,7 +333,7 @@ fn read_manifest(dir: &Path) -> Result<Manifest> {
 }
 
 /// The hashes: every file of the bundle, every pinned file outside it.
-fn check_hashes(dir: &Path, m: &Manifest, out: &mut Vec<Check>) {
+pub fn check_hashes(dir: &Path, m: &Manifest, out: &mut Vec<Check>) {
     let mut hash = |what: String, path: &Path, want: &str| {
         let (verdict, why) = match sha256_file(path) {
             Ok((sha, _)) if sha == want => (Verdict::Same, format!("sha256 {}", &sha[..12])),
@@ -361,7 +377,7 @@ fn figures(report: &serde_json::Value) -> BTreeMap<String, f64> {
     out
 }
 
-fn same(a: f64, b: f64) -> bool {
+pub fn same(a: f64, b: f64) -> bool {
     (a - b).abs() <= TOLERANCE * a.abs().max(b.abs()).max(1.0)
 }
 

@@ -12,6 +12,7 @@
 //! - [`summary`] (terminal, Markdown), [`junit`], [`html`], [`history`] (JSONL, trend plots).
 
 pub mod baseline;
+pub mod bundle;
 pub mod check;
 pub mod figures;
 pub mod findings;
