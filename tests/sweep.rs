@@ -78,3 +78,23 @@ fn base_scope_regenerates_without_the_cache_and_matches_kv_where_it_must() {
     let e = Probe::parse(&bad, Path::new("tiny.toml")).unwrap_err().to_string();
     assert!(e.contains("sweep.scope") && e.contains("`tbt`"), "{e}");
 }
+
+/// `sweep --bundle`: the points, the table and the probe pinned; verify re-runs the sweep and
+/// finds every number the same; an edited point is named.
+#[test]
+fn a_sweep_bundle_replays_the_same_and_an_edited_point_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let probe = dir.path().join("tiny.toml");
+    std::fs::write(&probe, PROBE.replace("hidden = [64, 128]", "hidden = [64]")).unwrap();
+    let bundle = dir.path().join("b");
+    let hefprobe = || assert_cmd::Command::cargo_bin("hefprobe").unwrap();
+    hefprobe().arg("sweep").arg(&probe).arg("--bundle").arg(&bundle).assert().code(1);
+    let out = hefprobe().arg("verify").arg(&bundle).assert().code(0);
+    let said = String::from_utf8_lossy(&out.get_output().stdout).to_string();
+    assert!(said.contains(" 0 different"), "{said}");
+    let points = bundle.join("points.json");
+    let text = std::fs::read_to_string(&points).unwrap();
+    std::fs::write(&points, text.replacen("\"prompt_len\": 7", "\"prompt_len\": 8", 1)).unwrap();
+    let out = hefprobe().arg("verify").arg(&bundle).assert().code(1);
+    assert!(String::from_utf8_lossy(&out.get_output().stdout).contains("points.json changed"));
+}

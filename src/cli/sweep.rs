@@ -33,6 +33,10 @@ pub struct SweepArgs {
     /// (`hidden`, `checkpoints`).
     #[command(flatten)]
     pub checkpoint: super::CheckpointArgs,
+    /// Write an evidence bundle to this new (or empty) folder: the probe, every point, the
+    /// table, the checkpoint's files by sha256 (`hefprobe verify DIR` replays it).
+    #[arg(long, value_name = "DIR")]
+    pub bundle: Option<PathBuf>,
 }
 
 impl SweepArgs {
@@ -65,6 +69,9 @@ pub fn run(a: SweepArgs) -> Result<ExitCode> {
         }
     }
     outs.check()?;
+    if let Some(dir) = &a.bundle {
+        super::run::new_folder(dir)?;
+    }
     let bar = indicatif::ProgressBar::new_spinner();
     let points = run_sweep(&probe, checkpoint.as_ref(), |label| bar.set_message(label.to_string()))?;
     bar.finish_and_clear();
@@ -87,5 +94,18 @@ pub fn run(a: SweepArgs) -> Result<ExitCode> {
         deliver(t, &text, &mut stdout)?;
     }
     print!("{stdout}");
+    if let Some(dir) = &a.bundle {
+        let asked = crate::probe::bundle::SweepAsked {
+            probe: super::run::absolute(&a.probe.display().to_string()),
+            checkpoint: a
+                .checkpoint
+                .checkpoint
+                .as_ref()
+                .map(|c| super::run::absolute(&c.display().to_string())),
+        };
+        let json = serde_json::to_string_pretty(&points).expect("json") + "\n";
+        let md = doc(&probe, &points, &command_line(), None).markdown();
+        crate::probe::bundle::write_sweep(&asked, &command_line(), &json, &md, dir)?;
+    }
     Ok(if points.iter().any(|p| !p.drift.is_empty()) { ExitCode::from(1) } else { ExitCode::SUCCESS })
 }

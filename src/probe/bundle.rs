@@ -64,6 +64,17 @@ pub struct Manifest {
     /// A suite's bundle (`suite --bundle`): how the suite was asked for; `asked` is then unused.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub suite: Option<SuiteAsked>,
+    /// A sweep's bundle (`sweep --bundle`): the probe and the checkpoint it replaced.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sweep: Option<SweepAsked>,
+}
+
+/// How a sweep was asked for.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SweepAsked {
+    pub probe: String,
+    pub checkpoint: Option<String>,
 }
 
 /// How a suite was asked for, so `verify` asks the same.
@@ -205,6 +216,7 @@ pub fn write(asked: &Asked, command: &str, dir: &Path, cap: u64) -> Result<super
         pinned,
         devices,
         suite: None,
+        sweep: None,
     };
     let text = serde_json::to_string_pretty(&manifest).expect("a manifest serializes") + "\n";
     crate::files::write_file(dir.join(MANIFEST), text)?;
@@ -429,6 +441,94 @@ pub fn verify(dir: &Path) -> Result<Vec<Check>> {
     if out.iter().any(|c| c.verdict == Verdict::Different) {
         return Ok(out);
     }
-    rerun(dir, &m, &mut out)?;
+    match &m.sweep {
+        Some(asked) => rerun_sweep(dir, asked, &mut out)?,
+        None => rerun(dir, &m, &mut out)?,
+    }
     Ok(out)
+}
+
+/// Write a sweep's bundle: the probe (copied and pinned), its points (`points.json`), the
+/// Markdown table, the checkpoint's files by sha256.
+pub fn write_sweep(
+    asked: &SweepAsked,
+    command: &str,
+    points_json: &str,
+    markdown: &str,
+    dir: &Path,
+) -> Result<()> {
+    crate::files::write_file_quiet(dir.join("points.json"), points_json)?;
+    crate::files::write_file_quiet(dir.join("sweep.md"), markdown)?;
+    std::fs::copy(&asked.probe, dir.join("probe.toml")).map_err(|e| Error::io(&asked.probe, e))?;
+    let mut files = BTreeMap::new();
+    for name in ["points.json", "sweep.md", "probe.toml"] {
+        files.insert(name.to_string(), sha256_file(&dir.join(name))?.0);
+    }
+    let mut pinned = vec![pin("the probe", Path::new(&asked.probe))?];
+    if let Some(c) = asked.checkpoint.as_ref().map(PathBuf::from) {
+        let source = if c.is_dir() {
+            crate::model::weights::CheckpointSource::Dir(c)
+        } else {
+            crate::model::weights::CheckpointSource::Gguf { path: c, quant: String::new() }
+        };
+        for f in checkpoint_files(&source).iter().filter(|f| f.is_file()) {
+            pinned.push(pin("a checkpoint file", f)?);
+        }
+    }
+    let manifest = Manifest {
+        schema: BUNDLE_SCHEMA.into(),
+        hefprobe: env!("CARGO_PKG_VERSION").into(),
+        command: command.into(),
+        asked: Asked::default(),
+        files,
+        left_out: Vec::new(),
+        pinned,
+        devices: BTreeMap::new(),
+        suite: None,
+        sweep: Some(asked.clone()),
+    };
+    let text = serde_json::to_string_pretty(&manifest).expect("a manifest serializes") + "\n";
+    crate::files::write_file(dir.join(MANIFEST), text)
+}
+
+/// Every number of a JSON document, by its path (`[3].logits_cosine`).
+fn numbers(v: &serde_json::Value, at: String, out: &mut BTreeMap<String, f64>) {
+    match v {
+        serde_json::Value::Number(n) => {
+            out.insert(at, n.as_f64().unwrap_or(f64::NAN));
+        }
+        serde_json::Value::Array(a) => {
+            a.iter().enumerate().for_each(|(i, x)| numbers(x, format!("{at}[{i}]"), out))
+        }
+        serde_json::Value::Object(o) => o.iter().for_each(|(k, x)| numbers(x, format!("{at}.{k}"), out)),
+        _ => {}
+    }
+}
+
+/// A sweep bundle replayed: the sweep run again, every number of its points compared.
+fn rerun_sweep(dir: &Path, asked: &SweepAsked, out: &mut Vec<Check>) -> Result<()> {
+    let text = crate::files::read_text(dir.join("probe.toml"))?;
+    let probe = Probe::parse(&text, Path::new(&asked.probe))?;
+    let checkpoint = asked.checkpoint.as_ref().map(|c| crate::model::CheckpointRef::Path {
+        path: c.into(),
+        revision: crate::model::hub::DEFAULT_REVISION.into(),
+        strict_config: false,
+    });
+    let points = super::sweep::run_sweep(&probe, checkpoint.as_ref(), |_| {})?;
+    let now = serde_json::to_value(&points).expect("points serialize");
+    let what = dir.join("points.json").display().to_string();
+    let then: serde_json::Value = serde_json::from_str(&crate::files::read_text(dir.join("points.json"))?)
+        .map_err(|e| Error::input(&what, e.to_string()))?;
+    let (mut a, mut b) = (BTreeMap::new(), BTreeMap::new());
+    numbers(&then, String::new(), &mut a);
+    numbers(&now, String::new(), &mut b);
+    for (key, v) in &a {
+        let (verdict, why) = match b.get(key) {
+            Some(w) if same(*v, *w) || (v.is_nan() && w.is_nan()) => (Verdict::Same, format!("{v:.6}")),
+            Some(w) => (Verdict::Different, format!("{v:.6} in the bundle, {w:.6} now")),
+            None => (Verdict::Different, format!("{v:.6} in the bundle, not measured now")),
+        };
+        out.push(Check { what: format!("point{key}"), verdict, why });
+    }
+    Ok(())
 }

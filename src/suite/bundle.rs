@@ -69,6 +69,7 @@ pub fn write(r: &SuiteResult, suite: &Suite, asked: &SuiteAsked, dir: &Path) -> 
         pinned,
         devices,
         suite: Some(asked.clone()),
+        sweep: None,
     };
     let text = serde_json::to_string_pretty(&manifest).expect("a manifest serializes") + "\n";
     crate::files::write_file(dir.join(MANIFEST), text)
