@@ -3,7 +3,6 @@
 //! Ctrl-C keeps the best found so far.
 
 use super::run::probe_inputs;
-use crate::backend::BackendSpec;
 use crate::error::Result;
 use crate::output::Outputs;
 use crate::probe::reduce::{probe_toml, reduce, size};
@@ -17,12 +16,8 @@ use std::process::ExitCode;
 pub struct ReduceArgs {
     /// The probe whose drift to reduce (it needs an [explain] table).
     pub probe: PathBuf,
-    /// Replace the probe's backends, as in `run`.
-    #[arg(long = "backend", value_name = "SPEC")]
-    pub backends: Vec<String>,
-    /// Shorthand for one emulator backend with these faults, as in `run`.
-    #[arg(long = "fault", value_name = "SPEC", conflicts_with = "backends")]
-    pub faults: Vec<String>,
+    #[command(flatten)]
+    pub backend: super::run::BackendArgs,
     /// The most runs the search may spend (each runs the reference and the backends; explain
     /// only where the first drifting tap already matches).
     #[arg(long, default_value_t = 200)]
@@ -38,13 +33,7 @@ pub fn run(a: ReduceArgs) -> Result<ExitCode> {
     use crate::probe::cleanup;
     let probe = Probe::load(&a.probe)?;
     let original = crate::files::read_text(&a.probe)?;
-    let mut backends: Vec<BackendSpec> =
-        a.backends.iter().map(|b| BackendSpec::parse_cli(b)).collect::<Result<_>>()?;
-    if !a.faults.is_empty() {
-        let mut b = BackendSpec::parse_cli("emulator")?;
-        b.faults = crate::fault::spec::parse_all(&a.faults)?;
-        backends.push(b);
-    }
+    let backends = a.backend.specs()?;
     let checkpoint = a.checkpoint.to_ref();
     let mut outs = Outputs::new();
     probe_inputs(&probe, checkpoint.as_ref(), &backends, &mut outs)?;

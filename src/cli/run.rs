@@ -16,12 +16,8 @@ use std::process::ExitCode;
 pub struct RunArgs {
     /// The probe file (probes/*.toml).
     pub probe: PathBuf,
-    /// Replace the probe's backends: emulator[=FAULT+FAULT], dump=PATH[,map=MAP], hef=PATH.
-    #[arg(long = "backend", value_name = "SPEC")]
-    pub backends: Vec<String>,
-    /// Shorthand for one emulator backend with these faults: NAME[:PARAMS][@layers=RANGE].
-    #[arg(long = "fault", value_name = "SPEC", conflicts_with = "backends")]
-    pub faults: Vec<String>,
+    #[command(flatten)]
+    pub backend: BackendArgs,
     #[command(flatten)]
     pub out: ReportArgs,
     /// Write the InputSet as .npz (for `hefprobe capture` on a device host).
@@ -48,6 +44,31 @@ pub struct RunArgs {
     /// Captures past this size in all are left out of the bundle, their hashes kept.
     #[arg(long, value_name = "SIZE", value_parser = crate::budget::parse_size, requires = "bundle")]
     pub bundle_cap: Option<u64>,
+}
+
+/// The backends a command line gives in place of the probe's (`run`, `reduce`).
+#[derive(Args, Debug, Clone)]
+pub struct BackendArgs {
+    /// Replace the probe's backends: emulator[=FAULT+FAULT], dump=PATH[,map=MAP], hef=PATH.
+    #[arg(long = "backend", value_name = "SPEC")]
+    pub backends: Vec<String>,
+    /// Shorthand for one emulator backend with these faults: NAME[:PARAMS][@layers=RANGE].
+    #[arg(long = "fault", value_name = "SPEC", conflicts_with = "backends")]
+    pub faults: Vec<String>,
+}
+
+impl BackendArgs {
+    /// The backend specs, a `--fault` list as one emulator.
+    pub fn specs(&self) -> Result<Vec<BackendSpec>> {
+        let mut backends: Vec<BackendSpec> =
+            self.backends.iter().map(|b| BackendSpec::parse_cli(b)).collect::<Result<_>>()?;
+        if !self.faults.is_empty() {
+            let mut b = BackendSpec::parse_cli("emulator")?;
+            b.faults = crate::fault::spec::parse_all(&self.faults)?;
+            backends.push(b);
+        }
+        Ok(backends)
+    }
 }
 
 /// Report options shared by run, compare and explain.
@@ -135,13 +156,7 @@ pub fn command_line() -> String {
 
 pub fn run(a: RunArgs) -> Result<ExitCode> {
     let probe = Probe::load(&a.probe)?;
-    let mut backends: Vec<BackendSpec> =
-        a.backends.iter().map(|b| BackendSpec::parse_cli(b)).collect::<Result<_>>()?;
-    if !a.faults.is_empty() {
-        let mut b = BackendSpec::parse_cli("emulator")?;
-        b.faults = crate::fault::spec::parse_all(&a.faults)?;
-        backends.push(b);
-    }
+    let backends = a.backend.specs()?;
     let targets = a.out.targets();
     let checkpoint = a.checkpoint.to_ref();
     let mut outs = Outputs::new();
@@ -160,7 +175,7 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
     if let Some(dir) = &a.bundle {
         let asked = crate::probe::bundle::Asked {
             probe: absolute(&a.probe.display().to_string()),
-            backends: bundle_backends(&a.backends, &a.faults),
+            backends: bundle_backends(&a.backend.backends, &a.backend.faults),
             checkpoint: a.checkpoint.checkpoint.as_ref().map(|c| absolute(&c.display().to_string())),
             revision: a.checkpoint.revision.clone(),
             thresholds: a.out.thresholds.clone(),

@@ -245,6 +245,7 @@ pub fn suite(a: SuiteArgs) -> Result<ExitCode> {
             inputs: a.inputs.iter().map(|p| abs(p)).collect(),
             backends: super::run::bundle_backends(&a.backends, &[]),
             checkpoint: a.checkpoint.checkpoint.as_deref().map(abs),
+            revision: a.checkpoint.revision.clone(),
             baseline: a.out.baseline.as_deref().map(abs),
             no_explain: a.no_explain,
         };

@@ -102,6 +102,7 @@ pub fn run(a: SweepArgs) -> Result<ExitCode> {
                 .checkpoint
                 .as_ref()
                 .map(|c| super::run::absolute(&c.display().to_string())),
+            revision: a.checkpoint.revision.clone(),
         };
         let json = serde_json::to_string_pretty(&points).expect("json") + "\n";
         let md = doc(&probe, &points, &command_line(), None).markdown();

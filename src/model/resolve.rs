@@ -18,6 +18,14 @@ pub enum CheckpointRef {
     Synth(SynthSpec),
 }
 
+impl CheckpointRef {
+    /// A folder, `.gguf` file or hub id at `revision`, unknown config keys a warning (what a
+    /// suite target's `checkpoint` key and a replayed bundle name).
+    pub fn at(path: impl Into<PathBuf>, revision: &str) -> Self {
+        CheckpointRef::Path { path: path.into(), revision: revision.into(), strict_config: false }
+    }
+}
+
 impl Checkpoint {
     /// A HF folder (`config.json` and its weights), or a GGUF file (see [`super::gguf`]).
     pub fn load(path: &Path) -> Result<Self> {

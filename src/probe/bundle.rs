@@ -75,6 +75,7 @@ pub struct Manifest {
 pub struct SweepAsked {
     pub probe: String,
     pub checkpoint: Option<String>,
+    pub revision: String,
 }
 
 /// How a suite was asked for, so `verify` asks the same.
@@ -85,6 +86,7 @@ pub struct SuiteAsked {
     pub inputs: Vec<String>,
     pub backends: Vec<String>,
     pub checkpoint: Option<String>,
+    pub revision: String,
     pub baseline: Option<String>,
     pub no_explain: bool,
 }
@@ -133,16 +135,24 @@ pub fn checkpoint_files(source: &crate::model::weights::CheckpointSource) -> Vec
     }
 }
 
+/// The files of the checkpoint a command line named (a folder's or a `.gguf`), pinned; none
+/// for a hub id, which is not a path here.
+pub fn pin_checkpoint(path: &Path) -> Result<Vec<Pinned>> {
+    use crate::model::weights::CheckpointSource as S;
+    let source = if path.is_dir() {
+        S::Dir(path.to_path_buf())
+    } else {
+        S::Gguf { path: path.to_path_buf(), quant: String::new() }
+    };
+    checkpoint_files(&source).iter().filter(|f| f.is_file()).map(|f| pin("a checkpoint file", f)).collect()
+}
+
 fn options(a: &Asked, captures: CaptureOptions) -> Result<RunOptions> {
     use crate::backend::BackendSpec;
     Ok(RunOptions {
         probe: ProbeOverrides {
             backends: a.backends.iter().map(|b| BackendSpec::parse_cli(b)).collect::<Result<_>>()?,
-            checkpoint: a.checkpoint.as_ref().map(|c| crate::model::CheckpointRef::Path {
-                path: PathBuf::from(c),
-                revision: a.revision.clone(),
-                strict_config: false,
-            }),
+            checkpoint: a.checkpoint.as_ref().map(|c| crate::model::CheckpointRef::at(c, &a.revision)),
             thresholds: a.thresholds.clone(),
             explain: if a.no_explain { ExplainChoice::Off } else { ExplainChoice::AsProbe },
         },
@@ -393,6 +403,25 @@ pub fn same(a: f64, b: f64) -> bool {
     (a - b).abs() <= TOLERANCE * a.abs().max(b.abs()).max(1.0)
 }
 
+/// The recorded devices this machine cannot re-run, each with why: by label, where the device
+/// `now` gives that label is not of the recorded kind.
+pub fn not_here<'a>(
+    recorded: &BTreeMap<String, DeviceFacts>,
+    now: impl Fn(&str) -> Option<&'a DeviceFacts>,
+) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    for (label, facts) in recorded {
+        let here = now(label);
+        if here.map(|f| &f.kind) != Some(&facts.kind) {
+            let on =
+                facts.device_id.clone().or(facts.architecture.clone()).unwrap_or_else(|| facts.kind.clone());
+            let has = here.map_or("no such device".to_string(), |f| format!("a {} device", f.kind));
+            out.insert(label.clone(), format!("ran on {} {on}; this machine has {has}", facts.kind));
+        }
+    }
+    out
+}
+
 /// Re-run the probe as the bundle asked it and compare every figure.
 fn rerun(dir: &Path, m: &Manifest, out: &mut Vec<Check>) -> Result<()> {
     let text = crate::files::read_text(dir.join("probe.toml"))?;
@@ -400,16 +429,7 @@ fn rerun(dir: &Path, m: &Manifest, out: &mut Vec<Check>) -> Result<()> {
     let probe = Probe::parse(&text, Path::new(&m.asked.probe))?;
     let opts = options(&m.asked, CaptureOptions { spill: true, ..Default::default() })?;
     let run = run_probe(&probe, &opts)?;
-    let mut not_here: BTreeMap<String, String> = BTreeMap::new();
-    for (label, facts) in &m.devices {
-        let now = run.runs.backend(label).and_then(|b| b.device.as_ref());
-        if now.map(|f| &f.kind) != Some(&facts.kind) {
-            let on =
-                facts.device_id.clone().or(facts.architecture.clone()).unwrap_or_else(|| facts.kind.clone());
-            let here = now.map_or("no such device".to_string(), |f| format!("a {} device", f.kind));
-            not_here.insert(label.clone(), format!("ran on {} {on}; this machine has {here}", facts.kind));
-        }
-    }
+    let mut not_here = not_here(&m.devices, |label| run.runs.backend(label).and_then(|b| b.device.as_ref()));
     if let Some(e) = &run.error {
         for b in run.runs.backends.iter().filter(|b| b.error.is_some()) {
             not_here.entry(b.label.clone()).or_insert_with(|| format!("it stopped here: {e}"));
@@ -465,15 +485,8 @@ pub fn write_sweep(
         files.insert(name.to_string(), sha256_file(&dir.join(name))?.0);
     }
     let mut pinned = vec![pin("the probe", Path::new(&asked.probe))?];
-    if let Some(c) = asked.checkpoint.as_ref().map(PathBuf::from) {
-        let source = if c.is_dir() {
-            crate::model::weights::CheckpointSource::Dir(c)
-        } else {
-            crate::model::weights::CheckpointSource::Gguf { path: c, quant: String::new() }
-        };
-        for f in checkpoint_files(&source).iter().filter(|f| f.is_file()) {
-            pinned.push(pin("a checkpoint file", f)?);
-        }
+    if let Some(c) = &asked.checkpoint {
+        pinned.extend(pin_checkpoint(Path::new(c))?);
     }
     let manifest = Manifest {
         schema: BUNDLE_SCHEMA.into(),
@@ -509,11 +522,7 @@ fn numbers(v: &serde_json::Value, at: String, out: &mut BTreeMap<String, f64>) {
 fn rerun_sweep(dir: &Path, asked: &SweepAsked, out: &mut Vec<Check>) -> Result<()> {
     let text = crate::files::read_text(dir.join("probe.toml"))?;
     let probe = Probe::parse(&text, Path::new(&asked.probe))?;
-    let checkpoint = asked.checkpoint.as_ref().map(|c| crate::model::CheckpointRef::Path {
-        path: c.into(),
-        revision: crate::model::hub::DEFAULT_REVISION.into(),
-        strict_config: false,
-    });
+    let checkpoint = asked.checkpoint.as_ref().map(|c| crate::model::CheckpointRef::at(c, &asked.revision));
     let points = super::sweep::run_sweep(&probe, checkpoint.as_ref(), |_| {})?;
     let now = serde_json::to_value(&points).expect("points serialize");
     let what = dir.join("points.json").display().to_string();

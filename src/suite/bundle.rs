@@ -9,8 +9,8 @@ use super::run::{run_suite, SuiteOptions};
 use super::spec::Suite;
 use crate::error::{Error, Result};
 use crate::probe::bundle::{
-    check_hashes, checkpoint_files, pin, read_manifest, same, sha256_file, Check, Manifest, SuiteAsked,
-    Verdict, BUNDLE_SCHEMA, MANIFEST,
+    check_hashes, not_here, pin, pin_checkpoint, read_manifest, same, sha256_file, Check, Manifest,
+    SuiteAsked, Verdict, BUNDLE_SCHEMA, MANIFEST,
 };
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -42,15 +42,8 @@ pub fn write(r: &SuiteResult, suite: &Suite, asked: &SuiteAsked, dir: &Path) -> 
             pinned.push(pin(&format!("the checkpoint of `{}`", t.label), c)?);
         }
     }
-    if let Some(c) = asked.checkpoint.as_ref().map(Path::new) {
-        let source = if c.is_dir() {
-            crate::model::weights::CheckpointSource::Dir(c.to_path_buf())
-        } else {
-            crate::model::weights::CheckpointSource::Gguf { path: c.to_path_buf(), quant: String::new() }
-        };
-        for f in checkpoint_files(&source).iter().filter(|f| f.is_file()) {
-            pinned.push(pin("a checkpoint file", f)?);
-        }
+    if let Some(c) = &asked.checkpoint {
+        pinned.extend(pin_checkpoint(Path::new(c))?);
     }
     if let Some(b) = &asked.baseline {
         pinned.push(pin("the baseline", Path::new(b))?);
@@ -112,27 +105,16 @@ pub fn verify(dir: &Path) -> Result<Vec<Check>> {
     let opts = SuiteOptions {
         baseline: asked.baseline.as_ref().map(std::path::PathBuf::from),
         no_explain: asked.no_explain,
-        checkpoint: asked.checkpoint.as_ref().map(|c| crate::model::CheckpointRef::Path {
-            path: c.into(),
-            revision: crate::model::hub::DEFAULT_REVISION.into(),
-            strict_config: false,
-        }),
+        checkpoint: asked.checkpoint.as_ref().map(|c| crate::model::CheckpointRef::at(c, &asked.revision)),
         ..SuiteOptions::default()
     };
     let now = run_suite(&suite, &opts)?;
     let text = crate::files::read_text(dir.join("report.json"))?;
     let then: SuiteResult = serde_json::from_str(&text)
         .map_err(|e| Error::input(dir.join("report.json").display().to_string(), e.to_string()))?;
-    let mut not_here: BTreeMap<String, String> = BTreeMap::new();
-    for (target, facts) in &m.devices {
-        let kind =
-            now.pairs.iter().find(|p| &p.target == target).and_then(|p| p.device.as_ref()).map(|d| &d.kind);
-        if kind != Some(&facts.kind) {
-            let here = kind.map_or("no such device".to_string(), |k| format!("a {k} device"));
-            not_here
-                .insert(target.clone(), format!("ran on a {} device; this machine has {here}", facts.kind));
-        }
-    }
+    let not_here = not_here(&m.devices, |target| {
+        now.pairs.iter().find(|p| p.target == target).and_then(|p| p.device.as_ref())
+    });
     let (then, now) = (figures(&then), figures(&now));
     for (key, v) in &then {
         let target = key.split(" × ").nth(1).and_then(|s| s.split(' ').next()).unwrap_or("");

@@ -60,8 +60,9 @@ impl Claim {
         Ok(())
     }
 
-    fn wants(&self, p: &PairResult) -> bool {
-        p.probe == self.probe && (self.targets.is_empty() || self.targets.contains(&p.target))
+    /// Whether this claim is about `probe` × `target`.
+    fn names(&self, probe: &str, target: &str) -> bool {
+        probe == self.probe && (self.targets.is_empty() || self.targets.iter().any(|t| t == target))
     }
 
     /// This claim on one pair: its status, and what the pair said that decided it.
@@ -116,11 +117,7 @@ impl Claim {
 /// Whether a claim names the best explanation of `probe` × `target` (so its pair is explained
 /// even when its drift is known).
 pub fn asks_explanation(claims: &[Claim], probe: &str, target: &str) -> bool {
-    claims.iter().any(|c| {
-        c.explained_by.is_some()
-            && c.probe == probe
-            && (c.targets.is_empty() || c.targets.iter().any(|t| t == target))
-    })
+    claims.iter().any(|c| c.explained_by.is_some() && c.names(probe, target))
 }
 
 /// Every claim on every pair it names; a claim on a target none of these pairs ran is not run.
@@ -143,7 +140,7 @@ pub fn evaluate(claims: &[Claim], pairs: &[PairResult], targets: &[String]) -> V
             c.targets.clone()
         };
         for t in names {
-            let (status, why) = match pairs.iter().find(|p| c.wants(p) && p.target == t) {
+            let (status, why) = match pairs.iter().find(|p| c.names(&p.probe, &p.target) && p.target == t) {
                 Some(p) => c.judge(p),
                 None => (FindingStatus::NotRun, "not run in this run".into()),
             };

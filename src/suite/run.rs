@@ -267,21 +267,17 @@ impl ProbeRun {
     }
 }
 
-/// Prepare a probe against `specs` and run every backend: a device target drives the device
-/// opened once for the suite (refused when the probe's reference is another checkpoint).
 /// The checkpoint a target runs the probe on: its own `checkpoint`, else `--checkpoint`, else
 /// the probe's.
 fn checkpoint_of(ctx: &Ctx, t: &Target) -> Option<crate::model::CheckpointRef> {
     match &t.checkpoint {
-        Some(path) => Some(crate::model::CheckpointRef::Path {
-            path: path.clone(),
-            revision: crate::model::hub::DEFAULT_REVISION.into(),
-            strict_config: false,
-        }),
+        Some(path) => Some(crate::model::CheckpointRef::at(path, crate::model::hub::DEFAULT_REVISION)),
         None => ctx.opts.checkpoint.clone(),
     }
 }
 
+/// Prepare a probe against `targets` and run every backend: a device target drives the device
+/// opened once for the suite (refused when the probe's reference is another checkpoint).
 fn run_stages(ctx: &Ctx, probe: &Probe, targets: &[(usize, Target)]) -> Result<(Prepared, Runs)> {
     let specs =
         targets.iter().map(|(_, t)| BackendSpec { name: Some(t.label.clone()), ..t.spec.clone() }).collect();
@@ -538,13 +534,13 @@ fn group_pairs(ctx: &mut Ctx, probe: &Probe, pairs: &mut [PairResult], runnable:
         rerun(ctx, probe, pairs, &failing, &bands);
     }
     // A known drift is not re-run, and explained only when a finding claims its explanation.
-    let known: Vec<(usize, String)> = runnable
+    let claimed: Vec<(usize, String)> = runnable
         .iter()
-        .filter(|(i, _)| pairs[*i].status == Status::Known)
+        .filter(|(i, t)| {
+            pairs[*i].status == Status::Known && asks_explanation(&ctx.suite.findings, &probe.name, &t.label)
+        })
         .map(|(i, t)| (*i, t.label.clone()))
         .collect();
-    let claimed: Vec<(usize, String)> =
-        known.into_iter().filter(|(_, t)| asks_explanation(&ctx.suite.findings, &probe.name, t)).collect();
     explain_confirmed(ctx, probe, pairs, &run, claimed);
 }
 
