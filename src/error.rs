@@ -45,6 +45,9 @@ pub enum Error {
         format_size(*.budget)
     )]
     Budget { what: String, needs: Option<u64>, budget: u64, budget_from: String, fix: String },
+    /// The work was stopped from outside ([`interrupt`]: Ctrl-C in the Python module).
+    #[error("interrupted")]
+    Interrupted,
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -84,7 +87,28 @@ impl Error {
                 _ => 3,
             },
             Error::Compute { .. } | Error::Device(_) => 3,
+            // 128 + SIGINT, as a shell reports a run stopped by Ctrl-C.
+            Error::Interrupted => 130,
         }
+    }
+}
+
+/// Set by [`interrupt`], read by [`check_interrupt`] between layers, decode steps, emulations
+/// and compared taps: how a host that keeps its own signal handling (the Python module) stops
+/// a long run cleanly. The command line never sets it (its Ctrl-C ends the process).
+static INTERRUPTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Ask the work running now to stop at its next check (`on`), or clear the request.
+pub fn interrupt(on: bool) {
+    INTERRUPTED.store(on, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// `Err(Interrupted)` once [`interrupt`] was asked.
+pub fn check_interrupt() -> Result<()> {
+    if INTERRUPTED.load(std::sync::atomic::Ordering::Relaxed) {
+        Err(Error::Interrupted)
+    } else {
+        Ok(())
     }
 }
 

@@ -38,6 +38,16 @@ pub struct DumpBackend {
     pub quantized_as: Option<Box<super::hef::HefBackend>>,
 }
 
+/// A dump read through a name map (renames, squeezes, permutes) as a capture: mapped into a
+/// temporary `.npz` in `scratch` one array at a time (`hefprobe compare --map`, the Python
+/// module's `compare(map=...)`).
+pub fn mapped(path: &Path, map: &Path, scratch: &Path) -> Result<Box<dyn Store>> {
+    let mut d = DumpBackend::open("candidate", path, Some(map))?;
+    let place = crate::capture::Place::Temporary(scratch.to_path_buf());
+    let run = super::run_to(&mut d, &InputSet::new(vec![0]), &TapSelection::all(), None, &place)?;
+    run.error.map_or(Ok(run.capture), Err)
+}
+
 impl DumpBackend {
     pub fn open(name: &str, path: &Path, map: Option<&Path>) -> Result<Self> {
         let mut file = NpzFile::open(path)?;

@@ -49,7 +49,9 @@ pub struct ExplainArgs {
     pub out: ReportArgs,
 }
 
-pub fn run(a: ExplainArgs) -> Result<ExitCode> {
+/// The probe and the options `explain` runs it with (its outputs checked): the command line's
+/// and the Python module's `explain` (which fills an `ExplainArgs`).
+pub fn plan(a: &ExplainArgs) -> Result<(Probe, RunOptions)> {
     let probe = Probe::load(&a.probe)?;
     let observed = match (&a.observed, &a.backend) {
         (Some(p), _) => BackendSpec {
@@ -96,7 +98,12 @@ pub fn run(a: ExplainArgs) -> Result<ExitCode> {
         captures: CaptureOptions { spill: true, spill_dir: a.spill_dir.clone(), ..Default::default() },
         command: command_line(),
     };
+    Ok((probe, opts))
+}
+
+pub fn run(a: ExplainArgs) -> Result<ExitCode> {
+    let (probe, opts) = plan(&a)?;
     // Exit 1 when the observation drifts from the reference beyond the thresholds, explained
     // or not: the drift is there either way (README, "Exit codes").
-    finish(run_probe(&probe, &opts)?, &targets, true)
+    finish(run_probe(&probe, &opts)?, &a.out.targets(), true)
 }

@@ -6,10 +6,10 @@ mod bisect;
 mod compare;
 mod device;
 mod doctor;
-mod explain;
+pub mod explain;
 mod faults;
 mod reduce;
-mod reference;
+pub mod reference;
 pub mod run;
 mod suite;
 mod sweep;
@@ -187,23 +187,46 @@ pub fn parse_ids(s: &str) -> std::result::Result<Ids, String> {
 /// check (the command returns it), 2 input or usage error, 3 device or runtime error (both
 /// decided by the error's type, [`Error::exit_code`]).
 pub fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    main_from(std::env::args_os())
+}
+
+/// The command line as given (`main_from`'s), for [`run::command_line`]: the Python module's
+/// console script runs inside an interpreter, whose own arguments are not hefprobe's.
+static ARGS: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+
+/// [`main`] on these arguments (the first is the program's name).
+pub fn main_from<I, T>(args: I) -> ExitCode
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    ExitCode::from(main_code(args))
+}
+
+/// [`main_from`]'s exit code as a number (the Python module's console script returns it).
+pub fn main_code<I, T>(args: I) -> u8
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    let args: Vec<std::ffi::OsString> = args.into_iter().map(Into::into).collect();
+    let _ = ARGS.set(args.iter().map(|a| a.to_string_lossy().into_owned()).collect());
+    let cli = match Cli::try_parse_from(args) {
         Ok(c) => c,
         Err(e) => {
             let _ = e.print();
             return match e.kind() {
-                clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion => {
-                    ExitCode::SUCCESS
-                }
-                _ => ExitCode::from(2),
+                clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion => 0,
+                _ => 2,
             };
         }
     };
     match run(cli) {
-        Ok(code) => code,
+        // Every command's code is one of these (an ExitCode cannot be read back, only compared).
+        Ok(code) => [0, 1, 2, 3].into_iter().find(|&k| ExitCode::from(k) == code).unwrap_or(1),
         Err(e) => {
             report_error(&e);
-            ExitCode::from(e.exit_code())
+            e.exit_code()
         }
     }
 }

@@ -140,7 +140,8 @@ pub fn finish(
 
 /// The command line as typed, quoted where needed, for the Markdown report.
 pub fn command_line() -> String {
-    std::env::args()
+    let args = super::ARGS.get().cloned().unwrap_or_else(|| std::env::args().collect());
+    args.into_iter()
         .enumerate()
         .map(|(i, a)| {
             let a = if i == 0 { "hefprobe".to_string() } else { a };
@@ -154,14 +155,15 @@ pub fn command_line() -> String {
         .join(" ")
 }
 
-pub fn run(a: RunArgs) -> Result<ExitCode> {
+/// The probe and the options `run` runs it with (its outputs checked): the command line's and
+/// the Python module's `run` (which fills a `RunArgs`).
+pub fn plan(a: &RunArgs) -> Result<(Probe, RunOptions)> {
     let probe = Probe::load(&a.probe)?;
     let backends = a.backend.specs()?;
-    let targets = a.out.targets();
     let checkpoint = a.checkpoint.to_ref();
     let mut outs = Outputs::new();
     probe_inputs(&probe, checkpoint.as_ref(), &backends, &mut outs)?;
-    crate::report::register(&targets, &mut outs);
+    crate::report::register(&a.out.targets(), &mut outs);
     if let Some(p) = &a.save_inputs {
         outs.file("--save-inputs", p);
     }
@@ -172,19 +174,6 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
         outs.dir("--spill-dir", d);
     }
     outs.check()?;
-    if let Some(dir) = &a.bundle {
-        let asked = crate::probe::bundle::Asked {
-            probe: absolute(&a.probe.display().to_string()),
-            backends: bundle_backends(&a.backend.backends, &a.backend.faults),
-            checkpoint: a.checkpoint.checkpoint.as_ref().map(|c| absolute(&c.display().to_string())),
-            revision: a.checkpoint.revision.clone(),
-            thresholds: a.out.thresholds.clone(),
-            no_explain: a.no_explain,
-        };
-        new_folder(dir)?;
-        let cap = a.bundle_cap.unwrap_or(crate::probe::bundle::DEFAULT_CAP);
-        return finish(crate::probe::bundle::write(&asked, &command_line(), dir, cap)?, &targets, true);
-    }
     let opts = RunOptions {
         probe: ProbeOverrides {
             backends,
@@ -200,6 +189,25 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
         },
         command: command_line(),
     };
+    Ok((probe, opts))
+}
+
+pub fn run(a: RunArgs) -> Result<ExitCode> {
+    let targets = a.out.targets();
+    let (probe, opts) = plan(&a)?;
+    if let Some(dir) = &a.bundle {
+        let asked = crate::probe::bundle::Asked {
+            probe: absolute(&a.probe.display().to_string()),
+            backends: bundle_backends(&a.backend.backends, &a.backend.faults),
+            checkpoint: a.checkpoint.checkpoint.as_ref().map(|c| absolute(&c.display().to_string())),
+            revision: a.checkpoint.revision.clone(),
+            thresholds: a.out.thresholds.clone(),
+            no_explain: a.no_explain,
+        };
+        new_folder(dir)?;
+        let cap = a.bundle_cap.unwrap_or(crate::probe::bundle::DEFAULT_CAP);
+        return finish(crate::probe::bundle::write(&asked, &command_line(), dir, cap)?, &targets, true);
+    }
     finish(run_probe(&probe, &opts)?, &targets, true)
 }
 

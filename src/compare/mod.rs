@@ -187,9 +187,14 @@ pub fn align<'a>(r: &'a ArrayD<f32>, x: &'a ArrayD<f32>) -> Option<Aligned<'a>> 
         3 => 1,
         _ => return None,
     };
+    // Ranks first: a candidate of another rank has no row axis to match (it indexed past its
+    // shape, a panic on a hostile capture).
+    if x.ndim() != r.ndim() {
+        return None;
+    }
     let others_agree = (0..r.ndim()).all(|a| a == axis || r.shape()[a] == x.shape()[a]);
     let (rows, have) = (r.shape()[axis], x.shape()[axis]);
-    if x.ndim() != r.ndim() || !others_agree || have == 0 || have > rows {
+    if !others_agree || have == 0 || have > rows {
         return None;
     }
     let tail = r.slice_axis(ndarray::Axis(axis), ndarray::Slice::from(rows - have..));
@@ -396,6 +401,7 @@ pub fn compare(
         .filter(|k| k.phase().is_some() && s.selection.is_none_or(|sel| sel.selects(k)))
         .collect();
     let row = |key: &Key| -> Result<TapRow> {
+        crate::error::check_interrupt()?;
         let (r, x) = (reference.get(key)?, candidate.get(key)?);
         // A probs tap's mask comes from its layer's scores (a scores tap masks itself).
         let sk = scores_of(key);
@@ -432,6 +438,56 @@ pub fn compare(
         rows,
         on_device: false,
     })
+}
+
+/// Compare two captures recorded anywhere (`hefprobe compare`, the Python module's `compare`),
+/// with the command line's extra `bounds` (METRIC=VALUE or GLOB:METRIC=VALUE): their globs are
+/// checked against the taps the captures hold (no model here). `names` are the two sides'
+/// labels, `sources` what they were read from (the errors name them). Two captures that share no key, or a
+/// tap whose shapes cannot be aligned, are input errors naming the candidate.
+pub fn captures(
+    reference: &dyn Store,
+    candidate: &dyn Store,
+    (names, sources): ((&str, &str), (&str, &str)),
+    bounds: &[String],
+) -> Result<PairComparison> {
+    let mut thresholds = Thresholds::default();
+    for t in bounds {
+        thresholds.add_cli(t)?;
+    }
+    let mut taps: Vec<String> = reference
+        .keys()
+        .into_iter()
+        .chain(candidate.keys())
+        .filter(|k| k.phase().is_some())
+        .filter_map(|k| Some(k.tap()?.to_string()))
+        .collect();
+    taps.sort();
+    taps.dedup();
+    let layers = taps.iter().filter_map(|t| Tap::parse(t)?.layer()).max().map_or(0, |l| l + 1);
+    thresholds.check_globs(&taps, layers)?;
+    let settings = Settings { workers: rayon::current_num_threads(), ..Settings::new(&thresholds) };
+    let pair = compare(reference, candidate, names, &settings)?;
+    if pair.rows.iter().all(|r| !r.checked()) {
+        return Err(Error::input(
+            sources.1,
+            format!(
+                "shares no PHASE/TAP key with {}; give a name map (--map) to name its tensors",
+                sources.0
+            ),
+        ));
+    }
+    if let Some(bad) = pair.rows.iter().find(|r| r.status == RowStatus::ShapeMismatch) {
+        return Err(Error::input(
+            format!("{} array `{}`", sources.1, bad.key()),
+            format!(
+                "shape {:?} cannot be aligned with the reference's {:?}; give a name map (--map) with a \
+                 layout transform (squeeze, permute, reshape)",
+                bad.cand_shape, bad.ref_shape
+            ),
+        ));
+    }
+    Ok(pair)
 }
 
 /// One row: the reference's and the candidate's tap at `key` (either may be missing), and

@@ -239,6 +239,7 @@ impl Emulator<'_> {
     }
 
     fn evaluate(&self, specs: Vec<FaultSpec>) -> Result<Candidate> {
+        crate::error::check_interrupt()?;
         self.bar.set_message(crate::fault::spec::join(&specs, " + "));
         self.bar.inc(1);
         let cap = self.run(&specs)?;

@@ -248,6 +248,7 @@ impl Decoder {
             x = emit(Tap::Embed, x, hooks, sink)?;
         }
         for l in first..=last.min(self.blocks.len().saturating_sub(1)) {
+            crate::error::check_interrupt()?;
             x = emit(Tap::Layer(l, LayerTap::Input), x, hooks, sink)?;
             x = self.block(l, (&ctx, rope), x, cache, sink, hooks)?;
         }

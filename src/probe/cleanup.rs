@@ -28,8 +28,21 @@ static LEFT: Mutex<Option<String>> = Mutex::new(None);
 /// Held while a partial report is replaced.
 static WRITING: Mutex<()> = Mutex::new(());
 
+/// The host process keeps its signals (the Python module: Ctrl-C is Python's
+/// KeyboardInterrupt, and stops the work through `error::interrupt`, whose unwinding removes
+/// the spill folders): no handler is ever installed here.
+static HOST_KEEPS_SIGNALS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Never install a signal handler in this process (see [`HOST_KEEPS_SIGNALS`]).
+pub fn leave_signals_to_host() {
+    HOST_KEEPS_SIGNALS.store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
 /// Handle Ctrl-C, SIGTERM and SIGHUP here (idempotent).
 pub fn install() {
+    if HOST_KEEPS_SIGNALS.load(std::sync::atomic::Ordering::Relaxed) {
+        return;
+    }
     HANDLER.call_once(|| {
         // Another handler already installed (a library user's own) is left in charge; a spill
         // folder is then still swept by the next spilled run here.
