@@ -39,16 +39,22 @@ pub fn phases(store: &dyn Store) -> Vec<Phase> {
     p
 }
 
-/// Write every tap of `store` to `to` (announced): a copy of the file when it already is one.
-pub fn save(store: &dyn Store, to: &Path) -> Result<()> {
+/// Write every tap of `store` to `to`, announced on stderr when it is one of the user's files
+/// (`announce`; a scratch file is not): a copy of the file when it already is one.
+pub fn save(store: &dyn Store, to: &Path, announce: bool) -> Result<()> {
+    let said = |to: &Path| {
+        if announce {
+            crate::files::announce(to);
+        }
+    };
     match store.file() {
         Some(from) if from == to => {
-            crate::files::announce(to);
+            said(to);
             Ok(())
         }
         Some(from) => {
             std::fs::copy(from, to).map_err(|e| Error::io(to, e))?;
-            crate::files::announce(to);
+            said(to);
             Ok(())
         }
         None => {
@@ -58,7 +64,7 @@ pub fn save(store: &dyn Store, to: &Path) -> Result<()> {
                     out.add(&key.to_string(), &a)?;
                 }
             }
-            out.finish(true)
+            out.finish(announce)
         }
     }
 }

@@ -45,6 +45,7 @@ pub mod inputs;
 pub mod model;
 pub mod output;
 pub mod probe;
+pub mod progress;
 pub mod report;
 pub mod suite;
 pub mod tap;

@@ -216,6 +216,36 @@ fn explain_of_a_recorded_capture_takes_the_quantization_of_the_hef_it_came_from(
 /// The same HEF without the fault passes: its drift from the float reference is what its
 /// quantization computes, and explain says so rather than "nothing explains".
 #[test]
+fn faults_acting_on_the_hefs_frames_are_emulated_through_them_and_ranked_first() {
+    // mask-repeat (finding 4) repeats rows of the 96-row mask frame, padding rows included, and
+    // first-slot-output (finding 2) returns the frame's first row, a padding row: the decoder
+    // alone computes something else for both; emulated through the HEF's frames and ring they
+    // reproduce the device's logits exactly.
+    let t = tempfile::tempdir().unwrap();
+    let probes = Path::new(env!("CARGO_MANIFEST_DIR")).join("probes");
+    for (fault, probe) in [
+        ("mask-repeat@layers=1", "attention-mask-broadcast.toml"),
+        ("first-slot-output", "output-last-position.toml"),
+    ] {
+        let h = t.path().join(format!("{fault}.hef"));
+        hefprobe()
+            .args(["synth-hef", "--synth", "tinystories", "--fault", fault, "-o"])
+            .arg(&h)
+            .assert()
+            .success();
+        hefprobe()
+            .arg("explain")
+            .arg(probes.join(probe))
+            .arg("--backend")
+            .arg(format!("hef={}", h.display()))
+            .args(["--fault", "mask-repeat", "--fault", "first-slot-output", "--fault", "shared-softmax"])
+            .assert()
+            .code(1)
+            .stdout(predicate::str::contains(format!("best explanation: {fault} — match cosine 1.000000")));
+    }
+}
+
+#[test]
 fn a_clean_quantized_hef_passes_on_its_excess_and_explain_calls_it_quantization_noise() {
     let t = tempfile::tempdir().unwrap();
     let (h, _) = tinystories_hef(t.path(), &[]);

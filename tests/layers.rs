@@ -24,7 +24,7 @@ const LAYERS: &[&[&str]] = &[
     &["inputs", "capture"],
     &["tap"],
     &["budget", "output"],
-    &["files"],
+    &["files", "progress"],
     &["error"],
 ];
 

@@ -35,6 +35,8 @@ __all__ = [
     "explain",
     "reference",
     "run",
+    "set_progress",
+    "synth_hef",
 ]
 
 Mapping.register(Capture)
@@ -72,6 +74,17 @@ def _side(x: Any, what: str) -> Any:
     return out
 
 
+def _whole(name: str, v: Any, bits: int) -> int:
+    """A count or token id for the Rust side (an unsigned integer of `bits`), or InputError naming it."""
+    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not 0 <= int(v) < 2**bits:
+        raise InputError(f"{name}: {v!r} is not a whole number from 0 to 2**{bits} - 1")
+    return int(v)
+
+
+def _ids(name: str, v: Optional[Iterable[int]]) -> Optional[list]:
+    return None if v is None else [_whole(f"{name}[{i}]", t, 32) for i, t in enumerate(v)]
+
+
 def reference(checkpoint=None, *, tokens=None, text=None, taps="*", decode=0, **options) -> Capture:
     """Run the float32 reference: a :class:`Capture` of ``"PHASE/TAP"`` → float32 arrays
     (shared with numpy, not copied).
@@ -85,12 +98,17 @@ def reference(checkpoint=None, *, tokens=None, text=None, taps="*", decode=0, **
     >>> cap["prefill/layers.0.attn.probs"].shape
     (6, 3, 3)
     """
+    for k in ("chunk", "start_position", "seed"):
+        if options.get(k) is not None:
+            options[k] = _whole(k, options[k], 64)
+    if "decode_tokens" in options:
+        options["decode_tokens"] = _ids("decode_tokens", options["decode_tokens"])
     cap = _native.reference(
         None if checkpoint is None else os.fspath(checkpoint),
-        tokens=None if tokens is None else [int(t) for t in tokens],
+        tokens=_ids("tokens", tokens),
         text=text,
         taps=_strings(taps),
-        decode=decode,
+        decode=_whole("decode", decode, 64),
         **options,
     )
     for note in cap.notes:
@@ -155,6 +173,50 @@ def explain(probe, *, observed=None, backend=None, faults=None, checkpoint=None,
 def audit(hef, *, against=None) -> Audit:
     """Check a HEF's structure (``hefprobe audit``), or diff it against a reference HEF."""
     return _native.audit(os.fspath(hef), against=None if against is None else os.fspath(against))
+
+
+def synth_hef(out, *, checkpoint=None, fault=None, quant="a16", **options) -> Dict[str, Any]:
+    """Write a simulated Hailo-10H LLM HEF for a checkpoint (``hefprobe synth-hef``) and return
+    what was written: ``path``, ``groups``, ``checkpoint``, ``hash``, ``prefill_tokens``,
+    ``kv_cache_size``, ``quant``, ``faults``, ``mistakes``, ``exposed``, ``expose_quant``.
+
+    ``fault``: fault specs the device computes; ``quant``: ``"a16"`` (the default),
+    ``"w8a16"``, ..., or ``"none"``. Other options: revision, synth, seed, prefill_tokens,
+    kv_cache_size, tbt, lm_head_shards, mistakes, calib_tokens (a list of id lists),
+    calib_text, expose (tap globs), expose_quant, layers (``(A, B)``).
+
+    >>> hefprobe.synth_hef("faulty.hef", synth="tinystories", fault="shared-softmax@layers=1")["faults"]
+    ['shared-softmax@layers=1']
+    """
+    for k in ("prefill_tokens", "kv_cache_size", "lm_head_shards", "seed"):
+        if options.get(k) is not None:
+            options[k] = _whole(k, options[k], 64)
+    if options.get("calib_tokens") is not None:
+        options["calib_tokens"] = [_ids(f"calib_tokens[{i}]", p) for i, p in enumerate(options["calib_tokens"])]
+    if options.get("layers") is not None:
+        a, b = options["layers"]
+        options["layers"] = (_whole("layers[0]", a, 64), _whole("layers[1]", b, 64))
+    if options.get("calib_text") is not None:
+        options["calib_text"] = os.fspath(options["calib_text"])
+    for k in ("mistakes", "expose"):
+        if k in options:
+            options[k] = _strings(options[k])
+    return _native.synth_hef(
+        os.fspath(out),
+        checkpoint=None if checkpoint is None else os.fspath(checkpoint),
+        fault=_strings(fault),
+        quant=quant,
+        **options,
+    )
+
+
+def set_progress(mode: Union[bool, str, None] = None) -> None:
+    """Where progress bars of long work (decode, backends, explain's emulations) are drawn:
+    ``None``/``"auto"`` on stderr when it is a terminal (the default: a bar in a terminal,
+    quiet in a notebook), ``True``/``"on"`` on ``sys.stderr`` always (a notebook shows it),
+    ``False``/``"off"`` nowhere."""
+    names = {None: "auto", True: "on", False: "off"}
+    _native.set_progress(names.get(mode, mode) if mode is None or isinstance(mode, bool) else mode)
 
 
 def _to_pandas(self):

@@ -96,3 +96,24 @@ def explain(
     spill_dir: Optional[PathLike] = None,
 ) -> Report: ...
 def audit(hef: PathLike, *, against: Optional[PathLike] = None) -> Audit: ...
+def synth_hef(
+    out: PathLike,
+    *,
+    checkpoint: Optional[PathLike] = None,
+    fault: Union[None, str, Iterable[str]] = None,
+    quant: str = "a16",
+    revision: Optional[str] = None,
+    synth: Optional[str] = None,
+    seed: int = 0,
+    prefill_tokens: int = 96,
+    kv_cache_size: int = 2048,
+    tbt: bool = True,
+    lm_head_shards: int = 1,
+    mistakes: Union[None, str, Iterable[str]] = None,
+    calib_tokens: Optional[List[List[int]]] = None,
+    calib_text: Optional[PathLike] = None,
+    expose: Union[None, str, Iterable[str]] = None,
+    expose_quant: str = "per-feature",
+    layers: Optional[tuple[int, int]] = None,
+) -> Dict[str, Any]: ...
+def set_progress(mode: Union[bool, str, None] = None) -> None: ...

@@ -9,7 +9,7 @@ use hefprobe::cli::run::{BackendArgs, ReportArgs, RunArgs};
 use hefprobe::cli::{CheckpointArgs, Ids, ModelArgs, PromptArgs};
 use hefprobe::error::Error;
 use hefprobe::report::{Format, ReportTarget};
-use hefprobe::tap::{Key, TapSelection};
+use hefprobe::tap::Key;
 use numpy::{PyArray, PyArrayDyn, PyReadonlyArrayDyn, PyUntypedArrayMethods};
 use pyo3::exceptions::{PyException, PyKeyError, PyKeyboardInterrupt};
 use pyo3::prelude::*;
@@ -135,7 +135,7 @@ impl PyCapture {
 
     /// Write the capture as `.npz` (the command line's format: `hefprobe compare` reads it).
     fn save(&self, py: Python<'_>, path: PathBuf) -> PyResult<()> {
-        work(py, || capture::save(&self.inner, &path))
+        work(py, || capture::save(&self.inner, &path, true))
     }
 
     /// Read an `.npz` capture (`hefprobe reference -o`, `capture`, `run --save-captures`).
@@ -246,7 +246,7 @@ fn open<'a>(side: &'a Side, map: Option<&Path>, scratch: &Path) -> hefprobe::Res
     };
     let Some(m) = map else { return Ok(Opened::Borrowed(held)) };
     let file = scratch.join("candidate.npz");
-    capture::save(held, &file)?;
+    capture::save(held, &file, false)?;
     hefprobe::backend::dump::mapped(&file, m, scratch).map(Opened::Owned)
 }
 
@@ -417,7 +417,6 @@ fn reference(
     start_position: usize,
     add_special_tokens: bool,
 ) -> PyResult<PyCapture> {
-    use hefprobe::model::memory::{check_run, TapsHeld};
     let model = ModelArgs { from: checkpoint_args(checkpoint, revision), synth, synth_seed: seed };
     let prompt = PromptArgs {
         tokens: tokens.map(Ids),
@@ -431,23 +430,14 @@ fn reference(
     };
     let taps = taps.unwrap_or_else(|| vec!["*".into()]);
     work(py, || {
-        let ckpt = model.load_quiet()?;
-        let inputs = prompt.input_set(&ckpt)?;
-        let selection = TapSelection::parse(&taps)?;
-        selection.check_against(ckpt.config.num_layers)?;
-        check_run(&ckpt.config, &inputs, &selection, TapsHeld::InMemory { captures: 1 })?;
-        let decoder = hefprobe::model::Decoder::new(&ckpt)?;
+        let held = hefprobe::model::memory::TapsHeld::InMemory { captures: 1 };
+        let (ckpt, inputs, selection, decoder) =
+            hefprobe::cli::reference::prepare(&model, &prompt, &taps, held)?;
         let mut sink = MemorySink::new(selection);
         let mut record = hefprobe::model::run::RunRecord::default();
         let mut hooks = hefprobe::model::hooks::NoHooks;
         hefprobe::model::run::run_inputs(&decoder, &inputs, &mut sink, &mut hooks, &mut record)?;
-        let c = &ckpt.config;
-        let mut notes: Vec<String> = c
-            .defaults_applied
-            .iter()
-            .map(|(k, v)| format!("config.json has no `{k}`: transformers' default {v} applied"))
-            .collect();
-        notes.extend(hefprobe::report::format::unknown_keys_line(&c.unknown_keys));
+        let notes = hefprobe::report::format::config_notes(&ckpt.config);
         Ok(PyCapture { inner: sink.capture, notes })
     })
 }
@@ -580,22 +570,145 @@ fn explain(
 #[pyfunction]
 #[pyo3(signature = (hef, *, against=None))]
 fn audit(py: Python<'_>, hef: PathBuf, against: Option<PathBuf>) -> PyResult<PyAudit> {
-    use hefprobe::hef::{audit_file, diff, Expectations, Hef, Severity};
-    use hefprobe::report::audit::{audit_doc, diff_doc};
     work(py, || {
-        let (json, doc, passed) = match &against {
-            Some(other) => {
-                let diffs = diff(&Hef::read(&hef)?, &Hef::read(other)?);
-                let json = serde_json::to_string_pretty(&diffs).expect("json");
-                (json, diff_doc(&diffs), !diffs.iter().any(|d| d.severity == Severity::Error))
-            }
-            None => {
-                let report = audit_file(&hef, &Expectations::default())?;
-                (report.to_json(), audit_doc(&report), !report.has_errors())
-            }
-        };
-        Ok(PyAudit { json, markdown: doc.markdown(), terminal: doc.terminal(false), passed })
+        let expect = hefprobe::hef::Expectations::default();
+        let (json, doc, failed) = hefprobe::cli::audit::outcome(&hef, against.as_deref(), &expect)?;
+        Ok(PyAudit { json, markdown: doc.markdown(), terminal: doc.terminal(false), passed: !failed })
     })
+}
+
+#[pyfunction]
+#[pyo3(signature = (out, *, checkpoint=None, revision=None, synth=None, seed=0, fault=None,
+    quant="a16".to_string(), prefill_tokens=96, kv_cache_size=2048, tbt=true, lm_head_shards=1,
+    mistakes=None, calib_tokens=None, calib_text=None, expose=None, expose_quant="per-feature".to_string(),
+    layers=None))]
+#[allow(clippy::too_many_arguments)]
+fn synth_hef<'py>(
+    py: Python<'py>,
+    out: PathBuf,
+    checkpoint: Option<PathBuf>,
+    revision: Option<String>,
+    synth: Option<String>,
+    seed: u64,
+    fault: Option<Vec<String>>,
+    quant: String,
+    prefill_tokens: usize,
+    kv_cache_size: usize,
+    tbt: bool,
+    lm_head_shards: usize,
+    mistakes: Option<Vec<String>>,
+    calib_tokens: Option<Vec<Vec<u32>>>,
+    calib_text: Option<PathBuf>,
+    expose: Option<Vec<String>>,
+    expose_quant: String,
+    layers: Option<(usize, usize)>,
+) -> PyResult<Bound<'py, PyAny>> {
+    use hefprobe::device::synth_hef::ExposeQuant;
+    let Some(expose_quant) = ExposeQuant::from_name(&expose_quant) else {
+        let names = ExposeQuant::ALL.map(ExposeQuant::name).join(", ");
+        return Err(InputError::new_err(format!(
+            "synth_hef: expose_quant=`{expose_quant}`: give one of {names}"
+        )));
+    };
+    if calib_tokens.is_some() && calib_text.is_some() {
+        return Err(InputError::new_err("synth_hef: give calib_tokens= or calib_text=, not both"));
+    }
+    let a = hefprobe::cli::synth_hef::SynthHefArgs {
+        model: ModelArgs { from: checkpoint_args(checkpoint, revision), synth, synth_seed: seed },
+        out,
+        prefill_tokens,
+        kv_cache_size,
+        no_tbt: !tbt,
+        faults: fault.unwrap_or_default(),
+        quant,
+        lm_head_shards,
+        mistakes: mistakes.unwrap_or_default(),
+        calibration: calib_tokens.unwrap_or_default().into_iter().map(Ids).collect(),
+        calib_text,
+        calib_random: false,
+        noise: None,
+        noise_seed: 0,
+        expose: expose.map(|globs| globs.join(",")),
+        expose_quant,
+        layers,
+    };
+    let written = work(py, || hefprobe::cli::synth_hef::write(&a))?;
+    json_value(py, &written)
+}
+
+/// A progress bar's terminal that is Python's `sys.stderr` (a notebook shows it there): each
+/// redraw is a carriage return and the bar's line, as tqdm draws, written when indicatif
+/// flushes (it moves no cursor: a bar is one line).
+#[derive(Debug, Default)]
+struct PyStderr {
+    line: Mutex<String>,
+}
+
+impl PyStderr {
+    fn put(&self, s: &str) -> std::io::Result<()> {
+        let mut line = self.line.lock().unwrap_or_else(|e| e.into_inner());
+        line.push_str(s.trim_end_matches('\n'));
+        Ok(())
+    }
+}
+
+impl indicatif::TermLike for PyStderr {
+    fn width(&self) -> u16 {
+        100
+    }
+    fn move_cursor_up(&self, _: usize) -> std::io::Result<()> {
+        Ok(())
+    }
+    fn move_cursor_down(&self, _: usize) -> std::io::Result<()> {
+        Ok(())
+    }
+    fn move_cursor_right(&self, _: usize) -> std::io::Result<()> {
+        Ok(())
+    }
+    fn move_cursor_left(&self, _: usize) -> std::io::Result<()> {
+        Ok(())
+    }
+    fn write_line(&self, s: &str) -> std::io::Result<()> {
+        self.put(s)
+    }
+    fn write_str(&self, s: &str) -> std::io::Result<()> {
+        self.put(s)
+    }
+    fn clear_line(&self) -> std::io::Result<()> {
+        self.line.lock().unwrap_or_else(|e| e.into_inner()).clear();
+        Ok(())
+    }
+    fn flush(&self) -> std::io::Result<()> {
+        let line = std::mem::take(&mut *self.line.lock().unwrap_or_else(|e| e.into_inner()));
+        let text = format!("\r{line:<100}");
+        // A bar that cannot be drawn is not worth failing the work for.
+        Python::attach(|py| {
+            if let Ok(err) = py.import("sys").and_then(|sys| sys.getattr("stderr")) {
+                let _ = err.call_method1("write", (text,));
+                let _ = err.call_method0("flush");
+            }
+        });
+        Ok(())
+    }
+}
+
+/// Where progress bars go: "auto" (stderr when it is a terminal), "off", or "on" (Python's
+/// sys.stderr, which a notebook shows).
+#[pyfunction]
+fn set_progress(mode: &str) -> PyResult<()> {
+    use hefprobe::progress::Target;
+    let target = match mode {
+        "auto" => Target::Auto,
+        "off" => Target::Hidden,
+        "on" => Target::Custom(std::sync::Arc::new(|| Box::new(PyStderr::default()))),
+        _ => {
+            return Err(InputError::new_err(format!(
+                "set_progress: `{mode}`: give \"auto\", \"on\" or \"off\""
+            )))
+        }
+    };
+    hefprobe::progress::set_target(target);
+    Ok(())
 }
 
 /// The command line (`hefprobe ARGS...`: the wheel's console script); returns its exit code.
@@ -621,6 +734,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
         wrap_pyfunction!(run, m)?,
         wrap_pyfunction!(explain, m)?,
         wrap_pyfunction!(audit, m)?,
+        wrap_pyfunction!(synth_hef, m)?,
+        wrap_pyfunction!(set_progress, m)?,
         wrap_pyfunction!(main, m)?,
     ] {
         m.add_function(f)?;

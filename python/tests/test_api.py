@@ -118,6 +118,10 @@ def test_round_trips_with_the_command_lines_npz(ref, tmp_path):
         (lambda p: hefprobe.reference(synth="no-such-preset", tokens=[1]), "no-such-preset"),
         (lambda p: hefprobe.reference(synth="tinystories", tokens=[1], decode=10**9), "decode"),
         (lambda p: hefprobe.reference(synth="tinystories", tokens=[10**9]), "1000000000"),
+        (lambda p: hefprobe.reference(synth="tinystories", tokens=[1, -1]), "tokens[1]"),
+        (lambda p: hefprobe.reference(synth="tinystories", tokens=[2**40]), "tokens[0]"),
+        (lambda p: hefprobe.reference(synth="tinystories", tokens=[1], decode=-1), "decode"),
+        (lambda p: hefprobe.reference(synth="tinystories", tokens=[1], chunk=2**64), "chunk"),
         (lambda p: hefprobe.reference(synth="tinystories", tokens=[1], taps="layers.99.out"), "layers.99"),
     ],
 )
@@ -154,3 +158,51 @@ def test_the_console_script_is_the_command_line(repo):
     assert v.returncode == 0 and v.stdout.startswith("hefprobe ")
     bad = subprocess.run([cli, "compare", "missing.npz", "missing.npz"], capture_output=True, text=True)
     assert bad.returncode == 2 and "missing.npz" in bad.stderr
+
+
+def test_synth_hef_writes_a_hef_whose_planted_fault_run_finds(repo, tmp_path):
+    hef = tmp_path / "faulty.hef"
+    made = hefprobe.synth_hef(hef, synth="tinystories", fault="shared-softmax@layers=1")
+    assert made["faults"] == ["shared-softmax@layers=1"] and made["quant"] == "a16"
+    assert made["path"] == str(hef) and hef.stat().st_size > 0
+    assert hefprobe.audit(hef).passed
+    report = hefprobe.run(repo / "probes" / "shared-softmax.toml", backend=f"hef={hef}")
+    assert not report.passed
+    assert report.best_explanation.startswith("shared-softmax@layers=1")
+    clean = tmp_path / "clean.hef"
+    hefprobe.synth_hef(clean, synth="tinystories")
+    assert hefprobe.run(repo / "probes" / "shared-softmax.toml", backend=f"hef={clean}").passed
+
+
+@pytest.mark.parametrize(
+    "options, names",
+    [
+        ({"fault": "no-such-fault"}, "no-such-fault"),
+        ({"expose_quant": "bogus"}, "bogus"),
+        ({"quant": "w3a99"}, "w3a99"),
+        ({"prefill_tokens": -4}, "prefill_tokens"),
+        ({"layers": (0, 99)}, "99"),
+        ({"calib_tokens": [[1, -2]]}, "calib_tokens[0][1]"),
+    ],
+)
+def test_synth_hef_refuses_what_it_cannot_write_naming_it(options, names, tmp_path):
+    with pytest.raises(hefprobe.InputError, match=re.escape(names)):
+        hefprobe.synth_hef(tmp_path / "x.hef", synth="tinystories", **options)
+
+
+def test_progress_can_be_asked_for_where_stderr_is_not_a_terminal(repo):
+    script = (
+        "import hefprobe\n"
+        "hefprobe.set_progress(MODE)\n"
+        f"hefprobe.run({str(repo / 'probes' / 'shared-softmax.toml')!r})\n"
+    )
+    runs = {}
+    for mode in ("True", "None", "False"):
+        done = subprocess.run([sys.executable, "-c", script.replace("MODE", mode)], capture_output=True)
+        assert done.returncode == 0, done.stderr
+        runs[mode] = done.stderr.decode()
+    # Redrawn in place on sys.stderr, as tqdm draws: a carriage return, then the bar's line.
+    assert "\rreference [" in runs["True"] or "\r\u2801 reference [" in runs["True"], runs["True"]
+    assert "reference [" not in runs["None"] and "reference [" not in runs["False"]
+    with pytest.raises(hefprobe.InputError, match="loud"):
+        hefprobe.set_progress("loud")

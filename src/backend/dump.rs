@@ -124,6 +124,11 @@ impl Backend for DumpBackend {
         self.quantized_as.as_mut().map(|h| h.expected(ckpt)).transpose()
     }
 
+    /// A dump captured from a HEF is emulated as that HEF computes (its frames).
+    fn emulation(&self) -> Option<super::Emulation> {
+        self.quantized_as.as_deref().and_then(Backend::emulation)
+    }
+
     /// One array at a time from the dump into the sink: a run into a file holds one tap of it.
     fn run(
         &mut self,

@@ -133,7 +133,45 @@ pub fn open_hef(label: &str, path: &Path, profile: Option<SimProfile>) -> Result
     .with_convention(&what)
 }
 
+/// What explain needs to emulate a candidate on a simulated HEF as its device computes it: the
+/// HEF (its frames of prefill_input_tokens_count rows, padding rows attending over the whole
+/// ring, as genai's `mask_frame` fills them), what it was made with, its exposed outputs, and
+/// the frozen expected quantization every candidate is composed with. Two catalog faults act
+/// on that geometry rather than on the prompt's rows (mask-repeat, first-slot-output:
+/// docs/QUANTIZATION.md); the decoder alone computes something else for them.
+#[derive(Clone)]
+pub struct Frames {
+    what: String,
+    hef: Hef,
+    spec: SimSpec,
+    expected: Arc<Expected>,
+    taps: Vec<TapOutput>,
+}
+
+impl Frames {
+    /// The HEF on a simulated device computing `faults` (and nothing it was made with) through
+    /// the expected quantization, on `ckpt`'s weights; None when a fault acts on positions,
+    /// which the device never receives ([`crate::device::synth_hef::on_device`]), or is a graph
+    /// without its lm_head, whose hidden-wide output this HEF's vocab-wide one cannot hold.
+    pub fn backend(&self, ckpt: &Checkpoint, faults: &[FaultSpec]) -> Result<Option<HefBackend>> {
+        use crate::fault::catalog::{is, output::NoLmHead};
+        if !faults.iter().all(|f| crate::device::synth_hef::on_device(f) && !is::<NoLmHead>(f)) {
+            return Ok(None);
+        }
+        let spec = SimSpec { faults: faults.to_vec(), noise: None, ..self.spec.clone() };
+        let quantized = Box::new(crate::fault::expected::Activations(self.expected.clone()));
+        let mut dev =
+            SimDevice::emulating(self.hef.clone(), spec, self.what.clone(), ckpt.clone(), quantized)?;
+        let driver = LlmDriver::open(&mut dev, &self.hef, &self.what)?;
+        let mut b = HefBackend::from_parts("explain", Box::new(dev), driver, self.hef.clone());
+        b.driver.set_taps(&self.taps.iter().map(|t| t.output.clone()).collect());
+        b.tap_outputs = self.taps.clone();
+        Ok(Some(b))
+    }
+}
+
 /// An output beyond the logits and the tap it is.
+#[derive(Clone)]
 struct TapOutput {
     output: String,
     tap: Tap,
@@ -376,6 +414,24 @@ impl HefBackend {
         let e = Arc::new(Expected::new(edges, acts.as_ref(), (&inputs, &calibration.source), ckpt)?);
         self.expected = Some((ckpt.hash.clone(), e.clone()));
         Ok(e)
+    }
+
+    /// How explain emulates candidates through this HEF's frames ([`Frames`]), once its
+    /// expected quantization is made: for a simulated HEF that runs from block 0 with its lm_head.
+    /// A compiled HEF (what it was made with is not known here), a suffix graph (fed the
+    /// reference's hidden state) and a HEF without an lm_head are emulated by the decoder.
+    pub fn frames(&self) -> Option<Frames> {
+        let spec = self.sim.clone()?;
+        let (_, expected) = self.expected.clone()?;
+        let whole = self.first_layer == 0
+            && !spec.mistakes.contains(&crate::device::synth_hef::Mistake::MissingLmHead);
+        whole.then(|| Frames {
+            what: self.name.clone(),
+            hef: self.hef.clone(),
+            spec,
+            expected,
+            taps: self.tap_outputs.clone(),
+        })
     }
 
     /// A simulated HEF names the checkpoint it was made from: comparing it with another one is
@@ -652,6 +708,13 @@ impl Backend for HefBackend {
 
     fn expected(&mut self, ckpt: &Checkpoint) -> Result<Option<Arc<Expected>>> {
         HefBackend::expected(self, ckpt).map(Some)
+    }
+
+    fn emulation(&self) -> Option<super::Emulation> {
+        let frames = self.frames()?;
+        Some(Arc::new(move |ckpt: &Checkpoint, faults: &[FaultSpec]| {
+            Ok(frames.backend(ckpt, faults)?.map(|b| Box::new(b) as Box<dyn Backend>))
+        }))
     }
 
     fn notes(&self) -> Vec<String> {

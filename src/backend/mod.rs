@@ -39,6 +39,13 @@ pub struct Ran {
     pub error: Option<Error>,
 }
 
+/// Makes a backend that computes the given faults on a checkpoint's weights, as the observed
+/// one would ([`Backend::emulation`]), or None for faults it cannot compute (then the decoder
+/// does); shared by explain's threads, each making its own.
+pub type Emulation = Arc<
+    dyn Fn(&Checkpoint, &[crate::fault::spec::FaultSpec]) -> Result<Option<Box<dyn Backend>>> + Send + Sync,
+>;
+
 pub trait Backend {
     fn name(&self) -> &str;
     /// Whether it can run here, and if not, why, in one sentence.
@@ -63,6 +70,12 @@ pub trait Backend {
     /// explain composes every fault with it.
     fn expected(&mut self, _ckpt: &Checkpoint) -> Result<Option<Arc<Expected>>> {
         Ok(None)
+    }
+    /// How explain emulates a candidate fault as this backend computes it, where the decoder
+    /// alone would compute something else (a HEF's frames and ring: [`hef::Frames`]); asked after
+    /// [`Backend::expected`]. None: the decoder with the expected quantization.
+    fn emulation(&self) -> Option<Emulation> {
+        None
     }
     /// What the report should say about where this backend's figures come from (a HEF: which
     /// outputs were measured, which taps only explain can infer).

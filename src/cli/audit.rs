@@ -55,16 +55,9 @@ pub fn run(a: AuditArgs) -> Result<ExitCode> {
     a.model.register(&mut outs)?;
     crate::report::register(&targets, &mut outs);
     outs.check()?;
-    if let Some(other) = &a.against {
-        let (x, y) = (Hef::read(&a.hef)?, Hef::read(other)?);
-        let diffs = diff(&x, &y);
-        let json = serde_json::to_string_pretty(&diffs).expect("json") + "\n";
-        deliver_all(&targets, |t| text(&diff_doc(&diffs), t, &json))?;
-        let errors = diffs.iter().any(|d| d.severity == Severity::Error);
-        return Ok(if errors { ExitCode::from(1) } else { ExitCode::SUCCESS });
-    }
     let mut expect = Expectations::default();
-    if a.model.given() {
+    // A diff compares two HEFs: the checkpoint's shapes are an audit's expectations only.
+    if a.model.given() && a.against.is_none() {
         let c = a.model.load()?.config;
         expect.vocab_size = Some(c.vocab_size as u32);
         expect.hidden_size = Some(c.hidden_size as u32);
@@ -72,10 +65,29 @@ pub fn run(a: AuditArgs) -> Result<ExitCode> {
         expect.num_key_value_heads = Some(c.num_kv_heads as u32);
         expect.head_dim = Some(c.head_dim as u32);
     }
-    let report = audit_file(&a.hef, &expect)?;
-    let json = report.to_json() + "\n";
-    deliver_all(&targets, |t| text(&audit_doc(&report), t, &json))?;
-    Ok(if report.has_errors() { ExitCode::from(1) } else { ExitCode::SUCCESS })
+    let (json, doc, failed) = outcome(&a.hef, a.against.as_deref(), &expect)?;
+    let json = json + "\n";
+    deliver_all(&targets, |t| text(&doc, t, &json))?;
+    Ok(if failed { ExitCode::from(1) } else { ExitCode::SUCCESS })
+}
+
+/// An audit of `hef` against `expect`, or its diff against the reference HEF `against`: the
+/// JSON (schema hefprobe.audit/1, or the differences), the document, and whether a check
+/// failed (an error-severity finding or difference). The command line's and the Python
+/// module's `audit`.
+pub fn outcome(
+    hef: &std::path::Path,
+    against: Option<&std::path::Path>,
+    expect: &Expectations,
+) -> Result<(String, Doc, bool)> {
+    if let Some(other) = against {
+        let diffs = diff(&Hef::read(hef)?, &Hef::read(other)?);
+        let json = serde_json::to_string_pretty(&diffs).expect("json");
+        let failed = diffs.iter().any(|d| d.severity == Severity::Error);
+        return Ok((json, diff_doc(&diffs), failed));
+    }
+    let report = audit_file(hef, expect)?;
+    Ok((report.to_json(), audit_doc(&report), report.has_errors()))
 }
 
 fn text(doc: &Doc, t: &ReportTarget, json: &str) -> String {

@@ -1,6 +1,6 @@
 //! Command line: clap derive, one module per command, option groups flattened per concern.
 
-mod audit;
+pub mod audit;
 mod bench;
 mod bisect;
 mod compare;
@@ -14,7 +14,7 @@ pub mod run;
 mod suite;
 mod sweep;
 mod synth;
-mod synth_hef;
+pub mod synth_hef;
 
 use crate::error::{Error, Result};
 use crate::model::synth::SynthSpec;
@@ -187,23 +187,15 @@ pub fn parse_ids(s: &str) -> std::result::Result<Ids, String> {
 /// check (the command returns it), 2 input or usage error, 3 device or runtime error (both
 /// decided by the error's type, [`Error::exit_code`]).
 pub fn main() -> ExitCode {
-    main_from(std::env::args_os())
+    ExitCode::from(main_code(std::env::args_os()))
 }
 
-/// The command line as given (`main_from`'s), for [`run::command_line`]: the Python module's
+/// The command line as given (`main_code`'s), for [`run::command_line`]: the Python module's
 /// console script runs inside an interpreter, whose own arguments are not hefprobe's.
 static ARGS: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
 
-/// [`main`] on these arguments (the first is the program's name).
-pub fn main_from<I, T>(args: I) -> ExitCode
-where
-    I: IntoIterator<Item = T>,
-    T: Into<std::ffi::OsString> + Clone,
-{
-    ExitCode::from(main_code(args))
-}
-
-/// [`main_from`]'s exit code as a number (the Python module's console script returns it).
+/// [`main`] on these arguments (the first is the program's name), its exit code as a number
+/// (the Python module's console script returns it).
 pub fn main_code<I, T>(args: I) -> u8
 where
     I: IntoIterator<Item = T>,

@@ -3,10 +3,11 @@
 use super::{ModelArgs, PromptArgs};
 use crate::capture::NpzSink;
 use crate::error::Result;
+use crate::inputs::InputSet;
 use crate::model::hooks::NoHooks;
 use crate::model::memory::{self, TapsHeld};
 use crate::model::run::{run_inputs, RunRecord};
-use crate::model::Decoder;
+use crate::model::{Checkpoint, Decoder};
 use crate::output::Outputs;
 use crate::tap::TapSelection;
 use clap::Args;
@@ -32,17 +33,30 @@ pub struct ReferenceArgs {
     pub crosscheck: bool,
 }
 
+/// What `reference` runs, checked before any weight is read into the decoder: the checkpoint,
+/// its inputs, the taps selected (checked against its layers, and against the memory budget as
+/// `held`) and the decoder. The command line's, and the Python module's `reference`.
+pub fn prepare(
+    model: &ModelArgs,
+    prompt: &PromptArgs,
+    taps: &[String],
+    held: TapsHeld,
+) -> Result<(Checkpoint, InputSet, TapSelection, Decoder)> {
+    let selection = TapSelection::parse(taps)?;
+    let ckpt = model.load_quiet()?;
+    let inputs = prompt.input_set(&ckpt)?;
+    selection.check_against(ckpt.config.num_layers)?;
+    memory::check_run(&ckpt.config, &inputs, &selection, held)?;
+    let decoder = Decoder::new(&ckpt)?;
+    Ok((ckpt, inputs, selection, decoder))
+}
+
 pub fn run(a: ReferenceArgs) -> Result<ExitCode> {
     let mut outs = Outputs::new();
     a.model.register(&mut outs)?;
     a.prompt.register(&mut outs);
     outs.file("-o", &a.out).check()?;
-    let selection = TapSelection::parse(&a.taps)?;
-    let ckpt = a.model.load_quiet()?;
-    let inputs = a.prompt.input_set(&ckpt)?;
-    selection.check_against(ckpt.config.num_layers)?;
-    memory::check_run(&ckpt.config, &inputs, &selection, TapsHeld::Streamed)?;
-    let model = Decoder::new(&ckpt)?;
+    let (ckpt, inputs, selection, model) = prepare(&a.model, &a.prompt, &a.taps, TapsHeld::Streamed)?;
     let mut sink = NpzSink::create(&a.out, selection)?;
     let mut record = RunRecord::default();
     let result = run_inputs(&model, &inputs, &mut sink, &mut NoHooks, &mut record);
@@ -59,10 +73,7 @@ pub fn run(a: ReferenceArgs) -> Result<ExitCode> {
         inputs.bos_note(),
         ckpt.hash
     );
-    for (k, v) in &c.defaults_applied {
-        println!("  config.json has no `{k}`: transformers' default {v} applied");
-    }
-    if let Some(line) = crate::report::format::unknown_keys_line(&c.unknown_keys) {
+    for line in crate::report::format::config_notes(c) {
         println!("  {line}");
     }
     for ((phase, tokens, positions), argmax) in record.phases.iter().zip(&record.argmax) {

@@ -72,7 +72,7 @@ pub fn run(a: SweepArgs) -> Result<ExitCode> {
     if let Some(dir) = &a.bundle {
         super::run::new_folder(dir)?;
     }
-    let bar = indicatif::ProgressBar::new_spinner();
+    let bar = crate::progress::spinner();
     let points = run_sweep(&probe, checkpoint.as_ref(), |label| bar.set_message(label.to_string()))?;
     bar.finish_and_clear();
     for p in targets.iter().filter(|t| t.format == Format::Svg).filter_map(|t| t.path.as_ref()) {

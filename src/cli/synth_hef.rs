@@ -136,7 +136,66 @@ fn calibration(a: &SynthHefArgs, ckpt: &crate::model::Checkpoint) -> Result<Opti
     Calibration::from_text(&crate::files::read_text(path)?, &tok, &what).map(Some)
 }
 
+/// What `synth-hef` wrote: the facts its summary lines give (the command line prints them; the
+/// Python module's `synth_hef` returns them).
+#[derive(Debug, serde::Serialize)]
+pub struct Written {
+    pub path: PathBuf,
+    pub groups: Vec<String>,
+    pub checkpoint: String,
+    pub hash: String,
+    pub prefill_tokens: usize,
+    pub kv_cache_size: usize,
+    pub quant: String,
+    pub faults: Vec<String>,
+    pub mistakes: Vec<String>,
+    pub exposed: Vec<String>,
+    pub expose_quant: String,
+}
+
+impl Written {
+    /// The summary lines `synth-hef` prints.
+    pub fn lines(&self) -> Vec<String> {
+        let listed = |what: &str, v: &[String]| {
+            if v.is_empty() {
+                String::new()
+            } else {
+                format!(", {what} {}", v.join(", "))
+            }
+        };
+        let mut lines = vec![format!(
+            "wrote {}: {} for {} ({}), prefill {} rows, kv cache {} slots, quant {}{}{}",
+            self.path.display(),
+            self.groups.join(" + "),
+            self.checkpoint,
+            self.hash,
+            self.prefill_tokens,
+            self.kv_cache_size,
+            self.quant,
+            listed("faults", &self.faults),
+            listed("mistakes", &self.mistakes),
+        )];
+        if !self.exposed.is_empty() {
+            lines.push(format!(
+                "exposed outputs ({} quant infos): {}",
+                self.expose_quant,
+                self.exposed.join(", ")
+            ));
+        }
+        lines
+    }
+}
+
 pub fn run(a: SynthHefArgs) -> Result<ExitCode> {
+    for line in write(&a)?.lines() {
+        println!("{line}");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Check `a`'s files, write its HEF and say what was written: the command line's and the Python
+/// module's `synth_hef`.
+pub fn write(a: &SynthHefArgs) -> Result<Written> {
     let mut outs = crate::output::Outputs::new();
     a.model.register(&mut outs)?;
     if let Some(t) = &a.calib_text {
@@ -162,7 +221,7 @@ pub fn run(a: SynthHefArgs) -> Result<ExitCode> {
         quant: a.quant.clone(),
         lm_head_shards: a.lm_head_shards,
         mistakes: a.mistakes.iter().map(|m| Mistake::parse(m)).collect::<Result<_>>()?,
-        calibration: calibration(&a, &ckpt)?,
+        calibration: calibration(a, &ckpt)?,
         noise: a.noise.map(|std| SimNoise { std, seed: a.noise_seed }),
         expose: a
             .expose
@@ -174,33 +233,17 @@ pub fn run(a: SynthHefArgs) -> Result<ExitCode> {
     };
     let hef = synth_hef(&ckpt, source, &opts)?;
     crate::files::write_file(&a.out, hef.to_bytes())?;
-    let groups: Vec<&str> = hef.groups.iter().map(|g| g.name.as_str()).collect();
-    println!(
-        "wrote {}: {} for {} ({}), prefill {} rows, kv cache {} slots, quant {}{}{}",
-        a.out.display(),
-        groups.join(" + "),
-        ckpt.source,
-        ckpt.hash,
-        opts.prefill_tokens,
-        opts.kv_cache_size,
-        opts.quant,
-        if opts.faults.is_empty() {
-            String::new()
-        } else {
-            format!(", faults {}", crate::fault::spec::join(&opts.faults, ", "))
-        },
-        if opts.mistakes.is_empty() {
-            String::new()
-        } else {
-            format!(", mistakes {}", opts.mistakes.iter().map(|m| m.name()).collect::<Vec<_>>().join(", "))
-        }
-    );
-    if !opts.expose.is_empty() {
-        println!(
-            "exposed outputs ({} quant infos): {}",
-            opts.expose_quant.name(),
-            opts.expose.iter().map(Tap::to_string).collect::<Vec<_>>().join(", ")
-        );
-    }
-    Ok(ExitCode::SUCCESS)
+    Ok(Written {
+        path: a.out.clone(),
+        groups: hef.groups.iter().map(|g| g.name.clone()).collect(),
+        checkpoint: ckpt.source.to_string(),
+        hash: ckpt.hash.clone(),
+        prefill_tokens: opts.prefill_tokens,
+        kv_cache_size: opts.kv_cache_size,
+        quant: opts.quant.clone(),
+        faults: opts.faults.iter().map(|f| f.text.clone()).collect(),
+        mistakes: opts.mistakes.iter().map(|m| m.name().to_string()).collect(),
+        exposed: opts.expose.iter().map(Tap::to_string).collect(),
+        expose_quant: opts.expose_quant.name().to_string(),
+    })
 }

@@ -269,6 +269,30 @@ impl SimDevice {
 
     pub fn from_hef(hef: Hef, spec: SimSpec, what: String) -> Result<Self> {
         let ckpt = spec.checkpoint.load()?;
+        Self::on(hef, spec, what, ckpt, None)
+    }
+
+    /// The frames and the ring of `hef` (any LLM HEF genai runs, simulated or compiled) on
+    /// `ckpt`'s weights, computing `spec`'s faults through `quantized` (a frozen quantization:
+    /// explain's expected one) in place of a quantization calibrated here: how `explain`
+    /// emulates a candidate fault as a HEF computes it, padding rows, ring and all.
+    pub fn emulating(
+        hef: Hef,
+        spec: SimSpec,
+        what: String,
+        ckpt: Checkpoint,
+        quantized: Box<dyn Fault>,
+    ) -> Result<Self> {
+        Self::on(hef, spec, what, ckpt, Some(quantized))
+    }
+
+    fn on(
+        hef: Hef,
+        spec: SimSpec,
+        what: String,
+        ckpt: Checkpoint,
+        frozen: Option<Box<dyn Fault>>,
+    ) -> Result<Self> {
         let c = &ckpt.config;
         // cache-layout is realized in the ring itself (how prefill writes), so the cache
         // buffers show it as a device's would; the other faults run in the emulator.
@@ -279,10 +303,11 @@ impl SimDevice {
         }
         // The device gets its inputs already quantized by the runtime: the emulator must not
         // quantize them again.
-        if spec.quant != "none" {
+        if spec.quant != "none" && frozen.is_none() {
             specs.push(crate::fault::spec::quantization(&spec.quant)?.with_param("inputs", "none"));
         }
-        let faults = crate::fault::catalog::build_all(&specs, c)?;
+        let mut faults = crate::fault::catalog::build_all(&specs, c)?;
+        faults.extend(frozen);
         let mut weights = ckpt.clone();
         for f in &faults {
             f.transform_weights(&mut weights)?;

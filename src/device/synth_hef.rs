@@ -116,6 +116,12 @@ pub struct Calibration {
     pub prompts: Vec<Vec<u32>>,
 }
 
+/// Whether a simulated device can compute fault `f`: not those acting on positions (RoPE
+/// variants, position shifts), which a device never receives (genai feeds it RoPE tables).
+pub fn on_device(f: &crate::fault::spec::FaultSpec) -> bool {
+    !(catalog::is::<RopeFault>(f) || catalog::is::<PositionShift>(f))
+}
+
 /// hefprobe's calibration text: ordinary prose, a recipe, a question and answer, code, a
 /// letter; one prompt per paragraph.
 pub const CALIBRATION_TEXT: &str = include_str!("calibration.txt");
@@ -477,7 +483,7 @@ pub fn synth_hef(ckpt: &Checkpoint, checkpoint: SimCheckpoint, opts: &SynthHefOp
     // The device computes these faults; those acting on positions need positions the device
     // never receives (it gets RoPE tables), so they belong in the emulator.
     for f in &opts.faults {
-        if catalog::is::<RopeFault>(f) || catalog::is::<PositionShift>(f) {
+        if !on_device(f) {
             return Err(Error::usage(format!(
                 "fault `{f}` acts on positions, which a device never receives (it gets RoPE tables); \
                  use it with the emulator backend"

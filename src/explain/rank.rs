@@ -146,6 +146,8 @@ struct Candidate {
     m: Match,
     /// The emulation equals the clean reference on the shared taps (to float noise).
     clean_like: bool,
+    /// The emulation's fingerprint ([`signature`]): two whose fingerprints differ cannot tie.
+    signature: Vec<f64>,
 }
 
 impl Candidate {
@@ -158,8 +160,50 @@ impl Candidate {
 const CLEAN_EPS: f64 = 1e-9;
 /// How many of the best per-layer faults are narrowed to single layers.
 const REFINE: usize = 4;
-/// Rows whose ties are resolved (each tie check re-runs two emulations).
+/// Rows whose ties are resolved (each tie check re-runs the pair's emulations, and is tried
+/// only on candidates whose [`signature`]s agree).
 const TIE_ROWS: usize = 5;
+/// Random projections per tap in an emulation's [`signature`].
+const SIGNATURE_PROJECTIONS: u64 = 4;
+
+/// A cheap fingerprint of an emulation on `keys`: per tap, its sum of squares and its dot
+/// products with a few fixed pseudo-random ±1 vectors. Emulations that agree to float noise
+/// have fingerprints that agree (cosine of the two ≈ 1); emulations that differ almost surely
+/// do not, so the tie check (two emulations re-run) is spent only where a tie is possible.
+fn signature(store: &dyn Store, keys: &[Key]) -> Result<Vec<f64>> {
+    let mut sig = Vec::new();
+    for key in keys {
+        let Some(a) = store.get(key)? else {
+            sig.extend(std::iter::repeat_n(0.0, SIGNATURE_PROJECTIONS as usize + 1));
+            continue;
+        };
+        let mut dots = [0f64; SIGNATURE_PROJECTIONS as usize];
+        let mut sq = 0f64;
+        for (i, &x) in a.iter().enumerate() {
+            let x = f64::from(x);
+            sq += x * x;
+            for (p, d) in dots.iter_mut().enumerate() {
+                // splitmix64 of (element, projection): a sign each, the same in every run.
+                let mut z = (i as u64).wrapping_mul(SIGNATURE_PROJECTIONS).wrapping_add(p as u64);
+                z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
+                z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+                z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+                *d += if (z ^ (z >> 31)) & 1 == 0 { x } else { -x };
+            }
+        }
+        sig.push(sq.sqrt());
+        sig.extend(dots);
+    }
+    Ok(sig)
+}
+
+/// Whether two fingerprints could be of emulations that agree to float noise (loose: the tie
+/// check that follows is exact).
+fn signatures_agree(a: &[f64], b: &[f64]) -> bool {
+    let dot: f64 = a.iter().zip(b).map(|(x, y)| x * y).sum();
+    let (na, nb) = (a.iter().map(|x| x * x).sum::<f64>().sqrt(), b.iter().map(|x| x * x).sum::<f64>().sqrt());
+    a.len() == b.len() && ((na == 0.0 && nb == 0.0) || dot / (na * nb) >= 1.0 - 1e-6)
+}
 
 /// Best match first: by match cosine, or by KL to the observation's distribution when
 /// `by_kl` (a quantized target seen through its logits: its quantization noise across the
@@ -188,6 +232,9 @@ pub struct Setting<'a> {
 /// quantization's own noise is measured.
 pub struct Target<'a> {
     pub expected: Arc<Expected>,
+    /// How a candidate is emulated as the target computes it (a HEF's frames and ring, the
+    /// expected quantization inside); None: the decoder, with the expected quantization.
+    pub emulation: Option<crate::backend::Emulation>,
     pub float: &'a dyn Store,
     /// The keys where the target is beyond its expected quantization (what its judge failed):
     /// matched alone when there are any, since elsewhere every candidate and the baseline differ
@@ -216,12 +263,20 @@ struct Emulator<'a> {
 
 impl Emulator<'_> {
     fn run(&self, specs: &[FaultSpec]) -> Result<Box<dyn Store>> {
+        let place = self.at.scratch.map_or(Place::Memory, |d| Place::Temporary(d.to_path_buf()));
+        let on_target = match self.at.target.as_ref().and_then(|t| t.emulation.as_ref()) {
+            Some(make) => make(self.at.ckpt, specs)?,
+            None => None,
+        };
+        if let Some(mut b) = on_target {
+            let run = crate::backend::run_to(b.as_mut(), self.at.inputs, &self.taps, None, &place)?;
+            return run.error.map_or(Ok(run.capture), Err);
+        }
         let mut faults = crate::fault::catalog::build_all(specs, &self.at.ckpt.config)?;
         if let Some(t) = &self.at.target {
             faults.push(Box::new(t.expected.clone()));
         }
         let mut b = DecoderBackend::with_faults("explain", self.at.ckpt, faults)?;
-        let place = self.at.scratch.map_or(Place::Memory, |d| Place::Temporary(d.to_path_buf()));
         let run = crate::backend::run_to(&mut b, self.at.inputs, &self.taps, None, &place)?;
         run.error.map_or(Ok(run.capture), Err)
     }
@@ -246,6 +301,7 @@ impl Emulator<'_> {
         Ok(Candidate {
             m: match_captures(cap.as_ref(), self.observed, &self.keys)?,
             clean_like: match_captures(cap.as_ref(), self.reference, &self.keys)?.cosine >= 1.0 - CLEAN_EPS,
+            signature: signature(cap.as_ref(), &self.keys)?,
             specs,
         })
     }
@@ -255,9 +311,14 @@ impl Emulator<'_> {
         self.at.target.is_some() && self.keys.iter().all(|k| k.tap().is_some_and(|t| t.is(Tap::Logits)))
     }
 
-    /// Whether two candidates' emulations agree on these inputs (to float noise).
-    fn tied(&self, a: &Candidate, b: &Candidate) -> Result<bool> {
-        let (a, b) = (self.run(&a.specs)?, self.run(&b.specs)?);
+    /// Whether `b`'s emulation agrees with `a`'s (`a` re-run, or its run kept from the last
+    /// check in `kept`) on these inputs, to float noise.
+    fn tied(&self, a: &Candidate, b: &Candidate, kept: &mut Option<Box<dyn Store>>) -> Result<bool> {
+        let a = match kept {
+            Some(a) => a,
+            None => kept.insert(self.run(&a.specs)?),
+        };
+        let b = self.run(&b.specs)?;
         Ok(match_captures(a.as_ref(), b.as_ref(), &self.keys)?.cosine >= 1.0 - CLEAN_EPS)
     }
 }
@@ -289,9 +350,8 @@ pub fn explain(
     }
     let taps = TapSelection::parse(&tap_names.iter().map(ToString::to_string).collect::<Vec<_>>())?;
     // Each candidate is one emulated run: a minute or more on a real model, so say where it is
-    // (indicatif draws nothing when stderr is not a terminal).
-    let bar = indicatif::ProgressBar::new(0);
-    bar.set_style(indicatif::ProgressStyle::with_template("explain {pos}/{len} {msg}").expect("template"));
+    // (on crate::progress's target: nothing when stderr is not a terminal, by default).
+    let bar = crate::progress::bar(0, "explain {pos}/{len} {msg}");
     let emu = Emulator { at, taps, reference, observed, keys, bar };
     let base = match_captures(reference, observed, &emu.keys)?;
     let (results, mut search) = rank_all(&emu, spec)?;
@@ -493,11 +553,16 @@ fn rows_with_ties(emu: &Emulator, results: &[Candidate]) -> Result<Vec<ExplainRo
         used[i] = true;
         let mut ties = Vec::new();
         if rows.len() < TIE_ROWS {
+            let mut kept = None;
             for j in i + 1..results.len() {
-                let close = (results[j].m.cosine - results[i].m.cosine).abs() <= CLEAN_EPS;
-                if !used[j] && close && emu.tied(&results[i], &results[j])? {
+                let close = (results[j].m.cosine - results[i].m.cosine).abs() <= CLEAN_EPS
+                    && signatures_agree(&results[i].signature, &results[j].signature);
+                if !used[j] && close && emu.tied(&results[i], &results[j], &mut kept)? {
                     used[j] = true;
-                    ties.push(results[j].name());
+                    // The same fault asked for twice (given, and found by the layer search).
+                    if results[j].name() != results[i].name() {
+                        ties.push(results[j].name());
+                    }
                 }
             }
         }
@@ -661,6 +726,29 @@ mod tests {
         assert_eq!(cosine(&half, &observed), 0.0, "NaN is never averaged in");
         assert_eq!(cosine(&observed, &observed), 1.0);
         assert_eq!(first_drift_layer(&observed, &half, &keys).unwrap(), Some(0));
+    }
+
+    #[test]
+    fn signatures_tell_emulations_apart_and_agree_on_float_noise() {
+        let keys = vec![Key::parse("prefill/logits"), Key::parse("prefill/layers.0.out")];
+        let mk = |xs: &[f32]| {
+            let mut c = Capture::default();
+            for k in &keys {
+                c.insert(k.clone(), ndarray::Array::from_vec(xs.to_vec()).into_dyn());
+            }
+            c
+        };
+        let base: Vec<f32> = (0..257).map(|i| ((i * 37 % 101) as f32 - 50.0) / 7.0).collect();
+        let noise: Vec<f32> = base.iter().map(|x| x * (1.0 + 1e-7)).collect();
+        // The same values, two of them swapped: equal norm, different emulation.
+        let mut swapped = base.clone();
+        swapped.swap(3, 200);
+        let sig = |xs: &[f32]| signature(&mk(xs), &keys).unwrap();
+        assert!(signatures_agree(&sig(&base), &sig(&base)));
+        assert!(signatures_agree(&sig(&base), &sig(&noise)));
+        assert!(!signatures_agree(&sig(&base), &sig(&swapped)));
+        let shorter = signature(&mk(&base), &keys[..1]).unwrap();
+        assert!(!signatures_agree(&sig(&base), &shorter));
     }
 
     #[test]

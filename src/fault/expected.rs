@@ -173,6 +173,32 @@ impl Fault for Arc<Expected> {
 /// moves by a relative jitter of at most [`JITTER`] after it is quantized, from a fixed seed.
 pub struct Realization(pub Arc<Expected>);
 
+/// An [`Expected`] quantization's activation part alone, frozen: what a simulated device
+/// composes with a candidate fault when it emulates the target (its own quant infos already
+/// quantize the edges: the embeddings rows, the RoPE tables it is fed, the cache, the outputs).
+pub struct Activations(pub Arc<Expected>);
+
+impl Fault for Activations {
+    fn spec(&self) -> &FaultSpec {
+        &self.0.spec
+    }
+    fn transform_weights(&self, ckpt: &mut Checkpoint) -> Result<()> {
+        self.0.transform_weights(ckpt)
+    }
+    fn prepare(&self, _model: &Decoder, _inputs: &[InputSet]) -> Result<()> {
+        Ok(())
+    }
+    fn hooks(&self) -> Box<dyn Hooks + '_> {
+        match &self.0.acts {
+            Some(q) => q.hooks(),
+            None => Box::new(crate::model::hooks::NoHooks),
+        }
+    }
+    fn notes(&self) -> Vec<String> {
+        self.0.notes()
+    }
+}
+
 /// The jitter of a [`Realization`]: ten times f32's epsilon, the size of the float-order
 /// differences between a 96-row frame and a T-row pass (measured: 1e-7..1e-6 relative).
 pub const JITTER: f32 = 1e-6;

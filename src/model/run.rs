@@ -77,15 +77,8 @@ pub fn run_inputs(
 const PROGRESS_FROM_STEPS: usize = 64;
 
 /// A progress bar for a long decode (steps are bounded by max_position_embeddings, checked by
-/// `validate`, and by the memory budget, checked before the run). indicatif draws to stderr
-/// and draws nothing when stderr is not a terminal.
+/// `validate`, and by the memory budget, checked before the run), on [`crate::progress`]'s target.
 fn decode_progress(steps: usize) -> Option<indicatif::ProgressBar> {
-    (steps >= PROGRESS_FROM_STEPS).then(|| {
-        let bar = indicatif::ProgressBar::new(steps as u64);
-        bar.set_style(
-            indicatif::ProgressStyle::with_template("decode {pos}/{len} {bar:30} {per_sec} eta {eta}")
-                .expect("template"),
-        );
-        bar
-    })
+    (steps >= PROGRESS_FROM_STEPS)
+        .then(|| crate::progress::bar(steps as u64, "decode {pos}/{len} {bar:30} {per_sec} eta {eta}"))
 }

@@ -214,6 +214,8 @@ pub struct BackendOutput {
 /// show.
 pub struct ExpectedRun {
     pub quant: Arc<Expected>,
+    /// How explain emulates a candidate as the backend computes it ([`Backend::emulation`]).
+    pub emulation: Option<crate::backend::Emulation>,
     pub capture: Box<dyn Store>,
     pub realization: Box<dyn Store>,
 }
@@ -380,10 +382,7 @@ impl Places<'_> {
 /// that stops half-way keeps what it finished; a backend that cannot start is an error.
 /// `open` makes each backend ([`crate::backend::make_backend`] unless the caller has its own).
 pub fn run_backends(p: &mut Prepared, opts: &CaptureOptions, open: &mut OpenBackend) -> Result<Runs> {
-    let progress = indicatif::ProgressBar::new(p.specs.len() as u64 + 1);
-    progress.set_style(
-        indicatif::ProgressStyle::with_template("{spinner} {msg} [{pos}/{len}]").expect("template"),
-    );
+    let progress = crate::progress::bar(p.specs.len() as u64 + 1, "{spinner} {msg} [{pos}/{len}]");
     progress.set_message("reference");
     let spill = p.spill.as_ref().map(|plan| SpillDir::create(plan, opts)).transpose()?;
     if let (Some(plan), Some(dir)) = (&p.spill, &spill) {
@@ -476,7 +475,7 @@ fn run_backend(
             let second = Box::new(Realization(quant.clone()));
             let (_, realization) =
                 own_reference(p, inputs, w, Some((second, "expected-realization")), places)?;
-            Some(ExpectedRun { quant, capture, realization })
+            Some(ExpectedRun { quant, emulation: backend.emulation(), capture, realization })
         }
         None => None,
     };
@@ -706,6 +705,7 @@ pub fn explain_stage(
                 .unwrap_or_default();
             let target = b.expected.as_ref().map(|e| crate::explain::rank::Target {
                 expected: e.quant.clone(),
+                emulation: e.emulation.clone(),
                 float,
                 focus,
             });
@@ -743,7 +743,7 @@ pub fn save(runs: &Runs, opts: &CaptureOptions) -> Result<()> {
         )
         .chain(runs.backends.iter().map(|b| (b.label.as_str(), b.capture.as_ref())));
     for (name, capture) in all {
-        crate::capture::save(capture, &dir.join(capture_file(name)))?;
+        crate::capture::save(capture, &dir.join(capture_file(name)), true)?;
     }
     Ok(())
 }

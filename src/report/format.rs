@@ -211,6 +211,19 @@ pub fn phase_span(phases: &[Phase]) -> String {
     parts.join(", ")
 }
 
+/// What a reader of a reference's capture must know about its config.json: each default of
+/// transformers' applied for a missing key, then the unknown keys' line (`hefprobe reference`,
+/// the Python module's `reference`).
+pub fn config_notes(c: &crate::model::config::ModelConfig) -> Vec<String> {
+    let mut notes: Vec<String> = c
+        .defaults_applied
+        .iter()
+        .map(|(k, v)| format!("config.json has no `{k}`: transformers' default {v} applied"))
+        .collect();
+    notes.extend(unknown_keys_line(&c.unknown_keys));
+    notes
+}
+
 /// The one line every command that loads a model prints when config.json carries keys
 /// hefprobe does not know: each key with its value, and how to refuse them.
 pub fn unknown_keys_line(keys: &[crate::model::config::UnknownKey]) -> Option<String> {
