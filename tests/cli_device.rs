@@ -191,23 +191,21 @@ fn a_fault_past_layer_0_of_a_quantized_hef_ranks_first_from_its_logits_alone() {
 /// The hardware checklist's path: inputs saved here, the HEF captured on the "device host",
 /// explained here from the recorded logits with the HEF named as what they were captured
 /// from (its quantization is the baseline): the planted fault still ranks first.
+/// The hardware checklist's path for `probe` against HEF `h` (in `dir`): the probe's inputs
+/// saved, the device's output captured from them, then explained from that file with the HEF
+/// named (and `extra` arguments).
+fn explain_recorded(probe: &Path, h: &Path, dir: &Path, extra: &[&str]) -> assert_cmd::assert::Assert {
+    let (inputs, cap) = (dir.join("inputs.npz"), dir.join("device.npz"));
+    hefprobe().arg("run").arg(probe).arg("--no-explain").arg("--save-inputs").arg(&inputs).assert().code(1);
+    hefprobe().arg("capture").arg(h).arg("--inputs").arg(&inputs).arg("-o").arg(&cap).assert().success();
+    hefprobe().arg("explain").arg(probe).arg("--observed").arg(&cap).arg("--hef").arg(h).args(extra).assert()
+}
+
 #[test]
 fn explain_of_a_recorded_capture_takes_the_quantization_of_the_hef_it_came_from() {
     let t = tempfile::tempdir().unwrap();
     let (h, _) = tinystories_hef(t.path(), &["--fault", "shared-softmax@layers=3"]);
-    let probe = shared_softmax_probe();
-    let inputs = t.path().join("inputs.npz");
-    hefprobe().arg("run").arg(&probe).arg("--no-explain").arg("--save-inputs").arg(&inputs).assert().code(1);
-    let cap = t.path().join("device.npz");
-    hefprobe().arg("capture").arg(&h).arg("--inputs").arg(&inputs).arg("-o").arg(&cap).assert().success();
-    hefprobe()
-        .arg("explain")
-        .arg(&probe)
-        .arg("--observed")
-        .arg(&cap)
-        .arg("--hef")
-        .arg(&h)
-        .assert()
+    explain_recorded(&shared_softmax_probe(), &h, t.path(), &[])
         .code(1)
         .stdout(predicate::str::contains("(expected quantization)"))
         .stdout(predicate::str::contains("best explanation: shared-softmax@layers=3"));
@@ -243,6 +241,13 @@ fn faults_acting_on_the_hefs_frames_are_emulated_through_them_and_ranked_first()
             .code(1)
             .stdout(predicate::str::contains(format!("best explanation: {fault} — match cosine 1.000000")));
     }
+    // The hardware checklist's path: inputs saved, the device's output captured on its host,
+    // explained from the file with the HEF named (its frames emulated from it).
+    let (probe, h) =
+        (probes.join("attention-mask-broadcast.toml"), t.path().join("mask-repeat@layers=1.hef"));
+    explain_recorded(&probe, &h, t.path(), &["--fault", "mask-repeat", "--fault", "shared-softmax"])
+        .code(1)
+        .stdout(predicate::str::contains("best explanation: mask-repeat@layers=1 — match cosine 1.000000"));
 }
 
 #[test]

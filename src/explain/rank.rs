@@ -166,20 +166,25 @@ const TIE_ROWS: usize = 5;
 /// Random projections per tap in an emulation's [`signature`].
 const SIGNATURE_PROJECTIONS: u64 = 4;
 
-/// A cheap fingerprint of an emulation on `keys`: per tap, its sum of squares and its dot
-/// products with a few fixed pseudo-random ±1 vectors. Emulations that agree to float noise
+/// A cheap fingerprint of an emulation on `keys`: per tap, the norm of its finite values, how
+/// many are not finite, and their dot products with a few fixed pseudo-random ±1 vectors. Emulations that agree to float noise
 /// have fingerprints that agree (cosine of the two ≈ 1); emulations that differ almost surely
 /// do not, so the tie check (two emulations re-run) is spent only where a tie is possible.
 fn signature(store: &dyn Store, keys: &[Key]) -> Result<Vec<f64>> {
     let mut sig = Vec::new();
     for key in keys {
         let Some(a) = store.get(key)? else {
-            sig.extend(std::iter::repeat_n(0.0, SIGNATURE_PROJECTIONS as usize + 1));
+            sig.extend(std::iter::repeat_n(0.0, SIGNATURE_PROJECTIONS as usize + 2));
             continue;
         };
         let mut dots = [0f64; SIGNATURE_PROJECTIONS as usize];
-        let mut sq = 0f64;
+        let (mut sq, mut nonfinite) = (0f64, 0f64);
         for (i, &x) in a.iter().enumerate() {
+            // A masked score is −inf: counted, not summed (it would make the whole print NaN).
+            if !x.is_finite() {
+                nonfinite += 1.0;
+                continue;
+            }
             let x = f64::from(x);
             sq += x * x;
             for (p, d) in dots.iter_mut().enumerate() {
@@ -192,6 +197,7 @@ fn signature(store: &dyn Store, keys: &[Key]) -> Result<Vec<f64>> {
             }
         }
         sig.push(sq.sqrt());
+        sig.push(nonfinite);
         sig.extend(dots);
     }
     Ok(sig)
@@ -747,6 +753,11 @@ mod tests {
         assert!(signatures_agree(&sig(&base), &sig(&base)));
         assert!(signatures_agree(&sig(&base), &sig(&noise)));
         assert!(!signatures_agree(&sig(&base), &sig(&swapped)));
+        // A masked score (−inf) keeps the print finite: equal emulations still agree.
+        let mut masked = base.clone();
+        masked[7] = f32::NEG_INFINITY;
+        assert!(signatures_agree(&sig(&masked), &sig(&masked)));
+        assert!(!signatures_agree(&sig(&masked), &sig(&base)));
         let shorter = signature(&mk(&base), &keys[..1]).unwrap();
         assert!(!signatures_agree(&sig(&base), &shorter));
     }
