@@ -26,7 +26,8 @@ use std::sync::Arc;
 pub struct HefBackend {
     name: String,
     pub driver: LlmDriver,
-    pub hef: Hef,
+    /// Shared with its simulated device and explain's emulations of it ([`Frames`]).
+    pub hef: Arc<Hef>,
     pub facts: DeviceFacts,
     /// One sentence naming the device ([`Device::describe`]).
     pub description: String,
@@ -53,11 +54,11 @@ pub struct HefBackend {
 /// Open the device a HEF needs: simulated when hefprobe wrote it (as `profile`, default
 /// `sim`), else the real one (where a simulator profile is a usage error). With the HEF, and
 /// the checkpoint hash a simulated one was made from.
-type Opened = (Box<dyn Device>, Hef, Option<(String, SimSpec)>);
+type Opened = (Box<dyn Device>, Arc<Hef>, Option<(String, SimSpec)>);
 
 fn open_device(path: &Path, profile: Option<SimProfile>) -> Result<Opened> {
     let what = path.display().to_string();
-    let hef = Hef::read(path)?;
+    let hef = Arc::new(Hef::read(path)?);
     if let Some(spec) = sim_spec(&hef, &what)? {
         let dev = SimDevice::with_profile(hef.clone(), spec.clone(), what, profile.unwrap_or_default())?;
         let made_from = dev.checkpoint.hash.clone();
@@ -142,7 +143,7 @@ pub fn open_hef(label: &str, path: &Path, profile: Option<SimProfile>) -> Result
 #[derive(Clone)]
 pub struct Frames {
     what: String,
-    hef: Hef,
+    hef: Arc<Hef>,
     spec: SimSpec,
     expected: Arc<Expected>,
     taps: Vec<TapOutput>,
@@ -369,7 +370,13 @@ impl HefBackend {
         Ok(out)
     }
 
-    pub fn from_parts(name: &str, device: Box<dyn Device>, driver: LlmDriver, hef: Hef) -> Self {
+    pub fn from_parts(
+        name: &str,
+        device: Box<dyn Device>,
+        driver: LlmDriver,
+        hef: impl Into<Arc<Hef>>,
+    ) -> Self {
+        let hef = hef.into();
         let sim = sim_spec(&hef, name).ok().flatten();
         HefBackend {
             name: name.to_string(),

@@ -32,6 +32,7 @@ use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::rc::Rc;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// HailoRT's cache ring (cache_manager.cpp, cache_buffer.cpp): `len` one-token entries per
@@ -235,7 +236,8 @@ struct Core {
 }
 
 pub struct SimDevice {
-    hef: Rc<Hef>,
+    /// Shared with the backend that drives it, and with explain's emulations of it.
+    hef: Arc<Hef>,
     what: String,
     core: Rc<RefCell<Core>>,
     pub checkpoint: Checkpoint,
@@ -257,7 +259,12 @@ impl SimDevice {
 
     /// [`SimDevice::from_hef`] as the Hailo-10H RPC client (`SimProfile::SimH10`) or a local
     /// device.
-    pub fn with_profile(hef: Hef, spec: SimSpec, what: String, profile: SimProfile) -> Result<Self> {
+    pub fn with_profile(
+        hef: impl Into<Arc<Hef>>,
+        spec: SimSpec,
+        what: String,
+        profile: SimProfile,
+    ) -> Result<Self> {
         let dev = Self::from_hef(hef, spec, what)?;
         dev.core.borrow_mut().profile = profile;
         Ok(dev)
@@ -267,9 +274,9 @@ impl SimDevice {
         self.core.borrow().profile
     }
 
-    pub fn from_hef(hef: Hef, spec: SimSpec, what: String) -> Result<Self> {
+    pub fn from_hef(hef: impl Into<Arc<Hef>>, spec: SimSpec, what: String) -> Result<Self> {
         let ckpt = spec.checkpoint.load()?;
-        Self::on(hef, spec, what, ckpt, None)
+        Self::on(hef.into(), spec, what, ckpt, None)
     }
 
     /// The frames and the ring of `hef` (any LLM HEF genai runs, simulated or compiled) on
@@ -277,7 +284,7 @@ impl SimDevice {
     /// explain's expected one) in place of a quantization calibrated here: how `explain`
     /// emulates a candidate fault as a HEF computes it, padding rows, ring and all.
     pub fn emulating(
-        hef: Hef,
+        hef: Arc<Hef>,
         spec: SimSpec,
         what: String,
         ckpt: Checkpoint,
@@ -287,7 +294,7 @@ impl SimDevice {
     }
 
     fn on(
-        hef: Hef,
+        hef: Arc<Hef>,
         spec: SimSpec,
         what: String,
         ckpt: Checkpoint,
@@ -389,7 +396,7 @@ impl SimDevice {
             None => None,
         };
         Ok(SimDevice {
-            hef: Rc::new(hef),
+            hef,
             what,
             core: Rc::new(RefCell::new(Core {
                 model,

@@ -167,9 +167,10 @@ const TIE_ROWS: usize = 5;
 const SIGNATURE_PROJECTIONS: u64 = 4;
 
 /// A cheap fingerprint of an emulation on `keys`: per tap, the norm of its finite values, how
-/// many are not finite, and their dot products with a few fixed pseudo-random ±1 vectors. Emulations that agree to float noise
-/// have fingerprints that agree (cosine of the two ≈ 1); emulations that differ almost surely
-/// do not, so the tie check (two emulations re-run) is spent only where a tie is possible.
+/// many are not finite, and their dot products with a few fixed pseudo-random ±1 vectors.
+/// Emulations that agree to float noise have fingerprints that agree (cosine of the two ≈ 1);
+/// emulations that differ almost surely do not, so the tie check (emulations re-run) is spent
+/// only where a tie is possible.
 fn signature(store: &dyn Store, keys: &[Key]) -> Result<Vec<f64>> {
     let mut sig = Vec::new();
     for key in keys {
@@ -189,11 +190,8 @@ fn signature(store: &dyn Store, keys: &[Key]) -> Result<Vec<f64>> {
             sq += x * x;
             for (p, d) in dots.iter_mut().enumerate() {
                 // splitmix64 of (element, projection): a sign each, the same in every run.
-                let mut z = (i as u64).wrapping_mul(SIGNATURE_PROJECTIONS).wrapping_add(p as u64);
-                z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
-                z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-                z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-                *d += if (z ^ (z >> 31)) & 1 == 0 { x } else { -x };
+                let z = (i as u64).wrapping_mul(SIGNATURE_PROJECTIONS).wrapping_add(p as u64);
+                *d += if crate::fault::expected::splitmix64(z) & 1 == 0 { x } else { -x };
             }
         }
         sig.push(sq.sqrt());
@@ -206,9 +204,12 @@ fn signature(store: &dyn Store, keys: &[Key]) -> Result<Vec<f64>> {
 /// Whether two fingerprints could be of emulations that agree to float noise (loose: the tie
 /// check that follows is exact).
 fn signatures_agree(a: &[f64], b: &[f64]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
     let dot: f64 = a.iter().zip(b).map(|(x, y)| x * y).sum();
     let (na, nb) = (a.iter().map(|x| x * x).sum::<f64>().sqrt(), b.iter().map(|x| x * x).sum::<f64>().sqrt());
-    a.len() == b.len() && ((na == 0.0 && nb == 0.0) || dot / (na * nb) >= 1.0 - 1e-6)
+    (na == 0.0 && nb == 0.0) || dot / (na * nb) >= 1.0 - 1e-6
 }
 
 /// Best match first: by match cosine, or by KL to the observation's distribution when

@@ -226,6 +226,19 @@ impl Fault for Realization {
     }
 }
 
+/// splitmix64's increment (Steele, Lea and Flood, "Fast splittable pseudorandom number
+/// generators", 2014).
+pub const SPLITMIX_GAMMA: u64 = 0x9e37_79b9_7f4a_7c15;
+
+/// splitmix64's output for the state `x` (advanced by [`SPLITMIX_GAMMA`] first): the
+/// realization's jitter stream, and explain's fingerprint signs.
+pub fn splitmix64(x: u64) -> u64 {
+    let mut z = x.wrapping_add(SPLITMIX_GAMMA);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
 struct ExpectedHooks<'a> {
     e: &'a Expected,
     acts: Option<Box<dyn Hooks + 'a>>,
@@ -240,11 +253,9 @@ impl ExpectedHooks<'_> {
         let out: Vec<f32> = v
             .iter()
             .map(|&x| {
-                *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-                let mut z = *state;
-                z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-                z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-                let u = ((z ^ (z >> 31)) >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0;
+                let z = splitmix64(*state);
+                *state = state.wrapping_add(SPLITMIX_GAMMA);
+                let u = (z >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0;
                 x * (1.0 + JITTER * u)
             })
             .collect();
