@@ -113,14 +113,14 @@ fn models_beyond_the_memory_budget_are_refused_before_allocation() {
         .stderr(predicate::str::contains("budget 16.0 MiB (--max-memory)"));
     // Taps a run keeps in memory count too: a long greedy decode over every tap. Weights and KV
     // cache are ~97 MiB, the taps of the captures ~360 MiB more (457 MiB held). Spilled to disk,
-    // one tap at a time, `explain` plans ~195 MiB (the weights twice, for its emulations): a
-    // 150 MiB budget is refused before anything runs, with both figures.
+    // one tap at a time, `explain` plans ~101 MiB (the weights once: its emulations share them):
+    // a 99 MiB budget is refused before anything runs, with both figures.
     let p = write(
         t.path(),
         "taps.toml",
         &format!("{HEAD}[checkpoint]\nsynth = \"tinystories\"\n[inputs]\ntokens = [1, 2]\ndecode = 250\n{EMULATOR}"),
     );
-    hefprobe().args(["--max-memory", "150M", "explain"]).arg(&p).assert().code(2).stderr(
+    hefprobe().args(["--max-memory", "99M", "explain"]).arg(&p).assert().code(2).stderr(
         predicate::str::contains("taps.toml [inputs]")
             .and(predicate::str::contains("even with its captures spilled to disk"))
             .and(predicate::str::contains("taps "))

@@ -40,11 +40,11 @@ impl DecoderBackend {
 
     /// The emulator over faults already parsed.
     pub fn with_faults(name: &str, ckpt: &Checkpoint, faults: Vec<Box<dyn Fault>>) -> Result<Self> {
-        let mut ckpt = ckpt.clone();
+        let mut model = Decoder::new(ckpt)?;
         for f in &faults {
-            f.transform_weights(&mut ckpt)?;
+            f.transform_weights(&mut model)?;
         }
-        Ok(DecoderBackend { name: name.to_string(), model: Arc::new(Decoder::new(&ckpt)?), faults })
+        Ok(DecoderBackend { name: name.to_string(), model: Arc::new(model), faults })
     }
 
     /// This backend with every layer's attention limited to the last `window` keys.

@@ -128,10 +128,16 @@ pub fn prefill_flops(c: &Config, t: usize) -> f64 {
     2.0 * (linear_params(c) * t) as f64 + 4.0 * (c.num_layers * c.num_heads * c.head_dim) as f64 * pairs
 }
 
-/// Bytes one decode step at context `s` must read: every f32 weight once, plus the cached
-/// keys and values of every layer.
-pub fn decode_bytes(c: &Config, s: usize) -> f64 {
-    4.0 * (linear_params(c) + 2 * c.num_layers * c.num_kv_heads * c.head_dim * s) as f64
+/// Bytes of weights one decode step reads: every projection and the lm_head once, each
+/// weight `weight_bytes` wide (4 for f32, 2 for bf16/f16: the kernels read the stored dtype).
+pub fn decode_weight_bytes(c: &Config, weight_bytes: f64) -> f64 {
+    weight_bytes * linear_params(c) as f64
+}
+
+/// Bytes one decode step at context `s` must read: the weights ([`decode_weight_bytes`]),
+/// plus the cached f32 keys and values of every layer.
+pub fn decode_bytes(c: &Config, s: usize, weight_bytes: f64) -> f64 {
+    decode_weight_bytes(c, weight_bytes) + 4.0 * (2 * c.num_layers * c.num_kv_heads * c.head_dim * s) as f64
 }
 
 /// `value` (ms) against the best time `limit_ms` the limit allows: the fraction, in percent.
@@ -157,7 +163,10 @@ mod tests {
         assert!(one > 2.0 * 1.3e8 && one < 2.0 * 1.4e8, "{one}");
         assert!(prefill_flops(&c, 128) > 128.0 * one);
         // Decode reads ~135 M f32 weights: ~0.54 GB.
-        let b = decode_bytes(&c, 0);
+        let b = decode_bytes(&c, 0, 4.0);
         assert!(b > 0.5e9 && b < 0.6e9, "{b}");
+        // bf16 weights: half the weight bytes; the f32 cache the same.
+        assert_eq!(decode_bytes(&c, 0, 2.0), b / 2.0);
+        assert!(decode_bytes(&c, 128, 2.0) - decode_bytes(&c, 0, 2.0) > 0.0);
     }
 }

@@ -131,6 +131,7 @@ pub fn run(a: Settings) -> Result<ExitCode> {
         CheckpointRef::Synth(s) => s.preset.clone().unwrap_or_default(),
     };
     let ckpt = a.model.load()?;
+    let wbytes = weight_bytes(&ckpt);
     let model = Decoder::new(&ckpt)?;
     check_args(&a, Some(model.cfg.max_position_embeddings))?;
     let build_s = t.elapsed().as_secs_f64();
@@ -138,10 +139,11 @@ pub fn run(a: Settings) -> Result<ExitCode> {
     let prompt: Vec<u32> = (0..a.prompt_len).map(|i| ((i * 7919 + 13) % c.vocab_size) as u32).collect();
     let threads = kernels::threads();
     println!(
-        "bench: {name} ({:.1} M params, {} layers, hidden {}), {threads} thread{}, loaded in {build_s:.1} s",
+        "bench: {name} ({:.1} M params, {} layers, hidden {}, weights {} read as stored), {threads} thread{}, loaded in {build_s:.1} s",
         c.num_params() as f64 / 1e6,
         c.num_layers,
         c.hidden_size,
+        ckpt.stored_dtype,
         if threads == 1 { "" } else { "s" }
     );
     let lim = limits::measure(threads);
@@ -182,24 +184,35 @@ pub fn run(a: Settings) -> Result<ExitCode> {
     let rss_on = peak_rss_mib();
     let (pre_off, dec_off) = (median(off.0), median(off.1));
     let fmt_rss = |r: Option<f64>| r.map_or("n/a".to_string(), |m| format!("{m:.0} MiB"));
-    println!("{:<28}{:>14}{:>22}{:>18}", "", "taps off", "all taps -> npz", "off vs limit");
+    let flops = limits::prefill_flops(c, a.prompt_len);
+    let bytes = limits::decode_bytes(c, a.prompt_len, wbytes);
     println!(
-        "{:<28}{:>11.1} ms{:>19.1} ms{:>17.0}%",
+        "{:<28}{:>14}{:>22}{:>22}{:>14}",
+        "", "taps off", "all taps -> npz", "rate (taps off)", "of limit"
+    );
+    println!(
+        "{:<28}{:>11.1} ms{:>19.1} ms{:>15.1} GFLOP/s{:>13.0}%",
         format!("prefill {} tokens", a.prompt_len),
         pre_off,
         median(on.0),
+        flops / (pre_off * 1e-3) / 1e9,
         limits::pct(prefill_limit_ms(c, a.prompt_len, &lim), pre_off)
     );
     println!(
-        "{:<28}{:>11.2} ms{:>19.2} ms{:>17.0}%",
+        "{:<28}{:>11.2} ms{:>19.2} ms{:>18.2} GB/s{:>13.0}%",
         "decode (per token)",
         dec_off,
         median(on.1),
-        limits::pct(decode_limit_ms(c, a.prompt_len, &lim), dec_off)
+        bytes / (dec_off * 1e-3) / 1e9,
+        limits::pct(decode_limit_ms(c, a.prompt_len, wbytes, &lim), dec_off)
     );
     println!("{:<28}{:>14}{:>22}", "peak RSS (VmHWM, cumulative)", fmt_rss(rss_off), fmt_rss(rss_on));
     println!("all-taps capture of one run: {npz_mib:.0} MiB on disk (median of {reps} runs reported)");
-    println!("off vs limit: the time the sgemm (prefill) or read-bandwidth (decode) limit allows, as % of the time taken");
+    println!(
+        "rate: prefill's flops per second; decode's bytes read per second (weights {wbytes:.0} bytes each, as \
+         stored, and the f32 KV cache). of limit: the time the sgemm (prefill) or read-bandwidth (decode) \
+         limit allows, as % of the time taken"
+    );
     Ok(ExitCode::SUCCESS)
 }
 
@@ -208,9 +221,21 @@ pub fn prefill_limit_ms(c: &crate::model::config::ModelConfig, t: usize, lim: &L
     limits::prefill_flops(c, t) / (lim.sgemm_gflops * 1e9) * 1e3
 }
 
-/// The fastest a decode step at context `s` could be at the measured read bandwidth, in ms.
-pub fn decode_limit_ms(c: &crate::model::config::ModelConfig, s: usize, lim: &Limits) -> f64 {
-    limits::decode_bytes(c, s) / (lim.read_gbs * 1e9) * 1e3
+/// The fastest a decode step at context `s` could be at the measured read bandwidth, in ms,
+/// with weights `weight_bytes` wide.
+pub fn decode_limit_ms(
+    c: &crate::model::config::ModelConfig,
+    s: usize,
+    weight_bytes: f64,
+    lim: &Limits,
+) -> f64 {
+    limits::decode_bytes(c, s, weight_bytes) / (lim.read_gbs * 1e9) * 1e3
+}
+
+/// Bytes per weight of the checkpoint's largest tensor kind, as the decoder reads it: 2 for
+/// bf16/f16, 4 for f32 (a GGUF and a synth are f32 in memory).
+pub fn weight_bytes(ckpt: &crate::model::Checkpoint) -> f64 {
+    ckpt.lm_head().map_or(4.0, |t| t.dtype().size_in_bytes() as f64)
 }
 
 /// Time per op class of one prefill and of `decode` steps, taps off and all taps streamed to

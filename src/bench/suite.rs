@@ -72,7 +72,16 @@ pub fn run(a: &Settings) -> Result<ExitCode> {
             lim_one = lim_one.best(&limits::measure(1));
         }
         eprintln!("{shape}: synthesizing ...");
-        let model = Decoder::new(&SynthSpec::preset(shape, 0)?.build()?)?;
+        let ckpt = SynthSpec::preset(shape, 0)?.build()?;
+        let model = Decoder::new(&ckpt)?;
+        // The same weights held as bf16, as a published bf16 folder loads (read as stored,
+        // widened in the kernels); drawn in f32 and rounded, so the shape and values match.
+        let mut bf16 = ckpt.clone();
+        for t in bf16.tensors.values_mut() {
+            *t = t.to_dtype(candle_core::DType::BF16)?;
+        }
+        let bf16 = Decoder::new(&bf16)?;
+        drop(ckpt);
         let c = &model.cfg;
         let hf = match &a.hf_python {
             Some(py) => Some(run_hf(py, hf_script, c, all, reps)?),
@@ -81,42 +90,56 @@ pub fn run(a: &Settings) -> Result<ExitCode> {
         let prompt =
             |n: usize| -> Vec<u32> { (0..n).map(|i| ((i * 7919 + 13) % c.vocab_size) as u32).collect() };
         let (short, long) = (prompt(SHORT), prompt(LONG));
-        let timed =
-            |threads: usize, prompt: &[u32], decode: usize, taps: bool, label: &str| -> Result<(f64, f64)> {
-                kernels::set_threads(threads);
-                let dir = super::tempfile_dir()?;
-                super::measure(&model, &short[..8], 1, &mut NoTaps)?; // warm-up
-                let (mut p, mut d) = (Vec::new(), Vec::new());
-                for r in 0..reps {
-                    eprint!("\r{shape}: {label}, {threads} thread(s), rep {}/{reps}   ", r + 1);
-                    let mut none = NoTaps;
-                    let mut npz = if taps {
-                        Some(NpzSink::create(&dir.join("suite.npz"), TapSelection::all())?)
-                    } else {
-                        None
-                    };
-                    let sink: &mut dyn TapSink = match npz.as_mut() {
-                        Some(s) => s,
-                        None => &mut none,
-                    };
-                    let f = super::measure(&model, prompt, decode, sink)?;
-                    if let Some(s) = npz.as_mut() {
-                        s.finish()?;
-                    }
-                    p.push(f.prefill_ms);
-                    d.push(f.decode_ms);
+        let timed_on = |model: &Decoder,
+                        threads: usize,
+                        prompt: &[u32],
+                        decode: usize,
+                        taps: bool,
+                        label: &str|
+         -> Result<(f64, f64)> {
+            kernels::set_threads(threads);
+            let dir = super::tempfile_dir()?;
+            super::measure(model, &short[..8], 1, &mut NoTaps)?; // warm-up
+            let (mut p, mut d) = (Vec::new(), Vec::new());
+            for r in 0..reps {
+                eprint!("\r{shape}: {label}, {threads} thread(s), rep {}/{reps}   ", r + 1);
+                let mut none = NoTaps;
+                let mut npz = if taps {
+                    Some(NpzSink::create(&dir.join("suite.npz"), TapSelection::all())?)
+                } else {
+                    None
+                };
+                let sink: &mut dyn TapSink = match npz.as_mut() {
+                    Some(s) => s,
+                    None => &mut none,
+                };
+                let f = super::measure(model, prompt, decode, sink)?;
+                if let Some(s) = npz.as_mut() {
+                    s.finish()?;
                 }
-                let _ = std::fs::remove_dir_all(&dir);
-                eprintln!();
-                Ok((median(p), median(d)))
-            };
+                p.push(f.prefill_ms);
+                d.push(f.decode_ms);
+            }
+            let _ = std::fs::remove_dir_all(&dir);
+            eprintln!();
+            Ok((median(p), median(d)))
+        };
+        let timed = |threads: usize, prompt: &[u32], decode: usize, taps: bool, label: &str| {
+            timed_on(&model, threads, prompt, decode, taps, label)
+        };
         let off = timed(all, &short, DECODE, false, "prefill 128 + decode, taps off")?;
         let one = timed(1, &short, DECODE, false, "prefill 128 + decode, taps off")?;
         let on = timed(all, &short, DECODE, true, "prefill 128 + decode, all taps")?;
         let long_off = timed(all, &long, 0, false, "prefill 1024, taps off")?;
+        let bf_off = timed_on(&bf16, all, &short, DECODE, false, "bf16 weights: prefill 128 + decode")?;
+        let bf_long = timed_on(&bf16, all, &long, 0, false, "bf16 weights: prefill 1024")?;
         kernels::set_threads(all);
         let pre = |t: usize| Some(Demand::Flops(limits::prefill_flops(c, t)));
-        let dec = || Some(Demand::Bytes(limits::decode_bytes(c, SHORT)));
+        let dec = || Some(Demand::Bytes(limits::decode_bytes(c, SHORT, 4.0)));
+        let dec_bf16 = Some(Demand::Bytes(limits::decode_bytes(c, SHORT, 2.0)));
+        // transformers loads a bf16 folder with dtype=float32 as f32 weights: its figure is
+        // the f32 one (the values do not change its time).
+        let vs_f32 = |bf: f64, f: f64| format!("bf16 weights; hefprobe f32 / bf16: {:.2}×", f / bf);
         let overhead = |on: f64, off: f64| format!("all-tap overhead {:+.1}%", 100.0 * (on / off - 1.0));
         let name = |what: &str| format!("{shape} {what}");
         rows.extend([
@@ -176,6 +199,30 @@ pub fn run(a: &Settings) -> Result<ExitCode> {
                 hf_ms: None,
                 note: overhead(on.1, off.1),
             },
+            Row {
+                what: name("bf16 prefill 128"),
+                threads: all,
+                ms: bf_off.0,
+                limit: pre(SHORT),
+                hf_ms: hf.map(|h| h.short),
+                note: vs_f32(bf_off.0, off.0),
+            },
+            Row {
+                what: name("bf16 prefill 1024"),
+                threads: all,
+                ms: bf_long.0,
+                limit: pre(LONG),
+                hf_ms: hf.map(|h| h.long),
+                note: vs_f32(bf_long.0, long_off.0),
+            },
+            Row {
+                what: name("bf16 decode @128"),
+                threads: all,
+                ms: bf_off.1,
+                limit: dec_bf16,
+                hf_ms: hf.map(|h| h.decode),
+                note: vs_f32(bf_off.1, off.1),
+            },
         ]);
         let rss = peak_rss_mib().map_or("n/a".into(), |m| format!("{m:.0} MiB"));
         eprintln!("{shape}: done, peak RSS so far {rss}");
@@ -191,8 +238,8 @@ fn print_table(rows: &[Row], lim_all: &Limits, lim_one: &Limits, all: usize) {
         lim_all.sgemm_gflops, lim_one.sgemm_gflops, lim_all.read_gbs, lim_one.read_gbs
     );
     println!();
-    println!("| measurement | threads | hefprobe | limit allows | of limit | HF eager f32 | HF / hefprobe (> 1: hefprobe faster) | note |");
-    println!("|---|---:|---:|---:|---:|---:|---:|---|");
+    println!("| measurement | threads | hefprobe | rate | limit allows | of limit | HF eager f32 | HF / hefprobe (> 1: hefprobe faster) | note |");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---|");
     for r in rows {
         let l = if r.threads == 1 { lim_one } else { lim_all };
         let limit = r.limit.map(|d| match d {
@@ -203,18 +250,23 @@ fn print_table(rows: &[Row], lim_all: &Limits, lim_one: &Limits, all: usize) {
             Some((ms, by)) => (format!("{ms:.2} ms ({by})"), format!("{:.0}%", limits::pct(ms, r.ms))),
             None => ("".into(), "".into()),
         };
+        let rate = match r.limit {
+            Some(Demand::Flops(f)) => format!("{:.1} GFLOP/s", f / (r.ms * 1e-3) / 1e9),
+            Some(Demand::Bytes(b)) => format!("{:.2} GB/s", b / (r.ms * 1e-3) / 1e9),
+            None => String::new(),
+        };
         let (hf, ratio) = match r.hf_ms {
             Some(h) => (format!("{h:.2} ms"), format!("{:.2}×", h / r.ms)),
             None => ("".into(), "".into()),
         };
         println!(
-            "| {} | {} | {:.2} ms | {lim} | {pct} | {hf} | {ratio} | {} |",
+            "| {} | {} | {:.2} ms | {rate} | {lim} | {pct} | {hf} | {ratio} | {} |",
             r.what, r.threads, r.ms, r.note
         );
     }
     let rss = peak_rss_mib().map_or("n/a".into(), |m| format!("{m:.0} MiB"));
     println!();
-    println!("Peak RSS of the whole suite (VmHWM): {rss}. Decode: per token after a 128-token prefill, {DECODE} steps.");
+    println!("Peak RSS of the whole suite (VmHWM): {rss}. Decode: per token after a 128-token prefill, {DECODE} steps. Rate: flops per second (prefill), bytes of weights and KV cache read per second (decode; bf16 weights are read as 2 bytes).");
 }
 
 /// Run scripts/bench-hf.py on `c`'s shape with `threads` threads; its last stdout line is a

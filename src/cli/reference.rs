@@ -46,7 +46,7 @@ pub fn prepare(
     let ckpt = model.load_quiet()?;
     let inputs = prompt.input_set(&ckpt)?;
     selection.check_against(ckpt.config.num_layers)?;
-    memory::check_run(&ckpt.config, &inputs, &selection, held)?;
+    memory::check_run(&ckpt, &inputs, &selection, held)?;
     let decoder = Decoder::new(&ckpt)?;
     Ok((ckpt, inputs, selection, decoder))
 }

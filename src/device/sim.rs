@@ -315,11 +315,10 @@ impl SimDevice {
         }
         let mut faults = crate::fault::catalog::build_all(&specs, c)?;
         faults.extend(frozen);
-        let mut weights = ckpt.clone();
+        let mut model = Decoder::new(&ckpt)?;
         for f in &faults {
-            f.transform_weights(&mut weights)?;
+            f.transform_weights(&mut model)?;
         }
-        let model = Decoder::new(&weights)?;
         let calibration = spec.calibration(c.vocab_size);
         check_calibration(&calibration.prompts, c.vocab_size, &what)?;
         let calib = calibration.inputs();

@@ -514,7 +514,8 @@ pub fn synth_hef(ckpt: &Checkpoint, checkpoint: SimCheckpoint, opts: &SynthHefOp
     }
     let ranges = calibrate(&model, &calibration, &expose)?;
 
-    let embed = ckpt.tensor("model.embed_tokens.weight")?;
+    // Widened from the stored dtype (exact): the HEF's embedding table is written from f32.
+    let embed = ckpt.tensor("model.embed_tokens.weight")?.to_dtype(candle_core::DType::F32)?;
     let (elo, ehi) = (embed.min_all()?.to_scalar::<f32>()?, embed.max_all()?.to_scalar::<f32>()?);
     let emb_q = {
         let a = Affine::calibrate(elo, ehi, 16, false);

@@ -121,9 +121,9 @@ impl Expected {
             Some(a) => {
                 let q =
                     super::catalog::parse_as::<QuantFault>(&a.with_param("inputs", "none"), &ckpt.config)?;
-                let mut weights = ckpt.clone();
-                q.transform_weights(&mut weights)?;
-                q.prepare(&Decoder::new(&weights)?, calibration)?;
+                let mut model = Decoder::new(ckpt)?;
+                q.transform_weights(&mut model)?;
+                q.prepare(&model, calibration)?;
                 Some(q)
             }
         };
@@ -154,8 +154,8 @@ impl Fault for Arc<Expected> {
     fn spec(&self) -> &FaultSpec {
         &self.spec
     }
-    fn transform_weights(&self, ckpt: &mut Checkpoint) -> Result<()> {
-        self.acts.as_ref().map_or(Ok(()), |q| q.transform_weights(ckpt))
+    fn transform_weights(&self, model: &mut Decoder) -> Result<()> {
+        self.acts.as_ref().map_or(Ok(()), |q| q.transform_weights(model))
     }
     /// Calibrated once, when made: the target's quantization does not follow the inputs.
     fn prepare(&self, _model: &Decoder, _inputs: &[InputSet]) -> Result<()> {
@@ -182,8 +182,8 @@ impl Fault for Activations {
     fn spec(&self) -> &FaultSpec {
         &self.0.spec
     }
-    fn transform_weights(&self, ckpt: &mut Checkpoint) -> Result<()> {
-        self.0.transform_weights(ckpt)
+    fn transform_weights(&self, model: &mut Decoder) -> Result<()> {
+        self.0.transform_weights(model)
     }
     fn prepare(&self, _model: &Decoder, _inputs: &[InputSet]) -> Result<()> {
         Ok(())
@@ -207,8 +207,8 @@ impl Fault for Realization {
     fn spec(&self) -> &FaultSpec {
         &self.0.spec
     }
-    fn transform_weights(&self, ckpt: &mut Checkpoint) -> Result<()> {
-        self.0.transform_weights(ckpt)
+    fn transform_weights(&self, model: &mut Decoder) -> Result<()> {
+        self.0.transform_weights(model)
     }
     fn prepare(&self, _model: &Decoder, _inputs: &[InputSet]) -> Result<()> {
         Ok(())

@@ -14,15 +14,16 @@ use crate::error::Result;
 use crate::inputs::InputSet;
 use crate::model::config::ModelConfig;
 use crate::model::hooks::Hooks;
-use crate::model::{Checkpoint, Decoder};
+use crate::model::Decoder;
 use spec::FaultSpec;
 
 /// A fault model. `hooks` is called once per run, so stateful hooks start fresh.
 pub trait Fault: Send + Sync {
     /// The spec that reproduces this fault: `NAME[:PARAMS][@layers=RANGE]`.
     fn spec(&self) -> &FaultSpec;
-    /// Change the weights before the run (weight quantization, sharded lm_head scales).
-    fn transform_weights(&self, _ckpt: &mut Checkpoint) -> Result<()> {
+    /// Change how the model reads its weights before the run (weight quantization); the
+    /// weights themselves are shared, never copied.
+    fn transform_weights(&self, _model: &mut Decoder) -> Result<()> {
         Ok(())
     }
     /// Calibrate on these inputs (quantization); called before every run with the run's own.
@@ -46,7 +47,7 @@ pub trait Mechanism: Send + Sync + Sized + 'static {
     fn parse(spec: &FaultSpec, cfg: &ModelConfig) -> Result<Self>;
     /// The hooks for one run; `spec` says which layers the fault applies to.
     fn hooks<'a>(&'a self, spec: &'a FaultSpec) -> Box<dyn Hooks + 'a>;
-    fn transform_weights(&self, _ckpt: &mut Checkpoint) -> Result<()> {
+    fn transform_weights(&self, _model: &mut Decoder) -> Result<()> {
         Ok(())
     }
     fn prepare(&self, _model: &Decoder, _inputs: &[InputSet]) -> Result<()> {
@@ -114,8 +115,8 @@ impl<M: Mechanism> Fault for Parsed<M> {
     fn spec(&self) -> &FaultSpec {
         &self.spec
     }
-    fn transform_weights(&self, ckpt: &mut Checkpoint) -> Result<()> {
-        self.mechanism.transform_weights(ckpt)
+    fn transform_weights(&self, model: &mut Decoder) -> Result<()> {
+        self.mechanism.transform_weights(model)
     }
     fn prepare(&self, model: &Decoder, inputs: &[InputSet]) -> Result<()> {
         self.mechanism.prepare(model, inputs)

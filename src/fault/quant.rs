@@ -38,7 +38,7 @@ use crate::inputs::InputSet;
 use crate::model::config::ModelConfig;
 use crate::model::hooks::{Hooks, NoHooks, Qk, StepCtx};
 use crate::model::rope::{rotate, Rope, RopeLayout};
-use crate::model::{Checkpoint, Decoder};
+use crate::model::Decoder;
 use crate::tap::{LayerTap, Tap};
 use candle_core::{Device, Tensor};
 use std::collections::BTreeMap;
@@ -172,20 +172,6 @@ impl QuantFault {
     fn quantized_site(&self, tap: Tap) -> bool {
         self.act.is_some() && Self::point_of(tap).is_some_and(|p| self.points.iter().any(|q| q == p))
     }
-}
-
-fn quantize_weight(w: &Tensor, bits: u32) -> Result<Tensor> {
-    let qmax = ((1u32 << (bits - 1)) - 1) as f32;
-    let (rows, cols) = w.dims2()?;
-    let mut v: Vec<f32> = w.flatten_all()?.to_vec1()?;
-    for row in v.chunks_mut(cols) {
-        let m = row.iter().fold(0f32, |a, &b| a.max(b.abs()));
-        let s = if m == 0.0 { 1.0 } else { m / qmax };
-        for x in row.iter_mut() {
-            *x = (*x / s).round_ties_even().clamp(-qmax, qmax) * s;
-        }
-    }
-    Ok(Tensor::from_vec(v, (rows, cols), &Device::Cpu)?)
 }
 
 /// HEADROOM of the calibrated range on each side.
@@ -405,26 +391,16 @@ impl Mechanism for QuantFault {
         })
     }
 
-    fn transform_weights(&self, ckpt: &mut Checkpoint) -> Result<()> {
-        let embed = ckpt.tensor("model.embed_tokens.weight")?;
-        let lo = embed.min_all()?.to_scalar::<f32>()?;
-        let hi = embed.max_all()?.to_scalar::<f32>()?;
+    fn transform_weights(&self, model: &mut Decoder) -> Result<()> {
+        // min/max of the stored dtype widen exactly.
+        let range = |t: Tensor| t.to_dtype(candle_core::DType::F32).and_then(|t| t.to_scalar::<f32>());
+        let lo = range(model.embed.min_all()?)?;
+        let hi = range(model.embed.max_all()?)?;
         *self.embed_range.lock().expect("lock") = Some((lo, hi));
-        let Some(bits) = self.weight_bits else { return Ok(()) };
-        if ckpt.config.tie_word_embeddings {
-            let lm = ckpt.lm_head()?.clone();
-            ckpt.tensors.insert("lm_head.weight".into(), lm);
-            ckpt.config.tie_word_embeddings = false;
-        }
-        let names: Vec<String> = ckpt
-            .tensors
-            .keys()
-            .filter(|n| n.ends_with("proj.weight") || n.as_str() == "lm_head.weight")
-            .cloned()
-            .collect();
-        for n in names {
-            let q = quantize_weight(&ckpt.tensors[&n], bits)?;
-            ckpt.tensors.insert(n, q);
+        // Every projection and lm_head quantized as it is read (a tied lm_head too; the
+        // embedding lookup stays unquantized): no quantized copy of the weights is held.
+        if let Some(bits) = self.weight_bits {
+            model.linears_mut().for_each(|l| l.weight_bits = Some(bits));
         }
         Ok(())
     }
@@ -521,8 +497,8 @@ mod tests {
 
     #[test]
     fn weight_quant_is_per_channel() {
-        let w = Tensor::new(&[[1.0f32, 0.3, -0.25], [100.0, 1.0, 0.0]], &Device::Cpu).unwrap();
-        let q: Vec<Vec<f32>> = quantize_weight(&w, 4).unwrap().to_vec2().unwrap();
+        let mut q = [vec![1.0f32, 0.3, -0.25], vec![100.0, 1.0, 0.0]];
+        q.iter_mut().for_each(|row| crate::model::kernels::quantize_row(row, 4));
         assert_eq!(q[0][0], 1.0, "row max survives exactly");
         assert!((q[0][1] - 2.0 / 7.0).abs() < 1e-6, "0.3 -> 2/7 in steps of 1/7");
         assert!((q[0][2] + 2.0 / 7.0).abs() < 1e-6, "-0.25 -> -2/7");

@@ -24,7 +24,12 @@ pub fn candle_transformers_logits(
         ));
     }
     let dev = Device::Cpu;
-    let tensors: HashMap<String, Tensor> = ckpt.tensors.clone().into_iter().collect();
+    // candle-transformers' models read f32 here; the stored bf16/f16 widens exactly.
+    let tensors: HashMap<String, Tensor> = ckpt
+        .tensors
+        .iter()
+        .map(|(n, t)| Ok((n.clone(), t.to_dtype(DType::F32)?)))
+        .collect::<candle_core::Result<_>>()?;
     let vb = VarBuilder::from_tensors(tensors, DType::F32, &dev);
     let input = |ids: &[u32]| Tensor::new(ids, &dev).and_then(|t| t.unsqueeze(0));
     let flat = |t: Tensor| t.flatten_all().and_then(|t| t.to_vec1::<f32>());

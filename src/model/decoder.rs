@@ -20,11 +20,15 @@ use crate::timed;
 use candle_core::{DType, Device, Tensor};
 use std::borrow::Cow;
 
-/// A projection `y = x Wᵀ + b`, W [out, in].
+/// A projection `y = x Wᵀ + b`, W [out, in] in the checkpoint's stored dtype (f32, bf16 or
+/// f16: the kernel widens it as it reads), b f32.
 #[derive(Debug, Clone)]
 pub struct Linear {
     pub w: Tensor,
     pub b: Option<Tensor>,
+    /// Weight quantization applied as W is read (`quant:w8`: symmetric per output channel), so
+    /// an emulator holds no second copy of the weights.
+    pub weight_bits: Option<u32>,
 }
 
 impl Linear {
@@ -34,7 +38,7 @@ impl Linear {
 
     fn forward_as(&self, x: &Tensor, op: Op) -> candle_core::Result<Tensor> {
         let _s = span(op);
-        kernels::linear(x, &self.w, self.b.as_ref())
+        kernels::linear(x, &self.w, self.b.as_ref(), self.weight_bits)
     }
 }
 
@@ -57,6 +61,7 @@ pub struct Block {
 #[derive(Debug, Clone)]
 pub struct Decoder {
     pub cfg: ModelConfig,
+    /// [vocab, hidden] in the stored dtype; rows are widened as they are looked up.
     pub embed: Tensor,
     pub blocks: Vec<Block>,
     pub norm: Tensor,
@@ -139,10 +144,14 @@ fn rms_norm(x: &Tensor, w: &Tensor, eps: f64) -> candle_core::Result<Tensor> {
 impl Decoder {
     pub fn new(ckpt: &Checkpoint) -> Result<Self> {
         let cfg = ckpt.config.clone();
-        let t = |name: &str| ckpt.tensor(name).cloned();
-        let opt = |name: &str| ckpt.tensors.get(name).cloned();
+        // Matrices stay in their stored dtype (shared with the checkpoint, no copy); norms and
+        // biases, a few vectors, are widened to f32 here (exact).
+        let f32 = |t: &Tensor| t.to_dtype(DType::F32);
+        let t = |name: &str| -> Result<Tensor> { Ok(f32(ckpt.tensor(name)?)?) };
+        let opt = |name: &str| ckpt.tensors.get(name).map(f32).transpose();
         let lin = |name: &str| -> Result<Linear> {
-            Ok(Linear { w: t(&format!("{name}.weight"))?, b: opt(&format!("{name}.bias")) })
+            let w = ckpt.tensor(&format!("{name}.weight"))?.clone();
+            Ok(Linear { w, b: opt(&format!("{name}.bias"))?, weight_bits: None })
         };
         let mut blocks = Vec::with_capacity(cfg.num_layers);
         for l in 0..cfg.num_layers {
@@ -153,8 +162,8 @@ impl Decoder {
                 k: lin(&format!("{p}.self_attn.k_proj"))?,
                 v: lin(&format!("{p}.self_attn.v_proj"))?,
                 o: lin(&format!("{p}.self_attn.o_proj"))?,
-                q_norm: opt(&format!("{p}.self_attn.q_norm.weight")),
-                k_norm: opt(&format!("{p}.self_attn.k_norm.weight")),
+                q_norm: opt(&format!("{p}.self_attn.q_norm.weight"))?,
+                k_norm: opt(&format!("{p}.self_attn.k_norm.weight"))?,
                 mlp_norm: t(&format!("{p}.post_attention_layernorm.weight"))?,
                 gate: lin(&format!("{p}.mlp.gate_proj"))?,
                 up: lin(&format!("{p}.mlp.up_proj"))?,
@@ -163,9 +172,9 @@ impl Decoder {
             });
         }
         Ok(Decoder {
-            embed: t("model.embed_tokens.weight")?,
+            embed: ckpt.tensor("model.embed_tokens.weight")?.clone(),
             norm: t("model.norm.weight")?,
-            lm_head: Linear { w: ckpt.lm_head()?.clone(), b: None },
+            lm_head: Linear { w: ckpt.lm_head()?.clone(), b: None, weight_bits: None },
             rope: Rope::new(&cfg.rope, cfg.head_dim),
             blocks,
             cfg,
@@ -196,6 +205,14 @@ impl Decoder {
         Ok(self.lm_head.forward(&normed)?.flatten_all()?.to_vec1::<f32>()?)
     }
 
+    /// Every projection and lm_head, for a fault that changes how weights are read.
+    pub fn linears_mut(&mut self) -> impl Iterator<Item = &mut Linear> {
+        self.blocks
+            .iter_mut()
+            .flat_map(|b| [&mut b.q, &mut b.k, &mut b.v, &mut b.o, &mut b.gate, &mut b.up, &mut b.down])
+            .chain(std::iter::once(&mut self.lm_head))
+    }
+
     /// Embedding rows of `tokens` [T, hidden]; a token id past the vocabulary is an error.
     pub fn embed_tokens(&self, tokens: &[u32]) -> Result<Tensor> {
         if let Some(bad) = tokens.iter().find(|&&t| t as usize >= self.cfg.vocab_size) {
@@ -207,7 +224,11 @@ impl Decoder {
         }
         let _s = span(Op::Embed);
         let ids = Tensor::new(tokens, &Device::Cpu)?;
-        self.embed.index_select(&ids, 0).ctx(|| "embedding lookup".into())
+        // Rows of the stored matrix, widened to f32 (exact): only the rows looked up.
+        self.embed
+            .index_select(&ids, 0)
+            .and_then(|e| e.to_dtype(DType::F32))
+            .ctx(|| "embedding lookup".into())
     }
 
     /// Run one step: every block over this step's rows, reading and extending `cache`.

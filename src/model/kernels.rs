@@ -73,6 +73,10 @@ impl SharedOut {
     pub fn ptr(&self) -> *mut f32 {
         self.0
     }
+    /// The same buffer seen from element `n` on (the caller keeps within it).
+    pub fn offset(&self, n: usize) -> SharedOut {
+        SharedOut(self.0.wrapping_add(n))
+    }
 }
 
 /// `t` as an f32 CPU tensor whose last dimension is contiguous (a copy only when needed).
@@ -96,10 +100,297 @@ pub fn with_data<R>(t: &Tensor, f: impl FnOnce(&[f32], &Layout) -> R) -> candle_
     }
 }
 
-/// `y = x Wᵀ + b` for x [T, K] and W [N, K] (checkpoint layout), y [T, N]. Threads split the
-/// output features, so each reads its own half of W once (decode is a read of W).
-pub fn linear(x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> candle_core::Result<Tensor> {
-    let (x, w) = (f32_rows(x)?.contiguous()?, f32_rows(w)?.contiguous()?);
+/// A weight matrix's data as stored: f32, or bf16 / f16 widened to f32 inside the kernels
+/// (both widenings are exact, so every product equals the one on weights widened up front).
+#[derive(Clone, Copy)]
+pub enum WeightData<'a> {
+    F32(&'a [f32]),
+    BF16(&'a [half::bf16]),
+    F16(&'a [half::f16]),
+}
+
+impl WeightData<'_> {
+    /// Elements `range` as f32 into `out` (its length).
+    fn widen(&self, range: Range<usize>, out: &mut [f32]) {
+        use half::slice::HalfFloatSliceExt;
+        match self {
+            WeightData::F32(v) => out.copy_from_slice(&v[range]),
+            WeightData::BF16(v) => v[range].convert_to_f32_slice(out),
+            WeightData::F16(v) => v[range].convert_to_f32_slice(out),
+        }
+    }
+}
+
+/// Borrow a CPU tensor's data in its stored float dtype (f32, bf16 or f16), from its start offset.
+pub fn with_weight<R>(t: &Tensor, f: impl FnOnce(WeightData) -> R) -> candle_core::Result<R> {
+    let (storage, layout) = t.storage_and_layout();
+    let o = layout.start_offset();
+    match &*storage {
+        Storage::Cpu(CpuStorage::F32(v)) => Ok(f(WeightData::F32(&v[o..]))),
+        Storage::Cpu(CpuStorage::BF16(v)) => Ok(f(WeightData::BF16(&v[o..]))),
+        Storage::Cpu(CpuStorage::F16(v)) => Ok(f(WeightData::F16(&v[o..]))),
+        _ => candle_core::bail!("decoder weights are f32, bf16 or f16 CPU tensors, got {:?}", t.dtype()),
+    }
+}
+
+/// Symmetric round-to-nearest-even of one output channel (a row of W) to `bits`, in place:
+/// scale max|w| / (2^(bits-1) − 1), an all-zero row kept (scale 1). The weight quantization of
+/// `quant:w8` / `quant:w4` (docs/QUANTIZATION.md), applied as each row is read.
+pub fn quantize_row(row: &mut [f32], bits: u32) {
+    let qmax = ((1u32 << (bits - 1)) - 1) as f32;
+    let m = row.iter().fold(0f32, |a, &b| a.max(b.abs()));
+    let s = if m == 0.0 { 1.0 } else { m / qmax };
+    for x in row.iter_mut() {
+        *x = (*x / s).round_ties_even().clamp(-qmax, qmax) * s;
+    }
+}
+
+/// A stored weight element, widened to f32 exactly by bit operations that vectorize (bf16: the
+/// top half of an f32; f16: exponent rebiased by a multiply by 2^112, subnormals included).
+trait Widen: Copy {
+    fn f32(self) -> f32;
+}
+
+impl Widen for f32 {
+    #[inline(always)]
+    fn f32(self) -> f32 {
+        self
+    }
+}
+
+impl Widen for half::bf16 {
+    #[inline(always)]
+    fn f32(self) -> f32 {
+        f32::from_bits((self.to_bits() as u32) << 16)
+    }
+}
+
+impl Widen for half::f16 {
+    #[inline(always)]
+    fn f32(self) -> f32 {
+        let h = self.to_bits() as u32;
+        let sign = (h & 0x8000) << 16;
+        let em = h & 0x7fff;
+        // 2^112 = 2^(127 − 15): moves the 5-bit exponent (and a subnormal's scale) into f32's.
+        let mag = f32::from_bits(em << 13) * f32::from_bits(0x7780_0000);
+        let mag = if em >= 0x7c00 { f32::from_bits(0x7f80_0000 | ((em & 0x3ff) << 13)) } else { mag };
+        f32::from_bits(sign | mag.to_bits())
+    }
+}
+
+/// Lanes of the matrix-vector dot product: four AVX2 registers, two AVX-512 ones.
+const DOT_LANES: usize = 32;
+
+/// x · w in the order every build of it follows: 32 lane sums over the full blocks (a
+/// product, then an add: no FMA), folded pairwise (lane l + lane l+16, then +8, +4, +2, +1),
+/// then the tail added in order. The baseline; [`dot_avx2`] and [`dot_avx512`] give its bits.
+#[inline(always)]
+fn dot_scalar<W: Widen>(x: &[f32], w: &[W]) -> f32 {
+    let n = x.len().min(w.len());
+    let full = n / DOT_LANES * DOT_LANES;
+    let mut acc = [0f32; DOT_LANES];
+    for (xb, wb) in x[..full].chunks_exact(DOT_LANES).zip(w[..full].chunks_exact(DOT_LANES)) {
+        for l in 0..DOT_LANES {
+            acc[l] += xb[l] * wb[l].f32();
+        }
+    }
+    fold_tail(acc, &x[full..n], &w[full..n])
+}
+
+#[inline(always)]
+fn fold_tail<W: Widen>(mut acc: [f32; DOT_LANES], x: &[f32], w: &[W]) -> f32 {
+    let mut width = DOT_LANES;
+    while width > 1 {
+        width /= 2;
+        for l in 0..width {
+            acc[l] += acc[l + width];
+        }
+    }
+    let mut sum = acc[0];
+    for (a, b) in x.iter().zip(w) {
+        sum += a * b.f32();
+    }
+    sum
+}
+
+/// One dot product per stored dtype, for AVX-512 (two 16-lane accumulators) and AVX2 (four
+/// 8-lane ones): lane l of either holds what `acc[l]` of [`dot_scalar`] holds, and the fold is
+/// done on those lanes in its order, so all three give the same bits. `$load16`/`$load8`
+/// widen 16 / 8 stored elements at a pointer to f32 lanes (bf16: zero-extend and shift by 16;
+/// f16: the F16C conversion, exact).
+#[cfg(target_arch = "x86_64")]
+macro_rules! dot_x86 {
+    ($t:ty, $avx512:ident, $avx2:ident, $avx2_features:literal, |$p:ident| $load16:expr, |$q:ident| $load8:expr) => {
+        #[target_feature(enable = "avx512f")]
+        unsafe fn $avx512(x: &[f32], w: &[$t]) -> f32 {
+            use std::arch::x86_64::*;
+            let n = x.len().min(w.len());
+            let full = n / DOT_LANES * DOT_LANES;
+            let (mut a0, mut a1) = (_mm512_setzero_ps(), _mm512_setzero_ps());
+            let mut i = 0;
+            while i < full {
+                let (xp, $p) = (x.as_ptr().add(i), w.as_ptr().add(i));
+                let w0 = $load16;
+                let $p = $p.add(16);
+                let w1 = $load16;
+                a0 = _mm512_add_ps(a0, _mm512_mul_ps(_mm512_loadu_ps(xp), w0));
+                a1 = _mm512_add_ps(a1, _mm512_mul_ps(_mm512_loadu_ps(xp.add(16)), w1));
+                i += DOT_LANES;
+            }
+            let mut acc = [0f32; DOT_LANES];
+            _mm512_storeu_ps(acc.as_mut_ptr(), a0);
+            _mm512_storeu_ps(acc.as_mut_ptr().add(16), a1);
+            fold_tail(acc, &x[full..n], &w[full..n])
+        }
+
+        #[target_feature(enable = $avx2_features)]
+        unsafe fn $avx2(x: &[f32], w: &[$t]) -> f32 {
+            use std::arch::x86_64::*;
+            let n = x.len().min(w.len());
+            let full = n / DOT_LANES * DOT_LANES;
+            let mut a = [_mm256_setzero_ps(); 4];
+            let mut i = 0;
+            while i < full {
+                for (r, acc) in a.iter_mut().enumerate() {
+                    let (xp, $q) = (x.as_ptr().add(i + 8 * r), w.as_ptr().add(i + 8 * r));
+                    *acc = _mm256_add_ps(*acc, _mm256_mul_ps(_mm256_loadu_ps(xp), $load8));
+                }
+                i += DOT_LANES;
+            }
+            let mut acc = [0f32; DOT_LANES];
+            for (r, v) in a.iter().enumerate() {
+                _mm256_storeu_ps(acc.as_mut_ptr().add(8 * r), *v);
+            }
+            fold_tail(acc, &x[full..n], &w[full..n])
+        }
+    };
+}
+
+#[cfg(target_arch = "x86_64")]
+dot_x86!(f32, dot512_f32, dot2_f32, "avx2", |p| _mm512_loadu_ps(p), |q| _mm256_loadu_ps(q));
+#[cfg(target_arch = "x86_64")]
+dot_x86!(
+    half::bf16,
+    dot512_bf16,
+    dot2_bf16,
+    "avx2",
+    |p| _mm512_castsi512_ps(_mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(_mm256_loadu_si256(p.cast())))),
+    |q| _mm256_castsi256_ps(_mm256_slli_epi32::<16>(_mm256_cvtepu16_epi32(_mm_loadu_si128(q.cast()))))
+);
+#[cfg(target_arch = "x86_64")]
+dot_x86!(
+    half::f16,
+    dot512_f16,
+    dot2_f16,
+    "avx2,f16c",
+    |p| _mm512_cvtph_ps(_mm256_loadu_si256(p.cast())),
+    |q| _mm256_cvtph_ps(_mm_loadu_si128(q.cast()))
+);
+
+/// Which build of the dot product this CPU runs (checked once).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Isa {
+    Avx512,
+    Avx2,
+    Baseline,
+}
+
+fn isa() -> Isa {
+    static ISA: std::sync::OnceLock<Isa> = std::sync::OnceLock::new();
+    *ISA.get_or_init(|| {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if std::is_x86_feature_detected!("avx512f") {
+                return Isa::Avx512;
+            }
+            if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("f16c") {
+                return Isa::Avx2;
+            }
+        }
+        Isa::Baseline
+    })
+}
+
+/// A stored dtype the dot product reads.
+trait DotWeight: Widen {
+    fn dot(x: &[f32], w: &[Self]) -> f32;
+}
+
+macro_rules! dot_weight {
+    ($t:ty, $avx512:ident, $avx2:ident) => {
+        impl DotWeight for $t {
+            #[inline]
+            fn dot(x: &[f32], w: &[Self]) -> f32 {
+                #[cfg(target_arch = "x86_64")]
+                match isa() {
+                    // SAFETY: the CPU has the features each build enables (checked by `isa`).
+                    Isa::Avx512 => return unsafe { $avx512(x, w) },
+                    Isa::Avx2 => return unsafe { $avx2(x, w) },
+                    Isa::Baseline => {}
+                }
+                dot_scalar(x, w)
+            }
+        }
+    };
+}
+dot_weight!(f32, dot512_f32, dot2_f32);
+dot_weight!(half::bf16, dot512_bf16, dot2_bf16);
+dot_weight!(half::f16, dot512_f16, dot2_f16);
+
+/// Rows `rows` of y = x Wᵀ for the few rows of x (decode): each row of W is read once, from
+/// memory in its stored dtype, and dotted with every row of x while it sits in L1.
+fn matvec<W: DotWeight>(
+    x: &[f32],
+    t: usize,
+    w: &[W],
+    k: usize,
+    rows: Range<usize>,
+    out: &SharedOut,
+    n: usize,
+) {
+    for j in rows {
+        let wr = &w[j * k..(j + 1) * k];
+        for r in 0..t {
+            let v = W::dot(&x[r * k..(r + 1) * k], wr);
+            // SAFETY: element (r, j) of the [t, n] destination belongs to this part's rows only.
+            unsafe { *out.ptr().add(r * n + j) = v };
+        }
+    }
+}
+
+/// Rows of x up to which a projection is a matrix-vector product ([`matvec`]: W read once in
+/// its stored dtype) rather than gemm calls on widened panels.
+const MATVEC_ROWS: usize = 4;
+
+// Widened f32 of the weight rows one gemm call reads, per thread and reused across calls.
+thread_local! {
+    static WIDE: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Bytes of f32 weight rows one gemm call reads: a panel that stays in L2 (2 MiB a core on
+/// the machines measured) between being widened and being read by gemm.
+pub const PANEL_BYTES: usize = 2 << 20;
+
+/// Output rows (rows of W) one gemm call covers, from K alone: never from the dtype or the
+/// thread count, so an f32 weight read in place and a bf16 one widened into a buffer make the
+/// same gemm calls with the same dims, hence the same bits.
+fn rows_per_call(k: usize) -> usize {
+    (PANEL_BYTES / 4 / k.max(1)).max(16) / 16 * 16
+}
+
+/// `y = x Wᵀ + b` for x [T, K] and W [N, K] (checkpoint layout, f32, bf16 or f16), y [T, N];
+/// `weight_bits`: each row of W quantized as it is read ([`quantize_row`]). Threads split the
+/// output features, so each reads its own part of W once (decode is a read of W); a part goes
+/// to gemm in calls of [`rows_per_call`] rows, widened (and quantized) into a reused buffer
+/// unless W is f32 and read as it is.
+pub fn linear(
+    x: &Tensor,
+    w: &Tensor,
+    b: Option<&Tensor>,
+    weight_bits: Option<u32>,
+) -> candle_core::Result<Tensor> {
+    let x = f32_rows(x)?.contiguous()?;
+    let w = if w.is_contiguous() { w.clone() } else { w.contiguous()? };
     let (t, k) = x.dims2()?;
     let (n, k2) = w.dims2()?;
     if k != k2 {
@@ -107,35 +398,73 @@ pub fn linear(x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> candle_core::Result
     }
     let mut y = vec![0f32; t * n];
     let out = SharedOut::new(&mut y);
+    let per_call = rows_per_call(k);
     with_data(&x, |xs, xl| {
-        with_data(&w, |ws, wl| {
-            let (xs, ws) = (&xs[xl.start_offset()..], &ws[wl.start_offset()..]);
-            for_parts(n, 16, t * n * k, |cols| {
-                // SAFETY: x is [t, k] and W is [n, k], both contiguous from their start offsets;
-                // this part writes columns `cols` of the row-major [t, n] destination, which no
-                // other part writes; gemm reads lhs/rhs and writes dst through these strides only.
-                unsafe {
-                    gemm::gemm(
-                        t,
-                        cols.len(),
-                        k,
-                        out.ptr().add(cols.start),
-                        1,
-                        n as isize,
-                        false,
-                        xs.as_ptr(),
-                        1,
-                        k as isize,
-                        ws.as_ptr().add(cols.start * k),
-                        k as isize,
-                        1,
-                        0.0f32,
-                        1.0f32,
-                        false,
-                        false,
-                        false,
-                        gemm::Parallelism::None,
-                    )
+        with_weight(&w, |ws| {
+            let xs = &xs[xl.start_offset()..];
+            if t <= MATVEC_ROWS {
+                return for_parts(n, 16, t * n * k, |rows| match (ws, weight_bits) {
+                    (WeightData::F32(v), None) => matvec(xs, t, v, k, rows, &out, n),
+                    (WeightData::BF16(v), None) => matvec(xs, t, v, k, rows, &out, n),
+                    (WeightData::F16(v), None) => matvec(xs, t, v, k, rows, &out, n),
+                    // Quantized as read: each row widened and quantized into a buffer, then the
+                    // f32 product, as an f32 weight holding those values gives.
+                    (_, Some(bits)) => WIDE.with_borrow_mut(|buf| {
+                        buf.resize(k, 0.0);
+                        for j in rows {
+                            ws.widen(j * k..(j + 1) * k, buf);
+                            quantize_row(buf, bits);
+                            matvec(xs, t, buf.as_slice(), k, 0..1, &out.offset(j), n);
+                        }
+                    }),
+                });
+            }
+            for_parts(n, 16, t * n * k, |part| {
+                let mut start = part.start;
+                while start < part.end {
+                    let rows = per_call.min(part.end - start);
+                    let gemm_on = |wp: &[f32]| {
+                        // SAFETY: x is [t, k] contiguous; `wp` holds rows start..start+rows of
+                        // W [n, k], contiguous; this call writes columns start..start+rows of the
+                        // row-major [t, n] destination, which no other call writes; gemm reads
+                        // lhs/rhs and writes dst through these strides only.
+                        unsafe {
+                            gemm::gemm(
+                                t,
+                                rows,
+                                k,
+                                out.ptr().add(start),
+                                1,
+                                n as isize,
+                                false,
+                                xs.as_ptr(),
+                                1,
+                                k as isize,
+                                wp.as_ptr(),
+                                k as isize,
+                                1,
+                                0.0f32,
+                                1.0f32,
+                                false,
+                                false,
+                                false,
+                                gemm::Parallelism::None,
+                            )
+                        }
+                    };
+                    let span = start * k..(start + rows) * k;
+                    match (ws, weight_bits) {
+                        (WeightData::F32(v), None) => gemm_on(&v[span]),
+                        _ => WIDE.with_borrow_mut(|buf| {
+                            buf.resize(span.len(), 0.0);
+                            ws.widen(span, buf);
+                            if let Some(bits) = weight_bits {
+                                buf.chunks_mut(k).for_each(|row| quantize_row(row, bits));
+                            }
+                            gemm_on(buf)
+                        }),
+                    }
+                    start += rows;
                 }
             })
         })
@@ -375,7 +704,7 @@ mod tests {
             let mut runs = Vec::new();
             for threads in [1, 0] {
                 set_threads(threads);
-                let got = linear(&x, &w, Some(&b)).unwrap();
+                let got = linear(&x, &w, Some(&b), None).unwrap();
                 let diff =
                     (&got - &want).unwrap().abs().unwrap().max_all().unwrap().to_scalar::<f32>().unwrap();
                 assert!(diff < 1e-4, "t={t} threads={threads}: {diff}");

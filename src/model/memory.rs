@@ -41,6 +41,11 @@ pub struct Estimate {
 }
 
 impl Estimate {
+    /// This estimate with the weights a loaded checkpoint holds ([`held`]).
+    pub fn with_weights(self, weights: Bytes) -> Estimate {
+        Estimate { weights, ..self }
+    }
+
     pub fn total(&self) -> Bytes {
         self.weights.plus(self.kv_cache).plus(self.activations).plus(self.taps)
     }
@@ -72,9 +77,21 @@ pub fn params(cfg: &ModelConfig) -> Bytes {
     embed.plus(per_layer.times(cfg.num_layers as u64)).plus(lm_head).plus(Bytes::new(h))
 }
 
-/// f32 weights in memory (whatever the dtype on disk: the reference computes in f32).
+/// Weights in f32: what a synthesized model (drawn in f32) holds, and the bound a config is
+/// checked against before any weight is read. A loaded checkpoint holds [`held`].
 pub fn weights(cfg: &ModelConfig) -> Bytes {
     params(cfg).times(F32)
+}
+
+/// The bytes a loaded checkpoint's tensors hold, each in its own dtype (bf16 and f16 stay as
+/// stored; the kernels widen them as they read). Every model built from the checkpoint
+/// (reference, emulators, explain's candidates) shares these tensors: weight quantization is
+/// applied as the weights are read, so no copy is counted.
+pub fn held(ckpt: &crate::model::Checkpoint) -> Bytes {
+    ckpt.tensors
+        .values()
+        .map(|t| Bytes::new(t.elem_count() as u64).times(t.dtype().size_in_bytes() as u64))
+        .sum()
 }
 
 /// K and V of every layer for `positions` entries, plus one layer's worth again (the
@@ -252,9 +269,14 @@ pub fn check_synth(cfg: &ModelConfig, what: &str) -> Result<()> {
     )
 }
 
-/// Refuse a run whose planned memory exceeds the budget, before the first phase runs.
-pub fn check_run(cfg: &ModelConfig, inputs: &InputSet, taps: &TapSelection, held: TapsHeld) -> Result<()> {
-    check(&estimate(cfg, inputs, taps, held), inputs)
+/// Refuse a run of `ckpt` whose planned memory exceeds the budget, before the first phase runs.
+pub fn check_run(
+    ckpt: &crate::model::Checkpoint,
+    inputs: &InputSet,
+    taps: &TapSelection,
+    taps_held: TapsHeld,
+) -> Result<()> {
+    check(&estimate(&ckpt.config, inputs, taps, taps_held).with_weights(held(ckpt)), inputs)
 }
 
 /// Refuse estimate `e` of a run on `inputs` past the memory budget, with its breakdown.

@@ -2,10 +2,10 @@
 //! f32/f16/bf16 on disk, held as f32 tensors keyed by their HF checkpoint names.
 
 use crate::error::{Error, Result};
-use crate::files::{read_file, read_text};
+use crate::files::read_text;
 use crate::model::config::{ModelConfig, WeightBudget};
 use candle_core::{DType, Device, Tensor};
-use safetensors::{tensor::TensorView, Dtype, SafeTensors};
+use safetensors::{Dtype, SafeTensors};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -70,7 +70,8 @@ impl std::fmt::Display for CheckpointSource {
     }
 }
 
-/// A loaded checkpoint: config plus f32 weights.
+/// A loaded checkpoint: config plus weights in their stored dtype (f32, bf16 or f16; a GGUF's
+/// and a synth's are f32), shared by every model built from it.
 #[derive(Debug, Clone)]
 pub struct Checkpoint {
     pub config: ModelConfig,
@@ -125,9 +126,7 @@ impl Checkpoint {
         let mut raw: BTreeMap<String, Tensor> = BTreeMap::new();
         let mut dtypes = std::collections::BTreeSet::new();
         for file in &files {
-            let bytes = read_file(file)?;
-            hasher.update(&bytes);
-            let (tensors, file_dtypes) = tensors_from_bytes(&bytes, &file.display().to_string())?;
+            let (tensors, file_dtypes) = read_safetensors(file, &mut hasher)?;
             raw.extend(tensors);
             dtypes.extend(file_dtypes);
         }
@@ -260,8 +259,8 @@ fn weight_files(dir: &Path) -> Result<Vec<PathBuf>> {
         .collect()
 }
 
-/// Every tensor of one safetensors file's bytes, as f32, with the dtypes it stored. `what`
-/// names the file in errors. (The unit `fuzz/fuzz_targets/safetensors.rs` drives.)
+/// Every tensor of one safetensors file's bytes, in its stored dtype, with the dtypes it
+/// stored. `what` names the file in errors. (The unit `fuzz/fuzz_targets/safetensors.rs` drives.)
 pub fn tensors_from_bytes(
     bytes: &[u8],
     what: &str,
@@ -272,14 +271,87 @@ pub fn tensors_from_bytes(
     let mut dtypes = std::collections::BTreeSet::new();
     for (name, view) in st.tensors() {
         dtypes.insert(format!("{:?}", view.dtype()).to_lowercase());
-        let tensor_what = || format!("{what} tensor `{name}`");
-        if let Some(found) = nonfinite(&view) {
-            return Err(nonfinite_error(tensor_what(), found));
-        }
-        let t = view_to_f32(&view).map_err(|msg| Error::input(tensor_what(), msg))?;
+        let t = stored_tensor(view.dtype(), view.shape(), view.data(), &format!("{what} tensor `{name}`"))?;
         out.insert(name, t);
     }
     Ok((out, dtypes))
+}
+
+/// One safetensors file read tensor by tensor in file order, each into its own storage in its
+/// stored dtype (f32, bf16, f16; f64 narrowed to f32), feeding `hasher` every byte of the file:
+/// the weights cost their size on disk and one tensor more while it is read, never the file
+/// twice. The header is checked as `SafeTensors::deserialize` checks it (offsets contiguous,
+/// sizes matching shapes, data filling the file) before any tensor is allocated.
+fn read_safetensors(
+    file: &Path,
+    hasher: &mut xxhash_rust::xxh3::Xxh3,
+) -> Result<(BTreeMap<String, Tensor>, std::collections::BTreeSet<String>)> {
+    use std::io::Read;
+    let what = file.display().to_string();
+    let corrupt = |msg: String| Error::input(&what, format!("corrupt or truncated safetensors file: {msg}"));
+    let mut f = std::io::BufReader::with_capacity(1 << 20, crate::files::open(file)?);
+    let len = f.get_ref().metadata().map_err(|e| Error::io(file, e))?.len();
+    let mut n = [0u8; 8];
+    f.read_exact(&mut n)
+        .map_err(|_| corrupt(format!("{len} bytes, shorter than the 8-byte header length")))?;
+    let header_len = u64::from_le_bytes(n);
+    // safetensors' MAX_HEADER_SIZE (tensor.rs): 100_000_000 bytes.
+    if header_len > 100_000_000 || header_len > len - 8 {
+        return Err(corrupt(format!("header length {header_len} does not fit the file's {len} bytes")));
+    }
+    let mut header = vec![0u8; header_len as usize];
+    f.read_exact(&mut header).map_err(|e| Error::io(file, e))?;
+    hasher.update(&n);
+    hasher.update(&header);
+    // Metadata's own deserializer validates the offsets and sizes (Metadata::new).
+    let meta: safetensors::tensor::Metadata =
+        serde_json::from_slice(&header).map_err(|e| corrupt(format!("header: {e}")))?;
+    if 8 + header_len + meta.data_len() as u64 != len {
+        return Err(corrupt(format!(
+            "the header describes {} bytes of tensor data, the file holds {}",
+            meta.data_len(),
+            len - 8 - header_len
+        )));
+    }
+    let mut out = BTreeMap::new();
+    let mut dtypes = std::collections::BTreeSet::new();
+    let mut buf = Vec::new();
+    for name in meta.offset_keys() {
+        let info = meta.info(&name).expect("offset_keys names tensors of the metadata");
+        let (start, end) = info.data_offsets;
+        buf.resize(end - start, 0);
+        f.read_exact(&mut buf).map_err(|e| Error::io(file, e))?;
+        hasher.update(&buf);
+        dtypes.insert(format!("{:?}", info.dtype).to_lowercase());
+        let t = stored_tensor(info.dtype, &info.shape, &buf, &format!("{what} tensor `{name}`"))?;
+        out.insert(name, t);
+    }
+    Ok((out, dtypes))
+}
+
+/// A tensor from its stored bytes, refusing non-finite values and dtypes the decoder does not
+/// read. f32, bf16 and f16 stay as stored (the kernels widen them exactly); f64 is narrowed to
+/// f32 here, as the reference computes in f32 either way.
+fn stored_tensor(dtype: Dtype, shape: &[usize], data: &[u8], what: &str) -> Result<Tensor> {
+    if let Some(found) = nonfinite(dtype, data) {
+        return Err(nonfinite_error(what.to_string(), found));
+    }
+    let dev = Device::Cpu;
+    let t = match dtype {
+        Dtype::F32 => Tensor::from_raw_buffer(data, DType::F32, shape, &dev),
+        Dtype::F16 => Tensor::from_raw_buffer(data, DType::F16, shape, &dev),
+        Dtype::BF16 => Tensor::from_raw_buffer(data, DType::BF16, shape, &dev),
+        Dtype::F64 => {
+            Tensor::from_raw_buffer(data, DType::F64, shape, &dev).and_then(|t| t.to_dtype(DType::F32))
+        }
+        other => {
+            return Err(Error::input(
+                what,
+                format!("dtype {other:?} is not supported (f32, f16, bf16, f64 are)"),
+            ))
+        }
+    };
+    t.map_err(|e| Error::input(what, e.to_string()))
 }
 
 /// The tensor data bytes a safetensors file holds, from its header alone (8 bytes of header
@@ -343,7 +415,7 @@ pub fn nonfinite_error(what: String, (count, first): (usize, usize)) -> Error {
 
 /// How many values of a float tensor are NaN or ±Inf, and the index of the first: one pass
 /// over the stored bits (all exponent bits set), no conversion. `None` when all are finite.
-pub fn nonfinite(view: &TensorView) -> Option<(usize, usize)> {
+pub fn nonfinite(dtype: Dtype, data: &[u8]) -> Option<(usize, usize)> {
     fn scan<const N: usize>(data: &[u8], is_bad: impl Fn([u8; N]) -> bool) -> Option<(usize, usize)> {
         let mut found: Option<(usize, usize)> = None;
         for (i, chunk) in data.chunks_exact(N).enumerate() {
@@ -353,8 +425,7 @@ pub fn nonfinite(view: &TensorView) -> Option<(usize, usize)> {
         }
         found
     }
-    let data = view.data();
-    match view.dtype() {
+    match dtype {
         Dtype::F32 => scan::<4>(data, |b| u32::from_le_bytes(b) & 0x7f80_0000 == 0x7f80_0000),
         Dtype::F16 => scan::<2>(data, |b| u16::from_le_bytes(b) & 0x7c00 == 0x7c00),
         Dtype::BF16 => scan::<2>(data, |b| u16::from_le_bytes(b) & 0x7f80 == 0x7f80),
@@ -363,22 +434,6 @@ pub fn nonfinite(view: &TensorView) -> Option<(usize, usize)> {
         }
         _ => None,
     }
-}
-
-fn view_to_f32(view: &TensorView) -> std::result::Result<Tensor, String> {
-    let shape = view.shape().to_vec();
-    let data = view.data();
-    let dev = Device::Cpu;
-    let t = match view.dtype() {
-        Dtype::F32 => Tensor::from_raw_buffer(data, DType::F32, &shape, &dev),
-        Dtype::F16 => Tensor::from_raw_buffer(data, DType::F16, &shape, &dev),
-        Dtype::BF16 => Tensor::from_raw_buffer(data, DType::BF16, &shape, &dev),
-        Dtype::F64 => Tensor::from_raw_buffer(data, DType::F64, &shape, &dev),
-        other => return Err(format!("dtype {other:?} is not supported (f32, f16, bf16, f64 are)")),
-    }
-    .and_then(|t| t.to_dtype(DType::F32))
-    .map_err(|e| e.to_string())?;
-    Ok(t)
 }
 
 /// Check the loaded tensors against what the config needs: every tensor present with its
@@ -425,8 +480,9 @@ pub fn check_tensors(
     if cfg.tie_word_embeddings {
         if let Some(lm) = raw.remove("lm_head.weight") {
             let embed = &out["model.embed_tokens.weight"];
-            let same =
-                lm.dims() == embed.dims() && (&lm - embed)?.abs()?.max_all()?.to_scalar::<f32>()? == 0.0;
+            let same = lm.dims() == embed.dims()
+                && lm.dtype() == embed.dtype()
+                && (&lm - embed)?.abs()?.max_all()?.to_dtype(DType::F32)?.to_scalar::<f32>()? == 0.0;
             if !same {
                 return Err(Error::input(
                     source,

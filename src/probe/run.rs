@@ -332,8 +332,7 @@ pub fn prepare(probe: &Probe, opts: &RunOptions) -> Result<Prepared> {
 /// Whether the captures fit the memory budget held in memory (None), or are spilled to disk
 /// (the plan); refused when neither fits. The reference and every backend keep their
 /// captures (a local view is one more each); explain holds one emulation at a time, two while
-/// it checks a tie; an emulator's faults (and so explain's) may rewrite the weights
-/// (quantization): one more copy.
+/// it checks a tie. The weights count once, in their stored dtype: emulators share them.
 fn plan_memory(
     ckpt: &Checkpoint,
     inputs: &InputSet,
@@ -343,10 +342,8 @@ fn plan_memory(
 ) -> Result<Option<SpillPlan>> {
     let captures = 1 + 2 * specs.len() as u64 + if explain { 2 } else { 0 };
     let ref_taps = reference_selection(&probe.taps)?;
-    let mut held = memory::estimate(&ckpt.config, inputs, &ref_taps, TapsHeld::InMemory { captures });
-    if explain || specs.iter().any(|s| s.kind == BackendKind::Emulator) {
-        held.weights = held.weights.plus(memory::weights(&ckpt.config));
-    }
+    let held = memory::estimate(&ckpt.config, inputs, &ref_taps, TapsHeld::InMemory { captures })
+        .with_weights(memory::held(ckpt));
     let in_memory = held.total();
     let budget = crate::budget::current();
     if budget.allows(in_memory) || !opts.spill {

@@ -3,7 +3,7 @@
 //! in [`super::run`] stream each capture to a file in the [`SpillDir`] and read it from there.
 
 use crate::backend::overrides::Overrides;
-use crate::backend::{BackendKind, BackendSpec};
+use crate::backend::BackendSpec;
 use crate::budget::{Budget, Bytes};
 use crate::capture::Store;
 use crate::error::{Error, Result};
@@ -99,16 +99,11 @@ pub(super) fn spill_plan(
     let Planned { ckpt, inputs, ref_taps, specs } = *run;
     let cfg = &ckpt.config;
     // What stays in memory beside the spilled taps: the reference's `embed` and `layers.*.out`
-    // that feed a local view's overrides, and a second copy of the weights for an emulator
-    // (its faults may rewrite them).
+    // that feed a local view's overrides. The weights are held once, in their stored dtype, and
+    // shared by every emulator (weight quantization is applied as they are read).
     let overrides = if local {
         let sel = TapSelection::parse(&Overrides::required_taps(cfg.num_layers))?;
         memory::estimate(cfg, inputs, &sel, TapsHeld::InMemory { captures: 1 }).taps
-    } else {
-        Bytes::ZERO
-    };
-    let emulated = if explain || specs.iter().any(|s| s.kind == BackendKind::Emulator) {
-        memory::weights(cfg)
     } else {
         Bytes::ZERO
     };
@@ -116,9 +111,9 @@ pub(super) fn spill_plan(
         // The tap being written, and per comparison worker one tap of each side, the scores
         // masking a probs tap, and that mask (one byte an element): four taps, rounded up.
         let copies = 1 + 4 * workers as u64;
-        let mut e = memory::estimate(cfg, inputs, ref_taps, TapsHeld::Spilled { copies });
+        let mut e = memory::estimate(cfg, inputs, ref_taps, TapsHeld::Spilled { copies })
+            .with_weights(memory::held(ckpt));
         e.taps = e.taps.plus(overrides);
-        e.weights = e.weights.plus(emulated);
         e
     };
     // As many comparison workers as rayon has threads, fewer if that is what fits.

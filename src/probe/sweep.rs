@@ -260,7 +260,7 @@ fn check_memory(probe: &Probe, sw: &SweepSpec, m: &Model, base: &InputSet) -> Re
     planned.decode = DecodeSpec::Greedy(sw.generate);
     let logits_only = TapSelection::parse(&["logits".to_string()])?;
     let held = crate::model::memory::TapsHeld::InMemory { captures: 3 };
-    crate::model::memory::check_run(&m.ckpt.config, &planned, &logits_only, held).map_err(|e| match e {
+    crate::model::memory::check_run(&m.ckpt, &planned, &logits_only, held).map_err(|e| match e {
         Error::Budget { what, needs, budget, budget_from, fix } => Error::Budget {
             what: format!("{} [sweep] {}: {what}", probe.path.display(), m.label),
             needs,

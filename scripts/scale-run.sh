@@ -1,0 +1,52 @@
+#!/bin/sh
+# The 1.5B-3B memory figures (README "Performance"): a catalog probe's `hefprobe run` on the
+# shapes of Qwen2.5-1.5B and Llama-3.2-3B, written as bf16 folders as they are published
+# (random weights, `synth --dtype bf16`), with every tap, a 512-token prompt and 8 decode
+# steps, an emulator with a planted shared softmax, and explain. Prints wall time and peak
+# RSS (/usr/bin/time), the run's first drift and best explanation, and its spill note.
+#
+#     scripts/scale-run.sh                       # both shapes
+#     scripts/scale-run.sh qwen2.5-1.5b          # one
+#
+# Needs ~10 GB free in the system's temp folder (or set TMPDIR) for the folders and spilled
+# captures. Exit 1 from a run is the planted drift, which is the point.
+set -eu
+PRESETS=${*:-"qwen2.5-1.5b llama3.2-3b"}
+cargo build --release -q
+B=$(pwd)/target/release/hefprobe
+W=$(mktemp -d)
+trap 'rm -rf "$W"' EXIT
+for P in $PRESETS; do
+    "$B" synth --preset "$P" --dtype bf16 -o "$W/$P" > /dev/null
+    VOCAB=$(sed -n 's/.*"vocab_size": *\([0-9]*\).*/\1/p' "$W/$P/config.json")
+    # Token ids (i * 7919 + 13) mod vocab, as `hefprobe bench` uses.
+    TOKENS=$(awk -v n=512 -v v="$VOCAB" 'BEGIN { for (i = 0; i < n; i++) printf "%s%d", (i ? ", " : ""), (i * 7919 + 13) % v }')
+    cat > "$W/$P.toml" <<TOML
+version = 1
+name = "scale-$P"
+question = "does a 512-token all-tap run with explain of $P's shape (bf16) fit in memory?"
+finding = 11
+taps = ["*"]
+[checkpoint]
+path = "$W/$P"
+[inputs]
+tokens = [$TOKENS]
+decode = 8
+[[backend]]
+name = "device"
+kind = "emulator"
+faults = ["shared-softmax@layers=1"]
+[thresholds.default]
+cosine = 0.999
+[explain]
+observed = "device"
+TOML
+    status=0
+    /usr/bin/time -v "$B" run "$W/$P.toml" --report terminal="$W/$P.txt" 2> "$W/time.txt" || status=$?
+    [ "$status" -le 1 ] || { cat "$W/time.txt" >&2; exit "$status"; }
+    echo "== $P (bf16, $(du -sh "$W/$P" | cut -f1) on disk)"
+    grep -E "Elapsed|Maximum resident" "$W/time.txt"
+    grep -E "first drift|best explanation" "$W/$P.txt" | head -2
+    grep -o "captures spilled to disk: [^(]*([^)]*)" "$W/$P.txt" || echo "held in memory (no spill)"
+    rm -rf "$W/$P"
+done
