@@ -288,19 +288,9 @@ fn read_safetensors(
 ) -> Result<(BTreeMap<String, Tensor>, std::collections::BTreeSet<String>)> {
     use std::io::Read;
     let what = file.display().to_string();
-    let corrupt = |msg: String| Error::input(&what, format!("corrupt or truncated safetensors file: {msg}"));
-    let mut f = std::io::BufReader::with_capacity(1 << 20, crate::files::open(file)?);
-    let len = f.get_ref().metadata().map_err(|e| Error::io(file, e))?.len();
-    let mut n = [0u8; 8];
-    f.read_exact(&mut n)
-        .map_err(|_| corrupt(format!("{len} bytes, shorter than the 8-byte header length")))?;
-    let header_len = u64::from_le_bytes(n);
-    // safetensors' MAX_HEADER_SIZE (tensor.rs): 100_000_000 bytes.
-    if header_len > 100_000_000 || header_len > len - 8 {
-        return Err(corrupt(format!("header length {header_len} does not fit the file's {len} bytes")));
-    }
-    let mut header = vec![0u8; header_len as usize];
-    f.read_exact(&mut header).map_err(|e| Error::io(file, e))?;
+    let corrupt = |msg: String| corrupt(file, msg);
+    let Header { mut f, len, n, header } = read_header(file)?;
+    let header_len = header.len() as u64;
     hasher.update(&n);
     hasher.update(&header);
     // Metadata's own deserializer validates the offsets and sizes (Metadata::new).
@@ -354,26 +344,43 @@ fn stored_tensor(dtype: Dtype, shape: &[usize], data: &[u8], what: &str) -> Resu
     t.map_err(|e| Error::input(what, e.to_string()))
 }
 
+fn corrupt(file: &Path, msg: String) -> Error {
+    Error::input(file.display().to_string(), format!("corrupt or truncated safetensors file: {msg}"))
+}
+
+/// A safetensors file opened and read up to its data: its length, the 8 bytes of header
+/// length, and the JSON header (bounded by safetensors' limit and by the file).
+struct Header {
+    f: std::io::BufReader<std::fs::File>,
+    len: u64,
+    n: [u8; 8],
+    header: Vec<u8>,
+}
+
+fn read_header(file: &Path) -> Result<Header> {
+    use std::io::Read;
+    let mut f = std::io::BufReader::with_capacity(1 << 20, crate::files::open(file)?);
+    let len = f.get_ref().metadata().map_err(|e| Error::io(file, e))?.len();
+    let mut n = [0u8; 8];
+    f.read_exact(&mut n)
+        .map_err(|_| corrupt(file, format!("{len} bytes, shorter than the 8-byte header length")))?;
+    let header_len = u64::from_le_bytes(n);
+    // safetensors' MAX_HEADER_SIZE (tensor.rs): 100_000_000 bytes.
+    if header_len > 100_000_000 || header_len > len - 8 {
+        return Err(corrupt(file, format!("header length {header_len} does not fit the file's {len} bytes")));
+    }
+    let mut header = vec![0u8; header_len as usize];
+    f.read_exact(&mut header).map_err(|e| Error::io(file, e))?;
+    Ok(Header { f, len, n, header })
+}
+
 /// The tensor data bytes a safetensors file holds, from its header alone (8 bytes of header
 /// length, the JSON header, then the data): enough to bound config.json before the weights
 /// are read, and to name a truncated or corrupt file first.
 fn data_bytes(file: &Path) -> Result<u64> {
-    use std::io::Read;
-    let corrupt = |msg: String| {
-        Error::input(file.display().to_string(), format!("corrupt or truncated safetensors file: {msg}"))
-    };
-    let mut f = crate::files::open(file)?;
-    let len = f.metadata().map_err(|e| Error::io(file, e))?.len();
-    let mut n = [0u8; 8];
-    f.read_exact(&mut n)
-        .map_err(|_| corrupt(format!("{len} bytes, shorter than the 8-byte header length")))?;
-    let n = u64::from_le_bytes(n);
-    // safetensors' MAX_HEADER_SIZE (tensor.rs): 100_000_000 bytes.
-    if n > 100_000_000 || n > len - 8 {
-        return Err(corrupt(format!("header length {n} does not fit the file's {len} bytes")));
-    }
-    let mut header = vec![0u8; n as usize];
-    f.read_exact(&mut header).map_err(|e| Error::io(file, e))?;
+    let corrupt = |msg: String| corrupt(file, msg);
+    let Header { len, header, .. } = read_header(file)?;
+    let n = header.len() as u64;
     let header: serde_json::Map<String, serde_json::Value> =
         serde_json::from_slice(&header).map_err(|e| corrupt(format!("header is not a JSON object: {e}")))?;
     let data = header
