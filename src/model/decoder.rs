@@ -40,6 +40,18 @@ impl Linear {
         let _s = span(op);
         kernels::linear(x, &self.w, self.b.as_ref(), self.weight_bits)
     }
+
+    fn proj(&self) -> kernels::Proj<'_> {
+        kernels::Proj { w: &self.w, b: self.b.as_ref(), weight_bits: self.weight_bits }
+    }
+}
+
+/// `N` projections of the same input (q, k, v; gate, up): one dispatch in decode
+/// ([`kernels::linears`]).
+fn forward_all<const N: usize>(x: &Tensor, ls: [&Linear; N]) -> candle_core::Result<[Tensor; N]> {
+    let _s = span(Op::Linear);
+    let ys = kernels::linears(x, &ls.map(Linear::proj))?;
+    ys.try_into().map_err(|_| candle_core::Error::Msg("linears: one output per projection".into()))
 }
 
 #[derive(Debug, Clone)]
@@ -318,9 +330,10 @@ impl Decoder {
             let _s = span(Op::Layout);
             y.reshape((t_len, n, d))?.transpose(0, 1)?.contiguous()
         };
-        let mut q = heads(b.q.forward(&h)?, h_n).ctx(c("q_proj"))?;
-        let mut k = heads(b.k.forward(&h)?, kv_n).ctx(c("k_proj"))?;
-        let v = heads(b.v.forward(&h)?, kv_n).ctx(c("v_proj"))?;
+        let [q, k, v] = forward_all(&h, [&b.q, &b.k, &b.v]).ctx(c("q/k/v_proj"))?;
+        let mut q = heads(q, h_n).ctx(c("q_proj"))?;
+        let mut k = heads(k, kv_n).ctx(c("k_proj"))?;
+        let v = heads(v, kv_n).ctx(c("v_proj"))?;
         if let (Some(qn), Some(kn)) = (&b.q_norm, &b.k_norm) {
             q = rms_norm(&q, qn, cfg.rms_norm_eps).ctx(c("q_norm"))?;
             k = rms_norm(&k, kn, cfg.rms_norm_eps).ctx(c("k_norm"))?;
@@ -385,7 +398,7 @@ impl Decoder {
 
         let h = rms_norm(&x, &b.mlp_norm, cfg.rms_norm_eps).ctx(c("post_attention_layernorm"))?;
         let h = emit(LayerTap::MlpNorm, h, hooks)?;
-        let (gate, up) = (b.gate.forward(&h).ctx(c("gate_proj"))?, b.up.forward(&h).ctx(c("up_proj"))?);
+        let [gate, up] = forward_all(&h, [&b.gate, &b.up]).ctx(c("gate/up_proj"))?;
         let act = timed!(Op::Elementwise, kernels::silu_mul(&gate, &up).ctx(c("silu"))?);
         let act = emit(LayerTap::MlpAct, act, hooks)?;
         let m = b.down.forward(&act).ctx(c("down_proj"))?;

@@ -15,6 +15,7 @@
 
 use crate::model::pool;
 use candle_core::{CpuStorage, Layout, Storage, Tensor};
+use std::borrow::Cow;
 use std::ops::Range;
 
 /// Below this many multiply-adds an op runs on one thread: measured on a 2-core Zen 3 guest,
@@ -45,6 +46,21 @@ pub fn for_parts(n_items: usize, align: usize, work: usize, f: impl Fn(Range<usi
     let align = align.max(1);
     let chunk = n_items.div_ceil(PARTS).div_ceil(align).max(1) * align;
     let threads = if work >= MIN_PARALLEL_WORK { threads() } else { 1 };
+    if threads <= 1 {
+        return pool::in_chunks(n_items, chunk, &f);
+    }
+    pool::pool().run(n_items, chunk, &f);
+}
+
+/// Call `f` on one part of `0..n_items` per thread (boundaries on multiples of `align`), in
+/// parallel when `work` is worth a second thread: for work whose results do not depend on where
+/// the parts are cut (each output row computed alone, as [`matvec`] does), where fewer, longer
+/// parts read faster (measured on a 2-core Zen guest, bf16 decode: 4% faster than [`PARTS`]
+/// parts, each part's first bytes being read before the prefetchers catch up).
+pub fn for_rows(n_items: usize, align: usize, work: usize, f: impl Fn(Range<usize>) + Sync) {
+    let align = align.max(1);
+    let threads = if work >= MIN_PARALLEL_WORK { threads() } else { 1 };
+    let chunk = n_items.div_ceil(threads).div_ceil(align).max(1) * align;
     if threads <= 1 {
         return pool::in_chunks(n_items, chunk, &f);
     }
@@ -124,12 +140,19 @@ impl WeightData<'_> {
 /// Borrow a CPU tensor's data in its stored float dtype (f32, bf16 or f16), from its start offset.
 pub fn with_weight<R>(t: &Tensor, f: impl FnOnce(WeightData) -> R) -> candle_core::Result<R> {
     let (storage, layout) = t.storage_and_layout();
+    Ok(f(weight_data(&storage, layout)?))
+}
+
+/// A storage's data in its stored float dtype, from the layout's start offset.
+fn weight_data<'a>(storage: &'a Storage, layout: &Layout) -> candle_core::Result<WeightData<'a>> {
     let o = layout.start_offset();
-    match &*storage {
-        Storage::Cpu(CpuStorage::F32(v)) => Ok(f(WeightData::F32(&v[o..]))),
-        Storage::Cpu(CpuStorage::BF16(v)) => Ok(f(WeightData::BF16(&v[o..]))),
-        Storage::Cpu(CpuStorage::F16(v)) => Ok(f(WeightData::F16(&v[o..]))),
-        _ => candle_core::bail!("decoder weights are f32, bf16 or f16 CPU tensors, got {:?}", t.dtype()),
+    match storage {
+        Storage::Cpu(CpuStorage::F32(v)) => Ok(WeightData::F32(&v[o..])),
+        Storage::Cpu(CpuStorage::BF16(v)) => Ok(WeightData::BF16(&v[o..])),
+        Storage::Cpu(CpuStorage::F16(v)) => Ok(WeightData::F16(&v[o..])),
+        _ => {
+            candle_core::bail!("decoder weights are f32, bf16 or f16 CPU tensors, got {:?}", storage.dtype())
+        }
     }
 }
 
@@ -372,32 +395,161 @@ fn isa() -> Isa {
     })
 }
 
+/// How far ahead of its loads a one-row AVX2 dot product asks for the row's bytes: the
+/// hardware prefetcher alone left a 2-core AMD EPYC (Zen, AVX2) guest at 19-21 GB/s for bf16
+/// rows and 22-24 for f32 with two threads; asking 1 KiB ahead read 23-26 and 24-26, as fast as
+/// a plain sum over the same bytes (measured with `hefprobe bench --kernels`, which prints it).
+#[cfg(target_arch = "x86_64")]
+const PREFETCH_BYTES: usize = 1024;
+
+/// One row of W dotted with x on AVX2, in [`dot_scalar`]'s order (four 8-lane accumulators:
+/// lane l of accumulator a holds `acc[8a + l]`), asking for the row's bytes
+/// [`PREFETCH_BYTES`] ahead. `$load8` widens 8 stored elements at a pointer to f32 lanes.
+#[cfg(target_arch = "x86_64")]
+macro_rules! dot_avx2_row {
+    ($t:ty, $name:ident, $features:literal, |$q:ident| $load8:expr) => {
+        #[target_feature(enable = $features)]
+        unsafe fn $name(x: &[f32], row: &[$t]) -> f32 {
+            use std::arch::x86_64::*;
+            let n = x.len().min(row.len());
+            let full = n / DOT_LANES * DOT_LANES;
+            let mut acc = [_mm256_setzero_ps(); 4];
+            let mut i = 0;
+            while i < full {
+                let xp = x.as_ptr().add(i);
+                let rp = row.as_ptr().add(i);
+                // A hint: it never faults, so reading past the row's end is harmless.
+                _mm_prefetch::<_MM_HINT_T0>(rp.cast::<i8>().wrapping_add(PREFETCH_BYTES));
+                for (l, v) in acc.iter_mut().enumerate() {
+                    let $q = rp.add(8 * l);
+                    *v = _mm256_add_ps(*v, _mm256_mul_ps(_mm256_loadu_ps(xp.add(8 * l)), $load8));
+                }
+                i += DOT_LANES;
+            }
+            let s8 = _mm256_add_ps(_mm256_add_ps(acc[0], acc[2]), _mm256_add_ps(acc[1], acc[3]));
+            fold8_tail(s8, &x[full..n], &row[full..n])
+        }
+    };
+}
+#[cfg(target_arch = "x86_64")]
+dot_avx2_row!(f32, dot2r_f32, "avx2", |q| _mm256_loadu_ps(q));
+#[cfg(target_arch = "x86_64")]
+dot_avx2_row!(half::f16, dot2r_f16, "avx2,f16c", |q| _mm256_cvtph_ps(_mm_loadu_si128(q.cast())));
+
+/// x as [`dot2r_bf16`] reads it: each full block of 32 as its even elements of the first half,
+/// its odd ones, then the same for the second half (0, 2, …, 14, 1, 3, …, 15, 16, 18, …, 30,
+/// 17, …, 31); the tail as it is.
+fn arrange_bf16(x: &[f32], out: &mut [f32]) {
+    let full = x.len() / DOT_LANES * DOT_LANES;
+    for (xb, ob) in x[..full].chunks_exact(DOT_LANES).zip(out.chunks_exact_mut(DOT_LANES)) {
+        for j in 0..8 {
+            ob[j] = xb[2 * j];
+            ob[8 + j] = xb[2 * j + 1];
+            ob[16 + j] = xb[16 + 2 * j];
+            ob[24 + j] = xb[17 + 2 * j];
+        }
+    }
+    out[full..x.len()].copy_from_slice(&x[full..]);
+}
+
+/// One bf16 row dotted with x ([`arrange_bf16`]'s order) on AVX2, in [`dot_scalar`]'s order.
+/// A 32-bit word of 16 stored elements holds element 2j in its low half and 2j + 1 in its high
+/// half: shifted left by 16 the word is element 2j as f32, masked to its high half element
+/// 2j + 1 (one integer op per 8 elements where zero-extending took two, and half the loads;
+/// the widening was what bound this kernel, 10 GB/s a core on the Zen guest, now 12-14).
+/// Accumulator a holds the scalar lanes of x's arrangement: 0: 0, 2, …, 14; 1: 1, …, 15;
+/// 2: 16, …, 30; 3: 17, …, 31. The fold adds them as the scalar order does (l + 16: a0 + a2,
+/// a1 + a3; l + 8: each result's halves), interleaves the 8 lanes back to 0..8 and finishes in
+/// [`fold8_tail`].
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn dot2r_bf16(xa: &[f32], row: &[half::bf16]) -> f32 {
+    use std::arch::x86_64::*;
+    let n = xa.len().min(row.len());
+    let full = n / DOT_LANES * DOT_LANES;
+    let high = _mm256_set1_epi32(0xffff_0000_u32 as i32);
+    let mut a = [_mm256_setzero_ps(); 4];
+    let mut i = 0;
+    while i < full {
+        let xp = xa.as_ptr().add(i);
+        let rp = row.as_ptr().add(i);
+        // A hint: it never faults, so reading past the row's end is harmless.
+        _mm_prefetch::<_MM_HINT_T0>(rp.cast::<i8>().wrapping_add(PREFETCH_BYTES));
+        let (v0, v1) = (_mm256_loadu_si256(rp.cast()), _mm256_loadu_si256(rp.add(16).cast()));
+        let w = [
+            _mm256_slli_epi32::<16>(v0),
+            _mm256_and_si256(v0, high),
+            _mm256_slli_epi32::<16>(v1),
+            _mm256_and_si256(v1, high),
+        ];
+        for (l, (v, w)) in a.iter_mut().zip(w).enumerate() {
+            *v = _mm256_add_ps(*v, _mm256_mul_ps(_mm256_loadu_ps(xp.add(8 * l)), _mm256_castsi256_ps(w)));
+        }
+        i += DOT_LANES;
+    }
+    // + 16: even lanes 0..14 and 16..30, odd lanes 1..15 and 17..31.
+    let (even, odd) = (_mm256_add_ps(a[0], a[2]), _mm256_add_ps(a[1], a[3]));
+    // + 8: lanes 0, 2, 4, 6 (+ 8, 10, 12, 14) and 1, 3, 5, 7 (+ 9, …, 15).
+    let e4 = _mm_add_ps(_mm256_castps256_ps128(even), _mm256_extractf128_ps::<1>(even));
+    let o4 = _mm_add_ps(_mm256_castps256_ps128(odd), _mm256_extractf128_ps::<1>(odd));
+    let s8 = _mm256_set_m128(_mm_unpackhi_ps(e4, o4), _mm_unpacklo_ps(e4, o4));
+    fold8_tail(s8, &xa[full..n], &row[full..n])
+}
+
 /// A stored dtype the dot product reads.
 trait DotWeight: Widen {
-    /// From this K on, rows are read four at a time ([`DotWeight::dot4`]); below it one at a
-    /// time on AVX-512 ([`DotWeight::dot1`]). Measured on a 2-core AVX-512 guest, one thread,
-    /// weights in DRAM: f32 reads 13.5-15.5 GB/s four rows at a time at K = 576-4864; bf16 12.1
-    /// GB/s one row at a time at K = 576-896 (four: 9.5) but 13.0 four at a time at K = 4864
-    /// (one: 10.9). The grouping never changes a row's order of operations, only speed.
+    /// From this K on, AVX-512 reads rows four at a time ([`DotWeight::dot4`]); below it one at
+    /// a time ([`DotWeight::dot1`]). Measured on a 2-core AVX-512 guest, one thread, weights in
+    /// DRAM: f32 reads 13.5-15.5 GB/s four rows at a time at K = 576-4864; bf16 12.1 GB/s one
+    /// row at a time at K = 576-896 (four: 9.5) but 13.0 four at a time at K = 4864 (one:
+    /// 10.9). The grouping never changes a row's order of operations, only speed.
     const GROUP_FROM_K: usize;
+    /// Whether rows are read four at a time at this K on this CPU. AVX2 reads one at a time at
+    /// every K: four rows need 16 accumulators and 4 x registers, more than its 16, and spill
+    /// (measured on the Zen guest, two threads: f32 19.6 GB/s four at a time at K = 576, 23.5
+    /// one at a time; bf16 12.0 and 17.2).
+    fn four_rows(k: usize) -> bool {
+        isa() == Isa::Avx512 && k >= Self::GROUP_FROM_K
+    }
+    /// x as [`DotWeight::dot1`] reads it on this CPU, for each of its rows of `k` (a copy only
+    /// where the build reads another order: bf16 on AVX2, [`arrange_bf16`]).
+    fn arrange(x: &[f32], _k: usize) -> Cow<'_, [f32]> {
+        Cow::Borrowed(x)
+    }
     /// x · w for four rows w.
     fn dot4(x: &[f32], w: [&[Self]; 4]) -> [f32; 4];
-    /// x · w for one row, the same bits as its place in [`DotWeight::dot4`].
+    /// x · w for one row, x as [`DotWeight::arrange`] gave it: the bits of its place in
+    /// [`DotWeight::dot4`].
     fn dot1(x: &[f32], w: &[Self]) -> f32;
 }
 
 macro_rules! dot_weight {
-    ($t:ty, $group_from_k:expr, $avx512:ident, $avx512_1:ident, $avx2:ident) => {
+    ($t:ty, $group_from_k:expr, $avx512:ident, $avx512_1:ident, $avx2:ident, $avx2_1:ident $(, $arrange:ident)?) => {
         impl DotWeight for $t {
             const GROUP_FROM_K: usize = $group_from_k;
+            $(
+            fn arrange(x: &[f32], k: usize) -> Cow<'_, [f32]> {
+                if isa() != Isa::Avx2 {
+                    return Cow::Borrowed(x);
+                }
+                let mut out = vec![0f32; x.len()];
+                for (xr, or) in x.chunks(k.max(1)).zip(out.chunks_mut(k.max(1))) {
+                    $arrange(xr, or);
+                }
+                Cow::Owned(out)
+            }
+            )?
+
             #[inline]
             fn dot1(x: &[f32], w: &[Self]) -> f32 {
                 #[cfg(target_arch = "x86_64")]
-                if isa() == Isa::Avx512 {
-                    // SAFETY: the CPU has AVX-512F (checked by `isa`).
-                    return unsafe { $avx512_1(x, w) };
+                match isa() {
+                    // SAFETY: the CPU has the features each build enables (checked by `isa`).
+                    Isa::Avx512 => return unsafe { $avx512_1(x, w) },
+                    Isa::Avx2 => return unsafe { $avx2_1(x, w) },
+                    Isa::Baseline => {}
                 }
-                Self::dot4(x, [w; 4])[0]
+                dot_scalar(x, w)
             }
 
             #[inline]
@@ -414,9 +566,9 @@ macro_rules! dot_weight {
         }
     };
 }
-dot_weight!(f32, 0, dot512_f32, dot512r_f32, dot2_f32);
-dot_weight!(half::bf16, 2048, dot512_bf16, dot512r_bf16, dot2_bf16);
-dot_weight!(half::f16, 2048, dot512_f16, dot512r_f16, dot2_f16);
+dot_weight!(f32, 0, dot512_f32, dot512r_f32, dot2_f32, dot2r_f32);
+dot_weight!(half::bf16, 2048, dot512_bf16, dot512r_bf16, dot2_bf16, dot2r_bf16, arrange_bf16);
+dot_weight!(half::f16, 2048, dot512_f16, dot512r_f16, dot2_f16, dot2r_f16);
 
 /// Rows `rows` of y = x Wᵀ for the few rows of x (decode): each row of W is read once, from
 /// memory in its stored dtype, and dotted with every row of x while it sits in L1.
@@ -430,10 +582,11 @@ fn matvec<W: DotWeight>(
     n: usize,
 ) {
     let row = |j: usize| &w[j * k..(j + 1) * k];
-    if k < W::GROUP_FROM_K {
+    if !W::four_rows(k) {
+        let xa = W::arrange(&x[..t * k], k);
         for j in rows {
             for r in 0..t {
-                let v = W::dot1(&x[r * k..(r + 1) * k], row(j));
+                let v = W::dot1(&xa[r * k..(r + 1) * k], row(j));
                 // SAFETY: element (r, j) of the [t, n] destination belongs to this part only.
                 unsafe { *out.ptr().add(r * n + j) = v };
             }
@@ -476,102 +629,173 @@ fn rows_per_call(k: usize) -> usize {
     (PANEL_BYTES / 4 / k.max(1)).max(16) / 16 * 16
 }
 
-/// `y = x Wᵀ + b` for x [T, K] and W [N, K] (checkpoint layout, f32, bf16 or f16), y [T, N];
-/// `weight_bits`: each row of W quantized as it is read ([`quantize_row`]). Threads split the
-/// output features, so each reads its own part of W once (decode is a read of W); a part goes
-/// to gemm in calls of [`rows_per_call`] rows, widened (and quantized) into a reused buffer
-/// unless W is f32 and read as it is.
+/// One projection as the kernels read it: W [N, K] (checkpoint layout, f32, bf16 or f16), an
+/// f32 bias, and `weight_bits`: each row of W quantized as it is read ([`quantize_row`]).
+#[derive(Clone, Copy)]
+pub struct Proj<'a> {
+    pub w: &'a Tensor,
+    pub b: Option<&'a Tensor>,
+    pub weight_bits: Option<u32>,
+}
+
+/// `y = x Wᵀ + b` for x [T, K], y [T, N]: [`linears`] of one projection.
 pub fn linear(
     x: &Tensor,
     w: &Tensor,
     b: Option<&Tensor>,
     weight_bits: Option<u32>,
 ) -> candle_core::Result<Tensor> {
+    let mut y = linears(x, &[Proj { w, b, weight_bits }])?;
+    Ok(y.remove(0))
+}
+
+/// `x Wᵢᵀ + bᵢ` for each projection of `ps` (q, k and v; gate and up), each [T, Nᵢ]. Threads
+/// split the output features, so each reads its own part of W once (decode is a read of W).
+/// For the few rows of decode ([`MATVEC_ROWS`]) every projection's rows go in one dispatch of
+/// [`matvec`]s, one part per thread: three small products then cost one hand-over and one
+/// wait at the end, not three. For more rows each projection goes to gemm in calls of
+/// [`rows_per_call`] rows, widened (and quantized) into a reused buffer unless W is f32 and
+/// read as it is.
+pub fn linears(x: &Tensor, ps: &[Proj]) -> candle_core::Result<Vec<Tensor>> {
     let x = f32_rows(x)?.contiguous()?;
-    let w = if w.is_contiguous() { w.clone() } else { w.contiguous()? };
     let (t, k) = x.dims2()?;
-    let (n, k2) = w.dims2()?;
-    if k != k2 {
-        candle_core::bail!("linear: input has {k} features, the weight expects {k2}");
+    let ws = ps
+        .iter()
+        .map(|p| if p.w.is_contiguous() { Ok(p.w.clone()) } else { p.w.contiguous() })
+        .collect::<candle_core::Result<Vec<_>>>()?;
+    let mut ns = Vec::with_capacity(ws.len());
+    for w in &ws {
+        let (n, k2) = w.dims2()?;
+        if k != k2 {
+            candle_core::bail!("linear: input has {k} features, the weight expects {k2}");
+        }
+        ns.push(n);
     }
-    let mut y = vec![0f32; t * n];
-    let out = SharedOut::new(&mut y);
-    let per_call = rows_per_call(k);
-    with_data(&x, |xs, xl| {
-        with_weight(&w, |ws| {
+    let mut ys: Vec<Vec<f32>> = ns.iter().map(|&n| vec![0f32; t * n]).collect();
+    let outs: Vec<SharedOut> = ys.iter_mut().map(|y| SharedOut::new(y)).collect();
+    {
+        let guards: Vec<_> = ws.iter().map(|w| w.storage_and_layout()).collect();
+        let data = guards.iter().map(|(s, l)| weight_data(s, l)).collect::<candle_core::Result<Vec<_>>>()?;
+        with_data(&x, |xs, xl| {
             let xs = &xs[xl.start_offset()..];
             if t <= MATVEC_ROWS {
-                return for_parts(n, 16, t * n * k, |rows| match (ws, weight_bits) {
-                    (WeightData::F32(v), None) => matvec(xs, t, v, k, rows, &out, n),
-                    (WeightData::BF16(v), None) => matvec(xs, t, v, k, rows, &out, n),
-                    (WeightData::F16(v), None) => matvec(xs, t, v, k, rows, &out, n),
-                    // Quantized as read: each row widened and quantized into a buffer, then the
-                    // f32 product, as an f32 weight holding those values gives.
-                    (_, Some(bits)) => WIDE.with_borrow_mut(|buf| {
-                        buf.resize(k, 0.0);
-                        for j in rows {
-                            ws.widen(j * k..(j + 1) * k, buf);
-                            quantize_row(buf, bits);
-                            matvec(xs, t, buf.as_slice(), k, 0..1, &out.offset(j), n);
+                let total: usize = ns.iter().sum();
+                for_rows(total, 16, t * total * k, |rows| {
+                    let mut base = 0;
+                    for (i, &n) in ns.iter().enumerate() {
+                        let (lo, hi) = (rows.start.max(base), rows.end.min(base + n));
+                        if lo < hi {
+                            let bits = ps[i].weight_bits;
+                            matvec_rows(xs, t, k, (data[i], bits), lo - base..hi - base, &outs[i], n);
                         }
-                    }),
-                });
-            }
-            for_parts(n, 16, t * n * k, |part| {
-                let mut start = part.start;
-                while start < part.end {
-                    let rows = per_call.min(part.end - start);
-                    let gemm_on = |wp: &[f32]| {
-                        // SAFETY: x is [t, k] contiguous; `wp` holds rows start..start+rows of
-                        // W [n, k], contiguous; this call writes columns start..start+rows of the
-                        // row-major [t, n] destination, which no other call writes; gemm reads
-                        // lhs/rhs and writes dst through these strides only.
-                        unsafe {
-                            gemm::gemm(
-                                t,
-                                rows,
-                                k,
-                                out.ptr().add(start),
-                                1,
-                                n as isize,
-                                false,
-                                xs.as_ptr(),
-                                1,
-                                k as isize,
-                                wp.as_ptr(),
-                                k as isize,
-                                1,
-                                0.0f32,
-                                1.0f32,
-                                false,
-                                false,
-                                false,
-                                gemm::Parallelism::None,
-                            )
-                        }
-                    };
-                    let span = start * k..(start + rows) * k;
-                    match (ws, weight_bits) {
-                        (WeightData::F32(v), None) => gemm_on(&v[span]),
-                        _ => WIDE.with_borrow_mut(|buf| {
-                            buf.resize(span.len(), 0.0);
-                            ws.widen(span, buf);
-                            if let Some(bits) = weight_bits {
-                                buf.chunks_mut(k).for_each(|row| quantize_row(row, bits));
-                            }
-                            gemm_on(buf)
-                        }),
+                        base += n;
                     }
-                    start += rows;
+                });
+            } else {
+                for ((&d, p), (&n, out)) in data.iter().zip(ps).zip(ns.iter().zip(&outs)) {
+                    gemm_rows(xs, t, k, (d, p.weight_bits), n, out);
                 }
-            })
-        })
-    })??;
-    let y = Tensor::from_vec(y, (t, n), x.device())?;
-    match b {
-        Some(b) => y.broadcast_add(b),
-        None => Ok(y),
+            }
+        })?;
     }
+    ys.into_iter()
+        .zip(ns)
+        .zip(ps)
+        .map(|((y, n), p)| {
+            let y = Tensor::from_vec(y, (t, n), x.device())?;
+            match p.b {
+                Some(b) => y.broadcast_add(b),
+                None => Ok(y),
+            }
+        })
+        .collect()
+}
+
+/// Rows `rows` of x Wᵀ for the few rows of x, into the [t, n] destination `out`.
+fn matvec_rows(
+    xs: &[f32],
+    t: usize,
+    k: usize,
+    (ws, weight_bits): (WeightData, Option<u32>),
+    rows: Range<usize>,
+    out: &SharedOut,
+    n: usize,
+) {
+    match (ws, weight_bits) {
+        (WeightData::F32(v), None) => matvec(xs, t, v, k, rows, out, n),
+        (WeightData::BF16(v), None) => matvec(xs, t, v, k, rows, out, n),
+        (WeightData::F16(v), None) => matvec(xs, t, v, k, rows, out, n),
+        // Quantized as read: each row widened and quantized into a buffer, then the f32
+        // product, as an f32 weight holding those values gives.
+        (_, Some(bits)) => WIDE.with_borrow_mut(|buf| {
+            buf.resize(k, 0.0);
+            for j in rows {
+                ws.widen(j * k..(j + 1) * k, buf);
+                quantize_row(buf, bits);
+                matvec(xs, t, buf.as_slice(), k, 0..1, &out.offset(j), n);
+            }
+        }),
+    }
+}
+
+/// x Wᵀ for x [t, k] with gemm, into the [t, n] destination `out`, in [`PARTS`] parts.
+fn gemm_rows(
+    xs: &[f32],
+    t: usize,
+    k: usize,
+    (ws, weight_bits): (WeightData, Option<u32>),
+    n: usize,
+    out: &SharedOut,
+) {
+    let per_call = rows_per_call(k);
+    for_parts(n, 16, t * n * k, |part| {
+        let mut start = part.start;
+        while start < part.end {
+            let rows = per_call.min(part.end - start);
+            let gemm_on = |wp: &[f32]| {
+                // SAFETY: x is [t, k] contiguous; `wp` holds rows start..start+rows of W [n, k],
+                // contiguous; this call writes columns start..start+rows of the row-major
+                // [t, n] destination, which no other call writes; gemm reads lhs/rhs and
+                // writes dst through these strides only.
+                unsafe {
+                    gemm::gemm(
+                        t,
+                        rows,
+                        k,
+                        out.ptr().add(start),
+                        1,
+                        n as isize,
+                        false,
+                        xs.as_ptr(),
+                        1,
+                        k as isize,
+                        wp.as_ptr(),
+                        k as isize,
+                        1,
+                        0.0f32,
+                        1.0f32,
+                        false,
+                        false,
+                        false,
+                        gemm::Parallelism::None,
+                    )
+                }
+            };
+            let span = start * k..(start + rows) * k;
+            match (ws, weight_bits) {
+                (WeightData::F32(v), None) => gemm_on(&v[span]),
+                _ => WIDE.with_borrow_mut(|buf| {
+                    buf.resize(span.len(), 0.0);
+                    ws.widen(span, buf);
+                    if let Some(bits) = weight_bits {
+                        buf.chunks_mut(k).for_each(|row| quantize_row(row, bits));
+                    }
+                    gemm_on(buf)
+                }),
+            }
+            start += rows;
+        }
+    })
 }
 
 /// Compile `fn name(args) -> ret { body }` for AVX2 (chosen at run time) and for the baseline;
@@ -766,7 +990,7 @@ pub fn add(a: &Tensor, b: &Tensor) -> candle_core::Result<Tensor> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use candle_core::Device;
+    use candle_core::{DType, Device};
 
     #[test]
     fn exp8_is_within_one_ulp_and_handles_the_edges() {
@@ -814,6 +1038,37 @@ mod tests {
         }
     }
 
+    /// Several projections of one input in one dispatch give each projection's own bits, in
+    /// decode (matrix-vector, one part per thread) and prefill (gemm), stored as f32 or bf16,
+    /// with a bias and with weights quantized as read.
+    #[test]
+    fn linears_equal_each_linear_bit_for_bit() {
+        let dev = Device::Cpu;
+        for dtype in [DType::F32, DType::BF16] {
+            for t in [1usize, 3, 9] {
+                let x = Tensor::randn(0f32, 1.0, (t, 72), &dev).unwrap();
+                let ws: Vec<Tensor> = [200usize, 48, 48]
+                    .iter()
+                    .map(|&n| Tensor::randn(0f32, 1.0, (n, 72), &dev).unwrap().to_dtype(dtype).unwrap())
+                    .collect();
+                let b = Tensor::randn(0f32, 1.0, 48, &dev).unwrap();
+                let ps = [
+                    Proj { w: &ws[0], b: None, weight_bits: None },
+                    Proj { w: &ws[1], b: Some(&b), weight_bits: None },
+                    Proj { w: &ws[2], b: None, weight_bits: Some(8) },
+                ];
+                let bits = |y: &Tensor| y.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+                let all = linears(&x, &ps).unwrap();
+                for (p, y) in ps.iter().zip(&all) {
+                    let one = linear(&x, p.w, p.b, p.weight_bits).unwrap();
+                    assert_eq!(bits(y), bits(&one), "{dtype:?} t={t}");
+                }
+                let plain = linear(&x, &ws[2], None, None).unwrap();
+                assert_ne!(bits(&all[2]), bits(&plain), "w8 quantizes the third projection");
+            }
+        }
+    }
+
     /// Every build of the dot product (AVX-512, AVX2, baseline) gives the bits of the scalar
     /// definition, for each stored dtype, with and without a tail, and four rows at once equal
     /// one at a time.
@@ -829,7 +1084,8 @@ mod tests {
                 let w = [0, 1, 2, 3].map(|r| rows[r].as_slice());
                 let want = w.map(|r| dot_scalar(x, r).to_bits());
                 assert_eq!(W::dot4(x, w).map(f32::to_bits), want, "{what}: dispatched build");
-                assert_eq!(w.map(|r| W::dot1(x, r).to_bits()), want, "{what}: one row at a time");
+                let xa = W::arrange(x, x.len());
+                assert_eq!(w.map(|r| W::dot1(&xa, r).to_bits()), want, "{what}: one row at a time");
             }
             let wb: Vec<Vec<bf16>> =
                 wf.iter().map(|r| r.iter().map(|&v| bf16::from_f32(v)).collect()).collect();
@@ -849,11 +1105,32 @@ mod tests {
                     let want = b.map(|r| dot_scalar(&x, r).to_bits());
                     // SAFETY: as above.
                     assert_eq!(unsafe { dot2_bf16(&x, b) }.map(f32::to_bits), want, "avx2 bf16 k={k}");
+                    // One row at a time: f32 as it is, bf16 with x arranged.
+                    // SAFETY: as above.
+                    assert_eq!(
+                        w.map(|r| unsafe { dot2r_f32(&x, r) }.to_bits()),
+                        scalar(w),
+                        "avx2 row f32 k={k}"
+                    );
+                    let mut xa = vec![0f32; k];
+                    arrange_bf16(&x, &mut xa);
+                    // SAFETY: as above.
+                    assert_eq!(
+                        b.map(|r| unsafe { dot2r_bf16(&xa, r) }.to_bits()),
+                        want,
+                        "avx2 row bf16 k={k}"
+                    );
                     if std::is_x86_feature_detected!("f16c") {
                         let h = [0, 1, 2, 3].map(|r| wh[r].as_slice());
                         let want = h.map(|r| dot_scalar(&x, r).to_bits());
                         // SAFETY: the CPU has AVX2 and F16C (checked).
                         assert_eq!(unsafe { dot2_f16(&x, h) }.map(f32::to_bits), want, "avx2 f16 k={k}");
+                        // SAFETY: as above.
+                        assert_eq!(
+                            h.map(|r| unsafe { dot2r_f16(&x, r) }.to_bits()),
+                            want,
+                            "avx2 row f16 k={k}"
+                        );
                     }
                 }
                 if std::is_x86_feature_detected!("avx512f") {
