@@ -188,9 +188,6 @@ fn a_fault_past_layer_0_of_a_quantized_hef_ranks_first_from_its_logits_alone() {
         .stdout(predicate::str::contains("best explanation: shared-softmax@layers=3"));
 }
 
-/// The hardware checklist's path: inputs saved here, the HEF captured on the "device host",
-/// explained here from the recorded logits with the HEF named as what they were captured
-/// from (its quantization is the baseline): the planted fault still ranks first.
 /// The hardware checklist's path for `probe` against HEF `h` (in `dir`): the probe's inputs
 /// saved, the device's output captured from them, then explained from that file with the HEF
 /// named (and `extra` arguments).
@@ -201,6 +198,9 @@ fn explain_recorded(probe: &Path, h: &Path, dir: &Path, extra: &[&str]) -> asser
     hefprobe().arg("explain").arg(probe).arg("--observed").arg(&cap).arg("--hef").arg(h).args(extra).assert()
 }
 
+/// The hardware checklist's path: inputs saved here, the HEF captured on the "device host",
+/// explained here from the recorded logits with the HEF named as what they were captured
+/// from (its quantization is the baseline): the planted fault still ranks first.
 #[test]
 fn explain_of_a_recorded_capture_takes_the_quantization_of_the_hef_it_came_from() {
     let t = tempfile::tempdir().unwrap();
@@ -211,8 +211,6 @@ fn explain_of_a_recorded_capture_takes_the_quantization_of_the_hef_it_came_from(
         .stdout(predicate::str::contains("best explanation: shared-softmax@layers=3"));
 }
 
-/// The same HEF without the fault passes: its drift from the float reference is what its
-/// quantization computes, and explain says so rather than "nothing explains".
 #[test]
 fn faults_acting_on_the_hefs_frames_are_emulated_through_them_and_ranked_first() {
     // mask-repeat (finding 4) repeats rows of the 96-row mask frame, padding rows included, and
@@ -250,6 +248,8 @@ fn faults_acting_on_the_hefs_frames_are_emulated_through_them_and_ranked_first()
         .stdout(predicate::str::contains("best explanation: mask-repeat@layers=1 — match cosine 1.000000"));
 }
 
+/// A HEF without a fault passes: its drift from the float reference is what its quantization
+/// computes, and explain says so rather than "nothing explains".
 #[test]
 fn a_clean_quantized_hef_passes_on_its_excess_and_explain_calls_it_quantization_noise() {
     let t = tempfile::tempdir().unwrap();

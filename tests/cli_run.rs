@@ -209,6 +209,37 @@ fn run_shared_softmax_probe_locates_and_explains() {
         .stdout(predicate::str::contains("best explanation: shared-softmax@layers=0"));
 }
 
+/// A drift the thresholds let through but explain attributes to a fault fails the run: the
+/// shared-softmax probe with bounds too loose to catch its planted fault passes on the
+/// thresholds (without explain, exit 0), and with explain fails naming the fault.
+#[test]
+fn a_fault_explain_finds_below_the_thresholds_fails_the_run() {
+    let t = tempfile::tempdir().unwrap();
+    let text = std::fs::read_to_string(repo("probes/shared-softmax.toml")).unwrap();
+    let loose = "[thresholds.default]\ncosine = 0.0\nflips = 1000000\n\
+                 [thresholds.taps.\"layers.*.attn.probs\"]\ncosine = 0.0\nprob_sum_err = 10\n";
+    let text = text.replace("[thresholds.default]\ncosine = 0.999\n", loose);
+    assert!(text.contains("prob_sum_err = 10"), "the probe's thresholds moved: {text}");
+    let probe = t.path().join("loose.toml");
+    std::fs::write(&probe, text).unwrap();
+    hefprobe()
+        .arg("run")
+        .arg(&probe)
+        .arg("--no-explain")
+        .assert()
+        .code(0)
+        .stdout(predicate::str::contains("no drift beyond thresholds"));
+    hefprobe()
+        .arg("run")
+        .arg(&probe)
+        .assert()
+        .code(1)
+        .stdout(predicate::str::contains(
+            "drifts less than the thresholds, but explain reproduces it with shared-softmax@layers=0",
+        ))
+        .stdout(predicate::str::contains("best explanation: shared-softmax@layers=0"));
+}
+
 #[test]
 fn run_writes_every_report_format() {
     let t = tempfile::tempdir().unwrap();

@@ -319,9 +319,9 @@ fn hefprobe_in(dir: &Path, args: &[&str]) -> (i32, String) {
 /// Issue 21's "done when", on simulated HEFs of the real model at synth-hef's default
 /// quantization: a clean HEF passes every catalog probe (judged on the excess over its expected
 /// quantization), and a HEF with a probe's own fault planted (at layer 2 where the fault is
-/// per layer) fails that probe with the planted fault ranked first, except the two faults that
-/// act on the HEF's frame geometry (detected only: docs/QUANTIZATION.md, "What explain cannot
-/// yet do"). scripts/hef-real-weights.sh writes the same as reports/smollm2-hef.md.
+/// per layer) fails that probe with the planted fault ranked first (the faults acting on the
+/// HEF's frame geometry, mask-repeat and first-slot-output, through explain's emulation in the
+/// HEF's own frames). scripts/hef-real-weights.sh writes the same as reports/smollm2-hef.md.
 #[test]
 #[ignore = "needs HEFPROBE_REAL_MODELS=DIR (scripts/fetch-real-models.sh, references/make_real_goldens.py)"]
 fn every_catalog_probe_judges_simulated_hefs_of_the_real_model() {
@@ -380,16 +380,71 @@ fn every_catalog_probe_judges_simulated_hefs_of_the_real_model() {
         if code != 1 {
             failures.push(format!("{name}: the HEF with {want} exits {code}, not 1:\n{out}"));
         }
-        // Faults that act on the HEF's frame geometry (a 96-row frame whose padding rows are
-        // all on over the 2048-slot ring) are not what the emulator's T-row run computes; until
-        // explain emulates in the HEF's frames they are detected (exit 1) but not ranked first.
-        let geometry_bound = ["mask-repeat", "first-slot-output"].contains(&spec.name.as_str());
-        if !geometry_bound && best["fault"].as_str() != Some(want.as_str()) && !ties.contains(&want) {
+        if best["fault"].as_str() != Some(want.as_str()) && !ties.contains(&want) {
             failures.push(format!("{name}: explain ranks {} first, planted {want}", best["fault"]));
         }
         std::fs::remove_file(&hef).unwrap();
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// The nightly and the hardware checklist on the real model, at synth-hef's default
+/// quantization: the whole catalog against a clean HEF and one with shared-softmax@layers=2
+/// planted, with no baseline, passes every pair of the clean HEF and fails every pair of the
+/// planted one; explain against the clean HEF says its quantization alone explains its drift;
+/// and from a capture of the planted HEF (`run --save-inputs`, `capture`, `explain --observed
+/// --hef`) the planted fault ranks first.
+#[test]
+#[ignore = "needs HEFPROBE_REAL_MODELS=DIR (scripts/fetch-real-models.sh, references/make_real_goldens.py)"]
+fn the_catalog_suite_and_the_checklist_on_hefs_of_the_real_model() {
+    let tmp = tempfile::tempdir().unwrap();
+    let g = gguf();
+    let g = g.to_str().unwrap();
+    let (clean, planted) = (tmp.path().join("clean.hef"), tmp.path().join("softmax-l2.hef"));
+    for (hef, plant) in [(&clean, None), (&planted, Some("shared-softmax@layers=2"))] {
+        let mut args = vec!["synth-hef", "--checkpoint", g, "--out", hef.to_str().unwrap()];
+        args.extend(plant.iter().flat_map(|f| ["--fault", f]));
+        let (code, out) = hefprobe_in(tmp.path(), &args);
+        assert_eq!(code, 0, "{out}");
+    }
+    let probes = catalog_probes();
+    let json = tmp.path().join("suite.json");
+    let mut args = vec!["suite"];
+    args.extend(probes.iter().map(|p| p.to_str().unwrap()));
+    let (b_clean, b_planted, report) = (
+        format!("hef={}", clean.display()),
+        format!("hef={}", planted.display()),
+        format!("json={}", json.display()),
+    );
+    args.extend(["--checkpoint", g, "--backend", &b_clean, "--backend", &b_planted, "--no-explain"]);
+    args.extend(["--report", &report]);
+    let (code, out) = hefprobe_in(tmp.path(), &args);
+    assert_eq!(code, 1, "the planted HEF's pairs fail: {out}");
+    let doc: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let pairs = doc["pairs"].as_array().unwrap();
+    assert_eq!(pairs.len(), 2 * probes.len());
+    for p in pairs {
+        let (target, status) = (p["target"].as_str().unwrap(), p["status"].as_str().unwrap());
+        let want = if target == "clean" { "pass" } else { "failed" };
+        assert!(status == want || status == "skipped", "{} on {target}: {status}", p["probe"]);
+    }
+    assert!(pairs.iter().any(|p| p["status"] == "failed"), "{out}");
+
+    let probe = probes.iter().find(|p| p.ends_with("shared-softmax.toml")).unwrap().to_str().unwrap();
+    let (code, out) = hefprobe_in(tmp.path(), &["explain", probe, "--checkpoint", g, "--backend", &b_clean]);
+    assert!(code <= 1 && out.contains("expected quantization noise"), "{out}");
+
+    let (inputs, cap) = (tmp.path().join("inputs.npz"), tmp.path().join("device.npz"));
+    let (i, c, h) = (inputs.to_str().unwrap(), cap.to_str().unwrap(), planted.to_str().unwrap());
+    let (code, out) =
+        hefprobe_in(tmp.path(), &["run", probe, "--checkpoint", g, "--no-explain", "--save-inputs", i]);
+    assert!(code <= 1, "{out}");
+    let (code, out) = hefprobe_in(tmp.path(), &["capture", h, "--inputs", i, "-o", c]);
+    assert_eq!(code, 0, "{out}");
+    let (code, out) =
+        hefprobe_in(tmp.path(), &["explain", probe, "--checkpoint", g, "--observed", c, "--hef", h]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("best explanation: shared-softmax@layers=2"), "{out}");
 }
 
 /// references/check_quant.py (an independent fake-quant implementation on HF transformers'

@@ -288,10 +288,11 @@ fn json_value<'py>(py: Python<'py>, v: &impl serde::Serialize) -> PyResult<Bound
 
 #[pymethods]
 impl PyReport {
-    /// True when every comparison is within its thresholds (`hefprobe` exit code 0).
+    /// True when every comparison is within its thresholds and explain, where it ran, names no
+    /// fault (`hefprobe` exit code 0).
     #[getter]
     fn passed(&self) -> bool {
-        !self.inner.lock().unwrap_or_else(|e| e.into_inner()).drift()
+        !self.inner.lock().unwrap_or_else(|e| e.into_inner()).failed()
     }
 
     /// The first failing tap of the first drifting comparison's first phase, as a dict (phase,

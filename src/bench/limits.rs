@@ -4,6 +4,8 @@
 //! or busy machine shows up as a low limit rather than as a slow decoder.
 
 use crate::model::config::ModelConfig as Config;
+#[cfg(target_arch = "x86_64")]
+use crate::model::kernels::PREFETCH_BYTES;
 use std::time::Instant;
 
 #[derive(Debug, Clone, Copy)]
@@ -97,9 +99,9 @@ crate::model::kernels::simd! {
     /// Σ x with 32 independent accumulators in AVX2 registers (where the CPU has them), so
     /// the loop is bound by memory, not by add latency or instruction count: a baseline build
     /// of a 16-accumulator loop read slower than the decoder's own matrix-vector products do,
-    /// which made "the limit" lower than what decode achieved. It asks for the bytes 1 KiB
-    /// ahead as the decoder's AVX2 dot products do (`kernels::PREFETCH_BYTES`): without that the
-    /// limit read 21-22 GB/s on a 2-core Zen guest where those products read 24-26.
+    /// which made "the limit" lower than what decode achieved. It asks for every cache line
+    /// [`PREFETCH_BYTES`] ahead as the decoder's AVX2 dot products do: without that the limit
+    /// read 21-22 GB/s on a 2-core Zen guest where those products read 24-26; with it, 24-29.
     fn sum(x: &[f32]) -> f32 {
         let mut acc = [[0f32; 8]; 4];
         let mut it = x.chunks_exact(32);
@@ -108,7 +110,11 @@ crate::model::kernels::simd! {
             // SAFETY: a prefetch is a hint and never faults, wherever it points.
             unsafe {
                 use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-                _mm_prefetch::<_MM_HINT_T0>(c.as_ptr().cast::<i8>().wrapping_add(1024));
+                // Both cache lines of the 128 bytes (one hint per block left every other line
+                // to the hardware prefetcher: the decoder's f32 rows read faster than this).
+                for line in [0, 64] {
+                    _mm_prefetch::<_MM_HINT_T0>(c.as_ptr().cast::<i8>().wrapping_add(PREFETCH_BYTES + line));
+                }
             }
             for (a, c) in acc.iter_mut().zip(c.chunks_exact(8)) {
                 for j in 0..8 {

@@ -135,7 +135,7 @@ pub fn finish(
         eprintln!("note: the run did not finish; the reports hold what did (see `incomplete`)");
         return Err(e);
     }
-    Ok(if drift && result.report.drift() { ExitCode::from(1) } else { ExitCode::SUCCESS })
+    Ok(if drift && result.report.failed() { ExitCode::from(1) } else { ExitCode::SUCCESS })
 }
 
 /// The command line as typed, quoted where needed, for the Markdown report.

@@ -143,19 +143,40 @@ simd! {
 }
 
 simd! {
-    /// out[..d] = Σ_j p[j]·v_j over the keys whose probability is not 0, in key order.
+    /// out[..d] = Σ_j p[j]·v_j over the keys whose probability is not 0, in key order. The
+    /// output is summed [`PV_CHUNK`] values at a time in a local array the compiler keeps in
+    /// registers, every key's values added before it is stored: summed in `out` itself, each
+    /// key paid a store and a reload of all d sums. Each sum keeps its key order.
     fn probs_v_row(p: &[f32], v: &[f32], row: usize, out: &mut [f32]) {
         let d = out.len();
-        out.fill(0.0);
-        for (j, &pj) in p.iter().enumerate() {
-            if pj != 0.0 {
-                for (o, &x) in out.iter_mut().zip(&v[j * row..j * row + d]) {
-                    *o += pj * x;
+        let mut c0 = 0;
+        while c0 < d {
+            let w = PV_CHUNK.min(d - c0);
+            let mut acc = [0f32; PV_CHUNK];
+            for (j, &pj) in p.iter().enumerate() {
+                if pj == 0.0 {
+                    continue;
+                }
+                let vj = &v[j * row + c0..j * row + c0 + w];
+                // A whole chunk as an array: a fixed trip count the compiler unrolls into registers.
+                if let Ok(vj) = <&[f32; PV_CHUNK]>::try_from(vj) {
+                    for i in 0..PV_CHUNK {
+                        acc[i] += pj * vj[i];
+                    }
+                } else {
+                    for (a, &x) in acc.iter_mut().zip(vj) {
+                        *a += pj * x;
+                    }
                 }
             }
+            out[c0..c0 + w].copy_from_slice(&acc[..w]);
+            c0 += w;
         }
     }
 }
+
+/// Output values [`probs_v_row`] sums at a time: four AVX2 registers.
+const PV_CHUNK: usize = 32;
 
 /// Shapes of one attention call, checked once.
 struct Dims {

@@ -823,6 +823,14 @@ pub fn report(r: &Results) -> Report {
             report.notes.push(crate::probe::spill::explain_note(dir));
         }
         report.explain = Some(e.report.clone());
+        if let (false, Some(best)) = (report.drift(), &e.report.best) {
+            let clean = e.report.baseline.as_ref().map_or("clean run", |b| b.fault.trim_matches(['(', ')']));
+            report.notes.push(format!(
+                "`{}` drifts less than the thresholds, but explain reproduces it with {best}, not with \
+                 the {clean}: the run fails on that fault",
+                e.report.observed
+            ));
+        }
     }
     if let Some((stage, e)) = r.stopped {
         report.incomplete.push(format!("the {stage} stage stopped: {e}"));

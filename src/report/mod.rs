@@ -205,6 +205,17 @@ impl Report {
         self.comparisons.iter().any(|p| p.view != View::Expected && !p.passed())
     }
 
+    /// What the run answers: drift beyond a threshold, or a drift below them that explain
+    /// attributes to a catalog fault rather than to the target's clean run (its expected
+    /// quantization's noise, for a quantized target). At a decode step where the quantization
+    /// amplifies float-order differences, twice the spread of two clean draws can exceed what a
+    /// fault moves the logits by (cache-layout:transpose@layers=2 on SmolLM2 through an a16
+    /// HEF: logits cosine 0.915 against the expected 0.986, within the allowance) while the
+    /// fault's emulation reproduces the observation exactly.
+    pub fn failed(&self) -> bool {
+        self.drift() || self.explain.as_ref().is_some_and(|e| e.best.is_some())
+    }
+
     /// The local-view comparison of `candidate`, if any.
     pub fn local_of(&self, candidate: &str) -> Option<&PairComparison> {
         self.comparisons.iter().find(|p| p.candidate == candidate && p.view == View::Local)
