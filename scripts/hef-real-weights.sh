@@ -22,8 +22,8 @@
 #
 # About 2.5 hours on a 2-core AMD EPYC (Zen, AVX2) guest with a release binary: each explain
 # takes ~8 min there (360 emulations through the HEF's frames; ~4 min on the AVX-512 Xeon guest
-# of earlier rounds), and 16 runs explain (9 clean, 6 planted, the checklist's); with three
-# probes in CLEAN_EXPLAIN about 1.7 hours.
+# of earlier rounds), and 16 runs explain (9 clean, 6 planted, the checklist's); with two
+# probes in CLEAN_EXPLAIN about 1.6 hours.
 set -euo pipefail
 
 GGUF=SmolLM2-135M-Instruct.Q4_1.gguf

@@ -108,11 +108,7 @@ pub const REALIZATION_SLACK: f64 = 2.0;
 pub fn excess(metric: &str, value: f64, expected: f64, spread: Option<f64>) -> f64 {
     let k = REALIZATION_SLACK;
     match (metric, metric_dir(metric)) {
-        ("cosine", _) => {
-            let angle = |c: f64| c.clamp(-1.0, 1.0).acos();
-            let allowed = angle(expected) + k * spread.map_or(0.0, angle);
-            (angle(value) - allowed).max(0.0).cos()
-        }
+        ("cosine", _) => (cosine_angle(value) - allowed_angle(expected, spread)).max(0.0).cos(),
         ("sqnr", _) => {
             let noise = |db: f64| 10f64.powf(-db / 10.0);
             let beyond = noise(value) - noise(expected) - k * spread.map_or(0.0, noise);
@@ -128,6 +124,18 @@ pub fn excess(metric: &str, value: f64, expected: f64, spread: Option<f64>) -> f
         }
         _ => (value - expected - k * spread.unwrap_or(0.0)).max(0.0),
     }
+}
+
+/// The angle of a cosine (clamped into [-1, 1]).
+fn cosine_angle(c: f64) -> f64 {
+    c.clamp(-1.0, 1.0).acos()
+}
+
+/// The angle a quantized candidate may lie from the reference without excess: the expected
+/// quantization's own angle to it plus [`REALIZATION_SLACK`] times the angle between two draws
+/// of that quantization (`spread`, a cosine).
+pub fn allowed_angle(expected: f64, spread: Option<f64>) -> f64 {
+    cosine_angle(expected) + REALIZATION_SLACK * spread.map_or(0.0, cosine_angle)
 }
 
 /// Check a bound's value against its metric's range: the message says the valid range.

@@ -704,6 +704,7 @@ pub fn explain_stage(
                 expected: e.quant.clone(),
                 emulation: e.emulation.clone(),
                 float,
+                realization: e.realization.as_ref(),
                 focus,
             });
             (b.capture.as_ref(), b.clean(runs).1, target)
