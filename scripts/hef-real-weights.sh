@@ -14,8 +14,8 @@
 # command runs inside DIR with relative paths.
 #
 #   scripts/hef-real-weights.sh DIR   (DIR holds the GGUF of scripts/fetch-real-models.sh)
-#   RESUME=1 scripts/hef-real-weights.sh DIR   keeps the probe table of an earlier run in
-#     DIR/hef-check (every row written) and runs only what follows the table.
+#   RESUME=1 scripts/hef-real-weights.sh DIR   keeps the HEFs and the probe table's rows of an
+#     earlier run in DIR/hef-check, runs the probes that have no row yet and what follows.
 #   HEFPROBE=path/to/hefprobe to use a given binary (default: cargo build --release).
 #   CLEAN_EXPLAIN="probe ..." explains the clean HEF's runs of these probes only (default: all;
 #     the others run --no-explain and are judged by the thresholds alone).
@@ -52,12 +52,10 @@ planted() { # probe file -> fault spec
 }
 
 if [ -n "${RESUME:-}" ]; then
-  # The probe table of an earlier run, every probe a row; what followed it is made again.
-  n=$(ls hef-check/*.toml | wc -l)
-  [ -f hef-check/clean.hef ] && [ -f hef-check/random-calib.hef ] && [ -f "$out" ] \
-    && [ "$(grep -c '^| [a-z].* | exit ' "$out")" -eq "$n" ] \
-    || { echo "error: RESUME=1 needs a finished probe table in $dir/$out; run without it" >&2; exit 2; }
-  sed -i '/^Suite of the whole catalog/,$d' "$out"; sed -i '${/^$/d}' "$out"
+  # The rows of an earlier run are kept; what followed the table is made again.
+  [ -f hef-check/clean.hef ] && [ -f hef-check/random-calib.hef ] && grep -q '^| probe |' "$out" 2>/dev/null \
+    || { echo "error: RESUME=1 needs the HEFs and the table header of an earlier run in $dir/hef-check; run without it" >&2; exit 2; }
+  sed -i '/^Suite of the whole catalog/,$d' "$out"; sed -i -e :a -e '/^\n*$/{$d;N;ba' -e '}' "$out"
 else
   "$HEFPROBE" synth-hef --checkpoint "$GGUF" --out hef-check/clean.hef > hef-check/clean.log 2>&1
   "$HEFPROBE" synth-hef --checkpoint "$GGUF" --calib-random --out hef-check/random-calib.hef > hef-check/random.log 2>&1
@@ -78,9 +76,11 @@ else
     echo "| probe | clean HEF | clean HEF: explain | planted fault | faulted HEF | best explanation | match |"
     echo "|---|---|---|---|---|---|---|"
   } > "$out"
+fi
 
-  for probe in hef-check/*.toml; do
+for probe in hef-check/*.toml; do
     name=$(basename "$probe" .toml)
+    grep -q "^| $name | " "$out" && continue  # a row of an earlier run (RESUME)
     fault=$(planted "$probe")
     clean_status=0
     explain=()
@@ -107,8 +107,7 @@ else
     best=$(python3 -c "import json,sys; d=json.load(open(sys.argv[1])); r=((d.get('explain') or {}).get('rows') or [{}])[0]; print(r.get('fault','-'), '%.6f' % r.get('match_cosine', float('nan')))" "hef-check/$name.json" 2>/dev/null || echo "- -")
     echo "| $name | exit $clean_status | ${clean_verdict:--} | \`$fault\` | exit $fault_status | \`${best% *}\` | ${best##* } |" >> "$out"
     rm -f "hef-check/$name.hef"
-  done
-fi
+done
 
 # One planted fault for the parts below: the finding-11 softmax, at layer 2.
 planted_hef=hef-check/softmax-l2.hef
