@@ -88,7 +88,7 @@ for probe in hef-check/*.toml; do
     "$HEFPROBE" run "$probe" --checkpoint "$GGUF" --backend hef=hef-check/clean.hef "${explain[@]}" \
       > "hef-check/$name.clean.log" 2>&1 || clean_status=$?
     clean_verdict=$(grep -oE 'expected quantization noise|nothing in the catalog explains|best explanation: [^ ]+|matches the clean reference' \
-      "hef-check/$name.clean.log" | tail -1)
+      "hef-check/$name.clean.log" | tail -1 || true)  # none: run with --no-explain
     if [ -z "$fault" ]; then
       echo "| $name | exit $clean_status | ${clean_verdict:--} | - | - | - | - |" >> "$out"; continue
     fi
