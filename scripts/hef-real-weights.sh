@@ -8,7 +8,7 @@
 #     fail, with the planted fault ranked first by explain.
 # Then, with shared-softmax@layers=2 planted in one more HEF: one suite of the whole catalog
 # against the clean and the planted HEF (no baseline, no explain: the clean one's pairs must
-# pass, the planted one's fail); the hardware checklist's path on the planted HEF (run
+# pass, the planted one's shared-softmax pair fail); the hardware checklist's path on the planted HEF (run
 # --save-inputs, capture, explain --observed --hef); and the calibration figure (clean HEF
 # logits cosine vs float, random vs text calibration). Writes reports/smollm2-hef.md; every
 # command runs inside DIR with relative paths.
@@ -22,8 +22,8 @@
 #
 # About 2.5 hours on a 2-core AMD EPYC (Zen, AVX2) guest with a release binary: each explain
 # takes ~8 min there (360 emulations through the HEF's frames; ~4 min on the AVX-512 Xeon guest
-# of earlier rounds), and 16 runs explain (9 clean, 6 planted, the checklist's); with two
-# probes in CLEAN_EXPLAIN about 1.6 hours.
+# of earlier rounds), and 16 runs explain (9 clean, 6 planted, the checklist's). With
+# CLEAN_EXPLAIN=attention-mask-broadcast (reports/smollm2-hef.md) about an hour there.
 set -euo pipefail
 
 GGUF=SmolLM2-135M-Instruct.Q4_1.gguf
@@ -116,7 +116,8 @@ planted_hef=hef-check/softmax-l2.hef
 
 # The nightly case: the whole catalog against two targets, the clean HEF and the planted one,
 # with no baseline and no explain (each probe's explain of its planted fault is the table's).
-# Every pair of the clean HEF must pass and every pair of the planted one fail.
+# Every pair of the clean HEF must pass and the planted one's shared-softmax pair fail (the
+# fault moves the other probes' logits too, by more or less than their bounds allow).
 suite_status=0
 "$HEFPROBE" suite hef-check/*.toml --checkpoint "$GGUF" --backend hef=hef-check/clean.hef \
   --backend "hef=$planted_hef" --no-explain --report json=hef-check/suite.json --report markdown=hef-check/suite.md \

@@ -390,8 +390,10 @@ fn every_catalog_probe_judges_simulated_hefs_of_the_real_model() {
 
 /// The nightly and the hardware checklist on the real model, at synth-hef's default
 /// quantization: the whole catalog against a clean HEF and one with shared-softmax@layers=2
-/// planted, with no baseline, passes every pair of the clean HEF and fails every pair of the
-/// planted one; explain against the clean HEF says its quantization alone explains its drift;
+/// planted, with no baseline, passes every pair of the clean HEF and fails the planted one's
+/// shared-softmax pair (the fault moves other probes' logits too: measured on the Zen guest, 6
+/// of the 8 compared pairs failed, bos-position-shift and lm-head-shards stayed within the
+/// allowance); explain against the clean HEF says its quantization alone explains its drift;
 /// and from a capture of the planted HEF (`run --save-inputs`, `capture`, `explain --observed
 /// --hef`) the planted fault ranks first.
 #[test]
@@ -425,10 +427,13 @@ fn the_catalog_suite_and_the_checklist_on_hefs_of_the_real_model() {
     assert_eq!(pairs.len(), 2 * probes.len());
     for p in pairs {
         let (target, status) = (p["target"].as_str().unwrap(), p["status"].as_str().unwrap());
-        let want = if target == "clean" { "pass" } else { "failed" };
-        assert!(status == want || status == "skipped", "{} on {target}: {status}", p["probe"]);
+        let allowed: &[&str] = match (target, p["probe"].as_str().unwrap()) {
+            ("clean", _) => &["pass", "skipped"],
+            (_, "shared-softmax") => &["failed"],
+            _ => &["pass", "failed", "skipped"],
+        };
+        assert!(allowed.contains(&status), "{} on {target}: {status}", p["probe"]);
     }
-    assert!(pairs.iter().any(|p| p["status"] == "failed"), "{out}");
 
     let probe = probes.iter().find(|p| p.ends_with("shared-softmax.toml")).unwrap().to_str().unwrap();
     let (code, out) = hefprobe_in(tmp.path(), &["explain", probe, "--checkpoint", g, "--backend", &b_clean]);
