@@ -94,7 +94,8 @@ rint(x'/s + zp)| in steps (~0 when the scales and zero points agree; 1 when a va
   activations. Only the block input (= hefprobe's previous `out`, so exact) and mlp.act are
   not captured; an mlp.act element on a rounding boundary moves a whole mlp.out row, so a
   local mlp.out outside the bounds is accepted when flipping mlp.act elements within
-  --flip-window steps of a boundary (nearest first, kept while they help) brings it within.
+  --flip-window steps of a boundary (per token, nearest first, kept while they bring the row
+  closer to hefprobe's codes) brings it within.
 
 Bounds per tap (local view): cosine >= --min-cos (0.99999), max |diff| <= --max-steps (2)
 steps, differing codes <= --max-off-frac (1%) of the elements + --off-slack (2), grid
@@ -647,46 +648,64 @@ def is_bad(r: Row, args, grid: bool = True) -> bool:
             or (grid and r.grid is not None and r.grid > args.max_grid) or bool(r.note))
 
 
-def explain_by_act_flips(model, key: str, target: np.ndarray, window: float, max_tries: int = 64):
+def explain_by_act_flips(model, key: str, target: np.ndarray, window: float):
     """A local-view `layers.L.mlp.out` that differs from hefprobe's: mlp.act (silu(gate)*up) is
-    a quantization site no capture holds, so the local view computes it itself, and an element
-    whose float value lies a float32 summation order away from a rounding boundary may take the
-    other code than in hefprobe, moving every mlp.out element a little. Flip, greedily, the act
-    elements within `window` steps of a boundary (nearest first) while that lowers the count of
-    differing mlp.out codes. Returns (mlp.out after the flips, flips kept, farthest distance)."""
+    a quantization site no capture holds, so the local view computes it itself from gate and up
+    projections summed in torch's order, not hefprobe's. An act element whose float value lies
+    that summation order away from a rounding boundary may take the other code than in hefprobe
+    (at 16 bits one ulp of a large act is ~2e-3 steps, and a prefill tap holds hundreds of act
+    elements that close), moving its whole mlp.out row a little.
+
+    Per row (token), try the act elements within `window` steps of a boundary, nearest first,
+    each flipped to the code on the other side of its boundary (a rank-one change of mlp.out's
+    row), and keep a flip when it lowers the row's excess: how far, in mlp.out steps, the row
+    lies outside the rounding intervals of hefprobe's codes. Rows are independent, so every
+    candidate is tried. Returns (mlp.out recomputed by torch from the flipped act, flips kept,
+    farthest distance of a kept flip), or None when the tap has no act to flip."""
     phase, tap = key.split("/", 1)
     layer = int(tap.split(".")[1])
     act = SIM.acts.get(f"{phase}/layers.{layer}.mlp.act")
     qa, qm = SIM.quantizers.get(f"layers.{layer}.mlp.act"), SIM.quantizers.get(f"layers.{layer}.mlp.out")
-    if act is None or qa is None or qm is None:
+    if act is None or qa is None or qm is None or act.shape[0] != target.shape[0]:
         return None
-    down = model.model.layers[layer].mlp.down_proj
-    code = act / qa[0] + qa[1]
+    weight = model.model.layers[layer].mlp.down_proj.weight.detach()  # no hooks: the sites stay untouched
+    w = weight.double().numpy()
+    with np.errstate(all="ignore"):
+        code = act / qa[0] + qa[1]  # as fake_quant computes it
     dist = np.abs(code - np.floor(code) - F32(0.5))  # 0: exactly on a boundary
     aq, _ = fake_quant(act, qa)
+    with torch.no_grad():
+        pre = torch.nn.functional.linear(torch.from_numpy(aq), weight).numpy()
+    s, z, qmin, qmax = (np.asarray(x, np.float64) for x in qm)
+    with np.errstate(all="ignore"):
+        want = np.clip(np.rint(target.astype(np.float64) / s + z), qmin, qmax)  # hefprobe's codes
+    lo = np.where(want <= qmin, -np.inf, want - 0.5)
+    hi = np.where(want >= qmax, np.inf, want + 0.5)
 
-    def out_of(a):
-        with torch.no_grad():
-            o = down(torch.from_numpy(a)[None])[0].numpy()
-        return fake_quant(o, qm)[0]
+    def excess(row, p):
+        c = p / s + z
+        return np.nan_to_num(np.maximum(0.0, np.maximum(lo[row] - c, c - hi[row]))).sum()
 
-    def codes_off(o):
-        return int((np.abs(o.astype(np.float64) - target) >= 0.5 * qm[0]).sum())
-
-    best = out_of(aq)
-    n_best, kept, far = codes_off(best), 0, 0.0
-    flat = dist.ravel()
-    for i in np.argsort(flat)[:max_tries]:
-        if flat[i] > window or n_best == 0:
-            break
-        r, c = divmod(int(i), act.shape[1])
-        a2 = aq.copy()
-        a2[r, c] += qa[0][c] * (1 if code[r, c] > np.rint(code[r, c]) else -1)
-        o = out_of(a2)
-        n = codes_off(o)
-        if n < n_best:
-            aq, best, n_best, kept, far = a2, o, n, kept + 1, max(far, float(flat[i]))
-    return best, kept, far
+    kept, far = 0, 0.0
+    for row in range(act.shape[0]):
+        p = pre[row].astype(np.float64)
+        e = excess(row, p)
+        near = np.flatnonzero(dist[row] <= window)
+        for i in near[np.argsort(dist[row][near], kind="stable")]:
+            if e == 0:
+                break
+            step = 1.0 if code[row, i] > np.rint(code[row, i]) else -1.0
+            if not qa[2][i] <= np.rint(code[row, i]) + step <= qa[3][i]:
+                continue
+            delta = step * float(qa[0][i])
+            p2 = p + delta * w[:, i]
+            e2 = excess(row, p2)
+            if e2 < e:
+                p, e, kept, far = p2, e2, kept + 1, max(far, float(dist[row, i]))
+                aq[row, i] += F32(delta)
+    with torch.no_grad():
+        out = torch.nn.functional.linear(torch.from_numpy(aq), weight).numpy()
+    return fake_quant(out, qm)[0], kept, far
 
 
 def scale_differences(a: dict, b: dict) -> tuple[float, str, float]:
