@@ -137,6 +137,7 @@ fn fixed_report() -> Report {
         attribution: vec![],
         nonfinite: vec![],
         search: None,
+        against: Default::default(),
     });
     report
 }

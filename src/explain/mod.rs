@@ -40,13 +40,34 @@ pub struct ExplainRow {
     pub note: Option<String>,
 }
 
+/// What explain measures every candidate against: the float reference, or, for a quantized
+/// target, its expected quantization (every candidate is then that quantization with the fault).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Baseline {
+    #[default]
+    CleanReference,
+    ExpectedQuantization,
+}
+
+impl Baseline {
+    pub fn name(self) -> &'static str {
+        match self {
+            Baseline::CleanReference => "clean reference",
+            Baseline::ExpectedQuantization => "expected quantization",
+        }
+    }
+}
+
 #[derive(Debug, Clone, Serialize, Default)]
 pub struct ExplainReport {
     pub observed: String,
     pub taps: Vec<TapName>,
     pub rows: Vec<ExplainRow>,
-    /// The clean reference's match: what "no fault" looks like.
+    /// The baseline's match: what "no fault" looks like (its row is labelled with its name).
     pub baseline: Option<ExplainRow>,
+    /// Which baseline that row is.
+    #[serde(skip)]
+    pub against: Baseline,
     pub conclusion: String,
     /// The fault ranked first, when it explains the drift (the conclusion's "best explanation").
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -825,7 +825,7 @@ pub fn report(r: &Results) -> Report {
         }
         report.explain = Some(e.report.clone());
         if let (false, Some(best)) = (report.drift(), &e.report.best) {
-            let clean = e.report.baseline.as_ref().map_or("clean run", |b| b.fault.trim_matches(['(', ')']));
+            let clean = e.report.against.name();
             report.notes.push(format!(
                 "`{}` drifts less than the thresholds, but explain reproduces it with {best}, not with \
                  the {clean}: the run fails on that fault",
