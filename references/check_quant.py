@@ -86,8 +86,10 @@ rint(x'/s + zp)| in steps (~0 when the scales and zero points agree; 1 when a va
 - noise (the chaos baseline; hefprobe is not involved): the free pass again with 1e-6
   relative noise added before every quantizer, against the free pass. The free view is
   judged consistent when no tap kind is further (1 - cos) from hefprobe than --chaos-factor
-  times from the noise baseline (or within --min-cos); --strict-free judges it by the per-tap
-  bounds below instead;
+  times from the noise baseline (or within --min-cos), once the noise view has run (before
+  it, the free view's verdict is "pending"; without it, "unjudged"); an inconsistent free view
+  is a warning on the last line, not a failure; --strict-free judges it by the per-tap bounds
+  below instead;
 - local (the decisive check): every captured tap recomputed by this script from hefprobe's own
   upstream taps (hefprobe's value replaces this script's at every captured tap, so nothing
   cascades), with quantizers calibrated by this script on hefprobe's calibration-pass
@@ -708,6 +710,19 @@ def explain_by_act_flips(model, key: str, target: np.ndarray, window: float):
     return fake_quant(out, qm)[0], kept, far
 
 
+def judge_free(bad: list, kinds: list, missing: list, baseline: dict, args) -> str:
+    """The free view's verdict: chaos-consistent when no tap kind lies further from hefprobe
+    than --chaos-factor times the noise view's distance (or --min-cos) allows."""
+    worse = [k for k in kinds if k.key in baseline and 1 - k.cos > max(
+        1 - args.min_cos, args.chaos_factor * baseline[k.key])]
+    if worse:
+        print("     tap kinds further from hefprobe than the chaos baseline allows: "
+              + ", ".join(f"{k.key} (1-cos {1 - k.cos:.1e} vs baseline {baseline[k.key]:.1e})" for k in worse))
+    if bad or missing or worse:
+        return "WARN"
+    return "ok" if baseline else "unjudged"
+
+
 def scale_differences(a: dict, b: dict) -> tuple[float, str, float]:
     """Max relative scale difference and max zero-point difference between two calibrations."""
     worst, at, dz = 0.0, "-", 0.0
@@ -870,6 +885,7 @@ def main() -> int:
                       f"{len(own[1])} sites, max relative scale difference {rel:.1e} (at {at}), "
                       f"max zero-point difference {dz:g}")
         baseline: dict[str, float] = {}
+        free_pending = None
         for view in args.view:
             tv = time.time()
             SIM.stats, SIM.quantizers = local_cal if view == "local" else own
@@ -908,18 +924,23 @@ def main() -> int:
                 print(f"     first tap (run order) below cosine {args.min_cos}: {first.key if first else 'none'}")
             if view == "noise":
                 bad, verdict = [], "baseline"
+                if free_pending:  # the free view runs first (the noise view perturbs its pass)
+                    i, f_bad, f_kinds, f_missing = free_pending
+                    f_verdict = judge_free(f_bad, f_kinds, f_missing, baseline, args)
+                    print(f"     the free view, judged against this baseline: {f_verdict}")
+                    summary[i] = summary[i][:9] + (f_verdict,) + summary[i][10:]
+                    if f_verdict != "ok":
+                        warned.append(f"{label}/free")
+                    free_pending = None
             elif view == "free" and not args.strict_free:
                 # chaos-consistent: no tap kind further from hefprobe than the noise baseline allows
                 bad = [r for r in rows if r.note]
-                worse = [k for k in kinds if k.key in baseline and 1 - k.cos > max(
-                    1 - args.min_cos, args.chaos_factor * baseline[k.key])]
-                verdict = ("ok" if baseline else "unjudged") if not bad and not missing and not worse else "WARN"
-                if worse:
-                    print("     tap kinds further from hefprobe than the chaos baseline allows: "
-                          + ", ".join(f"{k.key} (1-cos {1 - k.cos:.1e} vs baseline {baseline[k.key]:.1e})"
-                                      for k in worse))
-                if bad or missing or worse:
-                    warned.append(f"{label}/free")
+                if "noise" in args.view:
+                    free_pending, verdict = (len(summary), bad, kinds, missing), "pending"
+                else:
+                    verdict = judge_free(bad, kinds, missing, baseline, args)
+                    if verdict != "ok":
+                        warned.append(f"{label}/free")
             else:
                 bad = [r for r in rows if is_bad(r, args, grid=view == "local")]
                 if view == "local":
