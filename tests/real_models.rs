@@ -482,16 +482,21 @@ fn the_quant_emulation_equals_its_independent_definition() {
         &["run", probe_path.to_str().unwrap(), "--save-captures", caps.to_str().unwrap(), "--no-explain"],
     );
     assert!(code <= 1, "{out}");
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("references/check_quant.py");
-    let out = std::process::Command::new(python)
-        .arg(script)
-        .args([gguf().as_os_str(), caps.as_os_str(), probe_path.as_os_str()])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    eprintln!("{text}{}", String::from_utf8_lossy(&out.stderr));
-    assert!(out.status.success() && text.contains("all settings agree"), "check_quant.py disagrees");
+    // check_quant.py on the captures in `dir`, with `extra` arguments: (succeeded, stdout).
+    let check_quant = |dir: &Path, extra: &[&str]| {
+        let out = std::process::Command::new(&python)
+            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("references/check_quant.py"))
+            .args([gguf().as_os_str(), dir.as_os_str(), probe_path.as_os_str()])
+            .args(extra)
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .output()
+            .unwrap();
+        eprintln!("{}", String::from_utf8_lossy(&out.stderr));
+        (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned())
+    };
+    let (ok, text) = check_quant(&caps, &[]);
+    eprintln!("{text}");
+    assert!(ok && text.contains("all settings agree"), "check_quant.py disagrees");
     // The free pass lies no further from hefprobe than the chaos baseline from the free pass.
     assert!(!text.contains("free view warnings") && !text.contains("unjudged"), "the free view: {text}");
 
@@ -516,14 +521,7 @@ fn the_quant_emulation_equals_its_independent_definition() {
         w.add_array(key.as_str(), &a).unwrap();
     }
     w.finish().unwrap();
-    let out = std::process::Command::new(std::env::var("HEFPROBE_HF_PYTHON").unwrap())
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("references/check_quant.py"))
-        .args([gguf().as_os_str(), bad.as_os_str(), probe_path.as_os_str()])
-        .args(["--backend", "a16", "--view", "local"])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
+    let (ok, text) = check_quant(&bad, &["--backend", "a16", "--view", "local"]);
     let listed = text.split("DISAGREEING taps").nth(1).unwrap_or("");
-    assert!(!out.status.success() && listed.contains(tap), "a planted one-code error passed:\n{text}");
+    assert!(!ok && listed.contains(tap), "a planted one-code error passed:\n{text}");
 }

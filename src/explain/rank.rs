@@ -649,7 +649,8 @@ const EXPECTED_EPS: f64 = 1e-5;
 /// `noise`: where the target is quantized, how far (1 − cosine) an observation may lie from
 /// its expected quantization and still be that quantization ([`quantization_noise`]). An
 /// observation no farther than that, which no fault explains (takes [`EXPLAINED_SHARE`] of the
-/// drift), is the quantization's noise: two quantized implementations differ at rounding boundaries the float order decides.
+/// drift), is the quantization's noise: two quantized implementations differ at rounding
+/// boundaries the float order decides.
 fn conclude(
     rows: &[ExplainRow],
     baseline: &ExplainRow,
@@ -659,9 +660,8 @@ fn conclude(
 ) -> (String, bool) {
     let argmax_agrees = baseline.argmax_agreement.is_nan() || baseline.argmax_agreement >= 1.0;
     let share = |r: &ExplainRow| explained_share(r.match_cosine, baseline.match_cosine);
-    let explains = |r: &ExplainRow| {
-        r.note.is_none() && r.match_cosine > baseline.match_cosine && share(r) >= EXPLAINED_SHARE
-    };
+    let nearer = |r: &&ExplainRow| r.note.is_none() && r.match_cosine > baseline.match_cosine;
+    let explains = |r: &ExplainRow| nearer(&r) && share(r) >= EXPLAINED_SHARE;
     if let Some(noise) = noise {
         // Within the quantization's own noise, the quantization is the answer unless a fault
         // explains the observation by the rule a best explanation meets everywhere: of a few
@@ -670,14 +670,13 @@ fn conclude(
         // of 0.0082 that was noise).
         let off = 1.0 - baseline.match_cosine;
         if off <= noise.max(EXPECTED_EPS) && !rows.first().is_some_and(explains) {
-            let partial = match rows.first() {
-                Some(r) if r.note.is_none() && r.match_cosine > baseline.match_cosine => format!(
+            let partial = rows.first().filter(nearer).map_or(String::new(), |r| {
+                format!(
                     " No fault explains it: the best, {}, would take {:.0}% of the drift.",
                     r.fault,
                     share(r) * 100.0
-                ),
-                _ => String::new(),
-            };
+                )
+            });
             return (format!(
                 "`{observed}` matches its expected quantization (match cosine {:.6}, within the quantization's own \
                  noise of {:.6}): expected quantization noise, the quantization alone explains the drift from the \
