@@ -589,7 +589,9 @@ fn an_interrupted_suite_leaves_reports_of_what_finished() {
         .map(|e| e.unwrap().path())
         .collect();
     let json = t.path().join("s.json");
-    let child = std::process::Command::new(assert_cmd::cargo::cargo_bin("hefprobe"))
+    // Through cargo's runner where one is set (qemu-aarch64 for the arm64 tier of .ci/run).
+    let child = <std::process::Command as assert_cmd::cargo::CommandCargoExt>::cargo_bin("hefprobe")
+        .unwrap()
         .arg("suite")
         .args(&probes)
         .arg("--backend")

@@ -117,6 +117,13 @@ pub fn check_args(a: &Settings, max_positions: Option<usize>) -> Result<()> {
     Ok(())
 }
 
+/// Say loudly, before any figure, that an emulator's figures mean nothing for a real CPU.
+pub fn warn_emulated() {
+    if let Some(why) = limits::emulation() {
+        println!("note: {why}; every figure below measures the emulator, not a CPU, and means nothing");
+    }
+}
+
 pub fn run(a: Settings) -> Result<ExitCode> {
     check_args(&a, None)?;
     if let Some(n) = a.threads {
@@ -146,6 +153,7 @@ pub fn run(a: Settings) -> Result<ExitCode> {
         ckpt.stored_dtype,
         if threads == 1 { "" } else { "s" }
     );
+    warn_emulated();
     let lim = limits::measure(threads);
     println!(
         "limits (measured now, {threads} thread{}): sgemm {:.1} GFLOP/s, read bandwidth {:.2} GB/s",

@@ -198,7 +198,7 @@ fn drifts(probe: &Probe, path: &Path, a: &SearchArgs) -> Result<(bool, String)> 
 }
 
 fn search(a: SearchArgs, next: bool) -> Result<ExitCode> {
-    let probe = Probe::load(&a.probe)?;
+    let probe = crate::probe::catalog::open(&a.probe)?;
     let ckpt = match a.checkpoint.to_ref() {
         Some(c) => c.load()?,
         None => probe.checkpoint.to_ref()?.load()?,

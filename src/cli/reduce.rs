@@ -7,7 +7,6 @@ use crate::error::Result;
 use crate::output::Outputs;
 use crate::probe::reduce::{probe_toml, reduce, size};
 use crate::probe::run::{prepare, CaptureOptions, ExplainChoice, ProbeOverrides, RunOptions};
-use crate::probe::schema::Probe;
 use clap::Args;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -31,7 +30,7 @@ pub struct ReduceArgs {
 
 pub fn run(a: ReduceArgs) -> Result<ExitCode> {
     use crate::probe::cleanup;
-    let probe = Probe::load(&a.probe)?;
+    let probe = crate::probe::catalog::open(&a.probe)?;
     let original = crate::files::read_text(&a.probe)?;
     let backends = a.backend.specs()?;
     let checkpoint = a.checkpoint.to_ref();

@@ -158,7 +158,7 @@ pub fn command_line() -> String {
 /// The probe and the options `run` runs it with (its outputs checked): the command line's and
 /// the Python module's `run` (which fills a `RunArgs`).
 pub fn plan(a: &RunArgs) -> Result<(Probe, RunOptions)> {
-    let probe = Probe::load(&a.probe)?;
+    let probe = crate::probe::catalog::open(&a.probe)?;
     let backends = a.backend.specs()?;
     let checkpoint = a.checkpoint.to_ref();
     let mut outs = Outputs::new();

@@ -283,7 +283,7 @@ impl Suite {
 
     /// The probes given on the command line, as a suite with default settings.
     pub fn from_probes(paths: &[PathBuf]) -> Result<Suite> {
-        let probes = paths.iter().map(|p| Probe::load(p)).collect::<Result<Vec<_>>>()?;
+        let probes = paths.iter().map(|p| crate::probe::catalog::open(p)).collect::<Result<Vec<_>>>()?;
         let suite = Suite { name: "probes".into(), probes, ..Suite::default() };
         suite.check("the command line")?;
         Ok(suite)
