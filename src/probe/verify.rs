@@ -540,7 +540,7 @@ mod tests {
         assert_eq!(v("first drift at logits", "first drift at layers.0.out"), Verdict::Different);
         assert_eq!(v("a\nb", "a"), Verdict::Different);
         assert_eq!(v("é 1.5 ü", "é 1.5 ü"), Verdict::Same, "non-ASCII text splits on digits only");
-        let spilled = format!("x\n{} in /tmp/a (budget 8 MiB)\ny", super::super::spill::SPILL_NOTE);
+        let spilled = format!("x\n{} in spill/a (budget 8 MiB)\ny", super::super::spill::SPILL_NOTE);
         assert_eq!(v(&spilled, "x\ny"), Verdict::Same, "how this machine ran it is left out");
     }
 }
