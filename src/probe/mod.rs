@@ -8,3 +8,4 @@ pub mod run;
 pub mod schema;
 pub mod spill;
 pub mod sweep;
+pub mod verify;
