@@ -53,7 +53,7 @@ pub fn save(store: &dyn Store, to: &Path, announce: bool) -> Result<()> {
             Ok(())
         }
         Some(from) => {
-            std::fs::copy(from, to).map_err(|e| Error::io(to, e))?;
+            crate::files::copy(from, to)?;
             said(to);
             Ok(())
         }
@@ -379,7 +379,7 @@ pub struct NpzOut {
 
 impl NpzOut {
     pub fn create(path: &Path) -> Result<Self> {
-        let mut out = AtomicFile::create(path)?;
+        let mut out = AtomicFile::create_seekable(path)?;
         let w = ndarray_npy::NpzWriter::new(std::io::BufWriter::new(out.take_file()));
         Ok(NpzOut { out, w, path: path.to_path_buf() })
     }
@@ -462,7 +462,7 @@ struct Writer {
 
 impl NpzSink {
     pub fn create(path: &Path, selection: TapSelection) -> Result<Self> {
-        let mut out = AtomicFile::create(path)?;
+        let mut out = AtomicFile::create_seekable(path)?;
         let mut w = ndarray_npy::NpzWriter::new(std::io::BufWriter::new(out.take_file()));
         let (tx, rx) = std::sync::mpsc::channel::<Batch>();
         let pending = std::sync::Arc::new((std::sync::Mutex::new(0u64), std::sync::Condvar::new()));

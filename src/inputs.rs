@@ -141,7 +141,7 @@ impl InputSet {
     /// tokens are forced.
     pub fn to_npz(&self, path: &std::path::Path) -> Result<()> {
         use ndarray::Array1;
-        let mut out = crate::files::AtomicFile::create(path)?;
+        let mut out = crate::files::AtomicFile::create_seekable(path)?;
         let mut w = ndarray_npy::NpzWriter::new(std::io::BufWriter::new(out.take_file()));
         let err = |e: ndarray_npy::WriteNpzError| Error::input(path.display().to_string(), e.to_string());
         let i64s = |v: &[u32]| Array1::from(v.iter().map(|&t| i64::from(t)).collect::<Vec<_>>());

@@ -2,12 +2,17 @@
 //! report, or by overwriting the file it read, is refused in the first millisecond.
 //!
 //! Every command that writes lists what it reads and what it writes in an [`Outputs`] and calls
-//! [`Outputs::check`] before loading a model. An output must be in a folder that exists, must
-//! not be a folder, must not be any input (compared canonicalized, so `./x.hef` and `x.hef`
-//! are one file, and by inode, so a hard link is too) nor a file of a checkpoint folder being
-//! read, and two outputs must not be the same file. Writing itself goes through [`crate::files::write_file`] / [`crate::files::AtomicFile`].
+//! [`Outputs::check`] before loading a model. An output must be in a folder that exists and can
+//! be written now, must not be a folder, must not be any input (compared canonicalized, so
+//! `./x.hef` and `x.hef` are one file, and by inode, so a hard link is too) nor a file of a
+//! checkpoint folder being read, and two outputs must not be the same file. What its path is now
+//! decides how it is written ([`crate::files::Dest`], the one writer contract): `-` is stdout
+//! (text only), a device or FIFO is written into in place (a binary `.npz` only where it seeks),
+//! a socket or block device is refused. Writing itself goes through [`crate::files::write_file`]
+//! / [`crate::files::AtomicFile`].
 
 use crate::error::{Error, Result};
+use crate::files;
 use std::path::{Path, PathBuf};
 
 /// Files a checkpoint load reads from its folder (`model/weights.rs`, `model/tokenizer.rs`).
@@ -30,7 +35,9 @@ pub fn is_checkpoint_dir(dir: &Path) -> bool {
 pub struct Outputs {
     inputs: Vec<(PathBuf, String)>,
     checkpoints: Vec<(PathBuf, String)>,
-    files: Vec<(PathBuf, String)>,
+    /// Each output file, the flag that asks for it, and whether it is an `.npz` (binary, written
+    /// with seeks).
+    files: Vec<(PathBuf, String, bool)>,
     dirs: Vec<(PathBuf, String)>,
 }
 
@@ -77,7 +84,14 @@ impl Outputs {
 
     /// A file the command writes; `flag` names the option that asked for it.
     pub fn file(&mut self, flag: &str, p: &Path) -> &mut Self {
-        self.files.push((p.to_path_buf(), flag.to_string()));
+        self.files.push((p.to_path_buf(), flag.to_string(), false));
+        self
+    }
+
+    /// An `.npz` or a HEF the command writes: a binary file, so never stdout, and never a FIFO
+    /// or a terminal (an `.npz` is written with seeks).
+    pub fn binary(&mut self, flag: &str, p: &Path) -> &mut Self {
+        self.files.push((p.to_path_buf(), flag.to_string(), true));
         self
     }
 
@@ -98,16 +112,11 @@ impl Outputs {
             if p.exists() && !p.is_dir() {
                 return Err(Error::usage(format!("{}: exists and is not a folder", named(flag, p))));
             }
+            let writable = if p.is_dir() { p.as_path() } else { folder(p) };
+            files::check_writable(writable).map_err(|e| unwritable(flag, p, e))?;
         }
-        for (p, flag) in &self.files {
-            parent_exists(flag, p)?;
-            if p.is_dir() {
-                return Err(Error::usage(format!(
-                    "{}: is a folder; give a file name to write",
-                    named(flag, p)
-                )));
-            }
-            let Some(c) = canonical(p) else { continue };
+        for (p, flag, binary) in &self.files {
+            let Some(c) = self.destination(p, flag, *binary)? else { continue };
             if let Some((_, what)) = inputs.iter().find(|(i, _)| *i == c || same_file(i, &c)) {
                 return Err(Error::usage(format!(
                     "{}: is {what}, which this command reads; writing it would destroy the input \
@@ -136,6 +145,40 @@ impl Outputs {
         }
         Ok(())
     }
+
+    /// How the output at `p` will be written ([`files::Dest`]), checked now: the canonical file
+    /// to compare with the inputs, or None for stdout. A file to replace needs a folder that
+    /// exists and can be written; a binary output needs a file or a device that seeks.
+    fn destination(&self, p: &Path, flag: &str, binary: bool) -> Result<Option<PathBuf>> {
+        if p.as_os_str().is_empty() {
+            return Err(Error::usage(format!("{flag}: the path is empty")));
+        }
+        let dest = files::Dest::of(p).map_err(|e| Error::usage(format!("{flag}: {e}")))?;
+        if binary && !dest.seekable() {
+            return Err(Error::usage(format!("{flag}: {}", files::not_seekable(p))));
+        }
+        match dest {
+            files::Dest::Stdout => Ok(None),
+            files::Dest::InPlace(_) => Ok(canonical(p)),
+            files::Dest::Replace(target) => {
+                parent_exists(flag, &target)?;
+                files::check_writable(folder(&target)).map_err(|e| unwritable(flag, p, e))?;
+                Ok(canonical(&target))
+            }
+        }
+    }
+}
+
+/// The folder a path is in (`.` for a bare name).
+fn folder(p: &Path) -> &Path {
+    p.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."))
+}
+
+fn unwritable(flag: &str, p: &Path, e: Error) -> Error {
+    Error::usage(format!(
+        "{}: its folder cannot be written ({e}); choose a folder you can write",
+        named(flag, p)
+    ))
 }
 
 /// `-o x.npz`, or the flag alone when it already says the path (`--report markdown=r.md`).

@@ -140,6 +140,22 @@ impl Tap {
         }
     }
 
+    /// Whether a HEF can output this tap (an exposed output): a block's captured taps and the
+    /// final norm. The embeddings are the host's (genai looks them up), the logits are the logits.
+    pub fn exposable(self) -> bool {
+        match self {
+            Tap::Layer(_, t) => t.is_captured(),
+            Tap::FinalNorm => true,
+            Tap::Embed | Tap::Logits => false,
+        }
+    }
+
+    /// The tap a HEF output is by the naming convention `<group>/<tap>` (the name after its last
+    /// `/`; docs/HAILO-RUNTIME.md, "Exposed outputs"), when it is one a HEF can output.
+    pub fn of_output(name: &str) -> Option<Tap> {
+        Tap::parse(name.rsplit('/').next()?).filter(|&t| t.exposable())
+    }
+
     /// Whether captures hold this tap (layer edit sites are not captured).
     pub fn is_captured(self) -> bool {
         match self {
@@ -430,10 +446,49 @@ impl Layout {
     }
 }
 
-/// Which taps to record: glob patterns over tap names (`layers.*.attn.probs`, `logits`).
+/// A glob over tap names, the one meaning every tap pattern has (`--taps`, a probe's `taps`,
+/// `--expose`, `[thresholds.taps]`, `--threshold GLOB:...`): names are dotted segments, and `*`,
+/// `?` and `[...]` match within one segment, so `layers.*.out` is each layer's output and never
+/// its `attn.out`; a `*` that is the whole last segment takes every segment after it, so `*` is
+/// every tap, `layers.*` every layer's and `layers.3.*` layer 3's.
+#[derive(Debug, Clone)]
+pub struct TapGlob {
+    text: String,
+    segments: Vec<glob::Pattern>,
+    /// The last segment is a lone `*`: one or more segments.
+    rest: bool,
+}
+
+impl TapGlob {
+    pub fn parse(text: &str) -> std::result::Result<Self, String> {
+        let mut parts: Vec<&str> = text.split('.').collect();
+        let rest = parts.last() == Some(&"*");
+        if rest {
+            parts.pop();
+        }
+        let segments = parts
+            .iter()
+            .map(|p| glob::Pattern::new(p).map_err(|e| e.to_string()))
+            .collect::<Result<_, _>>()?;
+        Ok(TapGlob { text: text.to_string(), segments, rest })
+    }
+
+    pub fn matches(&self, name: &str) -> bool {
+        let names: Vec<&str> = name.split('.').collect();
+        let n = self.segments.len();
+        let count = if self.rest { names.len() > n } else { names.len() == n };
+        count && self.segments.iter().zip(&names).all(|(p, s)| p.matches(s))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.text
+    }
+}
+
+/// Which taps to record: tap globs ([`TapGlob`]: `layers.*.attn.probs`, `logits`).
 #[derive(Debug, Clone)]
 pub struct TapSelection {
-    patterns: Vec<glob::Pattern>,
+    patterns: Vec<TapGlob>,
     source: Vec<String>,
 }
 
@@ -451,7 +506,7 @@ impl TapSelection {
         for g in globs {
             for part in g.split(',').map(str::trim).filter(|p| !p.is_empty()) {
                 patterns.push(
-                    glob::Pattern::new(part).map_err(|e| {
+                    TapGlob::parse(part).map_err(|e| {
                         Error::usage(format!("tap glob `{part}` is not a valid pattern: {e}"))
                     })?,
                 );
@@ -582,6 +637,19 @@ mod tests {
                 "noslash",
             ]
         );
+    }
+
+    #[test]
+    fn a_star_between_dots_is_one_segment_and_a_last_star_the_rest() {
+        let g = |s: &str| TapGlob::parse(s).unwrap();
+        let outs: Vec<String> = tap_names(6).into_iter().filter(|n| g("layers.*.out").matches(n)).collect();
+        assert_eq!(outs, (0..6).map(|l| format!("layers.{l}.out")).collect::<Vec<_>>());
+        assert!(tap_names(6).iter().all(|n| g("*").matches(n)), "`*` is every tap");
+        let layers = tap_names(6).into_iter().filter(|n| g("layers.*").matches(n)).count();
+        assert_eq!(layers, tap_names(6).len() - 3, "`layers.*` is every tap but embed, final_norm, logits");
+        assert!(g("layers.3.*").matches("layers.3.attn.probs") && !g("layers.3.*").matches("layers.30.out"));
+        assert!(g("layers.1?.out").matches("layers.12.out") && !g("layers.1?.out").matches("layers.1.out"));
+        assert!(!g("layers.*").matches("layers"), "a last `*` takes at least one segment");
     }
 
     #[test]

@@ -460,8 +460,8 @@ fn doctor_without_hailort_or_a_device_says_what_it_could_not_find() {
 }
 
 /// An evidence bundle of a HEF run replays the same on this machine; a figure edited in its
-/// report, or the HEF swapped for another, fails `verify` naming the file; a bundle recorded on
-/// a device this machine does not have says "not re-runnable here" for that device's figures.
+/// report, or the HEF swapped for another, fails `verify` naming the file; a bundle that says a
+/// simulated HEF ran on a hailo device is named as false.
 #[test]
 fn a_bundle_verifies_the_same_and_tampering_is_named() {
     let t = tempfile::tempdir().unwrap();
@@ -483,7 +483,7 @@ fn a_bundle_verifies_the_same_and_tampering_is_named() {
     for f in
         ["probe.toml", "inputs.npz", "report.json", "report.md", "captures/hef.npz", "captures/reference.npz"]
     {
-        assert!(manifest["files"][f].is_string(), "{f} is pinned: {manifest}");
+        assert!(manifest["files"][f]["sha256"].is_string(), "{f} is pinned: {manifest}");
     }
     assert_eq!(manifest["devices"]["hef"]["kind"], "sim");
     assert!(manifest["pinned"][0]["what"].as_str().unwrap().contains("HEF"));
@@ -503,14 +503,15 @@ fn a_bundle_verifies_the_same_and_tampering_is_named() {
     assert_ne!(std::fs::read_to_string(&report).unwrap(), text, "a figure was edited");
     verify(&edited).code(1).stdout(predicate::str::contains("report.json changed"));
 
-    // A device this machine does not have: its figures are not re-runnable here.
+    // A claim that a simulated HEF ran on a hailo device: its pinned HEF runs on sim here, so
+    // the claim is false (tests/hostile.rs: only an absent device is "not re-runnable here").
     let elsewhere = t.path().join("elsewhere");
     copy_dir(&bundle, &elsewhere);
     let m = elsewhere.join("bundle.json");
     let text = std::fs::read_to_string(&m).unwrap().replacen("\"kind\": \"sim\"", "\"kind\": \"hailo\"", 1);
     std::fs::write(&m, text).unwrap();
-    verify(&elsewhere).code(0).stdout(
-        predicate::str::contains("not re-runnable here").and(predicate::str::contains("ran on hailo")),
+    verify(&elsewhere).code(1).stdout(
+        predicate::str::contains("device of `hef`").and(predicate::str::contains("that claim is false")),
     );
 
     // The HEF swapped for a clean one: named, exit 1.

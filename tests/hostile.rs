@@ -42,7 +42,7 @@ fn positions_that_wrap_are_refused_not_decoded_forever() {
         .args(["reference", "--synth", "tinystories", "--tokens", "1,2", "--decode", "18446744073709551615"])
         .arg("-o")
         .arg(std::env::temp_dir().join("hefprobe-never.npz"))
-        .timeout(std::time::Duration::from_secs(60))
+        .timeout(limit(60))
         .assert()
         .code(2)
         .stderr(predicate::str::contains("--decode").and(predicate::str::contains("overflows")));
@@ -76,7 +76,7 @@ fn positions_that_wrap_are_refused_not_decoded_forever() {
     hefprobe()
         .arg("run")
         .arg(&p)
-        .timeout(std::time::Duration::from_secs(60))
+        .timeout(limit(60))
         .assert()
         .code(2)
         .stderr(predicate::str::contains("start_position").and(predicate::str::contains("decode")));
@@ -589,7 +589,9 @@ fn an_interrupted_suite_leaves_reports_of_what_finished() {
         .map(|e| e.unwrap().path())
         .collect();
     let json = t.path().join("s.json");
-    let child = std::process::Command::new(assert_cmd::cargo::cargo_bin("hefprobe"))
+    // Through cargo's runner where one is set (qemu-aarch64 for the arm64 tier of .ci/run).
+    let child = <std::process::Command as assert_cmd::cargo::CommandCargoExt>::cargo_bin("hefprobe")
+        .unwrap()
         .arg("suite")
         .args(&probes)
         .arg("--backend")
@@ -633,7 +635,7 @@ fn fifos_bad_gguf_files_and_hub_refs_that_leave_the_cache_are_refused() {
     ] {
         hefprobe()
             .args(&args)
-            .timeout(std::time::Duration::from_secs(60))
+            .timeout(limit(60))
             .assert()
             .code(2)
             .stderr(predicate::str::contains("is a FIFO").and(predicate::str::contains("fifo")));
@@ -670,7 +672,7 @@ fn fifos_bad_gguf_files_and_hub_refs_that_leave_the_cache_are_refused() {
             "-o",
         ]);
         c.arg(t.path().join("r.npz"));
-        c.timeout(std::time::Duration::from_secs(60)).assert()
+        c.timeout(limit(60)).assert()
     };
     reference("/etc/hostname").code(2).stderr(predicate::str::contains("never a path"));
     let refs = repo.join("refs/main");
@@ -834,7 +836,7 @@ fn sizes_claimed_by_hefs_sweeps_inputsets_and_globs_are_bounded() {
     hefprobe()
         .arg("suite")
         .arg(&suite)
-        .timeout(std::time::Duration::from_secs(60))
+        .timeout(limit(60))
         .assert()
         .code(2)
         .stderr(predicate::str::contains("key `root`").and(predicate::str::contains("filesystem's root")));
@@ -857,12 +859,13 @@ fn crafted_bundles_findings_and_reductions_are_refused_by_name() {
         b
     };
     let m = r#"{"schema": "SCHEMA", "hefprobe": "0", "command": "", "asked": {"probe": "p.toml", "backends": [],
-        "checkpoint": null, "revision": "main", "thresholds": [], "no_explain": false},
+        "checkpoint": null, "revision": "main", "thresholds": [], "no_explain": false}, "folder": "b",
         "files": {FILES}, "left_out": [], "pinned": [], "devices": {}}"#;
     verify(&manifest(&m.replace("SCHEMA", "hefprobe.bundle/9").replace("FILES", "")))
         .stderr(predicate::str::contains("key `schema`"));
     verify(&manifest(
-        &m.replace("SCHEMA", "hefprobe.bundle/1").replace("FILES", r#""../../etc/passwd": "00""#),
+        &m.replace("SCHEMA", "hefprobe.bundle/2")
+            .replace("FILES", r#""../../etc/passwd": {"sha256": "00", "bytes": 2}"#),
     ))
     .stderr(predicate::str::contains("not a path inside the bundle"));
     verify(&manifest("{")).stderr(predicate::str::contains("not a bundle manifest"));
@@ -896,4 +899,544 @@ fn crafted_bundles_findings_and_reductions_are_refused_by_name() {
         .code(2)
         .stderr(predicate::str::contains("[explain]"));
     assert!(!d.join("min.toml").exists(), "nothing written");
+}
+
+// ---- Round three (issue 42): evidence that cannot be forged, and the rough edges ----------
+
+fn timeout() -> std::time::Duration {
+    limit(120)
+}
+
+/// A hang guard of `secs`, stretched 20-fold where the binary runs under an emulator (cargo's
+/// runner for the target: qemu-aarch64 runs code 20-30x slower than the CPU it emulates).
+fn limit(secs: u64) -> std::time::Duration {
+    let emulated = std::env::vars().any(|(k, _)| k.starts_with("CARGO_TARGET_") && k.ends_with("_RUNNER"));
+    std::time::Duration::from_secs(if emulated { secs * 20 } else { secs })
+}
+
+/// The manifest of a bundle, edited by `f` and written back.
+fn edit_manifest(bundle: &Path, f: impl FnOnce(&mut serde_json::Value)) {
+    let p = bundle.join("bundle.json");
+    let mut m: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
+    f(&mut m);
+    std::fs::write(&p, serde_json::to_string_pretty(&m).unwrap()).unwrap();
+}
+
+/// Replace `old` by `new` in a file of the bundle and pin the forged file's hash and size, as a
+/// forger who rewrites the manifest would.
+fn forge(bundle: &Path, name: &str, old: &str, new: &str) {
+    let p = bundle.join(name);
+    let text = std::fs::read_to_string(&p).unwrap();
+    assert!(text.contains(old), "{name} holds `{old}`");
+    std::fs::write(&p, text.replacen(old, new, 1)).unwrap();
+    let (sha, bytes) = hefprobe::probe::bundle::sha256_file(&p).unwrap();
+    edit_manifest(bundle, |m| m["files"][name] = serde_json::json!({"sha256": sha, "bytes": bytes}));
+}
+
+fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let p = e.unwrap().path();
+        let dest = to.join(p.file_name().unwrap());
+        if p.is_dir() {
+            copy_tree(&p, &dest);
+        } else {
+            std::fs::copy(&p, &dest).unwrap();
+        }
+    }
+}
+
+/// A bundle of the tiny probe against an emulator with a planted fault (figures that drift).
+fn tiny_bundle(dir: &Path) -> PathBuf {
+    let p = tiny_probe(dir, "");
+    let b = dir.join("b");
+    hefprobe()
+        .arg("run")
+        .arg(&p)
+        .args(["--backend", "emulator=shared-softmax@layers=0", "--no-explain", "--bundle"])
+        .arg(&b)
+        .timeout(timeout())
+        .assert()
+        .code(1);
+    b
+}
+
+fn verify(dir: &Path) -> assert_cmd::assert::Assert {
+    hefprobe().arg("verify").arg(dir).timeout(timeout()).assert()
+}
+
+/// Every document a person reads is regenerated and compared, so a figure rewritten in
+/// report.md or evidence.md (its hash re-pinned) is named; an honest bundle moved to another
+/// folder, its figures off in the last bits as another machine of the same kind may give them,
+/// is still the same.
+#[test]
+fn verify_regenerates_every_document_and_figure_a_person_reads() {
+    let t = tempfile::tempdir().unwrap();
+    let b = tiny_bundle(t.path());
+    let moved = t.path().join("elsewhere/b");
+    copy_tree(&b, &moved);
+    let report = std::fs::read_to_string(moved.join("report.json")).unwrap();
+    let at = report.find("\"cosine\": 0.").unwrap() + "\"cosine\": 0.".len();
+    let digits: String = report[at..].chars().take_while(char::is_ascii_digit).collect();
+    let last = digits.chars().last().unwrap().to_digit(10).unwrap();
+    let nudged = format!("{}{}", &digits[..digits.len() - 1], (last + 1) % 10);
+    forge(&moved, "report.json", &format!("\"cosine\": 0.{digits}"), &format!("\"cosine\": 0.{nudged}"));
+    verify(&moved).code(0).stdout(predicate::str::contains("all same: "));
+    let md = std::fs::read_to_string(b.join("report.md")).unwrap();
+    let cosine = md.lines().find(|l| l.contains("| `logits` |")).unwrap().split('|').nth(4).unwrap().trim();
+    for (name, old, new) in [
+        ("report.md", cosine.to_string(), "0.999999".to_string()),
+        ("evidence.md", "first drift: ".to_string(), "first drift: nowhere, ".to_string()),
+    ] {
+        let forged = t.path().join(format!("forged-{name}"));
+        copy_tree(&b, &forged);
+        forge(&forged, name, &old, &new);
+        verify(&forged).code(1).stdout(
+            predicate::str::contains(format!("│ {name}")).and(predicate::str::contains("regenerated")),
+        );
+    }
+}
+
+/// A manifest's claim that a backend ran on a `hailo` device is checked against the pinned HEF:
+/// a simulated HEF runs on the simulated device here, so a forged figure is named and the claim
+/// called false. Only a compiled HEF with no device here is "not re-runnable", and that is
+/// "unverified", exit 1, never "all same".
+#[test]
+fn a_device_claim_is_checked_and_only_an_absent_device_is_unverified() {
+    let t = tempfile::tempdir().unwrap();
+    let h = t.path().join("ts.hef");
+    hefprobe()
+        .args(["synth-hef", "--synth", "tinystories", "--fault", "shared-softmax@layers=0", "-o"])
+        .arg(&h)
+        .assert()
+        .success();
+    let b = t.path().join("b");
+    hefprobe()
+        .arg("run")
+        .arg(repo("probes/shared-softmax.toml"))
+        .args(["--no-explain", "--backend"])
+        .arg(format!("hef={}", h.display()))
+        .arg("--bundle")
+        .arg(&b)
+        .timeout(timeout())
+        .assert()
+        .code(1);
+    let forged = t.path().join("forged");
+    copy_tree(&b, &forged);
+    edit_manifest(&forged, |m| m["devices"]["hef"]["kind"] = "hailo".into());
+    let report = std::fs::read_to_string(forged.join("report.json")).unwrap();
+    let at = report.find("\"cosine\": ").unwrap() + "\"cosine\": ".len();
+    let cos: String = report[at..].chars().take_while(|c| c.is_ascii_digit() || *c == '.').collect();
+    forge(&forged, "report.json", &format!("\"cosine\": {cos}"), "\"cosine\": 0.5");
+    verify(&forged)
+        .code(1)
+        .stdout(
+            predicate::str::contains("that claim is false").and(predicate::str::contains("│ report.json")),
+        )
+        .stdout(predicate::str::contains("not re-runnable here").count(1));
+    // The same bundle as a compiled HEF recorded on a device: its hash re-pinned, no device here.
+    let mut hef = hefprobe::hef::Hef::read(&h).unwrap();
+    hef.resources.retain(|r| r.name != "hefprobe-sim.json");
+    std::fs::write(&h, hef.to_bytes()).unwrap();
+    let (sha, bytes) = hefprobe::probe::bundle::sha256_file(&h).unwrap();
+    edit_manifest(&b, |m| {
+        m["pinned"][0]["sha256"] = sha.into();
+        m["pinned"][0]["bytes"] = bytes.into();
+        m["devices"]["hef"]["kind"] = "hailo".into();
+    });
+    verify(&b)
+        .code(1)
+        .stdout(predicate::str::contains("unverified (").and(predicate::str::contains("ran on hailo")))
+        .stdout(predicate::str::contains("all same").not());
+}
+
+/// A suite bundle whose backends were edited replays other targets: each recorded pair is named
+/// as not replayed (never "not re-runnable here" for the simulated device that is right here),
+/// and the replay's own error is said.
+#[test]
+fn an_edited_suite_bundle_names_what_its_replay_ran_and_why_it_failed() {
+    let t = tempfile::tempdir().unwrap();
+    let d = t.path();
+    tiny_probe(d, "");
+    let suite = write(d, "s.toml", "version = 1\nprobes = [\"tiny.toml\"]\n");
+    hefprobe()
+        .arg("suite")
+        .arg(&suite)
+        .args(["--no-explain", "--bundle"])
+        .arg(d.join("night"))
+        .timeout(timeout())
+        .assert()
+        .code(0);
+    let gone = d.join("gone.hef");
+    edit_manifest(&d.join("night"), |m| {
+        m["suite"]["backends"] = serde_json::json!([format!("hef={}", gone.display())])
+    });
+    verify(&d.join("night"))
+        .code(1)
+        .stdout(predicate::str::contains("the replay runs no `h × device`"))
+        .stdout(predicate::str::contains("replay of `h × gone`").and(predicate::str::contains("gone.hef")))
+        .stdout(predicate::str::contains("not re-runnable here").count(1));
+}
+
+/// A manifest is input: a hash that is not hex (once a panic slicing inside a character), and
+/// a file whose size is not the pinned one, named without being read (a 1 TiB sparse file in
+/// place of a 10-byte one).
+#[test]
+fn crafted_manifests_are_named_and_sizes_come_before_hashes() {
+    let t = tempfile::tempdir().unwrap();
+    let b = tiny_bundle(t.path());
+    let odd = t.path().join("odd");
+    copy_tree(&b, &odd);
+    edit_manifest(&odd, |m| m["files"]["report.md"]["sha256"] = "é".repeat(32).into());
+    verify(&odd)
+        .code(2)
+        .stderr(predicate::str::contains("key `files`").and(predicate::str::contains("64 hex")));
+    let big = b.join("captures/reference.npz");
+    std::fs::File::create(&big).unwrap().set_len(1 << 40).unwrap();
+    edit_manifest(&b, |m| m["files"]["captures/reference.npz"]["bytes"] = 10.into());
+    let start = std::time::Instant::now();
+    verify(&b).code(1).stdout(predicate::str::contains("1099511627776 bytes where the bundle pinned 10"));
+    assert!(start.elapsed().as_secs() < 60, "not hashed");
+}
+
+/// Outputs never replace what is not a regular file: a link to a device stays a link (the
+/// device written into), a FIFO nobody reads is refused at once, a capture (written with
+/// seeks) is refused on a FIFO, `-` is stdout, a link to /proc/self/fd/1 writes stdout.
+#[cfg(unix)]
+#[test]
+fn outputs_write_into_special_files_or_refuse_them_never_replace_them() {
+    let t = tempfile::tempdir().unwrap();
+    let p = tiny_probe(t.path(), "");
+    let null = t.path().join("null");
+    std::os::unix::fs::symlink("/dev/null", &null).unwrap();
+    let stdout_link = t.path().join("out");
+    std::os::unix::fs::symlink("/proc/self/fd/1", &stdout_link).unwrap();
+    let fifo = t.path().join("fifo");
+    assert!(std::process::Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+    let run = |report: &Path| {
+        hefprobe()
+            .arg("run")
+            .arg(&p)
+            .arg("--report")
+            .arg(format!("json={}", report.display()))
+            .timeout(timeout())
+            .assert()
+    };
+    run(&null).code(0);
+    run(&stdout_link).code(0).stdout(predicate::str::contains("\"schema\": \"hefprobe.report/1\""));
+    run(&fifo).code(2).stderr(predicate::str::contains("a FIFO that nobody reads"));
+    hefprobe()
+        .arg("run")
+        .arg(&p)
+        .args(["--report", "json=-"])
+        .assert()
+        .code(0)
+        .stdout(predicate::str::contains("\"schema\": \"hefprobe.report/1\""));
+    hefprobe()
+        .args(["reference", "--synth", "tinystories", "--tokens", "1,2", "-o"])
+        .arg(&fifo)
+        .timeout(timeout())
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("cannot be written with seeks"));
+    for link in [&null, &stdout_link] {
+        assert!(std::fs::symlink_metadata(link).unwrap().file_type().is_symlink(), "{} kept", link.display());
+    }
+    use std::os::unix::fs::FileTypeExt;
+    assert!(std::fs::metadata(&fifo).unwrap().file_type().is_fifo());
+    assert!(std::fs::metadata("/dev/null").unwrap().file_type().is_char_device());
+}
+
+/// A target's own checkpoint is an input however the report path spells it, and an output
+/// folder that cannot be written is refused before any probe runs.
+#[test]
+fn a_targets_checkpoint_and_an_unwritable_folder_are_refused_before_the_suite_runs() {
+    let t = tempfile::tempdir().unwrap();
+    let d = t.path();
+    let ck = common::small_checkpoint(d, "ck", 300);
+    write(d, "p.toml", &format!("{HEAD}{TINY}[inputs]\ntokens = [1, 2, 3]\n{EMULATOR}"));
+    let suite = write(
+        d,
+        "s.toml",
+        "version = 1\nprobes = [\"p.toml\"]\n[[target]]\nname = \"emu\"\nkind = \"emulator\"\ncheckpoint = \"ck\"\n",
+    );
+    let config = std::fs::read(ck.join("config.json")).unwrap();
+    hefprobe()
+        .arg("suite")
+        .arg(&suite)
+        .arg("--report")
+        .arg(format!("json={}/./ck/config.json", d.display()))
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("the checkpoint of target `emu`"));
+    assert_eq!(std::fs::read(ck.join("config.json")).unwrap(), config);
+    let start = std::time::Instant::now();
+    hefprobe()
+        .arg("suite")
+        .arg(&suite)
+        .args(["--report", "json=/proc/hefprobe-never.json"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("cannot be written").and(predicate::str::contains("h × emu").not()));
+    assert!(start.elapsed().as_secs() < 30);
+}
+
+/// A claim names taps and faults that exist for its probe and checkpoint, or the suite is refused
+/// naming the key, with the closest name: a typo once switched the regression check off.
+#[test]
+fn claims_naming_what_does_not_exist_are_refused_with_the_closest_name() {
+    let t = tempfile::tempdir().unwrap();
+    let d = t.path();
+    std::fs::create_dir_all(d.join("probes")).unwrap();
+    std::fs::copy(repo("probes/shared-softmax.toml"), d.join("probes/s.toml")).unwrap();
+    let suite = |claim: &str| {
+        let p = d.join("suite.toml");
+        std::fs::write(
+            &p,
+            format!("version = 1\nprobes = [\"probes/*.toml\"]\n[[finding]]\nid = 11\nprobe = \"shared-softmax\"\nexpect = \"fixed\"\n{claim}\n"),
+        )
+        .unwrap();
+        hefprobe().arg("suite").arg(&p).arg("--no-explain").timeout(timeout()).assert().code(2)
+    };
+    suite("first_drift = \"layers.99.attn.probs\"")
+        .stderr(predicate::str::contains("key `first_drift`").and(predicate::str::contains("6 layers")));
+    suite("first_drift = \"layers.0.attn.prob\"")
+        .stderr(predicate::str::contains("did you mean `layers.0.attn.probs`"));
+    suite("explained_by = \"shared-sotfmax\"").stderr(
+        predicate::str::contains("key `explained_by`")
+            .and(predicate::str::contains("did you mean `shared-softmax`")),
+    );
+    suite("metric = { tap = \"logitz\", figure = \"cosine\", below = 0.9 }").stderr(
+        predicate::str::contains("key `metric.tap`").and(predicate::str::contains("did you mean `logits`")),
+    );
+}
+
+/// Exposed outputs are mapped once: two outputs onto one tap (two of one name, two by the
+/// convention, a map entry onto a tap an output is named for), a tap outside the model, a quant
+/// scale no tap can hold: each an input error naming the outputs. `audit` checks exposed
+/// outputs as taps.
+#[test]
+fn exposed_outputs_are_mapped_once_inside_the_model_with_a_usable_scale() {
+    let t = tempfile::tempdir().unwrap();
+    let h = t.path().join("x.hef");
+    hefprobe()
+        .args(["synth-hef", "--synth", "tinystories", "--expose", "layers.1.out,layers.2.out", "-o"])
+        .arg(&h)
+        .assert()
+        .success();
+    hefprobe()
+        .arg("audit")
+        .arg(&h)
+        .assert()
+        .code(0)
+        .stdout(predicate::str::contains("logits-rows").not())
+        .stdout(predicate::str::contains("tap layers.1.out"));
+    let edited = |name: &str, f: &dyn Fn(&mut hefprobe::hef::Stream)| {
+        let mut hef = hefprobe::hef::Hef::read(&h).unwrap();
+        for g in &mut hef.groups {
+            g.outputs.iter_mut().filter(|o| o.name.ends_with("/layers.2.out")).for_each(f);
+        }
+        let p = t.path().join(name);
+        std::fs::write(&p, hef.to_bytes()).unwrap();
+        p
+    };
+    let run = |hef: &Path, extra: &str| {
+        hefprobe()
+            .arg("run")
+            .arg(repo("probes/shared-softmax.toml"))
+            .args(["--no-explain", "--backend"])
+            .arg(format!("hef={}{extra}", hef.display()))
+            .timeout(timeout())
+            .assert()
+    };
+    let twice = edited("twice.hef", &|o| o.name = o.name.replace("layers.2.out", "layers.1.out"));
+    run(&twice, "").code(2).stderr(predicate::str::contains("are both tap layers.1.out"));
+    let nested = edited("nested.hef", &|o| o.name = o.name.replace("layers.2.out", "x/layers.1.out"));
+    run(&nested, "").code(2).stderr(
+        predicate::str::contains("x/layers.1.out").and(predicate::str::contains("both tap layers.1.out")),
+    );
+    let map =
+        write(t.path(), "map.toml", "[taps]\n\"hefprobe_sim__prefill/layers.2.out\" = \"layers.1.out\"\n");
+    run(&h, &format!(",map={}", map.display())).code(2).stderr(predicate::str::contains(
+        "`hefprobe_sim__prefill/layers.1.out` and `hefprobe_sim__prefill/layers.2.out`",
+    ));
+    let outside = edited("outside.hef", &|o| o.name = o.name.replace("layers.2.out", "layers.9.out"));
+    run(&outside, "")
+        .code(2)
+        .stderr(predicate::str::contains("is tap layers.9.out, but the model has 6 layers"));
+    let huge = edited("huge.hef", &|o| o.quant_per_feature.iter_mut().for_each(|q| q.scale = 1e30));
+    run(&huge, "").code(2).stderr(predicate::str::contains("layers.2.out cannot hold"));
+}
+
+/// `reduce` refuses a dump backend up front (a recording answers only its own inputs) and
+/// writes nothing.
+#[test]
+fn reduce_refuses_a_dump_before_any_run() {
+    let t = tempfile::tempdir().unwrap();
+    let cap = t.path().join("d.npz");
+    hefprobe()
+        .args(["reference", "--synth", "tinystories", "--tokens", "1,2,3", "-o"])
+        .arg(&cap)
+        .assert()
+        .success();
+    let p = write(
+        t.path(),
+        "p.toml",
+        &format!(
+            "{HEAD}[checkpoint]\nsynth = \"tinystories\"\n[inputs]\ntokens = [1, 2, 3]\n[[backend]]\nname = \"rec\"\nkind = \"dump\"\npath = \"{}\"\n[explain]\nobserved = \"rec\"\n",
+            cap.display()
+        ),
+    );
+    let min = t.path().join("min.toml");
+    hefprobe()
+        .arg("reduce")
+        .arg(&p)
+        .arg("-o")
+        .arg(&min)
+        .timeout(timeout())
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("backend `rec` is a dump"));
+    assert!(!min.exists());
+}
+
+/// Calibration text is bounded in size and in prompts, naming the cap.
+#[test]
+fn calibration_text_is_bounded_in_size_and_prompts() {
+    let t = tempfile::tempdir().unwrap();
+    let big = t.path().join("big.txt");
+    std::fs::File::create(&big).unwrap().set_len(1 << 30).unwrap();
+    let many = write(t.path(), "many.txt", &"a\n\n".repeat(200_000));
+    for (text, says) in
+        [(&big, "a calibration text is read whole and may be at most 1.0 MiB"), (&many, "200000 paragraphs")]
+    {
+        hefprobe()
+            .args(["synth-hef", "--synth", "tinystories", "-o"])
+            .arg(t.path().join("c.hef"))
+            .arg("--calib-text")
+            .arg(text)
+            .timeout(timeout())
+            .assert()
+            .code(2)
+            .stderr(predicate::str::contains(says));
+    }
+}
+
+/// Every whole-file read has a cap by kind (a 9 GB sparse file of each is refused naming the file
+/// and the cap, nothing allocated) and honours --max-memory.
+#[test]
+fn every_whole_file_read_is_bounded() {
+    let t = tempfile::tempdir().unwrap();
+    let d = t.path();
+    let huge = |name: &str| {
+        let p = d.join(name);
+        if let Some(dir) = p.parent() {
+            std::fs::create_dir_all(dir).unwrap();
+        }
+        std::fs::File::create(&p).unwrap().set_len(9 << 30).unwrap();
+        p
+    };
+    let refused = |args: Vec<std::ffi::OsString>, file: &str| {
+        hefprobe()
+            .args(&args)
+            .timeout(timeout())
+            .assert()
+            .code(2)
+            .stderr(predicate::str::contains(file).and(predicate::str::contains("may be at most")));
+    };
+    let os =
+        |v: &[&dyn AsRef<std::ffi::OsStr>]| v.iter().map(|x| x.as_ref().to_os_string()).collect::<Vec<_>>();
+    let p = tiny_probe(d, "");
+    let hef = d.join("m.hef");
+    hefprobe().args(["synth-hef", "--synth", "tinystories", "-o"]).arg(&hef).assert().success();
+    refused(os(&[&"run", &huge("big-probe.toml")]), "big-probe.toml");
+    refused(os(&[&"suite", &huge("big-suite.toml")]), "big-suite.toml");
+    refused(os(&[&"suite", &p, &"--baseline", &huge("base.json")]), "base.json");
+    refused(os(&[&"suite", &p, &"--history", &huge("h.jsonl")]), "h.jsonl");
+    refused(os(&[&"merge", &huge("shard.json")]), "shard.json");
+    refused(os(&[&"verify", &huge("bundle/bundle.json").parent().unwrap()]), "bundle.json");
+    let shared = repo("probes/shared-softmax.toml");
+    refused(
+        os(&[
+            &"run",
+            &shared,
+            &"--backend",
+            &format!("hef={},map={}", hef.display(), huge("map.toml").display()),
+        ]),
+        "map.toml",
+    );
+    refused(
+        os(&[
+            &"synth-hef",
+            &"--synth",
+            &"tinystories",
+            &"-o",
+            &d.join("c.hef"),
+            &"--calib-text",
+            &huge("c.txt"),
+        ]),
+        "c.txt",
+    );
+    let ck = common::small_checkpoint(d, "ck", 300);
+    let tok = write(d, "tok.toml", &format!("{HEAD}[checkpoint]\npath = \"ck\"\n[inputs]\ntext = \"hi\"\ntokenizer = \"tk/tokenizer.json\"\n{EMULATOR}"));
+    huge("tk/tokenizer.json");
+    refused(os(&[&"run", &tok]), "tk/tokenizer.json");
+    let ck2 = d.join("ck2");
+    copy_tree(&ck, &ck2);
+    std::fs::File::create(ck2.join("tokenizer.json")).unwrap().set_len(9 << 30).unwrap();
+    refused(
+        os(&[&"reference", &"--checkpoint", &ck2, &"--text", &"hi", &"-o", &d.join("r.npz")]),
+        "ck2/tokenizer.json",
+    );
+    std::fs::File::create(ck2.join("config.json")).unwrap().set_len(9 << 30).unwrap();
+    refused(
+        os(&[&"reference", &"--checkpoint", &ck2, &"--tokens", &"1", &"-o", &d.join("r.npz")]),
+        "ck2/config.json",
+    );
+    // Under the cap, the budget decides before the read.
+    let long = write(
+        d,
+        "long.toml",
+        &format!("{}# {}\n", std::fs::read_to_string(&p).unwrap(), "x".repeat(3 << 20)),
+    );
+    hefprobe()
+        .args(["--max-memory", "2M", "run"])
+        .arg(&long)
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("long.toml").and(predicate::str::contains("--max-memory")));
+}
+
+/// Rough edges of "every layer measured on the device": bisect takes --tokens and --text as
+/// `reference` does; `synth-hef --layers 0..=L-1` writes the whole model (a loop over prefixes
+/// ends there); `--expose 'layers.*.out'` is each layer's output and nothing else.
+#[test]
+fn bisect_takes_a_prompt_the_last_prefix_is_the_model_and_a_glob_is_one_segment() {
+    let t = tempfile::tempdir().unwrap();
+    let dir = t.path().join("prefixes");
+    std::fs::create_dir_all(&dir).unwrap();
+    hefprobe()
+        .args(["synth-hef", "--synth", "tinystories", "--layers", "0..=5", "-o"])
+        .arg(dir.join("p5.hef"))
+        .assert()
+        .success();
+    for prompt in [["--tokens", "5,9,44,120"], ["--text", "Once upon a time"]] {
+        hefprobe()
+            .args(["bisect", "run"])
+            .arg(&dir)
+            .args(["--synth", "tinystories"])
+            .args(prompt)
+            .timeout(timeout())
+            .assert()
+            .code(0)
+            .stdout(predicate::str::contains("no drift at block 5"));
+    }
+    hefprobe()
+        .args(["synth-hef", "--synth", "tinystories", "--expose", "layers.*.out", "-o"])
+        .arg(t.path().join("x.hef"))
+        .assert()
+        .success()
+        .stdout(predicate::str::contains(
+            "exposed outputs (per-feature quant infos): layers.0.out, layers.1.out, layers.2.out, layers.3.out, layers.4.out, layers.5.out\n",
+        ));
 }

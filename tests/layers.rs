@@ -1,8 +1,8 @@
 //! The house's layering (docs/ARCHITECTURE.md): an import only ever points down.
 //!
 //! `cli` → `suite`, `bench` → `probe`, `diagnose` → `report` → `explain` → `compare` → `backend` → `device` →
-//! `fault` → `model` → `hef` → the plain types (`inputs`, `capture`, `tap`, `budget`, `output`,
-//! `error`).
+//! `fault` → `model` → `hef` → the plain types (`inputs`, `capture`, `tap`, `output`, `files`,
+//! `budget`, `error`).
 //! This test reads every file under `src/` and fails on any `crate::X` path that names a
 //! module above the file's own, so a staircase cannot come back unnoticed.
 
@@ -23,8 +23,9 @@ const LAYERS: &[&[&str]] = &[
     &["hef"],
     &["inputs", "capture"],
     &["tap"],
-    &["budget", "output"],
+    &["output"],
     &["files", "progress"],
+    &["budget"],
     &["error"],
 ];
 

@@ -26,7 +26,9 @@ fn probe(dir: &Path) -> PathBuf {
 }
 
 fn spawn(probe: &Path, tmp: &Path, json: &Path) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_hefprobe"))
+    // Through cargo's runner where one is set (qemu-aarch64 for the arm64 tier of .ci/run).
+    <Command as assert_cmd::cargo::CommandCargoExt>::cargo_bin("hefprobe")
+        .unwrap()
         .env("TMPDIR", tmp)
         .args(["--max-memory", "8M", "run"])
         .arg(probe)

@@ -66,7 +66,7 @@ impl DumpBackend {
                     .collect()
             }
             Some(m) => {
-                let text = crate::files::read_text(m)?;
+                let text = crate::files::read_text(m, crate::files::Kind::NameMap)?;
                 let (map_what, npz_what) = (m.display().to_string(), path.display().to_string());
                 plan(&text, &map_what, &npz_what, &members, |k| file.shape(k), |_| String::new())?
             }

@@ -197,21 +197,6 @@ fn fits(rows_values: &[usize], frame: usize, width: usize) -> bool {
     matches!(rows_values, [r, w] if *w == width && (*r == frame || *r == 1))
 }
 
-/// A tap output's quant infos must dequantize: HailoRT multiplies by the scale.
-fn check_quant(o: &crate::device::StreamInfo, what: &str) -> Result<()> {
-    match o.quant_infos.iter().position(|q| !(q.scale.is_finite() && q.scale != 0.0 && q.zp.is_finite())) {
-        Some(i) => Err(Error::input(
-            format!("{what} output `{}`", o.name),
-            format!(
-                "quant info {i} has scale {} and zero point {}: its values cannot be dequantized; \
-                 the HEF is damaged or the output is not a quantized tensor",
-                o.quant_infos[i].scale, o.quant_infos[i].zp
-            ),
-        )),
-        None => Ok(()),
-    }
-}
-
 /// The `hef` backend for the HEF at `path`, refused when it was made from another checkpoint
 /// than the reference's.
 pub fn open(label: &str, path: &Path, profile: Option<SimProfile>, ckpt: &Checkpoint) -> Result<HefBackend> {
@@ -234,7 +219,6 @@ impl HefBackend {
             let Some(tap) = is_tap.then(|| crate::device::exposed::tap_named(&o.name)).flatten() else {
                 continue;
             };
-            check_quant(&o, what)?;
             let (frame, want) = self.wire(&group, tap);
             let got = o.shape.features as usize;
             if !fits(&[o.shape.rows() as usize, got], frame, want) {
@@ -247,10 +231,57 @@ impl HefBackend {
                     ),
                 ));
             }
+            crate::device::exposed::check_quant(&o, tap, self.qmax(&group, &o.name), what)?;
             tap_outputs.push(TapOutput { output: o.name.clone(), tap, transform: None });
         }
         self.tap_outputs = tap_outputs;
+        self.check_taps(None, what)?;
         Ok(self)
+    }
+
+    /// The largest code of an output as the hardware sends it (uint8 or uint16).
+    fn qmax(&self, group: &str, output: &str) -> f32 {
+        let bytes = self
+            .hef
+            .group(group)
+            .and_then(|g| g.outputs.iter().find(|s| s.name == output))
+            .map_or(2, |s| s.data_bytes);
+        if bytes == 1 {
+            255.0
+        } else {
+            65535.0
+        }
+    }
+
+    /// Every exposed tap from one output of its group (two outputs onto one tap, by their
+    /// names, an output map, or both, would have one silently win), and, with the model's
+    /// `layers`, inside the model.
+    fn check_taps(&self, layers: Option<usize>, what: &str) -> Result<()> {
+        let outputs = self.driver.outputs();
+        let mut seen: Vec<(&str, Tap, &str)> = Vec::new();
+        for (group, o, _) in &outputs {
+            let Some(t) = self.tap_outputs.iter().find(|t| t.output == o.name) else { continue };
+            if let Some((_, _, other)) = seen.iter().find(|(g, x, _)| *g == group.as_str() && *x == t.tap) {
+                return Err(Error::input(
+                    what,
+                    format!(
+                        "outputs `{other}` and `{}` of group `{group}` are both tap {}: measure each tap from one \
+                         output (rename one, or map it elsewhere in the output map)",
+                        o.name, t.tap
+                    ),
+                ));
+            }
+            seen.push((group, t.tap, &o.name));
+            if let (Some(l), Some(n)) = (t.tap.layer(), layers) {
+                if l >= n {
+                    return Err(Error::input(
+                        format!("{what} output `{}`", o.name),
+                        format!("is tap {}, but the model has {n} layers (0..={})", t.tap, n - 1),
+                    ));
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Take the HEF's outputs as the output map at `path` names them (the dump map's TOML form:
@@ -260,7 +291,7 @@ impl HefBackend {
     /// part of the logits.
     pub fn set_output_map(&mut self, path: &Path) -> Result<()> {
         let map_what = path.display().to_string();
-        let text = crate::files::read_text(path)?;
+        let text = crate::files::read_text(path, crate::files::Kind::NameMap)?;
         let outputs = self.driver.outputs();
         let names: Vec<String> = outputs.iter().map(|(_, o, _)| o.name.clone()).collect();
         let shape_of = |n: &str| {
@@ -294,7 +325,6 @@ impl HefBackend {
             }
             let (group, o, _) =
                 outputs.iter().find(|(_, o, _)| o.name == e.member).expect("plan checked the member");
-            check_quant(o, &map_what)?;
             let dims = shape_of(&e.member)?;
             let rows = match &e.transform {
                 Some(t) => super::map::transformed_shape(&dims, t, &what)?,
@@ -312,6 +342,7 @@ impl HefBackend {
                     ),
                 ));
             }
+            crate::device::exposed::check_quant(o, tap, self.qmax(group, &o.name), &map_what)?;
             tap_outputs.push(TapOutput { output: e.member.clone(), tap, transform: e.transform });
         }
         tap_outputs.extend(
@@ -319,6 +350,7 @@ impl HefBackend {
         );
         self.driver.set_taps(&tap_outputs.iter().map(|t| t.output.clone()).collect());
         self.tap_outputs = tap_outputs;
+        self.check_taps(None, &map_what)?;
         self.output_map = Some(map_what);
         Ok(())
     }
@@ -454,8 +486,10 @@ impl HefBackend {
 
     /// A simulated HEF names the checkpoint it was made from: comparing it with another one is
     /// an input error, not drift. (A compiled HEF carries no such record; its logits width is
-    /// checked against the vocabulary where the logits are compared.)
+    /// checked against the vocabulary where the logits are compared.) Its exposed taps must be
+    /// inside the checkpoint's blocks.
     pub fn check_made_from(&self, path: &Path, ckpt: &Checkpoint) -> Result<()> {
+        self.check_taps(Some(ckpt.config.num_layers), &path.display().to_string())?;
         match &self.made_from {
             Some(made_from) if *made_from != ckpt.hash => Err(Error::input(
                 path.display().to_string(),

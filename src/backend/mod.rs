@@ -191,6 +191,7 @@ pub fn make_backend(spec: &BackendSpec, ckpt: &Checkpoint, model: &Arc<Decoder>)
             b.declared = spec.quant.clone();
             if let Some(m) = &spec.map {
                 b.set_output_map(m)?;
+                b.check_made_from(spec.path()?, ckpt)?; // the mapped taps, inside the model
             }
             b.declare_first_layer(spec.first_layer, ckpt.config.num_layers)?;
             Box::new(b)

@@ -127,6 +127,36 @@ crate::model::kernels::simd! {
     }
 }
 
+/// Why these figures describe an emulator rather than this CPU, when they do: a binary run by
+/// qemu-user sees the host's `/proc/cpuinfo` (an aarch64 build reading an x86 CPU's
+/// `vendor_id`, or the reverse), or qemu's own CPU model, which reports implementer 0x00 where
+/// every real Arm core names its maker.
+pub fn emulation() -> Option<String> {
+    let info = std::fs::read_to_string("/proc/cpuinfo").ok()?;
+    emulation_in(&info, std::env::consts::ARCH)
+}
+
+fn emulation_in(cpuinfo: &str, arch: &str) -> Option<String> {
+    let field = |name: &str| {
+        cpuinfo.lines().find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            (k.trim() == name).then(|| v.trim().to_string())
+        })
+    };
+    match (arch, field("vendor_id"), field("CPU implementer")) {
+        ("aarch64", Some(vendor), _) => {
+            Some(format!("this aarch64 build runs on an x86 CPU ({vendor}) through an emulator"))
+        }
+        ("aarch64", None, Some(imp)) if imp == "0x00" => {
+            Some("the CPU reports implementer 0x00, as only an emulator's CPU model does".into())
+        }
+        ("x86_64", None, Some(imp)) => {
+            Some(format!("this x86_64 build runs on an Arm CPU (implementer {imp}) through an emulator"))
+        }
+        _ => None,
+    }
+}
+
 /// Weights every token multiplies by: the projections of every layer and the lm_head.
 fn linear_params(c: &Config) -> usize {
     let (h, i, q, kv) =
@@ -162,6 +192,18 @@ pub fn pct(limit_ms: f64, value_ms: f64) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_emulator_is_told_from_cpuinfo() {
+        let x86 = "processor\t: 0\nvendor_id\t: AuthenticAMD\nflags\t\t: fpu avx2\n";
+        let pi5 = "processor\t: 0\nBogoMIPS\t: 108.00\nCPU implementer\t: 0x41\nCPU part\t: 0xd0b\n";
+        let qemu = "processor\t: 0\nCPU implementer\t: 0x00\n";
+        assert!(emulation_in(x86, "aarch64").is_some_and(|m| m.contains("AuthenticAMD")));
+        assert_eq!(emulation_in(pi5, "aarch64"), None);
+        assert!(emulation_in(qemu, "aarch64").is_some());
+        assert_eq!(emulation_in(x86, "x86_64"), None);
+        assert!(emulation_in(pi5, "x86_64").is_some());
+    }
 
     #[test]
     fn sum_adds_every_element() {

@@ -63,6 +63,7 @@ pub fn run(a: &Settings) -> Result<ExitCode> {
     // The limits are measured before every shape and once more at the end, and the best of
     // each is used: a neighbour's memory traffic moved the read bandwidth by ±30% between
     // measurements minutes apart, and a limit measured in a busy moment is no limit.
+    super::warn_emulated();
     eprintln!("measuring the machine's limits ...");
     let (mut lim_all, mut lim_one) = (limits::measure(all), limits::measure(1));
     let mut rows = Vec::new();

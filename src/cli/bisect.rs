@@ -44,12 +44,42 @@ pub struct PlanArgs {
 pub struct SearchArgs {
     /// The folder of prefix HEFs (any names ending in .hef).
     pub dir: PathBuf,
-    /// The probe whose inputs, thresholds and checkpoint each prefix runs with.
-    #[arg(long)]
-    pub probe: PathBuf,
-    /// Run on this checkpoint instead of the probe's.
+    /// The probe whose inputs, thresholds and checkpoint each prefix runs with; without one,
+    /// the model (--checkpoint or --synth) and the prompt (--tokens or --text) are given here.
+    #[arg(long, required_unless_present_any = ["tokens", "text"])]
+    pub probe: Option<PathBuf>,
+    /// Run on this model instead of the probe's.
     #[command(flatten)]
-    pub checkpoint: super::CheckpointArgs,
+    pub model: ModelArgs,
+    /// The prompt instead of the probe's inputs, as `reference` takes it.
+    #[command(flatten)]
+    pub prompt: super::PromptArgs,
+}
+
+impl SearchArgs {
+    /// The probe each prefix runs: the `--probe` file (its inputs replaced by a prompt given
+    /// here), or one made of the model and prompt given here, with the default thresholds.
+    fn probe(&self) -> Result<Probe> {
+        let mut probe = match &self.probe {
+            Some(p) => crate::probe::catalog::open(p)?,
+            // The model comes from [`SearchArgs::model_override`].
+            None if self.model.given() => Probe::of_inputs("bisect", Default::default(), self.prompt.spec()),
+            None => {
+                return Err(Error::usage(
+                    "bisect without --probe needs the model: give --checkpoint DIR or --synth PRESET",
+                ))
+            }
+        };
+        if self.prompt.given() {
+            probe.inputs = self.prompt.spec();
+        }
+        Ok(probe)
+    }
+
+    /// The model given here (`--checkpoint` or `--synth`), in place of the probe's.
+    fn model_override(&self) -> Result<Option<crate::model::CheckpointRef>> {
+        self.model.given().then(|| self.model.to_ref()).transpose()
+    }
 }
 
 /// A prefix HEF's last block, read from what it outputs: a simulated HEF's recorded range, or
@@ -178,7 +208,7 @@ fn drifts(probe: &Probe, path: &Path, a: &SearchArgs) -> Result<(bool, String)> 
     let opts = RunOptions {
         probe: ProbeOverrides {
             backends: vec![BackendSpec::parse_cli(&format!("hef={}", path.display()))?],
-            checkpoint: a.checkpoint.to_ref(),
+            checkpoint: a.model_override()?,
             thresholds: Vec::new(),
             explain: ExplainChoice::Off,
         },
@@ -198,8 +228,8 @@ fn drifts(probe: &Probe, path: &Path, a: &SearchArgs) -> Result<(bool, String)> 
 }
 
 fn search(a: SearchArgs, next: bool) -> Result<ExitCode> {
-    let probe = Probe::load(&a.probe)?;
-    let ckpt = match a.checkpoint.to_ref() {
+    let probe = a.probe()?;
+    let ckpt = match a.model_override()? {
         Some(c) => c.load()?,
         None => probe.checkpoint.to_ref()?.load()?,
     };

@@ -44,9 +44,9 @@ pub(super) fn parse_device(s: &str) -> std::result::Result<SimProfile, String> {
 
 pub fn capture(a: CaptureArgs) -> Result<ExitCode> {
     let mut outs = crate::output::Outputs::new();
-    outs.input("the HEF", &a.hef).input("--inputs", &a.inputs).file("-o", &a.out);
+    outs.input("the HEF", &a.hef).input("--inputs", &a.inputs).binary("-o", &a.out);
     if let Some(p) = &a.record_frames {
-        outs.file("--record-frames", p);
+        outs.binary("--record-frames", p);
     }
     outs.check()?;
     let inputs = InputSet::from_npz(&a.inputs)?;

@@ -56,7 +56,7 @@ pub struct ExplainArgs {
 /// The probe and the options `explain` runs it with (its outputs checked): the command line's
 /// and the Python module's `explain` (which fills an `ExplainArgs`).
 pub fn plan(a: &ExplainArgs) -> Result<(Probe, RunOptions)> {
-    let probe = Probe::load(&a.probe)?;
+    let probe = crate::probe::catalog::open(&a.probe)?;
     let observed = match (&a.observed, &a.backend) {
         (Some(p), _) => BackendSpec {
             name: Some("observed".into()),

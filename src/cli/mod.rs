@@ -325,8 +325,9 @@ impl PromptArgs {
         }
     }
 
-    pub fn input_set(&self, ckpt: &Checkpoint) -> Result<crate::inputs::InputSet> {
-        let spec = crate::probe::schema::InputsSpec {
+    /// The inputs as a probe's `[inputs]` table states them.
+    pub fn spec(&self) -> crate::probe::schema::InputsSpec {
+        crate::probe::schema::InputsSpec {
             tokens: self.tokens.as_ref().map(|t| t.0.clone()),
             text: self.text.clone(),
             tokenizer: self.tokenizer.clone(),
@@ -335,8 +336,16 @@ impl PromptArgs {
             decode: self.decode,
             decode_tokens: self.decode_tokens.as_ref().map(|t| t.0.clone()),
             start_position: self.start_position,
-        };
-        crate::probe::run::build_inputs(&spec, ckpt)
+        }
+    }
+
+    /// Whether a prompt was given (`--tokens` or `--text`).
+    pub fn given(&self) -> bool {
+        self.tokens.is_some() || self.text.is_some()
+    }
+
+    pub fn input_set(&self, ckpt: &Checkpoint) -> Result<crate::inputs::InputSet> {
+        crate::probe::run::build_inputs(&self.spec(), ckpt)
     }
 }
 

@@ -7,7 +7,6 @@ use crate::error::Result;
 use crate::output::Outputs;
 use crate::probe::reduce::{probe_toml, reduce, size};
 use crate::probe::run::{prepare, CaptureOptions, ExplainChoice, ProbeOverrides, RunOptions};
-use crate::probe::schema::Probe;
 use clap::Args;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -22,7 +21,7 @@ pub struct ReduceArgs {
     /// only where the first drifting tap already matches).
     #[arg(long, default_value_t = 200)]
     pub budget: usize,
-    /// Where the minimal probe goes.
+    /// Where the minimal probe goes (`-`: stdout, once the search ends).
     #[arg(short = 'o', long = "out", value_name = "MIN.toml")]
     pub out: PathBuf,
     #[command(flatten)]
@@ -31,8 +30,9 @@ pub struct ReduceArgs {
 
 pub fn run(a: ReduceArgs) -> Result<ExitCode> {
     use crate::probe::cleanup;
-    let probe = Probe::load(&a.probe)?;
-    let original = crate::files::read_text(&a.probe)?;
+    let path = crate::probe::catalog::locate(&a.probe)?;
+    let probe = crate::probe::schema::Probe::load(&path)?;
+    let original = crate::files::read_text(&path, crate::files::Kind::Probe)?;
     let backends = a.backend.specs()?;
     let checkpoint = a.checkpoint.to_ref();
     let mut outs = Outputs::new();
@@ -59,6 +59,9 @@ pub fn run(a: ReduceArgs) -> Result<ExitCode> {
     cleanup::install();
     let out = a.out.clone();
     let mut keep = |r: &crate::probe::reduce::Reduced| -> Result<()> {
+        if out == std::path::Path::new("-") {
+            return Ok(()); // stdout gets the final probe only
+        }
         let text = probe_toml(&original, &a.probe, &out, r)?;
         cleanup::writing(|| crate::files::write_file_quiet(&out, text))?;
         let (t, d) = size(&r.inputs);
@@ -73,12 +76,17 @@ pub fn run(a: ReduceArgs) -> Result<ExitCode> {
     let (t, d) = size(&r.inputs);
     crate::files::write_file(&a.out, probe_toml(&original, &a.probe, &a.out, &r)?)?;
     let why = r.stopped.map(|s| format!(", stopped early: {s}")).unwrap_or_default();
-    println!(
+    let line = format!(
         "reduced to {t} prompt tokens and {d} decode steps in {} runs ({}){why}; chunk {}, start position {}",
         r.runs,
         r.drift,
         r.inputs.chunk.map_or("none".into(), |c| c.to_string()),
         r.inputs.start_position
     );
+    // With the probe on stdout, the sentence goes beside it on stderr.
+    match a.out == std::path::Path::new("-") {
+        true => eprintln!("{line}"),
+        false => println!("{line}"),
+    }
     Ok(ExitCode::SUCCESS)
 }

@@ -55,7 +55,7 @@ pub fn run(a: ReferenceArgs) -> Result<ExitCode> {
     let mut outs = Outputs::new();
     a.model.register(&mut outs)?;
     a.prompt.register(&mut outs);
-    outs.file("-o", &a.out).check()?;
+    outs.binary("-o", &a.out).check()?;
     let (ckpt, inputs, selection, model) = prepare(&a.model, &a.prompt, &a.taps, TapsHeld::Streamed)?;
     let mut sink = NpzSink::create(&a.out, selection)?;
     let mut record = RunRecord::default();

@@ -2,6 +2,7 @@
 //! (shards back into one result) and `hefprobe trend` (a figure over the history's runs).
 
 use crate::error::{Error, Result};
+use crate::model::CheckpointRef;
 use crate::report::{Format, ReportTarget};
 use crate::suite::figures::Figure;
 use crate::suite::history::{self, TrendSpec};
@@ -144,14 +145,11 @@ fn check_formats(out: &SuiteOutputArgs) -> Result<()> {
     }
 }
 
-/// Refuse, before anything runs, an output that is a file the command reads: a report or the
-/// history written over the suite, a probe, the baseline or a shard (`./p/../x` is `x`). The
-/// baseline is written only by `--update-baseline`, which is what it asks for.
-fn check_paths(reads: &[(&str, &std::path::Path)], out: &SuiteOutputArgs) -> Result<()> {
-    let mut outs = crate::output::Outputs::new();
-    for (what, p) in reads {
-        outs.input(what, p);
-    }
+/// Refuse, before anything runs, an output that is a file the command reads (`outs` lists
+/// them): a report or the history written over the suite, a probe, a target's HEF or checkpoint,
+/// the baseline or a shard (`./p/../x` is `x`). The baseline is written only by
+/// `--update-baseline`, which is what it asks for.
+fn check_paths(mut outs: crate::output::Outputs, out: &SuiteOutputArgs) -> Result<()> {
     if let Some(b) = &out.baseline {
         outs.input("the baseline (--baseline)", b);
     }
@@ -165,6 +163,28 @@ fn check_paths(reads: &[(&str, &std::path::Path)], out: &SuiteOutputArgs) -> Res
         crate::suite::history::check(h)?;
     }
     Ok(())
+}
+
+/// Everything a suite run reads: the suite file, each probe's inputs, each target's files and
+/// checkpoint, `--checkpoint`. A checkpoint that does not resolve is left to the run, which
+/// reports it on its pairs.
+fn suite_inputs(suite: &Suite, checkpoint: Option<&CheckpointRef>) -> Result<crate::output::Outputs> {
+    let mut outs = crate::output::Outputs::new();
+    if let Some(f) = &suite.file {
+        outs.input("the suite", f);
+    }
+    let specs: Vec<_> = suite.targets.iter().map(|t| t.spec.clone()).collect();
+    for p in &suite.probes {
+        outs.input("a probe", &p.path); // named as one of many (probe_inputs says "the probe")
+        super::run::probe_inputs(p, checkpoint, &specs, &mut outs)?;
+    }
+    for t in &suite.targets {
+        if let Some(c) = &t.checkpoint {
+            let c = CheckpointRef::at(c, crate::model::hub::DEFAULT_REVISION);
+            let _ = c.register(&format!("the checkpoint of target `{}`", t.label), &mut outs);
+        }
+    }
+    Ok(outs)
 }
 
 fn targets(out: &SuiteOutputArgs) -> Vec<ReportTarget> {
@@ -215,13 +235,11 @@ pub fn suite(a: SuiteArgs) -> Result<ExitCode> {
     if !a.backends.is_empty() {
         suite.set_cli_targets(&a.backends)?;
     }
-    let mut reads: Vec<(&str, &std::path::Path)> =
-        suite.file.iter().map(|f| ("the suite", f.as_path())).collect();
-    reads.extend(suite.probes.iter().map(|p| ("a probe", p.path.as_path())));
-    check_paths(&reads, &a.out)?;
+    let mut outs = suite_inputs(&suite, a.checkpoint.to_ref().as_ref())?;
     if let Some(d) = &a.spill_dir {
-        crate::output::Outputs::new().dir("--spill-dir", d).check()?;
+        outs.dir("--spill-dir", d);
     }
+    check_paths(outs, &a.out)?;
     let env = |k: &str| std::env::var(k).ok();
     let shard = Shard::resolve(a.shard.as_deref(), a.shard_total, &env)?;
     let opts = SuiteOptions {
@@ -285,8 +303,11 @@ fn partial_reports(out: &SuiteOutputArgs) -> impl FnMut(&crate::suite::result::S
 
 pub fn merge(a: MergeArgs) -> Result<ExitCode> {
     check_formats(&a.out)?;
-    let reads: Vec<(&str, &std::path::Path)> = a.shards.iter().map(|s| ("a shard", s.as_path())).collect();
-    check_paths(&reads, &a.out)?;
+    let mut outs = crate::output::Outputs::new();
+    for s in &a.shards {
+        outs.input("a shard", s);
+    }
+    check_paths(outs, &a.out)?;
     let result = merge::merge_files(&a.shards, a.out.baseline.as_deref())?;
     report(&result, &a.out)
 }

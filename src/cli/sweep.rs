@@ -4,7 +4,6 @@ use super::deprecated;
 use super::run::command_line;
 use crate::error::Result;
 use crate::output::Outputs;
-use crate::probe::schema::Probe;
 use crate::probe::sweep::{doc, run_sweep, write_svg};
 use crate::report::{deliver, Format, ReportTarget};
 use clap::Args;
@@ -59,7 +58,7 @@ impl SweepArgs {
 pub fn run(a: SweepArgs) -> Result<ExitCode> {
     let targets = a.targets();
     crate::report::only(&targets, "sweep", &[Format::Terminal, Format::Markdown, Format::Json, Format::Svg])?;
-    let probe = Probe::load(&a.probe)?;
+    let probe = crate::probe::catalog::open(&a.probe)?;
     let checkpoint = a.checkpoint.to_ref();
     let mut outs = Outputs::new();
     super::run::probe_inputs(&probe, checkpoint.as_ref(), &[], &mut outs)?;

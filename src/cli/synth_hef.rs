@@ -133,7 +133,8 @@ fn calibration(a: &SynthHefArgs, ckpt: &crate::model::Checkpoint) -> Result<Opti
         }
     };
     let what = path.display().to_string();
-    Calibration::from_text(&crate::files::read_text(path)?, &tok, &what).map(Some)
+    Calibration::from_text(&crate::files::read_text(path, crate::files::Kind::Calibration)?, &tok, &what)
+        .map(Some)
 }
 
 /// What `synth-hef` wrote: the facts its summary lines give (the command line prints them; the
@@ -201,7 +202,7 @@ pub fn write(a: &SynthHefArgs) -> Result<Written> {
     if let Some(t) = &a.calib_text {
         outs.input("--calib-text", t);
     }
-    outs.file("-o", &a.out).check()?;
+    outs.binary("-o", &a.out).check()?;
     let ckpt = a.model.load()?;
     let source = match a.model.to_ref()? {
         c @ CheckpointRef::Path { .. } => {

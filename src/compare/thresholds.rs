@@ -161,7 +161,7 @@ pub enum Policy {
 pub struct Rule {
     pub glob: String,
     #[serde(skip)]
-    pattern: glob::Pattern,
+    pattern: crate::tap::TapGlob,
     pub bounds: BTreeMap<String, f64>,
     /// Where the rule was written (`--threshold ...`, `[thresholds.taps]`), for messages;
     /// empty for the built-in rules, which are not checked against a model's taps.
@@ -174,7 +174,7 @@ impl Rule {
         for (name, &v) in &bounds {
             check_bound(name, v).map_err(|e| Error::usage(format!("threshold glob `{glob}`: {e}")))?;
         }
-        let pattern = glob::Pattern::new(glob)
+        let pattern = crate::tap::TapGlob::parse(glob)
             .map_err(|e| Error::usage(format!("threshold glob `{glob}` is not a valid pattern: {e}")))?;
         Ok(Rule { glob: glob.to_string(), pattern, bounds, origin: format!("threshold glob `{glob}`") })
     }

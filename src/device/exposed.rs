@@ -13,19 +13,48 @@ use crate::error::{Error, Result};
 use crate::tap::Tap;
 use ndarray::{ArrayD, Axis};
 
-/// Whether `tap` can come back as an output: a block's captured taps and the final norm. The
-/// embeddings are the host's (genai looks them up), the logits are the logits.
+/// Whether `tap` can come back as an output ([`Tap::exposable`]).
 pub fn exposable(tap: Tap) -> bool {
+    tap.exposable()
+}
+
+/// The naming convention: the tap an output's name ends in ([`Tap::of_output`]).
+pub fn tap_named(output: &str) -> Option<Tap> {
+    Tap::of_output(output)
+}
+
+/// The most a dequantized exposed output may span (scale × the largest code) and still be
+/// `tap`: probabilities lie in [0, 1]; every other tap of a trained model stays far below
+/// f16's largest finite value, 65504. Past this the output's values are all one code (a scale of
+/// 1e30 reads every value as the zero point) and the tap measures nothing.
+fn tap_span(tap: Tap) -> f32 {
     match tap {
-        Tap::Layer(_, t) => t.is_captured(),
-        Tap::FinalNorm => true,
-        Tap::Embed | Tap::Logits => false,
+        Tap::Layer(_, crate::tap::LayerTap::Probs) => 4.0,
+        _ => 1e6,
     }
 }
 
-/// The naming convention: the tap an output's name ends in (after its last `/`).
-pub fn tap_named(output: &str) -> Option<Tap> {
-    Tap::parse(output.rsplit('/').next()?).filter(|&t| exposable(t))
+/// A tap output's quant infos must dequantize into a range the tap can hold: HailoRT multiplies
+/// by the scale; `qmax` is the output's largest code.
+pub fn check_quant(o: &super::StreamInfo, tap: Tap, qmax: f32, what: &str) -> Result<()> {
+    let absurd = |q: &crate::hef::QuantInfo| {
+        !(q.scale.is_finite() && q.scale != 0.0 && q.zp.is_finite()) || q.scale.abs() * qmax > tap_span(tap)
+    };
+    match o.quant_infos.iter().position(absurd) {
+        Some(i) => Err(Error::input(
+            format!("{what} output `{}`", o.name),
+            format!(
+                "quant info {i} has scale {} and zero point {}: dequantized, its {} codes span {:e}, which \
+                 {tap} cannot hold (at most {:e}); the HEF is damaged or the output is not this tap",
+                o.quant_infos[i].scale,
+                o.quant_infos[i].zp,
+                qmax + 1.0,
+                o.quant_infos[i].scale.abs() * qmax,
+                tap_span(tap)
+            ),
+        )),
+        None => Ok(()),
+    }
 }
 
 /// What a HEF's frames are made of (its inputs and hailo-config.json say it).

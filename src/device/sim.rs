@@ -438,20 +438,19 @@ impl SimDevice {
     }
 }
 
-/// Tokens a recorded calibration may hold: far past any calibration set (the corpus is ~600),
-/// so a damaged resource cannot make opening the HEF run without bound.
-const MAX_CALIBRATION_TOKENS: usize = 1 << 16;
+use super::synth_hef::{MAX_CALIBRATION_PROMPTS, MAX_CALIBRATION_TOKENS};
 
 /// The calibration prompts a simulated HEF records are input: each id inside the vocabulary,
 /// none empty, and a bounded total, named by the resource they come from.
 fn check_calibration(prompts: &[Vec<u32>], vocab: usize, what: &str) -> Result<()> {
     let resource = || format!("{what} resource {} `calibration`", super::synth_hef::SIM_RESOURCE);
     let total = prompts.iter().map(Vec::len).fold(0usize, usize::saturating_add);
-    if prompts.is_empty() || total > MAX_CALIBRATION_TOKENS {
+    if prompts.is_empty() || prompts.len() > MAX_CALIBRATION_PROMPTS || total > MAX_CALIBRATION_TOKENS {
         return Err(Error::input(
             resource(),
             format!(
-                "{} prompts of {total} tokens: give 1 ..= {MAX_CALIBRATION_TOKENS} tokens",
+                "{} prompts of {total} tokens: give 1 ..= {MAX_CALIBRATION_PROMPTS} prompts of at most \
+                 {MAX_CALIBRATION_TOKENS} tokens",
                 prompts.len()
             ),
         ));

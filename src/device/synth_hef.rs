@@ -129,6 +129,13 @@ pub const CALIBRATION_TEXT: &str = include_str!("calibration.txt");
 /// Greedy steps after each calibration prompt.
 const CALIBRATION_DECODE: usize = 16;
 
+/// The most prompts and tokens a calibration set holds (`--calib-text`, `--calib-tokens`, a
+/// simulated HEF's recorded set): far past any calibration corpus (hefprobe's own is 9
+/// paragraphs, ~600 tokens), so a file or a damaged resource cannot make calibrating, which runs
+/// every prompt and its greedy steps, go on without bound.
+pub const MAX_CALIBRATION_PROMPTS: usize = 256;
+pub const MAX_CALIBRATION_TOKENS: usize = 1 << 16;
+
 impl Calibration {
     /// Four seeded random prompts of 64 tokens: the calibration of a checkpoint with no
     /// tokenizer of its own (synthesized weights, where any token is as typical as another).
@@ -146,9 +153,28 @@ impl Calibration {
         tok: &crate::model::tokenizer::Tokenizer,
         what: &str,
     ) -> Result<Calibration> {
-        let mut prompts = Vec::new();
-        for p in text.split("\n\n").map(str::trim).filter(|p| !p.is_empty()) {
-            prompts.push(tok.encode(p, false)?.ids);
+        let paragraphs: Vec<&str> = text.split("\n\n").map(str::trim).filter(|p| !p.is_empty()).collect();
+        if paragraphs.len() > MAX_CALIBRATION_PROMPTS {
+            return Err(Error::input(
+                what,
+                format!(
+                    "holds {} paragraphs; a calibration set is at most {MAX_CALIBRATION_PROMPTS} prompts \
+                     (one per paragraph): keep the most typical ones",
+                    paragraphs.len()
+                ),
+            ));
+        }
+        let (mut prompts, mut tokens) = (Vec::new(), 0usize);
+        for p in paragraphs {
+            let ids = tok.encode(p, false)?.ids;
+            tokens = tokens.saturating_add(ids.len());
+            if tokens > MAX_CALIBRATION_TOKENS {
+                return Err(Error::input(
+                    what,
+                    format!("holds more than {MAX_CALIBRATION_TOKENS} tokens; a calibration set is at most that: shorten it"),
+                ));
+            }
+            prompts.push(ids);
         }
         if prompts.is_empty() {
             return Err(Error::input(
@@ -448,10 +474,11 @@ pub fn synth_hef(ckpt: &Checkpoint, checkpoint: SimCheckpoint, opts: &SynthHefOp
     let c = &ckpt.config;
     let (first, last) = match opts.layers {
         None => (0, c.num_layers - 1),
-        Some((a, b)) if a <= b && b < c.num_layers && (a, b) != (0, c.num_layers - 1) => (a, b),
+        // 0..=L-1 is the whole model: the last prefix a loop over prefixes asks for.
+        Some((a, b)) if a <= b && b < c.num_layers => (a, b),
         Some((a, b)) => {
             return Err(Error::usage(format!(
-                "--layers {a}..={b}: give blocks A..=B of this {}-layer model (B < {}), not all of them",
+                "--layers {a}..={b}: give blocks A..=B of this {}-layer model (A ≤ B < {})",
                 c.num_layers, c.num_layers
             )))
         }

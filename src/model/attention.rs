@@ -21,7 +21,9 @@
 //!   is not finite, so a value block with a NaN or an infinity takes the rows kernel instead
 //!   (the device's empty cache slots may hold anything).
 
-use crate::model::kernels::{exp8, f32_rows, for_parts, simd, with_data, SharedOut, LANES};
+use crate::model::kernels::{
+    exp8, f32_rows, for_parts, gemm_fixed, gemm_main, simd, with_data, SharedOut, LANES,
+};
 use candle_core::Tensor;
 use std::ops::Range;
 
@@ -230,33 +232,25 @@ fn scores_block(
     let (m, d, s) = (rows.len(), g.d, g.s);
     let end = key_end(allowed, rows.clone(), s);
     assert!(q.len() >= m * d && out.len() >= m * s && (end == 0 || k.len() >= (end - 1) * krow + d));
-    if end > 0 {
-        // SAFETY: the bounds above: q is [m, d] row-major, keys 0..end are rows of k `krow`
-        // apart (read as kᵀ: column j at j·krow), out is [m, s] row-major of which columns
-        // 0..end are written.
-        unsafe {
-            gemm::gemm(
-                m,
-                end,
-                d,
-                out.as_mut_ptr(),
-                1,
-                s as isize,
-                false,
-                q.as_ptr(),
-                1,
-                d as isize,
-                k.as_ptr(),
-                krow as isize,
-                1,
-                0.0,
-                scale,
-                false,
-                false,
-                false,
-                gemm::Parallelism::None,
-            )
+    if !gemm_main(m, end, d, true) {
+        // Too small for gemm's main kernels (their other kernels round per CPU): the rows kernel.
+        for (i, t) in rows.enumerate() {
+            let a = allowed.map(|a| a[t].as_slice());
+            scores_row(&q[i * d..(i + 1) * d], k, krow, a, scale, &mut out[i * s..(i + 1) * s]);
         }
+        return;
+    }
+    // SAFETY: the bounds above: q is [m, d] row-major, keys 0..end are rows of k `krow` apart
+    // (read as kᵀ: column j at j·krow), out is [m, s] row-major of which columns 0..end are
+    // written.
+    unsafe {
+        gemm_fixed(
+            (m, end, d),
+            (out.as_mut_ptr(), 1, s as isize),
+            (q.as_ptr(), 1, d as isize),
+            (k.as_ptr(), krow as isize, 1),
+            scale,
+        )
     }
     for (i, t) in rows.enumerate() {
         let o = &mut out[i * s..(i + 1) * s];
@@ -291,33 +285,19 @@ unsafe fn probs_v_block(
         (0..m).map(|i| p[i * s..(i + 1) * s].iter().rposition(|&x| x != 0.0).map_or(0, |j| j + 1)).max();
     let end = end.unwrap_or(0);
     let finite = (0..end).all(|j| v[j * vrow..j * vrow + d].iter().all(|x| x.is_finite()));
-    if end == 0 || !finite {
+    if !finite || !gemm_main(m, d, end, false) {
         for i in 0..m {
             probs_v_row(&p[i * s..(i + 1) * s], v, vrow, out.slice(at + i * out_row, d));
         }
         return;
     }
     assert!(p.len() >= m * s && v.len() >= (end - 1) * vrow + d);
-    gemm::gemm(
-        m,
-        d,
-        end,
-        out.ptr().add(at),
-        1,
-        out_row as isize,
-        false,
-        p.as_ptr(),
-        1,
-        s as isize,
-        v.as_ptr(),
-        1,
-        vrow as isize,
-        0.0,
+    gemm_fixed(
+        (m, d, end),
+        (out.ptr().add(at), 1, out_row as isize),
+        (p.as_ptr(), 1, s as isize),
+        (v.as_ptr(), 1, vrow as isize),
         1.0,
-        false,
-        false,
-        false,
-        gemm::Parallelism::None,
     )
 }
 

@@ -285,7 +285,7 @@ fn short(v: &Value) -> String {
 
 impl ModelConfig {
     pub fn from_file(path: &Path) -> Result<Self> {
-        let text = crate::files::read_text(path)?;
+        let text = crate::files::read_text(path, crate::files::Kind::Config)?;
         Self::from_json_str(&text, &path.display().to_string())
     }
 

@@ -150,7 +150,7 @@ fn rotate_with_tables(x: &Tensor, cos: &Tensor, sin: &Tensor) -> candle_core::Re
 
 fn rms_norm(x: &Tensor, w: &Tensor, eps: f64) -> candle_core::Result<Tensor> {
     let _s = span(Op::Norm);
-    candle_nn::ops::rms_norm(&x.contiguous()?, w, eps as f32)
+    kernels::rms_norm(x, w, eps as f32)
 }
 
 impl Decoder {
@@ -213,7 +213,7 @@ impl Decoder {
         let last =
             hidden.index_axis(ndarray::Axis(0), rows - 1).to_owned().insert_axis(ndarray::Axis(0)).into_dyn();
         let h = crate::capture::array_to_tensor(&last)?;
-        let normed = candle_nn::ops::rms_norm(&h, &self.norm, self.cfg.rms_norm_eps as f32)?;
+        let normed = kernels::rms_norm(&h, &self.norm, self.cfg.rms_norm_eps as f32)?;
         Ok(self.lm_head.forward(&normed)?.flatten_all()?.to_vec1::<f32>()?)
     }
 

@@ -1,17 +1,20 @@
-//! The decoder's hot loops on f32 slices: projections (gemm, split across threads by output
-//! rows), silu·up with a vectorized exp, and the thread choice shared by every kernel.
+//! The decoder's hot loops on f32 slices: projections (gemm in tiles, or matrix-vector products
+//! for a few rows), RMSNorm, silu·up with a vectorized exp, RoPE, the residual adds, and the
+//! thread choice shared by every kernel.
 //!
 //! Threads come from one persistent pool ([`crate::model::pool`]); the calling thread takes
 //! chunks too, so a step never waits for a thread to be spawned or woken.
 //!
 //! Each kernel is a plain function over slices with a fixed order of operations, compiled twice
 //! (AVX2 and baseline) by [`simd!`]: no fused multiply-add is formed (Rust never contracts
-//! `a * b + c`), so both builds give identical bits.
+//! `a * b + c`), so both builds give identical bits, and so does aarch64 (NEON is its baseline).
+//! The matrix-vector product has AVX-512, AVX2 and NEON builds of one summation order.
 //!
-//! Products go through gemm, which picks its micro-kernels by CPU at run time (AVX-512 where
-//! the CPU has it, the `x86-v4` feature; AVX2 otherwise) and blocks by the CPU's cache sizes.
-//! The reference is bit-for-bit repeatable on one machine (any thread count, see `PARTS`);
-//! across CPUs its float32 sums may round differently in the last bits.
+//! Products of more rows go through gemm, which picks its micro-kernels by CPU at run time
+//! (AVX-512 where the CPU has it, the `x86-v4` feature; AVX2; NEON), each summing an output in
+//! depth order. Every call is one depth block of a size fixed by K ([`gemm_fixed`]) and clear
+//! of gemm's horizontal kernels, so the reference gives the same bits on every CPU, at every
+//! thread count and every cut into tiles (tests/cross_isa.rs: x86_64 against aarch64).
 
 use crate::model::pool;
 use candle_core::{CpuStorage, Layout, Storage, Tensor};
@@ -23,10 +26,9 @@ use std::ops::Range;
 /// still pays off, a few thousand does not.
 const MIN_PARALLEL_WORK: usize = 32 * 1024;
 
-/// Parts an op is cut into, whatever the thread count: enough that a thread that starts late
-/// or is descheduled leaves little for the others to wait on. Fixed, so the part boundaries (and
-/// with them gemm's blocking, hence every rounding) are the same on 1 thread, on many, and when
-/// the pool is busy with another caller's job: the reference is bit-for-bit repeatable.
+/// Fewest parts an op is cut into (two a thread on more threads): enough that a thread that
+/// starts late or is descheduled leaves little for the others to wait on. No kernel's result
+/// depends on where parts are cut.
 const PARTS: usize = 8;
 
 /// Run kernels on `n` threads (the caller included), at most the pool's size; the first call
@@ -44,8 +46,8 @@ pub fn threads() -> usize {
 /// parallel when `work` (multiply-adds or element ops) is worth a second thread.
 pub fn for_parts(n_items: usize, align: usize, work: usize, f: impl Fn(Range<usize>) + Sync) {
     let align = align.max(1);
-    let chunk = n_items.div_ceil(PARTS).div_ceil(align).max(1) * align;
     let threads = if work >= MIN_PARALLEL_WORK { threads() } else { 1 };
+    let chunk = n_items.div_ceil(PARTS.max(2 * threads)).div_ceil(align).max(1) * align;
     if threads <= 1 {
         return pool::in_chunks(n_items, chunk, &f);
     }
@@ -371,11 +373,79 @@ dot_x86!(
     |q| _mm256_cvtph_ps(_mm_loadu_si128(q.cast()))
 );
 
+/// One row of W dotted with x on NEON (every aarch64 CPU has it: the Raspberry Pi 5's
+/// Cortex-A76 included), in [`dot_scalar`]'s order: eight 4-lane accumulators, accumulator a
+/// holding `acc[4a..4a + 4]`, each a product then an add (`fmul`, `fadd`: no `fmla`, which
+/// would round once where the other builds round twice). `$load4` widens 4 stored elements at
+/// a pointer to f32 lanes. One row at a time: four rows would need 32 accumulators, every
+/// register NEON has.
+#[cfg(target_arch = "aarch64")]
+macro_rules! dot_neon_row {
+    ($t:ty, $name:ident, |$q:ident| $load4:expr) => {
+        #[inline]
+        fn $name(x: &[f32], row: &[$t]) -> f32 {
+            use std::arch::aarch64::*;
+            let n = x.len().min(row.len());
+            let full = n / DOT_LANES * DOT_LANES;
+            // SAFETY: NEON is part of the aarch64 baseline; every load reads 4 elements of a
+            // full block of 32 at `i + 4a`, inside both slices (i + 32 <= full <= n).
+            unsafe {
+                let mut acc = [vdupq_n_f32(0.0); 8];
+                let mut i = 0;
+                while i < full {
+                    let xp = x.as_ptr().add(i);
+                    let rp = row.as_ptr().add(i);
+                    for (a, v) in acc.iter_mut().enumerate() {
+                        let $q = rp.add(4 * a);
+                        *v = vaddq_f32(*v, vmulq_f32(vld1q_f32(xp.add(4 * a)), $load4));
+                    }
+                    i += DOT_LANES;
+                }
+                // + 16, + 8, + 4: lanes 0-15 (acc 0-3) + 16-31 (acc 4-7), then halves again.
+                let s16 = [0, 1, 2, 3].map(|a| vaddq_f32(acc[a], acc[a + 4]));
+                let s8 = [vaddq_f32(s16[0], s16[2]), vaddq_f32(s16[1], s16[3])];
+                let s4 = vaddq_f32(s8[0], s8[1]);
+                // + 2, + 1.
+                let s2 = vadd_f32(vget_low_f32(s4), vget_high_f32(s4));
+                let mut sum = vget_lane_f32::<0>(s2) + vget_lane_f32::<1>(s2);
+                for (a, b) in x[full..n].iter().zip(&row[full..n]) {
+                    sum += a * b.f32();
+                }
+                sum
+            }
+        }
+    };
+}
+#[cfg(target_arch = "aarch64")]
+dot_neon_row!(f32, dotn_f32, |q| vld1q_f32(q));
+// bf16: the top half of an f32, so widening is a shift left by 16 of each 16-bit word.
+#[cfg(target_arch = "aarch64")]
+dot_neon_row!(half::bf16, dotn_bf16, |q| vreinterpretq_f32_u32(vshll_n_u16::<16>(vld1_u16(q.cast()))));
+// f16: [`Widen`]'s bit operations on 4 lanes (exponent rebiased by a multiply by 2^112,
+// subnormals included; infinity and NaN rebuilt), exact as `fcvtl` is, with stable intrinsics.
+#[cfg(target_arch = "aarch64")]
+dot_neon_row!(half::f16, dotn_f16, |q| widen_f16x4(vld1_u16(q.cast())));
+
+#[cfg(target_arch = "aarch64")]
+#[inline(always)]
+unsafe fn widen_f16x4(h: std::arch::aarch64::uint16x4_t) -> std::arch::aarch64::float32x4_t {
+    use std::arch::aarch64::*;
+    let h = vmovl_u16(h);
+    let sign = vshlq_n_u32::<16>(vandq_u32(h, vdupq_n_u32(0x8000)));
+    let em = vandq_u32(h, vdupq_n_u32(0x7fff));
+    let finite =
+        vmulq_f32(vreinterpretq_f32_u32(vshlq_n_u32::<13>(em)), vdupq_n_f32(f32::from_bits(0x7780_0000)));
+    let special = vorrq_u32(vdupq_n_u32(0x7f80_0000), vshlq_n_u32::<13>(vandq_u32(em, vdupq_n_u32(0x3ff))));
+    let mag = vbslq_u32(vcgeq_u32(em, vdupq_n_u32(0x7c00)), special, vreinterpretq_u32_f32(finite));
+    vreinterpretq_f32_u32(vorrq_u32(sign, mag))
+}
+
 /// Which build of the dot product this CPU runs (checked once).
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Isa {
     Avx512,
     Avx2,
+    Neon,
     Baseline,
 }
 
@@ -390,6 +460,9 @@ fn isa() -> Isa {
             if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("f16c") {
                 return Isa::Avx2;
             }
+        }
+        if cfg!(target_arch = "aarch64") {
+            return Isa::Neon;
         }
         Isa::Baseline
     })
@@ -528,7 +601,7 @@ trait DotWeight: Widen {
 }
 
 macro_rules! dot_weight {
-    ($t:ty, $group_from_k:expr, $avx512:ident, $avx512_1:ident, $avx2:ident, $avx2_1:ident $(, $arrange:ident)?) => {
+    ($t:ty, $group_from_k:expr, $avx512:ident, $avx512_1:ident, $avx2:ident, $avx2_1:ident, $neon:ident $(, $arrange:ident)?) => {
         impl DotWeight for $t {
             const GROUP_FROM_K: usize = $group_from_k;
             $(
@@ -551,7 +624,11 @@ macro_rules! dot_weight {
                     // SAFETY: the CPU has the features each build enables (checked by `isa`).
                     Isa::Avx512 => return unsafe { $avx512_1(x, w) },
                     Isa::Avx2 => return unsafe { $avx2_1(x, w) },
-                    Isa::Baseline => {}
+                    Isa::Neon | Isa::Baseline => {}
+                }
+                #[cfg(target_arch = "aarch64")]
+                if isa() == Isa::Neon {
+                    return $neon(x, w);
                 }
                 dot_scalar(x, w)
             }
@@ -563,16 +640,16 @@ macro_rules! dot_weight {
                     // SAFETY: the CPU has the features each build enables (checked by `isa`).
                     Isa::Avx512 => return unsafe { $avx512(x, w) },
                     Isa::Avx2 => return unsafe { $avx2(x, w) },
-                    Isa::Baseline => {}
+                    Isa::Neon | Isa::Baseline => {}
                 }
-                w.map(|r| dot_scalar(x, r))
+                w.map(|r| Self::dot1(x, r))
             }
         }
     };
 }
-dot_weight!(f32, 0, dot512_f32, dot512r_f32, dot2_f32, dot2r_f32);
-dot_weight!(half::bf16, 2048, dot512_bf16, dot512r_bf16, dot2_bf16, dot2r_bf16, arrange_bf16);
-dot_weight!(half::f16, 2048, dot512_f16, dot512r_f16, dot2_f16, dot2r_f16);
+dot_weight!(f32, 0, dot512_f32, dot512r_f32, dot2_f32, dot2r_f32, dotn_f32);
+dot_weight!(half::bf16, 2048, dot512_bf16, dot512r_bf16, dot2_bf16, dot2r_bf16, dotn_bf16, arrange_bf16);
+dot_weight!(half::f16, 2048, dot512_f16, dot512r_f16, dot2_f16, dot2r_f16, dotn_f16);
 
 /// Rows `rows` of y = x Wᵀ for the few rows of x (decode): each row of W is read once, from
 /// memory in its stored dtype, and dotted with every row of x while it sits in L1.
@@ -742,7 +819,8 @@ fn matvec_rows(
     }
 }
 
-/// x Wᵀ for x [t, k] with gemm, into the [t, n] destination `out`, in [`PARTS`] parts.
+/// x Wᵀ for x [t, k] with gemm, into the [t, n] destination `out`, in [`Tiles`]: each tile a
+/// block of output rows of W (a panel widened once, in L2) times a block of rows of x.
 fn gemm_rows(
     xs: &[f32],
     t: usize,
@@ -751,41 +829,40 @@ fn gemm_rows(
     n: usize,
     out: &SharedOut,
 ) {
-    let per_call = rows_per_call(k);
-    for_parts(n, 16, t * n * k, |part| {
-        let mut start = part.start;
-        while start < part.end {
-            let rows = per_call.min(part.end - start);
+    if !gemm_main(t, n.min(MIN_TILE_COLS), k, true) {
+        // Too few outputs for gemm's main kernels (a tiny model's projection): hefprobe's own.
+        return for_rows(n, 16, t * n * k, |rows| matvec_rows(xs, t, k, (ws, weight_bits), rows, out, n));
+    }
+    gemm_tiles(&Tiles::new(t, n, k, threads()), xs, k, (ws, weight_bits), out)
+}
+
+/// [`gemm_rows`] in the given tiles.
+fn gemm_tiles(
+    tiles: &Tiles,
+    xs: &[f32],
+    k: usize,
+    (ws, weight_bits): (WeightData, Option<u32>),
+    out: &SharedOut,
+) {
+    let (t, n) = (tiles.t, tiles.n);
+    for_parts(tiles.count(), 1, t * n * k, |items| {
+        for item in items {
+            let (rows, cols) = tiles.get(item);
             let gemm_on = |wp: &[f32]| {
-                // SAFETY: x is [t, k] contiguous; `wp` holds rows start..start+rows of W [n, k],
-                // contiguous; this call writes columns start..start+rows of the row-major
-                // [t, n] destination, which no other call writes; gemm reads lhs/rhs and
-                // writes dst through these strides only.
+                // SAFETY: x is [t, k] contiguous, of which rows `rows` are read; `wp` holds
+                // rows `cols` of W [n, k], contiguous; this tile writes rows `rows` × columns
+                // `cols` of the row-major [t, n] destination, which no other tile writes.
                 unsafe {
-                    gemm::gemm(
-                        t,
-                        rows,
-                        k,
-                        out.ptr().add(start),
-                        1,
-                        n as isize,
-                        false,
-                        xs.as_ptr(),
-                        1,
-                        k as isize,
-                        wp.as_ptr(),
-                        k as isize,
-                        1,
-                        0.0f32,
-                        1.0f32,
-                        false,
-                        false,
-                        false,
-                        gemm::Parallelism::None,
+                    gemm_fixed(
+                        (rows.len(), cols.len(), k),
+                        (out.ptr().add(rows.start * n + cols.start), 1, n as isize),
+                        (xs.as_ptr().add(rows.start * k), 1, k as isize),
+                        (wp.as_ptr(), k as isize, 1),
+                        1.0,
                     )
                 }
             };
-            let span = start * k..(start + rows) * k;
+            let span = cols.start * k..cols.end * k;
             match (ws, weight_bits) {
                 (WeightData::F32(v), None) => gemm_on(&v[span]),
                 _ => WIDE.with_borrow_mut(|buf| {
@@ -797,9 +874,129 @@ fn gemm_rows(
                     gemm_on(buf)
                 }),
             }
-            start += rows;
         }
     })
+}
+
+/// How a [t, n] product is cut into tiles: columns (rows of W) in panels of at most
+/// [`rows_per_call`] and at least [`MIN_TILE_COLS`], cut further until every thread has
+/// [`TILES_PER_THREAD`] tiles, then rows of x when the columns alone are too few (a 576-wide
+/// projection of a 128-token prefill on 16 threads). Every tile is one [`gemm_fixed`] call,
+/// whose bits do not depend on the tile's size, so neither does anything on the thread count.
+struct Tiles {
+    row_tiles: usize,
+    col_tiles: usize,
+    t: usize,
+    n: usize,
+}
+
+/// Fewest columns a tile has (unless W has fewer): narrower panels pack and run below gemm's
+/// rate, and keep every tile of 5+ rows clear of gemm's horizontal kernels ([`GEMM_HORIZONTAL`]).
+const MIN_TILE_COLS: usize = 64;
+/// Fewest rows a tile has when rows are cut.
+const MIN_TILE_ROWS: usize = 32;
+/// Tiles per thread: enough that a thread that starts late leaves little for the others.
+const TILES_PER_THREAD: usize = 3;
+
+impl Tiles {
+    fn new(t: usize, n: usize, k: usize, threads: usize) -> Tiles {
+        let want = threads * TILES_PER_THREAD;
+        let widest = rows_per_call(k).max(MIN_TILE_COLS);
+        let by_cols = n.div_ceil(widest).max(want.min(n / MIN_TILE_COLS)).max(1);
+        let row_tiles =
+            if by_cols >= want { 1 } else { want.div_ceil(by_cols).min(t / MIN_TILE_ROWS).max(1) };
+        Tiles { row_tiles, col_tiles: by_cols, t, n }
+    }
+
+    fn count(&self) -> usize {
+        self.row_tiles * self.col_tiles
+    }
+
+    /// Tile `i`'s rows of x and columns of the output (column bounds on multiples of 16).
+    fn get(&self, i: usize) -> (Range<usize>, Range<usize>) {
+        let (r, c) = (i / self.col_tiles, i % self.col_tiles);
+        let cut = |j: usize, parts: usize, len: usize, align: usize| {
+            if j == parts {
+                len
+            } else {
+                (len * j / parts).div_ceil(align) * align
+            }
+        };
+        let rows = cut(r, self.row_tiles, self.t, 1)..cut(r + 1, self.row_tiles, self.t, 1);
+        let cols = cut(c, self.col_tiles, self.n, 16).min(self.n)
+            ..cut(c + 1, self.col_tiles, self.n, 16).min(self.n);
+        (rows, cols)
+    }
+}
+
+/// Depth of one gemm call: K cut into ⌈K / 512⌉ equal parts, each summed in one chain per
+/// output and added to the output. gemm cuts the depth itself when it exceeds its block, by
+/// the CPU's L1 geometry for large products and by 512 for small ones, so one product rounded
+/// differently on another CPU, and at another tile size; cut here, every call is one block
+/// wherever it runs (512 is gemm's own block on the machines measured).
+const GEMM_DEPTH: usize = 512;
+
+/// gemm computes products of at most this many outputs whose lhs and rhs are both contiguous
+/// along K with its "horizontal" kernels: dot products of an ISA-specific lane count, so their
+/// bits differ between CPUs. Callers keep every call above it (or use hefprobe's own kernels).
+pub const GEMM_HORIZONTAL: usize = 16 * 16;
+
+/// Whether an (m × k)(k × n) product takes gemm's main kernels, which [`gemm_fixed`] needs:
+/// gemm hands k ≤ 2 to an outer-product kernel, m or n of 1 to matrix-vector ones, and at most
+/// [`GEMM_HORIZONTAL`] outputs to horizontal ones when both operands run along K (`along_k`).
+pub fn gemm_main(m: usize, n: usize, k: usize, along_k: bool) -> bool {
+    m > 1 && n > 1 && k > 2 && (!along_k || m * n > GEMM_HORIZONTAL)
+}
+
+/// `dst = beta · lhs · rhs` for an (m × k)(k × n) product, each operand given as (pointer,
+/// column stride, row stride), through gemm's main kernels in [`GEMM_DEPTH`] calls: the same
+/// bits on every CPU whose gemm kernels sum each output in depth order (AVX-512, AVX2 and NEON:
+/// tests/cross_isa.rs). Only for products that take the main kernels ([`gemm_main`]).
+///
+/// # Safety
+/// As `gemm::gemm`: every operand's strides address memory of its own, and only this call
+/// writes the destination's elements.
+pub unsafe fn gemm_fixed(
+    (m, n, k): (usize, usize, usize),
+    (dst, dst_cs, dst_rs): (*mut f32, isize, isize),
+    (lhs, lhs_cs, lhs_rs): (*const f32, isize, isize),
+    (rhs, rhs_cs, rhs_rs): (*const f32, isize, isize),
+    beta: f32,
+) {
+    debug_assert!(
+        gemm_main(m, n, k, lhs_cs == 1 && rhs_rs == 1),
+        "gemm_fixed: {m}x{n}x{k} takes gemm's other kernels"
+    );
+    let kc = k.div_ceil(k.div_ceil(GEMM_DEPTH).max(1)).max(1);
+    let mut d = 0;
+    loop {
+        let kb = kc.min(k - d);
+        gemm::gemm(
+            m,
+            n,
+            kb,
+            dst,
+            dst_cs,
+            dst_rs,
+            d > 0,
+            lhs.wrapping_offset(d as isize * lhs_cs),
+            lhs_cs,
+            lhs_rs,
+            rhs.wrapping_offset(d as isize * rhs_rs),
+            rhs_cs,
+            rhs_rs,
+            if d > 0 { 1.0 } else { 0.0 },
+            beta,
+            false,
+            false,
+            false,
+            gemm::Parallelism::None,
+        );
+        d += kb;
+        if d >= k {
+            break;
+        }
+    }
 }
 
 /// Compile `fn name(args) -> ret { body }` for AVX2 (chosen at run time) and for the baseline;
@@ -978,6 +1175,62 @@ pub fn rope_half(x: &Tensor, cos: &Tensor, sin: &Tensor) -> candle_core::Result<
     Tensor::from_vec(y, (heads, t, d), x.device())
 }
 
+/// Rows [`rms_rows`] carries at once: each row's sum of squares is one chain of dependent adds
+/// (its order is transformers'/candle's, one element after the other); four chains side by
+/// side keep the adder busy where one waits on its previous add.
+const RMS_ROWS: usize = 4;
+
+simd! {
+    /// RMSNorm of `rows.len() / w.len()` rows: `x / √(Σx²/n + eps) · w`, each row's Σx² summed
+    /// in element order and each element divided then multiplied, as candle's `rms_norm` does
+    /// (so the bits are its bits: tested), [`RMS_ROWS`] rows at a time.
+    fn rms_rows(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
+        let n = w.len();
+        let mut groups = x.chunks(RMS_ROWS * n).zip(out.chunks_mut(RMS_ROWS * n));
+        for (xg, og) in &mut groups {
+            let rows = xg.len() / n;
+            let mut sum2 = [0f32; RMS_ROWS];
+            for i in 0..n {
+                for r in 0..rows {
+                    let v = xg[r * n + i];
+                    sum2[r] += v * v;
+                }
+            }
+            for r in 0..rows {
+                let m = (sum2[r] / n as f32 + eps).sqrt();
+                for ((o, &v), &a) in og[r * n..(r + 1) * n].iter_mut().zip(&xg[r * n..(r + 1) * n]).zip(w) {
+                    *o = v / m * a;
+                }
+            }
+        }
+    }
+}
+
+/// RMSNorm over the last dimension of x with weight w (f32 or stored dtype, widened), split
+/// across threads by rows.
+pub fn rms_norm(x: &Tensor, w: &Tensor, eps: f32) -> candle_core::Result<Tensor> {
+    let n = w.elem_count();
+    if x.dims().last() != Some(&n) {
+        candle_core::bail!("rms_norm: x {:?} and weight {:?} do not pair", x.dims(), w.dims());
+    }
+    let (x, w) = (f32_rows(x)?.contiguous()?, f32_rows(w)?.contiguous()?);
+    let len = x.elem_count();
+    let mut y = vec![0f32; len];
+    let out = SharedOut::new(&mut y);
+    with_data(&x, |xs, xl| {
+        with_data(&w, |ws, wl| {
+            let (xs, ws) = (&xs[xl.start_offset()..][..len], &ws[wl.start_offset()..][..n]);
+            for_parts(len / n.max(1), RMS_ROWS, len * 3, |rows| {
+                let span = rows.start * n..rows.end * n;
+                // SAFETY: parts cover disjoint rows of `y`.
+                let o = unsafe { out.slice(span.start, span.len()) };
+                rms_rows(&xs[span], ws, eps, o);
+            })
+        })
+    })??;
+    Tensor::from_vec(y, x.dims(), x.device())
+}
+
 simd! {
     fn add_slice(a: &[f32], b: &[f32], out: &mut [f32]) {
         for ((o, x), y) in out.iter_mut().zip(a).zip(b) {
@@ -1149,6 +1402,21 @@ mod tests {
         }
     }
 
+    /// NEON widens f16 by bit operations: every one of the 65,536 values as [`Widen`] does.
+    #[cfg(target_arch = "aarch64")]
+    #[test]
+    fn neon_f16_widening_is_exact_for_every_value() {
+        use std::arch::aarch64::*;
+        for base in (0..=u16::MAX).step_by(4) {
+            let h = [base, base + 1, base + 2, base + 3];
+            // SAFETY: NEON is part of the aarch64 baseline; `h` holds 4 elements.
+            let got: [f32; 4] = unsafe { std::mem::transmute(widen_f16x4(vld1_u16(h.as_ptr()))) };
+            for (g, &h) in got.iter().zip(&h) {
+                assert_eq!(g.to_bits(), half::f16::from_bits(h).f32().to_bits(), "f16 {h:#06x}");
+            }
+        }
+    }
+
     #[test]
     fn rope_half_and_add_equal_candle_bit_for_bit() {
         let dev = Device::Cpu;
@@ -1163,6 +1431,48 @@ mod tests {
         let y = Tensor::randn(0f32, 1.0, (3, 37, 64), &dev).unwrap();
         assert_eq!(bits(&add(&x, &y).unwrap()), bits(&(&x + &y).unwrap()));
         assert!(rope_half(&x, &cos.narrow(1, 0, 31).unwrap(), &sin).is_err());
+    }
+
+    /// The tiles a product is cut into follow the thread count; its bits must not.
+    #[test]
+    fn a_product_has_the_same_bits_however_it_is_tiled() {
+        for (t, n, k) in [(5, 576, 576), (128, 576, 1536), (41, 1000, 100), (300, 64, 2048), (9, 4096, 96)] {
+            let x: Vec<f32> = (0..t * k).map(|i| ((i * 37 % 101) as f32 - 50.0) * 0.013).collect();
+            let w: Vec<f32> = (0..n * k).map(|i| ((i * 53 % 97) as f32 - 48.0) * 0.021).collect();
+            let product = |threads: usize| {
+                let tiles = Tiles::new(t, n, k, threads);
+                let mut y = vec![0f32; t * n];
+                gemm_tiles(&tiles, &x, k, (WeightData::F32(&w), None), &SharedOut::new(&mut y));
+                (tiles.count(), y.iter().map(|v| v.to_bits()).collect::<Vec<_>>())
+            };
+            let (one, want) = product(1);
+            for threads in [2, 3, 16, 64] {
+                let (count, got) = product(threads);
+                assert!(got == want, "{t}x{n}x{k}: {count} tiles ({threads} threads) differ from {one}");
+            }
+        }
+    }
+
+    #[test]
+    fn rms_norm_gives_candles_bits_on_one_row_and_many() {
+        let dev = Device::Cpu;
+        for (rows, n) in [(1, 576), (3, 64), (37, 288), (130, 48)] {
+            let x = (Tensor::randn(0f32, 3.0, (rows, n), &dev).unwrap() + 0.5).unwrap();
+            let w = Tensor::randn(1f32, 0.2, n, &dev).unwrap();
+            let want = candle_nn::ops::rms_norm(&x, &w, 1e-5).unwrap();
+            let bits = |t: &Tensor| {
+                t.flatten_all()
+                    .unwrap()
+                    .to_vec1::<f32>()
+                    .unwrap()
+                    .iter()
+                    .map(|v| v.to_bits())
+                    .collect::<Vec<_>>()
+            };
+            assert_eq!(bits(&rms_norm(&x, &w, 1e-5).unwrap()), bits(&want), "{rows}x{n}");
+        }
+        let x = Tensor::zeros((2, 8), DType::F32, &dev).unwrap();
+        assert!(rms_norm(&x, &Tensor::ones(7, DType::F32, &dev).unwrap(), 1e-5).is_err());
     }
 
     #[test]

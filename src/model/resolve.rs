@@ -87,6 +87,22 @@ impl CheckpointRef {
         }
     }
 
+    /// The checkpoint's config alone, no weight read: a preset's, a folder's config.json, a
+    /// GGUF header's (what a suite checks its claims' taps against before anything runs).
+    pub fn config(&self) -> Result<super::config::ModelConfig> {
+        match self {
+            CheckpointRef::Synth(s) => s.config(),
+            CheckpointRef::Path { .. } => {
+                let p = self.resolved()?.expect("a path resolves to a path");
+                if p.is_dir() || !p.exists() {
+                    super::config::ModelConfig::from_file(&p.join("config.json"))
+                } else {
+                    super::gguf::config::from_metadata(&super::gguf::GgufFile::open(&p)?)
+                }
+            }
+        }
+    }
+
     /// Register what this reads with the output checks (no output may be a file of it).
     pub fn register(&self, what: &str, outs: &mut Outputs) -> Result<()> {
         if let Some(dir) = self.resolved()? {

@@ -26,7 +26,7 @@ impl Tokenizer {
             ));
         }
         let what = path.display().to_string();
-        let text = crate::files::read_text(path)?;
+        let text = crate::files::read_text(path, crate::files::Kind::Tokenizer)?;
         // tokenizers 0.23 `expect`s on a `decoder` it cannot read (decoders/mod.rs, "Helper").
         let inner = match crate::error::contained(|| text.parse::<tokenizers::Tokenizer>()) {
             Some(Ok(t)) => t,

@@ -2,7 +2,7 @@
 //! f32/f16/bf16 on disk, held as f32 tensors keyed by their HF checkpoint names.
 
 use crate::error::{Error, Result};
-use crate::files::read_text;
+use crate::files::{read_text, Kind};
 use crate::model::config::{ModelConfig, WeightBudget};
 use candle_core::{DType, Device, Tensor};
 use safetensors::{Dtype, SafeTensors};
@@ -108,7 +108,7 @@ impl Checkpoint {
             ));
         }
         let config_path = dir.join("config.json");
-        let config_text = read_text(&config_path)?;
+        let config_text = read_text(&config_path, Kind::Config)?;
         // The weight files' sizes bound what config.json may claim, before anything is sized
         // by it.
         let files = weight_files(dir)?;
@@ -227,7 +227,7 @@ fn weight_files(dir: &Path) -> Result<Vec<PathBuf>> {
              checkpoints; convert .bin/.pt with transformers' save_pretrained)",
         ));
     }
-    let text = read_text(&index)?;
+    let text = read_text(&index, Kind::WeightIndex)?;
     let v: serde_json::Value = serde_json::from_str(&text)
         .map_err(|e| Error::input(index.display().to_string(), format!("not valid JSON: {e}")))?;
     let map = v

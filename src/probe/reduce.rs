@@ -90,6 +90,15 @@ pub fn reduce(
             "reduce keeps the best explanation fixed: the probe needs an [explain] table (observed = \"BACKEND\")",
         ));
     }
+    // A dump holds what was recorded on its own inputs: it cannot answer smaller ones.
+    if let Some(d) = p.specs.iter().find(|b| b.kind == crate::backend::BackendKind::Dump) {
+        return Err(Error::usage(format!(
+            "backend `{}` is a dump, recorded on the probe's own inputs: reduce re-runs every backend on \
+             smaller inputs, which a recording cannot answer; give --backend hef=... (the HEF it was \
+             recorded from) or an emulator instead",
+            d.label()
+        )));
+    }
     let start = p.inputs.clone();
     let Some(drift) = drift_of(p, io, &start, None)? else {
         return Err(Error::input(
@@ -267,12 +276,20 @@ pub fn probe_toml(
                 }
             }
         };
+        // A hub id stays as written (the loader looks it up in the hub cache, as the probe's
+        // own loader decided), and `beside` is a backend's label, not a path.
         if let Some(toml::Value::Table(c)) = t.get_mut("checkpoint") {
-            c.get_mut("path").map(absolute);
+            let hub = c
+                .get("path")
+                .and_then(|v| v.as_str())
+                .is_some_and(|s| crate::model::hub::is_repo_id(s) && !here.join(s).exists());
+            if !hub {
+                c.get_mut("path").map(absolute);
+            }
         }
         if let Some(toml::Value::Array(bs)) = t.get_mut("backend") {
             for b in bs.iter_mut().filter_map(|b| b.as_table_mut()) {
-                for k in ["path", "map", "output_map", "beside"] {
+                for k in ["path", "map", "output_map", "hef"] {
                     b.get_mut(k).map(absolute);
                 }
             }
@@ -284,4 +301,35 @@ pub fn probe_toml(
         "# Reduced by `hefprobe reduce` from {what} in {} runs: {tokens} prompt tokens, {decode} decode steps; {}.\n{body}",
         r.runs, r.drift
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Written into another folder, a reduced probe keeps a hub id as the id it is and a
+    /// `beside` as the label it is; only paths become absolute (each once became a path).
+    #[test]
+    fn a_reduced_probe_keeps_hub_ids_and_labels_as_given() {
+        let t = tempfile::tempdir().unwrap();
+        let (from, to) = (t.path().join("p/probe.toml"), t.path().join("out/min.toml"));
+        std::fs::create_dir_all(from.parent().unwrap()).unwrap();
+        std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+        let original = "version = 1\nname = \"x\"\nquestion = \"q\"\n[checkpoint]\npath = \"org/tiny\"\n\
+                        [inputs]\ntokens = [1, 2]\n[[backend]]\nname = \"device\"\nkind = \"hef\"\n\
+                        path = \"m.hef\"\nbeside = \"emu\"\n";
+        let r = Reduced {
+            inputs: InputSet::new(vec![1]),
+            drift: Drift { tap: "logits".into(), best: None },
+            runs: 3,
+            stopped: None,
+        };
+        let text = probe_toml(original, &from, &to, &r).unwrap();
+        let v: toml::Table = toml::from_str(&text).unwrap();
+        assert_eq!(v["checkpoint"]["path"].as_str(), Some("org/tiny"), "{text}");
+        let b = &v["backend"].as_array().unwrap()[0];
+        assert_eq!(b["beside"].as_str(), Some("emu"), "{text}");
+        let path = std::path::PathBuf::from(b["path"].as_str().unwrap());
+        assert!(path.is_absolute() && path.ends_with("p/m.hef"), "{text}");
+    }
 }

@@ -573,7 +573,7 @@ pub fn compare_runs(p: &Prepared, runs: &Runs, out: &mut Vec<Compared>) -> Resul
         let noise = Settings { thresholds: &unbounded, ..settings(View::Expected, &p.selection) };
         let (expected, spread) = match &b.expected {
             Some(e) => {
-                let expected_label = format!("expected[{}]", b.label);
+                let expected_label = crate::report::expected_label(&b.label);
                 let pair = compare(reference, e.capture.as_ref(), (ref_label, &expected_label), &noise)?;
                 let second = (expected_label.as_str(), "its second draw");
                 let spread = compare(e.capture.as_ref(), e.realization.as_ref(), second, &noise)?;

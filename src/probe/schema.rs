@@ -235,8 +235,28 @@ impl Default for CompareSpec {
 
 impl Probe {
     pub fn load(path: &Path) -> Result<Self> {
-        let text = crate::files::read_text(path)?;
+        let text = crate::files::read_text(path, crate::files::Kind::Probe)?;
         Self::parse(&text, path)
+    }
+
+    /// A probe made on the command line (`bisect --tokens`): this checkpoint and these inputs,
+    /// every tap, no backend of its own, the default thresholds.
+    pub fn of_inputs(name: &str, checkpoint: CheckpointSpec, inputs: InputsSpec) -> Self {
+        Probe {
+            version: PROBE_VERSION,
+            name: name.into(),
+            question: "Where does the device start to drift?".into(),
+            finding: None,
+            checkpoint,
+            inputs,
+            taps: all_taps(),
+            backends: Vec::new(),
+            thresholds: ThresholdsSpec::default(),
+            compare: CompareSpec::default(),
+            explain: None,
+            sweep: None,
+            path: PathBuf::new(),
+        }
     }
 
     pub fn parse(text: &str, path: &Path) -> Result<Self> {

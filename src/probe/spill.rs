@@ -13,6 +13,10 @@ use crate::model::Checkpoint;
 use crate::tap::TapSelection;
 use std::path::{Path, PathBuf};
 
+/// How a spilled run's note begins: it says where and under what budget this machine ran the
+/// probe, not what it measured (`verify` leaves it out when it compares reports).
+pub const SPILL_NOTE: &str = "captures spilled to disk";
+
 /// Where captures live ([`prepare`] plans it, [`run_backends`] and [`save`] use it).
 #[derive(Debug, Clone, Default)]
 pub struct CaptureOptions {
@@ -215,7 +219,7 @@ pub fn spill_note<'a>(
         ),
     };
     format!(
-        "captures spilled to disk: {} in {} (estimate {} > budget {} from {}; spilled, the run plans {}: {}), {kept}{swept}",
+        "{SPILL_NOTE}: {} in {} (estimate {} > budget {} from {}; spilled, the run plans {}: {}), {kept}{swept}",
         Bytes::new(bytes),
         dir.captures.display(),
         plan.in_memory,

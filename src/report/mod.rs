@@ -224,7 +224,7 @@ impl Report {
     /// The float reference against `candidate`'s expected quantization, when `candidate` is
     /// judged on its excess over it.
     pub fn expected_of(&self, candidate: &str) -> Option<&PairComparison> {
-        let label = format!("expected[{candidate}]");
+        let label = expected_label(candidate);
         self.comparisons.iter().find(|p| p.view == View::Expected && p.candidate == label)
     }
 
@@ -305,6 +305,11 @@ pub fn compact<'a>(rows: &[(&'a TapRow, usize, usize)]) -> Vec<(&'a TapRow, usiz
         })
         .copied()
         .collect()
+}
+
+/// The label of a backend's expected quantization in comparisons (`expected[hef]`).
+pub fn expected_label(backend: &str) -> String {
+    format!("expected[{backend}]")
 }
 
 /// Where reports go: `FORMAT=PATH` (`-` for stdout).

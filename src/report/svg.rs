@@ -51,17 +51,24 @@ fn err(path: &Path) -> impl Fn(String) -> Error + '_ {
 
 /// Write the plots; returns the files written.
 pub fn write(report: &Report, prefix: &Path) -> Result<Vec<String>> {
-    if let Some(parent) = prefix.parent().filter(|p| !p.as_os_str().is_empty()) {
-        std::fs::create_dir_all(parent).map_err(|e| Error::io(parent, e))?;
+    let mut written = Vec::new();
+    for (path, svg) in render(report, prefix)? {
+        crate::files::write_file(&path, &svg)?;
+        written.push(path.display().to_string());
     }
+    Ok(written)
+}
+
+/// The plots and the files they go to: `PREFIX-layers.svg` and one `PREFIX-heads-PAIR.svg` per
+/// pair that has attention taps (what `verify` regenerates and compares).
+pub fn render(report: &Report, prefix: &Path) -> Result<Vec<(PathBuf, String)>> {
     let name =
         prefix.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_else(|| "hefprobe".into());
-    let mut written = Vec::new();
+    let mut out = Vec::new();
     let layers_path = prefix.with_file_name(format!("{name}-layers.svg"));
     let mut svg = String::new();
     if layers_plot(report, &mut svg).map_err(err(&layers_path))? {
-        crate::files::write_file(&layers_path, &svg)?;
-        written.push(layers_path.display().to_string());
+        out.push((layers_path, svg));
     }
     for pair in &report.comparisons {
         let view = if pair.view == View::Local { "-local" } else { "" };
@@ -72,11 +79,10 @@ pub fn write(report: &Report, prefix: &Path) -> Result<Vec<String>> {
         let path: PathBuf = prefix.with_file_name(format!("{name}-heads-{safe}.svg"));
         let mut svg = String::new();
         if heads_plot(pair, &mut svg).map_err(err(&path))? {
-            crate::files::write_file(&path, &svg)?;
-            written.push(path.display().to_string());
+            out.push((path, svg));
         }
     }
-    Ok(written)
+    Ok(out)
 }
 
 /// One panel of lines over an integer x axis (layers, hidden sizes): the look every hefprobe

@@ -58,7 +58,7 @@ pub struct Update {
 impl Baseline {
     pub fn load(path: &Path) -> Result<Baseline> {
         let what = path.display().to_string();
-        let text = crate::files::read_text(path)?;
+        let text = crate::files::read_text(path, crate::files::Kind::Baseline)?;
         let b: Baseline =
             serde_json::from_str(&text).map_err(|e| Error::input(&what, format!("not a baseline: {e}")))?;
         if b.schema != BASELINE_SCHEMA {

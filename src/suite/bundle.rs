@@ -8,9 +8,10 @@ use super::result::SuiteResult;
 use super::run::{run_suite, SuiteOptions};
 use super::spec::Suite;
 use crate::error::{Error, Result};
-use crate::probe::bundle::{
-    check_hashes, not_here, pin, pin_checkpoint, read_manifest, same, sha256_file, Check, Manifest,
-    SuiteAsked, Verdict, BUNDLE_SCHEMA, MANIFEST,
+use crate::probe::bundle::{hashed, pin, pin_checkpoint, Manifest, SuiteAsked, BUNDLE_SCHEMA, MANIFEST};
+use crate::probe::verify::{
+    absent_device, check_hashes, compare_documents, compare_figures, judge_devices, read_manifest, Check,
+    Replayed, Verdict,
 };
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -25,13 +26,13 @@ pub fn write(r: &SuiteResult, suite: &Suite, asked: &SuiteAsked, dir: &Path) -> 
     let mut pinned = Vec::new();
     if let Some(f) = &suite.file {
         std::fs::copy(f, dir.join("suite.toml")).map_err(|e| Error::io(f, e))?;
-        files.insert("suite.toml".to_string(), sha256_file(&dir.join("suite.toml"))?.0);
+        files.insert("suite.toml".to_string(), hashed(&dir.join("suite.toml"))?);
         pinned.push(pin("the suite file", f)?);
     }
     for p in &suite.probes {
         let name = format!("probes/{}.toml", p.name);
         std::fs::copy(&p.path, dir.join(&name)).map_err(|e| Error::io(&p.path, e))?;
-        files.insert(name.clone(), sha256_file(&dir.join(&name))?.0);
+        files.insert(name.clone(), hashed(&dir.join(&name))?);
         pinned.push(pin(&format!("probe `{}`", p.name), &p.path)?);
     }
     for t in &suite.targets {
@@ -49,7 +50,7 @@ pub fn write(r: &SuiteResult, suite: &Suite, asked: &SuiteAsked, dir: &Path) -> 
         pinned.push(pin("the baseline", Path::new(b))?);
     }
     for name in ["report.json", "summary.md"] {
-        files.insert(name.into(), sha256_file(&dir.join(name))?.0);
+        files.insert(name.into(), hashed(&dir.join(name))?);
     }
     let devices = r.pairs.iter().filter_map(|p| p.device.clone().map(|d| (p.target.clone(), d))).collect();
     let manifest = Manifest {
@@ -57,6 +58,7 @@ pub fn write(r: &SuiteResult, suite: &Suite, asked: &SuiteAsked, dir: &Path) -> 
         hefprobe: env!("CARGO_PKG_VERSION").into(),
         command: r.command.clone(),
         asked: Default::default(),
+        folder: dir.display().to_string(),
         files,
         left_out: Vec::new(),
         pinned,
@@ -68,17 +70,17 @@ pub fn write(r: &SuiteResult, suite: &Suite, asked: &SuiteAsked, dir: &Path) -> 
     crate::files::write_file(dir.join(MANIFEST), text)
 }
 
-/// Each pair's status and figures, by `probe × target [tap figure]`.
-fn figures(r: &SuiteResult) -> BTreeMap<String, Result<f64, String>> {
+/// Each pair's status and figures: its pair (`probe × target`), and `probe × target [tap figure]`.
+fn figures(r: &SuiteResult) -> Vec<(String, String, Result<f64, String>)> {
     use super::figures::Figure;
-    let mut out = BTreeMap::new();
+    let mut out = Vec::new();
     for p in &r.pairs {
         let pair = format!("{} × {}", p.probe, p.target);
-        out.insert(format!("{pair} status"), Err(p.status.name().to_string()));
+        out.push((pair.clone(), format!("{pair} status"), Err(p.status.name().to_string())));
         for (tap, f) in &p.figures {
             for fig in [Figure::Cosine, Figure::SqnrDb, Figure::Kl, Figure::Argmax] {
                 if let Some(v) = fig.get(f) {
-                    out.insert(format!("{pair} {tap} {}", fig.name()), Ok(v));
+                    out.push((pair.clone(), format!("{pair} {tap} {}", fig.name()), Ok(v)));
                 }
             }
         }
@@ -86,15 +88,48 @@ fn figures(r: &SuiteResult) -> BTreeMap<String, Result<f64, String>> {
     out
 }
 
-/// `verify` of a bundle: a run's (`probe::bundle::verify`) or a suite's.
+/// What says when and where a night ran rather than what it measured, taken from the bundle's
+/// result into the replay's before the documents are compared: the command and the paths as
+/// they were typed, the date and timings, the build revisions and each device's own facts
+/// (whose kind [`judge_devices`] checks).
+fn as_recorded(now: &mut SuiteResult, then: &SuiteResult) {
+    now.command.clone_from(&then.command);
+    now.date.clone_from(&then.date);
+    now.file.clone_from(&then.file);
+    now.baseline.clone_from(&then.baseline);
+    now.timing = then.timing;
+    for t in &mut now.targets {
+        if let Some(x) = then.targets.iter().find(|x| x.label == t.label) {
+            (t.path, t.revision) = (x.path.clone(), x.revision.clone());
+        }
+    }
+    for p in &mut now.pairs {
+        if let Some(x) = then.pairs.iter().find(|x| x.probe == p.probe && x.target == p.target) {
+            p.seconds = x.seconds;
+            p.probe_file.clone_from(&x.probe_file);
+            p.hef_revision.clone_from(&x.hef_revision);
+            if p.device.as_ref().map(|d| &d.kind) == x.device.as_ref().map(|d| &d.kind) {
+                p.device.clone_from(&x.device);
+            }
+        }
+    }
+}
+
+/// `verify` of a bundle: a run's or a sweep's ([`crate::probe::verify::verify`]) or a suite's:
+/// the hashes, then the suite run again as it was asked, every pair's status and figures and
+/// both documents (report.json, summary.md) compared.
 pub fn verify(dir: &Path) -> Result<Vec<Check>> {
     let m = read_manifest(dir)?;
-    let Some(asked) = &m.suite else { return crate::probe::bundle::verify(dir) };
+    let Some(asked) = &m.suite else { return crate::probe::verify::verify(dir) };
     let mut out = Vec::new();
     check_hashes(dir, &m, &mut out);
     if out.iter().any(|c| c.verdict == Verdict::Different) {
         return Ok(out);
     }
+    let what = dir.join("report.json").display().to_string();
+    let then: SuiteResult =
+        serde_json::from_str(&crate::files::read_text(&what, crate::files::Kind::Report)?)
+            .map_err(|e| Error::input(&what, e.to_string()))?;
     let mut suite = match asked.inputs.as_slice() {
         [one] if super::spec::is_suite_file(Path::new(one))? => Suite::load(Path::new(one))?,
         many => Suite::from_probes(&many.iter().map(std::path::PathBuf::from).collect::<Vec<_>>())?,
@@ -106,33 +141,53 @@ pub fn verify(dir: &Path) -> Result<Vec<Check>> {
         baseline: asked.baseline.as_ref().map(std::path::PathBuf::from),
         no_explain: asked.no_explain,
         checkpoint: asked.checkpoint.as_ref().map(|c| crate::model::CheckpointRef::at(c, &asked.revision)),
+        command: then.command.clone(),
         ..SuiteOptions::default()
     };
-    let now = run_suite(&suite, &opts)?;
-    let text = crate::files::read_text(dir.join("report.json"))?;
-    let then: SuiteResult = serde_json::from_str(&text)
-        .map_err(|e| Error::input(dir.join("report.json").display().to_string(), e.to_string()))?;
-    let not_here = not_here(&m.devices, |target| {
-        now.pairs.iter().find(|p| p.target == target).and_then(|p| p.device.as_ref())
+    let mut now = match run_suite(&suite, &opts) {
+        Ok(r) => Some(r),
+        Err(e) => {
+            out.push(Check {
+                what: "replay".into(),
+                verdict: Verdict::Different,
+                why: format!("it could not run: {e}"),
+            });
+            None
+        }
+    };
+    let pair = |p: &super::result::PairResult| format!("{} × {}", p.probe, p.target);
+    let recorded = then.pairs.iter().map(|p| (pair(p), m.devices.get(&p.target).cloned())).collect();
+    let absent: BTreeMap<String, String> = super::run::plan(&suite)
+        .into_iter()
+        .filter_map(|(_, t)| t)
+        .filter_map(|t| Some((t.label.clone(), absent_device(&t.spec)?)))
+        .collect();
+    let replay: BTreeMap<String, Replayed> = now
+        .iter()
+        .flat_map(|r| &r.pairs)
+        .map(|p| {
+            let state = match &p.error {
+                Some(e) => {
+                    Replayed::Failed { error: e.message.clone(), absent: absent.contains_key(&p.target) }
+                }
+                None => Replayed::Ran(p.device.clone()),
+            };
+            (pair(p), state)
+        })
+        .collect();
+    let owners = judge_devices(&recorded, &replay, &mut out);
+    let measured: BTreeMap<String, Result<f64, String>> =
+        now.iter().flat_map(figures).map(|(_, k, v)| (k, v)).collect();
+    compare_figures(&figures(&then), &measured, &owners, &mut out);
+    let unverifiable =
+        owners.iter().find(|(_, (v, _))| *v == Verdict::NotHere).map(|(p, _)| format!("`{p}`"));
+    let docs = now.as_mut().filter(|_| unverifiable.is_none()).map(|now| {
+        as_recorded(now, &then);
+        vec![
+            ("report.json".to_string(), now.to_json()),
+            ("summary.md".to_string(), super::summary::doc(now).markdown()),
+        ]
     });
-    let (then, now) = (figures(&then), figures(&now));
-    for (key, v) in &then {
-        let target = key.split(" × ").nth(1).and_then(|s| s.split(' ').next()).unwrap_or("");
-        let (verdict, why) = match (not_here.get(target), v, now.get(key)) {
-            (Some(why), _, _) => (Verdict::NotHere, why.clone()),
-            (None, Ok(a), Some(Ok(b))) if same(*a, *b) => (Verdict::Same, format!("{a:.6}")),
-            (None, Err(a), Some(Err(b))) if a == b => (Verdict::Same, a.clone()),
-            (None, a, b) => (Verdict::Different, format!("{} in the bundle, {} now", show(Some(a)), show(b))),
-        };
-        out.push(Check { what: key.clone(), verdict, why });
-    }
+    compare_documents(dir, &m, docs, unverifiable.as_deref(), &mut out)?;
     Ok(out)
-}
-
-fn show(v: Option<&Result<f64, String>>) -> String {
-    match v {
-        Some(Ok(x)) => format!("{x:.6}"),
-        Some(Err(s)) => s.clone(),
-        None => "not measured".into(),
-    }
 }

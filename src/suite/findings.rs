@@ -22,6 +22,8 @@ pub use super::result::{FindingResult, FindingStatus};
 use super::result::{PairResult, Status};
 pub use super::spec::{Claim, Expect, MetricClaim};
 use crate::error::{Error, Result};
+use crate::fault::spec::FaultSpec;
+use crate::tap::Tap;
 
 impl Claim {
     /// Checked when the suite is read: `what` names the suite file.
@@ -45,6 +47,7 @@ impl Claim {
                 "a finding states what reproduces means: give `first_drift`, `explained_by` or `metric`",
             ));
         }
+        self.check_on(what, None)?;
         if let Some(m) = &self.metric {
             if Figure::parse(&m.figure).is_none() {
                 return Err(Error::input(
@@ -58,6 +61,53 @@ impl Claim {
             }
         }
         Ok(())
+    }
+
+    /// The taps and the fault this claim names: canonical taps and a fault of the catalog
+    /// (a typo would switch the claim off: it could never hold), and with `layers` (a model the
+    /// claim's pairs run on) inside that model's blocks.
+    pub fn check_on(&self, what: &str, layers: Option<usize>) -> Result<()> {
+        let key = |k: &str| format!("{what} [[finding]] id {} key `{k}`", self.id);
+        let taps = [
+            ("first_drift", self.first_drift.as_deref()),
+            ("metric.tap", self.metric.as_ref().map(|m| m.tap.as_str())),
+        ];
+        for (k, name) in taps.into_iter().filter_map(|(k, n)| Some((k, n?))) {
+            let hint = crate::tap::did_you_mean(name, layers.unwrap_or(1));
+            let Some(tap) = Tap::parse(name) else {
+                return Err(Error::input(key(k), format!("`{name}` is not a tap{hint}")));
+            };
+            if let (Some(l), Some(n)) = (tap.layer(), layers) {
+                if l >= n {
+                    return Err(Error::input(
+                        key(k),
+                        format!(
+                            "`{name}` names block {l}, but the probe's model has {n} layers (0..={})",
+                            n - 1
+                        ),
+                    ));
+                }
+            }
+        }
+        let Some(text) = &self.explained_by else { return Ok(()) };
+        let spec = FaultSpec::parse(text).map_err(|e| Error::input(key("explained_by"), e.to_string()))?;
+        let Some(entry) = crate::fault::catalog::entry(&spec.name) else {
+            let names = crate::fault::catalog::REGISTRY.iter().map(|e| e.name);
+            let hint = crate::tap::closest(&spec.name, names.clone())
+                .map(|c| format!(" (did you mean `{c}`?)"))
+                .unwrap_or_default();
+            let all: Vec<&str> = names.collect();
+            return Err(Error::input(
+                key("explained_by"),
+                format!("`{}` is no fault of the catalog{hint}; faults: {}", spec.name, all.join(", ")),
+            ));
+        };
+        match layers {
+            Some(n) => spec
+                .check_layers(n, entry.per_layer)
+                .map_err(|e| Error::input(key("explained_by"), e.to_string())),
+            None => Ok(()),
+        }
     }
 
     /// Whether this claim is about `probe` × `target`.

@@ -118,7 +118,7 @@ pub fn check(path: &Path) -> Result<()> {
 }
 
 pub fn read(path: &Path) -> Result<Vec<HistoryLine>> {
-    let text = crate::files::read_text(path)?;
+    let text = crate::files::read_text(path, crate::files::Kind::History)?;
     if !text.is_empty() && !text.ends_with('\n') {
         return Err(truncated(path, text.lines().count()));
     }

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 pub fn read(path: &Path) -> Result<SuiteResult> {
     let what = path.display().to_string();
-    let text = crate::files::read_text(path)?;
+    let text = crate::files::read_text(path, crate::files::Kind::Report)?;
     let r: SuiteResult = serde_json::from_str(&text)
         .map_err(|e| Error::input(&what, format!("not a `hefprobe suite --report json=` file: {e}")))?;
     if r.schema != SUITE_SCHEMA {

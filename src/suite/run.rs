@@ -145,7 +145,7 @@ fn revision(t: &Target, fallback: Option<&String>) -> Option<String> {
         let path = t.spec.path.as_ref()?;
         let mut side = path.clone().into_os_string();
         side.push(".rev");
-        let text = std::fs::read_to_string(PathBuf::from(side)).ok()?;
+        let text = crate::files::read_text(PathBuf::from(side), crate::files::Kind::Revision).ok()?;
         text.lines().next().map(|l| l.trim().to_string()).filter(|l| !l.is_empty())
     };
     t.revision.clone().or_else(sidecar).or_else(|| fallback.cloned())
@@ -172,6 +172,7 @@ pub fn run_suite_with(
     opts: &SuiteOptions,
     finished: &mut dyn FnMut(&SuiteResult) -> Result<()>,
 ) -> Result<SuiteResult> {
+    suite.check_claims_on(opts.checkpoint.as_ref())?;
     let total = opts.clock.start();
     let baseline = match &opts.baseline {
         Some(p) => Some(Baseline::load_or_new(p, opts.update_baseline)?),

@@ -36,6 +36,7 @@
 
 use crate::backend::{BackendKind, BackendSpec};
 use crate::error::{Error, Result};
+use crate::model::CheckpointRef;
 use crate::probe::schema::Probe;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
@@ -223,7 +224,7 @@ pub struct Suite {
 
 /// Whether `path` is a suite file (it has a top-level `probes` list) rather than a probe.
 pub fn is_suite_file(path: &Path) -> Result<bool> {
-    let text = crate::files::read_text(path)?;
+    let text = crate::files::read_text(path, crate::files::Kind::Suite)?;
     let table: toml::Table = toml::from_str(&text)
         .map_err(|e| Error::input(path.display().to_string(), e.to_string().trim_end().to_string()))?;
     Ok(table.contains_key("probes"))
@@ -232,7 +233,7 @@ pub fn is_suite_file(path: &Path) -> Result<bool> {
 impl Suite {
     pub fn load(path: &Path) -> Result<Suite> {
         let what = path.display().to_string();
-        let text = crate::files::read_text(path)?;
+        let text = crate::files::read_text(path, crate::files::Kind::Suite)?;
         let f: SuiteFile =
             toml::from_str(&text).map_err(|e| Error::input(&what, e.to_string().trim_end().to_string()))?;
         if f.version != SUITE_VERSION {
@@ -283,7 +284,7 @@ impl Suite {
 
     /// The probes given on the command line, as a suite with default settings.
     pub fn from_probes(paths: &[PathBuf]) -> Result<Suite> {
-        let probes = paths.iter().map(|p| Probe::load(p)).collect::<Result<Vec<_>>>()?;
+        let probes = paths.iter().map(|p| crate::probe::catalog::open(p)).collect::<Result<Vec<_>>>()?;
         let suite = Suite { name: "probes".into(), probes, ..Suite::default() };
         suite.check("the command line")?;
         Ok(suite)
@@ -308,6 +309,37 @@ impl Suite {
                 ));
             }
             c.check(what, &probes, &targets)?;
+        }
+        Ok(())
+    }
+
+    /// Each claim's taps and fault on every model its pairs run on (`checkpoint`: the command
+    /// line's in place of each probe's), before anything runs; a checkpoint that does not
+    /// resolve is left to the run, which reports it on its pairs.
+    pub fn check_claims_on(&self, checkpoint: Option<&CheckpointRef>) -> Result<()> {
+        let what = self.file.as_ref().map_or_else(|| "the command line".into(), |f| f.display().to_string());
+        for c in &self.findings {
+            let Some(probe) = self.probes.iter().find(|p| p.name == c.probe) else { continue };
+            let own = match checkpoint {
+                Some(r) => Ok(r.clone()),
+                None => probe.checkpoint.to_ref(),
+            };
+            let named: Vec<&Target> = self
+                .targets
+                .iter()
+                .filter(|t| c.targets.is_empty() || c.targets.contains(&t.label))
+                .collect();
+            let mut models: Vec<Result<CheckpointRef>> = named
+                .iter()
+                .filter_map(|t| t.checkpoint.as_ref())
+                .map(|p| Ok(CheckpointRef::at(p, crate::model::hub::DEFAULT_REVISION)))
+                .collect();
+            if named.is_empty() || named.iter().any(|t| t.checkpoint.is_none()) {
+                models.push(own);
+            }
+            for cfg in models.into_iter().filter_map(|m| m.and_then(|m| m.config()).ok()) {
+                c.check_on(&what, Some(cfg.num_layers))?;
+            }
         }
         Ok(())
     }

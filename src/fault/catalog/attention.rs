@@ -54,7 +54,8 @@ impl Hooks for SharedSoftmaxHooks<'_> {
         }
         let (h, t, s) = scores.dims3()?;
         let rows = scores.transpose(0, 1)?.contiguous()?.reshape((t, h * s))?;
-        let p = candle_nn::ops::softmax_last_dim(&rows)?;
+        // The decoder's own softmax (exp8: the same bits on every CPU), over all heads' scores.
+        let p = crate::model::attention::softmax(&rows)?;
         Ok(Some(p.reshape((t, h, s))?.transpose(0, 1)?.contiguous()?))
     }
 }

@@ -6,6 +6,7 @@ use std::collections::BTreeSet;
 use super::{Auditor, Phase};
 use crate::hef::finding::{Finding, Severity};
 use crate::hef::model::{NetworkGroup, Stream};
+use crate::tap::Tap;
 
 /// The inputs whose names end with `suffix`, in name order: genai keeps inputs in a std::map and
 /// takes the first match (pre_process.hpp `get_layer_name_from_suffix`).
@@ -123,7 +124,7 @@ impl<'a> Auditor<'a> {
                 self.check_rope_width(g, role, pe);
             }
         }
-        self.check_logits(g, phase);
+        self.check_logits(g, phase, rows);
         if g.caches.is_empty() {
             let msg = "the group has no cache layers, but genai calls update_cache_offset before every run: HAILO_INVALID_OPERATION";
             self.flag(g, "no-cache-layers", Severity::Error, msg);
@@ -238,15 +239,25 @@ impl<'a> Auditor<'a> {
     }
 
     /// genai concatenates every output of the group, in output order, and reads the whole buffer
-    /// as float32 logits (llm_inference_manager.cpp:45-88).
-    fn check_logits(&mut self, g: &NetworkGroup, phase: Phase) {
-        if g.outputs.is_empty() {
+    /// as float32 logits (llm_inference_manager.cpp:45-88). An output named `<group>/<tap>` is
+    /// an exposed tap (hefprobe's convention, docs/HAILO-RUNTIME.md "Exposed outputs"), checked
+    /// as that tap rather than as a part of the logits.
+    fn check_logits(&mut self, g: &NetworkGroup, phase: Phase, rows: u64) {
+        let (taps, logits): (Vec<&Stream>, Vec<&Stream>) =
+            g.outputs.iter().partition(|s| Tap::of_output(&s.name).is_some());
+        self.check_exposed(g, &taps, rows);
+        if logits.is_empty() && !taps.is_empty() {
+            let msg = "the group outputs exposed taps only: a graph cut before lm_head, as `bisect`'s prefix HEFs are; genai cannot generate with it";
+            self.flag(g, "no-logits", Severity::Warning, msg);
+            return;
+        }
+        if logits.is_empty() {
             let msg = "the group has no outputs: genai has no logits to sample";
             self.flag(g, "no-outputs", Severity::Error, msg);
             return;
         }
-        let sharded = g.outputs.len() > 1;
-        for (i, s) in g.outputs.iter().enumerate() {
+        let sharded = logits.len() > 1;
+        for (i, s) in logits.iter().enumerate() {
             let role = if sharded { format!("logits[{i}]") } else { "logits".to_string() };
             self.roles.insert((g.name.clone(), s.name.clone()), role);
             if s.shape.rows() != 1 {
@@ -260,29 +271,67 @@ impl<'a> Auditor<'a> {
                 self.push(Finding::new("logits-rows", Severity::Error, msg).table(2).in_group(&g.name));
             }
         }
-        let width: u64 = g.outputs.iter().map(|s| u64::from(s.shape.features)).sum();
-        let total: u64 = g.outputs.iter().map(Stream::elements).sum();
+        let width: u64 = logits.iter().map(|s| u64::from(s.shape.features)).sum();
+        let total: u64 = logits.iter().map(|s| s.elements()).sum();
         match phase {
             Phase::Prefill => self.vocab.prefill_logits = Some(total),
             Phase::Tbt => self.vocab.tbt_logits = Some(total),
         }
         if sharded {
-            self.check_shards(g, total);
+            self.check_shards(g, &logits, total);
         }
         self.check_logits_width(g, width, sharded);
     }
 
-    fn check_shards(&mut self, g: &NetworkGroup, total: u64) {
-        let parts: Vec<String> =
-            g.outputs.iter().map(|s| format!("`{}` ({})", s.name, s.elements())).collect();
+    /// Exposed taps: each one tap once, the frame's rows (or only its last), and a
+    /// hidden-state tap as wide as the hidden size; and a note listing them.
+    fn check_exposed(&mut self, g: &NetworkGroup, taps: &[&Stream], rows: u64) {
+        if taps.is_empty() {
+            return;
+        }
+        let hidden =
+            self.expect.hidden_size.map(u64::from).or_else(|| self.embeddings_features().map(u64::from));
+        let mut seen: Vec<(Tap, &str)> = Vec::new();
+        for s in taps {
+            let tap = Tap::of_output(&s.name).expect("partitioned on it");
+            self.roles.insert((g.name.clone(), s.name.clone()), format!("tap {tap}"));
+            if let Some((_, other)) = seen.iter().find(|(t, _)| *t == tap) {
+                let msg =
+                    format!("outputs `{other}` and `{}` are both tap {tap}: one would silently win", s.name);
+                self.flag(g, "exposed-twice", Severity::Error, msg);
+            }
+            seen.push((tap, &s.name));
+            let width_off = hidden.filter(|&h| tap.is_per_position() && u64::from(s.shape.features) != h);
+            if ![rows, 1].contains(&s.shape.rows()) || width_off.is_some() {
+                let msg = format!(
+                    "output `{}` is {} as tap {tap}, whose frame is {rows} rows (or only the last){}",
+                    s.name,
+                    s.shape,
+                    width_off.map(|h| format!(" of {h} values (the hidden size)")).unwrap_or_default()
+                );
+                self.flag(g, "exposed-shape", Severity::Error, msg);
+            }
+        }
+        let names: Vec<String> = seen.iter().map(|(t, _)| t.to_string()).collect();
+        let msg = format!(
+            "{} output(s) named <group>/<tap> are exposed taps (hefprobe's convention, measured per layer), \
+             checked as those taps rather than as parts of the logits: {}",
+            names.len(),
+            names.join(", ")
+        );
+        self.flag(g, "exposed-outputs", Severity::Info, msg);
+    }
+
+    fn check_shards(&mut self, g: &NetworkGroup, logits: &[&Stream], total: u64) {
+        let parts: Vec<String> = logits.iter().map(|s| format!("`{}` ({})", s.name, s.elements())).collect();
         let msg = format!(
             "logits come from {} outputs, concatenated in this order: {}; total {total}",
-            g.outputs.len(),
+            logits.len(),
             parts.join(" + ")
         );
         self.push(Finding::new("logits-sharded", Severity::Info, msg).table(12).in_group(&g.name));
-        let first = g.outputs[0].elements();
-        if g.outputs.iter().any(|s| s.elements() != first) {
+        let first = logits[0].elements();
+        if logits.iter().any(|s| s.elements() != first) {
             let msg = "the logits outputs differ in size; genai places output i at i × (its own frame size), assuming equal shards, so the logits overlap or leave gaps";
             self.push(Finding::new("logits-shard-sizes", Severity::Error, msg).table(12).in_group(&g.name));
         }

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Check the Debian packages .ci/run builds (`cargo deb`): each holds the binary and the probe
+# catalog where hefprobe looks for it, and each package's binary, unpacked outside any
+# checkout, runs a probe by name from that catalog (the arm64 one under qemu-aarch64).
+#
+#   scripts/check-debs.sh hefprobe_*_amd64.deb hefprobe_*_arm64.deb
+set -euo pipefail
+[ $# -gt 0 ] || { echo "usage: $0 PACKAGE.deb..." >&2; exit 2; }
+for deb in "$@"; do
+  echo "== $deb"
+  contents="$(dpkg-deb -c "$deb")"
+  for want in ./usr/bin/hefprobe ./usr/share/hefprobe/probes/shared-softmax.toml \
+              ./usr/share/doc/hefprobe/README.md; do
+    grep -q " $want\$" <<<"$contents" || { echo "error: $deb lacks $want" >&2; exit 1; }
+  done
+  probes_here="$(ls "$(dirname "$0")/../probes"/*.toml | wc -l)"
+  probes_in="$(grep -c ' ./usr/share/hefprobe/probes/.*\.toml$' <<<"$contents")"
+  [ "$probes_in" = "$probes_here" ] || { echo "error: $deb holds $probes_in probes, the catalog $probes_here" >&2; exit 1; }
+  arch="$(dpkg-deb -f "$deb" Architecture)"
+  root="$(mktemp -d)"
+  dpkg-deb -x "$deb" "$root"
+  run=("$root/usr/bin/hefprobe")
+  [ "$arch" = arm64 ] && [ "$(uname -m)" != aarch64 ] && run=(qemu-aarch64 -L /usr/aarch64-linux-gnu "${run[@]}")
+  "${run[@]}" --help | grep -q '^Usage: hefprobe' || { echo "error: $arch binary: no usage" >&2; exit 1; }
+  # Outside any checkout: `shared-softmax` is found in the package's own catalog.
+  set +e
+  out="$(cd "$root" && "${run[@]}" run shared-softmax --no-explain 2>&1)"
+  code=$?
+  set -e
+  rm -rf "$root"
+  if [ "$code" != 1 ] || ! grep -q 'first drift at layers.0.attn.probs' <<<"$out"; then
+    echo "error: $arch binary: run shared-softmax exited $code:" >&2
+    echo "$out" | tail -20 >&2
+    exit 1
+  fi
+  echo "$arch: $(wc -l <<<"$contents") entries, $probes_in probes; run shared-softmax from the catalog: exit 1, drift located"
+done

@@ -1,0 +1,546 @@
+//! `hefprobe verify DIR`: an evidence bundle replayed. The manifest is checked (its schema, its
+//! paths inside the bundle, every hash 64 hex digits); every file's size and then its sha256 are
+//! compared (a file of another size is named without being read); then the run, suite or sweep
+//! is replayed as the bundle asked it, and everything a person reads is regenerated from the
+//! replay and compared with the bundle's: each figure by name, and every document (report.json,
+//! report.md, evidence.md, the SVGs; a suite's summary.md, a sweep's sweep.md) word by word and
+//! number by number within [`TOLERANCE`]. Where the bundle says a backend ran is checked against
+//! what its pinned HEF runs on here: only a compiled HEF recorded on a `hailo` device, with no
+//! such device here, is "not re-runnable here", and the verdict is then "unverified".
+
+use super::bundle::{options, sha256_file, Manifest, SweepAsked, BUNDLE_SCHEMA, MANIFEST};
+use super::run::{run_probe, CaptureOptions};
+use super::schema::Probe;
+use crate::backend::{BackendKind, BackendSpec};
+use crate::device::DeviceFacts;
+use crate::error::{Error, Result};
+use crate::files::Kind;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// Two runs of the same probe on the same inputs agree to this much on every figure: the
+/// reference and the emulators are deterministic for a given thread count, and a figure is
+/// printed to 6 decimals (docs/METRICS.md, "Reproducibility").
+pub const TOLERANCE: f64 = 1e-6;
+
+crate::named_enum! {
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+    #[serde(rename_all = "kebab-case")]
+    pub enum Verdict {
+        Same = "same",
+        Different = "different",
+        NotHere = "not re-runnable here",
+    }
+}
+
+/// One line of `verify`: what was checked, the verdict, and why.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Check {
+    pub what: String,
+    pub verdict: Verdict,
+    pub why: String,
+}
+
+impl Check {
+    fn new(what: impl Into<String>, verdict: Verdict, why: impl Into<String>) -> Self {
+        Check { what: what.into(), verdict, why: why.into() }
+    }
+}
+
+pub fn same(a: f64, b: f64) -> bool {
+    (a - b).abs() <= TOLERANCE * a.abs().max(b.abs()).max(1.0)
+}
+
+/// A sha256 as the manifest must hold it: 64 lowercase hex digits.
+fn is_sha256(s: &str) -> bool {
+    s.len() == 64 && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
+pub fn read_manifest(dir: &Path) -> Result<Manifest> {
+    let path = dir.join(MANIFEST);
+    let text = crate::files::read_text(&path, Kind::Manifest)?;
+    let not_manifest = |e: serde_json::Error| {
+        Error::input(path.display().to_string(), format!("not a bundle manifest: {e}"))
+    };
+    let v: serde_json::Value = serde_json::from_str(&text).map_err(not_manifest)?;
+    let key = |k: &str| format!("{} key `{k}`", path.display());
+    if v["schema"] != BUNDLE_SCHEMA {
+        return Err(Error::input(
+            key("schema"),
+            format!(
+                "{}; this hefprobe reads `{BUNDLE_SCHEMA}` (record the bundle again with it)",
+                v["schema"]
+            ),
+        ));
+    }
+    let m: Manifest = serde_json::from_value(v).map_err(not_manifest)?;
+    for name in m.files.keys() {
+        let p = Path::new(name);
+        if p.is_absolute() || p.components().any(|c| !matches!(c, std::path::Component::Normal(_))) {
+            return Err(Error::input(key("files"), format!("`{name}` is not a path inside the bundle")));
+        }
+    }
+    let hashes = m.files.iter().map(|(n, h)| ("files", n.as_str(), h.sha256.as_str()));
+    let pinned = m.pinned.iter().chain(&m.left_out).map(|p| ("pinned", p.path.as_str(), p.sha256.as_str()));
+    if let Some((k, name, sha)) = hashes.chain(pinned).find(|(_, _, sha)| !is_sha256(sha)) {
+        return Err(Error::input(
+            key(k),
+            format!("the sha256 of `{name}` is `{}`, not 64 hex digits", sha.escape_debug()),
+        ));
+    }
+    Ok(m)
+}
+
+/// The hashes: every file of the bundle, every pinned file outside it, each size compared
+/// before anything is read, so a file of another size is named without hashing it.
+pub fn check_hashes(dir: &Path, m: &Manifest, out: &mut Vec<Check>) {
+    let mut hash = |what: String, path: &Path, want: &str, bytes: u64| {
+        let (verdict, why) = match std::fs::metadata(path) {
+            Err(e) => (Verdict::Different, format!("{} cannot be read: {e}", path.display())),
+            Ok(meta) if !meta.is_file() => {
+                (Verdict::Different, format!("{} is not a regular file", path.display()))
+            }
+            Ok(meta) if meta.len() != bytes => (
+                Verdict::Different,
+                format!("{} changed: {} bytes where the bundle pinned {bytes}", path.display(), meta.len()),
+            ),
+            Ok(_) => match sha256_file(path) {
+                Ok((sha, _)) if sha == want => (Verdict::Same, format!("sha256 {}", &sha[..12])),
+                Ok((sha, _)) => (
+                    Verdict::Different,
+                    format!(
+                        "{} changed: sha256 {} where the bundle pinned {}",
+                        path.display(),
+                        &sha[..12],
+                        &want[..12]
+                    ),
+                ),
+                Err(e) => (Verdict::Different, format!("{} cannot be read: {e}", path.display())),
+            },
+        };
+        out.push(Check { what, verdict, why });
+    };
+    for (name, h) in &m.files {
+        hash(format!("bundle file {name}"), &dir.join(name), &h.sha256, h.bytes);
+    }
+    for p in &m.pinned {
+        hash(p.what.clone(), Path::new(&p.path), &p.sha256, p.bytes);
+    }
+}
+
+/// How one backend (a suite's pair) of the bundle fared in the replay.
+pub enum Replayed {
+    /// It ran, on this device (None: a backend without one).
+    Ran(Option<DeviceFacts>),
+    /// It could not run: why, and whether its device is absent here (a compiled HEF, which
+    /// only a Hailo device runs, with none here to open).
+    Failed { error: String, absent: bool },
+    /// The replay has no such backend.
+    Missing,
+}
+
+/// A compiled HEF's device, if it cannot be opened here: what opening it said.
+pub fn absent_device(spec: &BackendSpec) -> Option<String> {
+    let path = spec.path.as_ref().filter(|_| spec.kind == BackendKind::Hef)?;
+    let hef = crate::hef::Hef::read(path).ok()?;
+    if crate::device::synth_hef::sim_spec(&hef, "").ok()?.is_some() {
+        return None; // a simulated HEF runs on the simulated device, here as anywhere
+    }
+    crate::backend::hef::open_hef(&spec.label(), path, None).err().map(|e| e.to_string())
+}
+
+/// What the bundle says of each backend, checked against the replay: by owner (a backend's
+/// label, a suite's `probe × target`; `recorded` holds every owner of the bundle's figures and
+/// the device the bundle says it ran on), the verdict every figure of it gets when it cannot be
+/// compared (not re-runnable here, or a replay that failed), and a check of each device claim.
+pub fn judge_devices(
+    recorded: &BTreeMap<String, Option<DeviceFacts>>,
+    replay: &BTreeMap<String, Replayed>,
+    out: &mut Vec<Check>,
+) -> BTreeMap<String, (Verdict, String)> {
+    let mut owners = BTreeMap::new();
+    let labels: std::collections::BTreeSet<&String> = recorded.keys().chain(replay.keys()).collect();
+    for label in labels {
+        let (known, rec) = match recorded.get(label) {
+            Some(d) => (true, d.as_ref()),
+            None => (false, None),
+        };
+        let what = format!("device of `{label}`");
+        match (replay.get(label).unwrap_or(&Replayed::Missing), known) {
+            (Replayed::Missing, false) => {}
+            (Replayed::Missing, true) => {
+                let why =
+                    format!("the replay runs no `{label}`: the bundle's backends or inputs were edited");
+                out.push(Check::new(what, Verdict::Different, why.clone()));
+                owners.insert(label.clone(), (Verdict::Different, why));
+            }
+            (Replayed::Failed { error, absent: true }, _) if rec.is_some_and(|r| r.kind == "hailo") => {
+                let r = rec.expect("matched on it");
+                let on = r.device_id.clone().or(r.architecture.clone()).unwrap_or_default();
+                let why = format!("ran on hailo {on}; this machine cannot run it: {error}");
+                owners.insert(label.clone(), (Verdict::NotHere, why));
+            }
+            (Replayed::Failed { error, .. }, _) => {
+                let why = format!("the replay of `{label}` failed: {error}");
+                out.push(Check::new(format!("replay of `{label}`"), Verdict::Different, why.clone()));
+                owners.insert(label.clone(), (Verdict::Different, why));
+            }
+            (Replayed::Ran(now), _) => {
+                let (verdict, why) = match (rec, now) {
+                    (Some(r), Some(n)) if r.kind == n.kind => (Verdict::Same, format!("ran on {}", r.kind)),
+                    (Some(r), Some(n)) => (Verdict::Different, format!(
+                        "the bundle says it ran on {}, but its pinned files run on {} (a simulated HEF runs only on \
+                         the simulated device): that claim is false", r.kind, n.kind
+                    )),
+                    (Some(r), None) => (Verdict::Different, format!("the bundle says it ran on {}, but it is a backend without a device", r.kind)),
+                    (None, Some(n)) => (Verdict::Different, format!("the bundle records no device for it; it runs on {}", n.kind)),
+                    (None, None) => continue,
+                };
+                out.push(Check::new(what, verdict, why));
+            }
+        }
+    }
+    owners
+}
+
+/// Each recorded figure compared with the replay's: by owner, key and value.
+pub fn compare_figures<T: std::fmt::Display + PartialEq>(
+    then: &[(String, String, Result<f64, T>)],
+    now: &BTreeMap<String, Result<f64, T>>,
+    owners: &BTreeMap<String, (Verdict, String)>,
+    out: &mut Vec<Check>,
+) {
+    let show = |v: Option<&Result<f64, T>>| match v {
+        Some(Ok(x)) => format!("{x:.6}"),
+        Some(Err(s)) => s.to_string(),
+        None => "not measured".into(),
+    };
+    for (owner, key, v) in then {
+        let (verdict, why) = match (owners.get(owner), v, now.get(key)) {
+            (Some((verdict, why)), _, _) => (*verdict, why.clone()),
+            (None, Ok(a), Some(Ok(b))) if same(*a, *b) => (Verdict::Same, format!("{a:.6}")),
+            (None, Err(a), Some(Err(b))) if a == b => (Verdict::Same, a.to_string()),
+            (None, a, b) => (Verdict::Different, format!("{} in the bundle, {} now", show(Some(a)), show(b))),
+        };
+        out.push(Check::new(key.clone(), verdict, why));
+    }
+}
+
+/// Lines of a report that say how this machine ran it rather than what it measured (a spilled
+/// run's folder and memory budget): left out of the comparison of documents.
+fn measured(text: &str) -> Vec<&str> {
+    text.lines().filter(|l| !l.contains(super::spill::SPILL_NOTE)).collect()
+}
+
+/// A piece of a line: words, integers (compared exactly) and decimals (compared as figures).
+#[derive(Debug, PartialEq)]
+enum Tok<'a> {
+    Text(&'a str),
+    Int(&'a str),
+    Dec(&'a str),
+}
+
+fn tokens(line: &str) -> Vec<Tok<'_>> {
+    let b = line.as_bytes();
+    let digits = |mut i: usize| {
+        while i < b.len() && b[i].is_ascii_digit() {
+            i += 1;
+        }
+        i
+    };
+    let (mut out, mut i) = (Vec::new(), 0);
+    while i < b.len() {
+        let start = i;
+        if !b[i].is_ascii_digit() {
+            // Every boundary is an ASCII digit or the end: always a char boundary.
+            while i < b.len() && !b[i].is_ascii_digit() {
+                i += 1;
+            }
+            out.push(Tok::Text(&line[start..i]));
+            continue;
+        }
+        i = digits(i);
+        let mut decimal = false;
+        if i + 1 < b.len() && b[i] == b'.' && b[i + 1].is_ascii_digit() {
+            (i, decimal) = (digits(i + 1), true);
+        }
+        if i < b.len() && (b[i] == b'e' || b[i] == b'E') {
+            let sign = usize::from(i + 1 < b.len() && (b[i + 1] == b'-' || b[i + 1] == b'+'));
+            if i + 1 + sign < b.len() && b[i + 1 + sign].is_ascii_digit() {
+                (i, decimal) = (digits(i + 1 + sign), true);
+            }
+        }
+        out.push(if decimal { Tok::Dec(&line[start..i]) } else { Tok::Int(&line[start..i]) });
+    }
+    out
+}
+
+/// One unit of a decimal's last printed digit (`0.25` → 0.01, `4.38e0` → 0.01), 0 without a
+/// decimal point: a figure within [`TOLERANCE`] may round to a neighbour there, never further.
+fn last_digit(s: &str) -> f64 {
+    let (mantissa, exp) = s.split_once(['e', 'E']).unwrap_or((s, "0"));
+    let places = mantissa.split_once('.').map_or(0, |(_, f)| f.len());
+    if !mantissa.contains('.') {
+        return 0.0;
+    }
+    10f64.powi(exp.parse::<i32>().unwrap_or(0) - places as i32)
+}
+
+/// A token of the bundle's document against the replay's.
+fn same_token(a: &Tok, b: &Tok) -> bool {
+    match (a, b) {
+        (Tok::Dec(x), Tok::Dec(y)) if x == y => true,
+        (Tok::Dec(x), Tok::Dec(y)) => match (x.parse::<f64>(), y.parse::<f64>()) {
+            (Ok(p), Ok(q)) if p.is_finite() && q.is_finite() => {
+                // The replay's printing decides: a figure written with fewer digits in the
+                // bundle gets no coarser tolerance.
+                let unit = last_digit(y);
+                same(p, q) || (p - q).abs() <= unit * (1.0 + 1e-9)
+            }
+            _ => x == y,
+        },
+        _ => a == b,
+    }
+}
+
+/// A document of the bundle against the one regenerated from the replay: the same words in
+/// the same order, integers the same, decimals the same within [`TOLERANCE`] (or one unit of
+/// their last printed digit, to which such a figure may round).
+pub fn compare_text(name: &str, then: &str, now: &str) -> Check {
+    let (a, b) = (measured(then), measured(now));
+    for (i, (x, y)) in a.iter().zip(&b).enumerate() {
+        let (tx, ty) = (tokens(x), tokens(y));
+        let differ = tx.iter().zip(&ty).find(|(p, q)| !same_token(p, q));
+        let show = |t: &Tok| match t {
+            Tok::Text(s) | Tok::Int(s) | Tok::Dec(s) => s.chars().take(80).collect::<String>(),
+        };
+        if let Some((p, q)) = differ {
+            let why = format!(
+                "line {}: `{}` in the bundle, `{}` regenerated from the replay",
+                i + 1,
+                show(p),
+                show(q)
+            );
+            return Check::new(name, Verdict::Different, why);
+        }
+        if tx.len() != ty.len() {
+            let why = format!("line {} differs from the one regenerated from the replay", i + 1);
+            return Check::new(name, Verdict::Different, why);
+        }
+    }
+    if a.len() != b.len() {
+        let why = format!("{} lines in the bundle, {} regenerated from the replay", a.len(), b.len());
+        return Check::new(name, Verdict::Different, why);
+    }
+    Check::new(name, Verdict::Same, "every word and figure as regenerated from the replay")
+}
+
+/// The bundle's documents against `docs`, regenerated from the replay (None: some figure in
+/// them cannot be replayed here, which `unverifiable` says); a document of the bundle that
+/// the replay does not draw is named too.
+pub fn compare_documents(
+    dir: &Path,
+    m: &Manifest,
+    docs: Option<Vec<(String, String)>>,
+    unverifiable: Option<&str>,
+    out: &mut Vec<Check>,
+) -> Result<()> {
+    let is_doc = |n: &str| n.ends_with(".md") || n.ends_with(".svg") || n.ends_with(".json");
+    let Some(docs) = docs else {
+        for name in m.files.keys().filter(|n| is_doc(n) && !n.starts_with("captures/")) {
+            let why = format!("it holds figures not re-runnable here ({})", unverifiable.unwrap_or("-"));
+            out.push(Check::new(name.clone(), Verdict::NotHere, why));
+        }
+        return Ok(());
+    };
+    for (name, now) in &docs {
+        match m.files.get(name) {
+            Some(_) => {
+                out.push(compare_text(name, &crate::files::read_text(dir.join(name), Kind::Report)?, now))
+            }
+            None => out.push(Check::new(
+                name.clone(),
+                Verdict::Different,
+                "the replay draws it; the bundle has none",
+            )),
+        }
+    }
+    for name in m.files.keys().filter(|n| is_doc(n) && !n.starts_with("captures/")) {
+        if !docs.iter().any(|(n, _)| n == name) {
+            out.push(Check::new(name.clone(), Verdict::Different, "the replay draws no such document"));
+        }
+    }
+    Ok(())
+}
+
+/// Every compared figure of a run report's JSON: its backend, and `candidate view phase tap
+/// figure`.
+fn figures(report: &serde_json::Value) -> Vec<(String, String, Result<f64, String>)> {
+    let backends: Vec<&str> =
+        report["backends"].as_array().into_iter().flatten().filter_map(|b| b["name"].as_str()).collect();
+    let mut out = Vec::new();
+    for c in report["comparisons"].as_array().into_iter().flatten() {
+        let candidate = c["candidate"].as_str().unwrap_or("?");
+        // The expected view of a backend is that backend's: it is emulated from its HEF.
+        let owner = backends
+            .iter()
+            .find(|b| **b == candidate || crate::report::expected_label(b) == candidate)
+            .map_or(candidate, |b| *b)
+            .to_string();
+        let pair = format!("{candidate} {}", c["view"].as_str().unwrap_or("?"));
+        for r in c["rows"].as_array().into_iter().flatten() {
+            let at =
+                format!("{pair} {}/{}", r["phase"].as_str().unwrap_or("?"), r["tap"].as_str().unwrap_or("?"));
+            for k in ["cosine", "sqnr_db", "max_abs"] {
+                if let Some(v) = r["metrics"][k].as_f64() {
+                    out.push((owner.clone(), format!("{at} {k}"), Ok(v)));
+                }
+            }
+        }
+    }
+    out
+}
+
+fn read_json(dir: &Path, name: &str) -> Result<serde_json::Value> {
+    serde_json::from_str(&crate::files::read_text(dir.join(name), Kind::Report)?)
+        .map_err(|e| Error::input(dir.join(name).display().to_string(), e.to_string()))
+}
+
+/// Re-run the probe as the bundle asked it (a backend whose device is absent left out) and
+/// compare every figure and document.
+fn rerun(dir: &Path, m: &Manifest, out: &mut Vec<Check>) -> Result<()> {
+    let text = crate::files::read_text(dir.join("probe.toml"), Kind::Probe)?;
+    // The bundle's copy, read as if it were at the probe's own place (its relative paths).
+    let probe = Probe::parse(&text, Path::new(&m.asked.probe))?;
+    let mut opts = options(&m.asked, CaptureOptions { spill: true, ..Default::default() })?;
+    opts.command = m.command.clone();
+    let specs =
+        if opts.probe.backends.is_empty() { probe.backends.clone() } else { opts.probe.backends.clone() };
+    let mut replay = BTreeMap::new();
+    let (absent, runnable): (Vec<_>, Vec<_>) = specs.into_iter().partition(|s| {
+        absent_device(s)
+            .map(|error| replay.insert(s.label(), Replayed::Failed { error, absent: true }))
+            .is_some()
+    });
+    let then = read_json(dir, "report.json")?;
+    let mut now = BTreeMap::new();
+    let mut docs = None;
+    if !runnable.is_empty() {
+        if !absent.is_empty() {
+            opts.probe.backends = runnable;
+        }
+        match run_probe(&probe, &opts) {
+            Ok(run) => {
+                for b in &run.runs.backends {
+                    let state = match b.status.is_ok() {
+                        true => Replayed::Ran(b.device.clone()),
+                        false => Replayed::Failed { error: b.status.to_string(), absent: false },
+                    };
+                    replay.insert(b.label.clone(), state);
+                }
+                if let Some(e) = &run.error {
+                    out.push(Check::new("replay", Verdict::Different, format!("it stopped: {e}")));
+                }
+                let json: serde_json::Value = serde_json::from_str(&crate::report::json::render(&run.report))
+                    .expect("a report renders");
+                now = figures(&json).into_iter().map(|(_, k, v)| (k, v)).collect();
+                docs = Some(super::bundle::documents(&m.command, &run, &m.pinned, &m.devices, &m.folder)?);
+            }
+            Err(e) => out.push(Check::new("replay", Verdict::Different, format!("it could not run: {e}"))),
+        }
+    }
+    let then = figures(&then);
+    let recorded = then
+        .iter()
+        .map(|(o, _, _)| o)
+        .chain(m.devices.keys())
+        .map(|o| (o.clone(), m.devices.get(o).cloned()))
+        .collect();
+    let owners = judge_devices(&recorded, &replay, out);
+    compare_figures(&then, &now, &owners, out);
+    let unverifiable =
+        owners.iter().find(|(_, (v, _))| *v == Verdict::NotHere).map(|(l, _)| format!("`{l}`"));
+    compare_documents(dir, m, docs.filter(|_| unverifiable.is_none()), unverifiable.as_deref(), out)
+}
+
+/// `hefprobe verify DIR`: the hashes, then (when they hold) the replay.
+pub fn verify(dir: &Path) -> Result<Vec<Check>> {
+    let m = read_manifest(dir)?;
+    let mut out = Vec::new();
+    check_hashes(dir, &m, &mut out);
+    if out.iter().any(|c| c.verdict == Verdict::Different) {
+        return Ok(out);
+    }
+    match &m.sweep {
+        Some(asked) => rerun_sweep(dir, &m, asked, &mut out)?,
+        None => rerun(dir, &m, &mut out)?,
+    }
+    Ok(out)
+}
+
+/// Every number of a JSON document, by its path (`[3].logits_cosine`).
+fn numbers(v: &serde_json::Value, at: String, out: &mut Vec<(String, String, Result<f64, String>)>) {
+    match v {
+        serde_json::Value::Number(n) => out.push((String::new(), at, Ok(n.as_f64().unwrap_or(f64::NAN)))),
+        serde_json::Value::Array(a) => {
+            a.iter().enumerate().for_each(|(i, x)| numbers(x, format!("{at}[{i}]"), out))
+        }
+        serde_json::Value::Object(o) => o.iter().for_each(|(k, x)| numbers(x, format!("{at}.{k}"), out)),
+        _ => {}
+    }
+}
+
+/// A sweep bundle replayed: the sweep run again, every number of its points and its table
+/// compared.
+fn rerun_sweep(dir: &Path, m: &Manifest, asked: &SweepAsked, out: &mut Vec<Check>) -> Result<()> {
+    let text = crate::files::read_text(dir.join("probe.toml"), Kind::Probe)?;
+    let probe = Probe::parse(&text, Path::new(&asked.probe))?;
+    let checkpoint = asked.checkpoint.as_ref().map(|c| crate::model::CheckpointRef::at(c, &asked.revision));
+    let points = super::sweep::run_sweep(&probe, checkpoint.as_ref(), |_| {})?;
+    let named = |v: &serde_json::Value| {
+        let mut all = Vec::new();
+        numbers(v, "point".into(), &mut all);
+        all
+    };
+    let now: BTreeMap<String, Result<f64, String>> =
+        named(&serde_json::to_value(&points).expect("points serialize"))
+            .into_iter()
+            .map(|(_, k, v)| (k, v))
+            .collect();
+    compare_figures(&named(&read_json(dir, "points.json")?), &now, &BTreeMap::new(), out);
+    let docs = vec![
+        ("points.json".to_string(), serde_json::to_string_pretty(&points).expect("json") + "\n"),
+        ("sweep.md".to_string(), super::sweep::doc(&probe, &points, &m.command, None).markdown()),
+    ];
+    compare_documents(dir, m, Some(docs), None, out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn documents_compare_word_by_word_and_figure_by_figure() {
+        let v = |a: &str, b: &str| compare_text("r.md", a, b).verdict;
+        assert_eq!(v("cosine 0.526301, 5/5 taps", "cosine 0.526301, 5/5 taps"), Verdict::Same);
+        assert_eq!(v("cosine 0.526301", "cosine 0.526302"), Verdict::Same, "within the tolerance");
+        assert_eq!(v("SQNR 0.2 dB", "SQNR 0.3 dB"), Verdict::Same, "a neighbour in the last printed digit");
+        assert_eq!(v("SQNR 0.2 dB", "SQNR 0.4 dB"), Verdict::Different);
+        assert_eq!(v("cosine 0.526301", "cosine 0.9"), Verdict::Different);
+        assert_eq!(v("token 12706", "token 12707"), Verdict::Different, "integers are exact");
+        assert_eq!(v("max 4.38e0", "max 4.39e0"), Verdict::Same);
+        assert_eq!(v("max 4.38e0", "max 5.38e0"), Verdict::Different);
+        assert_eq!(
+            v("cosine 0.5", "cosine 0.526301"),
+            Verdict::Different,
+            "fewer digits, no coarser tolerance"
+        );
+        assert_eq!(v("sha 2e5f", "sha 3e5f"), Verdict::Different, "no decimal point: no rounding allowed");
+        assert_eq!(v("first drift at logits", "first drift at layers.0.out"), Verdict::Different);
+        assert_eq!(v("a\nb", "a"), Verdict::Different);
+        assert_eq!(v("é 1.5 ü", "é 1.5 ü"), Verdict::Same, "non-ASCII text splits on digits only");
+        let spilled = format!("x\n{} in spill/a (budget 8 MiB)\ny", super::super::spill::SPILL_NOTE);
+        assert_eq!(v(&spilled, "x\ny"), Verdict::Same, "how this machine ran it is left out");
+    }
+}
