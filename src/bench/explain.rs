@@ -10,7 +10,7 @@ use crate::error::{Error, Result};
 use crate::explain::{ExplainReport, ExplainSpec};
 use crate::model::{Checkpoint, CheckpointRef};
 use crate::probe::run::{compare_runs, explain_stage, prepare, run_backends, Prepared, Runs};
-use crate::probe::run::{ExplainChoice, ProbeOverrides, RunOptions};
+use crate::probe::run::{ProbeOverrides, RunOptions};
 use std::path::Path;
 use std::process::ExitCode;
 use std::time::Instant;
@@ -30,14 +30,14 @@ pub fn run(model: &CheckpointRef, profile: bool) -> Result<ExitCode> {
         let hef = dir.path().join(format!("{name}.hef"));
         write_hef(&ckpt, model, &faults, &hef)?;
         let t = Instant::now();
-        let (p, runs, compared) = before_explain(model, &hef, dir.path())?;
+        let run = Before::run(&probe_for(model, &hef, dir.path())?, model, Vec::new())?;
         let before = t.elapsed().as_secs_f64();
         let planted = if faults.is_empty() { "nothing planted".to_string() } else { faults.join(", ") };
         println!("{name} HEF ({planted}): the run before explain {before:.1} s");
-        let (fast, secs) = timed_explain(&p, &runs, &compared, (false, profile))?;
+        let (fast, secs) = run.explain(false, profile)?;
         print_explain("  explain", &fast, secs);
         if name == "planted" {
-            let (full, full_secs) = timed_explain(&p, &runs, &compared, (true, profile))?;
+            let (full, full_secs) = run.explain(true, profile)?;
             print_explain("  explain --exhaustive", &full, full_secs);
             let same = match fast.same_ranking(&full) {
                 Ok(n) => format!("the same ranking ({n} stopped candidates rank below the contenders)"),
@@ -68,12 +68,60 @@ fn write_hef(ckpt: &Checkpoint, model: &CheckpointRef, faults: &[&str], to: &Pat
     std::fs::write(to, synth_hef(ckpt, source, &opts)?.to_bytes()).map_err(|e| Error::io(to, e))
 }
 
-/// The run explain follows: the probe prepared, the reference and the HEF run and compared.
-fn before_explain(
-    model: &CheckpointRef,
-    hef: &Path,
-    dir: &Path,
-) -> Result<(Prepared, Runs, Vec<crate::probe::run::Compared>)> {
+/// The run explain follows (a probe prepared, the reference and its backends run and
+/// compared), kept to explain it as often as asked: `bench --explain`, and the real-weights
+/// tier's check that the shortcuts leave the ranking as the exhaustive path has it.
+pub struct Before {
+    p: Prepared,
+    runs: Runs,
+    compared: Vec<crate::probe::run::Compared>,
+    /// The explain settings the probe (or the command line) gave.
+    pub spec: ExplainSpec,
+}
+
+impl Before {
+    /// `probe` on `model` against `backends` (empty: the probe's own).
+    pub fn run(
+        probe: &crate::probe::schema::Probe,
+        model: &CheckpointRef,
+        backends: Vec<crate::backend::spec::BackendSpec>,
+    ) -> Result<Self> {
+        let opts = RunOptions {
+            probe: ProbeOverrides { checkpoint: Some(model.clone()), backends, ..Default::default() },
+            ..Default::default()
+        };
+        let mut p = prepare(probe, &opts)?;
+        let spec = p.explain.clone().unwrap_or_default();
+        let runs = run_backends(&mut p, &opts.captures, &mut crate::backend::make_backend)?;
+        let mut compared = Vec::new();
+        compare_runs(&p, &runs, &mut compared)?;
+        Ok(Before { p, runs, compared, spec })
+    }
+
+    /// Explain the run (with the shortcuts, or `exhaustive`), timed; with `profile`, each op
+    /// class's time printed.
+    pub fn explain(&self, exhaustive: bool, profile: bool) -> Result<(ExplainReport, f64)> {
+        use crate::model::profile as ops;
+        let spec = ExplainSpec { exhaustive, ..self.spec.clone() };
+        if profile {
+            ops::enable();
+            ops::reset();
+        }
+        let t = Instant::now();
+        let e = explain_stage(&self.p, &self.runs, &self.compared, Some(&spec))?;
+        let secs = t.elapsed().as_secs_f64();
+        if let Some(times) = ops::snapshot().filter(|_| profile) {
+            let times: Vec<String> = times.iter().map(|(op, s)| format!("{} {s:.1} s", op.name())).collect();
+            println!("    per op class, summed over threads: {}", times.join(", "));
+            ops::disable();
+        }
+        Ok((e.ok_or_else(|| Error::usage("explain: the observed backend did not run"))?.report, secs))
+    }
+}
+
+/// The bench's probe: 9 prompt tokens and 4 teacher-forced decode steps against the HEF at
+/// `hef`, explained.
+fn probe_for(model: &CheckpointRef, hef: &Path, dir: &Path) -> Result<crate::probe::schema::Probe> {
     let vocab = model.load()?.config.vocab_size;
     let ids =
         |n: usize, seed: usize| (0..n).map(|i| ((i * 7919 + seed) % vocab).to_string()).collect::<Vec<_>>();
@@ -85,43 +133,7 @@ fn before_explain(
         ids(4, 101).join(", "),
         hef.display().to_string()
     );
-    let probe = crate::probe::schema::Probe::parse(&text, &dir.join("bench-explain.toml"))?;
-    let opts = RunOptions {
-        probe: ProbeOverrides {
-            checkpoint: Some(model.clone()),
-            explain: ExplainChoice::With(ExplainSpec::default()),
-            ..Default::default()
-        },
-        ..Default::default()
-    };
-    let mut p = prepare(&probe, &opts)?;
-    let runs = run_backends(&mut p, &opts.captures, &mut crate::backend::make_backend)?;
-    let mut compared = Vec::new();
-    compare_runs(&p, &runs, &mut compared)?;
-    Ok((p, runs, compared))
-}
-
-fn timed_explain(
-    p: &Prepared,
-    runs: &Runs,
-    compared: &[crate::probe::run::Compared],
-    (exhaustive, profile): (bool, bool),
-) -> Result<(ExplainReport, f64)> {
-    use crate::model::profile as ops;
-    let spec = ExplainSpec { exhaustive, ..Default::default() };
-    if profile {
-        ops::enable();
-        ops::reset();
-    }
-    let t = Instant::now();
-    let e = explain_stage(p, runs, compared, Some(&spec))?;
-    let secs = t.elapsed().as_secs_f64();
-    if let Some(times) = ops::snapshot().filter(|_| profile) {
-        let times: Vec<String> = times.iter().map(|(op, s)| format!("{} {s:.1} s", op.name())).collect();
-        println!("    per op class, summed over threads: {}", times.join(", "));
-        ops::disable();
-    }
-    Ok((e.ok_or_else(|| Error::usage("bench --explain: the HEF did not run"))?.report, secs))
+    crate::probe::schema::Probe::parse(&text, &dir.join("bench-explain.toml"))
 }
 
 fn print_explain(what: &str, e: &ExplainReport, secs: f64) {

@@ -8,26 +8,29 @@
 //!   its match), and once its best possible match is worse than the [`CONTENDERS`]-th best so
 //!   far by more than [`TIE_MARGIN`]: it cannot be among the rows whose figures explain reads,
 //!   and is left out of the ranking (the report counts it);
-//! - parallel: as many candidates at a time as there are cores (at most four), in waves whose
-//!   bar is set by the waves before, so which candidates stop never depends on timing.
+//! - parallel: as many candidates at a time as there are cores (at most four), in waves of
+//!   [`WAVE`] whose bar is set by the waves before, so which candidates stop depends neither on
+//!   timing nor on the threads (the cores, the memory budget).
 
 use super::matching::{match_captures, part, signature, Match, CLEAN_EPS};
 use super::prefix::{below, Instrument, Prefix};
-use super::rank::Setting;
 use super::Spent;
 use crate::backend::decoder::DecoderBackend;
 use crate::backend::{Backend, Ran};
 use crate::capture::{Capture, Place, PlaceSink, Store, TapSink};
 use crate::error::{Error, Result};
+use crate::fault::expected::Expected;
 use crate::fault::spec::FaultSpec;
 use crate::fault::Fault;
-use crate::inputs::DecodeSpec;
+use crate::inputs::{DecodeSpec, InputSet};
+use crate::model::Checkpoint;
 use crate::tap::{Key, Phase, Tap, TapSelection};
 use candle_core::Tensor;
 use ndarray::ArrayD;
 use std::borrow::Cow;
 use std::cmp::Ordering;
 use std::collections::BTreeSet;
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 /// Rows of the ranking whose figures explain reads beyond the first: those whose ties it
@@ -41,8 +44,38 @@ pub const CONTENDERS: usize = 5;
 /// KL differs as little), and below any difference between faults (1e-3 and more on SmolLM2).
 pub const TIE_MARGIN: f64 = 1e-6;
 
-/// Candidates per thread in a wave.
-const WAVE: usize = 4;
+/// Candidates in a wave, whatever the threads: the bar a candidate is stopped against is set
+/// by the waves before its own, so a wave that followed the threads would make a run with a
+/// smaller memory budget (one thread) stop other candidates than one with a larger.
+const WAVE: usize = 8;
+
+/// What explain emulates on: the checkpoint, the inputs being explained, where emulations
+/// are written (a spilled run's temporary folder; None: kept in memory), and the target's own
+/// quantization when it has one (a HEF's): every candidate is that quantization composed with
+/// the fault, and the baseline is the quantization alone.
+pub struct Setting<'a> {
+    pub ckpt: &'a Checkpoint,
+    pub inputs: &'a InputSet,
+    pub scratch: Option<&'a Path>,
+    pub target: Option<Target<'a>>,
+}
+
+/// A quantized target: its quantization, and the float reference, against which that
+/// quantization's own noise is measured.
+pub struct Target<'a> {
+    pub expected: Arc<Expected>,
+    /// How a candidate is emulated as the target computes it (a HEF's frames and ring, the
+    /// expected quantization inside); None: the decoder, with the expected quantization.
+    pub emulation: Option<crate::backend::Emulation>,
+    pub float: &'a dyn Store,
+    /// A second draw of the expected quantization (`fault::expected::Realization`): how far
+    /// two draws of it fall apart is part of its noise.
+    pub realization: &'a dyn Store,
+    /// The keys where the target is beyond its expected quantization (what its judge failed):
+    /// matched alone when there are any, since elsewhere every candidate and the baseline differ
+    /// from the observation only by the quantization's noise.
+    pub focus: Vec<Key>,
+}
 
 pub struct Candidate {
     /// One fault, or a pair of them.
@@ -195,7 +228,7 @@ impl<'a> Emulator<'a> {
 
     /// Every candidate of `all` in `all`'s order, as many at a time as there are cores (each
     /// is a small-batch decoder run that a second core barely speeds up), in waves of
-    /// [`WAVE`] per thread. `stop`: a candidate may be stopped out of contention, against the
+    /// [`WAVE`]. `stop`: a candidate may be stopped out of contention, against the
     /// bar the waves before set.
     pub fn evaluate_all(&self, all: Vec<Vec<FaultSpec>>, stop: bool) -> Result<Vec<Candidate>> {
         use rayon::prelude::*;
@@ -206,7 +239,7 @@ impl<'a> Emulator<'a> {
             .build()
             .map_err(|e| Error::usage(format!("cannot start {threads} explain threads: {e}")))?;
         let mut ranked = Vec::with_capacity(all.len());
-        for wave in all.chunks(WAVE * threads) {
+        for wave in all.chunks(WAVE) {
             let bar = if stop { self.bar() } else { None };
             let done: Vec<Result<Outcome>> =
                 pool.install(|| wave.par_iter().map(|specs| self.evaluate(specs, bar)).collect());
@@ -305,7 +338,8 @@ impl<'a> Emulator<'a> {
             For::Candidate(bar) => bar,
             For::Check => None,
         };
-        let (store, stop) = self.run_into(backend.as_mut(), (from, self.fast), bar)?;
+        let below = prefix.as_ref().map(|(p, _)| &p.capture);
+        let (store, stop) = self.run_into(backend.as_mut(), (from, self.fast), bar, below)?;
         let saved = prefix.as_ref().map_or(0, |(p, b)| b * p.steps());
         self.account(why, (instrument.blocks(), saved, clean.whole), from);
         if stop == Some(Stop::Out) {
@@ -400,7 +434,7 @@ impl<'a> Emulator<'a> {
         let limit = if self.fast { crate::budget::current().bytes / 4 } else { 0 };
         let instrument = Instrument::recording(self.at.ckpt.config.num_layers, limit);
         let (_, mut backend) = self.backend(&[], &instrument, route == Route::Frames)?;
-        let (store, _) = self.run_into(backend.as_mut(), (0, false), None)?;
+        let (store, _) = self.run_into(backend.as_mut(), (0, false), None, None)?;
         self.spent().other += 1;
         let mut capture = Capture::default();
         let mut bytes = instrument.recorded_bytes();
@@ -413,8 +447,8 @@ impl<'a> Emulator<'a> {
         let prefix = instrument.prefix(capture).filter(|_| bytes <= limit).map(Arc::new);
         if self.fast && prefix.is_none() && teacher_forced(&self.at.inputs.decode) {
             self.spent().note = Some(format!(
-                "no candidate started from the clean run's residuals: they and its keys take {} bytes, over a \
-                 quarter of the memory budget ({})",
+                "no candidate started from the clean run's residuals: they and its keys take {}, over a quarter \
+                 of the memory budget ({})",
                 crate::budget::Bytes::new(bytes),
                 crate::budget::current().from
             ));
@@ -424,25 +458,39 @@ impl<'a> Emulator<'a> {
 
     /// Run `b` into a capture at explain's place, judged as it goes: where it `ends` early, the
     /// run stops once every key it makes (those at or after block `from`) has come, or once it
-    /// is out of contention with `bar` (the store then holds what came before).
+    /// is out of contention with `bar` (the store then holds what came before). A run started
+    /// at block `from` is judged on the keys below it as `clean` holds them (what it would have
+    /// computed there, bit for bit), so whether it stops is what it would be run whole: its
+    /// match, once every key has come, against the bar.
     fn run_into(
         &self,
         b: &mut dyn Backend,
         (from, ends): (usize, bool),
         bar: Option<Match>,
+        clean: Option<&Capture>,
     ) -> Result<(Box<dyn Store>, Option<Stop>)> {
         let place = self.at.scratch.map_or(Place::Memory, |d| Place::Temporary(d.to_path_buf()));
         let mut sink = PlaceSink::create(&place, &self.taps)?;
         let expected = self.keys.iter().filter(|k| !below(k, from)).count();
-        let came = BTreeSet::new();
+        let mut sums = (0.0, 0.0, 0);
+        if let (Some(clean), Some(_)) = (clean, bar) {
+            for key in self.keys.iter().filter(|k| below(k, from)) {
+                if let (Some(e), Some(o)) = (clean.get(key), self.observed.get(key)?) {
+                    let p = part(key, e, &o);
+                    sums.0 += p.cosine;
+                    sums.1 += p.kls.iter().sum::<f64>();
+                }
+                sums.2 += 1;
+            }
+        }
         let mut judge = Judge {
             inner: sink.sink(),
             emu: self,
             ends,
             bar,
             expected,
-            came,
-            sums: (0.0, 0.0, 0),
+            came: BTreeSet::new(),
+            sums,
             stop: None,
         };
         let Ran { error, .. } = b.run(self.at.inputs, &self.taps, None, &mut judge);

@@ -7,6 +7,7 @@
 //! and deleted once matched. Both give the same figures: the same f32 values in the same order.
 
 use super::emulate::{sort, Candidate, Emulator, CONTENDERS};
+pub use super::emulate::{Setting, Target};
 use super::matching::{
     aligned, first_drift_layer, match_captures, nonfinite_keys, shared_keys, signatures_agree, CLEAN_EPS,
 };
@@ -15,14 +16,9 @@ use crate::compare::metrics;
 use crate::error::Result;
 use crate::explain::ExplainSpec;
 use crate::explain::{AttributionRow, Baseline, ExplainReport, ExplainRow};
-use crate::fault::expected::Expected;
 use crate::fault::spec::FaultSpec;
-use crate::inputs::InputSet;
-use crate::model::Checkpoint;
 use crate::tap::{Key, TapName, TapSelection};
 use ndarray::ArrayD;
-use std::path::Path;
-use std::sync::Arc;
 
 /// The verdict when the observation holds non-finite values: no fault is ranked, because no
 /// numeric fault the catalog emulates produces NaN, and a cosine over NaN means nothing.
@@ -60,34 +56,6 @@ const TIE_ROWS: usize = 5;
 const PAIR_TOP: usize = 5;
 // A candidate stops only when it cannot be among the rows these read (emulate's CONTENDERS).
 const _: () = assert!(REFINE <= CONTENDERS && TIE_ROWS <= CONTENDERS && PAIR_TOP <= CONTENDERS);
-
-/// What explain emulates on: the checkpoint, the inputs being explained, where emulations
-/// are written (a spilled run's temporary folder; None: kept in memory), and the target's own
-/// quantization when it has one (a HEF's): every candidate is that quantization composed with
-/// the fault, and the baseline is the quantization alone.
-pub struct Setting<'a> {
-    pub ckpt: &'a Checkpoint,
-    pub inputs: &'a InputSet,
-    pub scratch: Option<&'a Path>,
-    pub target: Option<Target<'a>>,
-}
-
-/// A quantized target: its quantization, and the float reference, against which that
-/// quantization's own noise is measured.
-pub struct Target<'a> {
-    pub expected: Arc<Expected>,
-    /// How a candidate is emulated as the target computes it (a HEF's frames and ring, the
-    /// expected quantization inside); None: the decoder, with the expected quantization.
-    pub emulation: Option<crate::backend::Emulation>,
-    pub float: &'a dyn Store,
-    /// A second draw of the expected quantization (`fault::expected::Realization`): how far
-    /// two draws of it fall apart is part of its noise.
-    pub realization: &'a dyn Store,
-    /// The keys where the target is beyond its expected quantization (what its judge failed):
-    /// matched alone when there are any, since elsewhere every candidate and the baseline differ
-    /// from the observation only by the quantization's noise.
-    pub focus: Vec<Key>,
-}
 
 /// Emulations the per-layer search may spend when the observation holds no layer tap (a HEF's
 /// logits). Every layer of every per-layer fault of the grid, when that fits: a dozen such
