@@ -4,8 +4,9 @@
 # planted (as scripts/hef-real-weights.sh plants it) and one clean, each explained with
 # explain's shortcuts (reuse of the clean run's blocks, early stopping, candidates in parallel)
 # and, unless FAST_ONLY=1, exhaustively (`--exhaustive`: every candidate whole, as explain ran
-# before the shortcuts). Prints each explain's wall time, its conclusion and its "emulations"
-# line (candidates in full / from a reused prefix / stopped early; block-steps saved).
+# before the shortcuts). Prints each explain's wall and CPU time (user + system: on a machine
+# shared with other work, the wall time is the CPU time it got), its conclusion and its
+# "emulations" line (candidates in full / from a reused prefix / stopped early; block-steps saved).
 #
 #   scripts/explain-real-weights.sh DIR   (DIR holds the GGUF of scripts/fetch-real-models.sh)
 #   HEFPROBE=path/to/hefprobe to use a given binary (default: cargo build --release).
@@ -34,14 +35,14 @@ modes=("" --exhaustive)
 [ -z "${FAST_ONLY:-}" ] || modes=("")
 for hef in planted clean; do
   for mode in "${modes[@]}"; do
-    start=$(date +%s%N)
     status=0
     # shellcheck disable=SC2086 # mode is empty or one flag
-    "$HEFPROBE" explain "$repo/probes/shared-softmax.toml" --checkpoint "$GGUF" --backend "hef=$work/$hef.hef" \
-      $mode > "$work/$hef$mode.log" 2>&1 || status=$?
-    secs=$(awk -v a="$start" -v b="$(date +%s%N)" 'BEGIN { printf "%.1f", (b - a) / 1e9 }')
+    /usr/bin/time -f '%e %U %S' -o "$work/time" "$HEFPROBE" explain "$repo/probes/shared-softmax.toml" \
+      --checkpoint "$GGUF" --backend "hef=$work/$hef.hef" $mode > "$work/$hef$mode.log" 2>&1 || status=$?
     [ "$status" -le 1 ] || { cat "$work/$hef$mode.log" >&2; exit "$status"; }
-    echo "$hef HEF, explain ${mode:-(shortcuts)}: $secs s (exit $status)"
+    read -r wall user sys < <(tail -1 "$work/time")
+    cpu=$(awk -v u="$user" -v s="$sys" 'BEGIN { printf "%.1f", u + s }')
+    echo "$hef HEF, explain ${mode:-(shortcuts)}: $wall s wall, $cpu s CPU (exit $status)"
     grep -E '^\(?[0-9]+ candidates' "$work/$hef$mode.log" | sed 's/^/  /' || true
     grep -E 'expected quantization noise|nothing in the catalog|best explanation' "$work/$hef$mode.log" | tail -1 \
       | sed 's/^/  /' || true
