@@ -20,10 +20,12 @@
 #   CLEAN_EXPLAIN="probe ..." explains the clean HEF's runs of these probes only (default: all;
 #     the others run --no-explain and are judged by the thresholds alone).
 #
-# About 2.5 hours on a 2-core AMD EPYC (Zen, AVX2) guest with a release binary: each explain
-# takes ~8 min there (360 emulations through the HEF's frames; ~4 min on the AVX-512 Xeon guest
-# of earlier rounds), and 16 runs explain (9 clean, 6 planted, the checklist's). With
-# CLEAN_EXPLAIN=attention-mask-broadcast (reports/smollm2-hef.md) about an hour there.
+# About 2.5 hours on a 2-core AMD EPYC (Zen, AVX2) guest with a release binary before explain's
+# shortcuts (issue 41): each explain took ~8 min there (360 emulations through the HEF's frames,
+# each whole; ~4 min on the AVX-512 Xeon guest of earlier rounds), and 16 runs explain (9 clean,
+# 6 planted, the checklist's). With CLEAN_EXPLAIN=attention-mask-broadcast
+# (reports/smollm2-hef.md) about an hour there. With the shortcuts an explain takes 2-3× less
+# (scripts/explain-real-weights.sh); the whole script has not been timed again.
 set -euo pipefail
 
 GGUF=SmolLM2-135M-Instruct.Q4_1.gguf

@@ -159,3 +159,34 @@ fn three_way_attribution_splits_drift_into_what_quantization_explains() {
     .unwrap();
     assert!(report.attribution.iter().all(|a| a.explained < 0.5), "{:?}", report.attribution);
 }
+
+/// Explain's shortcuts (each candidate from the clean run's residual at the first block it acts
+/// in; a run stopped once matched, or once out of contention) leave the ranking as the
+/// exhaustive path has it, on every case of the localization matrix: observed on every tap,
+/// and on the logits alone (where the layer search runs every per-layer fault at every layer).
+#[test]
+fn the_shortcuts_leave_the_ranking_as_the_exhaustive_path_has_it() {
+    let (ckpt, inputs) = matrix_model().unwrap();
+    let model = std::sync::Arc::new(hefprobe::model::Decoder::new(&ckpt).unwrap());
+    let at = Setting { ckpt: &ckpt, inputs: &inputs, scratch: None, target: None };
+    let (mut reused, mut stopped) = (0, 0);
+    for taps in [TapSelection::all(), TapSelection::parse(&["logits".to_string()]).unwrap()] {
+        let reference =
+            hefprobe::backend::collect(&mut DecoderBackend::reference(model.clone()), &inputs, &taps, None)
+                .capture;
+        for (case, _) in CASES {
+            let mut emulator = DecoderBackend::emulator("obs", &ckpt, &[fs(case)], None).unwrap();
+            let observed = hefprobe::backend::collect(&mut emulator, &inputs, &taps, None).capture;
+            let report = |exhaustive| {
+                let spec = ExplainSpec { exhaustive, ..Default::default() };
+                explain(&at, &reference, (case, &observed), &spec).unwrap()
+            };
+            let (fast, full) = (report(false), report(true));
+            stopped += fast.same_ranking(&full).unwrap_or_else(|e| panic!("{case}: {e}"));
+            reused += fast.spent.from_prefix;
+            assert_eq!(full.spent.from_prefix + full.spent.stopped_early.len(), 0, "{case}: exhaustive");
+        }
+    }
+    eprintln!("{reused} candidates started from a reused prefix, {stopped} stopped early");
+    assert!(reused > 0 && stopped > 0, "the shortcuts took no effect: {reused} reused, {stopped} stopped");
+}

@@ -525,3 +525,42 @@ fn the_quant_emulation_equals_its_independent_definition() {
     let listed = text.split("DISAGREEING taps").nth(1).unwrap_or("");
     assert!(!ok && listed.contains(tap), "a planted one-code error passed:\n{text}");
 }
+
+/// Issue 41's ranking-equality check on real weights: the shared-softmax probe against a
+/// simulated a16 HEF of the real model with shared-softmax@layers=2 planted and against a clean
+/// one (explain ranks every per-layer fault at every layer there: only logits come back),
+/// explained with explain's shortcuts (reuse of the clean run's blocks, early stopping) and
+/// exhaustively: the same rows in the same order (less the candidates stopped out of
+/// contention, each ranked below the rows explain reads), figures within 1e-6, the same
+/// conclusion. Both times are printed (`--nocapture`).
+#[test]
+#[ignore = "needs HEFPROBE_REAL_MODELS=DIR (scripts/fetch-real-models.sh, references/make_real_goldens.py)"]
+fn explains_shortcuts_leave_the_ranking_of_a_real_model_hef_as_it_is() {
+    use hefprobe::backend::spec::BackendSpec;
+    use hefprobe::bench::explain::Before;
+    let tmp = tempfile::tempdir().unwrap();
+    let g = gguf();
+    let model = hefprobe::model::CheckpointRef::at(&g, "main");
+    let probe = catalog_probes().into_iter().find(|p| p.ends_with("shared-softmax.toml")).unwrap();
+    let probe = Probe::load(&probe).unwrap();
+    for (name, plant) in [("planted", Some("shared-softmax@layers=2")), ("clean", None)] {
+        let hef = tmp.path().join(format!("{name}.hef"));
+        let mut args = vec!["synth-hef", "--checkpoint", g.to_str().unwrap(), "--out", hef.to_str().unwrap()];
+        args.extend(plant.iter().flat_map(|f| ["--fault", f]));
+        let (code, out) = hefprobe_in(tmp.path(), &args);
+        assert_eq!(code, 0, "{out}");
+        let backend = BackendSpec::parse_cli(&format!("hef={}", hef.display())).unwrap();
+        let run = Before::run(&probe, &model, vec![backend]).unwrap();
+        let (fast, fast_s) = run.explain(false, false).unwrap();
+        let (full, full_s) = run.explain(true, false).unwrap();
+        eprintln!("{name}: explain {fast_s:.1} s, exhaustive {full_s:.1} s; {}", fast.spent.summary());
+        eprintln!("  {}", fast.conclusion);
+        let stopped = fast.same_ranking(&full).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert!(fast.spent.from_prefix > 0, "{name}: no candidate reused the clean run: {:?}", fast.spent);
+        eprintln!("  the same ranking; {stopped} candidates stopped early");
+        match plant {
+            Some(p) => assert_eq!(fast.best.as_deref(), Some(p), "{}", fast.conclusion),
+            None => assert!(fast.conclusion.contains("expected quantization noise"), "{}", fast.conclusion),
+        }
+    }
+}

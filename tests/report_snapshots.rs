@@ -138,6 +138,18 @@ fn fixed_report() -> Report {
         nonfinite: vec![],
         search: None,
         against: Default::default(),
+        spent: hefprobe::explain::Spent {
+            candidates: 3,
+            from_first_block: 1,
+            from_prefix: 2,
+            stopped_early: vec!["no-lm-head".into()],
+            other: 1,
+            block_steps: 20,
+            block_steps_whole: 36,
+            saved_by_reuse: 12,
+            saved_by_stopping: 4,
+            ..Default::default()
+        },
     });
     report
 }

@@ -155,7 +155,7 @@ def run(probe, *, backend=None, fault=None, checkpoint=None, thresholds=None, ex
 def explain(probe, *, observed=None, backend=None, faults=None, checkpoint=None, thresholds=None, **options) -> Report:
     """Rank the fault catalog against an observation (``hefprobe explain``): ``observed`` an
     ``.npz`` (with ``map=`` and ``hef=`` as the command line's), or ``backend`` a spec.
-    Other options: pairs, quant, revision, spill_dir."""
+    Other options: pairs, quant, revision, spill_dir, exhaustive."""
     for k in ("map", "hef", "spill_dir"):
         if options.get(k) is not None:
             options[k] = os.fspath(options[k])

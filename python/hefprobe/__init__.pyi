@@ -94,6 +94,7 @@ def explain(
     quant: Optional[str] = None,
     revision: Optional[str] = None,
     spill_dir: Optional[PathLike] = None,
+    exhaustive: bool = False,
 ) -> Report: ...
 def audit(hef: PathLike, *, against: Optional[PathLike] = None) -> Audit: ...
 def synth_hef(

@@ -528,7 +528,8 @@ fn run(
 
 #[pyfunction]
 #[pyo3(signature = (probe, *, observed=None, map=None, hef=None, backend=None, faults=None,
-    pairs=false, quant=None, checkpoint=None, revision=None, thresholds=None, spill_dir=None))]
+    pairs=false, quant=None, checkpoint=None, revision=None, thresholds=None, spill_dir=None,
+    exhaustive=false))]
 #[allow(clippy::too_many_arguments)]
 fn explain(
     py: Python<'_>,
@@ -544,6 +545,7 @@ fn explain(
     revision: Option<String>,
     thresholds: Option<Vec<String>>,
     spill_dir: Option<PathBuf>,
+    exhaustive: bool,
 ) -> PyResult<PyReport> {
     if observed.is_some() && backend.is_some() {
         return Err(InputError::new_err("explain: give observed= or backend=, not both"));
@@ -561,6 +563,7 @@ fn explain(
         faults: faults.unwrap_or_default(),
         pairs,
         quant,
+        exhaustive,
         checkpoint: checkpoint_args(checkpoint, revision),
         spill_dir,
         out: ReportArgs { reports: Vec::new(), thresholds: thresholds.unwrap_or_default() },

@@ -154,15 +154,26 @@ impl Frames {
     /// the expected quantization, on `ckpt`'s weights; None when a fault acts on positions,
     /// which the device never receives ([`crate::device::synth_hef::on_device`]), or is a graph
     /// without its lm_head, whose hidden-wide output this HEF's vocab-wide one cannot hold.
-    pub fn backend(&self, ckpt: &Checkpoint, faults: &[FaultSpec]) -> Result<Option<HefBackend>> {
+    /// `first`: faults whose hooks go ahead of the device's (explain's instrument).
+    pub fn backend(
+        &self,
+        ckpt: &Checkpoint,
+        faults: &[FaultSpec],
+        first: Vec<Box<dyn crate::fault::Fault>>,
+    ) -> Result<Option<HefBackend>> {
         use crate::fault::catalog::{is, output::NoLmHead};
         if !faults.iter().all(|f| crate::device::synth_hef::on_device(f) && !is::<NoLmHead>(f)) {
             return Ok(None);
         }
         let spec = SimSpec { faults: faults.to_vec(), noise: None, ..self.spec.clone() };
         let quantized = Box::new(crate::fault::expected::Activations(self.expected.clone()));
-        let mut dev =
-            SimDevice::emulating(self.hef.clone(), spec, self.what.clone(), ckpt.clone(), quantized)?;
+        let mut dev = SimDevice::emulating(
+            self.hef.clone(),
+            spec,
+            self.what.clone(),
+            ckpt.clone(),
+            (first, quantized),
+        )?;
         let driver = LlmDriver::open(&mut dev, &self.hef, &self.what)?;
         let mut b = HefBackend::from_parts("explain", Box::new(dev), driver, self.hef.clone());
         b.driver.set_taps(&self.taps.iter().map(|t| t.output.clone()).collect());
@@ -753,9 +764,11 @@ impl Backend for HefBackend {
 
     fn emulation(&self) -> Option<super::Emulation> {
         let frames = self.frames()?;
-        Some(Arc::new(move |ckpt: &Checkpoint, faults: &[FaultSpec]| {
-            Ok(frames.backend(ckpt, faults)?.map(|b| Box::new(b) as Box<dyn Backend>))
-        }))
+        let outputs = self.tap_outputs.iter().map(|t| t.tap).collect();
+        let make = move |ckpt: &Checkpoint, faults: &[FaultSpec], first| {
+            Ok(frames.backend(ckpt, faults, first)?.map(|b| Box::new(b) as Box<dyn Backend>))
+        };
+        Some(super::Emulation::new(Arc::new(make), outputs))
     }
 
     fn notes(&self) -> Vec<String> {

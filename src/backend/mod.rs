@@ -42,9 +42,39 @@ pub struct Ran {
 /// Makes a backend that computes the given faults on a checkpoint's weights, as the observed
 /// one would ([`Backend::emulation`]), or None for faults it cannot compute (then the decoder
 /// does); shared by explain's threads, each making its own.
-pub type Emulation = Arc<
-    dyn Fn(&Checkpoint, &[crate::fault::spec::FaultSpec]) -> Result<Option<Box<dyn Backend>>> + Send + Sync,
->;
+#[derive(Clone)]
+pub struct Emulation {
+    make: Arc<MakeEmulation>,
+    /// The taps every run of it outputs, asked for or not (a HEF's exposed outputs): a run
+    /// that starts at a later block ([`crate::model::hooks::Hooks::resume`]) cannot skip the
+    /// blocks that compute them.
+    pub outputs: Vec<crate::tap::Tap>,
+}
+
+/// The faults, and faults whose hooks go first (explain's instrument), to the backend.
+type MakeEmulation = dyn Fn(
+        &Checkpoint,
+        &[crate::fault::spec::FaultSpec],
+        Vec<Box<dyn crate::fault::Fault>>,
+    ) -> Result<Option<Box<dyn Backend>>>
+    + Send
+    + Sync;
+
+impl Emulation {
+    pub fn new(make: Arc<MakeEmulation>, outputs: Vec<crate::tap::Tap>) -> Self {
+        Emulation { make, outputs }
+    }
+
+    /// The backend computing `faults`, with `first`'s hooks ahead of theirs; None: it cannot.
+    pub fn backend(
+        &self,
+        ckpt: &Checkpoint,
+        faults: &[crate::fault::spec::FaultSpec],
+        first: Vec<Box<dyn crate::fault::Fault>>,
+    ) -> Result<Option<Box<dyn Backend>>> {
+        (self.make)(ckpt, faults, first)
+    }
+}
 
 pub trait Backend {
     fn name(&self) -> &str;

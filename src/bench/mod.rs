@@ -2,6 +2,7 @@
 //! pass/fail test). Build with `--release`; the README records the figures. Every figure is
 //! printed beside the machine limit it is bounded by (measured in the same run, see [`limits`]).
 
+pub mod explain;
 pub mod limits;
 pub mod suite;
 
@@ -38,6 +39,8 @@ pub struct Settings {
     pub profile: bool,
     /// Run the benchmark suite ([`suite`]) instead.
     pub suite: bool,
+    /// Time explain on simulated HEFs of the model ([`explain`]) instead.
+    pub explain: bool,
     /// Python with torch and transformers, for the suite's side-by-side figures.
     pub hf_python: Option<PathBuf>,
 }
@@ -131,6 +134,9 @@ pub fn run(a: Settings) -> Result<ExitCode> {
     }
     if a.suite {
         return suite::run(&a);
+    }
+    if a.explain {
+        return explain::run(&a.model, a.profile);
     }
     let t = Instant::now();
     let name = match &a.model {

@@ -35,6 +35,11 @@ pub struct BenchArgs {
     /// decode, taps off/on, 1 vs all threads) and print one table.
     #[arg(long)]
     pub suite: bool,
+    /// Time explain on two simulated HEFs of the model (shared-softmax planted at layer 2, and
+    /// clean): emulations per second, what reuse and early stopping saved, the exhaustive
+    /// explain of the planted one beside it (with --profile: each explain's time per op class).
+    #[arg(long, conflicts_with = "suite")]
+    pub explain: bool,
     /// Python interpreter with torch and transformers (pins in references/requirements.txt):
     /// the suite then runs scripts/bench-hf.py on the same shapes and threads, side by side.
     #[arg(long, value_name = "PYTHON")]
@@ -54,6 +59,7 @@ pub fn run(a: BenchArgs) -> Result<ExitCode> {
         threads: a.threads,
         profile: a.profile,
         suite: a.suite,
+        explain: a.explain,
         hf_python: a.hf_python,
     })
 }

@@ -38,6 +38,10 @@ pub struct ExplainArgs {
     /// Quantization configuration for three-way attribution (e.g. w8a16).
     #[arg(long, value_name = "QUANT")]
     pub quant: Option<String>,
+    /// Emulate every candidate whole: no start from the clean run's blocks, no early stop (the
+    /// same ranking and figures, slower; a check of those shortcuts).
+    #[arg(long)]
+    pub exhaustive: bool,
     /// Run on this checkpoint instead of the probe's.
     #[command(flatten)]
     pub checkpoint: super::CheckpointArgs,
@@ -85,6 +89,7 @@ pub fn plan(a: &ExplainArgs) -> Result<(Probe, RunOptions)> {
         faults: (!a.faults.is_empty()).then(|| crate::fault::spec::parse_all(&a.faults)).transpose()?,
         pairs: a.pairs,
         quant: a.quant.as_deref().map(crate::fault::spec::quantization).transpose()?,
+        exhaustive: a.exhaustive,
     };
     let opts = RunOptions {
         probe: ProbeOverrides {

@@ -42,9 +42,12 @@ pub struct Ring {
     pub len: usize,
     pub read_offset: usize,
     /// Per layer: keys and values, each `len` entries of kv_heads × head_dim values (as the
-    /// device holds them: quantized with the cache layer's quant info, kept dequantized).
-    k: Vec<Vec<Vec<f32>>>,
-    v: Vec<Vec<Vec<f32>>>,
+    /// device holds them: quantized with the cache layer's quant info, kept dequantized), one
+    /// flat buffer per layer: entry e is `[e·n, (e+1)·n)` for n = kv_heads × head_dim. Zeroed
+    /// pages cost nothing until a layer is written (explain's candidates that start at a later
+    /// block never touch the layers below it).
+    k: Vec<Vec<f32>>,
+    v: Vec<Vec<f32>>,
     /// The phase kind that wrote each entry (prefill or decode), for fault models.
     writers: Vec<Phase>,
     quant: Vec<(QuantInfo, QuantInfo)>,
@@ -67,12 +70,12 @@ impl Ring {
         pad: usize,
         quant: Vec<(QuantInfo, QuantInfo)>,
     ) -> Self {
-        let empty = vec![vec![0f32; kv_heads * head_dim]; len];
+        let empty = || (0..layers).map(|_| vec![0f32; len * kv_heads * head_dim]).collect();
         Ring {
             len,
             read_offset: 0,
-            k: vec![empty.clone(); layers],
-            v: vec![empty; layers],
+            k: empty(),
+            v: empty(),
             writers: vec![Phase::Decode(0); len],
             quant,
             kv_heads,
@@ -94,6 +97,11 @@ impl Ring {
         out
     }
 
+    /// Values of one entry.
+    fn width(&self) -> usize {
+        self.kv_heads * self.head_dim
+    }
+
     /// Entry bytes as the runtime pads them (cache_manager.cpp get_cache_ios_infos), from the
     /// HEF's cache layers.
     pub fn padded_entry_bytes(&self) -> usize {
@@ -108,7 +116,7 @@ impl Ring {
         let q = if is_v { self.quant[layer].1 } else { self.quant[layer].0 };
         let pad = self.padded_entry_bytes();
         let mut out = Vec::with_capacity(self.len * pad);
-        for e in entries {
+        for e in entries.chunks_exact(self.width()) {
             let start = out.len();
             out.extend(e.iter().flat_map(|&x| (q.quantize(x).clamp(0.0, 65535.0) as u16).to_le_bytes()));
             out.resize(start + pad, 0);
@@ -130,16 +138,11 @@ impl Ring {
             return Err(Error::Device(format!("update_cache_buffer: no cache id {id}")));
         }
         let q = if is_v { self.quant[layer].1 } else { self.quant[layer].0 };
-        let n = self.kv_heads * self.head_dim;
+        let n = self.width();
         for (i, chunk) in bytes.chunks(pad).enumerate() {
-            let vals: Vec<f32> = chunk[..n * 2]
-                .chunks_exact(2)
-                .map(|b| q.dequantize(u16::from_le_bytes([b[0], b[1]]) as f32))
-                .collect();
-            if is_v {
-                self.v[layer][i] = vals;
-            } else {
-                self.k[layer][i] = vals;
+            let entries = if is_v { &mut self.v[layer] } else { &mut self.k[layer] };
+            for (x, b) in entries[i * n..(i + 1) * n].iter_mut().zip(chunk[..n * 2].chunks_exact(2)) {
+                *x = q.dequantize(u16::from_le_bytes([b[0], b[1]]) as f32);
             }
             // Written by the host in the layout tbt reads.
             self.writers[i] = Phase::Decode(0);
@@ -177,14 +180,15 @@ impl KvStore for RingStep<'_> {
         };
         let (kr, vr) = (rows(k, qk)?, rows(v, qv)?);
         let layout = if self.writer.is_decode() { None } else { r.prefill_layout[layer].clone() };
+        let n = r.width();
         for (t, (kk, vv)) in kr.into_iter().zip(vr).enumerate() {
             let entry = (r.read_offset + r.len - self.rows + t) % r.len;
             let (kk, vv) = match &layout {
                 Some(p) => (Ring::permute(&kk, p), Ring::permute(&vv, p)),
                 None => (kk, vv),
             };
-            r.k[layer][entry] = kk;
-            r.v[layer][entry] = vv;
+            r.k[layer][entry * n..(entry + 1) * n].copy_from_slice(&kk);
+            r.v[layer][entry * n..(entry + 1) * n].copy_from_slice(&vv);
             r.writers[entry] = self.writer;
         }
         Ok(())
@@ -195,18 +199,24 @@ impl KvStore for RingStep<'_> {
         let order: Vec<usize> = (0..r.len).map(|j| (r.read_offset + j) % r.len).collect();
         // The prefill group reads its own entries in the layout it wrote them.
         let own = if self.writer.is_decode() { None } else { r.prefill_layout[layer].as_ref() };
-        let gather = |entries: &Vec<Vec<f32>>| -> Result<Tensor> {
-            let flat: Vec<f32> = order
-                .iter()
-                .flat_map(|&e| match own {
-                    Some(p) if !r.writers[e].is_decode() => Ring::unpermute(&entries[e], p),
-                    _ => entries[e].clone(),
-                })
-                .collect();
-            // [S, KV, D] -> [KV, S, D]
-            Ok(Tensor::from_vec(flat, (r.len, r.kv_heads, r.head_dim), &Cpu::Cpu)?
-                .transpose(0, 1)?
-                .contiguous()?)
+        let (n, d) = (r.width(), r.head_dim);
+        // [KV, S, D] written directly: head h of slot j is entry order[j]'s h-th D values.
+        let gather = |entries: &[f32]| -> Result<Tensor> {
+            let mut out = vec![0f32; r.len * n];
+            for (j, &e) in order.iter().enumerate() {
+                let unpermuted;
+                let entry = match own {
+                    Some(p) if !r.writers[e].is_decode() => {
+                        unpermuted = Ring::unpermute(&entries[e * n..(e + 1) * n], p);
+                        &unpermuted[..]
+                    }
+                    _ => &entries[e * n..(e + 1) * n],
+                };
+                for (h, head) in entry.chunks_exact(d).enumerate() {
+                    out[(h * r.len + j) * d..(h * r.len + j + 1) * d].copy_from_slice(head);
+                }
+            }
+            Ok(Tensor::from_vec(out, (r.kv_heads, r.len, d), &Cpu::Cpu)?)
         };
         Ok(CacheView {
             k: gather(&r.k[layer])?,
@@ -216,6 +226,9 @@ impl KvStore for RingStep<'_> {
         })
     }
 }
+
+/// Faults whose hooks go ahead of the device's own (explain's instrument).
+type Faults = Vec<Box<dyn Fault>>;
 
 struct Core {
     model: Decoder,
@@ -276,21 +289,23 @@ impl SimDevice {
 
     pub fn from_hef(hef: impl Into<Arc<Hef>>, spec: SimSpec, what: String) -> Result<Self> {
         let ckpt = spec.checkpoint.load()?;
-        Self::on(hef.into(), spec, what, ckpt, None)
+        Self::on(hef.into(), spec, what, ckpt, (Vec::new(), None))
     }
 
     /// The frames and the ring of `hef` (any LLM HEF genai runs, simulated or compiled) on
     /// `ckpt`'s weights, computing `spec`'s faults through `quantized` (a frozen quantization:
     /// explain's expected one) in place of a quantization calibrated here: how `explain`
-    /// emulates a candidate fault as a HEF computes it, padding rows, ring and all.
+    /// emulates a candidate fault as a HEF computes it, padding rows, ring and all. `first`:
+    /// faults whose hooks go ahead of all others (explain's instrument, which records or
+    /// resumes the steps).
     pub fn emulating(
         hef: Arc<Hef>,
         spec: SimSpec,
         what: String,
         ckpt: Checkpoint,
-        quantized: Box<dyn Fault>,
+        (first, quantized): (Faults, Box<dyn Fault>),
     ) -> Result<Self> {
-        Self::on(hef, spec, what, ckpt, Some(quantized))
+        Self::on(hef, spec, what, ckpt, (first, Some(quantized)))
     }
 
     fn on(
@@ -298,7 +313,7 @@ impl SimDevice {
         spec: SimSpec,
         what: String,
         ckpt: Checkpoint,
-        frozen: Option<Box<dyn Fault>>,
+        (first, frozen): (Faults, Option<Box<dyn Fault>>),
     ) -> Result<Self> {
         let c = &ckpt.config;
         // cache-layout is realized in the ring itself (how prefill writes), so the cache
@@ -313,7 +328,8 @@ impl SimDevice {
         if spec.quant != "none" && frozen.is_none() {
             specs.push(crate::fault::spec::quantization(&spec.quant)?.with_param("inputs", "none"));
         }
-        let mut faults = crate::fault::catalog::build_all(&specs, c)?;
+        let mut faults = first;
+        faults.extend(crate::fault::catalog::build_all(&specs, c)?);
         faults.extend(frozen);
         let mut model = Decoder::new(&ckpt)?;
         for f in &faults {
@@ -343,7 +359,7 @@ impl SimDevice {
             })
             .collect::<Result<Vec<_>>>()?;
         // The ring is sized by the HEF's cache layers (input): checked against the budget first.
-        let entry = Bytes::product(&[c.num_kv_heads, c.head_dim]).times(4).plus(Bytes::new(24));
+        let entry = Bytes::product(&[c.num_kv_heads, c.head_dim]).times(4);
         let ring_bytes = Bytes::product(&[ring_len, c.num_layers, 2]).times(entry.get().unwrap_or(u64::MAX));
         crate::budget::current().check(
             format!("{what}: the simulated device's KV cache ring ({ring_len} entries × {} layers × K and V)", c.num_layers),

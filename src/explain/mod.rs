@@ -2,7 +2,10 @@
 //! fault is located and ranked first ([`matrix`]). Its results are plain data, rendered by
 //! `report`; `probe` calls it as one stage of a run.
 
+mod emulate;
+pub mod matching;
 pub mod matrix;
+mod prefix;
 pub mod rank;
 
 pub use rank::explain;
@@ -23,6 +26,11 @@ pub struct ExplainSpec {
     /// Quantization configuration for three-way attribution (`w8a16`, or `quant:...`).
     #[serde(default, deserialize_with = "crate::fault::spec::de_quantization")]
     pub quant: Option<crate::fault::spec::FaultSpec>,
+    /// Emulate every candidate from its first block to its last step: no reuse of the clean
+    /// run's blocks, no stopping (the same ranking and figures, slower; a check of the
+    /// shortcuts).
+    #[serde(default)]
+    pub exhaustive: bool,
 }
 
 /// One fault's match against the observed capture (filled by `explain`).
@@ -80,6 +88,109 @@ pub struct ExplainReport {
     /// How the layers of per-layer faults were searched, when nothing located them.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub search: Option<String>,
+    /// What the emulations cost and what reuse and stopping saved.
+    pub spent: Spent,
+}
+
+impl ExplainReport {
+    /// Whether this ranking (made with explain's shortcuts) is `exhaustive`'s (made without):
+    /// the same rows in the same order once the candidates stopped early here are left out of
+    /// it, each figure within 1e-6, the same ties and notes, baseline, search and conclusion;
+    /// and every stopped candidate ranks there below the fifth row that is not clean-like (the
+    /// rows explain reads). How many were stopped, or what differs.
+    pub fn same_ranking(&self, exhaustive: &ExplainReport) -> std::result::Result<usize, String> {
+        let stopped = &self.spent.stopped_early;
+        let kept: Vec<&ExplainRow> = exhaustive.rows.iter().filter(|r| !stopped.contains(&r.fault)).collect();
+        if self.rows.len() != kept.len() {
+            return Err(format!("{} rows, {} exhaustive less the stopped", self.rows.len(), kept.len()));
+        }
+        let close = |a: f64, b: f64| (a - b).abs() <= 1e-6 || a.is_nan() && b.is_nan();
+        let same = |a: &ExplainRow, b: &ExplainRow| {
+            (&a.fault, a.finding, &a.ties, &a.note) == (&b.fault, b.finding, &b.ties, &b.note)
+                && close(a.match_cosine, b.match_cosine)
+                && close(a.argmax_agreement, b.argmax_agreement)
+                && close(a.kl_mean, b.kl_mean)
+        };
+        if let Some((a, b)) = self.rows.iter().zip(&kept).find(|(a, b)| !same(a, b)) {
+            return Err(format!("{a:?} where the exhaustive ranking has {b:?}"));
+        }
+        let base = match (&self.baseline, &exhaustive.baseline) {
+            (Some(a), Some(b)) => same(a, b),
+            (a, b) => a == b,
+        };
+        let text = (&self.conclusion, &self.best, &self.search)
+            == (&exhaustive.conclusion, &exhaustive.best, &exhaustive.search);
+        if !base || !text || self.attribution != exhaustive.attribution {
+            return Err(format!("baseline, conclusion, search or attribution differ: {:?}", self.conclusion));
+        }
+        let fifth =
+            exhaustive.rows.iter().enumerate().filter(|(_, r)| r.note.is_none()).nth(4).map(|(i, _)| i);
+        for s in stopped {
+            let at = exhaustive.rows.iter().position(|r| &r.fault == s);
+            if !matches!((at, fifth), (Some(at), Some(f)) if at > f) {
+                return Err(format!("{s} was stopped, but ranks {at:?} in the exhaustive ranking"));
+            }
+        }
+        Ok(stopped.len())
+    }
+}
+
+/// What explain's emulations cost: candidates, and blocks × steps (one block of the model run
+/// for one step of the conversation: a prefill frame or chunk, or a decode step).
+#[derive(Debug, Clone, Serialize, Default, PartialEq)]
+pub struct Spent {
+    /// Candidates emulated (ranked or stopped early), one emulation each.
+    pub candidates: usize,
+    /// Of them: started at the first block, and at a later one from the clean run's residual.
+    pub from_first_block: usize,
+    pub from_prefix: usize,
+    /// Candidates stopped once their best possible match could not reach the rows whose
+    /// figures explain reads: not in the ranking.
+    pub stopped_early: Vec<String>,
+    /// Other emulations: each route's clean run, tie checks, the attribution's.
+    pub other: usize,
+    /// Block-steps the candidates computed, and what they would have computed run whole.
+    pub block_steps: usize,
+    pub block_steps_whole: usize,
+    /// Of the difference: skipped by starting at a later block, and by stopping early (once
+    /// matched, or out of contention).
+    pub saved_by_reuse: usize,
+    pub saved_by_stopping: usize,
+    /// Why no candidate started from the clean run's residuals where that was not possible.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+    /// The shortcuts were off (`exhaustive`).
+    pub exhaustive: bool,
+}
+
+impl Spent {
+    /// The report's sentence.
+    pub fn summary(&self) -> String {
+        let other = format!("{} other emulations (clean runs, tie checks)", self.other);
+        if self.exhaustive {
+            return format!(
+                "{} candidates, each emulated whole (exhaustive): {} block-steps; {other}",
+                self.candidates, self.block_steps
+            );
+        }
+        let mut s = format!(
+            "{} candidates: {} from the first block, {} from the clean run's residual at a later block; {} stopped \
+             early, out of contention (not ranked); {} of {} block-steps computed (reuse saved {}, stopping {}); \
+             {other}",
+            self.candidates,
+            self.from_first_block,
+            self.from_prefix,
+            self.stopped_early.len(),
+            self.block_steps,
+            self.block_steps_whole,
+            self.saved_by_reuse,
+            self.saved_by_stopping
+        );
+        if let Some(n) = &self.note {
+            s += &format!("; {n}");
+        }
+        s
+    }
 }
 
 /// Three-way attribution per layer: fp32 ↔ quant emulation ↔ observed.

@@ -6,109 +6,19 @@
 //! or (a run spilled to disk) `.npz` files, each emulation then written to a temporary file
 //! and deleted once matched. Both give the same figures: the same f32 values in the same order.
 
-use crate::backend::decoder::DecoderBackend;
-use crate::capture::{Place, Store};
+use super::emulate::{sort, Candidate, Emulator, CONTENDERS};
+pub use super::emulate::{Setting, Target};
+use super::matching::{
+    aligned, first_drift_layer, match_captures, nonfinite_keys, shared_keys, signatures_agree, CLEAN_EPS,
+};
+use crate::capture::Store;
 use crate::compare::metrics;
 use crate::error::Result;
 use crate::explain::ExplainSpec;
 use crate::explain::{AttributionRow, Baseline, ExplainReport, ExplainRow};
-use crate::fault::expected::Expected;
 use crate::fault::spec::FaultSpec;
-use crate::inputs::InputSet;
-use crate::model::Checkpoint;
-use crate::tap::{Key, Tap, TapName, TapSelection};
+use crate::tap::{Key, TapName, TapSelection};
 use ndarray::ArrayD;
-use std::path::Path;
-use std::sync::Arc;
-
-/// How well `emulated` reproduces `observed` on their shared keys.
-#[derive(Debug, Clone, Copy)]
-pub struct Match {
-    pub cosine: f64,
-    pub argmax: f64,
-    pub kl: f64,
-}
-
-/// Aligned flat values: compare's alignment, with the single row on either side (an
-/// emulated fault may return one row where the observation has many, and vice versa).
-fn aligned<'a>(a: &'a ArrayD<f32>, b: &'a ArrayD<f32>) -> Option<crate::compare::Aligned<'a>> {
-    crate::compare::align(a, b).or_else(|| crate::compare::align(b, a).map(|(y, x, note)| (x, y, note)))
-}
-
-pub fn match_captures(emulated: &dyn Store, observed: &dyn Store, keys: &[Key]) -> Result<Match> {
-    let (mut cos_sum, mut n) = (0f64, 0usize);
-    let (mut agree, mut kl, mut rows) = (0usize, 0f64, 0usize);
-    for key in keys {
-        n += 1;
-        let (Some(e), Some(o)) = (emulated.get(key)?, observed.get(key)?) else { continue };
-        // A shape the observation does not have: no match on this tap.
-        let Some((ev, ov, _)) = aligned(&e, &o) else { continue };
-        let (b, nonfinite) = metrics::basic_counted(&ev, &ov, None);
-        if nonfinite > 0 {
-            // The observation is finite here (explain leaves out taps where it is not), so an
-            // emulation that goes NaN or inf does not reproduce it: no match on this tap.
-            continue;
-        }
-        cos_sum += b.cosine;
-        if key.tap().is_some_and(|t| t.is(Tap::Logits)) {
-            let vocab = *o.shape().last().unwrap_or(&1);
-            for (a, b) in ev.chunks(vocab).zip(ov.chunks(vocab)) {
-                let r = metrics::logits_row(b, a);
-                agree += usize::from(r.argmax_ref == r.argmax_cand);
-                kl += r.kl;
-                rows += 1;
-            }
-        }
-    }
-    let rows_f = rows.max(1) as f64;
-    Ok(Match {
-        cosine: if n == 0 { 0.0 } else { cos_sum / n as f64 },
-        argmax: if rows == 0 { f64::NAN } else { agree as f64 / rows_f },
-        kl: if rows == 0 { f64::NAN } else { kl / rows_f },
-    })
-}
-
-/// The layer of the first layer tap (in execution order) where `observed` departs from the
-/// reference beyond float noise.
-fn first_drift_layer(reference: &dyn Store, observed: &dyn Store, keys: &[Key]) -> Result<Option<usize>> {
-    for k in keys {
-        let Some(layer) = k.tap().and_then(TapName::layer) else { continue };
-        let (Some(r), Some(o)) = (reference.get(k)?, observed.get(k)?) else { continue };
-        let Some((rv, ov, _)) = aligned(&r, &o) else { continue };
-        let (b, nonfinite) = metrics::basic_counted(&rv, &ov, None);
-        if nonfinite > 0 || b.cosine < 1.0 - 1e-6 {
-            return Ok(Some(layer));
-        }
-    }
-    Ok(None)
-}
-
-/// Non-finite entries of the observation, per key, in key order: NaN anywhere, and ±inf where
-/// the reference does not hold the same infinity (masked scores are −inf on both sides). In an
-/// `attn.scores` tap −inf is a mask entry by the tap's definition, so a wrong mask (the
-/// `mask-repeat` fault of the catalog, finding 4) is drift to rank, not a non-finite output.
-pub fn nonfinite_keys(
-    reference: &dyn Store,
-    observed: &dyn Store,
-    keys: &[Key],
-) -> Result<Vec<(Key, usize)>> {
-    let mut bad = Vec::new();
-    for k in keys {
-        let Some(o) = observed.get(k)? else { continue };
-        let scores = matches!(k.canonical(), Some((_, Tap::Layer(_, crate::tap::LayerTap::Scores))));
-        let r = if scores { None } else { reference.get(k)? };
-        let n = match r.filter(|r| r.shape() == o.shape()) {
-            Some(r) => {
-                o.iter().zip(r.iter()).filter(|(x, y)| !(x.is_finite() || x.is_infinite() && x == y)).count()
-            }
-            None => o.iter().filter(|x| x.is_nan() || (x.is_infinite() && **x > 0.0)).count(),
-        };
-        if n > 0 {
-            bad.push((k.clone(), n));
-        }
-    }
-    Ok(bad)
-}
 
 /// The verdict when the observation holds non-finite values: no fault is ranked, because no
 /// numeric fault the catalog emulates produces NaN, and a cosine over NaN means nothing.
@@ -133,125 +43,19 @@ fn refuse_nonfinite(observed_name: &str, taps: Vec<TapName>, bad: &[(Key, usize)
         nonfinite: bad.iter().map(|(k, n)| (k.to_string(), *n)).collect(),
         search: None,
         against: Baseline::default(),
+        spent: Default::default(),
     }
 }
 
-/// Keys of `observed` that name canonical taps (what an emulation can reproduce).
-pub fn shared_keys(observed: &dyn Store) -> Vec<Key> {
-    observed.keys().into_iter().filter(|k| k.canonical().is_some()).collect()
-}
-
-struct Candidate {
-    /// One fault, or a pair of them.
-    specs: Vec<FaultSpec>,
-    m: Match,
-    /// The emulation equals the clean reference on the shared taps (to float noise).
-    clean_like: bool,
-    /// The emulation's fingerprint ([`signature`]): two whose fingerprints differ cannot tie.
-    signature: Vec<f64>,
-}
-
-impl Candidate {
-    fn name(&self) -> String {
-        crate::fault::spec::join(&self.specs, " + ")
-    }
-}
-
-/// Cosines within this of 1 (or of each other) are float noise, not a difference.
-const CLEAN_EPS: f64 = 1e-9;
 /// How many of the best per-layer faults are narrowed to single layers.
 const REFINE: usize = 4;
 /// Rows whose ties are resolved (each tie check re-runs the pair's emulations, and is tried
-/// only on candidates whose [`signature`]s agree).
+/// only on candidates whose [`signature`](super::matching::signature)s agree).
 const TIE_ROWS: usize = 5;
-/// Random projections per tap in an emulation's [`signature`].
-const SIGNATURE_PROJECTIONS: u64 = 4;
-
-/// A cheap fingerprint of an emulation on `keys`: per tap, the norm of its finite values, how
-/// many are not finite, and their dot products with a few fixed pseudo-random ±1 vectors.
-/// Emulations that agree to float noise have fingerprints that agree (cosine of the two ≈ 1);
-/// emulations that differ almost surely do not, so the tie check (emulations re-run) is spent
-/// only where a tie is possible.
-fn signature(store: &dyn Store, keys: &[Key]) -> Result<Vec<f64>> {
-    let mut sig = Vec::new();
-    for key in keys {
-        let Some(a) = store.get(key)? else {
-            sig.extend(std::iter::repeat_n(0.0, SIGNATURE_PROJECTIONS as usize + 2));
-            continue;
-        };
-        let mut dots = [0f64; SIGNATURE_PROJECTIONS as usize];
-        let (mut sq, mut nonfinite) = (0f64, 0f64);
-        for (i, &x) in a.iter().enumerate() {
-            // A masked score is −inf: counted, not summed (it would make the whole print NaN).
-            if !x.is_finite() {
-                nonfinite += 1.0;
-                continue;
-            }
-            let x = f64::from(x);
-            sq += x * x;
-            for (p, d) in dots.iter_mut().enumerate() {
-                // splitmix64 of (element, projection): a sign each, the same in every run.
-                let z = (i as u64).wrapping_mul(SIGNATURE_PROJECTIONS).wrapping_add(p as u64);
-                *d += if crate::fault::expected::splitmix64(z) & 1 == 0 { x } else { -x };
-            }
-        }
-        sig.push(sq.sqrt());
-        sig.push(nonfinite);
-        sig.extend(dots);
-    }
-    Ok(sig)
-}
-
-/// Whether two fingerprints could be of emulations that agree to float noise (loose: the tie
-/// check that follows is exact).
-fn signatures_agree(a: &[f64], b: &[f64]) -> bool {
-    if a.len() != b.len() {
-        return false;
-    }
-    let dot: f64 = a.iter().zip(b).map(|(x, y)| x * y).sum();
-    let (na, nb) = (a.iter().map(|x| x * x).sum::<f64>().sqrt(), b.iter().map(|x| x * x).sum::<f64>().sqrt());
-    (na == 0.0 && nb == 0.0) || dot / (na * nb) >= 1.0 - 1e-6
-}
-
-/// Best match first: by match cosine, or by KL to the observation's distribution when
-/// `by_kl` (a quantized target seen through its logits: its quantization noise across the
-/// whole vocabulary dominates the logits cosine, the KL weighs the tokens the model would pick;
-/// measured on SmolLM2 HEFs, docs/QUANTIZATION.md).
-fn sort(results: &mut [Candidate], by_kl: bool) {
-    results.sort_by(|a, b| {
-        let (cos, kl) = (b.m.cosine.total_cmp(&a.m.cosine), a.m.kl.total_cmp(&b.m.kl));
-        let order = if by_kl { kl.then(cos) } else { cos.then(kl) };
-        order.then(a.name().cmp(&b.name()))
-    });
-}
-
-/// What explain emulates on: the checkpoint, the inputs being explained, where emulations
-/// are written (a spilled run's temporary folder; None: kept in memory), and the target's own
-/// quantization when it has one (a HEF's): every candidate is that quantization composed with
-/// the fault, and the baseline is the quantization alone.
-pub struct Setting<'a> {
-    pub ckpt: &'a Checkpoint,
-    pub inputs: &'a InputSet,
-    pub scratch: Option<&'a Path>,
-    pub target: Option<Target<'a>>,
-}
-
-/// A quantized target: its quantization, and the float reference, against which that
-/// quantization's own noise is measured.
-pub struct Target<'a> {
-    pub expected: Arc<Expected>,
-    /// How a candidate is emulated as the target computes it (a HEF's frames and ring, the
-    /// expected quantization inside); None: the decoder, with the expected quantization.
-    pub emulation: Option<crate::backend::Emulation>,
-    pub float: &'a dyn Store,
-    /// A second draw of the expected quantization (`fault::expected::Realization`): how far
-    /// two draws of it fall apart is part of its noise.
-    pub realization: &'a dyn Store,
-    /// The keys where the target is beyond its expected quantization (what its judge failed):
-    /// matched alone when there are any, since elsewhere every candidate and the baseline differ
-    /// from the observation only by the quantization's noise.
-    pub focus: Vec<Key>,
-}
+/// The best faults paired when pairs are ranked.
+const PAIR_TOP: usize = 5;
+// A candidate stops only when it cannot be among the rows these read (emulate's CONTENDERS).
+const _: () = assert!(REFINE <= CONTENDERS && TIE_ROWS <= CONTENDERS && PAIR_TOP <= CONTENDERS);
 
 /// Emulations the per-layer search may spend when the observation holds no layer tap (a HEF's
 /// logits). Every layer of every per-layer fault of the grid, when that fits: a dozen such
@@ -260,101 +64,6 @@ pub struct Target<'a> {
 /// than over 15-29: the other 14 faulted layers swamp it), so past the budget the search is a
 /// stride over the layers, then every layer near each fault's best.
 pub const LAYER_SEARCH_BUDGET: usize = 400;
-
-/// Runs the reference with faults injected, on the inputs and taps being explained, and
-/// matches each emulation against the observation.
-struct Emulator<'a> {
-    at: &'a Setting<'a>,
-    taps: TapSelection,
-    reference: &'a dyn Store,
-    observed: &'a dyn Store,
-    keys: Vec<Key>,
-    bar: indicatif::ProgressBar,
-    /// No fault, emulated as every candidate is, where that is not `reference`: through a
-    /// target's own emulation (a simulated HEF's frames).
-    clean: Option<Box<dyn Store>>,
-}
-
-impl Emulator<'_> {
-    /// Candidates on a target with its own emulation (a simulated HEF's frames) run through it,
-    /// so the baseline does too: against the decoder's rows, a near no-op fault through the
-    /// frames (mask-repeat@layers=29) "explained" 95% of a clean a16 HEF of SmolLM2's drift on
-    /// the kv-cache-layout probe, which was the frames' own float order.
-    fn with_clean(mut self) -> Result<Self> {
-        if self.at.target.as_ref().is_some_and(|t| t.emulation.is_some()) {
-            self.clean = Some(self.run(&[])?);
-        }
-        Ok(self)
-    }
-
-    /// What "no fault" computes, emulated as the candidates are: the baseline of the ranking.
-    fn clean(&self) -> &dyn Store {
-        match &self.clean {
-            Some(c) => c.as_ref(),
-            None => self.reference,
-        }
-    }
-
-    fn run(&self, specs: &[FaultSpec]) -> Result<Box<dyn Store>> {
-        let place = self.at.scratch.map_or(Place::Memory, |d| Place::Temporary(d.to_path_buf()));
-        let on_target = match self.at.target.as_ref().and_then(|t| t.emulation.as_ref()) {
-            Some(make) => make(self.at.ckpt, specs)?,
-            None => None,
-        };
-        if let Some(mut b) = on_target {
-            let run = crate::backend::run_to(b.as_mut(), self.at.inputs, &self.taps, None, &place)?;
-            return run.error.map_or(Ok(run.capture), Err);
-        }
-        let mut faults = crate::fault::catalog::build_all(specs, &self.at.ckpt.config)?;
-        if let Some(t) = &self.at.target {
-            faults.push(Box::new(t.expected.clone()));
-        }
-        let mut b = DecoderBackend::with_faults("explain", self.at.ckpt, faults)?;
-        let run = crate::backend::run_to(&mut b, self.at.inputs, &self.taps, None, &place)?;
-        run.error.map_or(Ok(run.capture), Err)
-    }
-
-    /// Every candidate of `all`, two emulations at a time where there are two cores (each is
-    /// a small-batch decoder run that a second core barely speeds up), in `all`'s order.
-    fn evaluate_all(&self, all: Vec<Vec<FaultSpec>>) -> Result<Vec<Candidate>> {
-        use rayon::prelude::*;
-        self.bar.inc_length(all.len() as u64);
-        let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(4);
-        let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().map_err(|e| {
-            crate::error::Error::usage(format!("cannot start {threads} explain threads: {e}"))
-        })?;
-        pool.install(|| all.into_par_iter().map(|specs| self.evaluate(specs)).collect())
-    }
-
-    fn evaluate(&self, specs: Vec<FaultSpec>) -> Result<Candidate> {
-        crate::error::check_interrupt()?;
-        self.bar.set_message(crate::fault::spec::join(&specs, " + "));
-        self.bar.inc(1);
-        let cap = self.run(&specs)?;
-        Ok(Candidate {
-            m: match_captures(cap.as_ref(), self.observed, &self.keys)?,
-            clean_like: match_captures(cap.as_ref(), self.clean(), &self.keys)?.cosine >= 1.0 - CLEAN_EPS,
-            signature: signature(cap.as_ref(), &self.keys)?,
-            specs,
-        })
-    }
-
-    /// A quantized target matched on logits alone: ranked by KL (see [`sort`]).
-    fn by_kl(&self) -> bool {
-        self.at.target.is_some() && self.keys.iter().all(|k| k.tap().is_some_and(|t| t.is(Tap::Logits)))
-    }
-
-    /// Whether `b`'s emulation agrees with `a`'s (`a` re-run, or its run kept from the last
-    /// check in `kept`) on these inputs, to float noise.
-    fn tied(&self, a: &Candidate, b: &Candidate, kept: &mut Option<Box<dyn Store>>) -> Result<bool> {
-        let a = match kept {
-            Some(a) => a,
-            None => kept.insert(self.run(&a.specs)?),
-        };
-        let b = self.run(&b.specs)?;
-        Ok(match_captures(a.as_ref(), b.as_ref(), &self.keys)?.cosine >= 1.0 - CLEAN_EPS)
-    }
-}
 
 /// Rank the faults of `spec` (default: the catalog's grid, narrowed per layer) against
 /// `observed` (its name and capture), on the inputs and checkpoint of `at`.
@@ -382,28 +91,18 @@ pub fn explain(
         return Ok(refuse_nonfinite(observed_name, tap_names, &bad));
     }
     let taps = TapSelection::parse(&tap_names.iter().map(ToString::to_string).collect::<Vec<_>>())?;
-    // Each candidate is one emulated run: a minute or more on a real model, so say where it is
-    // (on crate::progress's target: nothing when stderr is not a terminal, by default).
-    let bar = crate::progress::bar(0, "explain {pos}/{len} {msg}");
-    let emu = Emulator { at, taps, reference, observed, keys, bar, clean: None }.with_clean()?;
+    // Each candidate is one emulated run: seconds or more on a real model, so the emulator says
+    // where it is (on crate::progress's target: nothing when stderr is not a terminal, by default).
+    let emu = Emulator::new(at, (reference, observed), keys, taps, spec.exhaustive)?;
     let base = match_captures(emu.clean(), observed, &emu.keys)?;
     let (results, mut search) = rank_all(&emu, spec)?;
-    emu.bar.finish_and_clear();
+    emu.progress.finish_and_clear();
     if focused {
         search = Some(focus_note(&emu.keys, observed_name, search));
     }
     let rows = rows_with_ties(&emu, &results)?;
     let against = if at.target.is_some() { Baseline::ExpectedQuantization } else { Baseline::CleanReference };
-    let baseline = ExplainRow {
-        rank: 0,
-        fault: format!("({})", against.name()),
-        finding: None,
-        match_cosine: base.cosine,
-        argmax_agreement: base.argmax,
-        kl_mean: base.kl,
-        ties: Vec::new(),
-        note: None,
-    };
+    let baseline = baseline_row(against, &base);
     let noise = match &at.target {
         Some(t) => Some(quantization_noise(
             match_captures(reference, t.float, &emu.keys)?.cosine,
@@ -436,7 +135,22 @@ pub fn explain(
         attribution,
         nonfinite: Vec::new(),
         search,
+        spent: emu.spent.into_inner().expect("spent"),
     })
+}
+
+/// The baseline's row: what "no fault" matches, labelled with its name.
+fn baseline_row(against: Baseline, base: &super::matching::Match) -> ExplainRow {
+    ExplainRow {
+        rank: 0,
+        fault: format!("({})", against.name()),
+        finding: None,
+        match_cosine: base.cosine,
+        argmax_agreement: base.argmax,
+        kl_mean: base.kl,
+        ties: Vec::new(),
+        note: None,
+    }
 }
 
 /// The keys explain matches on: with a quantized target, only those where its judge failed
@@ -477,7 +191,10 @@ fn rank_all(emu: &Emulator, spec: &ExplainSpec) -> Result<(Vec<Candidate>, Optio
         // The baseline is the target's quantization already: quantizing again explains nothing.
         candidates.retain(|c| !crate::fault::catalog::is::<crate::fault::quant::QuantFault>(c));
     }
-    let mut results = emu.evaluate_all(candidates.iter().map(|c| vec![c.clone()]).collect())?;
+    // Without a layer tap the layer search takes every per-layer family in this stage's order:
+    // none is stopped, so that order is the exhaustive one.
+    let layer_taps = emu.keys.iter().any(|k| k.tap().and_then(TapName::layer).is_some());
+    let mut results = emu.evaluate_all(candidates.iter().map(|c| vec![c.clone()]).collect(), layer_taps)?;
     sort(&mut results, emu.by_kl());
     let mut search = None;
     let mut narrowed: Vec<FaultSpec> = Vec::new();
@@ -504,14 +221,14 @@ fn rank_all(emu: &Emulator, spec: &ExplainSpec) -> Result<(Vec<Candidate>, Optio
         seen.push(spec.clone());
         new
     });
-    results.extend(emu.evaluate_all(narrowed.into_iter().map(|s| vec![s]).collect())?);
+    results.extend(emu.evaluate_all(narrowed.into_iter().map(|s| vec![s]).collect(), true)?);
     if spec.pairs {
         sort(&mut results, emu.by_kl());
         let top: Vec<FaultSpec> =
-            results.iter().filter(|c| !c.clean_like).take(5).map(|c| c.specs[0].clone()).collect();
+            results.iter().filter(|c| !c.clean_like).take(PAIR_TOP).map(|c| c.specs[0].clone()).collect();
         let pairs = (0..top.len()).flat_map(|i| (i + 1..top.len()).map(move |j| (i, j)));
         let pairs = pairs.map(|(i, j)| vec![top[i].clone(), top[j].clone()]).collect();
-        results.extend(emu.evaluate_all(pairs)?);
+        results.extend(emu.evaluate_all(pairs, true)?);
     }
     sort(&mut results, emu.by_kl());
     Ok((results, search))
@@ -539,7 +256,7 @@ fn search_layers(emu: &Emulator, results: &mut Vec<Candidate>) -> Result<String>
     let all = families.len() * layers;
     if all <= LAYER_SEARCH_BUDGET {
         let specs = families.iter().flat_map(|f| at(&mut (0..layers), f)).collect();
-        results.extend(emu.evaluate_all(specs)?);
+        results.extend(emu.evaluate_all(specs, true)?);
         return Ok(format!(
             "the observation holds no layer tap: each of {} per-layer faults emulated at every one of the {layers} \
              layers, {all} emulations (budget {LAYER_SEARCH_BUDGET})",
@@ -550,7 +267,8 @@ fn search_layers(emu: &Emulator, results: &mut Vec<Candidate>) -> Result<String>
     let coarse: Vec<Vec<FaultSpec>> =
         families.iter().flat_map(|f| at(&mut (0..layers).step_by(stride), f)).collect();
     let mut spent = coarse.len();
-    let found = emu.evaluate_all(coarse)?;
+    // Each fault's best coarse layer decides where the fine search looks: none is stopped.
+    let found = emu.evaluate_all(coarse, false)?;
     let mut fine = Vec::new();
     for f in &families {
         let best = found
@@ -570,7 +288,7 @@ fn search_layers(emu: &Emulator, results: &mut Vec<Candidate>) -> Result<String>
         fine.extend(at(&mut near.into_iter(), f));
     }
     results.extend(found);
-    results.extend(emu.evaluate_all(fine)?);
+    results.extend(emu.evaluate_all(fine, true)?);
     Ok(format!(
         "the observation holds no layer tap: {} per-layer faults emulated at every {stride}th of the {layers} layers, \
          then at the layers near each one's best, {spent} emulations (budget {LAYER_SEARCH_BUDGET})",
@@ -753,47 +471,8 @@ fn attribute(emu: &Emulator, quant: &FaultSpec) -> Result<Vec<AttributionRow>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::capture::{Capture, CaptureFile};
-    use ndarray::{ArrayD, IxDyn};
-
-    fn cap(key: &Key, v: &[f32]) -> Capture {
-        let mut c = Capture::default();
-        c.insert(key.clone(), ArrayD::from_shape_vec(IxDyn(&[1, v.len()]), v.to_vec()).unwrap());
-        c
-    }
-
-    #[test]
-    fn a_wrong_mask_is_drift_but_nan_and_stray_infinities_are_not() {
-        let inf = f32::INFINITY;
-        let scores = Key::parse("prefill/layers.1.attn.scores");
-        // mask-repeat (finding 4) masks entries the reference keeps: −inf in scores is a mask.
-        let r = cap(&scores, &[0.5, -inf, 0.25]);
-        let o = cap(&scores, &[-inf, -inf, 0.25]);
-        let bad = |r: &Capture, o: &Capture, k: &Key| nonfinite_keys(r, o, std::slice::from_ref(k)).unwrap();
-        assert!(bad(&r, &o, &scores).is_empty());
-        let o = cap(&scores, &[f32::NAN, -inf, inf]);
-        assert_eq!(bad(&r, &o, &scores), vec![(scores.clone(), 2)]);
-        // Outside scores, −inf where the reference is finite is a non-finite output.
-        let out = Key::parse("prefill/layers.1.out");
-        let r = cap(&out, &[0.5, 1.0]);
-        let o = cap(&out, &[-inf, 1.0]);
-        assert_eq!(bad(&r, &o, &out), vec![(out.clone(), 1)]);
-    }
-
-    #[test]
-    fn an_emulation_that_goes_nan_does_not_match_a_finite_observation() {
-        let keys = vec![Key::parse("prefill/layers.0.out")];
-        let (observed, nan, half) = (
-            cap(&keys[0], &[1.0, 2.0, 3.0]),
-            cap(&keys[0], &[f32::NAN; 3]),
-            cap(&keys[0], &[1.0, f32::NAN, 3.0]),
-        );
-        let cosine = |e: &Capture, o: &Capture| match_captures(e, o, &keys).unwrap().cosine;
-        assert_eq!(cosine(&nan, &observed), 0.0);
-        assert_eq!(cosine(&half, &observed), 0.0, "NaN is never averaged in");
-        assert_eq!(cosine(&observed, &observed), 1.0);
-        assert_eq!(first_drift_layer(&observed, &half, &keys).unwrap(), Some(0));
-    }
+    use crate::backend::decoder::DecoderBackend;
+    use crate::capture::CaptureFile;
 
     #[test]
     fn an_observation_within_the_draws_spread_of_its_quantization_is_that_noise() {
@@ -839,34 +518,6 @@ mod tests {
             conclude(&half, &base(0.9936), Baseline::ExpectedQuantization, "hef", Some(noise));
         assert!(!explained && text.contains("expected quantization noise"), "{text}");
         assert!(text.contains("the best, mask-repeat@layers=29, would take 50% of the drift"), "{text}");
-    }
-
-    #[test]
-    fn signatures_tell_emulations_apart_and_agree_on_float_noise() {
-        let keys = vec![Key::parse("prefill/logits"), Key::parse("prefill/layers.0.out")];
-        let mk = |xs: &[f32]| {
-            let mut c = Capture::default();
-            for k in &keys {
-                c.insert(k.clone(), ndarray::Array::from_vec(xs.to_vec()).into_dyn());
-            }
-            c
-        };
-        let base: Vec<f32> = (0..257).map(|i| ((i * 37 % 101) as f32 - 50.0) / 7.0).collect();
-        let noise: Vec<f32> = base.iter().map(|x| x * (1.0 + 1e-7)).collect();
-        // The same values, two of them swapped: equal norm, different emulation.
-        let mut swapped = base.clone();
-        swapped.swap(3, 200);
-        let sig = |xs: &[f32]| signature(&mk(xs), &keys).unwrap();
-        assert!(signatures_agree(&sig(&base), &sig(&base)));
-        assert!(signatures_agree(&sig(&base), &sig(&noise)));
-        assert!(!signatures_agree(&sig(&base), &sig(&swapped)));
-        // A masked score (−inf) keeps the print finite: equal emulations still agree.
-        let mut masked = base.clone();
-        masked[7] = f32::NEG_INFINITY;
-        assert!(signatures_agree(&sig(&masked), &sig(&masked)));
-        assert!(!signatures_agree(&sig(&masked), &sig(&base)));
-        let shorter = signature(&mk(&base), &keys[..1]).unwrap();
-        assert!(!signatures_agree(&sig(&base), &shorter));
     }
 
     #[test]

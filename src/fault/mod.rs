@@ -72,6 +72,9 @@ pub struct Entry {
     pub positional: usize,
     /// It acts per layer: it takes `@layers=`, and `explain` narrows it to each layer in turn.
     pub per_layer: bool,
+    /// It acts on the final norm and the logits alone, after the last block: every block
+    /// computes what a clean run computes (`explain` starts its emulation there).
+    pub on_output: bool,
     /// What `explain` ranks by default on this model: the PARAMS of each spec ("" for the bare
     /// name). Empty when the fault cannot apply to the model.
     pub grid: fn(&ModelConfig) -> Vec<String>,

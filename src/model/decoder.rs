@@ -276,11 +276,12 @@ impl Decoder {
         };
         let (first, last) =
             input.frame.as_ref().and_then(|f| f.layers).unwrap_or((0, self.blocks.len().saturating_sub(1)));
-        let mut x = input.embeds.clone();
-        if first == 0 {
-            x = emit(Tap::Embed, x, hooks, sink)?;
-        }
-        for l in first..=last.min(self.blocks.len().saturating_sub(1)) {
+        let (start, mut x) = match hooks.resume(&ctx)? {
+            Some((b, x)) => (self.check_resume(b, (first, last))?, x),
+            None if first == 0 => (0, emit(Tap::Embed, input.embeds.clone(), hooks, sink)?),
+            None => (first, input.embeds.clone()),
+        };
+        for l in start..=last.min(self.blocks.len().saturating_sub(1)) {
             crate::error::check_interrupt()?;
             x = emit(Tap::Layer(l, LayerTap::Input), x, hooks, sink)?;
             x = self.block(l, (&ctx, rope), x, cache, sink, hooks)?;
@@ -294,6 +295,17 @@ impl Decoder {
         let h = emit(Tap::FinalNorm, h, hooks, sink)?;
         let logits = self.lm_head.forward_as(&h, Op::LmHead).ctx(|| "lm_head".into())?;
         emit(Tap::Logits, logits, hooks, sink)
+    }
+
+    /// A step may resume at a block it runs, or after the last block of the model.
+    fn check_resume(&self, b: usize, (first, last): (usize, usize)) -> Result<usize> {
+        let n = self.blocks.len();
+        if b >= first && (b <= last || b == n && last + 1 == n) {
+            return Ok(b);
+        }
+        Err(Error::usage(format!(
+            "a step cannot resume at block {b}: it runs blocks {first}..={last} of {n}"
+        )))
     }
 
     fn block(

@@ -24,6 +24,16 @@ pub enum Qk {
 /// Every method has a faithful default; an implementation overrides what it changes.
 /// Methods returning `Option` return `None` for "not mine, use the default".
 pub trait Hooks {
+    /// Asked once as each step begins (before any block): where the step starts, when the
+    /// blocks below a block are known to compute what they computed in an earlier run of the
+    /// same inputs — explain starts a candidate that acts from block B on at the clean run's
+    /// residual entering B. `Some((b, x))`: the step skips everything before the
+    /// `layers.{b}.input` site and goes on from there with `x` [T, hidden] (b = the number of
+    /// blocks: after the last one); their taps and cache entries are not made.
+    fn resume(&mut self, _ctx: &StepCtx) -> Result<Option<(usize, Tensor)>> {
+        Ok(None)
+    }
+
     /// Called with the value just computed at each tap and edit site (see [`crate::tap::LayerTap`]);
     /// the returned tensor is what the model records and uses from there on.
     fn edit(&mut self, _ctx: &StepCtx, _tap: Tap, t: Tensor) -> Result<Tensor> {
@@ -105,6 +115,15 @@ pub struct HookStack<'a> {
 }
 
 impl Hooks for HookStack<'_> {
+    /// Every hook is asked (one that records steps counts them all); the first answer wins.
+    fn resume(&mut self, ctx: &StepCtx) -> Result<Option<(usize, Tensor)>> {
+        let mut first = None;
+        for h in self.hooks.iter_mut() {
+            let r = h.resume(ctx)?;
+            first = first.or(r);
+        }
+        Ok(first)
+    }
     fn edit(&mut self, ctx: &StepCtx, tap: Tap, mut t: Tensor) -> Result<Tensor> {
         for h in self.hooks.iter_mut() {
             t = h.edit(ctx, tap, t)?;

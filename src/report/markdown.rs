@@ -134,6 +134,9 @@ fn explain_section(e: &ExplainReport, d: &mut Doc) {
     if let Some(s) = &e.search {
         d.blank().line(format!("{s}."));
     }
+    if e.spent.candidates > 0 {
+        d.blank().line(format!("Emulations: {}.", e.spent.summary()));
+    }
     d.blank().line(&e.conclusion);
     if !e.attribution.is_empty() {
         d.blank().table(tables::attribution(&e.attribution));

@@ -89,6 +89,9 @@ fn explain(e: &ExplainReport) -> Doc {
     if let Some(s) = &e.search {
         d.note(s);
     }
+    if e.spent.candidates > 0 {
+        d.note(e.spent.summary());
+    }
     d.line(&e.conclusion);
     d
 }

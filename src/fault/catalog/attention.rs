@@ -22,6 +22,7 @@ impl Mechanism for SharedSoftmax {
         keys: &[],
         positional: 0,
         per_layer: true,
+        on_output: false,
         grid: |cfg| if cfg.num_heads > 1 { bare(cfg) } else { Vec::new() },
         parse: parse_boxed::<Self>,
     };
@@ -43,6 +44,10 @@ impl Mechanism for SharedSoftmax {
 struct SharedSoftmaxHooks<'a>(&'a FaultSpec);
 
 impl Hooks for SharedSoftmaxHooks<'_> {
+    fn needs_explicit_attention(&self, layer: usize) -> bool {
+        self.0.applies(layer)
+    }
+
     fn softmax(&mut self, _ctx: &StepCtx, layer: usize, scores: &Tensor) -> Result<Option<Tensor>> {
         if !self.0.applies(layer) {
             return Ok(None);
@@ -67,6 +72,7 @@ impl Mechanism for MaskRepeat {
         keys: &[],
         positional: 0,
         per_layer: true,
+        on_output: false,
         grid: |cfg| if cfg.num_heads > 1 { bare(cfg) } else { Vec::new() },
         parse: parse_boxed::<Self>,
     };
@@ -88,6 +94,10 @@ impl Mechanism for MaskRepeat {
 struct MaskRepeatHooks<'a>(&'a FaultSpec);
 
 impl Hooks for MaskRepeatHooks<'_> {
+    fn needs_explicit_attention(&self, layer: usize) -> bool {
+        self.0.applies(layer)
+    }
+
     fn mask(
         &mut self,
         _ctx: &StepCtx,

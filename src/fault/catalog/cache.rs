@@ -57,6 +57,7 @@ impl Mechanism for CacheLayout {
         keys: &["layout"],
         positional: 1,
         per_layer: true,
+        on_output: false,
         grid: |cfg| {
             let mut g = vec![CacheLayoutKind::Interleave.word().to_string()];
             if cfg.num_kv_heads >= 2 {
@@ -100,6 +101,10 @@ impl CacheLayoutHooks<'_> {
 }
 
 impl Hooks for CacheLayoutHooks<'_> {
+    fn needs_explicit_attention(&self, _layer: usize) -> bool {
+        false
+    }
+
     fn cache_read(
         &mut self,
         ctx: &StepCtx,

@@ -95,6 +95,18 @@ pub fn per_layer(spec: &FaultSpec, cfg: &ModelConfig) -> Vec<FaultSpec> {
     (0..cfg.num_layers).map(|l| spec.at_layer(l)).collect()
 }
 
+/// The first block `spec` acts in: the blocks below it compute what a clean run of the same
+/// inputs computes (`explain` starts a candidate there, from the clean run's residual). A
+/// per-layer fault's lowest layer, the number of blocks for a fault on the output alone, 0
+/// for every other (and an unknown) fault. `tests.rs` checks it for every entry.
+pub fn first_block(spec: &FaultSpec, cfg: &ModelConfig) -> usize {
+    match entry(&spec.name) {
+        Some(e) if e.on_output => cfg.num_layers,
+        Some(e) if e.per_layer => spec.layers.as_ref().and_then(|l| l.iter().min().copied()).unwrap_or(0),
+        _ => 0,
+    }
+}
+
 /// A grid entry for faults whose bare name is their only setting.
 fn bare(_: &ModelConfig) -> Vec<String> {
     vec![String::new()]

@@ -21,6 +21,7 @@ impl Mechanism for NoLmHead {
         keys: &[],
         positional: 0,
         per_layer: false,
+        on_output: true,
         grid: bare,
         parse: parse_boxed::<Self>,
     };
@@ -37,6 +38,10 @@ impl Mechanism for NoLmHead {
 struct NoLmHeadHooks(Option<Tensor>);
 
 impl Hooks for NoLmHeadHooks {
+    fn needs_explicit_attention(&self, _layer: usize) -> bool {
+        false
+    }
+
     fn edit(&mut self, _ctx: &StepCtx, tap: Tap, t: Tensor) -> Result<Tensor> {
         match tap {
             Tap::FinalNorm => {
@@ -61,6 +66,7 @@ impl Mechanism for FirstSlot {
         keys: &[],
         positional: 0,
         per_layer: false,
+        on_output: true,
         grid: bare,
         parse: parse_boxed::<Self>,
     };
@@ -77,6 +83,10 @@ impl Mechanism for FirstSlot {
 struct FirstSlotHooks;
 
 impl Hooks for FirstSlotHooks {
+    fn needs_explicit_attention(&self, _layer: usize) -> bool {
+        false
+    }
+
     fn edit(&mut self, _ctx: &StepCtx, tap: Tap, t: Tensor) -> Result<Tensor> {
         if tap == Tap::Logits {
             return Ok(t.narrow(0, 0, 1)?);
@@ -118,6 +128,7 @@ impl Mechanism for LmHeadShards {
         keys: &["n", "scale", "bits"],
         positional: 1,
         per_layer: false,
+        on_output: true,
         grid: |_| [2, 3, 4].map(|n| format!("{n},scale={}", ShardScale::Shard0.word())).to_vec(),
         parse: parse_boxed::<Self>,
     };
@@ -140,6 +151,10 @@ impl Mechanism for LmHeadShards {
 struct LmHeadShardsHooks<'a>(&'a LmHeadShards);
 
 impl Hooks for LmHeadShardsHooks<'_> {
+    fn needs_explicit_attention(&self, _layer: usize) -> bool {
+        false
+    }
+
     fn edit(&mut self, _ctx: &StepCtx, tap: Tap, t: Tensor) -> Result<Tensor> {
         if tap != Tap::Logits {
             return Ok(t);

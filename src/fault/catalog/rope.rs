@@ -54,6 +54,7 @@ impl Mechanism for RopeFault {
         keys: &["variant", "target", "shift"],
         positional: 1,
         per_layer: true,
+        on_output: false,
         grid: |_| {
             let mut g = Vec::new();
             for variant in RopeVariant::all() {
@@ -101,6 +102,10 @@ fn shifted(positions: &[usize], k: i64) -> Result<Vec<usize>> {
 }
 
 impl Hooks for RopeHooks<'_> {
+    fn needs_explicit_attention(&self, _layer: usize) -> bool {
+        false
+    }
+
     fn rope(
         &mut self,
         ctx: &StepCtx,
@@ -149,6 +154,7 @@ impl Mechanism for PositionShift {
         keys: &["k", "from"],
         positional: 1,
         per_layer: false,
+        on_output: false,
         grid: |_| vec!["1".into(), "-1".into()],
         parse: parse_boxed::<Self>,
     };
@@ -175,6 +181,10 @@ impl Mechanism for PositionShift {
 struct PositionShiftHooks<'a>(&'a PositionShift);
 
 impl Hooks for PositionShiftHooks<'_> {
+    fn needs_explicit_attention(&self, _layer: usize) -> bool {
+        false
+    }
+
     fn rope(
         &mut self,
         ctx: &StepCtx,

@@ -223,3 +223,62 @@ fn typed_parse_keeps_the_parameters() {
     assert_eq!(spec("quant:a16").with_param("inputs", "none").text, "quant:a16,inputs=none");
     assert_eq!(spec("no-lm-head").with_param("k", "v"), spec("no-lm-head:k=v"));
 }
+
+/// A small llama with every tap of a prompt and two decode steps, through `specs` (none: clean).
+fn all_taps(ckpt: &crate::model::Checkpoint, specs: &[FaultSpec]) -> crate::capture::Capture {
+    use crate::model::hooks::{HookStack, Hooks};
+    let faults = build_all(specs, &ckpt.config).unwrap();
+    let mut model = crate::model::Decoder::new(ckpt).unwrap();
+    faults.iter().for_each(|f| f.transform_weights(&mut model).unwrap());
+    let mut inputs = crate::inputs::InputSet::new((0..10).map(|i| (i * 37 + 5) % 256).collect());
+    inputs.decode = crate::inputs::DecodeSpec::Forced(vec![3, 99]);
+    faults.iter().for_each(|f| f.prepare(&model, std::slice::from_ref(&inputs)).unwrap());
+    let mut hooks: Vec<Box<dyn Hooks + '_>> = faults.iter().map(|f| f.hooks()).collect();
+    let mut stack = HookStack::default();
+    for h in hooks.iter_mut() {
+        stack.hooks.push(h.as_mut());
+    }
+    let mut sink = crate::capture::MemorySink::new(crate::tap::TapSelection::all());
+    let mut record = crate::model::run::RunRecord::default();
+    crate::model::run::run_inputs(&model, &inputs, &mut sink, &mut stack, &mut record).unwrap();
+    drop(stack);
+    sink.capture
+}
+
+/// `first_block` is what explain's reuse stands on: every tap below a fault's first block is
+/// bit for bit the clean run's (so a candidate may start from the clean run's residual there),
+/// and the fault changes something at or after it (so the block is not set too low by mistake).
+#[test]
+fn every_fault_leaves_the_blocks_below_its_first_block_as_a_clean_run_computes_them() {
+    let mut s = crate::model::synth::SynthSpec::preset("tinystories", 3).unwrap();
+    (s.preset, s.hidden, s.layers, s.heads, s.kv_heads) = (None, 32, 4, 4, 2);
+    (s.head_dim, s.intermediate, s.vocab) = (None, Some(64), Some(256));
+    let ckpt = s.build().unwrap();
+    let cfg = &ckpt.config;
+    let clean = all_taps(&ckpt, &[]);
+    let mut specs: Vec<FaultSpec> = grid(cfg);
+    specs.extend(grid(cfg).iter().flat_map(|f| per_layer(f, cfg).into_iter().skip(2).take(1)));
+    for spec in specs {
+        let faulty = all_taps(&ckpt, std::slice::from_ref(&spec));
+        let first = first_block(&spec, cfg);
+        let below = |k: &crate::tap::Key| match k.tap().and_then(|t| t.layer()) {
+            Some(l) => l < first,
+            None => first > 0 && k.tap().is_some_and(|t| t.is(crate::tap::Tap::Embed)),
+        };
+        let (mut same_below, mut differs) = (0, false);
+        for k in clean.keys() {
+            let (c, f) = (clean.get(k).unwrap(), faulty.get(k));
+            let equal = f.is_some_and(|f| {
+                f.shape() == c.shape() && f.iter().zip(c.iter()).all(|(a, b)| a.to_bits() == b.to_bits())
+            });
+            if below(k) {
+                assert!(equal, "{spec}: {k} (below its first block {first}) differs from the clean run");
+                same_below += 1;
+            } else {
+                differs |= !equal;
+            }
+        }
+        assert!(differs, "{spec}: nothing at or after block {first} differs from the clean run");
+        assert_eq!(same_below > 0, first > 0, "{spec}: first block {first}");
+    }
+}
