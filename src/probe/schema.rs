@@ -188,12 +188,12 @@ impl ThresholdsSpec {
         use crate::compare::thresholds::{check_bound, Rule, Thresholds};
         let mut t = Thresholds::default();
         for (k, &v) in &self.default {
-            check_bound(k, v).map_err(|e| Error::usage(format!("[thresholds.default] {e}")))?;
-            t.default.insert(k.clone(), v);
+            let metric = check_bound(k, v).map_err(|e| Error::usage(format!("[thresholds.default] {e}")))?;
+            t.default.insert(metric, v);
         }
         for (glob, bounds) in &self.taps {
-            let mut rule = Rule::new(glob, bounds.clone())
-                .map_err(|e| Error::usage(format!("[thresholds.taps] {e}")))?;
+            let mut rule =
+                Rule::new(glob, bounds).map_err(|e| Error::usage(format!("[thresholds.taps] {e}")))?;
             rule.origin = format!("[thresholds.taps] `{glob}`");
             t.rules.push(rule);
         }

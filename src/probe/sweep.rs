@@ -6,7 +6,7 @@ use crate::backend::collect;
 use crate::backend::decoder::DecoderBackend;
 use crate::capture::Capture;
 use crate::compare::metrics;
-use crate::compare::thresholds::Thresholds;
+use crate::compare::thresholds::{Dir, Metric, Thresholds};
 use crate::error::{Error, Result};
 use crate::fault::spec::FaultSpec;
 use crate::inputs::{DecodeSpec, InputSet};
@@ -50,14 +50,13 @@ pub struct SweepPoint {
 fn logits_drift(t: &Thresholds, cos: f64, kl: f64, agree: f64) -> Vec<String> {
     let bounds = t.bounds_for("logits");
     let mut out = Vec::new();
-    for (metric, value, below_fails) in
-        [("cosine", cos, true), ("kl_mean", kl, false), ("argmax", agree, true)]
-    {
-        if let Some((bound, _)) = bounds.get(metric) {
+    for (metric, value) in [(Metric::Cosine, cos), (Metric::KlMean, kl), (Metric::Argmax, agree)] {
+        let below_fails = metric.dir() == Dir::Min;
+        if let Some((bound, _)) = bounds.get(&metric) {
             let fails = value.is_nan() || if below_fails { value < *bound } else { value > *bound };
             if fails {
                 let op = if below_fails { "<" } else { ">" };
-                out.push(format!("{metric} {value:.6} {op} {bound}"));
+                out.push(format!("{} {value:.6} {op} {bound}", metric.name()));
             }
         }
     }
