@@ -8,7 +8,6 @@ use crate::explain::matrix::{matrix_model, run_matrix_on, setup_of, synth_setup}
 use crate::fault::catalog::REGISTRY;
 use crate::model::CheckpointRef;
 use crate::output::Outputs;
-use crate::probe::run::build_inputs;
 use crate::probe::schema::InputsSpec;
 use crate::report::doc::{Doc, Table};
 use crate::report::matrix::doc;
@@ -102,7 +101,7 @@ pub fn run(a: FaultsArgs) -> Result<ExitCode> {
                 decode: Some(a.decode),
                 ..Default::default()
             };
-            let inputs = build_inputs(&spec, &ckpt)?;
+            let inputs = spec.input_set(&ckpt)?;
             let setup = setup_of(&ckpt, &inputs);
             (ckpt, inputs, setup)
         }

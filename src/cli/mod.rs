@@ -345,7 +345,7 @@ impl PromptArgs {
     }
 
     pub fn input_set(&self, ckpt: &Checkpoint) -> Result<crate::inputs::InputSet> {
-        crate::probe::run::build_inputs(&self.spec(), ckpt)
+        self.spec().input_set(ckpt)
     }
 }
 

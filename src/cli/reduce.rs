@@ -5,8 +5,9 @@
 use super::run::probe_inputs;
 use crate::error::Result;
 use crate::output::Outputs;
+use crate::probe::prepare::{prepare, ExplainChoice, ProbeOverrides, RunOptions};
 use crate::probe::reduce::{probe_toml, reduce, size};
-use crate::probe::run::{prepare, CaptureOptions, ExplainChoice, ProbeOverrides, RunOptions};
+use crate::probe::spill::CaptureOptions;
 use clap::Args;
 use std::path::PathBuf;
 use std::process::ExitCode;

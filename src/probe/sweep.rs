@@ -11,7 +11,6 @@ use crate::error::{Error, Result};
 use crate::fault::spec::FaultSpec;
 use crate::inputs::{DecodeSpec, InputSet};
 use crate::model::{Checkpoint, Decoder};
-use crate::probe::run::build_inputs;
 use crate::probe::schema::{Probe, SweepSpec};
 use crate::report::doc::{Cell, Doc, Table, Text};
 use crate::report::format::{cos, pct};
@@ -153,7 +152,7 @@ fn models(
 ) -> Result<Vec<Source>> {
     if let Some(c) = checkpoint {
         let ckpt = c.load()?;
-        crate::probe::run::note_unknown_keys(&ckpt);
+        crate::probe::prepare::note_unknown_keys(&ckpt);
         let m = Model { label: ckpt.source.to_string(), hidden: ckpt.config.hidden_size, ckpt };
         return Ok(vec![Source::Loaded(Box::new(m))]);
     }
@@ -163,7 +162,7 @@ fn models(
             .iter()
             .map(|p| {
                 let ckpt = crate::model::CheckpointRef::path(p).load()?;
-                crate::probe::run::note_unknown_keys(&ckpt);
+                crate::probe::prepare::note_unknown_keys(&ckpt);
                 let m = Model { label: p.display().to_string(), hidden: ckpt.config.hidden_size, ckpt };
                 Ok(Source::Loaded(Box::new(m)))
             })
@@ -171,7 +170,7 @@ fn models(
     }
     if sw.hidden.is_empty() {
         let ckpt = probe.checkpoint.to_ref()?.load()?;
-        crate::probe::run::note_unknown_keys(&ckpt);
+        crate::probe::prepare::note_unknown_keys(&ckpt);
         let m = Model { label: ckpt.source.to_string(), hidden: ckpt.config.hidden_size, ckpt };
         return Ok(vec![Source::Loaded(Box::new(m))]);
     }
@@ -371,7 +370,7 @@ pub fn run_sweep(
     let mut points = Vec::new();
     for m in models(probe, &sw, checkpoint)? {
         let m = m.get()?;
-        let base_inputs = build_inputs(&probe.inputs, &m.ckpt)?;
+        let base_inputs = probe.inputs.input_set(&m.ckpt)?;
         check_memory(probe, &sw, &m, &base_inputs)?;
         let model = Arc::new(Decoder::new(&m.ckpt)?);
         let lens =

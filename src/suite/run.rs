@@ -1,5 +1,5 @@
 //! Running a suite: every probe of the plan through the probe's own named stages
-//! (`probe::run::{prepare, run_backends, compare_runs, explain_stage}`), once per probe
+//! (`probe::{prepare, backends, compared, explained}`), once per probe
 //! with every target of this shard as a backend (so the reference runs once per probe), then
 //! per pair: the repeatability gate (device targets), the verdict against the baseline, one
 //! re-run of a failing pair, and the explanation of a failure the re-run confirmed.
@@ -15,11 +15,13 @@ use crate::backend::{make_backend, Backend, BackendKind, BackendSpec};
 use crate::error::Result;
 use crate::explain::ExplainSpec;
 use crate::model::{Checkpoint, Decoder};
-use crate::probe::run::{
-    compare_runs, explain_stage, prepare, run_backends, CaptureOptions, Compared, ExplainChoice, Prepared,
-    ProbeOverrides, RunOptions, Runs,
-};
+use crate::probe::backends::run_backends;
+use crate::probe::compared::{compare_runs, Compared};
+use crate::probe::explained::explain_stage;
+use crate::probe::prepare::{prepare, ExplainChoice, Prepared, ProbeOverrides, RunOptions};
+use crate::probe::runs::Runs;
 use crate::probe::schema::Probe;
+use crate::probe::spill::CaptureOptions;
 use crate::report::format::num;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
