@@ -14,6 +14,7 @@ use crate::model::{Checkpoint, Decoder};
 use crate::probe::schema::{Probe, SweepSpec};
 use crate::report::doc::{Cell, Doc, Table, Text};
 use crate::report::format::{cos, pct};
+use crate::report::Format;
 use crate::tap::{Phase, Tap, TapSelection};
 use serde::Serialize;
 use std::sync::Arc;
@@ -398,6 +399,36 @@ pub fn run_sweep(
         }
     }
     Ok(points)
+}
+
+/// What `hefprobe sweep` writes: the table of every point (terminal, Markdown), the points
+/// (JSON) and the plot of the logits cosine against the hidden size (SVG).
+pub struct Swept {
+    pub probe: Probe,
+    pub points: Vec<SweepPoint>,
+    pub command: String,
+    /// The first plot written: the Markdown links it.
+    pub svg: Option<std::path::PathBuf>,
+}
+
+impl crate::report::Document for Swept {
+    const COMMAND: &'static str = "sweep";
+    const FORMATS: &'static [Format] = &[Format::Terminal, Format::Markdown, Format::Json, Format::Svg];
+
+    fn doc(&self, to: Option<&std::path::Path>) -> Doc {
+        let svg = self.svg.as_deref().map(|s| crate::report::relative_to(s, to));
+        doc(&self.probe, &self.points, &self.command, svg.as_deref())
+    }
+
+    fn json(&self) -> String {
+        serde_json::to_string_pretty(&self.points).expect("json") + "\n"
+    }
+
+    fn figures(&mut self, path: &std::path::Path) -> Result<()> {
+        write_svg(&self.points, path)?;
+        self.svg.get_or_insert_with(|| path.to_path_buf());
+        Ok(())
+    }
 }
 
 /// The sweep as a document: the question, how it was produced, one row per point and the plot.
