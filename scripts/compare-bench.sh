@@ -1,5 +1,5 @@
 #!/bin/sh
-# The README's streaming-compare figures ("Performance"): two all-tap captures of SmolLM2-135M's
+# docs/PERFORMANCE.md's streaming-compare figures: two all-tap captures of SmolLM2-135M's
 # shape at N prompt tokens (random weights, seeds 0 and 1, so every tap differs), then
 # `hefprobe compare` of one against the other under /usr/bin/time: wall time, peak RSS, and the
 # rate at which it reads the two captures.

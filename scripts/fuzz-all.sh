@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Run every fuzz target of fuzz/ for SECONDS each (default 600) and print one line per target:
-# executions, corpus size, crashes. The README's fuzzing figures come from this script.
+# executions, corpus size, crashes. docs/BAD-INPUT.md's fuzzing figures come from this script.
 #
 #   scripts/fuzz-all.sh [SECONDS] [JOBS] [TARGET...]   (JOBS targets at a time, default 1;
 #                                                      default: every target)

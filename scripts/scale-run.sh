@@ -1,5 +1,5 @@
 #!/bin/sh
-# The 1.5B-3B memory figures (README "Performance"): a catalog probe's `hefprobe run` on the
+# The 1.5B-3B memory figures (docs/PERFORMANCE.md): a catalog probe's `hefprobe run` on the
 # shapes of Qwen2.5-1.5B and Llama-3.2-3B, written as bf16 folders as they are published
 # (random weights, `synth --dtype bf16`), with every tap, a 512-token prompt and 8 decode
 # steps, an emulator with a planted shared softmax, and explain. Prints wall time and peak

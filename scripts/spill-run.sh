@@ -1,5 +1,5 @@
 #!/bin/sh
-# The README's spill figures ("Bad input"): an all-tap `hefprobe run` of Qwen2.5-0.5B's shape
+# docs/BAD-INPUT.md's spill figures: an all-tap `hefprobe run` of Qwen2.5-0.5B's shape
 # (random weights) against an emulator with a planted shared softmax, at N prompt tokens and 2
 # decode steps. Its captures do not fit in memory past ~1024 tokens on a 24 GB machine, so the
 # run spills them to disk; prints wall time and peak RSS (/usr/bin/time), the report's spill note.

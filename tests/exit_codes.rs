@@ -1,4 +1,4 @@
-//! The exit-code contract, one test per command (README, "Exit codes"): 0 within thresholds,
+//! The exit-code contract, one test per command (docs/BAD-INPUT.md, "Exit codes"): 0 within thresholds,
 //! 1 drift or a failed check, 2 input or usage error, 3 device or runtime error. Every code a
 //! command can end with is driven here through the binary, with the message that goes with it.
 

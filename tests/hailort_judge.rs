@@ -6,7 +6,7 @@
 //! ```
 //!
 //! DIR holds `bin/hailortcli` and `lib/libhailort.so*` (a HailoRT install prefix). The
-//! recipe that builds one offline lives outside this repository (README, "HailoRT as the
+//! recipe that builds one offline lives outside this repository (docs/DEVICE.md, "HailoRT as the
 //! judge").
 
 mod common;

@@ -42,7 +42,7 @@ fn positions_that_wrap_are_refused_not_decoded_forever() {
         .args(["reference", "--synth", "tinystories", "--tokens", "1,2", "--decode", "18446744073709551615"])
         .arg("-o")
         .arg(std::env::temp_dir().join("hefprobe-never.npz"))
-        .timeout(std::time::Duration::from_secs(60))
+        .timeout(limit(60))
         .assert()
         .code(2)
         .stderr(predicate::str::contains("--decode").and(predicate::str::contains("overflows")));
@@ -76,7 +76,7 @@ fn positions_that_wrap_are_refused_not_decoded_forever() {
     hefprobe()
         .arg("run")
         .arg(&p)
-        .timeout(std::time::Duration::from_secs(60))
+        .timeout(limit(60))
         .assert()
         .code(2)
         .stderr(predicate::str::contains("start_position").and(predicate::str::contains("decode")));
@@ -635,7 +635,7 @@ fn fifos_bad_gguf_files_and_hub_refs_that_leave_the_cache_are_refused() {
     ] {
         hefprobe()
             .args(&args)
-            .timeout(std::time::Duration::from_secs(60))
+            .timeout(limit(60))
             .assert()
             .code(2)
             .stderr(predicate::str::contains("is a FIFO").and(predicate::str::contains("fifo")));
@@ -672,7 +672,7 @@ fn fifos_bad_gguf_files_and_hub_refs_that_leave_the_cache_are_refused() {
             "-o",
         ]);
         c.arg(t.path().join("r.npz"));
-        c.timeout(std::time::Duration::from_secs(60)).assert()
+        c.timeout(limit(60)).assert()
     };
     reference("/etc/hostname").code(2).stderr(predicate::str::contains("never a path"));
     let refs = repo.join("refs/main");
@@ -836,7 +836,7 @@ fn sizes_claimed_by_hefs_sweeps_inputsets_and_globs_are_bounded() {
     hefprobe()
         .arg("suite")
         .arg(&suite)
-        .timeout(std::time::Duration::from_secs(60))
+        .timeout(limit(60))
         .assert()
         .code(2)
         .stderr(predicate::str::contains("key `root`").and(predicate::str::contains("filesystem's root")));
@@ -904,7 +904,14 @@ fn crafted_bundles_findings_and_reductions_are_refused_by_name() {
 // ---- Round three (issue 42): evidence that cannot be forged, and the rough edges ----------
 
 fn timeout() -> std::time::Duration {
-    std::time::Duration::from_secs(120)
+    limit(120)
+}
+
+/// A hang guard of `secs`, stretched 20-fold where the binary runs under an emulator (cargo's
+/// runner for the target: qemu-aarch64 runs code 20-30x slower than the CPU it emulates).
+fn limit(secs: u64) -> std::time::Duration {
+    let emulated = std::env::vars().any(|(k, _)| k.starts_with("CARGO_TARGET_") && k.ends_with("_RUNNER"));
+    std::time::Duration::from_secs(if emulated { secs * 20 } else { secs })
 }
 
 /// The manifest of a bundle, edited by `f` and written back.

@@ -287,6 +287,84 @@ fn print_profile(model: &Decoder, prompt: &[u32], decode: usize) -> Result<()> {
         on.1 .0 * 1e3 / n
     );
     profile::disable();
+    print_scaling(model, prompt, decode, &off)
+}
+
+/// Share of the time above which an op class must scale ([`SCALING_GOAL`]): below it, a serial
+/// op costs little even on many threads.
+const SCALING_SHARE: f64 = 0.02;
+/// Speedup at 2 threads over 1 every op class above [`SCALING_SHARE`] should reach (the
+/// proxy on 2 cores for scaling to 16: an op split well in two splits well in sixteen).
+const SCALING_GOAL: f64 = 1.8;
+
+/// Per op class, taps off: the time at 1 thread beside the time at this run's threads
+/// (`at_n`, measured by [`print_profile`]), and the speedup; then the classes above
+/// [`SCALING_SHARE`] of the time that fall short of [`SCALING_GOAL`] at 2 threads.
+fn print_scaling(model: &Decoder, prompt: &[u32], decode: usize, at_n: &(Profiled, Profiled)) -> Result<()> {
+    let n = kernels::threads();
+    if n == 1 {
+        return Ok(());
+    }
+    kernels::set_threads(1);
+    let one = profile_run(model, prompt, decode, &mut NoTaps);
+    kernels::set_threads(n);
+    let one = one?;
+    let steps = decode.max(1) as f64;
+    println!();
+    println!(
+        "{:<38}{:>14}{:>14}{:>9}{:>16}{:>16}{:>9}",
+        format!("scaling (ms), taps off, 1 vs {n} threads"),
+        "prefill @1",
+        format!("@{n}"),
+        "speedup",
+        "decode/tok @1",
+        format!("@{n}"),
+        "speedup"
+    );
+    let mut short = Vec::new();
+    for (i, (op, pre_n)) in at_n.0 .1.iter().enumerate() {
+        let (pre_1, dec_1, dec_n) = (one.0 .1[i].1, one.1 .1[i].1, at_n.1 .1[i].1);
+        let speed = |a: f64, b: f64| if b > 0.0 { a / b } else { f64::NAN };
+        println!(
+            "{:<38}{:>14.2}{:>14.2}{:>8.2}×{:>16.3}{:>16.3}{:>8.2}×",
+            op.name(),
+            pre_1 * 1e3,
+            pre_n * 1e3,
+            speed(pre_1, *pre_n),
+            dec_1 * 1e3 / steps,
+            dec_n * 1e3 / steps,
+            speed(dec_1, dec_n)
+        );
+        for (phase, t1, tn, total) in
+            [("prefill", pre_1, *pre_n, one.0 .0), ("decode", dec_1, dec_n, one.1 .0)]
+        {
+            if n == 2 && t1 > SCALING_SHARE * total && speed(t1, tn) < SCALING_GOAL {
+                short.push(format!(
+                    "{} ({phase}, {:.0}% of the time, {:.2}×)",
+                    op.name(),
+                    100.0 * t1 / total,
+                    t1 / tn
+                ));
+            }
+        }
+    }
+    println!(
+        "{:<38}{:>14.1}{:>14.1}{:>8.2}×{:>16.3}{:>16.3}{:>8.2}×",
+        "total (wall)",
+        one.0 .0 * 1e3,
+        at_n.0 .0 * 1e3,
+        one.0 .0 / at_n.0 .0,
+        one.1 .0 * 1e3 / steps,
+        at_n.1 .0 * 1e3 / steps,
+        one.1 .0 / at_n.1 .0
+    );
+    if n == 2 {
+        let verdict = if short.is_empty() { "none".to_string() } else { short.join("; ") };
+        println!(
+            "op classes above {:.0}% of the time below {SCALING_GOAL}× at 2 threads: {verdict}",
+            SCALING_SHARE * 100.0
+        );
+    }
     Ok(())
 }
 
