@@ -226,19 +226,14 @@ fn the_circle_checker_sees_super_paths_and_groups() {
     assert_eq!(sibling_imports("let x = crate::probe::run::f();", "probe", &siblings, "spill"), ["run"]);
 }
 
-/// Files that other work changes right now; each limit below lists them as known exceptions until
-/// that work is merged. Split after the explain/width-fault merge.
+/// Files that other work changes right now (the explain branch, issue 41: explain in under a
+/// minute, which reworks `explain/rank.rs` into `explain/{emulate, matching, prefix}.rs` and edits
+/// the simulated device and the HEF backend); each limit below lists them as known exceptions
+/// until that work is merged, so the split does not fight it.
 const WAITING_FOR_THE_MERGE: &[&str] = &[
-    "explain/",            // split after the explain/width-fault merge
-    "fault/",              // split after the explain/width-fault merge
-    "device/sim.rs",       // split after the explain/width-fault merge
-    "device/synth_hef.rs", // split after the explain/width-fault merge
-    "backend/hef.rs",      // split after the explain/width-fault merge
-    "model/decoder.rs",    // split after the explain/width-fault merge
-    "model/hooks.rs",      // split after the explain/width-fault merge
-    "model/kernels.rs",    // split after the explain/width-fault merge
-    "model/attention.rs",  // split after the explain/width-fault merge
-    "bench/",              // split after the explain/width-fault merge
+    "explain/rank.rs", // 752 lines: the explain branch splits it
+    "device/sim.rs",   // 821 lines, `on` 119 and `run_inner` 113: the explain branch edits both
+    "backend/hef.rs",  // 785 lines: the explain branch edits it; the device choice moves to device/
 ];
 
 fn waiting(rel: &str) -> bool {
@@ -329,7 +324,8 @@ fn stage_functions_stay_short_and_take_grouped_arguments() {
             wrong.push(format!("src/{rel}: allows too_many_arguments"));
         }
         let rooms = ["probe/", "explain/", "suite/", "backend/", "device/"];
-        if !rooms.iter().any(|d| rel.starts_with(d)) || waiting(&rel) {
+        // A file of tests is no stage: its long tables of cases are read, not run through.
+        if !rooms.iter().any(|d| rel.starts_with(d)) || waiting(&rel) || test_file(f) {
             continue;
         }
         let lines: Vec<&str> = code.lines().collect();

@@ -5,7 +5,7 @@
 //! byte for byte (`hefprobe merge`).
 //!
 //! - [`spec`]: SUITE.toml, targets, settings;   [`shard`]: which pairs this host runs;
-//! - [`run`]: the probe stages per pair, the gate ([`gate`]), re-runs, explain;
+//! - [`run`]: the probe stages per pair, the gate ([`gate`]), re-runs, explain; [`options`]: its settings;
 //! - [`figures`]: per-tap figures, the noise band, regressions;   [`baseline`]: the ratchet;
 //! - [`result`]: what a run decides, as data;   [`merge`]: shards back into one result;
 //! - [`check`]: baselines, histories and shard files validated as they are read;
@@ -21,6 +21,7 @@ pub mod history;
 pub mod html;
 pub mod junit;
 pub mod merge;
+pub mod options;
 pub mod result;
 pub mod run;
 pub mod shard;
