@@ -35,14 +35,17 @@ crate::named_enum! {
     }
 }
 
+/// A metric's value on a row (None: the row has no figure for it).
+type Value = fn(&TapRow) -> Option<f64>;
+
 /// What a metric is: its direction, its description, the bounds it admits, its value on a row.
-struct Spec(Dir, &'static str, Range, fn(&TapRow) -> Option<f64>);
+struct Spec(Dir, &'static str, Range, Value);
 
 impl Metric {
     fn spec(self) -> Spec {
         use Dir::{Max, Min};
         use Metric::*;
-        let (dir, about, range, value): (Dir, &str, Range, fn(&TapRow) -> Option<f64>) = match self {
+        let (dir, about, range, value): (Dir, &str, Range, Value) = match self {
             Cosine => (Min, "cosine similarity", Range::Cosine, |r| r.metrics.as_ref()?.cosine_opt()),
             CosineNoOutliers => {
                 (Min, "cosine without the 4 largest reference channels", Range::Cosine, |r| {
