@@ -47,7 +47,9 @@ pub mod output;
 pub mod probe;
 pub mod progress;
 pub mod report;
+pub mod request;
 pub mod suite;
 pub mod tap;
 
+pub use cli::main_code;
 pub use error::{Error, Result};

@@ -11,6 +11,7 @@ use std::path::Path;
 
 const LAYERS: &[&[&str]] = &[
     &["cli"],
+    &["request"],
     &["suite", "bench"],
     &["probe", "diagnose"],
     &["report"],
@@ -225,6 +226,87 @@ fn the_circle_checker_sees_super_paths_and_groups() {
     assert_eq!(sibling_imports("let x = crate::probe::run::f();", "probe", &siblings, "spill"), ["run"]);
 }
 
+/// Known exceptions, each over a limit below and not yet split (issue 43 left them: the explain
+/// work of issue 41 edited both while the rest of the house was split). Remove an entry when its
+/// file is split; the test then holds it to the limits like every other file.
+const WAITING_FOR_THE_MERGE: &[&str] = &[
+    "device/sim.rs",  // 837 lines, `on` 119 and `run_inner` 113
+    "backend/hef.rs", // 798 lines; the device choice (sim, hailo, sim-h10) is to move to device/
+];
+
+fn waiting(rel: &str) -> bool {
+    WAITING_FOR_THE_MERGE.iter().any(|w| rel.starts_with(w))
+}
+
+/// A file of tests only: `*_tests.rs` or a folder's `tests.rs`.
+fn test_file(path: &Path) -> bool {
+    let name = path.file_name().unwrap().to_string_lossy();
+    name.ends_with("_tests.rs") || name == "tests.rs"
+}
+
+/// The production code of a file: every line but a top-level `#[cfg(test)]` item (the attribute,
+/// any attributes after it, and the item through its closing `}` at the start of a line, or its
+/// `;`). "Production lines" (docs/ARCHITECTURE.md) are these lines of every `.rs` file under
+/// `src/` and `python/src/` that is not a test file ([`test_file`]).
+fn production(code: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    let mut lines = code.lines();
+    while let Some(line) = lines.next() {
+        if !line.starts_with("#[cfg(test)]") {
+            out.push(line);
+            continue;
+        }
+        let mut item = lines.next();
+        while item.is_some_and(|l| l.starts_with("#[")) {
+            item = lines.next();
+        }
+        if item.is_some_and(|l| !l.trim_end().ends_with(';')) {
+            for l in lines.by_ref() {
+                if l == "}" {
+                    break;
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Every production file under `src/` and `python/src/`, by its path from the repository.
+fn production_files() -> Vec<(String, String)> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files = Vec::new();
+    walk(&root.join("src"), &mut files);
+    walk(&root.join("python/src"), &mut files);
+    files.sort();
+    files
+        .into_iter()
+        .filter(|f| !test_file(f))
+        .map(|f| (f.strip_prefix(root).unwrap().display().to_string(), std::fs::read_to_string(&f).unwrap()))
+        .collect()
+}
+
+/// No file over 600 production lines. Prints the total (`cargo test --test layers -- --nocapture`).
+#[test]
+fn no_file_is_over_600_production_lines() {
+    let mut total = 0;
+    let mut wrong = Vec::new();
+    for (rel, code) in production_files() {
+        let n = production(&code).len();
+        total += n;
+        if n > 600 && !waiting(rel.trim_start_matches("src/")) {
+            wrong.push(format!("{rel}: {n} production lines"));
+        }
+    }
+    eprintln!("production lines in src/ and python/src: {total}");
+    assert!(wrong.is_empty(), "files over 600 production lines:\n{}", wrong.join("\n"));
+}
+
+#[test]
+fn production_lines_leave_out_test_items_only() {
+    let code = "fn a() {}\n#[cfg(test)]\nmod t;\nfn b() {}\n#[cfg(test)]\n#[path = \"x.rs\"]\nmod tests {\n    fn c() {}\n}\nfn d() {}\n";
+    assert_eq!(production(code), ["fn a() {}", "fn b() {}", "fn d() {}"]);
+}
+
 /// Short functions where the stages of a run live, and no function that needs clippy's leave
 /// to take too many arguments anywhere (group them by the stage that uses them).
 #[test]
@@ -239,7 +321,9 @@ fn stage_functions_stay_short_and_take_grouped_arguments() {
         if code.contains(&["allow(clippy::", "too_many_arguments)"].concat()) {
             wrong.push(format!("src/{rel}: allows too_many_arguments"));
         }
-        if !["probe/", "explain/", "suite/"].iter().any(|d| rel.starts_with(d)) {
+        let rooms = ["probe/", "explain/", "suite/", "backend/", "device/"];
+        // A file of tests is no stage: its long tables of cases are read, not run through.
+        if !rooms.iter().any(|d| rel.starts_with(d)) || waiting(&rel) || test_file(f) {
             continue;
         }
         let lines: Vec<&str> = code.lines().collect();
@@ -267,4 +351,182 @@ fn stage_functions_stay_short_and_take_grouped_arguments() {
         }
     }
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+/// The Python module builds the library's requests; it never names the command line's types.
+#[test]
+fn python_names_no_cli_item() {
+    let wrong: Vec<String> = production_files()
+        .into_iter()
+        .filter(|(rel, _)| rel.starts_with("python/"))
+        .flat_map(|(rel, code)| {
+            let hits: Vec<String> = code
+                .lines()
+                .enumerate()
+                .filter(|(_, l)| l.split("//").next().unwrap_or("").contains("cli::"))
+                .map(|(n, l)| format!("{rel}:{}: {}", n + 1, l.trim()))
+                .collect();
+            hits
+        })
+        .collect();
+    assert!(wrong.is_empty(), "the Python module names cli items:\n{}", wrong.join("\n"));
+}
+
+/// Whether a line dispatches on a report format: an arm, a comparison or a `matches!` of
+/// `Format::X` (`FormatType::X`, a tensor's format, is another type).
+fn dispatches_on_format(line: &str) -> bool {
+    let code = line.split("//").next().unwrap_or("");
+    let names = code
+        .match_indices("Format::")
+        .any(|(i, _)| !code[..i].ends_with(|c: char| c.is_alphanumeric() || c == '_'));
+    names && ["=>", "==", "!=", "matches!("].iter().any(|op| code.contains(op))
+}
+
+/// Report formats are dispatched in one place, `report::deliver`'s: a command's result
+/// implements `report::Document` and never matches on a format itself.
+#[test]
+fn no_match_on_report_formats_outside_report() {
+    let wrong: Vec<String> = production_files()
+        .into_iter()
+        .filter(|(rel, _)| !rel.starts_with("src/report/"))
+        .flat_map(|(rel, code)| {
+            let hits: Vec<String> = production(&code)
+                .into_iter()
+                .enumerate()
+                .filter(|(_, l)| dispatches_on_format(l))
+                .map(|(n, l)| format!("{rel}:{}: {}", n + 1, l.trim()))
+                .collect();
+            hits
+        })
+        .collect();
+    assert!(wrong.is_empty(), "report formats matched outside src/report/:\n{}", wrong.join("\n"));
+}
+
+#[test]
+fn the_format_checker_sees_arms_and_tests() {
+    assert!(dispatches_on_format("        Format::Json => d.json(),"));
+    assert!(dispatches_on_format("    for t in targets.iter().filter(|t| t.format == Format::Svg) {"));
+    assert!(!dispatches_on_format("    ReportTarget::or(t, Format::Terminal)"));
+    assert!(!dispatches_on_format("        Ok(match s.format {"));
+    assert!(!dispatches_on_format("        if emb.format != FormatType::Uint16 {"));
+}
+
+/// The module (path from `crate`) each production file under `src/` defines.
+fn modules() -> BTreeMap<Vec<String>, String> {
+    production_files()
+        .into_iter()
+        .filter_map(|(rel, code)| {
+            let rel = rel.strip_prefix("src/")?.trim_end_matches(".rs").to_string();
+            let mut parts: Vec<String> = rel.split('/').map(String::from).collect();
+            if parts.last().is_some_and(|p| p == "mod") || rel == "lib" {
+                parts.pop();
+            }
+            (rel != "main").then(|| (parts, production(&code).join("\n")))
+        })
+        .collect()
+}
+
+/// The paths a module's code names: `crate::a::b`, `super::a`, and each path of a group
+/// (`crate::a::{b, c::d}`), as segments from the crate root.
+fn named_paths(code: &str, me: &[String]) -> Vec<Vec<String>> {
+    let code: String =
+        code.lines().map(|l| l.split("//").next().unwrap_or("")).collect::<Vec<_>>().join("\n");
+    let word = |s: &str| s.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect::<String>();
+    let mut out = Vec::new();
+    // `super` of `a/b.rs` and of `a/b/mod.rs` alike is `a`.
+    let parent = me[..me.len().saturating_sub(1)].to_vec();
+    for (root, base) in [("crate::", Vec::new()), ("super::", parent)] {
+        for (i, _) in code.match_indices(root) {
+            if code[..i].ends_with(|c: char| c.is_alphanumeric() || c == '_' || c == ':') {
+                continue;
+            }
+            let mut rest = &code[i + root.len()..];
+            let mut path = base.clone();
+            loop {
+                let w = word(rest);
+                if w.is_empty() {
+                    break;
+                }
+                rest = &rest[w.len()..];
+                path.push(w);
+                match rest.strip_prefix("::") {
+                    Some(r) => rest = r,
+                    None => break,
+                }
+            }
+            let Some(group) = rest.strip_prefix('{') else {
+                out.push(path);
+                continue;
+            };
+            let (mut depth, mut start, mut item) = (0, true, String::new());
+            for c in group.chars() {
+                if start && (c.is_alphanumeric() || c == '_' || c == ':' && !item.is_empty()) {
+                    item.push(c);
+                    continue;
+                }
+                if !item.is_empty() {
+                    let mut p = path.clone();
+                    p.extend(item.split("::").filter(|s| !s.is_empty()).map(String::from));
+                    out.push(p);
+                    item.clear();
+                    start = false;
+                }
+                match c {
+                    '{' => depth += 1,
+                    '}' if depth == 0 => break,
+                    '}' => depth -= 1,
+                    ',' if depth == 0 => start = true,
+                    _ => {}
+                }
+            }
+        }
+    }
+    out
+}
+
+/// No import circle anywhere: a module (one file) never reaches itself through the modules its
+/// code names. A folder's `mod.rs` naming its own children (declaring and re-exporting them) is
+/// structure, not an import, and is left out; a child naming its folder's `mod.rs` counts.
+#[test]
+fn no_import_circle_anywhere() {
+    let modules = modules();
+    let resolve = |path: &[String]| {
+        (1..=path.len()).rev().map(|n| path[..n].to_vec()).find(|p| modules.contains_key(p))
+    };
+    let mut edges: BTreeMap<&Vec<String>, Vec<Vec<String>>> = BTreeMap::new();
+    for (me, code) in &modules {
+        let targets = named_paths(code, me)
+            .into_iter()
+            .filter_map(|p| resolve(&p))
+            .filter(|t| t != me && !t.starts_with(me))
+            .collect();
+        edges.insert(me, targets);
+    }
+    let name = |m: &[String]| if m.is_empty() { "lib".to_string() } else { m.join("/") };
+    let mut circles = Vec::new();
+    for start in modules.keys() {
+        // Depth-first from `start`, keeping the path, until it comes back.
+        let mut todo = vec![(start.clone(), vec![name(start)])];
+        let mut seen = std::collections::BTreeSet::new();
+        while let Some((m, path)) = todo.pop() {
+            for next in edges.get(&m).into_iter().flatten() {
+                if next == start {
+                    circles.push(format!("{} → {}", path.join(" → "), name(start)));
+                } else if seen.insert(next.clone()) {
+                    todo.push((next.clone(), [path.clone(), vec![name(next)]].concat()));
+                }
+            }
+        }
+    }
+    circles.sort();
+    circles.dedup();
+    assert!(circles.is_empty(), "import circles:\n{}", circles.join("\n"));
+}
+
+#[test]
+fn the_path_reader_sees_crate_super_and_groups() {
+    let me: Vec<String> = ["model", "gguf", "tokenizer"].map(String::from).to_vec();
+    let code = "use super::GgufFile;\nuse crate::{model::tokenizer::x, files::{a, b}};\nlet y = crate::error::f(); // crate::cli::no\n";
+    let got: Vec<String> = named_paths(code, &me).iter().map(|p| p.join("::")).collect();
+    assert_eq!(got, ["model::tokenizer::x", "files", "error::f", "model::gguf::GgufFile"]);
 }

@@ -17,7 +17,7 @@ use hefprobe::suite::result::{ErrorKind, Status, SuiteResult};
 use hefprobe::suite::run::{run_suite, Clock, SuiteOptions};
 use hefprobe::suite::shard::Shard;
 use hefprobe::suite::spec::Suite;
-use hefprobe::suite::{emit, finish, history, merge, Finish};
+use hefprobe::suite::{finish, history, merge, Finish};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -59,6 +59,11 @@ fn opts(baseline: Option<&Path>, update: bool) -> SuiteOptions {
     }
 }
 
+/// Write a result's reports (no colour), as `suite` and `merge` do.
+fn emit(r: &SuiteResult, targets: &[ReportTarget]) {
+    hefprobe::report::write(&mut r.clone(), targets, false).unwrap();
+}
+
 fn targets(specs: &[&str]) -> Vec<ReportTarget> {
     specs.iter().map(|s| ReportTarget::parse(s).unwrap()).collect()
 }
@@ -70,7 +75,7 @@ fn outputs(r: &SuiteResult, dir: &Path, tag: &str) -> BTreeMap<&'static str, Str
         [("json", "json"), ("junit", "xml"), ("markdown", "md"), ("html", "html"), ("terminal", "txt")]
     {
         let path = dir.join(format!("{tag}.{ext}"));
-        emit(r, &targets(&[&format!("{format}={}", path.display())]), false, None).unwrap();
+        emit(r, &targets(&[&format!("{format}={}", path.display())]));
         out.insert(format, std::fs::read_to_string(path).unwrap());
     }
     out
@@ -337,7 +342,7 @@ fn three_shards_merge_to_the_unsharded_result_byte_for_byte() {
         let r = run_suite(&night2, &o).unwrap();
         assert_eq!(r.pairs.len(), 3, "9 pairs over 3 shards, evenly");
         let path = d.join(format!("shard-{k}.json"));
-        emit(&r, &targets(&[&format!("json={}", path.display())]), false, None).unwrap();
+        emit(&r, &targets(&[&format!("json={}", path.display())]));
         shards.push(path);
     }
     shards.reverse(); // the order given does not matter
@@ -380,7 +385,7 @@ fn three_shards_merge_to_the_unsharded_result_byte_for_byte() {
         let r = run_suite(&night2, &o).unwrap();
         assert!(r.pairs.iter().all(|p| p.status != Status::Regressed), "no baseline: nothing regressed");
         let path = d.join(format!("bare-{k}.json"));
-        emit(&r, &targets(&[&format!("json={}", path.display())]), false, None).unwrap();
+        emit(&r, &targets(&[&format!("json={}", path.display())]));
         bare.push(path);
     }
     std::fs::write(&baseline, &frozen).unwrap();

@@ -1,22 +1,22 @@
-//! `hefprobe._native`: the Python module. Every function fills the same typed arguments the
-//! command line's parser fills (or calls the same library function the command calls) and
-//! returns typed results: no diagnostic is written here. What is here is the glue Python needs:
-//! captures shared with numpy without a copy, errors as exceptions named after the exit-code
-//! kinds, the GIL released during the work, and Ctrl-C turned into a clean stop.
+//! `hefprobe._native`: the Python module. Every function builds the request the command line
+//! builds (`hefprobe::request`), from keyword arguments, and returns its typed result: no
+//! diagnostic is written here. What is here is the glue Python needs: captures shared with numpy
+//! without a copy, errors as exceptions named after the exit-code kinds, the GIL released during
+//! the work, and Ctrl-C turned into a clean stop.
 
-use hefprobe::capture::{self, CaptureFile, MemorySink, Store};
-use hefprobe::cli::run::{BackendArgs, ReportArgs, RunArgs};
-use hefprobe::cli::{CheckpointArgs, Ids, ModelArgs, PromptArgs};
+mod capture;
+mod progress;
+mod report;
+
+use capture::{open, side, PyCapture};
 use hefprobe::error::Error;
-use hefprobe::report::{Format, ReportTarget};
-use hefprobe::tap::Key;
-use numpy::{PyArray, PyArrayDyn, PyReadonlyArrayDyn, PyUntypedArrayMethods};
-use pyo3::exceptions::{PyException, PyKeyError, PyKeyboardInterrupt};
+use hefprobe::model::CheckpointRef;
+use hefprobe::probe::schema::InputsSpec;
+use hefprobe::request::{self, Request};
+use pyo3::exceptions::{PyException, PyKeyboardInterrupt};
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyIterator, PyList};
-use std::borrow::Cow;
-use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use report::{json_value, PyAudit, PyReport};
+use std::path::PathBuf;
 
 pyo3::create_exception!(hefprobe, HefprobeError, PyException, "Base of every hefprobe error.");
 pyo3::create_exception!(
@@ -33,7 +33,7 @@ pyo3::create_exception!(
 );
 
 /// The error and the causes its own message does not already say (as the command line prints).
-fn to_py(e: Error) -> PyErr {
+pub(crate) fn to_py(e: Error) -> PyErr {
     let mut text = e.to_string();
     let mut source = std::error::Error::source(&e);
     while let Some(s) = source {
@@ -55,7 +55,7 @@ fn to_py(e: Error) -> PyErr {
 /// here; the work is then asked to stop (`hefprobe::error::interrupt`), stops at its next check
 /// (between layers, decode steps, emulations, compared taps), unwinds (spill folders removed),
 /// and the interrupt is raised.
-fn work<T: Send>(py: Python<'_>, f: impl FnOnce() -> hefprobe::Result<T> + Send) -> PyResult<T> {
+pub(crate) fn work<T: Send>(py: Python<'_>, f: impl FnOnce() -> hefprobe::Result<T> + Send) -> PyResult<T> {
     // The decoder's frames are deep for a 2 MiB thread: the main thread's 8 MiB, as the CLI has.
     const STACK: usize = 8 << 20;
     let (joined, interrupted) = py.detach(|| {
@@ -89,312 +89,10 @@ fn work<T: Send>(py: Python<'_>, f: impl FnOnce() -> hefprobe::Result<T> + Send)
     }
 }
 
-/// A capture: `"PHASE/TAP"` → float32 array, held by Rust and shown to numpy without a copy
-/// (read-only views that keep the capture alive).
-#[pyclass(frozen, module = "hefprobe", name = "Capture")]
-struct PyCapture {
-    inner: capture::Capture,
-    notes: Vec<String>,
-}
-
-#[pymethods]
-impl PyCapture {
-    fn __len__(&self) -> usize {
-        self.inner.len()
-    }
-
-    fn __contains__(&self, key: &str) -> bool {
-        self.inner.get(&Key::parse(key)).is_some()
-    }
-
-    fn __getitem__<'py>(slf: &Bound<'py, Self>, key: &str) -> PyResult<Bound<'py, PyArrayDyn<f32>>> {
-        let Some(a) = slf.get().inner.get(&Key::parse(key)) else {
-            return Err(PyKeyError::new_err(key.to_string()));
-        };
-        // SAFETY: the array lives in a frozen object that is never changed, and the view keeps
-        // that object alive (its base).
-        let view = unsafe { PyArray::borrow_from_array(a, slf.clone().into_any()) };
-        view.getattr("flags")?.setattr("writeable", false)?;
-        Ok(view)
-    }
-
-    /// The keys, in execution order (phase, then layer and tap).
-    fn keys(&self) -> Vec<String> {
-        self.inner.keys().map(ToString::to_string).collect()
-    }
-
-    fn __iter__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyIterator>> {
-        PyList::new(py, self.keys())?.into_any().try_iter()
-    }
-
-    /// What the reader must know (config.json keys hefprobe does not know, defaults applied).
-    #[getter]
-    fn notes(&self) -> Vec<String> {
-        self.notes.clone()
-    }
-
-    /// Write the capture as `.npz` (the command line's format: `hefprobe compare` reads it).
-    fn save(&self, py: Python<'_>, path: PathBuf) -> PyResult<()> {
-        work(py, || capture::save(&self.inner, &path, true))
-    }
-
-    /// Read an `.npz` capture (`hefprobe reference -o`, `capture`, `run --save-captures`).
-    #[staticmethod]
-    fn load(py: Python<'_>, path: PathBuf) -> PyResult<PyCapture> {
-        let inner = work(py, || {
-            let file = CaptureFile::open(&path)?;
-            let mut c = capture::Capture::default();
-            for key in file.keys() {
-                if let Some(a) = file.get(&key)? {
-                    c.insert(key, a.into_owned());
-                }
-            }
-            Ok(c)
-        })?;
-        Ok(PyCapture { inner, notes: Vec::new() })
-    }
-
-    fn __repr__(&self) -> String {
-        let phases: Vec<String> = capture::phases(&self.inner).iter().map(ToString::to_string).collect();
-        format!("<hefprobe.Capture: {} taps, phases {}>", self.inner.len(), phases.join(", "))
-    }
-}
-
-/// A `dict[str, ndarray]` read in place: each array's data (C-contiguous float32, made so by
-/// the Python layer) is copied out one tap at a time when the comparison asks for it, as a
-/// capture file's is read.
-struct Arrays {
-    entries: Vec<(Key, usize, Vec<usize>)>,
-    _owners: Vec<Py<PyAny>>,
-}
-
-impl Arrays {
-    fn from_dict(d: &Bound<'_, PyDict>, what: &str) -> PyResult<Arrays> {
-        let (mut entries, mut owners) = (Vec::new(), Vec::new());
-        for (k, v) in d.iter() {
-            let name: String =
-                k.extract().map_err(|_| InputError::new_err(format!("{what}: a key is not a str")))?;
-            let a: PyReadonlyArrayDyn<'_, f32> = v
-                .extract()
-                .map_err(|_| InputError::new_err(format!("{what}[{name:?}]: not a float32 numpy array")))?;
-            let data = a.as_slice().map_err(|_| {
-                InputError::new_err(format!(
-                    "{what}[{name:?}]: not C-contiguous (np.ascontiguousarray makes it so)"
-                ))
-            })?;
-            entries.push((Key::parse(&name), data.as_ptr() as usize, a.shape().to_vec()));
-            owners.push(v.unbind());
-        }
-        entries.sort_by(|a, b| a.0.cmp(&b.0));
-        Ok(Arrays { entries, _owners: owners })
-    }
-}
-
-impl Store for Arrays {
-    fn keys(&self) -> Vec<Key> {
-        self.entries.iter().map(|e| e.0.clone()).collect()
-    }
-
-    fn contains(&self, key: &Key) -> bool {
-        self.entries.binary_search_by(|e| e.0.cmp(key)).is_ok()
-    }
-
-    fn get(&self, key: &Key) -> hefprobe::Result<Option<Cow<'_, ndarray::ArrayD<f32>>>> {
-        let Ok(i) = self.entries.binary_search_by(|e| e.0.cmp(key)) else { return Ok(None) };
-        let (_, ptr, shape) = &self.entries[i];
-        // SAFETY: the pointer is a C-contiguous float32 buffer of `shape`, kept alive by
-        // `_owners` (as numpy's own functions, the data may be changed by another Python thread
-        // while the GIL is released; the comparison then reads what is there).
-        let view = unsafe { ndarray::ArrayViewD::from_shape_ptr(ndarray::IxDyn(shape), *ptr as *const f32) };
-        Ok(Some(Cow::Owned(view.to_owned())))
-    }
-}
-
-/// One side of a comparison, as Python gave it.
-enum Side {
-    Held(Py<PyCapture>),
-    File(PathBuf),
-    Arrays(Arrays),
-}
-
-/// A side from a Capture, a `dict` or a path (str or os.PathLike) to an `.npz`.
-fn side(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<Side> {
-    if let Ok(c) = obj.cast::<PyCapture>() {
-        Ok(Side::Held(c.clone().unbind()))
-    } else if let Ok(d) = obj.cast::<PyDict>() {
-        Ok(Side::Arrays(Arrays::from_dict(d, what)?))
-    } else if let Ok(p) = obj.extract::<PathBuf>() {
-        Ok(Side::File(p))
-    } else {
-        Err(InputError::new_err(format!(
-            "{what}: a hefprobe.Capture, a dict of numpy arrays or an .npz path, not {}",
-            obj.get_type().name()?
-        )))
-    }
-}
-
-/// The side as a capture to read; through the name map `map` when given (a held side is
-/// written to `scratch` first: a map reads an `.npz`).
-fn open<'a>(side: &'a Side, map: Option<&Path>, scratch: &Path) -> hefprobe::Result<Opened<'a>> {
-    let held: &dyn Store = match side {
-        Side::File(p) => match map {
-            None => return Ok(Opened::Owned(Box::new(CaptureFile::open(p)?))),
-            Some(m) => return hefprobe::backend::dump::mapped(p, m, scratch).map(Opened::Owned),
-        },
-        Side::Held(c) => &c.get().inner,
-        Side::Arrays(a) => a,
-    };
-    let Some(m) = map else { return Ok(Opened::Borrowed(held)) };
-    let file = scratch.join("candidate.npz");
-    capture::save(held, &file, false)?;
-    hefprobe::backend::dump::mapped(&file, m, scratch).map(Opened::Owned)
-}
-
-enum Opened<'a> {
-    Borrowed(&'a dyn Store),
-    Owned(Box<dyn Store>),
-}
-
-impl Opened<'_> {
-    fn store(&self) -> &dyn Store {
-        match self {
-            Opened::Borrowed(s) => *s,
-            Opened::Owned(b) => b.as_ref(),
-        }
-    }
-}
-
-/// A report: what `hefprobe run` / `compare` / `explain` print, as a value.
-#[pyclass(frozen, module = "hefprobe", name = "Report")]
-struct PyReport {
-    inner: Mutex<hefprobe::report::Report>,
-}
-
-impl PyReport {
-    fn new(r: hefprobe::report::Report) -> Self {
-        PyReport { inner: Mutex::new(r) }
-    }
-
-    fn render(&self, format: Format, path: Option<PathBuf>) -> PyResult<String> {
-        let mut r = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        hefprobe::report::emit(&mut r, &[ReportTarget { format, path }], false).map_err(to_py)
-    }
-}
-
-fn json_value<'py>(py: Python<'py>, v: &impl serde::Serialize) -> PyResult<Bound<'py, PyAny>> {
-    let text = serde_json::to_string(v).map_err(|e| DeviceError::new_err(e.to_string()))?;
-    py.import("json")?.call_method1("loads", (text,))
-}
-
-#[pymethods]
-impl PyReport {
-    /// True when every comparison is within its thresholds and explain, where it ran, names no
-    /// fault (`hefprobe` exit code 0).
-    #[getter]
-    fn passed(&self) -> bool {
-        !self.inner.lock().unwrap_or_else(|e| e.into_inner()).failed()
-    }
-
-    /// The first failing tap of the first drifting comparison's first phase, as a dict (phase,
-    /// tap, cosine, failures, worst_heads, sentence, ...), or None.
-    #[getter]
-    fn first_drift<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyAny>>> {
-        let r = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        let first = r.located.iter().flatten().next();
-        first.map(|l| json_value(py, l)).transpose()
-    }
-
-    /// The fault explain ranked first, when it explains the drift (else None).
-    #[getter]
-    fn best_explanation(&self) -> Option<String> {
-        self.inner.lock().unwrap_or_else(|e| e.into_inner()).explain.as_ref().and_then(|e| e.best.clone())
-    }
-
-    /// Every compared tap, one dict each (the JSON report's rows), with the pair it belongs to.
-    #[getter]
-    fn rows<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
-        let r = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        let out = PyList::empty(py);
-        for pair in &r.comparisons {
-            for row in &pair.rows {
-                let d = json_value(py, row)?;
-                d.set_item("reference", &pair.reference)?;
-                d.set_item("candidate", &pair.candidate)?;
-                out.append(d)?;
-            }
-        }
-        Ok(out)
-    }
-
-    /// The whole report as a dict (schema hefprobe.report/1, the JSON report).
-    fn to_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        json_value(py, &*self.inner.lock().unwrap_or_else(|e| e.into_inner()))
-    }
-
-    fn to_json(&self) -> PyResult<String> {
-        self.render(Format::Json, None)
-    }
-
-    fn to_markdown(&self) -> PyResult<String> {
-        self.render(Format::Markdown, None)
-    }
-
-    fn to_terminal(&self) -> PyResult<String> {
-        self.render(Format::Terminal, None)
-    }
-
-    /// Write the report's SVG figures as PREFIX-*.svg; returns their paths.
-    fn to_svg(&self, prefix: PathBuf) -> PyResult<Vec<String>> {
-        self.render(Format::Svg, Some(prefix))?;
-        Ok(self.inner.lock().unwrap_or_else(|e| e.into_inner()).svg.clone())
-    }
-
-    fn __repr__(&self) -> PyResult<String> {
-        self.to_terminal()
-    }
-}
-
-/// A HEF audit (`hefprobe audit`), or a diff against a reference HEF.
-#[pyclass(frozen, module = "hefprobe", name = "Audit")]
-struct PyAudit {
-    json: String,
-    markdown: String,
-    terminal: String,
-    passed: bool,
-}
-
-#[pymethods]
-impl PyAudit {
-    /// True when no error-severity finding (or difference) was found.
-    #[getter]
-    fn passed(&self) -> bool {
-        self.passed
-    }
-
-    /// The findings (or differences), as the JSON report's dicts.
-    fn to_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        py.import("json")?.call_method1("loads", (self.json.as_str(),))
-    }
-
-    fn to_json(&self) -> String {
-        self.json.clone()
-    }
-
-    fn to_markdown(&self) -> String {
-        self.markdown.clone()
-    }
-
-    fn __repr__(&self) -> String {
-        self.terminal.clone()
-    }
-}
-
-fn checkpoint_args(checkpoint: Option<PathBuf>, revision: Option<String>) -> CheckpointArgs {
-    CheckpointArgs {
-        checkpoint,
-        revision: revision.unwrap_or_else(|| hefprobe::model::hub::DEFAULT_REVISION.to_string()),
-        strict_config: false,
-    }
+/// The checkpoint a `checkpoint=` (and `revision=`) argument names.
+fn checkpoint_ref(checkpoint: Option<PathBuf>, revision: Option<String>) -> Option<CheckpointRef> {
+    let revision = revision.unwrap_or_else(|| hefprobe::model::hub::DEFAULT_REVISION.to_string());
+    checkpoint.map(|path| CheckpointRef::Path { path, revision, strict_config: false })
 }
 
 #[pyfunction]
@@ -418,29 +116,26 @@ fn reference(
     start_position: usize,
     add_special_tokens: bool,
 ) -> PyResult<PyCapture> {
-    let model = ModelArgs { from: checkpoint_args(checkpoint, revision), synth, synth_seed: seed };
-    let prompt = PromptArgs {
-        tokens: tokens.map(Ids),
+    let model =
+        request::model(checkpoint_ref(checkpoint, revision), synth.as_deref(), seed).map_err(to_py)?;
+    let inputs = InputsSpec {
+        tokens,
         text,
         tokenizer,
         add_special_tokens,
         decode: decode_tokens.is_none().then_some(decode),
-        decode_tokens: decode_tokens.map(Ids),
+        decode_tokens,
         chunk,
         start_position,
     };
     let taps = taps.unwrap_or_else(|| vec!["*".into()]);
-    work(py, || {
-        let held = hefprobe::model::memory::TapsHeld::InMemory { captures: 1 };
-        let (ckpt, inputs, selection, decoder) =
-            hefprobe::cli::reference::prepare(&model, &prompt, &taps, held)?;
-        let mut sink = MemorySink::new(selection);
-        let mut record = hefprobe::model::run::RunRecord::default();
-        let mut hooks = hefprobe::model::hooks::NoHooks;
-        hefprobe::model::run::run_inputs(&decoder, &inputs, &mut sink, &mut hooks, &mut record)?;
-        let notes = hefprobe::report::format::config_notes(&ckpt.config);
-        Ok(PyCapture { inner: sink.capture, notes })
-    })
+    let r = request::reference::Reference { model, inputs, taps, out: None, crosscheck: false };
+    let done = work(py, || r.run())?;
+    if let Some(e) = done.error {
+        return Err(to_py(e));
+    }
+    let notes = hefprobe::report::format::config_notes(&done.ckpt.config);
+    Ok(PyCapture { inner: done.capture.unwrap_or_default(), notes })
 }
 
 #[pyfunction]
@@ -452,7 +147,10 @@ fn compare(
     thresholds: Option<Vec<String>>,
     map: Option<PathBuf>,
 ) -> PyResult<PyReport> {
-    let scratch = tempdir()?;
+    let scratch = tempfile::Builder::new()
+        .prefix("hefprobe-py-")
+        .tempdir()
+        .map_err(|e| DeviceError::new_err(format!("cannot make a temporary folder: {e}")))?;
     let (r, c) = (side(reference, "reference")?, side(candidate, "candidate")?);
     let bounds = thresholds.unwrap_or_default();
     let report = work(py, || {
@@ -468,24 +166,13 @@ fn compare(
     Ok(PyReport::new(report))
 }
 
-fn tempdir() -> PyResult<tempfile::TempDir> {
-    tempfile::Builder::new()
-        .prefix("hefprobe-py-")
-        .tempdir()
-        .map_err(|e| DeviceError::new_err(format!("cannot make a temporary folder: {e}")))
-}
-
 /// A probe run's report, or its error (the report of a run that stopped is not returned).
-fn probe_report(
-    py: Python<'_>,
-    plan: impl FnOnce() -> hefprobe::Result<(hefprobe::probe::schema::Probe, hefprobe::probe::run::RunOptions)>
-        + Send,
-    command: String,
-) -> PyResult<PyReport> {
-    let report = work(py, || {
-        let (probe, mut opts) = plan()?;
-        opts.command = command;
-        let run = hefprobe::probe::run::run_probe(&probe, &opts)?;
+fn probe_report<R>(py: Python<'_>, request: R) -> PyResult<PyReport>
+where
+    R: Request<Output = hefprobe::probe::run::ProbeRun> + Send,
+{
+    let report = work(py, move || {
+        let run = request.run()?;
         match run.error {
             Some(e) => Err(e),
             None => Ok(run.report),
@@ -510,20 +197,19 @@ fn run(
     spill_dir: Option<PathBuf>,
     save_captures: Option<PathBuf>,
 ) -> PyResult<PyReport> {
-    let command = format!("hefprobe.run({:?})", probe.display().to_string());
-    let a = RunArgs {
+    let request = request::run::Run {
+        command: format!("hefprobe.run({:?})", probe.display().to_string()),
         probe,
-        backend: BackendArgs { backends: backend.unwrap_or_default(), faults: fault.unwrap_or_default() },
-        out: ReportArgs { reports: Vec::new(), thresholds: thresholds.unwrap_or_default() },
-        save_inputs: None,
+        backends: backend.unwrap_or_default(),
+        faults: fault.unwrap_or_default(),
+        checkpoint: checkpoint_ref(checkpoint, revision),
+        thresholds: thresholds.unwrap_or_default(),
+        no_explain: !explain,
         save_captures,
         spill_dir,
-        no_explain: !explain,
-        checkpoint: checkpoint_args(checkpoint, revision),
-        bundle: None,
-        bundle_cap: None,
+        ..Default::default()
     };
-    probe_report(py, || hefprobe::cli::run::plan(&a), command)
+    probe_report(py, request)
 }
 
 #[pyfunction]
@@ -553,8 +239,8 @@ fn explain(
     if observed.is_none() && (map.is_some() || hef.is_some()) {
         return Err(InputError::new_err("explain: map= and hef= describe observed=; give it"));
     }
-    let command = format!("hefprobe.explain({:?})", probe.display().to_string());
-    let a = hefprobe::cli::explain::ExplainArgs {
+    let request = request::run::Explain {
+        command: format!("hefprobe.explain({:?})", probe.display().to_string()),
         probe,
         observed,
         map,
@@ -564,21 +250,19 @@ fn explain(
         pairs,
         quant,
         exhaustive,
-        checkpoint: checkpoint_args(checkpoint, revision),
+        checkpoint: checkpoint_ref(checkpoint, revision),
+        thresholds: thresholds.unwrap_or_default(),
         spill_dir,
-        out: ReportArgs { reports: Vec::new(), thresholds: thresholds.unwrap_or_default() },
+        reports: Vec::new(),
     };
-    probe_report(py, || hefprobe::cli::explain::plan(&a), command)
+    probe_report(py, request)
 }
 
 #[pyfunction]
 #[pyo3(signature = (hef, *, against=None))]
 fn audit(py: Python<'_>, hef: PathBuf, against: Option<PathBuf>) -> PyResult<PyAudit> {
-    work(py, || {
-        let expect = hefprobe::hef::Expectations::default();
-        let (json, doc, failed) = hefprobe::cli::audit::outcome(&hef, against.as_deref(), &expect)?;
-        Ok(PyAudit { json, markdown: doc.markdown(), terminal: doc.terminal(false), passed: !failed })
-    })
+    let request = request::audit::Audit { hef, against, ..Default::default() };
+    Ok(PyAudit(work(py, || request.run())?))
 }
 
 #[pyfunction]
@@ -608,92 +292,41 @@ fn synth_hef<'py>(
     layers: Option<(usize, usize)>,
 ) -> PyResult<Bound<'py, PyAny>> {
     use hefprobe::device::synth_hef::ExposeQuant;
+    use request::synth_hef::Calibrate;
     let Some(expose_quant) = ExposeQuant::from_name(&expose_quant) else {
         let names = ExposeQuant::ALL.map(ExposeQuant::name).join(", ");
         return Err(InputError::new_err(format!(
             "synth_hef: expose_quant=`{expose_quant}`: give one of {names}"
         )));
     };
-    if calib_tokens.is_some() && calib_text.is_some() {
-        return Err(InputError::new_err("synth_hef: give calib_tokens= or calib_text=, not both"));
-    }
-    let a = hefprobe::cli::synth_hef::SynthHefArgs {
-        model: ModelArgs { from: checkpoint_args(checkpoint, revision), synth, synth_seed: seed },
+    let calibration = match (calib_tokens, calib_text) {
+        (Some(_), Some(_)) => {
+            return Err(InputError::new_err("synth_hef: give calib_tokens= or calib_text=, not both"))
+        }
+        (Some(prompts), None) => Calibrate::Tokens(prompts),
+        (None, Some(text)) => Calibrate::Text(text),
+        (None, None) => Calibrate::Default,
+    };
+    let model =
+        request::model(checkpoint_ref(checkpoint, revision), synth.as_deref(), seed).map_err(to_py)?;
+    let request = request::synth_hef::SynthHef {
+        model,
         out,
         prefill_tokens,
         kv_cache_size,
-        no_tbt: !tbt,
+        tbt,
         faults: fault.unwrap_or_default(),
         quant,
         lm_head_shards,
         mistakes: mistakes.unwrap_or_default(),
-        calibration: calib_tokens.unwrap_or_default().into_iter().map(Ids).collect(),
-        calib_text,
-        calib_random: false,
+        calibration,
         noise: None,
-        noise_seed: 0,
         expose: expose.map(|globs| globs.join(",")),
         expose_quant,
         layers,
     };
-    let written = work(py, || hefprobe::cli::synth_hef::write(&a))?;
+    let written = work(py, || request.run())?;
     json_value(py, &written)
-}
-
-/// A progress bar's terminal that is Python's `sys.stderr` (a notebook shows it there): each
-/// redraw is a carriage return and the bar's line, as tqdm draws, written when indicatif
-/// flushes (it moves no cursor: a bar is one line).
-#[derive(Debug, Default)]
-struct PyStderr {
-    line: Mutex<String>,
-}
-
-impl PyStderr {
-    fn put(&self, s: &str) -> std::io::Result<()> {
-        let mut line = self.line.lock().unwrap_or_else(|e| e.into_inner());
-        line.push_str(s.trim_end_matches('\n'));
-        Ok(())
-    }
-}
-
-impl indicatif::TermLike for PyStderr {
-    fn width(&self) -> u16 {
-        100
-    }
-    fn move_cursor_up(&self, _: usize) -> std::io::Result<()> {
-        Ok(())
-    }
-    fn move_cursor_down(&self, _: usize) -> std::io::Result<()> {
-        Ok(())
-    }
-    fn move_cursor_right(&self, _: usize) -> std::io::Result<()> {
-        Ok(())
-    }
-    fn move_cursor_left(&self, _: usize) -> std::io::Result<()> {
-        Ok(())
-    }
-    fn write_line(&self, s: &str) -> std::io::Result<()> {
-        self.put(s)
-    }
-    fn write_str(&self, s: &str) -> std::io::Result<()> {
-        self.put(s)
-    }
-    fn clear_line(&self) -> std::io::Result<()> {
-        self.line.lock().unwrap_or_else(|e| e.into_inner()).clear();
-        Ok(())
-    }
-    fn flush(&self) -> std::io::Result<()> {
-        let line = std::mem::take(&mut *self.line.lock().unwrap_or_else(|e| e.into_inner()));
-        let text = format!("\r{line:<100}");
-        // A bar that cannot be drawn is not worth failing the work for.
-        Python::attach(|py| {
-            if let Ok(err) = py.import("sys").and_then(|sys| sys.getattr("stderr")) {
-                let _ = err.call_method1("write", (text,));
-                let _ = err.call_method0("flush");
-            }
-        });
-        Ok(())
-    }
 }
 
 /// Where progress bars go: "auto" (stderr when it is a terminal), "off", or "on" (Python's
@@ -704,7 +337,7 @@ fn set_progress(mode: &str) -> PyResult<()> {
     let target = match mode {
         "auto" => Target::Auto,
         "off" => Target::Hidden,
-        "on" => Target::Custom(std::sync::Arc::new(|| Box::new(PyStderr::default()))),
+        "on" => Target::Custom(std::sync::Arc::new(|| Box::new(progress::PyStderr::default()))),
         _ => {
             return Err(InputError::new_err(format!(
                 "set_progress: `{mode}`: give \"auto\", \"on\" or \"off\""
@@ -718,7 +351,7 @@ fn set_progress(mode: &str) -> PyResult<()> {
 /// The command line (`hefprobe ARGS...`: the wheel's console script); returns its exit code.
 #[pyfunction]
 fn main(py: Python<'_>, argv: Vec<String>) -> PyResult<i32> {
-    let code = work(py, || Ok(hefprobe::cli::main_code(argv)))?;
+    let code = work(py, || Ok(hefprobe::main_code(argv)))?;
     Ok(i32::from(code))
 }
 

@@ -9,8 +9,12 @@ use crate::device::synth_hef::{synth_hef, Calibration, SimCheckpoint, SynthHefOp
 use crate::error::{Error, Result};
 use crate::explain::{ExplainReport, ExplainSpec};
 use crate::model::{Checkpoint, CheckpointRef};
-use crate::probe::run::{compare_runs, explain_stage, prepare, run_backends, Prepared, Runs};
+use crate::probe::backends::run_backends;
+use crate::probe::compared::{compare_runs, Compared};
+use crate::probe::explained::explain_stage;
+use crate::probe::prepare::{prepare, Prepared};
 use crate::probe::run::{ProbeOverrides, RunOptions};
+use crate::probe::runs::Runs;
 use std::path::Path;
 use std::process::ExitCode;
 use std::time::Instant;
@@ -74,7 +78,7 @@ fn write_hef(ckpt: &Checkpoint, model: &CheckpointRef, faults: &[&str], to: &Pat
 pub struct Before {
     p: Prepared,
     runs: Runs,
-    compared: Vec<crate::probe::run::Compared>,
+    compared: Vec<Compared>,
     /// The explain settings the probe (or the command line) gave.
     pub spec: ExplainSpec,
 }

@@ -1,21 +1,13 @@
 //! `hefprobe bisect plan | run | next`: locate the first drifting layer on the device with
-//! prefix HEFs, each the graph of blocks 0..=B compiled to output `layers.B.out`
-//! (docs/HAILO-RUNTIME.md, "Per layer on the device"). The search asks first whether the last
-//! block drifts at all, then halves: ⌈log2 L⌉ + 1 HEFs run, and `next` names the one to compile
-//! when they are compiled on demand.
+//! prefix HEFs (`request::bisect`).
 
 use super::ModelArgs;
-use crate::backend::BackendSpec;
-use crate::device::synth_hef::sim_spec;
-use crate::error::{Error, Result};
-use crate::hef::Hef;
-use crate::probe::run::{run_probe, ExplainChoice, ProbeOverrides, RunOptions};
-use crate::probe::schema::Probe;
-use crate::report::doc::{Doc, Table};
-use crate::tap::{LayerTap, Tap};
+use crate::error::Result;
+use crate::report::{deliver, Format, ReportTarget};
+use crate::request::bisect::{Bisect, BisectPlan, Bisected};
+use crate::request::Request;
 use clap::{Args, Subcommand};
-use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 #[derive(Subcommand, Debug)]
@@ -56,236 +48,28 @@ pub struct SearchArgs {
     pub prompt: super::PromptArgs,
 }
 
-impl SearchArgs {
-    /// The probe each prefix runs: the `--probe` file (its inputs replaced by a prompt given
-    /// here), or one made of the model and prompt given here, with the default thresholds.
-    fn probe(&self) -> Result<Probe> {
-        let mut probe = match &self.probe {
-            Some(p) => crate::probe::catalog::open(p)?,
-            // The model comes from [`SearchArgs::model_override`].
-            None if self.model.given() => Probe::of_inputs("bisect", Default::default(), self.prompt.spec()),
-            None => {
-                return Err(Error::usage(
-                    "bisect without --probe needs the model: give --checkpoint DIR or --synth PRESET",
-                ))
-            }
-        };
-        if self.prompt.given() {
-            probe.inputs = self.prompt.spec();
-        }
-        Ok(probe)
-    }
-
-    /// The model given here (`--checkpoint` or `--synth`), in place of the probe's.
-    fn model_override(&self) -> Result<Option<crate::model::CheckpointRef>> {
-        self.model.given().then(|| self.model.to_ref()).transpose()
-    }
-}
-
-/// A prefix HEF's last block, read from what it outputs: a simulated HEF's recorded range, or
-/// the highest `layers.B.out` among its outputs (None: it outputs logits, the whole model).
-fn last_block(path: &Path) -> Result<(Option<usize>, Option<String>)> {
-    let what = path.display().to_string();
-    let hef = Hef::read(path)?;
-    if let Some(spec) = sim_spec(&hef, &what)? {
-        let made_from = Some(format!("{:?}", spec.checkpoint));
-        return match spec.layers {
-            Some([0, b]) => Ok((Some(b), made_from)),
-            Some([a, _]) => {
-                Err(Error::input(&what, format!("starts at block {a}: a prefix HEF starts at block 0")))
-            }
-            None => Ok((None, made_from)),
-        };
-    }
-    let mut last = None;
-    for o in hef.groups.iter().flat_map(|g| &g.outputs) {
-        if let Some(Tap::Layer(b, LayerTap::Out)) = crate::device::exposed::tap_named(&o.name) {
-            last = last.max(Some(b));
-        }
-    }
-    match last {
-        Some(b) => Ok((Some(b), None)),
-        None => Err(Error::input(
-            &what,
-            "outputs no `<group>/layers.B.out`: a prefix HEF ends at one block's output, named so",
-        )),
-    }
-}
-
-/// The prefix HEFs of `dir` by last block (the whole model under `layers − 1`), refused when two
-/// end at the same block or they were made from different checkpoints.
-fn prefixes(dir: &Path, layers: usize) -> Result<BTreeMap<usize, PathBuf>> {
-    let mut found: BTreeMap<usize, PathBuf> = BTreeMap::new();
-    let mut origin: Option<(String, PathBuf)> = None;
-    let entries = std::fs::read_dir(dir).map_err(|e| Error::io(dir, e))?;
-    let mut paths: Vec<PathBuf> = entries
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "hef"))
-        .collect();
-    paths.sort();
-    for p in paths {
-        // A FIFO or device named *.hef is refused by the reader (files::open) before it blocks.
-        let (b, made_from) = last_block(&p)?;
-        let b = b.unwrap_or(layers - 1);
-        if b >= layers {
-            return Err(Error::input(
-                p.display().to_string(),
-                format!("ends at block {b}; the checkpoint has {layers}"),
-            ));
-        }
-        if let (Some(m), Some((first, from))) = (&made_from, &origin) {
-            if m != first {
-                return Err(Error::input(
-                    p.display().to_string(),
-                    format!(
-                        "was made from another checkpoint than {}; a folder holds one model's prefixes",
-                        from.display()
-                    ),
-                ));
-            }
-        }
-        if origin.is_none() {
-            origin = made_from.map(|m| (m, p.clone()));
-        }
-        if let Some(other) = found.insert(b, p.clone()) {
-            return Err(Error::input(
-                p.display().to_string(),
-                format!("ends at block {b}, as {} does: keep one of them", other.display()),
-            ));
-        }
-    }
-    Ok(found)
-}
-
-fn show(t: &Table) -> String {
-    let mut d = Doc::new();
-    d.table(t.clone());
-    d.terminal(false)
-}
-
-/// The DFC parse arguments of the prefix ending at block `b`: the HF module whose output it is.
-fn parse_hint(b: usize) -> String {
-    format!("end_node_names=[<the node of model.layers.{b}'s output in your parsed graph>]")
-}
-
 pub fn run(a: BisectArgs) -> Result<ExitCode> {
-    match a.command {
-        BisectCommand::Plan(p) => plan(p),
-        BisectCommand::Run(s) => search(s, false),
-        BisectCommand::Next(s) => search(s, true),
+    let mut bisected = match a.command {
+        BisectCommand::Plan(p) => BisectPlan { model: p.model.to_ref()? }.run()?,
+        BisectCommand::Run(s) => search(s, false)?,
+        BisectCommand::Next(s) => search(s, true)?,
+    };
+    deliver(&mut bisected, &ReportTarget::or(Vec::new(), Format::Terminal))?;
+    match (bisected.error, bisected.first) {
+        (Some(e), _) => Err(e),
+        (None, Some(_)) => Ok(ExitCode::from(1)),
+        (None, None) => Ok(ExitCode::SUCCESS),
     }
 }
 
-fn plan(a: PlanArgs) -> Result<ExitCode> {
-    let ckpt = a.model.load()?;
-    let l = ckpt.config.num_layers;
-    let runs = l.next_power_of_two().trailing_zeros() as usize + 1;
-    println!(
-        "bisect over the {l} blocks of {}: at most {runs} prefix HEFs run (the last block, then halving). \
-         Compile each on demand (`hefprobe bisect next DIR --probe P.toml` names the next), or all of them:",
-        ckpt.source
-    );
-    let mut t = Table::new(["block", "prefix", "output", "DFC parse"]).align("rlll");
-    // The first two runs whatever the answers: the whole stack, then the middle.
-    let order = [l - 1, (l - 1) / 2];
-    for b in 0..l {
-        let first = match order.iter().position(|&x| x == b) {
-            Some(0) => " (run first)",
-            Some(_) => " (run second)",
-            None => "",
-        };
-        t.row([b.to_string(), format!("blocks 0..={b}{first}"), format!("layers.{b}.out"), parse_hint(b)]);
-    }
-    print!("{}", show(&t));
-    println!(
-        "A simulated prefix: hefprobe synth-hef --layers 0..=B (with --synth/--checkpoint) -o DIR/prefix-B.hef"
-    );
-    Ok(ExitCode::SUCCESS)
-}
-
-/// Whether the prefix at `path` drifts on the probe's inputs, and the headline of its run.
-fn drifts(probe: &Probe, path: &Path, a: &SearchArgs) -> Result<(bool, String)> {
-    let opts = RunOptions {
-        probe: ProbeOverrides {
-            backends: vec![BackendSpec::parse_cli(&format!("hef={}", path.display()))?],
-            checkpoint: a.model_override()?,
-            thresholds: Vec::new(),
-            explain: ExplainChoice::Off,
-        },
-        captures: Default::default(),
+fn search(a: SearchArgs, next: bool) -> Result<Bisected> {
+    let request = Bisect {
+        dir: a.dir,
+        probe: a.probe,
+        model: a.model.given().then(|| a.model.to_ref()).transpose()?,
+        inputs: a.prompt.given().then(|| a.prompt.spec()),
+        next,
         command: super::run::command_line(),
     };
-    let r = run_probe(probe, &opts)?;
-    if let Some(e) = r.error {
-        return Err(e);
-    }
-    let first = r.report.comparisons.iter().find(|p| p.view == crate::compare::View::Cumulative);
-    let failed = first.and_then(|p| p.failed_rows().next()).map(|row| {
-        let cos = row.metrics.as_ref().map_or("-".into(), |m| format!("{:.6}", m.cosine));
-        format!("first failing tap {} {} (cosine {cos})", row.phase, row.tap)
-    });
-    Ok((r.report.drift(), failed.unwrap_or_else(|| "no drift beyond thresholds".into())))
-}
-
-fn search(a: SearchArgs, next: bool) -> Result<ExitCode> {
-    let probe = a.probe()?;
-    let ckpt = match a.model_override()? {
-        Some(c) => c.load()?,
-        None => probe.checkpoint.to_ref()?.load()?,
-    };
-    let l = ckpt.config.num_layers;
-    let have = prefixes(&a.dir, l)?;
-    let mut t = Table::new(["run", "block", "HEF", "verdict"]).align("rrll");
-    let mut runs = 0;
-    let mut test = |b: usize, t: &mut Table| -> Result<Option<bool>> {
-        let Some(path) = have.get(&b) else { return Ok(None) };
-        runs += 1;
-        let (drift, line) = drifts(&probe, path, &a)?;
-        t.row([runs.to_string(), b.to_string(), path.display().to_string(), line]);
-        Ok(Some(drift))
-    };
-    let missing = |b: usize, t: &Table| -> Result<ExitCode> {
-        print!("{}", show(t));
-        let dir = a.dir.display();
-        if next {
-            println!(
-                "next: compile the prefix of blocks 0..={b} (output layers.{b}.out; {}) into {dir}",
-                parse_hint(b)
-            );
-            return Ok(ExitCode::SUCCESS);
-        }
-        Err(Error::input(
-            dir.to_string(),
-            format!(
-                "holds no prefix ending at block {b}, which the search needs next: compile it ({}), or let \
-                 `hefprobe bisect next` name each one in turn",
-                parse_hint(b)
-            ),
-        ))
-    };
-    // Does the whole stack drift at all?
-    match test(l - 1, &mut t)? {
-        None => return missing(l - 1, &t),
-        Some(false) => {
-            print!("{}", show(&t));
-            println!("no drift at block {} on the device: nothing to bisect ({runs} HEF run)", l - 1);
-            return Ok(ExitCode::SUCCESS);
-        }
-        Some(true) => {}
-    }
-    // The first drifting block is in lo..=hi; hi drifts.
-    let (mut lo, mut hi) = (0, l - 1);
-    while lo < hi {
-        let mid = (lo + hi) / 2;
-        match test(mid, &mut t)? {
-            None => return missing(mid, &t),
-            Some(true) => hi = mid,
-            Some(false) => lo = mid + 1,
-        }
-    }
-    print!("{}", show(&t));
-    println!(
-        "first drifting layer on the device: block {hi} (measured: layers.{hi}.out; {runs} prefix HEFs run)"
-    );
-    Ok(ExitCode::from(1))
+    request.run()
 }

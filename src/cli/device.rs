@@ -3,18 +3,12 @@
 //! diff).
 
 use super::run::command_line;
-use super::{deliver_all, deprecated, ModelArgs, PromptArgs};
-use crate::backend::hef::{open_hef, HefBackend};
-use crate::capture::MemorySink;
-use crate::device::driver::write_frames;
+use super::{deprecated, ModelArgs, PromptArgs};
 use crate::device::SimProfile;
-use crate::diagnose as diag;
-use crate::diagnose::diagnosis::Diagnosis;
-use crate::error::{Error, Result};
-use crate::inputs::InputSet;
-use crate::model::Decoder;
-use crate::report::doc::{Doc, Text};
-use crate::report::{only, Format, ReportTarget};
+use crate::error::Result;
+use crate::report::{deliver, Format, ReportTarget};
+use crate::request::device::{CaptureRun, Diagnose};
+use crate::request::Request;
 use clap::Args;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -43,35 +37,19 @@ pub(super) fn parse_device(s: &str) -> std::result::Result<SimProfile, String> {
 }
 
 pub fn capture(a: CaptureArgs) -> Result<ExitCode> {
-    let mut outs = crate::output::Outputs::new();
-    outs.input("the HEF", &a.hef).input("--inputs", &a.inputs).binary("-o", &a.out);
-    if let Some(p) = &a.record_frames {
-        outs.binary("--record-frames", p);
+    let out = a.out.clone();
+    let request = CaptureRun {
+        hef: a.hef,
+        inputs: a.inputs,
+        out: a.out,
+        record_frames: a.record_frames,
+        device: a.device,
+    };
+    let captured = request.run()?;
+    if captured.phases > 0 {
+        println!("{}: {} phases captured into {}", captured.description, captured.phases, out.display());
     }
-    outs.check()?;
-    let inputs = InputSet::from_npz(&a.inputs)?;
-    let mut backend = open_hef("device", &a.hef, a.device)?;
-    if a.record_frames.is_some() {
-        backend.driver.record = Some(Vec::new());
-    }
-    let desc = backend.description.clone();
-    let mut sink = MemorySink::new(crate::tap::TapSelection::all());
-    let result = backend.drive(&inputs, &crate::tap::TapSelection::all(), &mut sink, &mut Default::default());
-    let cap = sink.capture;
-    // A run refused or stopped before its first phase writes nothing over -o; one stopped
-    // half-way keeps what finished, and says so (the error follows).
-    if cap.phases().is_empty() {
-        return result.map(|_| ExitCode::SUCCESS);
-    }
-    if result.is_err() {
-        eprintln!("note: the run stopped; {} holds the phases that finished", a.out.display());
-    }
-    cap.write_npz(&a.out)?;
-    if let (Some(p), Some(frames)) = (&a.record_frames, backend.driver.record.as_ref()) {
-        write_frames(frames, p)?;
-    }
-    println!("{desc}: {} phases captured into {}", cap.phases().len(), a.out.display());
-    result.map(|_| ExitCode::SUCCESS)
+    captured.error.map_or(Ok(ExitCode::SUCCESS), Err)
 }
 
 #[derive(Args, Debug)]
@@ -113,64 +91,18 @@ impl DiagnoseArgs {
     }
 }
 
-/// One format of diagnose's report: `device` is the line naming the device and HEF.
-fn render(d: &Diagnosis, device: &str, hef: &std::path::Path, t: &ReportTarget) -> String {
-    match t.format {
-        Format::Json => d.to_json(),
-        Format::Markdown => {
-            let mut doc = Doc::new();
-            doc.heading(1, Text::from("Diagnose ").and(Text::code(hef.display().to_string())));
-            doc.fact(format!("device: {device}"))
-                .fact(Text::from("command: ").and(Text::code(command_line())))
-                .fact(format!("hefprobe {}", env!("CARGO_PKG_VERSION")));
-            doc.append(d.markdown_doc());
-            doc.markdown()
-        }
-        _ => {
-            let mut doc = Doc::new();
-            doc.line(device).append(d.doc());
-            doc.terminal(false)
-        }
-    }
-}
-
 pub fn diagnose(a: DiagnoseArgs) -> Result<ExitCode> {
-    let targets = a.targets();
-    only(&targets, "diagnose", &[Format::Terminal, Format::Markdown, Format::Json])?;
-    let mut outs = crate::output::Outputs::new();
-    outs.input("the HEF", &a.hef);
-    a.model.register(&mut outs)?;
-    a.prompt.register(&mut outs);
-    crate::report::register(&targets, &mut outs);
-    outs.check()?;
-    let ckpt = a.model.load()?;
-    let mut inputs = a.prompt.input_set(&ckpt)?;
-    inputs.chunk = None;
-    let model = Decoder::new(&ckpt)?;
-    let mut backend = crate::backend::hef::open("device", &a.hef, a.device, &ckpt)?;
-    let desc = backend.description.clone();
-    let HefBackend { driver, hef, .. } = &mut backend;
-
-    let parity = diag::parity(driver, hef, &model, &inputs.prompt)?;
-    let cache_tokens = inputs.prompt.len() - 1;
-    // The cache diff never stops diagnose: over RPC it is unavailable, and any other failure is
-    // reported beside the figures the other diagnostics have.
-    let (cache, cache_unavailable, cache_failed) =
-        match diag::cache_diff(driver, hef, &model, &inputs.prompt[..cache_tokens]) {
-            Ok(rows) => (rows, None, false),
-            Err(e @ Error::Unsupported(_)) => (Vec::new(), Some(diag::unavailable(&e)), false),
-            Err(e) => (Vec::new(), Some(e.to_string()), true),
-        };
-    let repeatability = diag::repeatability(&mut backend, &inputs, usize::from(a.repeat))?;
-    let d = Diagnosis {
-        repeatability,
-        parity,
-        cache_tokens,
-        cache,
-        cache_unavailable,
-        cache_failed,
+    let request = Diagnose {
+        reports: a.targets(),
+        hef: a.hef,
+        model: a.model.to_ref()?,
+        inputs: a.prompt.spec(),
+        repeat: usize::from(a.repeat),
         lsb_tolerance: a.lsb_tolerance,
+        device: a.device,
+        command: command_line(),
     };
-    deliver_all(&targets, |t| render(&d, &desc, &a.hef, t))?;
-    Ok(if d.problems().is_empty() { ExitCode::SUCCESS } else { ExitCode::from(1) })
+    let mut diagnosed = request.run()?;
+    deliver(&mut diagnosed, &request.reports)?;
+    Ok(if diagnosed.diagnosis.problems().is_empty() { ExitCode::SUCCESS } else { ExitCode::from(1) })
 }

@@ -1,13 +1,10 @@
 //! `hefprobe explain PROBE.toml`: rank the fault catalog by how well each fault reproduces an
 //! observed capture (a device capture, a dump, or any backend).
 
-use super::run::{command_line, finish, probe_inputs, ReportArgs};
-use crate::backend::{BackendKind, BackendSpec};
-use crate::error::{Error, Result};
-use crate::explain::ExplainSpec;
-use crate::output::Outputs;
-use crate::probe::run::{run_probe, CaptureOptions, ExplainChoice, ProbeOverrides, RunOptions};
-use crate::probe::schema::Probe;
+use super::run::{command_line, finish, ReportArgs};
+use crate::error::Result;
+use crate::request::run::Explain;
+use crate::request::Request;
 use clap::Args;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -53,62 +50,24 @@ pub struct ExplainArgs {
     pub out: ReportArgs,
 }
 
-/// The probe and the options `explain` runs it with (its outputs checked): the command line's
-/// and the Python module's `explain` (which fills an `ExplainArgs`).
-pub fn plan(a: &ExplainArgs) -> Result<(Probe, RunOptions)> {
-    let probe = crate::probe::catalog::open(&a.probe)?;
-    let observed = match (&a.observed, &a.backend) {
-        (Some(p), _) => BackendSpec {
-            name: Some("observed".into()),
-            path: Some(p.clone()),
-            map: a.map.clone(),
-            hef: a.hef.clone(),
-            ..BackendSpec::new(BackendKind::Dump)
-        },
-        (None, Some(b)) => BackendSpec::parse_cli(b)?,
-        (None, None) => match probe.backends.first() {
-            Some(b) => b.clone(),
-            None => {
-                return Err(Error::usage(
-                    "give --observed NPZ or --backend SPEC: the probe has no backend to observe",
-                ))
-            }
-        },
-    };
-    let targets = a.out.targets();
-    let checkpoint = a.checkpoint.to_ref();
-    let mut outs = Outputs::new();
-    probe_inputs(&probe, checkpoint.as_ref(), std::slice::from_ref(&observed), &mut outs)?;
-    crate::report::register(&targets, &mut outs);
-    if let Some(d) = &a.spill_dir {
-        outs.dir("--spill-dir", d);
-    }
-    outs.check()?;
-    let spec = ExplainSpec {
-        observed: Some(observed.label()),
-        faults: (!a.faults.is_empty()).then(|| crate::fault::spec::parse_all(&a.faults)).transpose()?,
+pub fn run(a: ExplainArgs) -> Result<ExitCode> {
+    let request = Explain {
+        probe: a.probe,
+        observed: a.observed,
+        map: a.map,
+        hef: a.hef,
+        backend: a.backend,
+        faults: a.faults,
         pairs: a.pairs,
-        quant: a.quant.as_deref().map(crate::fault::spec::quantization).transpose()?,
+        quant: a.quant,
         exhaustive: a.exhaustive,
-    };
-    let opts = RunOptions {
-        probe: ProbeOverrides {
-            backends: vec![observed],
-            checkpoint,
-            thresholds: a.out.thresholds.clone(),
-            explain: ExplainChoice::With(spec),
-        },
-        // The observation (a dump read one array at a time, or any backend) and the reference
-        // spill as in `run` when they do not fit, and are explained from the files.
-        captures: CaptureOptions { spill: true, spill_dir: a.spill_dir.clone(), ..Default::default() },
+        checkpoint: a.checkpoint.to_ref(),
+        thresholds: a.out.thresholds.clone(),
+        spill_dir: a.spill_dir,
+        reports: a.out.targets(),
         command: command_line(),
     };
-    Ok((probe, opts))
-}
-
-pub fn run(a: ExplainArgs) -> Result<ExitCode> {
-    let (probe, opts) = plan(&a)?;
     // Exit 1 when the observation drifts from the reference beyond the thresholds, explained
     // or not: the drift is there either way (README, "Exit codes").
-    finish(run_probe(&probe, &opts)?, &a.out.targets(), true)
+    finish(request.run()?, &request.reports)
 }

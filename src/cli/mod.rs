@@ -1,4 +1,6 @@
-//! Command line: clap derive, one module per command, option groups flattened per concern.
+//! Command line: clap derive, one module per command, option groups flattened per concern. A
+//! command turns its flags into a request (`crate::request`), runs it, and turns the result into
+//! outputs ([`crate::report::deliver`]) and an exit code: nothing else.
 
 pub mod audit;
 mod bench;
@@ -17,8 +19,7 @@ mod synth;
 pub mod synth_hef;
 
 use crate::error::{Error, Result};
-use crate::model::synth::SynthSpec;
-use crate::model::{Checkpoint, CheckpointRef};
+use crate::model::CheckpointRef;
 use crate::report::{Format, ReportTarget};
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
@@ -111,14 +112,6 @@ impl CheckpointArgs {
             strict_config: self.strict_config,
         })
     }
-
-    /// Register the checkpoint (resolved) with the output checks.
-    pub fn register(&self, outs: &mut crate::output::Outputs) -> Result<()> {
-        match self.to_ref() {
-            Some(c) => c.register("the checkpoint", outs),
-            None => Ok(()),
-        }
-    }
 }
 
 /// Where the model comes from: a checkpoint or a synthesized preset.
@@ -141,32 +134,7 @@ impl ModelArgs {
     }
 
     pub fn to_ref(&self) -> Result<CheckpointRef> {
-        match (self.from.to_ref(), &self.synth) {
-            (Some(c), _) => Ok(c),
-            (None, Some(p)) => Ok(CheckpointRef::Synth(SynthSpec::preset(p, self.synth_seed)?)),
-            (None, None) => {
-                Err(Error::usage("no model: give --checkpoint DIR, or --synth PRESET for a synthesized one"))
-            }
-        }
-    }
-
-    /// The checkpoint this reads, for the output checks.
-    pub fn register(&self, outs: &mut crate::output::Outputs) -> Result<()> {
-        self.from.register(outs)
-    }
-
-    /// The model, with config.json's unknown keys noted on stderr (stdout may be JSON).
-    pub fn load(&self) -> Result<Checkpoint> {
-        let ckpt = self.load_quiet()?;
-        if let Some(line) = crate::report::format::unknown_keys_line(&ckpt.config.unknown_keys) {
-            eprintln!("{line}");
-        }
-        Ok(ckpt)
-    }
-
-    /// The model; the caller shows its unknown keys (`reference` in its header).
-    pub fn load_quiet(&self) -> Result<Checkpoint> {
-        self.to_ref()?.load()
+        crate::request::model(self.from.to_ref(), self.synth.as_deref(), self.synth_seed)
     }
 }
 
@@ -250,16 +218,6 @@ pub fn deprecated(old: &str, format: Format, path: Option<&PathBuf>) -> ReportTa
     ReportTarget { format, path: path.cloned() }
 }
 
-/// Render every target and deliver it; print stdout's share once all are written.
-pub fn deliver_all(targets: &[ReportTarget], mut render: impl FnMut(&ReportTarget) -> String) -> Result<()> {
-    let mut stdout = String::new();
-    for t in targets {
-        crate::report::deliver(t, &render(t), &mut stdout)?;
-    }
-    print!("{stdout}");
-    Ok(())
-}
-
 pub fn run(cli: Cli) -> Result<ExitCode> {
     if let Some(bytes) = cli.max_memory {
         crate::budget::set(crate::budget::Budget::new(bytes, "--max-memory"));
@@ -318,13 +276,6 @@ pub struct PromptArgs {
 }
 
 impl PromptArgs {
-    /// The tokenizer this reads, for the output checks.
-    pub fn register(&self, outs: &mut crate::output::Outputs) {
-        if let Some(t) = &self.tokenizer {
-            outs.input("the tokenizer", t);
-        }
-    }
-
     /// The inputs as a probe's `[inputs]` table states them.
     pub fn spec(&self) -> crate::probe::schema::InputsSpec {
         crate::probe::schema::InputsSpec {
@@ -342,10 +293,6 @@ impl PromptArgs {
     /// Whether a prompt was given (`--tokens` or `--text`).
     pub fn given(&self) -> bool {
         self.tokens.is_some() || self.text.is_some()
-    }
-
-    pub fn input_set(&self, ckpt: &Checkpoint) -> Result<crate::inputs::InputSet> {
-        crate::probe::run::build_inputs(&self.spec(), ckpt)
     }
 }
 

@@ -1,12 +1,10 @@
 //! `hefprobe reduce`: shrink a probe's inputs while the same drift reproduces, and write the
-//! minimal probe (`probe::reduce`). The file is rewritten after each smaller reproduction, so
-//! Ctrl-C keeps the best found so far.
+//! minimal probe (`request::reduce`).
 
-use super::run::probe_inputs;
 use crate::error::Result;
-use crate::output::Outputs;
-use crate::probe::reduce::{probe_toml, reduce, size};
-use crate::probe::run::{prepare, CaptureOptions, ExplainChoice, ProbeOverrides, RunOptions};
+use crate::probe::reduce::size;
+use crate::request::reduce::Reduce;
+use crate::request::Request;
 use clap::Args;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -29,52 +27,17 @@ pub struct ReduceArgs {
 }
 
 pub fn run(a: ReduceArgs) -> Result<ExitCode> {
-    use crate::probe::cleanup;
-    let path = crate::probe::catalog::locate(&a.probe)?;
-    let probe = crate::probe::schema::Probe::load(&path)?;
-    let original = crate::files::read_text(&path, crate::files::Kind::Probe)?;
-    let backends = a.backend.specs()?;
-    let checkpoint = a.checkpoint.to_ref();
-    let mut outs = Outputs::new();
-    probe_inputs(&probe, checkpoint.as_ref(), &backends, &mut outs)?;
-    outs.file("--out", &a.out);
-    outs.check()?;
-    let opts = RunOptions {
-        probe: ProbeOverrides {
-            backends,
-            checkpoint,
-            thresholds: Vec::new(),
-            explain: ExplainChoice::AsProbe,
-        },
-        captures: CaptureOptions { spill: true, ..Default::default() },
+    let request = Reduce {
+        probe: a.probe,
+        backends: a.backend.backends,
+        faults: a.backend.faults,
+        budget: a.budget,
+        out: a.out,
+        checkpoint: a.checkpoint.to_ref(),
         command: super::run::command_line(),
     };
-    let mut p = prepare(&probe, &opts)?;
-    let (tokens, decode) = size(&p.inputs);
-    eprintln!(
-        "reducing {} ({tokens} prompt tokens, {decode} decode steps; budget {} runs)",
-        a.probe.display(),
-        a.budget
-    );
-    cleanup::install();
-    let out = a.out.clone();
-    let mut keep = |r: &crate::probe::reduce::Reduced| -> Result<()> {
-        if out == std::path::Path::new("-") {
-            return Ok(()); // stdout gets the final probe only
-        }
-        let text = probe_toml(&original, &a.probe, &out, r)?;
-        cleanup::writing(|| crate::files::write_file_quiet(&out, text))?;
-        let (t, d) = size(&r.inputs);
-        cleanup::leave(format!(
-            "{} holds the smallest reproduction found so far ({t} tokens, {d} decode steps, after {} runs)",
-            out.display(),
-            r.runs
-        ));
-        Ok(())
-    };
-    let r = reduce(&mut p, &opts.captures, a.budget, &mut keep)?;
+    let r = request.run()?;
     let (t, d) = size(&r.inputs);
-    crate::files::write_file(&a.out, probe_toml(&original, &a.probe, &a.out, &r)?)?;
     let why = r.stopped.map(|s| format!(", stopped early: {s}")).unwrap_or_default();
     let line = format!(
         "reduced to {t} prompt tokens and {d} decode steps in {} runs ({}){why}; chunk {}, start position {}",
@@ -84,7 +47,7 @@ pub fn run(a: ReduceArgs) -> Result<ExitCode> {
         r.inputs.start_position
     );
     // With the probe on stdout, the sentence goes beside it on stderr.
-    match a.out == std::path::Path::new("-") {
+    match request.out == std::path::Path::new("-") {
         true => eprintln!("{line}"),
         false => println!("{line}"),
     }

@@ -3,11 +3,10 @@
 use super::deprecated;
 use super::run::command_line;
 use crate::error::Result;
-use crate::output::Outputs;
-use crate::probe::sweep::{doc, run_sweep, write_svg};
 use crate::report::{deliver, Format, ReportTarget};
+use crate::request::sweep::Sweep;
+use crate::request::Request;
 use clap::Args;
-use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -56,56 +55,14 @@ impl SweepArgs {
 /// Exit 1 when any point's teacher-forced logits fail the probe's logits bounds (its
 /// `[thresholds]`, default cosine ≥ 0.999): the sweep found drift (README, "Exit codes").
 pub fn run(a: SweepArgs) -> Result<ExitCode> {
-    let targets = a.targets();
-    crate::report::only(&targets, "sweep", &[Format::Terminal, Format::Markdown, Format::Json, Format::Svg])?;
-    let probe = crate::probe::catalog::open(&a.probe)?;
-    let checkpoint = a.checkpoint.to_ref();
-    let mut outs = Outputs::new();
-    super::run::probe_inputs(&probe, checkpoint.as_ref(), &[], &mut outs)?;
-    for t in &targets {
-        if let Some(p) = &t.path {
-            outs.file(&t.flag(), p);
-        }
-    }
-    outs.check()?;
-    if let Some(dir) = &a.bundle {
-        super::run::new_folder(dir)?;
-    }
-    let bar = crate::progress::spinner();
-    let points = run_sweep(&probe, checkpoint.as_ref(), |label| bar.set_message(label.to_string()))?;
-    bar.finish_and_clear();
-    for p in targets.iter().filter(|t| t.format == Format::Svg).filter_map(|t| t.path.as_ref()) {
-        write_svg(&points, p)?;
-    }
-    // The Markdown links the (first) plot.
-    let svg = targets.iter().find(|t| t.format == Format::Svg).and_then(|t| t.path.clone());
-    let mut stdout = String::new();
-    for t in targets.iter().filter(|t| t.format != Format::Svg) {
-        let svg_rel = svg.as_deref().map(|s| crate::report::relative_to(s, t.path.as_deref()));
-        let d = doc(&probe, &points, &command_line(), svg_rel.as_deref());
-        let text = match t.format {
-            Format::Markdown => d.markdown(),
-            Format::Terminal => d.terminal(t.path.is_none() && std::io::stdout().is_terminal()),
-            Format::Json => serde_json::to_string_pretty(&points).expect("json") + "\n",
-            Format::Svg => unreachable!("written above"),
-            Format::Junit | Format::Html => unreachable!("refused by only() above"),
-        };
-        deliver(t, &text, &mut stdout)?;
-    }
-    print!("{stdout}");
-    if let Some(dir) = &a.bundle {
-        let asked = crate::probe::bundle::SweepAsked {
-            probe: super::run::absolute(&a.probe.display().to_string()),
-            checkpoint: a
-                .checkpoint
-                .checkpoint
-                .as_ref()
-                .map(|c| super::run::absolute(&c.display().to_string())),
-            revision: a.checkpoint.revision.clone(),
-        };
-        let json = serde_json::to_string_pretty(&points).expect("json") + "\n";
-        let md = doc(&probe, &points, &command_line(), None).markdown();
-        crate::probe::bundle::write_sweep(&asked, &command_line(), &json, &md, dir)?;
-    }
-    Ok(if points.iter().any(|p| !p.drift.is_empty()) { ExitCode::from(1) } else { ExitCode::SUCCESS })
+    let request = Sweep {
+        reports: a.targets(),
+        probe: a.probe,
+        checkpoint: a.checkpoint.to_ref(),
+        bundle: a.bundle,
+        command: command_line(),
+    };
+    let mut swept = request.run()?;
+    deliver(&mut swept, &request.reports)?;
+    Ok(if swept.points.iter().any(|p| !p.drift.is_empty()) { ExitCode::from(1) } else { ExitCode::SUCCESS })
 }

@@ -1,12 +1,10 @@
 //! `hefprobe synth-hef`: write a simulated LLM HEF for a checkpoint (see device::synth_hef).
 
 use super::{parse_ids, Ids, ModelArgs};
-use crate::device::synth_hef::{
-    synth_hef, Calibration, ExposeQuant, Mistake, SimCheckpoint, SimNoise, SynthHefOptions,
-};
-use crate::error::{Error, Result};
-use crate::model::CheckpointRef;
-use crate::tap::{Tap, TapSelection};
+use crate::device::synth_hef::ExposeQuant;
+use crate::error::Result;
+use crate::request::synth_hef::{Calibrate, SynthHef};
+use crate::request::Request;
 use clap::Args;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -85,166 +83,31 @@ fn parse_expose_quant(s: &str) -> std::result::Result<ExposeQuant, String> {
         .ok_or_else(|| format!("expected one of {}", ExposeQuant::ALL.map(ExposeQuant::name).join(", ")))
 }
 
-/// The taps `--expose` selects on a model of `layers` blocks, in execution order: each glob
-/// must select one that a HEF can output.
-fn exposed(globs: &str, layers: usize, range: Option<(usize, usize)>) -> Result<Vec<Tap>> {
-    let (first, last) = range.unwrap_or((0, layers.saturating_sub(1)));
-    let mut taps = Vec::new();
-    for g in globs.split(',').map(str::trim).filter(|g| !g.is_empty()) {
-        let sel = TapSelection::parse(&[g.to_string()])?;
-        let hit: Vec<Tap> = Tap::all(layers)
-            .into_iter()
-            .filter(|&t| crate::device::exposed::exposable(t) && sel.matches(&t.to_string()))
-            .filter(|t| t.layer().map_or(last + 1 == layers, |l| (first..=last).contains(&l)))
-            .collect();
-        if hit.is_empty() {
-            return Err(Error::usage(format!(
-                "--expose `{g}` selects no tap a HEF of blocks {first}..={last} of this {layers}-layer model can \
-                 output (layers.I.out, layers.I.attn.probs, ..., final_norm; not embed or logits)"
-            )));
-        }
-        taps.extend(hit.into_iter().filter(|t| !taps.contains(t)).collect::<Vec<_>>());
-    }
-    taps.sort();
-    Ok(taps)
-}
-
-/// The calibration set the flags ask for, or None for the default.
-fn calibration(a: &SynthHefArgs, ckpt: &crate::model::Checkpoint) -> Result<Option<Calibration>> {
-    if !a.calibration.is_empty() {
-        let prompts: Vec<Vec<u32>> = a.calibration.iter().map(|i| i.0.clone()).collect();
-        let source = format!("--calib-tokens: {} prompts", prompts.len());
-        return Ok(Some(Calibration { source, prompts }));
-    }
-    if a.calib_random {
-        return Ok(Some(Calibration::random(ckpt.config.vocab_size)));
-    }
-    let Some(path) = &a.calib_text else { return Ok(None) };
-    let tok = match crate::model::tokenizer::Tokenizer::of_checkpoint(ckpt)? {
-        Some(t) => t,
-        None if ckpt.config.vocab_size >= crate::model::tokenizer::SYNTH_TOKENIZER_VOCAB => {
-            crate::model::tokenizer::Tokenizer::synth()
-        }
-        None => {
-            return Err(Error::usage(format!(
-                "--calib-text {}: the checkpoint has no tokenizer to read it with; give --calib-tokens",
-                path.display()
-            )))
-        }
-    };
-    let what = path.display().to_string();
-    Calibration::from_text(&crate::files::read_text(path, crate::files::Kind::Calibration)?, &tok, &what)
-        .map(Some)
-}
-
-/// What `synth-hef` wrote: the facts its summary lines give (the command line prints them; the
-/// Python module's `synth_hef` returns them).
-#[derive(Debug, serde::Serialize)]
-pub struct Written {
-    pub path: PathBuf,
-    pub groups: Vec<String>,
-    pub checkpoint: String,
-    pub hash: String,
-    pub prefill_tokens: usize,
-    pub kv_cache_size: usize,
-    pub quant: String,
-    pub faults: Vec<String>,
-    pub mistakes: Vec<String>,
-    pub exposed: Vec<String>,
-    pub expose_quant: String,
-}
-
-impl Written {
-    /// The summary lines `synth-hef` prints.
-    pub fn lines(&self) -> Vec<String> {
-        let listed = |what: &str, v: &[String]| {
-            if v.is_empty() {
-                String::new()
-            } else {
-                format!(", {what} {}", v.join(", "))
-            }
-        };
-        let mut lines = vec![format!(
-            "wrote {}: {} for {} ({}), prefill {} rows, kv cache {} slots, quant {}{}{}",
-            self.path.display(),
-            self.groups.join(" + "),
-            self.checkpoint,
-            self.hash,
-            self.prefill_tokens,
-            self.kv_cache_size,
-            self.quant,
-            listed("faults", &self.faults),
-            listed("mistakes", &self.mistakes),
-        )];
-        if !self.exposed.is_empty() {
-            lines.push(format!(
-                "exposed outputs ({} quant infos): {}",
-                self.expose_quant,
-                self.exposed.join(", ")
-            ));
-        }
-        lines
-    }
-}
-
 pub fn run(a: SynthHefArgs) -> Result<ExitCode> {
-    for line in write(&a)?.lines() {
-        println!("{line}");
-    }
-    Ok(ExitCode::SUCCESS)
-}
-
-/// Check `a`'s files, write its HEF and say what was written: the command line's and the Python
-/// module's `synth_hef`.
-pub fn write(a: &SynthHefArgs) -> Result<Written> {
-    let mut outs = crate::output::Outputs::new();
-    a.model.register(&mut outs)?;
-    if let Some(t) = &a.calib_text {
-        outs.input("--calib-text", t);
-    }
-    outs.binary("-o", &a.out).check()?;
-    let ckpt = a.model.load()?;
-    let source = match a.model.to_ref()? {
-        c @ CheckpointRef::Path { .. } => {
-            let dir = c.resolved()?.expect("a path");
-            SimCheckpoint::Path {
-                path: std::fs::canonicalize(&dir).map_err(|e| Error::io(&dir, e))?,
-                hash: ckpt.hash.clone(),
-            }
-        }
-        CheckpointRef::Synth(s) => SimCheckpoint::Synth(s),
+    let calibration = match (a.calibration.is_empty(), a.calib_text, a.calib_random) {
+        (false, _, _) => Calibrate::Tokens(a.calibration.into_iter().map(|i| i.0).collect()),
+        (true, Some(text), _) => Calibrate::Text(text),
+        (true, None, true) => Calibrate::Random,
+        (true, None, false) => Calibrate::Default,
     };
-    let opts = SynthHefOptions {
+    let request = SynthHef {
+        model: a.model.to_ref()?,
+        out: a.out,
         prefill_tokens: a.prefill_tokens,
         kv_cache_size: a.kv_cache_size,
         tbt: !a.no_tbt,
-        faults: crate::fault::spec::parse_all(&a.faults)?,
-        quant: a.quant.clone(),
+        faults: a.faults,
+        quant: a.quant,
         lm_head_shards: a.lm_head_shards,
-        mistakes: a.mistakes.iter().map(|m| Mistake::parse(m)).collect::<Result<_>>()?,
-        calibration: calibration(a, &ckpt)?,
-        noise: a.noise.map(|std| SimNoise { std, seed: a.noise_seed }),
-        expose: a
-            .expose
-            .as_deref()
-            .map_or(Ok(Vec::new()), |g| exposed(g, ckpt.config.num_layers, a.layers))?,
+        mistakes: a.mistakes,
+        calibration,
+        noise: a.noise.map(|std| (std, a.noise_seed)),
+        expose: a.expose,
         expose_quant: a.expose_quant,
         layers: a.layers,
-        ..Default::default()
     };
-    let hef = synth_hef(&ckpt, source, &opts)?;
-    crate::files::write_file(&a.out, hef.to_bytes())?;
-    Ok(Written {
-        path: a.out.clone(),
-        groups: hef.groups.iter().map(|g| g.name.clone()).collect(),
-        checkpoint: ckpt.source.to_string(),
-        hash: ckpt.hash.clone(),
-        prefill_tokens: opts.prefill_tokens,
-        kv_cache_size: opts.kv_cache_size,
-        quant: opts.quant.clone(),
-        faults: opts.faults.iter().map(|f| f.text.clone()).collect(),
-        mistakes: opts.mistakes.iter().map(|m| m.name().to_string()).collect(),
-        exposed: opts.expose.iter().map(Tap::to_string).collect(),
-        expose_quant: opts.expose_quant.name().to_string(),
-    })
+    for line in request.run()?.lines() {
+        println!("{line}");
+    }
+    Ok(ExitCode::SUCCESS)
 }

@@ -13,7 +13,7 @@ use metrics::{Basic, LogitsRow, Metrics};
 use ndarray::ArrayD;
 use serde::Serialize;
 use std::borrow::Cow;
-use thresholds::{Dir, Thresholds};
+use thresholds::{Dir, Metric, Thresholds};
 
 /// Why a row has no figures.
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -285,34 +285,6 @@ fn probs_summary(x: &[f32], shape: &[usize], mask: Option<&[bool]>) -> Option<Pr
     })
 }
 
-/// The value of a named metric on a row, if the row has it.
-pub fn metric_value(row: &TapRow, name: &str) -> Option<f64> {
-    let m = row.metrics.as_ref()?;
-    let l = row.logits.as_ref();
-    let p = row.probs.as_ref();
-    Some(match name {
-        "cosine" => m.cosine_opt()?,
-        "cosine_no_outliers" => row.cosine_no_outliers?,
-        "sqnr" => m.sqnr_opt()?,
-        "max_abs" => m.max_abs,
-        "mean_abs" => m.mean_abs,
-        "p99_abs" => m.p99_abs,
-        "rel_max" => m.rel_max,
-        "rel_median" => m.rel_median,
-        "close" => m.close_frac,
-        "nonfinite" => m.nonfinite() as f64,
-        "argmax" => l?.argmax_agreement,
-        "topk" => l?.topk_overlap,
-        "kl_mean" => l?.kl_mean,
-        "kl_max" => l?.kl_max,
-        "kl_p99" => l?.kl_p99,
-        "flips" => l?.flips_above_margin as f64,
-        "prob_sum_err" => p?.sum_err_max,
-        "mask_leak" => p?.mask_leak as f64,
-        _ => return None,
-    })
-}
-
 /// The failed bounds of a row; with `beyond` (the rows of the candidate's expected
 /// quantization and of its spread), each on the excess over them.
 fn judge(row: &mut TapRow, thresholds: &Thresholds, beyond: Option<(&TapRow, Option<&TapRow>)>) {
@@ -331,7 +303,7 @@ fn judge(row: &mut TapRow, thresholds: &Thresholds, beyond: Option<(&TapRow, Opt
     // the expected noise can move two logits by: twice (its 99th-percentile |Δ| plus the
     // slack times its spread's).
     let noise_margin = beyond.map_or(0.0, |(e, spread)| {
-        let p99 = |r: &TapRow| metric_value(r, "p99_abs").unwrap_or(0.0);
+        let p99 = |r: &TapRow| Metric::P99Abs.value(r).unwrap_or(0.0);
         2.0 * (p99(e) + thresholds::REALIZATION_SLACK * spread.map_or(0.0, p99))
     });
     if let Some(l) = row.logits.as_mut() {
@@ -339,20 +311,26 @@ fn judge(row: &mut TapRow, thresholds: &Thresholds, beyond: Option<(&TapRow, Opt
         l.flips_above_margin = l.flips.iter().filter(|f| f.margin > margin).count();
     }
     for (metric, (bound, rule)) in thresholds.bounds_for(&row.tap.to_string()) {
-        let Some(value) = metric_value(row, &metric) else { continue };
-        let dir = thresholds::metric_dir(&metric).expect("known metric");
+        let Some(value) = metric.value(row) else { continue };
         let expected = beyond.and_then(|(e, spread)| {
-            let e = metric_value(e, &metric)?;
-            let spread = spread.and_then(|s| metric_value(s, &metric));
-            Some((e, thresholds::excess(&metric, value, e, spread)))
+            let e = metric.value(e)?;
+            let spread = spread.and_then(|s| metric.value(s));
+            Some((e, thresholds::excess(metric, value, e, spread)))
         });
         let judged = expected.map_or(value, |(_, x)| x);
-        let ok = match dir {
+        let ok = match metric.dir() {
             Dir::Min => judged >= bound,
             Dir::Max => judged <= bound,
         };
         if !ok {
-            row.failures.push(Failure { metric, dir, bound, value, rule, expected });
+            row.failures.push(Failure {
+                metric: metric.name().to_string(),
+                dir: metric.dir(),
+                bound,
+                value,
+                rule,
+                expected,
+            });
         }
     }
 }

@@ -1,43 +1,157 @@
 //! Thresholds: bounds per metric, per tap glob, with a default. By default the most specific
 //! glob that bounds a metric wins; a probe may ask for the tightest matching bound instead.
 
+use super::TapRow;
 use crate::error::{Error, Result};
 use serde::Serialize;
 use std::collections::BTreeMap;
 
-/// The metrics a bound can name. `min` bounds pass when value ≥ bound, `max` when ≤; the
-/// range is what a bound may be (checked when the bound is read, so `cosine=nan` or
-/// `flips=-1` is refused instead of silently passing or failing everything).
-pub const METRICS: &[(&str, Dir, &str, Range)] = &[
-    ("cosine", Dir::Min, "cosine similarity", Range::Cosine),
-    ("cosine_no_outliers", Dir::Min, "cosine without the 4 largest reference channels", Range::Cosine),
-    ("sqnr", Dir::Min, "SQNR in dB", Range::Finite),
-    ("max_abs", Dir::Max, "max |r - x|", Range::NonNegative),
-    ("mean_abs", Dir::Max, "mean |r - x|", Range::NonNegative),
-    ("p99_abs", Dir::Max, "99th percentile of |r - x|", Range::NonNegative),
-    ("rel_max", Dir::Max, "max relative error", Range::NonNegative),
-    ("rel_median", Dir::Max, "median relative error", Range::NonNegative),
-    ("close", Dir::Min, "share of elements within numpy.isclose tolerances", Range::Share),
-    ("nonfinite", Dir::Max, "NaN or one-sided inf entries", Range::Count),
-    ("argmax", Dir::Min, "share of positions with the reference's argmax (logits)", Range::Share),
-    ("topk", Dir::Min, "mean top-5 overlap (logits)", Range::Share),
-    ("kl_mean", Dir::Max, "mean KL divergence in nats (logits)", Range::NonNegative),
-    ("kl_max", Dir::Max, "max KL divergence (logits)", Range::NonNegative),
-    ("kl_p99", Dir::Max, "99th percentile KL (logits)", Range::NonNegative),
-    (
-        "flips",
-        Dir::Max,
-        "argmax flips where the reference top-1 margin exceeds flip_margin (logits)",
-        Range::Count,
-    ),
-    ("prob_sum_err", Dir::Max, "max |sum over keys - 1| of a head's probs (attn.probs)", Range::NonNegative),
-    (
-        "mask_leak",
-        Dir::Max,
-        "probability mass entries > 1e-6 where the reference masks (attn.probs)",
-        Range::Count,
-    ),
-];
+crate::named_enum! {
+    /// The metrics a bound can name, each with its direction (`min` bounds pass when value ≥
+    /// bound, `max` when ≤), what it is, the values a bound may take (checked when the bound is
+    /// read, so `cosine=nan` or `flips=-1` is refused instead of silently passing or failing
+    /// everything) and how it is read off a row: one arm of [`Metric::spec`] each, so a metric
+    /// without a value does not compile. Ordered by name, as bounds are listed.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+    pub enum Metric {
+        Cosine = "cosine",
+        CosineNoOutliers = "cosine_no_outliers",
+        Sqnr = "sqnr",
+        MaxAbs = "max_abs",
+        MeanAbs = "mean_abs",
+        P99Abs = "p99_abs",
+        RelMax = "rel_max",
+        RelMedian = "rel_median",
+        Close = "close",
+        Nonfinite = "nonfinite",
+        Argmax = "argmax",
+        Topk = "topk",
+        KlMean = "kl_mean",
+        KlMax = "kl_max",
+        KlP99 = "kl_p99",
+        Flips = "flips",
+        ProbSumErr = "prob_sum_err",
+        MaskLeak = "mask_leak",
+    }
+}
+
+/// A metric's value on a row (None: the row has no figure for it).
+type Value = fn(&TapRow) -> Option<f64>;
+
+/// What a metric is: its direction, its description, the bounds it admits, its value on a row.
+struct Spec(Dir, &'static str, Range, Value);
+
+impl Metric {
+    fn spec(self) -> Spec {
+        use Dir::{Max, Min};
+        use Metric::*;
+        let (dir, about, range, value): (Dir, &str, Range, Value) = match self {
+            Cosine => (Min, "cosine similarity", Range::Cosine, |r| r.metrics.as_ref()?.cosine_opt()),
+            CosineNoOutliers => {
+                (Min, "cosine without the 4 largest reference channels", Range::Cosine, |r| {
+                    r.metrics.as_ref().and(r.cosine_no_outliers)
+                })
+            }
+            Sqnr => (Min, "SQNR in dB", Range::Finite, |r| r.metrics.as_ref()?.sqnr_opt()),
+            MaxAbs => (Max, "max |r - x|", Range::NonNegative, |r| Some(r.metrics.as_ref()?.max_abs)),
+            MeanAbs => (Max, "mean |r - x|", Range::NonNegative, |r| Some(r.metrics.as_ref()?.mean_abs)),
+            P99Abs => {
+                (Max, "99th percentile of |r - x|", Range::NonNegative, |r| Some(r.metrics.as_ref()?.p99_abs))
+            }
+            RelMax => (Max, "max relative error", Range::NonNegative, |r| Some(r.metrics.as_ref()?.rel_max)),
+            RelMedian => {
+                (Max, "median relative error", Range::NonNegative, |r| Some(r.metrics.as_ref()?.rel_median))
+            }
+            Close => (Min, "share of elements within numpy.isclose tolerances", Range::Share, |r| {
+                Some(r.metrics.as_ref()?.close_frac)
+            }),
+            Nonfinite => (Max, "NaN or one-sided inf entries", Range::Count, |r| {
+                Some(r.metrics.as_ref()?.nonfinite() as f64)
+            }),
+            Argmax => (Min, "share of positions with the reference's argmax (logits)", Range::Share, |r| {
+                Some(logits(r)?.argmax_agreement)
+            }),
+            Topk => (Min, "mean top-5 overlap (logits)", Range::Share, |r| Some(logits(r)?.topk_overlap)),
+            KlMean => {
+                (Max, "mean KL divergence in nats (logits)", Range::NonNegative, |r| Some(logits(r)?.kl_mean))
+            }
+            KlMax => (Max, "max KL divergence (logits)", Range::NonNegative, |r| Some(logits(r)?.kl_max)),
+            KlP99 => (Max, "99th percentile KL (logits)", Range::NonNegative, |r| Some(logits(r)?.kl_p99)),
+            Flips => (
+                Max,
+                "argmax flips where the reference top-1 margin exceeds flip_margin (logits)",
+                Range::Count,
+                |r| Some(logits(r)?.flips_above_margin as f64),
+            ),
+            ProbSumErr => {
+                (Max, "max |sum over keys - 1| of a head's probs (attn.probs)", Range::NonNegative, |r| {
+                    Some(probs(r)?.sum_err_max)
+                })
+            }
+            MaskLeak => (
+                Max,
+                "probability mass entries > 1e-6 where the reference masks (attn.probs)",
+                Range::Count,
+                |r| Some(probs(r)?.mask_leak as f64),
+            ),
+        };
+        Spec(dir, about, range, value)
+    }
+
+    pub fn dir(self) -> Dir {
+        self.spec().0
+    }
+
+    /// What it measures, in a few words.
+    pub fn about(self) -> &'static str {
+        self.spec().1
+    }
+
+    /// Its value on a compared row, when the row has it (logits figures on the logits tap,
+    /// probability figures on attention probs).
+    pub fn value(self, row: &TapRow) -> Option<f64> {
+        (self.spec().3)(row)
+    }
+
+    /// The metric named `name`, or a refusal listing them (with the nearest name).
+    pub fn parse(name: &str) -> Result<Metric> {
+        Metric::from_name(name).ok_or_else(|| {
+            let names = Metric::ALL.map(Metric::name);
+            let hint = crate::tap::closest(name, names.iter().copied())
+                .map(|c| format!(" (did you mean `{c}`?)"))
+                .unwrap_or_default();
+            Error::usage(format!("unknown metric `{name}`{hint}; metrics: {}", names.join(", ")))
+        })
+    }
+}
+
+/// A compared row's logits figures (the logits tap only).
+fn logits(r: &TapRow) -> Option<&super::LogitsSummary> {
+    r.metrics.as_ref().and(r.logits.as_ref())
+}
+
+/// A compared row's attention-probability figures (the probs taps only).
+fn probs(r: &TapRow) -> Option<&super::ProbsSummary> {
+    r.metrics.as_ref().and(r.probs.as_ref())
+}
+
+impl Ord for Metric {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.name().cmp(other.name())
+    }
+}
+
+impl PartialOrd for Metric {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Serialize for Metric {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        s.serialize_str(self.name())
+    }
+}
 
 /// The values a bound on a metric may take.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -84,10 +198,6 @@ pub enum Dir {
     Max,
 }
 
-pub fn metric_dir(name: &str) -> Option<Dir> {
-    METRICS.iter().find(|m| m.0 == name).map(|m| m.1)
-}
-
 /// How many times the spread between two draws of the expected quantization a candidate may
 /// differ from the expected by before the excess counts. The expected emulation is one draw
 /// of the quantization noise and the device another: the float order of a 96-row prefill
@@ -105,11 +215,11 @@ pub const REALIZATION_SLACK: f64 = 2.0;
 /// expected's plus its own to the expected); a share (perfect 1) falls by what it loses beyond
 /// the allowed loss; an error (perfect 0) is what it has beyond the allowed; an SQNR is that
 /// of the noise power beyond the allowed.
-pub fn excess(metric: &str, value: f64, expected: f64, spread: Option<f64>) -> f64 {
+pub fn excess(metric: Metric, value: f64, expected: f64, spread: Option<f64>) -> f64 {
     let k = REALIZATION_SLACK;
-    match (metric, metric_dir(metric)) {
-        ("cosine", _) => (cosine_angle(value) - allowed_angle(expected, spread)).max(0.0).cos(),
-        ("sqnr", _) => {
+    match (metric, metric.dir()) {
+        (Metric::Cosine, _) => (cosine_angle(value) - allowed_angle(expected, spread)).max(0.0).cos(),
+        (Metric::Sqnr, _) => {
             let noise = |db: f64| 10f64.powf(-db / 10.0);
             let beyond = noise(value) - noise(expected) - k * spread.map_or(0.0, noise);
             if beyond > 0.0 {
@@ -118,7 +228,7 @@ pub fn excess(metric: &str, value: f64, expected: f64, spread: Option<f64>) -> f
                 f64::INFINITY
             }
         }
-        (_, Some(Dir::Min)) => {
+        (_, Dir::Min) => {
             let loss = (1.0 - value) - (1.0 - expected) - k * spread.map_or(0.0, |s| 1.0 - s);
             1.0 - loss.max(0.0)
         }
@@ -138,14 +248,15 @@ pub fn allowed_angle(expected: f64, spread: Option<f64>) -> f64 {
     cosine_angle(expected) + REALIZATION_SLACK * spread.map_or(0.0, cosine_angle)
 }
 
-/// Check a bound's value against its metric's range: the message says the valid range.
-pub fn check_bound(metric: &str, value: f64) -> Result<()> {
-    check_metric(metric)?;
-    let range = METRICS.iter().find(|m| m.0 == metric).map(|m| m.3).expect("checked");
+/// The metric a bound names, its value checked against the metric's range: the message says
+/// the valid range.
+pub fn check_bound(name: &str, value: f64) -> Result<Metric> {
+    let metric = Metric::parse(name)?;
+    let range = metric.spec().2;
     if range.admits(value) {
-        Ok(())
+        Ok(metric)
     } else {
-        Err(Error::usage(format!("{metric} = {value}: a bound on {metric} is {}", range.describe())))
+        Err(Error::usage(format!("{name} = {value}: a bound on {name} is {}", range.describe())))
     }
 }
 
@@ -162,7 +273,7 @@ pub struct Rule {
     pub glob: String,
     #[serde(skip)]
     pattern: crate::tap::TapGlob,
-    pub bounds: BTreeMap<String, f64>,
+    pub bounds: BTreeMap<Metric, f64>,
     /// Where the rule was written (`--threshold ...`, `[thresholds.taps]`), for messages;
     /// empty for the built-in rules, which are not checked against a model's taps.
     #[serde(skip)]
@@ -170,10 +281,12 @@ pub struct Rule {
 }
 
 impl Rule {
-    pub fn new(glob: &str, bounds: BTreeMap<String, f64>) -> Result<Self> {
-        for (name, &v) in &bounds {
-            check_bound(name, v).map_err(|e| Error::usage(format!("threshold glob `{glob}`: {e}")))?;
-        }
+    pub fn new(glob: &str, bounds: &BTreeMap<String, f64>) -> Result<Self> {
+        let bounds = bounds
+            .iter()
+            .map(|(name, &v)| Ok((check_bound(name, v)?, v)))
+            .collect::<Result<_>>()
+            .map_err(|e| Error::usage(format!("threshold glob `{glob}`: {e}")))?;
         let pattern = crate::tap::TapGlob::parse(glob)
             .map_err(|e| Error::usage(format!("threshold glob `{glob}` is not a valid pattern: {e}")))?;
         Ok(Rule { glob: glob.to_string(), pattern, bounds, origin: format!("threshold glob `{glob}`") })
@@ -185,20 +298,9 @@ impl Rule {
     }
 }
 
-fn check_metric(name: &str) -> Result<()> {
-    if metric_dir(name).is_none() {
-        let names: Vec<&str> = METRICS.iter().map(|m| m.0).collect();
-        let hint = crate::tap::closest(name, names.iter().copied())
-            .map(|c| format!(" (did you mean `{c}`?)"))
-            .unwrap_or_default();
-        return Err(Error::usage(format!("unknown metric `{name}`{hint}; metrics: {}", names.join(", "))));
-    }
-    Ok(())
-}
-
 #[derive(Debug, Clone, Serialize)]
 pub struct Thresholds {
-    pub default: BTreeMap<String, f64>,
+    pub default: BTreeMap<Metric, f64>,
     pub rules: Vec<Rule>,
     pub policy: Policy,
     /// Argmax flips count only where the reference's top-1 margin exceeds this.
@@ -211,13 +313,9 @@ impl Default for Thresholds {
     /// (cosine is blind to a head's probabilities all scaled by the same factor, which is
     /// what a softmax shared across heads does; 0.05 leaves room for 8-bit probs).
     fn default() -> Self {
-        let mut default = BTreeMap::new();
-        default.insert("cosine".to_string(), 0.999);
-        default.insert("nonfinite".to_string(), 0.0);
-        default.insert("flips".to_string(), 0.0);
-        let mut probs =
-            Rule::new("layers.*.attn.probs", [("prob_sum_err".to_string(), 0.05)].into_iter().collect())
-                .expect("valid rule");
+        let default = [(Metric::Cosine, 0.999), (Metric::Nonfinite, 0.0), (Metric::Flips, 0.0)].into();
+        let mut probs = Rule::new("layers.*.attn.probs", &[("prob_sum_err".to_string(), 0.05)].into())
+            .expect("valid rule");
         probs.origin.clear();
         Thresholds { default, rules: vec![probs], policy: Policy::MostSpecific, flip_margin: 1e-3 }
     }
@@ -234,7 +332,7 @@ impl Thresholds {
     /// summing to 1): for a comparison with a reference that shares them (the device beside an
     /// emulator that computes the same fault), where only the difference is judged.
     pub fn relative(&self) -> Self {
-        let own = |m: &String| m.as_str() == "prob_sum_err";
+        let own = |m: &Metric| *m == Metric::ProbSumErr;
         let mut t = self.clone();
         t.default.retain(|m, _| !own(m));
         for r in &mut t.rules {
@@ -244,25 +342,24 @@ impl Thresholds {
     }
 
     /// The bounds applying to `tap`: metric → bound (and the glob it came from).
-    pub fn bounds_for(&self, tap: &str) -> BTreeMap<String, (f64, String)> {
-        let mut out: BTreeMap<String, (f64, String, usize)> =
-            self.default.iter().map(|(k, v)| (k.clone(), (*v, "default".to_string(), 0))).collect();
+    pub fn bounds_for(&self, tap: &str) -> BTreeMap<Metric, (f64, String)> {
+        let mut out: BTreeMap<Metric, (f64, String, usize)> =
+            self.default.iter().map(|(k, v)| (*k, (*v, "default".to_string(), 0))).collect();
         for rule in self.rules.iter().filter(|r| r.pattern.matches(tap)) {
             let spec = rule.specificity() + 1;
             for (metric, &bound) in &rule.bounds {
-                let dir = metric_dir(metric).expect("checked at construction");
                 let replace = match out.get(metric) {
                     None => true,
                     Some(&(old, _, old_spec)) => match self.policy {
                         Policy::MostSpecific => spec >= old_spec,
-                        Policy::Tightest => match dir {
+                        Policy::Tightest => match metric.dir() {
                             Dir::Min => bound > old,
                             Dir::Max => bound < old,
                         },
                     },
                 };
                 if replace {
-                    out.insert(metric.clone(), (bound, rule.glob.clone(), spec));
+                    out.insert(*metric, (bound, rule.glob.clone(), spec));
                 }
             }
         }
@@ -282,16 +379,15 @@ impl Thresholds {
             .trim()
             .parse()
             .map_err(|_| Error::usage(format!("--threshold `{spec}`: `{value}` is not a number")))?;
-        let metric = metric.trim();
-        check_bound(metric, value).map_err(|e| Error::usage(format!("--threshold `{spec}`: {e}")))?;
+        let name = metric.trim();
+        let metric =
+            check_bound(name, value).map_err(|e| Error::usage(format!("--threshold `{spec}`: {e}")))?;
         match glob {
             None => {
-                self.default.insert(metric.to_string(), value);
+                self.default.insert(metric, value);
             }
             Some(g) => {
-                let mut b = BTreeMap::new();
-                b.insert(metric.to_string(), value);
-                let mut rule = Rule::new(g, b)?;
+                let mut rule = Rule::new(g, &[(name.to_string(), value)].into())?;
                 rule.origin = format!("--threshold `{spec}`");
                 self.rules.push(rule);
             }
@@ -324,28 +420,86 @@ mod tests {
     use super::*;
 
     fn rule(g: &str, m: &str, v: f64) -> Rule {
-        Rule::new(g, [(m.to_string(), v)].into_iter().collect()).unwrap()
+        Rule::new(g, &[(m.to_string(), v)].into()).unwrap()
     }
 
     #[test]
     fn the_excess_allows_the_expected_noise_and_twice_the_spread_of_two_draws() {
         let cos = |a: f64| a.cos();
         // Angles add: expected 0.1 rad off, two draws 0.05 apart: up to 0.2 rad is no excess.
-        assert_eq!(excess("cosine", cos(0.2), cos(0.1), Some(cos(0.05))), 1.0);
+        assert_eq!(excess(Metric::Cosine, cos(0.2), cos(0.1), Some(cos(0.05))), 1.0);
         // 0.3 rad is 0.1 beyond it.
-        assert!((excess("cosine", cos(0.3), cos(0.1), Some(cos(0.05))) - cos(0.1)).abs() < 1e-12);
+        assert!((excess(Metric::Cosine, cos(0.3), cos(0.1), Some(cos(0.05))) - cos(0.1)).abs() < 1e-12);
         // Without a spread, only the expected's own angle is allowed.
-        assert!((excess("cosine", cos(0.3), cos(0.1), None) - cos(0.2)).abs() < 1e-12);
+        assert!((excess(Metric::Cosine, cos(0.3), cos(0.1), None) - cos(0.2)).abs() < 1e-12);
         // A share loses what it loses beyond the expected's loss plus twice the spread's.
-        assert!((excess("argmax", 0.5, 0.9, Some(0.95)) - 0.7).abs() < 1e-12);
+        assert!((excess(Metric::Argmax, 0.5, 0.9, Some(0.95)) - 0.7).abs() < 1e-12);
         // An error has what it has beyond the expected plus twice the spread.
-        assert!((excess("max_abs", 1.0, 0.3, Some(0.1)) - 0.5).abs() < 1e-12);
-        assert_eq!(excess("flips", 1.0, 0.0, Some(1.0)), 0.0);
+        assert!((excess(Metric::MaxAbs, 1.0, 0.3, Some(0.1)) - 0.5).abs() < 1e-12);
+        assert_eq!(excess(Metric::Flips, 1.0, 0.0, Some(1.0)), 0.0);
         // An SQNR is that of the noise power beyond: 20 dB expected, 30 dB spread, 10 dB seen.
         let n = |db: f64| 10f64.powf(-db / 10.0);
         let want = -10.0 * (n(10.0) - n(20.0) - 2.0 * n(30.0)).log10();
-        assert!((excess("sqnr", 10.0, 20.0, Some(30.0)) - want).abs() < 1e-9);
-        assert_eq!(excess("sqnr", 25.0, 20.0, None), f64::INFINITY);
+        assert!((excess(Metric::Sqnr, 10.0, 20.0, Some(30.0)) - want).abs() < 1e-9);
+        assert_eq!(excess(Metric::Sqnr, 25.0, 20.0, None), f64::INFINITY);
+    }
+
+    /// Every metric with its value: the figure of a compared row it is. A new metric is listed
+    /// here, or this does not compile.
+    #[test]
+    fn every_metric_reads_its_own_figure() {
+        use crate::capture::Capture;
+        use crate::tap::Key;
+        let a = |shape: &[usize], v: &[f32]| ndarray::ArrayD::from_shape_vec(shape, v.to_vec()).unwrap();
+        let (mut r, mut x) = (Capture::default(), Capture::default());
+        let logits = [3.0, 1.0, 0.0, 0.5, 0.2, 0.1, 0.0, 0.3, 0.0, 2.0, 1.0, 0.0, 0.4, 0.0, 0.2, 0.1];
+        r.insert(Key::parse("prefill/logits"), a(&[2, 8], &logits));
+        let shifted = [1.0, 3.0, 0.0, 0.5, 0.2, 0.1, 0.0, 0.3, 0.0, 2.0, 1.5, 0.0, 0.4, 0.0, 0.2, 0.6];
+        x.insert(Key::parse("prefill/logits"), a(&[2, 8], &shifted));
+        r.insert(Key::parse("prefill/layers.0.out"), a(&[2, 8], &logits));
+        x.insert(Key::parse("prefill/layers.0.out"), a(&[2, 8], &shifted));
+        r.insert(
+            Key::parse("prefill/layers.0.attn.scores"),
+            a(&[1, 2, 2], &[0.0, f32::NEG_INFINITY, 0.0, 0.0]),
+        );
+        r.insert(Key::parse("prefill/layers.0.attn.probs"), a(&[1, 2, 2], &[1.0, 0.0, 0.5, 0.5]));
+        x.insert(Key::parse("prefill/layers.0.attn.probs"), a(&[1, 2, 2], &[0.9, 0.1, 0.5, 0.4]));
+        let pair =
+            super::super::compare(&r, &x, ("r", "x"), &super::super::Settings::new(&Thresholds::default()))
+                .unwrap();
+        let row = |tap: &str| pair.rows.iter().find(|r| r.tap.to_string() == tap).unwrap();
+        let (l, p, out) = (row("logits"), row("layers.0.attn.probs"), row("layers.0.out"));
+        let (m, lf, pf) =
+            (l.metrics.as_ref().unwrap(), l.logits.as_ref().unwrap(), p.probs.as_ref().unwrap());
+        for metric in Metric::ALL {
+            let (on, want) = match metric {
+                Metric::Cosine => (l, m.cosine),
+                Metric::CosineNoOutliers => (out, out.cosine_no_outliers.unwrap()),
+                Metric::Sqnr => (l, m.sqnr_opt().unwrap()),
+                Metric::MaxAbs => (l, m.max_abs),
+                Metric::MeanAbs => (l, m.mean_abs),
+                Metric::P99Abs => (l, m.p99_abs),
+                Metric::RelMax => (l, m.rel_max),
+                Metric::RelMedian => (l, m.rel_median),
+                Metric::Close => (l, m.close_frac),
+                Metric::Nonfinite => (l, 0.0),
+                Metric::Argmax => (l, lf.argmax_agreement),
+                Metric::Topk => (l, lf.topk_overlap),
+                Metric::KlMean => (l, lf.kl_mean),
+                Metric::KlMax => (l, lf.kl_max),
+                Metric::KlP99 => (l, lf.kl_p99),
+                Metric::Flips => (l, lf.flips_above_margin as f64),
+                Metric::ProbSumErr => (p, pf.sum_err_max),
+                Metric::MaskLeak => (p, 1.0),
+            };
+            assert_eq!(metric.value(on), Some(want), "{}", metric.name());
+            assert!(!metric.about().is_empty() && Metric::parse(metric.name()).unwrap() == metric);
+        }
+        // The figures differ, so a metric that read another's would be caught.
+        assert!(lf.kl_mean != lf.kl_max && m.max_abs != m.mean_abs && lf.argmax_agreement == 0.5);
+        assert!((pf.sum_err_max - 0.1).abs() < 1e-6);
+        // A row's logits figures are not a probs tap's, and the other way round.
+        assert_eq!((Metric::KlMean.value(p), Metric::MaskLeak.value(l)), (None, None));
     }
 
     #[test]
@@ -355,11 +509,11 @@ mod tests {
         t.rules.push(rule("layers.*.attn.probs", "cosine", 0.5));
         t.rules.push(rule("*", "cosine", 0.99));
         let b = t.bounds_for("layers.0.attn.probs");
-        assert_eq!(b["cosine"], (0.5, "layers.*.attn.probs".to_string()));
-        assert_eq!(t.bounds_for("layers.0.out")["cosine"].0, 0.9);
-        assert_eq!(t.bounds_for("logits")["cosine"].0, 0.99);
+        assert_eq!(b[&Metric::Cosine], (0.5, "layers.*.attn.probs".to_string()));
+        assert_eq!(t.bounds_for("layers.0.out")[&Metric::Cosine].0, 0.9);
+        assert_eq!(t.bounds_for("logits")[&Metric::Cosine].0, 0.99);
         t.policy = Policy::Tightest;
-        assert_eq!(t.bounds_for("layers.0.attn.probs")["cosine"].0, 0.999, "default is tightest");
+        assert_eq!(t.bounds_for("layers.0.attn.probs")[&Metric::Cosine].0, 0.999, "default is tightest");
     }
 
     #[test]
@@ -367,8 +521,8 @@ mod tests {
         let mut t = Thresholds::default();
         t.add_cli("cosine=0.9").unwrap();
         t.add_cli("logits:kl_mean=0.01").unwrap();
-        assert_eq!(t.bounds_for("logits")["kl_mean"].0, 0.01);
-        assert_eq!(t.bounds_for("embed")["cosine"].0, 0.9);
+        assert_eq!(t.bounds_for("logits")[&Metric::KlMean].0, 0.01);
+        assert_eq!(t.bounds_for("embed")[&Metric::Cosine].0, 0.9);
         let e = t.add_cli("cosin=0.9").unwrap_err().to_string();
         assert!(e.contains("did you mean `cosine`"), "{e}");
     }
@@ -390,7 +544,7 @@ mod tests {
         }
         let e = t.add_cli("top_k=2").unwrap_err().to_string();
         assert!(e.contains("unknown metric `top_k`") && e.contains("did you mean `topk`"), "{e}");
-        let e = Rule::new("logits", [("argmax".to_string(), -0.5)].into_iter().collect()).unwrap_err();
+        let e = Rule::new("logits", &[("argmax".to_string(), -0.5)].into()).unwrap_err();
         assert!(e.to_string().contains("argmax = -0.5"), "{e}");
         t.add_cli("sqnr=-3").unwrap();
     }

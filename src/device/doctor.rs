@@ -76,6 +76,34 @@ pub fn findings(probe: &Probe, dev_nodes: &[PathBuf], hef: Option<(&Path, &Hef)>
     let build = if cfg!(feature = "hailo") { "with --features hailo" } else { "without HailoRT" };
     let mut out =
         vec![finding("hefprobe", Verdict::Info, format!("{} ({build})", env!("CARGO_PKG_VERSION")))];
+    out.push(nodes_finding(probe, dev_nodes));
+    let device_arch = match probe {
+        Probe::Simulated(p) => {
+            out.extend(simulated_findings(*p));
+            None
+        }
+        Probe::NotBuiltIn => {
+            let library = "not linked: this hefprobe was built without HailoRT; build with --features hailo";
+            out.push(finding("HailoRT library", Verdict::Missing, library));
+            out.push(finding("device", Verdict::Missing, "not probed: no HailoRT in this build"));
+            out.push(finding("hailort_server", Verdict::Missing, "not probed: no HailoRT in this build"));
+            None
+        }
+        Probe::Real { library, device } => {
+            out.push(library_finding(library));
+            out.extend(device_findings(device));
+            device.as_ref().ok().and_then(|d| d.architecture.clone())
+        }
+    };
+    if let Some((path, hef)) = hef {
+        out.push(hef_finding(probe, device_arch.as_deref(), path, hef));
+    }
+    out.extend(availability(probe));
+    out
+}
+
+/// The Hailo device nodes: none is missing on a device host, expected on a simulated one.
+fn nodes_finding(probe: &Probe, dev_nodes: &[PathBuf]) -> Finding {
     let nodes = if dev_nodes.is_empty() {
         "none under /dev: load the hailo PCIe driver of the same HailoRT release (`lsmod | grep hailo`)"
             .to_string()
@@ -88,106 +116,101 @@ pub fn findings(probe: &Probe, dev_nodes: &[PathBuf], hef: Option<(&Path, &Hef)>
         (true, true) => Verdict::Info,
         (true, false) => Verdict::Missing,
     };
-    out.push(finding("device nodes", node_verdict, nodes));
+    finding("device nodes", node_verdict, nodes)
+}
 
-    let device_arch: Option<String> = match probe {
-        Probe::Simulated(p) => {
-            let library = "not needed: the HEF is one hefprobe simulates";
-            out.push(finding("HailoRT library", Verdict::Info, library));
-            let what = match p {
-                SimProfile::Sim => "simulated local device (`sim`: every InferModel call available)",
-                SimProfile::SimH10 => "simulated Hailo-10H (`sim-h10`: HailoRT 5.2's RPC client limits)",
-            };
-            out.push(finding("device", Verdict::Ok, what));
-            let server = if p.over_rpc() {
-                "simulated: the RPC client's limits apply"
-            } else {
-                "not used: local device"
-            };
-            out.push(finding("hailort_server", Verdict::Info, server));
-            None
-        }
-        Probe::NotBuiltIn => {
-            let library = "not linked: this hefprobe was built without HailoRT; build with --features hailo";
-            out.push(finding("HailoRT library", Verdict::Missing, library));
-            out.push(finding("device", Verdict::Missing, "not probed: no HailoRT in this build"));
-            out.push(finding("hailort_server", Verdict::Missing, "not probed: no HailoRT in this build"));
-            None
-        }
-        Probe::Real { library, device } => {
-            let (verdict, detail) = match library {
-                Ok((5, 2, r)) => (Verdict::Ok, format!("5.2.{r}")),
-                Ok((5, minor, r)) => (
-                    Verdict::Limited,
-                    format!("5.{minor}.{r}: hefprobe's shim was checked against 5.2.0 only"),
-                ),
-                Ok((major, minor, r)) => {
-                    (Verdict::Missing, format!("{major}.{minor}.{r}: hefprobe needs HailoRT 5.x"))
-                }
-                Err(e) => (Verdict::Missing, e.clone()),
-            };
-            out.push(finding("HailoRT library", verdict, detail));
-            match device {
-                Ok(d) => {
-                    let arch = d.architecture.clone().unwrap_or_else(|| "architecture not reported".into());
-                    let ids = if d.device_ids.is_empty() { "?" } else { &d.device_ids };
-                    out.push(finding("device", Verdict::Ok, format!("{ids} ({arch})")));
-                    let (verdict, server) = if !d.cache_local {
-                        // The InferModel actions hefprobe uses, init_cache and update_cache_offset
-                        // among them: hrpc_protocol/serializer.hpp HailoRpcActionID.
-                        (Verdict::Ok, "reached over RPC: InferModel runs and cache offsets served, cache reads not used")
-                    } else {
-                        (Verdict::Info, "not used: the VDevice is local")
-                    };
-                    out.push(finding("hailort_server", verdict, server));
-                }
-                Err(e) => {
-                    out.push(finding("device", Verdict::Missing, e.clone()));
-                    let server = "not reached: on Hailo-10H it runs on the device; try `hailortcli fw-control identify`";
-                    out.push(finding("hailort_server", Verdict::Missing, server));
-                }
-            }
-            device.as_ref().ok().and_then(|d| d.architecture.clone())
-        }
+/// The library, device and server lines of a simulated device.
+fn simulated_findings(p: SimProfile) -> [Finding; 3] {
+    let library = "not needed: the HEF is one hefprobe simulates";
+    let what = match p {
+        SimProfile::Sim => "simulated local device (`sim`: every InferModel call available)",
+        SimProfile::SimH10 => "simulated Hailo-10H (`sim-h10`: HailoRT 5.2's RPC client limits)",
     };
+    let server =
+        if p.over_rpc() { "simulated: the RPC client's limits apply" } else { "not used: local device" };
+    [
+        finding("HailoRT library", Verdict::Info, library),
+        finding("device", Verdict::Ok, what),
+        finding("hailort_server", Verdict::Info, server),
+    ]
+}
 
-    if let Some((path, hef)) = hef {
-        let compatible = compatible_device_archs(hef.hw_arch);
-        let runs_on = if compatible.is_empty() {
-            "no device HailoRT 5.2 knows".to_string()
-        } else {
-            compatible.join(", ")
-        };
-        let target = format!("{} (runs on {runs_on})", hw_arch_name(hef.hw_arch));
-        let (verdict, detail) = match (&device_arch, probe) {
-            (_, Probe::Simulated(_)) => (Verdict::Info, format!("{target}; simulated here")),
-            (Some(arch), _) if compatible.contains(&arch.as_str()) => {
-                (Verdict::Ok, format!("{target}; the device is {arch}"))
-            }
-            (Some(arch), _) => (
-                Verdict::Missing,
-                format!(
-                    "{target}; the device is {arch}: HailoRT will refuse this HEF, compile it for {arch}"
-                ),
-            ),
-            (None, _) => (Verdict::Limited, format!("{target}; the device's architecture is unknown")),
-        };
-        out.push(finding(&format!("HEF {}", path.display()), verdict, detail));
+/// The linked HailoRT's version: 5.2 is the one the shim was checked against.
+fn library_finding(library: &std::result::Result<(u32, u32, u32), String>) -> Finding {
+    let (verdict, detail) = match library {
+        Ok((5, 2, r)) => (Verdict::Ok, format!("5.2.{r}")),
+        Ok((5, minor, r)) => {
+            (Verdict::Limited, format!("5.{minor}.{r}: hefprobe's shim was checked against 5.2.0 only"))
+        }
+        Ok((major, minor, r)) => {
+            (Verdict::Missing, format!("{major}.{minor}.{r}: hefprobe needs HailoRT 5.x"))
+        }
+        Err(e) => (Verdict::Missing, e.clone()),
+    };
+    finding("HailoRT library", verdict, detail)
+}
+
+/// The device HailoRT opened, and the server a Hailo-10H reaches it through.
+fn device_findings(device: &std::result::Result<RealDevice, String>) -> [Finding; 2] {
+    match device {
+        Ok(d) => {
+            let arch = d.architecture.clone().unwrap_or_else(|| "architecture not reported".into());
+            let ids = if d.device_ids.is_empty() { "?" } else { &d.device_ids };
+            let (verdict, server) = if !d.cache_local {
+                // The InferModel actions hefprobe uses, init_cache and update_cache_offset
+                // among them: hrpc_protocol/serializer.hpp HailoRpcActionID.
+                (
+                    Verdict::Ok,
+                    "reached over RPC: InferModel runs and cache offsets served, cache reads not used",
+                )
+            } else {
+                (Verdict::Info, "not used: the VDevice is local")
+            };
+            [
+                finding("device", Verdict::Ok, format!("{ids} ({arch})")),
+                finding("hailort_server", verdict, server),
+            ]
+        }
+        Err(e) => {
+            let server =
+                "not reached: on Hailo-10H it runs on the device; try `hailortcli fw-control identify`";
+            [
+                finding("device", Verdict::Missing, e.clone()),
+                finding("hailort_server", Verdict::Missing, server),
+            ]
+        }
     }
+}
 
+/// The HEF's target architecture against the device's.
+fn hef_finding(probe: &Probe, device_arch: Option<&str>, path: &Path, hef: &Hef) -> Finding {
+    let compatible = compatible_device_archs(hef.hw_arch);
+    let runs_on =
+        if compatible.is_empty() { "no device HailoRT 5.2 knows".to_string() } else { compatible.join(", ") };
+    let target = format!("{} (runs on {runs_on})", hw_arch_name(hef.hw_arch));
+    let (verdict, detail) = match (device_arch, probe) {
+        (_, Probe::Simulated(_)) => (Verdict::Info, format!("{target}; simulated here")),
+        (Some(arch), _) if compatible.contains(&arch) => {
+            (Verdict::Ok, format!("{target}; the device is {arch}"))
+        }
+        (Some(arch), _) => (
+            Verdict::Missing,
+            format!("{target}; the device is {arch}: HailoRT will refuse this HEF, compile it for {arch}"),
+        ),
+        (None, _) => (Verdict::Limited, format!("{target}; the device's architecture is unknown")),
+    };
+    finding(&format!("HEF {}", path.display()), verdict, detail)
+}
+
+/// Which diagnostics the device allows: runs and parity need a device, the cache a local one.
+fn availability(probe: &Probe) -> [Finding; 3] {
     let device_ok = match probe {
         Probe::Simulated(_) => true,
         Probe::NotBuiltIn => false,
         Probe::Real { library, device } => library.is_ok() && device.is_ok(),
     };
-    let (runs, runs_detail) = if device_ok {
-        (Verdict::Ok, "available".to_string())
-    } else {
-        (Verdict::Missing, "no device".to_string())
-    };
-    for item in ["capture / run --backend hef=", "diagnose: repeatability, parity (a)/(b)"] {
-        out.push(finding(item, runs, runs_detail.clone()));
-    }
+    let (runs, runs_detail) =
+        if device_ok { (Verdict::Ok, "available") } else { (Verdict::Missing, "no device") };
     let (verdict, detail) = if !device_ok {
         (Verdict::Missing, "no device".to_string())
     } else if cache_available(probe) {
@@ -200,8 +223,11 @@ pub fn findings(probe: &Probe, dev_nodes: &[PathBuf], hef: Option<(&Path, &Hef)>
             format!("{short}: get_cache_buffers would overflow hailort_server (docs/HAILO-RUNTIME.md)"),
         )
     };
-    out.push(finding("diagnose: parity (c), cache diff", verdict, detail));
-    out
+    [
+        finding("capture / run --backend hef=", runs, runs_detail),
+        finding("diagnose: repeatability, parity (a)/(b)", runs, runs_detail),
+        finding("diagnose: parity (c), cache diff", verdict, detail),
+    ]
 }
 
 /// Whether the findings leave hefprobe a device to run on.

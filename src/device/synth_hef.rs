@@ -24,6 +24,12 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
+mod calibrate;
+use calibrate::{calibrate, Ranges};
+pub use calibrate::{
+    u16_quant, Calibration, CALIBRATION_TEXT, MAX_CALIBRATION_PROMPTS, MAX_CALIBRATION_TOKENS,
+};
+
 /// The resource naming what the simulated device runs.
 pub const SIM_RESOURCE: &str = "hefprobe-sim.json";
 pub const SIM_SCHEMA: &str = "hefprobe.sim/1";
@@ -107,108 +113,10 @@ pub struct SimSpec {
     pub layers: Option<[usize; 2]>,
 }
 
-/// The prompts a compiled graph is calibrated on (each followed by 16 greedy steps, as a DFC
-/// calibration set of full conversations would be), and where they came from.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields)]
-pub struct Calibration {
-    pub source: String,
-    pub prompts: Vec<Vec<u32>>,
-}
-
 /// Whether a simulated device can compute fault `f`: not those acting on positions (RoPE
 /// variants, position shifts), which a device never receives (genai feeds it RoPE tables).
 pub fn on_device(f: &crate::fault::spec::FaultSpec) -> bool {
     !(catalog::is::<RopeFault>(f) || catalog::is::<PositionShift>(f))
-}
-
-/// hefprobe's calibration text: ordinary prose, a recipe, a question and answer, code, a
-/// letter; one prompt per paragraph.
-pub const CALIBRATION_TEXT: &str = include_str!("calibration.txt");
-
-/// Greedy steps after each calibration prompt.
-const CALIBRATION_DECODE: usize = 16;
-
-/// The most prompts and tokens a calibration set holds (`--calib-text`, `--calib-tokens`, a
-/// simulated HEF's recorded set): far past any calibration corpus (hefprobe's own is 9
-/// paragraphs, ~600 tokens), so a file or a damaged resource cannot make calibrating, which runs
-/// every prompt and its greedy steps, go on without bound.
-pub const MAX_CALIBRATION_PROMPTS: usize = 256;
-pub const MAX_CALIBRATION_TOKENS: usize = 1 << 16;
-
-impl Calibration {
-    /// Four seeded random prompts of 64 tokens: the calibration of a checkpoint with no
-    /// tokenizer of its own (synthesized weights, where any token is as typical as another).
-    pub fn random(vocab: usize) -> Calibration {
-        use rand::{Rng, SeedableRng};
-        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(0x7369_6d63);
-        let prompts = (0..4).map(|_| (0..64).map(|_| rng.random_range(0..vocab as u32)).collect()).collect();
-        Calibration { source: "4 seeded random prompts of 64 token ids".into(), prompts }
-    }
-
-    /// Paragraphs of `text` (separated by blank lines) tokenized with `tok`, as genai encodes
-    /// them (no special tokens); `what` names the text in the source.
-    pub fn from_text(
-        text: &str,
-        tok: &crate::model::tokenizer::Tokenizer,
-        what: &str,
-    ) -> Result<Calibration> {
-        let paragraphs: Vec<&str> = text.split("\n\n").map(str::trim).filter(|p| !p.is_empty()).collect();
-        if paragraphs.len() > MAX_CALIBRATION_PROMPTS {
-            return Err(Error::input(
-                what,
-                format!(
-                    "holds {} paragraphs; a calibration set is at most {MAX_CALIBRATION_PROMPTS} prompts \
-                     (one per paragraph): keep the most typical ones",
-                    paragraphs.len()
-                ),
-            ));
-        }
-        let (mut prompts, mut tokens) = (Vec::new(), 0usize);
-        for p in paragraphs {
-            let ids = tok.encode(p, false)?.ids;
-            tokens = tokens.saturating_add(ids.len());
-            if tokens > MAX_CALIBRATION_TOKENS {
-                return Err(Error::input(
-                    what,
-                    format!("holds more than {MAX_CALIBRATION_TOKENS} tokens; a calibration set is at most that: shorten it"),
-                ));
-            }
-            prompts.push(ids);
-        }
-        if prompts.is_empty() {
-            return Err(Error::input(
-                what,
-                "holds no text to calibrate on (paragraphs are separated by blank lines)",
-            ));
-        }
-        let tokens: usize = prompts.iter().map(Vec::len).sum();
-        Ok(Calibration {
-            source: format!("{what}: {} prompts, {tokens} tokens, by {}", prompts.len(), tok.path.display()),
-            prompts,
-        })
-    }
-
-    /// The default for `ckpt`: hefprobe's calibration text through the checkpoint's own
-    /// tokenizer, or [`Calibration::random`] when it has none.
-    pub fn default_for(ckpt: &Checkpoint) -> Result<Calibration> {
-        match crate::model::tokenizer::Tokenizer::of_checkpoint(ckpt)? {
-            Some(tok) => Calibration::from_text(CALIBRATION_TEXT, &tok, "hefprobe's calibration text"),
-            None => Ok(Calibration::random(ckpt.config.vocab_size)),
-        }
-    }
-
-    /// The calibration runs: every prompt, then its greedy steps.
-    pub fn inputs(&self) -> Vec<InputSet> {
-        self.prompts
-            .iter()
-            .map(|p| {
-                let mut i = InputSet::new(p.clone());
-                i.decode = DecodeSpec::Greedy(CALIBRATION_DECODE);
-                i
-            })
-            .collect()
-    }
 }
 
 impl SimSpec {
@@ -299,132 +207,6 @@ impl Default for SynthHefOptions {
     }
 }
 
-/// Ranges seen while calibrating: logits, final norm, and each layer's keys and values; and per
-/// exposed tap, one range per feature of its output row (per head for attention scores and
-/// probabilities, whose key slots the calibration runs do not lay out as the ring does).
-#[derive(Default)]
-struct Ranges {
-    sites: BTreeMap<String, (f32, f32)>,
-    exposed: BTreeMap<Tap, Vec<(f32, f32)>>,
-    heads: (usize, usize),
-}
-
-impl Ranges {
-    fn see(&mut self, site: String, t: &Tensor) -> Result<()> {
-        let lo = t.min_all()?.to_scalar::<f32>()?;
-        let hi = t.max_all()?.to_scalar::<f32>()?;
-        let e = self.sites.entry(site).or_insert((lo, hi));
-        e.0 = e.0.min(lo);
-        e.1 = e.1.max(hi);
-        Ok(())
-    }
-
-    /// Per-unit ranges of an exposed tap: the finite values only (masked scores are -inf).
-    fn see_features(&mut self, tap: Tap, t: &Tensor) -> Result<()> {
-        let a = crate::capture::tensor_to_array(t)?;
-        let layout = Layout::of(tap, self.heads.0, self.heads.1);
-        let rows = layout.to_rows(&a);
-        let width = rows.first().map_or(0, Vec::len);
-        let units = match layout {
-            Layout::Keys(h) => h,
-            _ => width,
-        };
-        let per_unit = width / units.max(1);
-        let e = self.exposed.entry(tap).or_default();
-        e.resize(units, (f32::INFINITY, f32::NEG_INFINITY));
-        for row in &rows {
-            for (i, &x) in row.iter().enumerate().filter(|(_, x)| x.is_finite()) {
-                let r = &mut e[i / per_unit.max(1)];
-                (r.0, r.1) = (r.0.min(x), r.1.max(x));
-            }
-        }
-        Ok(())
-    }
-
-    /// The quant infos of an exposed output `width` values wide, and its scalar (limvals over
-    /// every feature, as HailoRT takes them from the scalar for each feature).
-    fn exposed_quant(&self, tap: Tap, width: usize, how: ExposeQuant) -> (QuantInfo, Vec<QuantInfo>) {
-        let units: Vec<(f32, f32)> = self.exposed[&tap]
-            .iter()
-            .map(|&(lo, hi)| if lo <= hi { (lo, hi) } else { (-1.0, 1.0) })
-            .collect();
-        let lo = units.iter().map(|u| u.0).fold(f32::INFINITY, f32::min);
-        let hi = units.iter().map(|u| u.1).fold(f32::NEG_INFINITY, f32::max);
-        let scalar = u16_quant(lo, hi);
-        match how {
-            ExposeQuant::PerTensor => (scalar, Vec::new()),
-            ExposeQuant::PerFeature => {
-                let per_unit = width / units.len().max(1);
-                let list = (0..width)
-                    .map(|f| {
-                        let (a, b) = units[f / per_unit.max(1)];
-                        QuantInfo { min: scalar.min, max: scalar.max, ..u16_quant(a, b) }
-                    })
-                    .collect();
-                (scalar, list)
-            }
-        }
-    }
-
-    fn get(&self, site: &str) -> (f32, f32) {
-        self.sites.get(site).copied().unwrap_or((-1.0, 1.0))
-    }
-}
-
-impl Hooks for Ranges {
-    fn edit(&mut self, _ctx: &StepCtx, tap: Tap, t: Tensor) -> Result<Tensor> {
-        match tap {
-            Tap::Logits | Tap::FinalNorm => self.see(tap.to_string(), &t)?,
-            Tap::Layer(l, LayerTap::K | LayerTap::V) => self.see(format!("cache.{l}"), &t)?,
-            Tap::Layer(l, LayerTap::Out) => self.see(format!("out.{l}"), &t)?,
-            _ => {}
-        }
-        if self.exposed.contains_key(&tap) {
-            self.see_features(tap, &t)?;
-        }
-        Ok(t)
-    }
-}
-
-/// An unsigned 16-bit affine quant info covering [lo, hi] widened by 10% (so decode steps
-/// past the calibration prompts rarely clip).
-pub fn u16_quant(lo: f32, hi: f32) -> QuantInfo {
-    let pad = (hi - lo).abs().max(1e-6) * 0.05;
-    let a = Affine::calibrate(lo - pad, hi + pad, 16, false);
-    QuantInfo { zp: a.zp, scale: a.scale, min: (a.qmin - a.zp) * a.scale, max: (a.qmax - a.zp) * a.scale }
-}
-
-/// The ranges the HEF's quant infos are calibrated on: the simulated compiler's one
-/// calibration set, the same the simulated graph's activations are calibrated on (a set of its
-/// own once made the cache ranges clip ordinary prompts, moving later layers by up to 182 LSB).
-fn calibrate(model: &Decoder, calibration: &Calibration, expose: &[Tap]) -> Result<Ranges> {
-    let c = &model.cfg;
-    let mut ranges = Ranges { heads: (c.num_heads, c.num_kv_heads), ..Ranges::default() };
-    for &t in expose {
-        ranges.exposed.insert(t, Vec::new());
-    }
-    for i in &calibration.inputs() {
-        run_inputs(model, i, &mut Explicit(expose), &mut ranges, &mut RunRecord::default())?;
-    }
-    Ok(ranges)
-}
-
-/// A sink that keeps nothing but asks for `0`'s taps, so the decoder computes attention scores
-/// and probabilities explicitly where they are exposed (the hooks see them on the way).
-struct Explicit<'a>(&'a [Tap]);
-
-impl crate::capture::TapSink for Explicit<'_> {
-    fn wants(&self, tap: Tap) -> bool {
-        self.0.contains(&tap)
-    }
-    fn put(&mut self, _: crate::tap::Phase, _: Tap, _: &Tensor) -> Result<()> {
-        Ok(())
-    }
-    fn put_array(&mut self, _: crate::tap::Key, _: ndarray::ArrayD<f32>) -> Result<()> {
-        Ok(())
-    }
-}
-
 /// Add an output per exposed tap to every group: `<group>/<tap>`, [1, rows, width] uint16 (the
 /// prefill group's rows are its frame's, tbt's one), quantized as `how` says.
 fn expose_outputs(
@@ -472,38 +254,84 @@ fn size(what: &str, n: usize) -> Result<u32> {
 /// the checkpoint, then the structural mistakes and the simulator's resource.
 pub fn synth_hef(ckpt: &Checkpoint, checkpoint: SimCheckpoint, opts: &SynthHefOptions) -> Result<Hef> {
     let c = &ckpt.config;
-    let (first, last) = match opts.layers {
-        None => (0, c.num_layers - 1),
-        // 0..=L-1 is the whole model: the last prefix a loop over prefixes asks for.
-        Some((a, b)) if a <= b && b < c.num_layers => (a, b),
-        Some((a, b)) => {
-            return Err(Error::usage(format!(
-                "--layers {a}..={b}: give blocks A..=B of this {}-layer model (A ≤ B < {})",
-                c.num_layers, c.num_layers
-            )))
-        }
-    };
+    let (first, last) = block_range(c.num_layers, opts.layers)?;
     // A prefix outputs its last block's hidden state in place of the logits.
     let mut expose = opts.expose.clone();
     let prefix_out = Tap::Layer(last, LayerTap::Out);
     if last + 1 < c.num_layers && !expose.contains(&prefix_out) {
         expose.push(prefix_out);
     }
-    let spec = LlmSpec {
+    let spec = llm_spec(c, opts, last + 1 - first)?;
+    spec.check()?;
+    check_options(c, opts)?;
+    let model = Decoder::new(ckpt)?;
+    let calibration = match &opts.calibration {
+        Some(c) => c.clone(),
+        None => Calibration::default_for(ckpt)?,
+    };
+    check_expose(&expose, (first, last), c.num_layers)?;
+    let ranges = calibrate(&model, &calibration, &expose)?;
+    let (quant, resources) = contents(ckpt, &model, &ranges, (first, last))?;
+    let mut hef = spec.build_with(&quant, &resources)?;
+    hef.sdk_version = format!("hefprobe {} synth-hef", env!("CARGO_PKG_VERSION"));
+    let (flo, fhi) = ranges.get("final_norm");
+    for &m in &opts.mistakes {
+        write_mistake(&mut hef, &spec, m, u16_quant(flo, fhi))?;
+    }
+    if last + 1 < c.num_layers {
+        for g in &mut hef.groups {
+            g.outputs.clear();
+        }
+    }
+    expose_outputs(&mut hef, &spec, &ranges, &expose, opts.expose_quant)?;
+    let sim = SimSpec {
+        schema: SIM_SCHEMA.into(),
+        checkpoint,
+        faults: opts.faults.clone(),
+        quant: opts.quant.clone(),
+        mistakes: opts.mistakes.clone(),
+        noise: opts.noise,
+        calibration: Some(calibration),
+        expose: expose.iter().map(Tap::to_string).collect(),
+        layers: opts.layers.map(|_| [first, last]),
+    };
+    hef.resources.push(Resource::new(SIM_RESOURCE, serde_json::to_vec_pretty(&sim).expect("json")));
+    Ok(hef)
+}
+
+/// The blocks the graph runs, first and last: all of them, or `--layers A..=B`.
+fn block_range(num_layers: usize, layers: Option<(usize, usize)>) -> Result<(usize, usize)> {
+    match layers {
+        None => Ok((0, num_layers - 1)),
+        // 0..=L-1 is the whole model: the last prefix a loop over prefixes asks for.
+        Some((a, b)) if a <= b && b < num_layers => Ok((a, b)),
+        Some((a, b)) => Err(Error::usage(format!(
+            "--layers {a}..={b}: give blocks A..=B of this {num_layers}-layer model (A ≤ B < {num_layers})"
+        ))),
+    }
+}
+
+/// The layout's numbers: the checkpoint's shapes and the options' sizes, for `layers` blocks.
+fn llm_spec(c: &crate::model::ModelConfig, opts: &SynthHefOptions, layers: usize) -> Result<LlmSpec> {
+    Ok(LlmSpec {
         name: opts.name.clone(),
         vocab: size("vocab_size", c.vocab_size)?,
         hidden: size("hidden_size", c.hidden_size)?,
         heads: size("num_attention_heads", c.num_heads)?,
         kv_heads: size("num_key_value_heads", c.num_kv_heads)?,
         head_dim: size("head_dim", c.head_dim)?,
-        layers: size("--layers", last + 1 - first)?,
+        layers: size("--layers", layers)?,
         prefill_tokens: size("--prefill-tokens", opts.prefill_tokens)?,
         kv_cache_size: size("--kv-cache-size", opts.kv_cache_size)?,
         with_tbt: opts.tbt,
         lm_head_shards: size("--lm-head-shards", opts.lm_head_shards)?,
         contexts: 1,
-    };
-    spec.check()?;
+    })
+}
+
+/// The noise, the faults the device computes and the quantization the graph is compiled with,
+/// checked before anything is calibrated.
+fn check_options(c: &crate::model::ModelConfig, opts: &SynthHefOptions) -> Result<()> {
     if let Some(n) = opts.noise.filter(|n| !(n.std.is_finite() && n.std > 0.0)) {
         return Err(Error::usage(format!("--noise {}: give a standard deviation above 0", n.std)));
     }
@@ -524,13 +352,14 @@ pub fn synth_hef(ckpt: &Checkpoint, checkpoint: SimCheckpoint, opts: &SynthHefOp
         crate::fault::catalog::build(&q, c)
             .map_err(|e| Error::usage(format!("--quant {}: {e}", opts.quant)))?;
     }
-    let model = Decoder::new(ckpt)?;
-    let calibration = match &opts.calibration {
-        Some(c) => c.clone(),
-        None => Calibration::default_for(ckpt)?,
-    };
-    for &t in &expose {
-        let inside = t.layer().map_or(last + 1 == c.num_layers, |l| (first..=last).contains(&l));
+    Ok(())
+}
+
+/// An exposed tap must be one of the graph's own blocks' outputs, or final_norm of a graph that
+/// ends with the model.
+fn check_expose(expose: &[Tap], (first, last): (usize, usize), num_layers: usize) -> Result<()> {
+    for &t in expose {
+        let inside = t.layer().map_or(last + 1 == num_layers, |l| (first..=last).contains(&l));
         if !crate::device::exposed::exposable(t) || !inside {
             return Err(Error::usage(format!(
                 "--expose `{t}`: a HEF can output its own blocks' taps (layers.I.out, layers.I.attn.probs, ...; \
@@ -539,8 +368,18 @@ pub fn synth_hef(ckpt: &Checkpoint, checkpoint: SimCheckpoint, opts: &SynthHefOp
             )));
         }
     }
-    let ranges = calibrate(&model, &calibration, &expose)?;
+    Ok(())
+}
 
+/// What the layout carries from the checkpoint: the quant infos calibrated on it (a suffix's
+/// first input at the hidden state entering its first block) and the four genai resources.
+fn contents(
+    ckpt: &Checkpoint,
+    model: &Decoder,
+    ranges: &Ranges,
+    (first, last): (usize, usize),
+) -> Result<(LlmQuant, LlmResources)> {
+    let c = &ckpt.config;
     // Widened from the stored dtype (exact): the HEF's embedding table is written from f32.
     let embed = ckpt.tensor("model.embed_tokens.weight")?.to_dtype(candle_core::DType::F32)?;
     let (elo, ehi) = (embed.min_all()?.to_scalar::<f32>()?, embed.max_all()?.to_scalar::<f32>()?);
@@ -594,31 +433,7 @@ pub fn synth_hef(ckpt: &Checkpoint, checkpoint: SimCheckpoint, opts: &SynthHefOp
         eos_token_id: c.eos_token_id.unwrap_or(2),
         stop_token_ids: Vec::new(),
     };
-    let mut hef = spec.build_with(&quant, &resources)?;
-    hef.sdk_version = format!("hefprobe {} synth-hef", env!("CARGO_PKG_VERSION"));
-    let (flo, fhi) = ranges.get("final_norm");
-    for &m in &opts.mistakes {
-        write_mistake(&mut hef, &spec, m, u16_quant(flo, fhi))?;
-    }
-    if last + 1 < c.num_layers {
-        for g in &mut hef.groups {
-            g.outputs.clear();
-        }
-    }
-    expose_outputs(&mut hef, &spec, &ranges, &expose, opts.expose_quant)?;
-    let sim = SimSpec {
-        schema: SIM_SCHEMA.into(),
-        checkpoint,
-        faults: opts.faults.clone(),
-        quant: opts.quant.clone(),
-        mistakes: opts.mistakes.clone(),
-        noise: opts.noise,
-        calibration: Some(calibration),
-        expose: expose.iter().map(Tap::to_string).collect(),
-        layers: opts.layers.map(|_| [first, last]),
-    };
-    hef.resources.push(Resource::new(SIM_RESOURCE, serde_json::to_vec_pretty(&sim).expect("json")));
-    Ok(hef)
+    Ok((quant, resources))
 }
 
 /// Edit a correct layout into one of the findings' mistakes. `final_norm` is the quant info of

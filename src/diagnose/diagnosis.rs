@@ -2,8 +2,43 @@
 //! typed values that decide the exit code, and the document that prints them.
 
 use super::{CacheDiffRow, Parity, ParityVerdict, Repeatability, UNAVAILABLE_OVER_RPC};
-use crate::report::doc::{Block, Doc, Table};
+use crate::report::doc::{Block, Doc, Table, Text};
 use crate::report::format::{cos, num};
+use crate::report::{Document, Format};
+use std::path::{Path, PathBuf};
+
+/// What `diagnose` writes: the diagnosis, the line naming the device, and the HEF.
+pub struct Diagnosed {
+    pub diagnosis: Diagnosis,
+    pub device: String,
+    pub hef: PathBuf,
+    pub command: String,
+}
+
+impl Document for Diagnosed {
+    const COMMAND: &'static str = "diagnose";
+    const FORMATS: &'static [Format] = &[Format::Terminal, Format::Markdown, Format::Json];
+
+    fn doc(&self, _to: Option<&Path>) -> Doc {
+        let mut doc = Doc::new();
+        doc.line(self.device.as_str()).append(self.diagnosis.doc());
+        doc
+    }
+
+    fn markdown(&self, _to: Option<&Path>) -> Doc {
+        let mut doc = Doc::new();
+        doc.heading(1, Text::from("Diagnose ").and(Text::code(self.hef.display().to_string())));
+        doc.fact(format!("device: {}", self.device))
+            .fact(Text::from("command: ").and(Text::code(self.command.as_str())))
+            .fact(format!("hefprobe {}", env!("CARGO_PKG_VERSION")));
+        doc.append(self.diagnosis.markdown_doc());
+        doc
+    }
+
+    fn json(&self) -> String {
+        self.diagnosis.to_json()
+    }
+}
 
 #[derive(Debug, Clone)]
 pub struct Diagnosis {

@@ -13,7 +13,7 @@
 //!   timing nor on the threads (the cores, the memory budget).
 
 use super::matching::{match_captures, part, signature, Match, CLEAN_EPS};
-use super::prefix::{below, Instrument, Prefix};
+use super::prefix::{below, Instrument, Layered, Prefix};
 use super::Spent;
 use crate::backend::decoder::DecoderBackend;
 use crate::backend::{Backend, Ran};
@@ -27,7 +27,6 @@ use crate::model::Checkpoint;
 use crate::tap::{Key, Phase, Tap, TapSelection};
 use candle_core::Tensor;
 use ndarray::ArrayD;
-use std::borrow::Cow;
 use std::cmp::Ordering;
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -586,39 +585,5 @@ impl TapSink for Judge<'_, '_> {
         let copy = (self.bar.is_some() && self.emu.key_set.contains(&key)).then(|| a.clone());
         self.inner.put_array(key.clone(), a)?;
         self.arrived(key, || Ok(copy.expect("copied when judged")))
-    }
-}
-
-/// A candidate's capture when it started at block `from`: its own keys from there on, the
-/// clean run's below (what it would have computed there, bit for bit).
-struct Layered {
-    below: Arc<Prefix>,
-    own: Box<dyn Store>,
-    from: usize,
-}
-
-impl Layered {
-    fn side(&self, key: &Key) -> &dyn Store {
-        if below(key, self.from) {
-            &self.below.capture
-        } else {
-            self.own.as_ref()
-        }
-    }
-}
-
-impl Store for Layered {
-    fn keys(&self) -> Vec<Key> {
-        let under = Store::keys(&self.below.capture).into_iter().filter(|k| below(k, self.from));
-        let mut keys: Vec<Key> =
-            under.chain(self.own.keys().into_iter().filter(|k| !below(k, self.from))).collect();
-        keys.sort();
-        keys
-    }
-    fn contains(&self, key: &Key) -> bool {
-        self.side(key).contains(key)
-    }
-    fn get(&self, key: &Key) -> Result<Option<Cow<'_, ArrayD<f32>>>> {
-        self.side(key).get(key)
     }
 }

@@ -6,13 +6,15 @@
 //! emulation ([`Hooks::resume`] and the `layers.{b}.input` edit site), which counts the blocks
 //! a run computes and either records a clean run or starts each step of a candidate.
 
-use crate::capture::Capture;
+use crate::capture::{Capture, Store};
 use crate::error::{Error, Result};
 use crate::fault::spec::FaultSpec;
 use crate::fault::Fault;
 use crate::model::hooks::{Hooks, StepCtx};
 use crate::tap::{Key, LayerTap, Tap, TapName};
 use candle_core::Tensor;
+use ndarray::ArrayD;
+use std::borrow::Cow;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// What one clean run fed its blocks, and its keys explain matches: a candidate starting at
@@ -177,5 +179,39 @@ impl Hooks for InstrumentHooks<'_> {
 
     fn needs_explicit_attention(&self, _layer: usize) -> bool {
         false
+    }
+}
+
+/// A candidate's capture when it started at block `from`: its own keys from there on, the
+/// clean run's below (what it would have computed there, bit for bit).
+pub(super) struct Layered {
+    pub below: Arc<Prefix>,
+    pub own: Box<dyn Store>,
+    pub from: usize,
+}
+
+impl Layered {
+    fn side(&self, key: &Key) -> &dyn Store {
+        if below(key, self.from) {
+            &self.below.capture
+        } else {
+            self.own.as_ref()
+        }
+    }
+}
+
+impl Store for Layered {
+    fn keys(&self) -> Vec<Key> {
+        let under = Store::keys(&self.below.capture).into_iter().filter(|k| below(k, self.from));
+        let mut keys: Vec<Key> =
+            under.chain(self.own.keys().into_iter().filter(|k| !below(k, self.from))).collect();
+        keys.sort();
+        keys
+    }
+    fn contains(&self, key: &Key) -> bool {
+        self.side(key).contains(key)
+    }
+    fn get(&self, key: &Key) -> Result<Option<Cow<'_, ArrayD<f32>>>> {
+        self.side(key).get(key)
     }
 }

@@ -130,7 +130,7 @@ pub fn synth_tokenizer_json_within(vocab: usize) -> serde_json::Value {
         vocab_map.insert(s.to_string(), Value::from(i));
     }
     let bytes = vocab.saturating_sub(specials.len());
-    for (i, ch) in byte_level_alphabet().into_iter().take(bytes).enumerate() {
+    for (i, ch) in crate::model::gguf::tokenizer::byte_level_alphabet().into_iter().take(bytes).enumerate() {
         vocab_map.insert(ch.to_string(), Value::from(specials.len() + i));
     }
     let cut = vocab < SYNTH_TOKENIZER_VOCAB;
@@ -172,23 +172,6 @@ pub fn synth_tokenizer_json_within(vocab: usize) -> serde_json::Value {
 
 /// Ids the synthesized tokenizer needs (3 specials + 256 bytes).
 pub const SYNTH_TOKENIZER_VOCAB: usize = 259;
-
-/// GPT-2's byte-to-unicode table, which ByteLevel pre-tokenizers use (index = byte).
-pub(crate) fn byte_level_alphabet() -> Vec<char> {
-    let mut bs: Vec<u32> = (b'!' as u32..=b'~' as u32).chain(0xA1..=0xAC).chain(0xAE..=0xFF).collect();
-    let mut cs = bs.clone();
-    let mut n = 0;
-    for b in 0..256u32 {
-        if !bs.contains(&b) {
-            bs.push(b);
-            cs.push(256 + n);
-            n += 1;
-        }
-    }
-    let mut pairs: Vec<(u32, u32)> = bs.into_iter().zip(cs).collect();
-    pairs.sort();
-    pairs.into_iter().map(|(_, c)| char::from_u32(c).expect("valid char")).collect()
-}
 
 #[cfg(test)]
 mod tests {

@@ -6,7 +6,11 @@
 //! backends are prepared once; a run budget bounds the search, and each smaller reproduction is
 //! handed out as it is found, so an interrupted search keeps the best so far.
 
-use super::run::{compare_runs, explain_stage, run_backends, CaptureOptions, Prepared};
+use super::backends::run_backends;
+use super::compared::compare_runs;
+use super::explained::explain_stage;
+use super::prepare::Prepared;
+use super::spill::CaptureOptions;
 use crate::error::{Error, Result};
 use crate::inputs::{DecodeSpec, InputSet};
 

@@ -4,7 +4,10 @@
 
 use crate::backend::BackendSpec;
 use crate::error::{Error, Result};
+use crate::inputs::{DecodeSpec, InputSet};
 use crate::model::synth::SynthOverrides;
+use crate::model::tokenizer::{Tokenizer, SYNTH_TOKENIZER_VOCAB};
+use crate::model::Checkpoint;
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -169,6 +172,50 @@ pub struct InputsSpec {
     pub start_position: usize,
 }
 
+impl InputsSpec {
+    /// The tokenizer of a text prompt: the one named, the checkpoint's, or the synth one.
+    fn tokenizer(&self, ckpt: &Checkpoint) -> Result<Tokenizer> {
+        use crate::model::weights::CheckpointSource;
+        match (&self.tokenizer, &ckpt.source) {
+            (Some(p), _) => Tokenizer::load(p),
+            // A folder without one: named as missing, with the fix.
+            (None, CheckpointSource::Dir(d)) => Tokenizer::load(&d.join("tokenizer.json")),
+            (None, CheckpointSource::Gguf { path, .. }) => Tokenizer::from_gguf(path),
+            (None, _) if ckpt.config.vocab_size >= SYNTH_TOKENIZER_VOCAB => Ok(Tokenizer::synth()),
+            (None, _) => Err(Error::usage(format!(
+                "text needs a tokenizer: this synthesized model's vocabulary ({}) is too small for the \
+                 byte-level one; give token ids (--tokens 1,2,3, or tokens = [...] in a probe)",
+                ckpt.config.vocab_size
+            ))),
+        }
+    }
+
+    /// The InputSet these inputs state (the command line's prompt flags build the same spec).
+    pub fn input_set(&self, ckpt: &Checkpoint) -> Result<InputSet> {
+        let (prompt, bos_added) = match (&self.tokens, &self.text) {
+            (Some(t), _) => (t.clone(), None),
+            (None, Some(text)) => {
+                let enc = self.tokenizer(ckpt)?.encode(text, self.add_special_tokens)?;
+                (enc.ids, Some(enc.bos_added))
+            }
+            (None, None) => {
+                return Err(Error::usage(
+                    "no prompt: give token ids (--tokens 1,2,3, or tokens = [...] in a probe) or text (--text / text = \"...\")",
+                ))
+            }
+        };
+        let decode = match (&self.decode_tokens, self.decode) {
+            (Some(t), _) => DecodeSpec::Forced(t.clone()),
+            (None, Some(n)) => DecodeSpec::Greedy(n),
+            (None, None) => DecodeSpec::Forced(Vec::new()),
+        };
+        let inputs =
+            InputSet { prompt, chunk: self.chunk, decode, start_position: self.start_position, bos_added };
+        inputs.validate(ckpt.config.vocab_size, ckpt.config.max_position_embeddings)?;
+        Ok(inputs)
+    }
+}
+
 #[derive(Debug, Clone, Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 pub struct ThresholdsSpec {
@@ -188,12 +235,12 @@ impl ThresholdsSpec {
         use crate::compare::thresholds::{check_bound, Rule, Thresholds};
         let mut t = Thresholds::default();
         for (k, &v) in &self.default {
-            check_bound(k, v).map_err(|e| Error::usage(format!("[thresholds.default] {e}")))?;
-            t.default.insert(k.clone(), v);
+            let metric = check_bound(k, v).map_err(|e| Error::usage(format!("[thresholds.default] {e}")))?;
+            t.default.insert(metric, v);
         }
         for (glob, bounds) in &self.taps {
-            let mut rule = Rule::new(glob, bounds.clone())
-                .map_err(|e| Error::usage(format!("[thresholds.taps] {e}")))?;
+            let mut rule =
+                Rule::new(glob, bounds).map_err(|e| Error::usage(format!("[thresholds.taps] {e}")))?;
             rule.origin = format!("[thresholds.taps] `{glob}`");
             t.rules.push(rule);
         }

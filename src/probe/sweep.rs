@@ -6,15 +6,15 @@ use crate::backend::collect;
 use crate::backend::decoder::DecoderBackend;
 use crate::capture::Capture;
 use crate::compare::metrics;
-use crate::compare::thresholds::Thresholds;
+use crate::compare::thresholds::{Dir, Metric, Thresholds};
 use crate::error::{Error, Result};
 use crate::fault::spec::FaultSpec;
 use crate::inputs::{DecodeSpec, InputSet};
 use crate::model::{Checkpoint, Decoder};
-use crate::probe::run::build_inputs;
 use crate::probe::schema::{Probe, SweepSpec};
 use crate::report::doc::{Cell, Doc, Table, Text};
 use crate::report::format::{cos, pct};
+use crate::report::Format;
 use crate::tap::{Phase, Tap, TapSelection};
 use serde::Serialize;
 use std::sync::Arc;
@@ -50,14 +50,13 @@ pub struct SweepPoint {
 fn logits_drift(t: &Thresholds, cos: f64, kl: f64, agree: f64) -> Vec<String> {
     let bounds = t.bounds_for("logits");
     let mut out = Vec::new();
-    for (metric, value, below_fails) in
-        [("cosine", cos, true), ("kl_mean", kl, false), ("argmax", agree, true)]
-    {
-        if let Some((bound, _)) = bounds.get(metric) {
+    for (metric, value) in [(Metric::Cosine, cos), (Metric::KlMean, kl), (Metric::Argmax, agree)] {
+        let below_fails = metric.dir() == Dir::Min;
+        if let Some((bound, _)) = bounds.get(&metric) {
             let fails = value.is_nan() || if below_fails { value < *bound } else { value > *bound };
             if fails {
                 let op = if below_fails { "<" } else { ">" };
-                out.push(format!("{metric} {value:.6} {op} {bound}"));
+                out.push(format!("{} {value:.6} {op} {bound}", metric.name()));
             }
         }
     }
@@ -154,7 +153,7 @@ fn models(
 ) -> Result<Vec<Source>> {
     if let Some(c) = checkpoint {
         let ckpt = c.load()?;
-        crate::probe::run::note_unknown_keys(&ckpt);
+        crate::probe::prepare::note_unknown_keys(&ckpt);
         let m = Model { label: ckpt.source.to_string(), hidden: ckpt.config.hidden_size, ckpt };
         return Ok(vec![Source::Loaded(Box::new(m))]);
     }
@@ -164,7 +163,7 @@ fn models(
             .iter()
             .map(|p| {
                 let ckpt = crate::model::CheckpointRef::path(p).load()?;
-                crate::probe::run::note_unknown_keys(&ckpt);
+                crate::probe::prepare::note_unknown_keys(&ckpt);
                 let m = Model { label: p.display().to_string(), hidden: ckpt.config.hidden_size, ckpt };
                 Ok(Source::Loaded(Box::new(m)))
             })
@@ -172,7 +171,7 @@ fn models(
     }
     if sw.hidden.is_empty() {
         let ckpt = probe.checkpoint.to_ref()?.load()?;
-        crate::probe::run::note_unknown_keys(&ckpt);
+        crate::probe::prepare::note_unknown_keys(&ckpt);
         let m = Model { label: ckpt.source.to_string(), hidden: ckpt.config.hidden_size, ckpt };
         return Ok(vec![Source::Loaded(Box::new(m))]);
     }
@@ -372,7 +371,7 @@ pub fn run_sweep(
     let mut points = Vec::new();
     for m in models(probe, &sw, checkpoint)? {
         let m = m.get()?;
-        let base_inputs = build_inputs(&probe.inputs, &m.ckpt)?;
+        let base_inputs = probe.inputs.input_set(&m.ckpt)?;
         check_memory(probe, &sw, &m, &base_inputs)?;
         let model = Arc::new(Decoder::new(&m.ckpt)?);
         let lens =
@@ -400,6 +399,36 @@ pub fn run_sweep(
         }
     }
     Ok(points)
+}
+
+/// What `hefprobe sweep` writes: the table of every point (terminal, Markdown), the points
+/// (JSON) and the plot of the logits cosine against the hidden size (SVG).
+pub struct Swept {
+    pub probe: Probe,
+    pub points: Vec<SweepPoint>,
+    pub command: String,
+    /// The first plot written: the Markdown links it.
+    pub svg: Option<std::path::PathBuf>,
+}
+
+impl crate::report::Document for Swept {
+    const COMMAND: &'static str = "sweep";
+    const FORMATS: &'static [Format] = &[Format::Terminal, Format::Markdown, Format::Json, Format::Svg];
+
+    fn doc(&self, to: Option<&std::path::Path>) -> Doc {
+        let svg = self.svg.as_deref().map(|s| crate::report::relative_to(s, to));
+        doc(&self.probe, &self.points, &self.command, svg.as_deref())
+    }
+
+    fn json(&self) -> String {
+        serde_json::to_string_pretty(&self.points).expect("json") + "\n"
+    }
+
+    fn figures(&mut self, path: &std::path::Path) -> Result<()> {
+        write_svg(&self.points, path)?;
+        self.svg.get_or_insert_with(|| path.to_path_buf());
+        Ok(())
+    }
 }
 
 /// The sweep as a document: the question, how it was produced, one row per point and the plot.

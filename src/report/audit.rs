@@ -4,9 +4,32 @@
 use serde_json::Value;
 
 use super::doc::{Doc, Table, Text};
+use super::{Document, Format};
 use crate::hef::audit::{AuditReport, CacheRow, GroupReport, LayerRow, QuantRow};
 use crate::hef::diff::{value_text, Difference};
 use crate::hef::finding::{Finding, Severity};
+
+/// A HEF's audit, or its diff against a reference HEF: the JSON (schema hefprobe.audit/1, or
+/// the differences), the document, and whether a check failed (an error-severity finding or
+/// difference).
+pub struct Audited {
+    pub json: String,
+    pub doc: Doc,
+    pub failed: bool,
+}
+
+impl Document for Audited {
+    const COMMAND: &'static str = "audit";
+    const FORMATS: &'static [Format] = &[Format::Terminal, Format::Markdown, Format::Json];
+
+    fn doc(&self, _to: Option<&std::path::Path>) -> Doc {
+        self.doc.clone()
+    }
+
+    fn json(&self) -> String {
+        format!("{}\n", self.json)
+    }
+}
 
 /// Header facts, one table per group, the cache layers, resources, the effective
 /// hailo-config.json, and the findings.

@@ -2,7 +2,24 @@
 
 use super::doc::{Cell, Doc, Table, Text};
 use super::format::cos;
+use super::{Document, Format};
 use crate::explain::matrix::MatrixRow;
+
+/// What `hefprobe faults` writes: the catalog, or the matrix and whether a fault was not located
+/// or not ranked first (a failed check).
+pub struct Faults {
+    pub doc: Doc,
+    pub failed: bool,
+}
+
+impl Document for Faults {
+    const COMMAND: &'static str = "faults";
+    const FORMATS: &'static [Format] = &[Format::Terminal, Format::Markdown, Format::Json];
+
+    fn doc(&self, _to: Option<&std::path::Path>) -> Doc {
+        self.doc.clone()
+    }
+}
 
 /// The matrix as a document: how it was run, one row per fault, how many passed. `setup` is
 /// `explain::matrix::{synth_setup, setup_of}`; `candidates` the size of the catalog grid.

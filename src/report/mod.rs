@@ -3,11 +3,13 @@
 //! [`format`] (every number and the sentences around them). `terminal` and `markdown` build
 //! the run report's document, `audit` the HEF audit's and diff's, `json` is the report's own
 //! schema and `svg` its plots. Renderers are pure functions of the report, so every one is
-//! snapshot-tested on a fixed comparison.
+//! snapshot-tested on a fixed comparison. Every result a command writes is a [`Document`], and
+//! [`deliver`] writes all of its `--report` targets (`document.rs`).
 
 pub mod audit;
 pub mod band;
 pub mod doc;
+mod document;
 pub mod format;
 pub mod json;
 pub mod markdown;
@@ -19,11 +21,12 @@ pub mod terminal;
 use crate::compare::lens::LensRow;
 use crate::compare::locate::Located;
 use crate::compare::{Flip, PairComparison, TapRow, View};
-use crate::error::{Error, Result};
+use crate::error::Result;
 pub use crate::explain::{AttributionRow, ExplainReport, ExplainRow};
 use crate::tap::{Phase, TapName};
+pub use document::{check, deliver, register, render, write, Document, Format, ReportTarget};
 use serde::Serialize;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 pub const REPORT_SCHEMA: &str = "hefprobe.report/1";
 
@@ -312,137 +315,37 @@ pub fn expected_label(backend: &str) -> String {
     format!("expected[{backend}]")
 }
 
-/// Where reports go: `FORMAT=PATH` (`-` for stdout).
-#[derive(Debug, Clone, PartialEq)]
-pub struct ReportTarget {
-    pub format: Format,
-    pub path: Option<PathBuf>,
-}
+impl Document for Report {
+    const COMMAND: &'static str = "run";
+    const FORMATS: &'static [Format] = &[Format::Terminal, Format::Markdown, Format::Json, Format::Svg];
+    const FIGURE_PREFIX: bool = true;
 
-crate::named_enum! {
-    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-    pub enum Format {
-        Terminal = "terminal",
-        Markdown = "markdown",
-        Json = "json",
-        Svg = "svg",
-        /// JUnit XML (`hefprobe suite` and `merge`).
-        Junit = "junit",
-        /// One self-contained HTML page (`hefprobe suite` and `merge`).
-        Html = "html",
-    }
-}
-
-impl ReportTarget {
-    /// `targets`, or `format` on stdout when none was asked for.
-    pub fn or(mut targets: Vec<ReportTarget>, format: Format) -> Vec<ReportTarget> {
-        if targets.is_empty() {
-            targets.push(ReportTarget { format, path: None });
-        }
-        targets
-    }
-
-    /// `FORMAT`, `FORMAT=-` (stdout) or `FORMAT=PATH`; the one parser every reporting command's
-    /// `--report` uses. An empty path is refused here, when the flags are read, not after a run.
-    pub fn parse(s: &str) -> std::result::Result<Self, String> {
-        let (f, p) = s.split_once('=').unwrap_or((s, "-"));
-        if p.trim().is_empty() {
-            return Err(format!("`{s}`: the path after `=` is empty; give {f}=PATH, or {f}=- for stdout"));
-        }
-        let format = match f {
-            "table" => Format::Terminal,
-            "md" => Format::Markdown,
-            _ => Format::from_name(f).ok_or_else(|| {
-                format!("report format `{f}`: expected terminal, markdown, json, svg, junit or html")
-            })?,
-        };
-        if format == Format::Svg && p == "-" {
-            return Err(
-                "svg reports need a path prefix: svg=reports/NAME (writes NAME-layers.svg, NAME-heads.svg)"
-                    .into(),
-            );
-        }
-        Ok(ReportTarget { format, path: (p != "-").then(|| PathBuf::from(p)) })
-    }
-
-    /// The flag as typed, for messages: `--report markdown=r.md`.
-    pub fn flag(&self) -> String {
-        let f = self.format.name();
-        match &self.path {
-            Some(p) => format!("--report {f}={}", p.display()),
-            None => format!("--report {f}"),
-        }
-    }
-
-    /// The files this target writes, for the output checks made before any compute. An SVG
-    /// target is a prefix: its layers plot stands for the files it writes.
-    pub fn files(&self) -> Option<PathBuf> {
-        let p = self.path.as_ref()?;
-        Some(match self.format {
-            Format::Svg => {
-                let name = p.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
-                p.with_file_name(format!("{name}-layers.svg"))
-            }
-            _ => p.clone(),
-        })
-    }
-}
-
-/// Refuse a format a command does not write, naming the flag and what it does write.
-pub fn only(targets: &[ReportTarget], command: &str, allowed: &[Format]) -> Result<()> {
-    for t in targets {
-        if !allowed.contains(&t.format) {
-            let names: Vec<&str> = allowed.iter().map(|f| f.name()).collect();
-            return Err(Error::usage(format!("{}: `{command}` writes {}", t.flag(), names.join(", "))));
-        }
-    }
-    Ok(())
-}
-
-/// Register every file the targets write with the output checks.
-pub fn register(targets: &[ReportTarget], outputs: &mut crate::output::Outputs) {
-    for t in targets {
-        if let Some(f) = t.files() {
-            outputs.file(&t.flag(), &f);
-        }
-    }
-}
-
-/// Send one rendered report where its target says: a file (written atomically, announced),
-/// or stdout (collected into `stdout`).
-pub fn deliver(target: &ReportTarget, text: &str, stdout: &mut String) -> Result<()> {
-    match &target.path {
-        None => stdout.push_str(text),
-        Some(p) => crate::files::write_file(p, text)?,
-    }
-    Ok(())
-}
-
-/// Render every requested report. Writes files; returns what goes to stdout.
-pub fn emit(report: &mut Report, targets: &[ReportTarget], color: bool) -> Result<String> {
-    if let Some(t) = targets.iter().find(|t| matches!(t.format, Format::Junit | Format::Html)) {
-        return Err(Error::usage(format!(
+    fn refusal(t: &ReportTarget) -> String {
+        format!(
             "--report {}: JUnit and HTML reports are written by `hefprobe suite` and `hefprobe merge`; \
              a single run writes terminal, markdown, json or svg",
             t.format.name()
-        )));
+        )
     }
-    let mut stdout = String::new();
-    // SVGs first, so Markdown can link them.
-    for t in targets.iter().filter(|t| t.format == Format::Svg) {
-        let prefix = t.path.as_ref().expect("svg needs a path");
-        report.svg.extend(svg::write(report, prefix)?);
+
+    fn doc(&self, _to: Option<&Path>) -> doc::Doc {
+        terminal::doc(self)
     }
-    for t in targets.iter().filter(|t| t.format != Format::Svg) {
-        let text = match t.format {
-            Format::Terminal => terminal::render(report, color && t.path.is_none()),
-            Format::Markdown => markdown::render(report, t.path.as_deref()),
-            Format::Json => json::render(report),
-            Format::Svg | Format::Junit | Format::Html => unreachable!(),
-        };
-        deliver(t, &text, &mut stdout)?;
+
+    fn markdown(&self, to: Option<&Path>) -> doc::Doc {
+        markdown::doc(self, to)
     }
-    Ok(stdout)
+
+    fn json(&self) -> String {
+        json::render(self)
+    }
+
+    /// The plots at `PREFIX-*.svg`, listed in the report (Markdown links them, JSON names them).
+    fn figures(&mut self, prefix: &Path) -> Result<()> {
+        let written = svg::write(self, prefix)?;
+        self.svg.extend(written);
+        Ok(())
+    }
 }
 
 /// Path of `target` relative to the folder `from` is in (for Markdown links).
@@ -451,13 +354,5 @@ pub fn relative_to(target: &Path, from: Option<&Path>) -> String {
     match target.strip_prefix(dir) {
         Ok(rel) => rel.display().to_string(),
         Err(_) => target.display().to_string(),
-    }
-}
-
-pub fn ensure(ok: bool, msg: impl FnOnce() -> String) -> Result<()> {
-    if ok {
-        Ok(())
-    } else {
-        Err(Error::usage(msg()))
     }
 }

@@ -255,6 +255,36 @@ pub fn doc(trends: &[Trend], spec: &TrendSpec) -> Doc {
     d
 }
 
+/// What `hefprobe trend` writes: a figure's (or a finding's) table over the runs, and its plot.
+pub struct Trended {
+    pub doc: Doc,
+    pub plot: BandPlot,
+    /// What a plot that cannot be drawn names: the finding, else the plot's file.
+    pub finding: Option<u32>,
+}
+
+impl crate::report::Document for Trended {
+    const COMMAND: &'static str = "trend";
+    const FORMATS: &'static [crate::report::Format] =
+        &[crate::report::Format::Svg, crate::report::Format::Terminal, crate::report::Format::Markdown];
+
+    fn refusal(t: &crate::report::ReportTarget) -> String {
+        format!("--report {}: trend writes svg=PATH, terminal or markdown", t.format.name())
+    }
+
+    fn doc(&self, _to: Option<&Path>) -> Doc {
+        self.doc.clone()
+    }
+
+    /// The plot, at `path` itself (one file, not a prefix as in `run`).
+    fn figures(&mut self, path: &Path) -> Result<()> {
+        let what = self.finding.map_or_else(|| path.display().to_string(), |id| format!("finding {id}"));
+        let svg = crate::report::band::render(&self.plot)
+            .map_err(|e| Error::input(what, format!("drawing the plot: {e}")))?;
+        crate::files::write_file(path, svg)
+    }
+}
+
 /// Fill `last_reproduced` and `since` from the history's lines (oldest first, this run's
 /// included): a finding's status on its probe × target over the runs.
 pub fn annotate(findings: &mut [super::result::FindingResult], history: &[HistoryLine]) {

@@ -5,7 +5,7 @@
 //! byte for byte (`hefprobe merge`).
 //!
 //! - [`spec`]: SUITE.toml, targets, settings;   [`shard`]: which pairs this host runs;
-//! - [`run`]: the probe stages per pair, the gate ([`gate`]), re-runs, explain;
+//! - [`run`]: the probe stages per pair, the gate ([`gate`]), re-runs, explain; [`options`]: its settings;
 //! - [`figures`]: per-tap figures, the noise band, regressions;   [`baseline`]: the ratchet;
 //! - [`result`]: what a run decides, as data;   [`merge`]: shards back into one result;
 //! - [`check`]: baselines, histories and shard files validated as they are read;
@@ -21,6 +21,7 @@ pub mod history;
 pub mod html;
 pub mod junit;
 pub mod merge;
+pub mod options;
 pub mod result;
 pub mod run;
 pub mod shard;
@@ -28,7 +29,8 @@ pub mod spec;
 pub mod summary;
 
 use crate::error::{Error, Result};
-use crate::report::{Format, ReportTarget};
+use crate::report::doc::Doc;
+use crate::report::{Document, Format, ReportTarget};
 use result::SuiteResult;
 use std::path::{Path, PathBuf};
 
@@ -71,33 +73,29 @@ pub fn finish(r: &SuiteResult, f: &Finish) -> Result<Vec<String>> {
     Ok(said)
 }
 
-/// One report of a suite result as text.
-pub fn render(r: &SuiteResult, format: Format, color: bool) -> Result<String> {
-    Ok(match format {
-        Format::Terminal => summary::doc(r).terminal(color),
-        Format::Markdown => summary::doc(r).markdown(),
-        Format::Json => r.to_json(),
-        Format::Junit => junit::render(r),
-        Format::Html => html::render(r)?,
-        Format::Svg => return Err(Error::usage(SVG_INLINE)),
-    })
-}
+impl Document for SuiteResult {
+    const COMMAND: &'static str = "suite";
+    const FORMATS: &'static [Format] =
+        &[Format::Terminal, Format::Markdown, Format::Json, Format::Junit, Format::Html];
 
-/// Render every requested report; files are written, stdout's share returned. Markdown is also
-/// appended to `step_summary` (GitHub's `$GITHUB_STEP_SUMMARY`) when given.
-pub fn emit(
-    r: &SuiteResult,
-    targets: &[ReportTarget],
-    color: bool,
-    step_summary: Option<&Path>,
-) -> Result<String> {
-    let mut stdout = String::new();
-    for t in targets {
-        let text = render(r, t.format, color && t.path.is_none())?;
-        crate::report::deliver(t, &text, &mut stdout)?;
+    /// Only SVG is refused: a suite's plots are in its HTML.
+    fn refusal(_: &ReportTarget) -> String {
+        SVG_INLINE.to_string()
     }
-    if let Some(path) = step_summary {
-        crate::files::append(path, &summary::doc(r).markdown())?;
+
+    fn doc(&self, _to: Option<&Path>) -> Doc {
+        summary::doc(self)
     }
-    Ok(stdout)
+
+    fn json(&self) -> String {
+        self.to_json()
+    }
+
+    fn junit(&self) -> Result<String> {
+        Ok(junit::render(self))
+    }
+
+    fn html(&self) -> Result<String> {
+        html::render(self)
+    }
 }

@@ -62,7 +62,7 @@ fn tensors_names() -> Vec<(&'static str, &'static str)> {
 fn vocab() -> (Vec<String>, Vec<i32>, Vec<String>) {
     let mut tokens: Vec<String> = vec!["<|endoftext|>".into(), "<|im_start|>".into(), "<|im_end|>".into()];
     let mut types = vec![3, 3, 3];
-    for c in crate::model::tokenizer::byte_level_alphabet() {
+    for c in super::tokenizer::byte_level_alphabet() {
         tokens.push(c.to_string());
         types.push(1);
     }

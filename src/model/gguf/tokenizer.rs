@@ -91,7 +91,7 @@ pub fn tokenizer_json(file: &GgufFile) -> Result<Value> {
     let merges = file.strings("tokenizer.ggml.merges")?.ok_or_else(|| {
         Error::input(file.what("tokenizer.ggml.merges"), "missing; a byte-level BPE file lists its merges")
     })?;
-    let alphabet = crate::model::tokenizer::byte_level_alphabet();
+    let alphabet = byte_level_alphabet();
     let in_alphabet = |t: &str| t.chars().all(|c| alphabet.contains(&c));
     let mut vocab = Map::new();
     for (i, t) in tokens.iter().enumerate() {
@@ -208,4 +208,21 @@ pub fn load(path: &Path) -> Result<tokenizers::Tokenizer> {
             format!("the tokenizer rebuilt from tokenizer.ggml.* does not load: {e}"),
         )
     })
+}
+
+/// GPT-2's byte-to-unicode table, which ByteLevel pre-tokenizers use (index = byte).
+pub(crate) fn byte_level_alphabet() -> Vec<char> {
+    let mut bs: Vec<u32> = (b'!' as u32..=b'~' as u32).chain(0xA1..=0xAC).chain(0xAE..=0xFF).collect();
+    let mut cs = bs.clone();
+    let mut n = 0;
+    for b in 0..256u32 {
+        if !bs.contains(&b) {
+            bs.push(b);
+            cs.push(256 + n);
+            n += 1;
+        }
+    }
+    let mut pairs: Vec<(u32, u32)> = bs.into_iter().zip(cs).collect();
+    pairs.sort();
+    pairs.into_iter().map(|(_, c)| char::from_u32(c).expect("valid char")).collect()
 }

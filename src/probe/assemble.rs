@@ -1,0 +1,111 @@
+//! The end of a run: its captures saved where asked, and its report assembled from what every
+//! stage returned (a stage returns its result; none writes into the report).
+
+use super::compared::Compared;
+use super::explained::Explained;
+use super::prepare::{checkpoint_info, Prepared};
+use super::runs::{capture_file, Runs};
+use super::spill::{spill_note, CaptureOptions};
+use crate::compare::thresholds;
+use crate::error::{Error, Result};
+use crate::report::{BackendInfo, Report};
+
+/// Stage 5: write every capture (`NAME.npz`) into `--save-captures`. A spilled run wrote its
+/// captures there as they were produced: nothing is written twice.
+pub fn save(runs: &Runs, opts: &CaptureOptions) -> Result<()> {
+    let Some(dir) = &opts.save_captures else { return Ok(()) };
+    let all = std::iter::once(("reference", runs.reference.as_ref()))
+        .chain(
+            runs.backends
+                .iter()
+                .filter_map(|b| b.reference.as_ref().map(|(l, c, _)| (l.as_str(), c.as_ref()))),
+        )
+        .chain(runs.backends.iter().map(|b| (b.label.as_str(), b.capture.as_ref())));
+    for (name, capture) in all {
+        crate::capture::save(capture, &dir.join(capture_file(name)), true)?;
+    }
+    Ok(())
+}
+
+/// What the stages returned, whatever stopped them: the report is built from it.
+pub struct Results<'a> {
+    pub prepared: &'a Prepared,
+    pub runs: &'a Runs,
+    pub compared: &'a [Compared],
+    pub explained: Option<&'a Explained>,
+    /// The stage that stopped and why.
+    pub stopped: Option<(&'a str, &'a Error)>,
+}
+
+/// The report of a run, built from what every stage returned.
+pub fn report(r: &Results) -> Report {
+    let (p, runs) = (r.prepared, r.runs);
+    let mut report = Report::new(p.probe.clone());
+    report.checkpoint = Some(checkpoint_info(&p.ckpt));
+    report.config.unknown_keys = p.ckpt.config.unknown_keys.clone();
+    report.inputs = Some(runs.inputs.clone());
+    if let (Some(plan), Some(dir)) = (&p.spill, &runs.spill) {
+        report.notes.push(spill_note(plan, dir, runs.stores()));
+    }
+    for b in &runs.backends {
+        report.backends.push(BackendInfo {
+            name: b.label.clone(),
+            kind: b.spec.kind.to_string(),
+            status: b.status.clone(),
+        });
+        report.notes.extend(b.reference.as_ref().map(|(_, _, note)| note.clone()));
+        report.notes.extend(b.notes.iter().cloned());
+        if let Some(e) = &b.expected {
+            report.notes.push(format!(
+                "backend `{}` is judged on its excess over what it computes when nothing is wrong, emulated: {} \
+                 (each figure may also differ from the expected by {} times what a second draw of that \
+                 quantization does)",
+                b.label,
+                e.quant.description,
+                thresholds::REALIZATION_SLACK
+            ));
+        }
+    }
+    for c in r.compared {
+        if let Some(rows) = &c.lens {
+            report.lens.push((c.label.clone(), rows.clone()));
+        }
+        report.add_comparison(c.cumulative.clone());
+        if let Some((pair, blame)) = &c.local {
+            if let Some(layers) = blame {
+                report.blame.push((c.label.clone(), layers.clone()));
+            }
+            report.add_comparison(pair.clone());
+        }
+        if let Some(noise) = &c.expected {
+            report.add_comparison(noise.clone());
+        }
+        if let Some(beside) = &c.beside {
+            report.add_comparison(beside.clone());
+        }
+    }
+    // A backend that stopped is said once it was compared (a failed compare stage names itself).
+    for b in runs.backends.iter().take(r.compared.len()) {
+        if let Some(e) = &b.error {
+            report.incomplete.push(format!("backend `{}`: {e}", b.label));
+        }
+    }
+    if let Some(e) = r.explained {
+        if let Some(dir) = &e.from_disk {
+            report.notes.push(crate::probe::spill::explain_note(dir));
+        }
+        report.explain = Some(e.report.clone());
+        if let (false, Some(best)) = (report.drift(), &e.report.best) {
+            let clean = e.report.against.name();
+            report.notes.push(format!(
+                "`{}` drifts less than the thresholds, but explain reproduces it with {best}, not with \
+                 the {clean}: the run fails on that fault",
+                e.report.observed
+            ));
+        }
+    }
+    if let Some((stage, e)) = r.stopped {
+        report.incomplete.push(format!("the {stage} stage stopped: {e}"));
+    }
+    report
+}

@@ -1,0 +1,185 @@
+//! Every result a command writes is a [`Document`]: a probe report, a suite result, a
+//! diagnosis, an audit, the fault matrix, a sweep, a trend, a bisection. It yields its document
+//! model (terminal and Markdown), its JSON and its figures; [`deliver`] writes every
+//! `--report FORMAT=PATH` of it and the terminal's share (ripgrep's one printer trait is the
+//! model). A new format is one [`Format`] variant and one arm of [`render`], the one place a
+//! format is matched.
+
+use super::doc::Doc;
+use crate::error::{Error, Result};
+use std::path::{Path, PathBuf};
+
+/// Where reports go: `FORMAT=PATH` (`-` for stdout).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReportTarget {
+    pub format: Format,
+    pub path: Option<PathBuf>,
+}
+
+crate::named_enum! {
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum Format {
+        Terminal = "terminal",
+        Markdown = "markdown",
+        Json = "json",
+        Svg = "svg",
+        /// JUnit XML (`hefprobe suite` and `merge`).
+        Junit = "junit",
+        /// One self-contained HTML page (`hefprobe suite` and `merge`).
+        Html = "html",
+    }
+}
+
+impl ReportTarget {
+    /// `targets`, or `format` on stdout when none was asked for.
+    pub fn or(mut targets: Vec<ReportTarget>, format: Format) -> Vec<ReportTarget> {
+        if targets.is_empty() {
+            targets.push(ReportTarget { format, path: None });
+        }
+        targets
+    }
+
+    /// `FORMAT`, `FORMAT=-` (stdout) or `FORMAT=PATH`; the one parser every reporting command's
+    /// `--report` uses. An empty path is refused here, when the flags are read, not after a run.
+    pub fn parse(s: &str) -> std::result::Result<Self, String> {
+        let (f, p) = s.split_once('=').unwrap_or((s, "-"));
+        if p.trim().is_empty() {
+            return Err(format!("`{s}`: the path after `=` is empty; give {f}=PATH, or {f}=- for stdout"));
+        }
+        let format = match f {
+            "table" => Format::Terminal,
+            "md" => Format::Markdown,
+            _ => Format::from_name(f).ok_or_else(|| {
+                format!("report format `{f}`: expected terminal, markdown, json, svg, junit or html")
+            })?,
+        };
+        if format == Format::Svg && p == "-" {
+            return Err(
+                "svg reports need a path prefix: svg=reports/NAME (writes NAME-layers.svg, NAME-heads.svg)"
+                    .into(),
+            );
+        }
+        Ok(ReportTarget { format, path: (p != "-").then(|| PathBuf::from(p)) })
+    }
+
+    /// The flag as typed, for messages: `--report markdown=r.md`.
+    pub fn flag(&self) -> String {
+        let f = self.format.name();
+        match &self.path {
+            Some(p) => format!("--report {f}={}", p.display()),
+            None => format!("--report {f}"),
+        }
+    }
+}
+
+/// A result that can be written. Formats beyond [`Document::FORMATS`] are refused before the
+/// command runs ([`check`]); the default methods are the shared document's.
+pub trait Document {
+    /// The command that writes it (named when a format is refused).
+    const COMMAND: &'static str;
+    /// The formats it writes.
+    const FORMATS: &'static [Format];
+    /// Its figures are written at a prefix (`NAME-layers.svg`, ...), not at the path itself.
+    const FIGURE_PREFIX: bool = false;
+
+    /// Why `target` is refused: the formats [`Document::COMMAND`] writes.
+    fn refusal(target: &ReportTarget) -> String {
+        let names: Vec<&str> = Self::FORMATS.iter().map(|f| f.name()).collect();
+        format!("{}: `{}` writes {}", target.flag(), Self::COMMAND, names.join(", "))
+    }
+
+    /// The document a terminal shows; `to` is the file it goes to (None: stdout), which files it
+    /// names are relative to.
+    fn doc(&self, to: Option<&Path>) -> Doc;
+
+    /// The Markdown document; the terminal's unless it differs.
+    fn markdown(&self, to: Option<&Path>) -> Doc {
+        self.doc(to)
+    }
+
+    /// JSON: the document itself (schema hefprobe.doc/1) unless the result has a schema of its own.
+    fn json(&self) -> String {
+        self.doc(None).json()
+    }
+
+    /// Write the figures at `path`; the documents rendered after may link them.
+    fn figures(&mut self, _path: &Path) -> Result<()> {
+        Ok(())
+    }
+
+    /// JUnit XML: a suite's alone.
+    fn junit(&self) -> Result<String> {
+        Err(Error::usage(Self::refusal(&ReportTarget { format: Format::Junit, path: None })))
+    }
+
+    /// One HTML page: a suite's alone.
+    fn html(&self) -> Result<String> {
+        Err(Error::usage(Self::refusal(&ReportTarget { format: Format::Html, path: None })))
+    }
+}
+
+/// Refuse, before anything runs, a format `D` is not written in.
+pub fn check<D: Document>(targets: &[ReportTarget]) -> Result<()> {
+    match targets.iter().find(|t| !D::FORMATS.contains(&t.format)) {
+        Some(t) => Err(Error::usage(D::refusal(t))),
+        None => Ok(()),
+    }
+}
+
+/// Check the formats and register every file the targets write with the output checks made
+/// before any compute (a figure prefix by the first file it writes).
+pub fn register<D: Document>(targets: &[ReportTarget], outputs: &mut crate::output::Outputs) -> Result<()> {
+    check::<D>(targets)?;
+    for t in targets {
+        let Some(p) = &t.path else { continue };
+        if t.format == Format::Svg && D::FIGURE_PREFIX {
+            let name = p.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
+            outputs.file(&t.flag(), &p.with_file_name(format!("{name}-layers.svg")));
+        } else {
+            outputs.file(&t.flag(), p);
+        }
+    }
+    Ok(())
+}
+
+/// One target's text. `color`: the terminal's own colours, for stdout on a terminal.
+pub fn render<D: Document>(d: &D, target: &ReportTarget, color: bool) -> Result<String> {
+    let to = target.path.as_deref();
+    Ok(match target.format {
+        Format::Terminal => d.doc(to).terminal(color && to.is_none()),
+        Format::Markdown => d.markdown(to).markdown(),
+        Format::Json => d.json(),
+        Format::Junit => d.junit()?,
+        Format::Html => d.html()?,
+        Format::Svg => {
+            return Err(Error::usage(format!("{}: figures are written, not printed", target.flag())))
+        }
+    })
+}
+
+/// Write every target: the figures first (the documents link them), then each format to its
+/// file (written atomically, announced) or to stdout, which is returned.
+pub fn write<D: Document>(d: &mut D, targets: &[ReportTarget], color: bool) -> Result<String> {
+    let (figures, texts): (Vec<&ReportTarget>, Vec<&ReportTarget>) =
+        targets.iter().partition(|t| t.format == Format::Svg);
+    for t in figures {
+        d.figures(t.path.as_deref().unwrap_or(Path::new(D::COMMAND)))?;
+    }
+    let mut stdout = String::new();
+    for t in texts {
+        let text = render(d, t, color)?;
+        match &t.path {
+            None => stdout.push_str(&text),
+            Some(p) => crate::files::write_file(p, text)?,
+        }
+    }
+    Ok(stdout)
+}
+
+/// [`write`] every target, and print stdout's share once all are written (in colour on a
+/// terminal).
+pub fn deliver<D: Document>(d: &mut D, targets: &[ReportTarget]) -> Result<()> {
+    use std::io::IsTerminal;
+    print!("{}", write(d, targets, std::io::stdout().is_terminal())?);
+    Ok(())
+}

@@ -1,0 +1,142 @@
+//! The device-side requests: `capture` (replay an InputSet on a device host and record what the
+//! HEF returns) and `diagnose` (repeatability, prefill/decode parity, cache diff).
+
+use super::Request;
+use crate::backend::hef::{open, open_hef, HefBackend};
+use crate::capture::MemorySink;
+use crate::device::driver::write_frames;
+use crate::device::SimProfile;
+use crate::diagnose as diag;
+use crate::diagnose::diagnosis::{Diagnosed, Diagnosis};
+use crate::error::{Error, Result};
+use crate::inputs::InputSet;
+use crate::model::{CheckpointRef, Decoder};
+use crate::output::Outputs;
+use crate::probe::schema::InputsSpec;
+use crate::report::ReportTarget;
+use crate::tap::TapSelection;
+use std::path::PathBuf;
+
+#[derive(Debug, Clone, Default)]
+pub struct CaptureRun {
+    /// The HEF (simulated, or real with --features hailo).
+    pub hef: PathBuf,
+    /// The InputSet to replay (from `run --save-inputs`).
+    pub inputs: PathBuf,
+    /// The capture: PHASE/logits per phase, as the device returned them.
+    pub out: PathBuf,
+    /// Also record every frame sent.
+    pub record_frames: Option<PathBuf>,
+    pub device: Option<SimProfile>,
+}
+
+/// What `capture` recorded: the device, the phases it wrote, and what stopped it (what finished
+/// is written).
+pub struct Captured {
+    pub description: String,
+    pub phases: usize,
+    pub error: Option<Error>,
+}
+
+impl Request for CaptureRun {
+    type Plan = (InputSet, HefBackend);
+    type Output = Captured;
+
+    fn plan(&self) -> Result<Self::Plan> {
+        let mut outs = Outputs::new();
+        outs.input("the HEF", &self.hef).input("--inputs", &self.inputs).binary("-o", &self.out);
+        if let Some(p) = &self.record_frames {
+            outs.binary("--record-frames", p);
+        }
+        outs.check()?;
+        let inputs = InputSet::from_npz(&self.inputs)?;
+        let mut backend = open_hef("device", &self.hef, self.device)?;
+        if self.record_frames.is_some() {
+            backend.driver.record = Some(Vec::new());
+        }
+        Ok((inputs, backend))
+    }
+
+    fn execute(&self, (inputs, mut backend): Self::Plan) -> Result<Captured> {
+        let mut sink = MemorySink::new(TapSelection::all());
+        let result = backend.drive(&inputs, &TapSelection::all(), &mut sink, &mut Default::default());
+        let (cap, error) = (sink.capture, result.err());
+        let description = backend.description.clone();
+        // A run refused or stopped before its first phase writes nothing over the capture; one
+        // stopped half-way keeps what finished, and says so (the error follows).
+        if cap.phases().is_empty() {
+            return Ok(Captured { description, phases: 0, error });
+        }
+        if error.is_some() {
+            eprintln!("note: the run stopped; {} holds the phases that finished", self.out.display());
+        }
+        cap.write_npz(&self.out)?;
+        if let (Some(p), Some(frames)) = (&self.record_frames, backend.driver.record.as_ref()) {
+            write_frames(frames, p)?;
+        }
+        Ok(Captured { description, phases: cap.phases().len(), error })
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Diagnose {
+    pub hef: PathBuf,
+    /// The checkpoint the HEF was compiled from (the reference for parity and cache diff).
+    pub model: CheckpointRef,
+    pub inputs: InputsSpec,
+    /// Runs of the repeatability gate.
+    pub repeat: usize,
+    /// Cache entries may differ from the reference's by this many quantization steps.
+    pub lsb_tolerance: Option<u32>,
+    pub device: Option<SimProfile>,
+    pub reports: Vec<ReportTarget>,
+    pub command: String,
+}
+
+impl Request for Diagnose {
+    type Plan = (InputSet, Decoder, HefBackend);
+    type Output = Diagnosed;
+
+    fn plan(&self) -> Result<Self::Plan> {
+        let mut outs = Outputs::new();
+        outs.input("the HEF", &self.hef);
+        self.model.register("the checkpoint", &mut outs)?;
+        if let Some(t) = &self.inputs.tokenizer {
+            outs.input("the tokenizer", t);
+        }
+        crate::report::register::<Diagnosed>(&self.reports, &mut outs)?;
+        outs.check()?;
+        let ckpt = super::load_noting(&self.model)?;
+        let mut inputs = self.inputs.input_set(&ckpt)?;
+        inputs.chunk = None;
+        let model = Decoder::new(&ckpt)?;
+        let backend = open("device", &self.hef, self.device, &ckpt)?;
+        Ok((inputs, model, backend))
+    }
+
+    fn execute(&self, (inputs, model, mut backend): Self::Plan) -> Result<Diagnosed> {
+        let device = backend.description.clone();
+        let HefBackend { driver, hef, .. } = &mut backend;
+        let parity = diag::parity(driver, hef, &model, &inputs.prompt)?;
+        let cache_tokens = inputs.prompt.len() - 1;
+        // The cache diff never stops diagnose: over RPC it is unavailable, and any other failure is
+        // reported beside the figures the other diagnostics have.
+        let (cache, cache_unavailable, cache_failed) =
+            match diag::cache_diff(driver, hef, &model, &inputs.prompt[..cache_tokens]) {
+                Ok(rows) => (rows, None, false),
+                Err(e @ Error::Unsupported(_)) => (Vec::new(), Some(diag::unavailable(&e)), false),
+                Err(e) => (Vec::new(), Some(e.to_string()), true),
+            };
+        let repeatability = diag::repeatability(&mut backend, &inputs, self.repeat)?;
+        let diagnosis = Diagnosis {
+            repeatability,
+            parity,
+            cache_tokens,
+            cache,
+            cache_unavailable,
+            cache_failed,
+            lsb_tolerance: self.lsb_tolerance,
+        };
+        Ok(Diagnosed { diagnosis, device, hef: self.hef.clone(), command: self.command.clone() })
+    }
+}

@@ -1,0 +1,81 @@
+//! `hefprobe faults`: the fault catalog, and with `matrix` the proof that each fault is located
+//! and ranked first (reports/fault-localization.md is its output).
+
+use super::Request;
+use crate::error::Result;
+use crate::explain::matrix::{matrix_model, run_matrix_on, setup_of, synth_setup};
+use crate::fault::catalog::REGISTRY;
+use crate::model::CheckpointRef;
+use crate::output::Outputs;
+use crate::probe::schema::InputsSpec;
+use crate::report::doc::{Doc, Table};
+use crate::report::matrix::{doc, Faults};
+use crate::report::ReportTarget;
+
+#[derive(Debug, Clone, Default)]
+pub struct FaultList {
+    /// Inject every fault into a model and check it is located and ranked first.
+    pub matrix: bool,
+    /// The matrix's model instead of the synthesized one.
+    pub checkpoint: Option<CheckpointRef>,
+    /// Prompt text for `checkpoint` (default: 12 fixed token ids), and its greedy decode steps.
+    pub text: Option<String>,
+    pub decode: usize,
+    pub reports: Vec<ReportTarget>,
+    pub command: String,
+}
+
+/// The catalog as a table, and how a spec is written.
+fn catalog() -> Doc {
+    let mut t = Table::new(["fault", "finding", "what it computes"]);
+    for f in REGISTRY {
+        t.row([f.name.to_string(), f.finding.map_or("-".into(), |f| f.to_string()), f.summary.to_string()]);
+    }
+    let mut d = Doc::new();
+    d.table(t).line(
+        "spec: NAME[:PARAMS][@layers=RANGE], e.g. shared-softmax@layers=0, rope:interleaved,target=q, position-shift:1",
+    );
+    d
+}
+
+impl Request for FaultList {
+    type Plan = ();
+    type Output = Faults;
+
+    fn plan(&self) -> Result<()> {
+        let mut outs = Outputs::new();
+        super::register_checkpoint(self.checkpoint.as_ref(), &mut outs)?;
+        crate::report::register::<Faults>(&self.reports, &mut outs)?;
+        outs.check()
+    }
+
+    fn execute(&self, (): ()) -> Result<Faults> {
+        if !self.matrix {
+            return Ok(Faults { doc: catalog(), failed: false });
+        }
+        let (ckpt, inputs, setup) = match &self.checkpoint {
+            None => {
+                let (ckpt, inputs) = matrix_model()?;
+                (ckpt, inputs, synth_setup())
+            }
+            Some(c) => {
+                let ckpt = c.load()?;
+                // Without text: the synthesized matrix's token pattern, within this vocabulary.
+                let vocab = ckpt.config.vocab_size as u32;
+                let spec = InputsSpec {
+                    tokens: self.text.is_none().then(|| (0..12).map(|i| (i * 41 + 7) % vocab).collect()),
+                    text: self.text.clone(),
+                    decode: Some(self.decode),
+                    ..Default::default()
+                };
+                let inputs = spec.input_set(&ckpt)?;
+                let setup = setup_of(&ckpt, &inputs);
+                (ckpt, inputs, setup)
+            }
+        };
+        let rows = run_matrix_on(&ckpt, &inputs)?;
+        let candidates = crate::fault::catalog::grid(&ckpt.config).len();
+        let failed = !rows.iter().all(|r| r.ok);
+        Ok(Faults { doc: doc(&rows, &self.command, &setup, candidates), failed })
+    }
+}

@@ -1,0 +1,83 @@
+//! `hefprobe reduce`: shrink a probe's inputs while the same drift reproduces, and write the
+//! minimal probe (`probe::reduce`). The file is rewritten after each smaller reproduction, so
+//! Ctrl-C keeps the best found so far.
+
+use super::{backend_specs, probe_inputs, Request};
+use crate::error::Result;
+use crate::model::CheckpointRef;
+use crate::output::Outputs;
+use crate::probe::cleanup;
+use crate::probe::prepare::{prepare, ExplainChoice, Prepared, ProbeOverrides, RunOptions};
+use crate::probe::reduce::{probe_toml, reduce, size, Reduced};
+use crate::probe::spill::CaptureOptions;
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, Clone, Default)]
+pub struct Reduce {
+    /// The probe whose drift to reduce (it needs an [explain] table).
+    pub probe: PathBuf,
+    pub backends: Vec<String>,
+    pub faults: Vec<String>,
+    /// The most runs the search may spend.
+    pub budget: usize,
+    /// Where the minimal probe goes (`-`: stdout, once the search ends).
+    pub out: PathBuf,
+    pub checkpoint: Option<CheckpointRef>,
+    pub command: String,
+}
+
+impl Request for Reduce {
+    /// The probe file's text, the run prepared, and its capture options.
+    type Plan = (String, Prepared, CaptureOptions);
+    type Output = Reduced;
+
+    fn plan(&self) -> Result<Self::Plan> {
+        let path = crate::probe::catalog::locate(&self.probe)?;
+        let probe = crate::probe::schema::Probe::load(&path)?;
+        let original = crate::files::read_text(&path, crate::files::Kind::Probe)?;
+        let backends = backend_specs(&self.backends, &self.faults)?;
+        let mut outs = Outputs::new();
+        probe_inputs(&probe, self.checkpoint.as_ref(), &backends, &mut outs)?;
+        outs.file("--out", &self.out);
+        outs.check()?;
+        let opts = RunOptions {
+            probe: ProbeOverrides {
+                backends,
+                checkpoint: self.checkpoint.clone(),
+                thresholds: Vec::new(),
+                explain: ExplainChoice::AsProbe,
+            },
+            captures: CaptureOptions { spill: true, ..Default::default() },
+            command: self.command.clone(),
+        };
+        Ok((original, prepare(&probe, &opts)?, opts.captures))
+    }
+
+    fn execute(&self, (original, mut p, captures): Self::Plan) -> Result<Reduced> {
+        let (tokens, decode) = size(&p.inputs);
+        eprintln!(
+            "reducing {} ({tokens} prompt tokens, {decode} decode steps; budget {} runs)",
+            self.probe.display(),
+            self.budget
+        );
+        cleanup::install();
+        let out = &self.out;
+        let mut keep = |r: &Reduced| -> Result<()> {
+            if out == Path::new("-") {
+                return Ok(()); // stdout gets the final probe only
+            }
+            let text = probe_toml(&original, &self.probe, out, r)?;
+            cleanup::writing(|| crate::files::write_file_quiet(out, text))?;
+            let (t, d) = size(&r.inputs);
+            cleanup::leave(format!(
+                "{} holds the smallest reproduction found so far ({t} tokens, {d} decode steps, after {} runs)",
+                out.display(),
+                r.runs
+            ));
+            Ok(())
+        };
+        let r = reduce(&mut p, &captures, self.budget, &mut keep)?;
+        crate::files::write_file(out, probe_toml(&original, &self.probe, out, &r)?)?;
+        Ok(r)
+    }
+}

@@ -1,0 +1,138 @@
+//! `hefprobe reference`: the float32 reference's taps, streamed into a capture file or held.
+
+use super::Request;
+use crate::capture::{Capture, MemorySink, NpzSink};
+use crate::error::{Error, Result};
+use crate::inputs::InputSet;
+use crate::model::hooks::NoHooks;
+use crate::model::memory::{self, TapsHeld};
+use crate::model::run::{run_inputs, RunRecord};
+use crate::model::{Checkpoint, CheckpointRef, Decoder};
+use crate::output::Outputs;
+use crate::probe::schema::InputsSpec;
+use crate::tap::TapSelection;
+use std::path::PathBuf;
+
+#[derive(Debug, Clone)]
+pub struct Reference {
+    pub model: CheckpointRef,
+    pub inputs: InputsSpec,
+    /// Taps to record, as globs.
+    pub taps: Vec<String>,
+    /// The capture file the taps stream into; None holds them in memory.
+    pub out: Option<PathBuf>,
+    /// Also run candle-transformers' own model on the same weights (an independent check).
+    pub crosscheck: bool,
+}
+
+/// What `reference` ran and recorded.
+pub struct Referenced {
+    pub ckpt: Checkpoint,
+    pub inputs: InputSet,
+    pub record: RunRecord,
+    /// The taps, when held in memory.
+    pub capture: Option<Capture>,
+    /// Tensors written into the capture file.
+    pub written: usize,
+    /// Candle-transformers' last-position logits against the reference's: steps, worst cosine,
+    /// worst max |diff|.
+    pub crosscheck: Option<(usize, f64, f64)>,
+    /// What stopped the run; what finished is kept.
+    pub error: Option<Error>,
+}
+
+impl Request for Reference {
+    /// The checkpoint, its inputs, the taps selected (checked against its layers, and against
+    /// the memory budget) and the decoder, before any weight is read into it.
+    type Plan = (Checkpoint, InputSet, TapSelection, Decoder);
+    type Output = Referenced;
+
+    fn plan(&self) -> Result<Self::Plan> {
+        if let Some(o) = &self.out {
+            let mut outs = Outputs::new();
+            self.model.register("the checkpoint", &mut outs)?;
+            if let Some(t) = &self.inputs.tokenizer {
+                outs.input("the tokenizer", t);
+            }
+            outs.binary("-o", o).check()?;
+        }
+        let selection = TapSelection::parse(&self.taps)?;
+        let ckpt = self.model.load()?;
+        let inputs = self.inputs.input_set(&ckpt)?;
+        if self.crosscheck && inputs.start_position != 0 {
+            return Err(Error::usage("--crosscheck runs from position 0; drop --start-position"));
+        }
+        selection.check_against(ckpt.config.num_layers)?;
+        let held = if self.out.is_some() { TapsHeld::Streamed } else { TapsHeld::InMemory { captures: 1 } };
+        memory::check_run(&ckpt, &inputs, &selection, held)?;
+        let decoder = Decoder::new(&ckpt)?;
+        Ok((ckpt, inputs, selection, decoder))
+    }
+
+    fn execute(&self, (ckpt, inputs, selection, model): Self::Plan) -> Result<Referenced> {
+        let mut record = RunRecord::default();
+        let (capture, written, error) = match &self.out {
+            Some(path) => {
+                let mut sink = NpzSink::create(path, selection)?;
+                let result = run_inputs(&model, &inputs, &mut sink, &mut NoHooks, &mut record);
+                // Keep what was finished even when a later phase failed.
+                sink.finish()?;
+                (None, sink.written, result.err())
+            }
+            None => {
+                let mut sink = MemorySink::new(selection);
+                let result = run_inputs(&model, &inputs, &mut sink, &mut NoHooks, &mut record);
+                (Some(sink.capture), 0, result.err())
+            }
+        };
+        let crosscheck = match (self.crosscheck, &error) {
+            (true, None) => Some(crosscheck(&ckpt, &model, &inputs, &record)?),
+            _ => None,
+        };
+        Ok(Referenced { ckpt, inputs, record, capture, written, crosscheck, error })
+    }
+}
+
+/// Last-position logits of every phase against candle-transformers' model on the same weights.
+#[cfg(feature = "crosscheck")]
+fn crosscheck(
+    ckpt: &Checkpoint,
+    model: &Decoder,
+    inputs: &InputSet,
+    record: &RunRecord,
+) -> Result<(usize, f64, f64)> {
+    use crate::capture::NoTaps;
+    use crate::compare::metrics;
+    use crate::model::cache::FullCache;
+    use crate::model::decoder::StepInput;
+    use crate::tap::Phase;
+    let theirs =
+        crate::model::crosscheck::candle_transformers_logits(ckpt, &inputs.prompt, &record.decode_tokens)?;
+    let mut cache = FullCache::new(model.cfg.num_layers);
+    let mut ours = Vec::new();
+    let steps = std::iter::once(inputs.prompt.clone()).chain(record.decode_tokens.iter().map(|&t| vec![t]));
+    let mut pos = inputs.start_position;
+    for (k, tokens) in steps.enumerate() {
+        let phase = if k == 0 { Phase::Prefill } else { Phase::Decode(k - 1) };
+        let input = StepInput {
+            phase,
+            embeds: model.embed_tokens(&tokens)?,
+            positions: (pos..pos + tokens.len()).collect(),
+            frame: None,
+        };
+        pos += tokens.len();
+        let l = model.step(&input, &mut cache, &mut NoTaps, &mut NoHooks)?;
+        ours.push(l.get(tokens.len() - 1)?.to_vec1::<f32>()?);
+    }
+    let (cos, max) = ours
+        .iter()
+        .zip(&theirs)
+        .map(|(a, b)| metrics::compute(b, a, None))
+        .fold((1f64, 0f64), |(c, m), x| (c.min(x.cosine), m.max(x.max_abs)));
+    Ok((ours.len(), cos, max))
+}
+
+#[cfg(not(feature = "crosscheck"))]
+fn crosscheck(_: &Checkpoint, _: &Decoder, _: &InputSet, _: &RunRecord) -> Result<(usize, f64, f64)> {
+    Err(Error::usage("--crosscheck needs hefprobe built with the `crosscheck` feature"))
+}

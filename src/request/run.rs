@@ -1,0 +1,222 @@
+//! The three requests whose result is a probe report: `run` (a probe: reference vs backends),
+//! `explain` (the fault catalog ranked against an observation) and `compare` (two captures).
+
+use super::{absolute, asked_checkpoint, backend_specs, bundle_backends, new_folder, probe_inputs, Request};
+use crate::backend::{BackendKind, BackendSpec};
+use crate::capture::{CaptureFile, Store};
+use crate::error::{Error, Result};
+use crate::explain::ExplainSpec;
+use crate::model::CheckpointRef;
+use crate::output::Outputs;
+use crate::probe::run::{run_probe, CaptureOptions, ExplainChoice, ProbeOverrides, ProbeRun, RunOptions};
+use crate::probe::schema::Probe;
+use crate::report::{ProbeInfo, Report, ReportTarget};
+use std::path::PathBuf;
+
+/// `hefprobe run PROBE.toml`.
+#[derive(Debug, Clone, Default)]
+pub struct Run {
+    pub probe: PathBuf,
+    /// Backend specs in place of the probe's (`emulator[=FAULT+FAULT]`, `dump=PATH`, `hef=PATH`).
+    pub backends: Vec<String>,
+    /// Faults of one more emulator backend.
+    pub faults: Vec<String>,
+    /// In place of the probe's checkpoint.
+    pub checkpoint: Option<CheckpointRef>,
+    /// Extra bounds: `METRIC=VALUE` or `GLOB:METRIC=VALUE`.
+    pub thresholds: Vec<String>,
+    pub no_explain: bool,
+    pub reports: Vec<ReportTarget>,
+    pub save_inputs: Option<PathBuf>,
+    pub save_captures: Option<PathBuf>,
+    pub spill_dir: Option<PathBuf>,
+    /// An evidence bundle's new (or empty) folder, and the size past which captures are left out.
+    pub bundle: Option<(PathBuf, u64)>,
+    /// The command that reproduces the run, for the Markdown report.
+    pub command: String,
+}
+
+impl Request for Run {
+    type Plan = (Probe, RunOptions);
+    type Output = ProbeRun;
+
+    fn plan(&self) -> Result<(Probe, RunOptions)> {
+        let probe = crate::probe::catalog::open(&self.probe)?;
+        let backends = backend_specs(&self.backends, &self.faults)?;
+        let mut outs = Outputs::new();
+        probe_inputs(&probe, self.checkpoint.as_ref(), &backends, &mut outs)?;
+        crate::report::register::<Report>(&self.reports, &mut outs)?;
+        if let Some(p) = &self.save_inputs {
+            outs.binary("--save-inputs", p);
+        }
+        for (flag, dir) in [("--save-captures", &self.save_captures), ("--spill-dir", &self.spill_dir)] {
+            if let Some(d) = dir {
+                outs.dir(flag, d);
+            }
+        }
+        outs.check()?;
+        if let Some((dir, _)) = &self.bundle {
+            new_folder(dir)?;
+        }
+        let opts = RunOptions {
+            probe: ProbeOverrides {
+                backends,
+                checkpoint: self.checkpoint.clone(),
+                thresholds: self.thresholds.clone(),
+                explain: if self.no_explain { ExplainChoice::Off } else { ExplainChoice::AsProbe },
+            },
+            captures: CaptureOptions {
+                spill: true,
+                spill_dir: self.spill_dir.clone(),
+                save_captures: self.save_captures.clone(),
+                save_inputs: self.save_inputs.clone(),
+            },
+            command: self.command.clone(),
+        };
+        Ok((probe, opts))
+    }
+
+    fn execute(&self, (probe, opts): (Probe, RunOptions)) -> Result<ProbeRun> {
+        let Some((dir, cap)) = &self.bundle else { return run_probe(&probe, &opts) };
+        let (checkpoint, revision) = asked_checkpoint(self.checkpoint.as_ref());
+        let asked = crate::probe::bundle::Asked {
+            probe: absolute(&self.probe.display().to_string()),
+            backends: bundle_backends(&self.backends, &self.faults),
+            checkpoint,
+            revision,
+            thresholds: self.thresholds.clone(),
+            no_explain: self.no_explain,
+        };
+        crate::probe::bundle::write(&asked, &self.command, dir, *cap)
+    }
+}
+
+/// `hefprobe explain PROBE.toml`: the observation is a capture (`observed`, with its name map
+/// and the HEF it came from), a backend spec, or else the probe's first backend.
+#[derive(Debug, Clone, Default)]
+pub struct Explain {
+    pub probe: PathBuf,
+    pub observed: Option<PathBuf>,
+    pub map: Option<PathBuf>,
+    pub hef: Option<PathBuf>,
+    pub backend: Option<String>,
+    /// Faults to rank (default: the whole catalog grid, narrowed per layer).
+    pub faults: Vec<String>,
+    pub pairs: bool,
+    pub quant: Option<String>,
+    /// Every candidate emulated in full: explain's shortcuts (reuse, early stops) off.
+    pub exhaustive: bool,
+    pub checkpoint: Option<CheckpointRef>,
+    pub thresholds: Vec<String>,
+    pub spill_dir: Option<PathBuf>,
+    pub reports: Vec<ReportTarget>,
+    pub command: String,
+}
+
+impl Explain {
+    fn observed(&self, probe: &Probe) -> Result<BackendSpec> {
+        Ok(match (&self.observed, &self.backend) {
+            (Some(p), _) => BackendSpec {
+                name: Some("observed".into()),
+                path: Some(p.clone()),
+                map: self.map.clone(),
+                hef: self.hef.clone(),
+                ..BackendSpec::new(BackendKind::Dump)
+            },
+            (None, Some(b)) => BackendSpec::parse_cli(b)?,
+            (None, None) => probe.backends.first().cloned().ok_or_else(|| {
+                Error::usage("give --observed NPZ or --backend SPEC: the probe has no backend to observe")
+            })?,
+        })
+    }
+}
+
+impl Request for Explain {
+    type Plan = (Probe, RunOptions);
+    type Output = ProbeRun;
+
+    fn plan(&self) -> Result<(Probe, RunOptions)> {
+        let probe = crate::probe::catalog::open(&self.probe)?;
+        let observed = self.observed(&probe)?;
+        let mut outs = Outputs::new();
+        probe_inputs(&probe, self.checkpoint.as_ref(), std::slice::from_ref(&observed), &mut outs)?;
+        crate::report::register::<Report>(&self.reports, &mut outs)?;
+        if let Some(d) = &self.spill_dir {
+            outs.dir("--spill-dir", d);
+        }
+        outs.check()?;
+        let spec = ExplainSpec {
+            observed: Some(observed.label()),
+            faults: (!self.faults.is_empty())
+                .then(|| crate::fault::spec::parse_all(&self.faults))
+                .transpose()?,
+            pairs: self.pairs,
+            quant: self.quant.as_deref().map(crate::fault::spec::quantization).transpose()?,
+            exhaustive: self.exhaustive,
+        };
+        let opts = RunOptions {
+            probe: ProbeOverrides {
+                backends: vec![observed],
+                checkpoint: self.checkpoint.clone(),
+                thresholds: self.thresholds.clone(),
+                explain: ExplainChoice::With(spec),
+            },
+            // The observation (a dump read one array at a time, or any backend) and the reference
+            // spill as in `run` when they do not fit, and are explained from the files.
+            captures: CaptureOptions { spill: true, spill_dir: self.spill_dir.clone(), ..Default::default() },
+            command: self.command.clone(),
+        };
+        Ok((probe, opts))
+    }
+
+    fn execute(&self, (probe, opts): (Probe, RunOptions)) -> Result<ProbeRun> {
+        run_probe(&probe, &opts)
+    }
+}
+
+/// `hefprobe compare A.npz B.npz`: two captures recorded anywhere, the candidate through a name
+/// map when given.
+#[derive(Debug, Clone, Default)]
+pub struct Compare {
+    pub reference: PathBuf,
+    pub candidate: PathBuf,
+    pub map: Option<PathBuf>,
+    pub thresholds: Vec<String>,
+    pub reports: Vec<ReportTarget>,
+    pub command: String,
+}
+
+impl Request for Compare {
+    type Plan = ();
+    type Output = Report;
+
+    fn plan(&self) -> Result<()> {
+        let mut outs = Outputs::new();
+        outs.input("the reference capture", &self.reference).input("the candidate capture", &self.candidate);
+        if let Some(m) = &self.map {
+            outs.input("the name map", m);
+        }
+        crate::report::register::<Report>(&self.reports, &mut outs)?;
+        outs.check()
+    }
+
+    fn execute(&self, (): ()) -> Result<Report> {
+        let label = |p: &std::path::Path| {
+            p.file_stem().map_or_else(|| p.display().to_string(), |s| s.to_string_lossy().to_string())
+        };
+        let (rl, cl) = (label(&self.reference), label(&self.candidate));
+        // A dump through a name map is mapped into a temporary `.npz` one array at a time; then
+        // both sides are read tap by tap, one tap of each side in memory per thread.
+        let reference = CaptureFile::open(&self.reference)?;
+        let candidate: Box<dyn Store> = match &self.map {
+            None => Box::new(CaptureFile::open(&self.candidate)?),
+            Some(m) => crate::backend::dump::mapped(&self.candidate, m, &std::env::temp_dir())?,
+        };
+        let sources = (self.reference.display().to_string(), self.candidate.display().to_string());
+        let names = ((rl.as_str(), cl.as_str()), (sources.0.as_str(), sources.1.as_str()));
+        let pair = crate::compare::captures(&reference, candidate.as_ref(), names, &self.thresholds)?;
+        let mut report = Report::new(ProbeInfo { command: self.command.clone(), ..Default::default() });
+        report.add_comparison(pair);
+        Ok(report)
+    }
+}

@@ -1,0 +1,240 @@
+//! `hefprobe suite` (probes × targets against a baseline, for nightly jobs) and `hefprobe merge`
+//! (shards back into one result): the night's result, its baseline ratcheted and its history
+//! appended as asked.
+
+use super::{absolute, bundle_backends, new_folder, probe_inputs, Request};
+use crate::error::{Error, Result};
+use crate::model::CheckpointRef;
+use crate::output::Outputs;
+use crate::report::ReportTarget;
+use crate::suite::result::SuiteResult;
+use crate::suite::run::{run_suite_with, Clock, SuiteOptions};
+use crate::suite::shard::Shard;
+use crate::suite::spec::{is_suite_file, Suite};
+use crate::suite::{finish, history, Finish};
+use std::path::PathBuf;
+
+/// Baseline, history and reports: what `suite` and `merge` both write.
+#[derive(Debug, Clone, Default)]
+pub struct SuiteOutputs {
+    pub baseline: Option<PathBuf>,
+    /// Write this run's figures into the baseline where they improved (everywhere with `accept`).
+    pub update_baseline: bool,
+    pub accept: bool,
+    /// Append one JSON line per pair to this history.
+    pub history: Option<PathBuf>,
+    pub reports: Vec<ReportTarget>,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct SuiteRun {
+    /// A SUITE.toml, or probe files.
+    pub inputs: Vec<PathBuf>,
+    /// Targets instead of the suite's (or each probe's own backends).
+    pub backends: Vec<String>,
+    /// Shard `K/N`, and the shard count when the index comes from the environment.
+    pub shard: Option<String>,
+    pub shard_total: Option<usize>,
+    pub hef_revision: Option<String>,
+    pub no_explain: bool,
+    pub spill_dir: Option<PathBuf>,
+    /// Every probe's checkpoint instead of its own.
+    pub checkpoint: Option<CheckpointRef>,
+    pub out: SuiteOutputs,
+    /// An evidence bundle's new (or empty) folder.
+    pub bundle: Option<PathBuf>,
+    /// The command that runs the whole suite (the same in every shard and in the merge).
+    pub command: String,
+}
+
+/// `hefprobe merge`: the shards' JSON summaries into the outputs one run would give.
+#[derive(Debug, Clone, Default)]
+pub struct Merge {
+    pub shards: Vec<PathBuf>,
+    pub out: SuiteOutputs,
+}
+
+/// A finished night: the result (findings annotated from the history), and what updating the
+/// baseline and the history said.
+pub struct Night {
+    pub result: SuiteResult,
+    pub said: Vec<String>,
+}
+
+impl SuiteOutputs {
+    /// Refuse, before anything runs, a format a suite does not write and an output that is a
+    /// file the command reads (`outs` lists them): a report or the history written over the
+    /// suite, a probe, a target's HEF or checkpoint, the baseline or a shard (`./p/../x` is `x`).
+    /// The baseline is written only by `update_baseline`, which is what it asks for.
+    fn check(&self, mut outs: Outputs) -> Result<()> {
+        if let Some(b) = &self.baseline {
+            outs.input("the baseline (--baseline)", b);
+        }
+        crate::report::register::<SuiteResult>(&self.reports, &mut outs)?;
+        if let Some(h) = &self.history {
+            outs.file("--history", h);
+        }
+        outs.check()?;
+        // The history a run appends to is read now, so a damaged one fails before the night's work.
+        match &self.history {
+            Some(h) => history::check(h),
+            None => Ok(()),
+        }
+    }
+
+    /// Ratchet the baseline and append the history, as asked; then annotate the findings: a
+    /// finding's last reproduction and the date its status began come from the history, this
+    /// run's lines included.
+    fn finish(&self, mut result: SuiteResult) -> Result<Night> {
+        let f = Finish {
+            baseline: self.baseline.clone(),
+            update_baseline: self.update_baseline,
+            accept: self.accept,
+            history: self.history.clone(),
+        };
+        let said = finish(&result, &f)?;
+        if let (Some(h), false) = (&self.history, result.findings.is_empty()) {
+            history::annotate(&mut result.findings, &history::read(h)?);
+        }
+        Ok(Night { result, said })
+    }
+}
+
+/// After each probe of a run still going: the file reports rewritten with what finished, and
+/// what they hold said if the run is interrupted (stdout and $GITHUB_STEP_SUMMARY get the
+/// finished run only; the history and baseline are written at the end).
+fn partial_reports(out: &SuiteOutputs) -> impl FnMut(&SuiteResult) -> Result<()> {
+    use crate::probe::cleanup;
+    cleanup::install();
+    let files: Vec<ReportTarget> = out.reports.iter().filter(|t| t.path.is_some()).cloned().collect();
+    move |r| {
+        if r.unfinished.is_empty() {
+            return Ok(()); // the finished run's reports follow at once
+        }
+        let mut note = format!("{} not run", r.unfinished.len());
+        if !files.is_empty() {
+            cleanup::writing(|| -> Result<()> {
+                for (t, path) in files.iter().filter_map(|t| Some((t, t.path.as_ref()?))) {
+                    // Quiet: "wrote" is said once, for the finished run's files.
+                    crate::files::write_file_quiet(path, crate::report::render(r, t, false)?)?;
+                }
+                Ok(())
+            })?;
+            let names: Vec<String> =
+                files.iter().filter_map(|t| t.path.as_ref()).map(|p| p.display().to_string()).collect();
+            note = format!("{} hold the {} pairs that finished ({note})", names.join(", "), r.pairs.len());
+        }
+        cleanup::leave(format!("{note}; no history appended, the baseline unchanged"));
+        Ok(())
+    }
+}
+
+impl SuiteRun {
+    fn suite(&self) -> Result<Suite> {
+        let mut suite = match self.inputs.as_slice() {
+            [one] if is_suite_file(one)? => Suite::load(one)?,
+            many => {
+                if let Some(s) = many.iter().find(|p| is_suite_file(p).unwrap_or(false)) {
+                    return Err(Error::usage(format!(
+                        "{} is a suite file: give it alone, or give probe files only",
+                        s.display()
+                    )));
+                }
+                Suite::from_probes(many)?
+            }
+        };
+        if !self.backends.is_empty() {
+            suite.set_cli_targets(&self.backends)?;
+        }
+        Ok(suite)
+    }
+
+    /// Everything a suite run reads: the suite file, each probe's inputs, each target's files and
+    /// checkpoint, the given checkpoint. A checkpoint that does not resolve is left to the run,
+    /// which reports it on its pairs.
+    fn inputs(&self, suite: &Suite) -> Result<Outputs> {
+        let mut outs = Outputs::new();
+        if let Some(f) = &suite.file {
+            outs.input("the suite", f);
+        }
+        let specs: Vec<_> = suite.targets.iter().map(|t| t.spec.clone()).collect();
+        for p in &suite.probes {
+            outs.input("a probe", &p.path); // named as one of many (probe_inputs says "the probe")
+            probe_inputs(p, self.checkpoint.as_ref(), &specs, &mut outs)?;
+        }
+        for t in &suite.targets {
+            if let Some(c) = &t.checkpoint {
+                let c = CheckpointRef::at(c, crate::model::hub::DEFAULT_REVISION);
+                let _ = c.register(&format!("the checkpoint of target `{}`", t.label), &mut outs);
+            }
+        }
+        if let Some(d) = &self.spill_dir {
+            outs.dir("--spill-dir", d);
+        }
+        Ok(outs)
+    }
+}
+
+impl Request for SuiteRun {
+    type Plan = (Suite, SuiteOptions);
+    type Output = Night;
+
+    fn plan(&self) -> Result<Self::Plan> {
+        crate::report::check::<SuiteResult>(&self.out.reports)?;
+        let suite = self.suite()?;
+        self.out.check(self.inputs(&suite)?)?;
+        let env = |k: &str| std::env::var(k).ok();
+        let opts = SuiteOptions {
+            baseline: self.out.baseline.clone(),
+            update_baseline: self.out.update_baseline,
+            shard: Shard::resolve(self.shard.as_deref(), self.shard_total, &env)?,
+            hef_revision: self.hef_revision.clone(),
+            command: self.command.clone(),
+            clock: Clock::System,
+            no_explain: self.no_explain,
+            spill_dir: self.spill_dir.clone(),
+            checkpoint: self.checkpoint.clone(),
+        };
+        if let Some(dir) = &self.bundle {
+            new_folder(dir)?;
+        }
+        Ok((suite, opts))
+    }
+
+    fn execute(&self, (suite, opts): Self::Plan) -> Result<Night> {
+        let result = run_suite_with(&suite, &opts, &mut partial_reports(&self.out))?;
+        if let Some(dir) = &self.bundle {
+            let abs = |p: &std::path::Path| absolute(&p.display().to_string());
+            let (checkpoint, revision) = super::asked_checkpoint(self.checkpoint.as_ref());
+            let asked = crate::probe::bundle::SuiteAsked {
+                inputs: self.inputs.iter().map(|p| abs(p)).collect(),
+                backends: bundle_backends(&self.backends, &[]),
+                checkpoint,
+                revision,
+                baseline: self.out.baseline.as_deref().map(abs),
+                no_explain: self.no_explain,
+            };
+            crate::suite::bundle::write(&result, &suite, &asked, dir)?;
+        }
+        self.out.finish(result)
+    }
+}
+
+impl Request for Merge {
+    type Plan = ();
+    type Output = Night;
+
+    fn plan(&self) -> Result<()> {
+        crate::report::check::<SuiteResult>(&self.out.reports)?;
+        let mut outs = Outputs::new();
+        for s in &self.shards {
+            outs.input("a shard", s);
+        }
+        self.out.check(outs)
+    }
+
+    fn execute(&self, (): ()) -> Result<Night> {
+        let result = crate::suite::merge::merge_files(&self.shards, self.out.baseline.as_deref())?;
+        self.out.finish(result)
+    }
+}
