@@ -10,7 +10,7 @@
 use crate::capture::TapSink;
 use crate::error::{ComputeContext, Error, Result};
 use crate::model::config::ModelConfig;
-use crate::model::hooks::{Hooks, NormSite, Proj, Qk, StepCtx};
+use crate::model::hooks::{Hooks, NormSite, Projection, Qk, StepCtx};
 use crate::model::profile::{span, Op};
 use crate::model::rope::{rotate, Rope, RopeLayout};
 use crate::model::weights::Checkpoint;
@@ -171,13 +171,13 @@ fn norm_at(
 /// One projection `which` of `layer` (None: lm_head), as `hooks` compute it when one answers.
 fn project(
     (hooks, ctx): (&mut dyn Hooks, &StepCtx),
-    (layer, which): (Option<usize>, Proj),
+    (layer, which): (Option<usize>, Projection),
     x: &Tensor,
     lin: &Linear,
     op: Op,
     what: impl FnOnce() -> String,
 ) -> Result<Tensor> {
-    match hooks.project(ctx, layer, which, x, lin)? {
+    match hooks.project(ctx, layer, which, x, &lin.proj())? {
         Some(y) => Ok(y),
         None => lin.forward_as(x, op).ctx(what),
     }
@@ -325,7 +325,7 @@ impl Decoder {
         })?;
         let h = emit(Tap::FinalNorm, h, hooks, sink)?;
         let logits =
-            project((&mut *hooks, &ctx), (None, Proj::LmHead), &h, &self.lm_head, Op::LmHead, || {
+            project((&mut *hooks, &ctx), (None, Projection::LmHead), &h, &self.lm_head, Op::LmHead, || {
                 "lm_head".into()
             })?;
         emit(Tap::Logits, logits, hooks, sink)
@@ -376,7 +376,7 @@ impl Decoder {
             let mut one = |which, lin| {
                 project((&mut *hooks, ctx), (Some(l), which), &h, lin, Op::Linear, c("q/k/v_proj"))
             };
-            [one(Proj::Q, &b.q)?, one(Proj::K, &b.k)?, one(Proj::V, &b.v)?]
+            [one(Projection::Q, &b.q)?, one(Projection::K, &b.k)?, one(Projection::V, &b.v)?]
         } else {
             forward_all(&h, [&b.q, &b.k, &b.v]).ctx(c("q/k/v_proj"))?
         };
@@ -441,7 +441,7 @@ impl Decoder {
             let _s = span(Op::FusedAttention);
             attention::fused(&q, &k_all, &v_all, &allowed, scale).ctx(c("attention"))?
         };
-        let o = project((&mut *hooks, ctx), (Some(l), Proj::O), &attn, &b.o, Op::Linear, c("o_proj"))?;
+        let o = project((&mut *hooks, ctx), (Some(l), Projection::O), &attn, &b.o, Op::Linear, c("o_proj"))?;
         let o = emit(LayerTap::AttnOut, o, hooks)?;
         let x = timed!(Op::Elementwise, kernels::add(&x, &o).ctx(c("residual add"))?);
 
@@ -458,14 +458,20 @@ impl Decoder {
             let mut one = |which, lin| {
                 project((&mut *hooks, ctx), (Some(l), which), &h, lin, Op::Linear, c("gate/up_proj"))
             };
-            [one(Proj::Gate, &b.gate)?, one(Proj::Up, &b.up)?]
+            [one(Projection::Gate, &b.gate)?, one(Projection::Up, &b.up)?]
         } else {
             forward_all(&h, [&b.gate, &b.up]).ctx(c("gate/up_proj"))?
         };
         let act = timed!(Op::Elementwise, kernels::silu_mul(&gate, &up).ctx(c("silu"))?);
         let act = emit(LayerTap::MlpAct, act, hooks)?;
-        let m =
-            project((&mut *hooks, ctx), (Some(l), Proj::Down), &act, &b.down, Op::Linear, c("down_proj"))?;
+        let m = project(
+            (&mut *hooks, ctx),
+            (Some(l), Projection::Down),
+            &act,
+            &b.down,
+            Op::Linear,
+            c("down_proj"),
+        )?;
         let m = emit(LayerTap::MlpOut, m, hooks)?;
         let x = timed!(Op::Elementwise, kernels::add(&x, &m).ctx(c("residual add"))?);
         emit(LayerTap::Out, x, hooks)

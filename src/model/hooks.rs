@@ -18,7 +18,7 @@ pub struct StepCtx {
 /// A product over a feature dimension (a projection or lm_head), for faults of how a device
 /// computes it ([`Hooks::project`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Proj {
+pub enum Projection {
     Q,
     K,
     V,
@@ -126,15 +126,15 @@ pub trait Hooks {
         false
     }
 
-    /// The product `x` [T, in] · `lin` of `layer` (None: lm_head), asked when [`Hooks::projects`]
+    /// The product `x` [T, in] · `lin`ᵀ of `layer` (None: lm_head), asked when [`Hooks::projects`]
     /// says so (o_proj, down_proj and lm_head are always asked).
     fn project(
         &mut self,
         _ctx: &StepCtx,
         _layer: Option<usize>,
-        _which: Proj,
+        _which: Projection,
         _x: &Tensor,
-        _lin: &crate::model::decoder::Linear,
+        _lin: &crate::model::kernels::Proj,
     ) -> Result<Option<Tensor>> {
         Ok(None)
     }
@@ -246,9 +246,9 @@ impl Hooks for HookStack<'_> {
         &mut self,
         ctx: &StepCtx,
         layer: Option<usize>,
-        which: Proj,
+        which: Projection,
         x: &Tensor,
-        lin: &crate::model::decoder::Linear,
+        lin: &crate::model::kernels::Proj,
     ) -> Result<Option<Tensor>> {
         for h in self.hooks.iter_mut() {
             if let Some(t) = h.project(ctx, layer, which, x, lin)? {

@@ -11,8 +11,7 @@ use crate::error::Result;
 use crate::fault::spec::{Choice, FaultSpec};
 use crate::fault::{parse_boxed, Entry, Mechanism};
 use crate::model::config::ModelConfig;
-use crate::model::decoder::Linear;
-use crate::model::hooks::{Hooks, NormSite, Proj, StepCtx};
+use crate::model::hooks::{Hooks, NormSite, Projection, StepCtx};
 use crate::model::kernels;
 use crate::tap::{LayerTap, Tap};
 use candle_core::{Device, Tensor};
@@ -152,9 +151,9 @@ impl Hooks for TileSumHooks<'_> {
         &mut self,
         _ctx: &StepCtx,
         layer: Option<usize>,
-        _which: Proj,
+        _which: Projection,
         x: &Tensor,
-        lin: &Linear,
+        lin: &kernels::Proj,
     ) -> Result<Option<Tensor>> {
         let f = self.0;
         let k = x.dims().last().copied().unwrap_or(0);
@@ -169,7 +168,7 @@ impl Hooks for TileSumHooks<'_> {
     }
 }
 
-fn tile_sum(x: &Tensor, lin: &Linear, f: &TileSum) -> Result<Tensor> {
+fn tile_sum(x: &Tensor, lin: &kernels::Proj, f: &TileSum) -> Result<Tensor> {
     let (xs, k, dims) = rows_of(x)?;
     let rows = xs.len() / k.max(1);
     let tiles = k.div_ceil(f.w);
@@ -182,7 +181,7 @@ fn tile_sum(x: &Tensor, lin: &Linear, f: &TileSum) -> Result<Tensor> {
             masked[a..b].copy_from_slice(&xs[a..b]);
         }
         let xm = Tensor::from_vec(masked, (rows, k), &Device::Cpu)?;
-        let p = kernels::linear(&xm, &lin.w, None, lin.weight_bits)?;
+        let p = kernels::linear(&xm, lin.w, None, lin.weight_bits)?;
         partials.push(p.flatten_all()?.to_vec1()?);
     }
     let n = partials[0].len() / rows.max(1);
