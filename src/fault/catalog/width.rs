@@ -34,7 +34,7 @@ pub fn widths(cfg: &ModelConfig) -> Vec<usize> {
     if h <= SEARCHED_ABOVE {
         return Vec::new();
     }
-    let divisors = (1..=h / 64).map(|k| k * 64).filter(|w| h % w == 0);
+    let divisors = (1..=h / 64).map(|k| k * 64).filter(|w| h.is_multiple_of(*w));
     let mut ws: Vec<usize> = SEARCHED_WIDTHS.into_iter().chain(divisors).filter(|&w| w < h).collect();
     ws.sort_unstable();
     ws.dedup();
@@ -394,7 +394,7 @@ impl Mechanism for NormWidth {
             widths(cfg)
                 .into_iter()
                 .flat_map(|w| {
-                    let pad = (h % w != 0).then(|| format!("{w},pad"));
+                    let pad = (!h.is_multiple_of(w)).then(|| format!("{w},pad"));
                     std::iter::once(w.to_string()).chain(pad)
                 })
                 .collect()
@@ -426,7 +426,7 @@ impl Hooks for NormWidthHooks<'_> {
     ) -> Result<Option<Tensor>> {
         let f = self.0;
         let h = f.hidden;
-        if h <= f.w || (f.pad && h % f.w == 0) || !applies(self.1, site.layer()) {
+        if h <= f.w || (f.pad && h.is_multiple_of(f.w)) || !applies(self.1, site.layer()) {
             return Ok(None);
         }
         let (xs, n, dims) = rows_of(x)?;
