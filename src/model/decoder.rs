@@ -10,7 +10,7 @@
 use crate::capture::TapSink;
 use crate::error::{ComputeContext, Error, Result};
 use crate::model::config::ModelConfig;
-use crate::model::hooks::{Hooks, Qk, StepCtx};
+use crate::model::hooks::{Hooks, NormSite, Projection, Qk, StepCtx};
 use crate::model::profile::{span, Op};
 use crate::model::rope::{rotate, Rope, RopeLayout};
 use crate::model::weights::Checkpoint;
@@ -153,6 +153,36 @@ fn rms_norm(x: &Tensor, w: &Tensor, eps: f64) -> candle_core::Result<Tensor> {
     kernels::rms_norm(x, w, eps as f32)
 }
 
+/// RMSNorm at `site`, as `hooks` compute it when one answers (the width faults), else the kernel.
+fn norm_at(
+    (hooks, ctx): (&mut dyn Hooks, &StepCtx),
+    site: NormSite,
+    x: &Tensor,
+    w: &Tensor,
+    eps: f64,
+    what: impl FnOnce() -> String,
+) -> Result<Tensor> {
+    match hooks.norm(ctx, site, x, w, eps as f32)? {
+        Some(h) => Ok(h),
+        None => rms_norm(x, w, eps).ctx(what),
+    }
+}
+
+/// One projection `which` of `layer` (None: lm_head), as `hooks` compute it when one answers.
+fn project(
+    (hooks, ctx): (&mut dyn Hooks, &StepCtx),
+    (layer, which): (Option<usize>, Projection),
+    x: &Tensor,
+    lin: &Linear,
+    op: Op,
+    what: impl FnOnce() -> String,
+) -> Result<Tensor> {
+    match hooks.project(ctx, layer, which, x, &lin.proj())? {
+        Some(y) => Ok(y),
+        None => lin.forward_as(x, op).ctx(what),
+    }
+}
+
 impl Decoder {
     pub fn new(ckpt: &Checkpoint) -> Result<Self> {
         let cfg = ckpt.config.clone();
@@ -291,9 +321,14 @@ impl Decoder {
         }
         let l_end = self.blocks.len();
         x = emit(Tap::Layer(l_end, LayerTap::Input), x, hooks, sink)?;
-        let h = rms_norm(&x, &self.norm, self.cfg.rms_norm_eps).ctx(|| "final norm".into())?;
+        let h = norm_at((&mut *hooks, &ctx), NormSite::Final, &x, &self.norm, self.cfg.rms_norm_eps, || {
+            "final norm".into()
+        })?;
         let h = emit(Tap::FinalNorm, h, hooks, sink)?;
-        let logits = self.lm_head.forward_as(&h, Op::LmHead).ctx(|| "lm_head".into())?;
+        let logits =
+            project((&mut *hooks, &ctx), (None, Projection::LmHead), &h, &self.lm_head, Op::LmHead, || {
+                "lm_head".into()
+            })?;
         emit(Tap::Logits, logits, hooks, sink)
     }
 
@@ -334,7 +369,14 @@ impl Decoder {
             Ok(t)
         };
 
-        let h = rms_norm(&x, &b.attn_norm, cfg.rms_norm_eps).ctx(c("input_layernorm"))?;
+        let h = norm_at(
+            (&mut *hooks, ctx),
+            NormSite::Attn(l),
+            &x,
+            &b.attn_norm,
+            cfg.rms_norm_eps,
+            c("input_layernorm"),
+        )?;
         let h = emit(LayerTap::AttnNorm, h, hooks)?;
 
         // [T, heads*D] -> [heads, T, D]
@@ -342,7 +384,14 @@ impl Decoder {
             let _s = span(Op::Layout);
             y.reshape((t_len, n, d))?.transpose(0, 1)?.contiguous()
         };
-        let [q, k, v] = forward_all(&h, [&b.q, &b.k, &b.v]).ctx(c("q/k/v_proj"))?;
+        let [q, k, v] = if hooks.projects(Some(l)) {
+            let mut one = |which, lin| {
+                project((&mut *hooks, ctx), (Some(l), which), &h, lin, Op::Linear, c("q/k/v_proj"))
+            };
+            [one(Projection::Q, &b.q)?, one(Projection::K, &b.k)?, one(Projection::V, &b.v)?]
+        } else {
+            forward_all(&h, [&b.q, &b.k, &b.v]).ctx(c("q/k/v_proj"))?
+        };
         let mut q = heads(q, h_n).ctx(c("q_proj"))?;
         let mut k = heads(k, kv_n).ctx(c("k_proj"))?;
         let v = heads(v, kv_n).ctx(c("v_proj"))?;
@@ -404,16 +453,37 @@ impl Decoder {
             let _s = span(Op::FusedAttention);
             attention::fused(&q, &k_all, &v_all, &allowed, scale).ctx(c("attention"))?
         };
-        let o = b.o.forward(&attn).ctx(c("o_proj"))?;
+        let o = project((&mut *hooks, ctx), (Some(l), Projection::O), &attn, &b.o, Op::Linear, c("o_proj"))?;
         let o = emit(LayerTap::AttnOut, o, hooks)?;
         let x = timed!(Op::Elementwise, kernels::add(&x, &o).ctx(c("residual add"))?);
 
-        let h = rms_norm(&x, &b.mlp_norm, cfg.rms_norm_eps).ctx(c("post_attention_layernorm"))?;
+        let h = norm_at(
+            (&mut *hooks, ctx),
+            NormSite::Mlp(l),
+            &x,
+            &b.mlp_norm,
+            cfg.rms_norm_eps,
+            c("post_attention_layernorm"),
+        )?;
         let h = emit(LayerTap::MlpNorm, h, hooks)?;
-        let [gate, up] = forward_all(&h, [&b.gate, &b.up]).ctx(c("gate/up_proj"))?;
+        let [gate, up] = if hooks.projects(Some(l)) {
+            let mut one = |which, lin| {
+                project((&mut *hooks, ctx), (Some(l), which), &h, lin, Op::Linear, c("gate/up_proj"))
+            };
+            [one(Projection::Gate, &b.gate)?, one(Projection::Up, &b.up)?]
+        } else {
+            forward_all(&h, [&b.gate, &b.up]).ctx(c("gate/up_proj"))?
+        };
         let act = timed!(Op::Elementwise, kernels::silu_mul(&gate, &up).ctx(c("silu"))?);
         let act = emit(LayerTap::MlpAct, act, hooks)?;
-        let m = b.down.forward(&act).ctx(c("down_proj"))?;
+        let m = project(
+            (&mut *hooks, ctx),
+            (Some(l), Projection::Down),
+            &act,
+            &b.down,
+            Op::Linear,
+            c("down_proj"),
+        )?;
         let m = emit(LayerTap::MlpOut, m, hooks)?;
         let x = timed!(Op::Elementwise, kernels::add(&x, &m).ctx(c("residual add"))?);
         emit(LayerTap::Out, x, hooks)

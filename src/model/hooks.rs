@@ -15,6 +15,38 @@ pub struct StepCtx {
     pub positions: Vec<usize>,
 }
 
+/// A product over a feature dimension (a projection or lm_head), for faults of how a device
+/// computes it ([`Hooks::project`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Projection {
+    Q,
+    K,
+    V,
+    O,
+    Gate,
+    Up,
+    Down,
+    LmHead,
+}
+
+/// One RMSNorm of the residual stream: a layer's input or post-attention norm, or the final one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NormSite {
+    Attn(usize),
+    Mlp(usize),
+    Final,
+}
+
+impl NormSite {
+    /// The layer of a layer's norm; None for the final norm.
+    pub fn layer(self) -> Option<usize> {
+        match self {
+            NormSite::Attn(l) | NormSite::Mlp(l) => Some(l),
+            NormSite::Final => None,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Qk {
     Q,
@@ -83,6 +115,38 @@ pub trait Hooks {
     /// false and lets untapped layers run fused.
     fn needs_explicit_attention(&self, _layer: usize) -> bool {
         true
+    }
+
+    /// RMSNorm of the residual stream `x` [T, hidden] with weight `w` at `site` (the width
+    /// faults of finding 16 change how its mean is taken).
+    fn norm(
+        &mut self,
+        _ctx: &StepCtx,
+        _site: NormSite,
+        _x: &Tensor,
+        _w: &Tensor,
+        _eps: f32,
+    ) -> Result<Option<Tensor>> {
+        Ok(None)
+    }
+
+    /// Whether this hook answers [`Hooks::project`] for a projection of `layer` (None: lm_head).
+    /// False lets the decoder compute q/k/v and gate/up in one dispatch, without asking.
+    fn projects(&self, _layer: Option<usize>) -> bool {
+        false
+    }
+
+    /// The product `x` [T, in] · `lin`ᵀ of `layer` (None: lm_head), asked when [`Hooks::projects`]
+    /// says so (o_proj, down_proj and lm_head are always asked).
+    fn project(
+        &mut self,
+        _ctx: &StepCtx,
+        _layer: Option<usize>,
+        _which: Projection,
+        _x: &Tensor,
+        _lin: &crate::model::kernels::Proj,
+    ) -> Result<Option<Tensor>> {
+        Ok(None)
     }
 
     /// The keys and values [KV, S, D] this step reads back from the cache; `written_in` is
@@ -178,6 +242,39 @@ impl Hooks for HookStack<'_> {
     }
     fn needs_explicit_attention(&self, layer: usize) -> bool {
         self.hooks.iter().any(|h| h.needs_explicit_attention(layer))
+    }
+    fn norm(
+        &mut self,
+        ctx: &StepCtx,
+        site: NormSite,
+        x: &Tensor,
+        w: &Tensor,
+        eps: f32,
+    ) -> Result<Option<Tensor>> {
+        for h in self.hooks.iter_mut() {
+            if let Some(t) = h.norm(ctx, site, x, w, eps)? {
+                return Ok(Some(t));
+            }
+        }
+        Ok(None)
+    }
+    fn projects(&self, layer: Option<usize>) -> bool {
+        self.hooks.iter().any(|h| h.projects(layer))
+    }
+    fn project(
+        &mut self,
+        ctx: &StepCtx,
+        layer: Option<usize>,
+        which: Projection,
+        x: &Tensor,
+        lin: &crate::model::kernels::Proj,
+    ) -> Result<Option<Tensor>> {
+        for h in self.hooks.iter_mut() {
+            if let Some(t) = h.project(ctx, layer, which, x, lin)? {
+                return Ok(Some(t));
+            }
+        }
+        Ok(None)
     }
     fn cache_read(
         &mut self,

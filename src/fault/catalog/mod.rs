@@ -9,6 +9,7 @@ pub mod attention;
 pub mod cache;
 pub mod output;
 pub mod rope;
+pub mod width;
 
 use super::quant::QuantFault;
 use super::spec::FaultSpec;
@@ -27,6 +28,10 @@ pub const REGISTRY: &[Entry] = &[
     output::FirstSlot::ENTRY,
     output::LmHeadShards::ENTRY,
     QuantFault::ENTRY,
+    width::TileSum::ENTRY,
+    width::NormAcc::ENTRY,
+    width::NormWidth::ENTRY,
+    width::TileScale::ENTRY,
 ];
 
 /// The entry named `name`.
