@@ -79,14 +79,23 @@ impl Affine {
 }
 
 impl Affine {
-    /// [`Affine::apply`] on `x` in place, without branches (so a loop of it vectorizes);
-    /// returns whether it clipped. `max`/`min` clamp as `clamp` does wherever the value is
-    /// kept: `q` is NaN only for a non-finite `x`, which stays as it is.
+    /// [`Affine::apply`] on `x` in place, without branches (selects, so a loop of it
+    /// vectorizes); returns whether it clipped. The clamp is written as `clamp` computes it, not
+    /// with `max`/`min`: those may pick either zero of `max(-0.0, 0.0)` (x86's `maxss` keeps
+    /// -0.0, aarch64's `fmaxnm` gives +0.0), which made a tiny negative value quantized to code
+    /// 0 of a range starting there -0.0 on one CPU and +0.0 on the other. `q` is NaN only for a
+    /// non-finite `x`, which stays as it is.
     #[inline(always)]
     fn apply_in_place(&self, x: &mut f32) -> bool {
         let v = *x;
         let q = round_ties_even(v / self.scale + self.zp);
-        let c = q.max(self.qmin).min(self.qmax);
+        let c = if q < self.qmin {
+            self.qmin
+        } else if q > self.qmax {
+            self.qmax
+        } else {
+            q
+        };
         let finite = v.is_finite();
         *x = if finite { (c - self.zp) * self.scale } else { v };
         finite & (c != q)
