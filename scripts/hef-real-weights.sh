@@ -28,15 +28,7 @@
 # (scripts/explain-real-weights.sh); the whole script has not been timed again.
 set -euo pipefail
 
-GGUF=SmolLM2-135M-Instruct.Q4_1.gguf
-[ $# -eq 1 ] || { echo "usage: $0 DIR   (DIR holds $GGUF; scripts/fetch-real-models.sh)" >&2; exit 2; }
-dir="$(cd "$1" && pwd)"
-repo="$(cd "$(dirname "$0")/.." && pwd)"
-[ -f "$dir/$GGUF" ] || { echo "error: $dir/$GGUF missing; run scripts/fetch-real-models.sh $dir" >&2; exit 2; }
-if [ -z "${HEFPROBE:-}" ]; then
-  (cd "$repo" && cargo build --release --quiet)
-  HEFPROBE="$repo/target/release/hefprobe"
-fi
+. "$(dirname "$0")/real-model-args.sh"
 cd "$dir"
 mkdir -p hef-check
 cp "$repo"/probes/*.toml hef-check/
