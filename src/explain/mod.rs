@@ -166,7 +166,8 @@ pub struct Spent {
 impl Spent {
     /// The report's sentence.
     pub fn summary(&self) -> String {
-        let other = format!("{} other emulations (clean runs, tie checks)", self.other);
+        let plural = if self.other == 1 { "" } else { "s" };
+        let other = format!("{} other emulation{plural} (clean runs, tie checks)", self.other);
         if self.exhaustive {
             return format!(
                 "{} candidates, each emulated whole (exhaustive): {} block-steps; {other}",
