@@ -409,8 +409,20 @@ pub(crate) fn not_seekable(path: &Path) -> Error {
     ))
 }
 
+/// Held (shared) while a temporary file and its folder are made; taken for good by
+/// [`stop_new_files`].
+static CREATING: std::sync::RwLock<()> = std::sync::RwLock::new(());
+
+/// No file is started by this process after this returns (those being started are finished
+/// first; a later one waits for ever). For a process about to exit: the signal handler removes
+/// the spill folders after it, since a write's temporary file would make its folder again.
+pub fn stop_new_files() {
+    std::mem::forget(CREATING.write().unwrap_or_else(|e| e.into_inner()));
+}
+
 /// A new temporary file beside `path` (its folder created if missing).
 fn temporary(path: &Path) -> Result<(PathBuf, std::fs::File)> {
+    let _starting = CREATING.read().unwrap_or_else(|e| e.into_inner());
     let parent = path.parent().filter(|p| !p.as_os_str().is_empty());
     if let Some(parent) = parent {
         std::fs::create_dir_all(parent).map_err(|e| Error::io(parent, e))?;

@@ -181,7 +181,11 @@ where
             };
         }
     };
-    match run(cli) {
+    let result = run(cli);
+    // Interrupted: the handler removes the spill folders and exits 130 (what the work ended in
+    // meanwhile, e.g. a capture file removed under it, is not the run's outcome).
+    crate::probe::cleanup::await_handler();
+    match result {
         // Every command's code is one of these (an ExitCode cannot be read back, only compared).
         Ok(code) => [0, 1, 2, 3].into_iter().find(|&k| ExitCode::from(k) == code).unwrap_or(1),
         Err(e) => {

@@ -64,10 +64,11 @@ pub fn writing<T>(f: impl FnOnce() -> T) -> T {
 /// Mark `dir` (a new spill folder) as this process's: write its owner file, and remove it if
 /// the run is interrupted. Errors only when the owner file cannot be written.
 pub fn watch(dir: &Path) -> std::io::Result<()> {
-    std::fs::write(dir.join(OWNER), format!("{} {}\n", std::process::id(), host()))?;
-    LIVE.lock().unwrap_or_else(|e| e.into_inner()).push(dir.to_path_buf());
+    // The handler first, the owner file last: once the file says the folder is a run's, a
+    // signal removes it (a test waits for the file, then interrupts).
     install();
-    Ok(())
+    LIVE.lock().unwrap_or_else(|e| e.into_inner()).push(dir.to_path_buf());
+    std::fs::write(dir.join(OWNER), format!("{} {}\n", std::process::id(), host()))
 }
 
 /// `dir` is gone (or about to be, by its owner): no longer removed on a signal.
@@ -75,9 +76,24 @@ pub fn unwatch(dir: &Path) {
     LIVE.lock().unwrap_or_else(|e| e.into_inner()).retain(|d| d != dir);
 }
 
+/// Set once the handler runs: the work's own end (an error from a file removed under it, or
+/// success) waits for the handler's exit instead of racing it ([`await_handler`]).
+static STOPPING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Where the command is about to exit: if the signal handler runs, wait for its exit (130, its
+/// message) rather than exit with what the interrupted work ended in.
+pub fn await_handler() {
+    while STOPPING.load(std::sync::atomic::Ordering::SeqCst) {
+        std::thread::park_timeout(std::time::Duration::from_secs(1));
+    }
+}
+
 fn on_signal() {
+    STOPPING.store(true, std::sync::atomic::Ordering::SeqCst);
     // A report being replaced is finished first; none is started after (the lock is kept).
     let _held = WRITING.lock().unwrap_or_else(|e| e.into_inner());
+    // Nor any other file: a spilled capture's temporary file would make its folder again.
+    crate::files::stop_new_files();
     let dirs = std::mem::take(&mut *LIVE.lock().unwrap_or_else(|e| e.into_inner()));
     for d in &dirs {
         match std::fs::remove_dir_all(d) {
