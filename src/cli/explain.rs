@@ -3,6 +3,8 @@
 
 use super::run::{command_line, finish, ReportArgs};
 use crate::error::Result;
+use crate::report::deliver;
+use crate::request::pattern::ExplainPattern;
 use crate::request::run::Explain;
 use crate::request::Request;
 use clap::Args;
@@ -11,8 +13,14 @@ use std::process::ExitCode;
 
 #[derive(Args, Debug)]
 pub struct ExplainArgs {
-    /// The probe whose inputs produced the observation.
-    pub probe: PathBuf,
+    /// The probe whose inputs produced the observation (not with --pattern).
+    #[arg(required_unless_present = "pattern", conflicts_with = "pattern")]
+    pub probe: Option<PathBuf>,
+    /// A finding's record (probes/findings/16.toml): rank every hypothesis of the catalog by how
+    /// much of it it reproduces, on --checkpoint's weights (default: a synthesized stand-in of
+    /// the record's degenerate shape), and print the experiment that decides between them.
+    #[arg(long, value_name = "RECORD", conflicts_with_all = ["observed", "backend", "faults", "pairs", "quant", "exhaustive", "spill_dir"])]
+    pub pattern: Option<PathBuf>,
     /// The observed capture (.npz with PHASE/TAP keys, or any names with --map).
     #[arg(long, value_name = "NPZ", conflicts_with = "backend")]
     pub observed: Option<PathBuf>,
@@ -51,8 +59,20 @@ pub struct ExplainArgs {
 }
 
 pub fn run(a: ExplainArgs) -> Result<ExitCode> {
+    let Some(probe) = a.probe else {
+        let request = ExplainPattern {
+            pattern: a.pattern.unwrap_or_default(),
+            checkpoint: a.checkpoint.to_ref(),
+            threads: None,
+            reports: a.out.targets(),
+            command: command_line(),
+        };
+        let mut explained = request.run()?;
+        deliver(&mut explained, &request.reports)?;
+        return Ok(ExitCode::SUCCESS);
+    };
     let request = Explain {
-        probe: a.probe,
+        probe,
         observed: a.observed,
         map: a.map,
         hef: a.hef,

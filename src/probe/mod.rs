@@ -6,6 +6,7 @@ pub mod assemble;
 pub mod backends;
 pub mod bundle;
 pub mod catalog;
+pub mod pattern;
 pub mod cleanup;
 pub mod compared;
 pub mod explained;

@@ -118,9 +118,20 @@ fn last_argmax(c: &Capture) -> Result<u32> {
 
 /// Base scope's free generation: the whole sequence re-run as one prefill per new token.
 fn base_generate(backend: &mut DecoderBackend, greedy: &InputSet, steps: usize) -> Result<Vec<u32>> {
+    base_generate_until(backend, greedy, steps, |_| false)
+}
+
+/// [`base_generate`] that stops early, once `done` says the tokens so far settle what the caller
+/// asks (`explain --pattern`: a collapse found, or one no longer possible).
+pub fn base_generate_until(
+    backend: &mut DecoderBackend,
+    greedy: &InputSet,
+    steps: usize,
+    mut done: impl FnMut(&[u32]) -> bool,
+) -> Result<Vec<u32>> {
     let logits = TapSelection::parse(&["logits".to_string()])?;
     let mut tokens = Vec::with_capacity(steps);
-    for _ in 0..steps {
+    while tokens.len() < steps && !done(&tokens) {
         let mut step = greedy.clone();
         step.prompt.extend(&tokens);
         step.decode = DecodeSpec::Greedy(0);

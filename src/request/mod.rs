@@ -11,6 +11,7 @@ pub mod device;
 pub mod faults;
 pub mod reduce;
 pub mod reference;
+pub mod pattern;
 pub mod run;
 pub mod suite;
 pub mod sweep;

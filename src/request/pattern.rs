@@ -1,0 +1,76 @@
+//! `hefprobe explain --pattern RECORD.toml [--checkpoint DIR]`: every hypothesis of the catalog
+//! ranked by how much of a finding's record it reproduces (`probe::pattern`), and the
+//! experiment that decides between the survivors.
+
+use super::Request;
+use crate::error::Result;
+use crate::model::synth::SynthSpec;
+use crate::model::{Checkpoint, CheckpointRef};
+use crate::output::Outputs;
+use crate::probe::pattern::doc::Explained;
+use crate::probe::pattern::Pattern;
+use crate::report::ReportTarget;
+use std::path::PathBuf;
+
+#[derive(Debug, Clone, Default)]
+pub struct ExplainPattern {
+    pub pattern: PathBuf,
+    /// The trained weights degenerate observations run on. Default: [`default_checkpoint`].
+    pub checkpoint: Option<CheckpointRef>,
+    /// Threads judging hypotheses (default: the cores available).
+    pub threads: Option<usize>,
+    pub reports: Vec<ReportTarget>,
+    pub command: String,
+}
+
+/// Without `--checkpoint`: a synthesized stand-in of the record's first degenerate shape
+/// (hidden, heads, kv heads, layers as recorded; vocab 512), so the command runs without
+/// downloads. Random weights do not collapse (reports/hidden-size-sweep.md): on it, only a
+/// hypothesis that forces a collapse reproduces a degenerate observation.
+pub fn default_checkpoint(p: &Pattern) -> CheckpointRef {
+    let o = p
+        .observations
+        .iter()
+        .find(|o| o.outcome == crate::probe::pattern::Outcome::Degenerate)
+        .unwrap_or(&p.observations[0]);
+    let mut spec: SynthSpec = crate::probe::pattern::judge::stand_in(o);
+    spec.vocab = Some(512);
+    CheckpointRef::Synth(spec)
+}
+
+impl Request for ExplainPattern {
+    type Plan = (Pattern, Checkpoint);
+    type Output = Explained;
+
+    fn plan(&self) -> Result<(Pattern, Checkpoint)> {
+        crate::report::check::<Explained>(&self.reports)?;
+        let mut outs = Outputs::new();
+        outs.input("the record", &self.pattern);
+        if let Some(c) = &self.checkpoint {
+            c.register("the checkpoint", &mut outs)?;
+        }
+        crate::report::register::<Explained>(&self.reports, &mut outs)?;
+        outs.check()?;
+        let pattern = Pattern::load(&self.pattern)?;
+        let ckpt = super::load_noting(&self.checkpoint.clone().unwrap_or_else(|| default_checkpoint(&pattern)))?;
+        Ok((pattern, ckpt))
+    }
+
+    fn execute(&self, (pattern, ckpt): (Pattern, Checkpoint)) -> Result<Explained> {
+        let threads =
+            self.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+        let started = std::time::Instant::now();
+        let bar = crate::progress::spinner();
+        bar.set_message(format!("finding {}: judging every hypothesis", pattern.finding));
+        let mut e = crate::probe::pattern::explain(&pattern, &ckpt, threads)?;
+        bar.finish_and_clear();
+        e.command = self.command.clone();
+        eprintln!(
+            "explain --pattern: {} hypotheses, {} base-scope generations in {:.1} s on {threads} thread(s)",
+            e.hypotheses.len() + e.cleared.len(),
+            e.emulations,
+            started.elapsed().as_secs_f64()
+        );
+        Ok(e)
+    }
+}
