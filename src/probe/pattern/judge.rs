@@ -179,17 +179,25 @@ pub struct Bed {
     pub label: String,
 }
 
-/// One base-scope greedy generation under `faults` (+ `quant`), stopped by `done`.
+/// One base-scope greedy generation under `faults` (+ `quant`), stopped by `done`, or by a
+/// token outside the vocabulary (`no-lm-head`'s hidden-wide output): it cannot be fed back, and
+/// ends the generation as its last token.
 pub fn generate(
     ckpt: &Checkpoint,
     inputs: &InputSet,
     faults: &[FaultSpec],
     quant: Option<&FaultSpec>,
     steps: usize,
-    done: impl FnMut(&[u32]) -> bool,
+    mut done: impl FnMut(&[u32]) -> bool,
 ) -> Result<Vec<u32>> {
+    let vocab = ckpt.config.vocab_size;
     let mut emu = DecoderBackend::emulator("hypothesis", ckpt, faults, quant)?;
-    base_generate_until(&mut emu, inputs, steps, done)
+    base_generate_until(&mut emu, inputs, steps, |t| outside(t, vocab).is_some() || done(t))
+}
+
+/// The last token when it lies outside the vocabulary.
+fn outside(t: &[u32], vocab: usize) -> Option<u32> {
+    t.last().copied().filter(|&x| x as usize >= vocab)
 }
 
 /// The prompt for `ckpt`: the text where it has a tokenizer, else the token ids.
@@ -223,6 +231,10 @@ fn trailing_run(t: &[u32]) -> usize {
 fn degenerate(bed: &Bed, faults: &[FaultSpec], quant: Option<&FaultSpec>, within: usize, run: usize) -> Result<ObsResult> {
     let settled = |t: &[u32]| longest_run(t) >= run || trailing_run(t) + (within - t.len()) < run;
     let t = generate(&bed.ckpt, &bed.inputs, faults, quant, within, settled)?;
+    if let Some(x) = outside(&t, bed.ckpt.config.vocab_size) {
+        let figures = format!("id {x} at step {}: outside the vocabulary, generation cannot go on", t.len() - 1);
+        return Ok(ObsResult { status: Status::Missed, figures, longest_run: Some(longest_run(&t[..t.len() - 1])), ran: true });
+    }
     let longest = longest_run(&t);
     let off = t.iter().zip(&bed.reference_tokens).position(|(a, b)| a != b);
     let figures = format!(
@@ -269,6 +281,17 @@ fn setting<'a>(spec: Option<&'a FaultSpec>, baseline: Option<&'a FaultSpec>) -> 
 
 /// One observation under one catalog hypothesis (None: the baseline alone).
 fn one(p: &Pattern, beds: &[Option<Bed>], spec: Option<&FaultSpec>, i: usize) -> Result<ObsResult> {
+    one_checked(p, beds, spec, i).or_else(|e| {
+        Ok(ObsResult {
+            status: Status::Untested,
+            figures: format!("the emulation stopped: {e}"),
+            longest_run: None,
+            ran: true,
+        })
+    })
+}
+
+fn one_checked(p: &Pattern, beds: &[Option<Bed>], spec: Option<&FaultSpec>, i: usize) -> Result<ObsResult> {
     let o = &p.observations[i];
     let Some(bed) = &beds[i] else {
         return Ok(ObsResult {
