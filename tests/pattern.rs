@@ -1,5 +1,5 @@
 //! `explain --pattern`: a finding's record ranked against every hypothesis of the catalog, on
-//! tiny synthesized checkpoints (no downloads). `first-slot-output` (each phase returns its
+//! small synthesized checkpoints (hidden 320, 2 layers, vocab 64) (no downloads). `first-slot-output` (each phase returns its
 //! first position's logits) makes every base-scope step predict the same token: a known
 //! collapse, so a record of only degenerate observations must rank it "reproduces", and one with
 //! a coherent observation it disturbs must mark it "partly", missing that one.
@@ -24,10 +24,10 @@ run = 4
 [prompt]
 tokens = [3, 17, 5, 40, 9, 33]
 [[observation]]
-hidden = 128
+hidden = 320
 layers = 2
-heads = 2
-kv_heads = 2
+heads = 5
+kv_heads = 5
 lm_head_split = false
 outcome = "degenerate"
 [[cleared]]
@@ -38,7 +38,7 @@ cause = "gqa-ratio"
 
 const COHERENT: &str = r#"
 [[observation]]
-hidden = 64
+hidden = 256
 layers = 2
 outcome = "coherent"
 [[cleared]]
@@ -47,14 +47,15 @@ cause = "depth"
 
 fn tiny(hidden: usize, heads: usize) -> hefprobe::model::Checkpoint {
     let mut s = SynthSpec::arch(Arch::Llama, 16);
-    (s.hidden, s.layers, s.heads, s.kv_heads, s.head_dim, s.vocab) = (hidden, 2, heads, heads, Some(64), Some(64));
+    (s.hidden, s.layers, s.heads, s.kv_heads, s.head_dim, s.vocab) =
+        (hidden, 2, heads, heads, Some(64), Some(64));
     s.build().unwrap()
 }
 
 #[test]
 fn a_known_collapse_reproduces_the_record_and_the_cleared_causes_are_cleared() {
     let p = Pattern::parse(DEGENERATE, Path::new("tiny.toml")).unwrap();
-    let e = explain(&p, &tiny(128, 2), 2).unwrap();
+    let e = explain(&p, &tiny(320, 5), 2).unwrap();
     let top = &e.hypotheses[0];
     assert!(matches!(&top.hypothesis, Hypothesis::Fault(s) if s == "first-slot-output"), "{}", top.label);
     assert_eq!(top.verdict, Verdict::Reproduces);
@@ -75,13 +76,17 @@ fn a_known_collapse_reproduces_the_record_and_the_cleared_causes_are_cleared() {
 #[test]
 fn a_coherent_observation_it_disturbs_makes_it_partly_and_a_noop_passes_by_definition() {
     let p = Pattern::parse(&format!("{DEGENERATE}{COHERENT}"), Path::new("tiny.toml")).unwrap();
-    let e = explain(&p, &tiny(128, 2), 2).unwrap();
+    let e = explain(&p, &tiny(320, 5), 2).unwrap();
     let first_slot = e.hypotheses.iter().find(|j| j.label == "first-slot-output").unwrap();
     assert_eq!(first_slot.verdict, Verdict::Partly);
     assert_eq!(first_slot.misses(), [2]);
-    assert!(first_slot.results[1].figures.contains("leaves the baseline's tokens"), "{}", first_slot.results[1].figures);
-    // tile-scale:64 at hidden 64 fits one tile: a no-op by definition, not run.
-    let ts = e.hypotheses.iter().find(|j| j.label == "tile-scale:64").unwrap();
+    assert!(
+        first_slot.results[1].figures.contains("leaves the baseline's tokens"),
+        "{}",
+        first_slot.results[1].figures
+    );
+    // tile-scale:256 at hidden 256 fits one tile: a no-op by definition, not run.
+    let ts = e.hypotheses.iter().find(|j| j.label == "tile-scale:256").unwrap();
     assert_eq!(ts.results[1].status, Status::Reproduced);
     assert!(ts.results[1].figures.contains("no-op"), "{}", ts.results[1].figures);
     // Depth: the degenerate checkpoint is no deeper than the coherent one.
@@ -89,15 +94,31 @@ fn a_coherent_observation_it_disturbs_makes_it_partly_and_a_noop_passes_by_defin
     assert_eq!(depth.verdict, Verdict::Contradicts, "{:?}", depth.results);
     // Nothing reproduces the whole record, and the report says so.
     assert!(e.hypotheses.iter().all(|j| j.verdict != Verdict::Reproduces));
-    assert!(e.conclusion().starts_with("Nothing in the catalog reproduces the whole record."), "{}", e.conclusion());
+    assert!(
+        e.conclusion().starts_with("Nothing in the catalog reproduces the whole record."),
+        "{}",
+        e.conclusion()
+    );
 }
 
 #[test]
 fn the_cli_prints_the_ranked_table_and_writes_every_report() {
     let dir = tempfile::tempdir().unwrap();
-    let ckpt = dir.path().join("h128");
+    let ckpt = dir.path().join("h320");
     hefprobe()
-        .args(["synth", "--arch", "llama", "--hidden", "128", "--layers", "2", "--heads", "2", "--kv-heads", "2"])
+        .args([
+            "synth",
+            "--arch",
+            "llama",
+            "--hidden",
+            "320",
+            "--layers",
+            "2",
+            "--heads",
+            "5",
+            "--kv-heads",
+            "5",
+        ])
         .args(["--vocab", "64", "--seed", "16", "-o"])
         .arg(&ckpt)
         .assert()
@@ -122,9 +143,15 @@ fn the_cli_prints_the_ranked_table_and_writes_every_report() {
         .clone();
     let stdout = String::from_utf8(out.stdout).unwrap();
     let stderr = String::from_utf8(out.stderr).unwrap();
-    let row = stdout.lines().find(|l| l.contains("first-slot-output")).unwrap_or_else(|| panic!("{stdout}"));
+    let row = stdout
+        .lines()
+        .find(|l| l.starts_with('│') && l.contains("first-slot-output"))
+        .unwrap_or_else(|| panic!("{stdout}"));
     assert!(row.contains("reproduces") && row.contains("run "), "{row}");
-    assert!(stdout.contains("Causes the finding cleared") && stdout.contains("The deciding experiment"), "{stdout}");
+    assert!(
+        stdout.contains("Causes the finding cleared") && stdout.contains("The deciding experiment"),
+        "{stdout}"
+    );
     assert!(stderr.contains("base-scope generations in") && stderr.contains("thread(s)"), "{stderr}");
     let md = std::fs::read_to_string(&md).unwrap();
     let md_row = md.lines().find(|l| l.contains("`first-slot-output`")).unwrap_or_else(|| panic!("{md}"));
@@ -143,7 +170,7 @@ fn a_bad_record_is_exit_2_naming_the_file_and_key() {
     let out = hefprobe().args(["explain", "--pattern"]).arg(&record).assert().code(2).get_output().clone();
     let e = String::from_utf8(out.stderr).unwrap();
     assert!(e.contains("bad.toml") && e.contains("`generation.run`"), "{e}");
-    std::fs::write(&record, DEGENERATE.replace("hidden = 128", "hiden = 128")).unwrap();
+    std::fs::write(&record, DEGENERATE.replace("hidden = 320", "hiden = 320")).unwrap();
     let out = hefprobe().args(["explain", "--pattern"]).arg(&record).assert().code(2).get_output().clone();
     let e = String::from_utf8(out.stderr).unwrap();
     assert!(e.contains("bad.toml") && e.contains("hiden"), "{e}");

@@ -52,7 +52,8 @@ impl Request for ExplainPattern {
         crate::report::register::<Explained>(&self.reports, &mut outs)?;
         outs.check()?;
         let pattern = Pattern::load(&self.pattern)?;
-        let ckpt = super::load_noting(&self.checkpoint.clone().unwrap_or_else(|| default_checkpoint(&pattern)))?;
+        let ckpt =
+            super::load_noting(&self.checkpoint.clone().unwrap_or_else(|| default_checkpoint(&pattern)))?;
         Ok((pattern, ckpt))
     }
 

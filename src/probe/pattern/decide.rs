@@ -30,7 +30,8 @@ pub struct Shape {
     pub hidden: usize,
     pub heads: usize,
     pub layers: usize,
-    /// Hypotheses predicted to change this shape's generation (the others leave it clean).
+    /// Hypotheses predicted to act on this shape (change the logits `run` compares; the others
+    /// are bit-exact no-ops there by definition).
     pub acting: Vec<String>,
     pub commands: Vec<String>,
 }
@@ -49,38 +50,34 @@ fn heads_of(hidden: usize) -> usize {
     }
 }
 
-/// The hypotheses to separate: those not contradicted; when fewer than two, the width faults
-/// that leave every coherent observation clean (the threshold's candidates).
+/// The hypotheses to separate: those that reproduce the whole record, and the width hypotheses
+/// that leave every coherent observation clean (the candidates for a threshold the record places
+/// between its shapes, whether or not they collapsed the given checkpoint).
 fn compared(p: &Pattern, judged: &[Judged]) -> (Vec<FaultSpec>, String) {
     let spec = |j: &Judged| match &j.hypothesis {
         Hypothesis::Fault(s) => FaultSpec::parse(s).ok(),
         _ => None,
     };
-    let survivors: Vec<FaultSpec> = judged
-        .iter()
-        .filter(|j| matches!(j.verdict, Verdict::Reproduces | Verdict::Partly))
-        .filter_map(spec)
-        .collect();
-    if survivors.len() >= 2 {
-        return (survivors, "the hypotheses that reproduce the record, or part of it".into());
-    }
     let coherent_ok = |j: &Judged| {
-        p.observations.iter().zip(&j.results).all(|(o, r)| {
-            o.outcome != Outcome::Coherent || r.status != super::judge::Status::Missed
-        })
+        p.observations
+            .iter()
+            .zip(&j.results)
+            .all(|(o, r)| o.outcome != Outcome::Coherent || r.status != super::judge::Status::Missed)
     };
-    let width: Vec<FaultSpec> = judged
+    let specs: Vec<FaultSpec> = judged
         .iter()
-        .filter(|j| coherent_ok(j))
+        .filter(|j| {
+            j.verdict == Verdict::Reproduces
+                || coherent_ok(j) && spec(j).is_some_and(|s| noop_at(&s, 1).is_some())
+        })
         .filter_map(spec)
-        .filter(|s| noop_at(s, 1).is_some())
         .collect();
+    let full = judged.iter().filter(|j| j.verdict == Verdict::Reproduces).count();
     (
-        width,
+        specs,
         format!(
-            "{} hypothesis reproduces the record's collapse, so these are the width hypotheses that leave every \
-             coherent observation clean: the candidates for a threshold the record places between its shapes",
-            if survivors.is_empty() { "no" } else { "only one" }
+            "the {full} hypothesis(es) that reproduce the whole record, and the width hypotheses that leave every coherent \
+             observation clean: the candidates for a threshold the record places between its shapes"
         ),
     )
 }
@@ -105,8 +102,13 @@ pub fn experiment(p: &Pattern, judged: &[Judged]) -> Experiment {
     });
     let mut chosen: Vec<usize> = Vec::new();
     while !open.is_empty() {
-        let splits = |c: usize| open.iter().filter(|&&(a, b)| acts(&specs[a], CANDIDATES[c]) != acts(&specs[b], CANDIDATES[c])).count();
-        let best = (0..CANDIDATES.len()).max_by_key(|&c| (splits(c), std::cmp::Reverse(c))).expect("candidates");
+        let splits = |c: usize| {
+            open.iter()
+                .filter(|&&(a, b)| acts(&specs[a], CANDIDATES[c]) != acts(&specs[b], CANDIDATES[c]))
+                .count()
+        };
+        let best =
+            (0..CANDIDATES.len()).max_by_key(|&c| (splits(c), std::cmp::Reverse(c))).expect("candidates");
         if splits(best) == 0 {
             break;
         }

@@ -45,7 +45,12 @@ impl Explained {
             grid,
             hypotheses: Vec::new(),
             cleared: Vec::new(),
-            experiment: Experiment { compared: Vec::new(), basis: String::new(), shapes: Vec::new(), inseparable: Vec::new() },
+            experiment: Experiment {
+                compared: Vec::new(),
+                basis: String::new(),
+                shapes: Vec::new(),
+                inseparable: Vec::new(),
+            },
             emulations: 0,
             generation: p.generation.clone(),
             command: String::new(),
@@ -61,10 +66,18 @@ impl Explained {
             .filter(|j| j.verdict == Verdict::Reproduces)
             .map(|j| j.label.as_str())
             .collect();
-        let part: Vec<&str> =
-            self.hypotheses.iter().filter(|j| j.verdict == Verdict::Partly).map(|j| j.label.as_str()).collect();
-        let not_cleared: Vec<&str> =
-            self.cleared.iter().filter(|j| j.verdict != Verdict::Contradicts).map(|j| j.label.as_str()).collect();
+        let part: Vec<&str> = self
+            .hypotheses
+            .iter()
+            .filter(|j| j.verdict == Verdict::Partly)
+            .map(|j| j.label.as_str())
+            .collect();
+        let not_cleared: Vec<&str> = self
+            .cleared
+            .iter()
+            .filter(|j| j.verdict != Verdict::Contradicts)
+            .map(|j| j.label.as_str())
+            .collect();
         let mut s = if full.is_empty() {
             "Nothing in the catalog reproduces the whole record.".to_string()
         } else {
@@ -80,6 +93,11 @@ impl Explained {
         } else {
             format!(" NOT contradicted by the record as written here: {}.", not_cleared.join(", "))
         };
+        if self.tested_on.iter().any(|t| t.starts_with("synthesized")) {
+            s += " Coherent observations of another width than the checkpoint's were checked on synthesized \
+                  stand-ins (random weights, which rarely collapse or react): passing them is weak evidence, \
+                  except where a width fault is a no-op there by definition.";
+        }
         s
     }
 }
@@ -87,7 +105,10 @@ impl Explained {
 fn verdict_cell(j: &Judged) -> Cell {
     let misses = j.misses();
     let text = match j.verdict {
-        Verdict::Partly => format!("partly (misses {})", misses.iter().map(|m| format!("#{m}")).collect::<Vec<_>>().join(", ")),
+        Verdict::Partly => format!(
+            "partly (misses {})",
+            misses.iter().map(|m| format!("#{m}")).collect::<Vec<_>>().join(", ")
+        ),
         v => v.word().to_string(),
     };
     Cell::from(text)
@@ -152,7 +173,7 @@ fn experiment(x: &Experiment, d: &mut Doc) {
     d.line(format!("Compared: {} hypotheses ({}).", x.compared.len(), x.basis)).blank();
     for s in &x.shapes {
         d.line(Text::strong(format!("hidden {} ({} heads of {}, {} layers, kv_heads = heads).", s.hidden, s.heads, s.hidden / s.heads, s.layers)).and(format!(
-            " Predicted to act ({} of {}): {}.",
+            " Predicted to act, i.e. to move the logits `run` compares ({} of {}; the rest are bit-exact no-ops there): {}.",
             s.acting.len(),
             x.compared.len(),
             if s.acting.is_empty() { "none".into() } else { s.acting.join(", ") }
@@ -182,7 +203,12 @@ impl crate::report::Document for Explained {
         let mut d = Doc::new();
         d.heading(1, format!("hefprobe explain --pattern: finding {}", self.finding));
         d.line(Text::strong("Record.").and(format!(" {}", self.summary))).blank();
-        d.line(Text::from("Produced by ").and(Text::code(&self.command)).and(format!(" (hefprobe {}).", env!("CARGO_PKG_VERSION")))).blank();
+        d.line(
+            Text::from("Produced by ")
+                .and(Text::code(&self.command))
+                .and(format!(" (hefprobe {}).", env!("CARGO_PKG_VERSION"))),
+        )
+        .blank();
         d.line(format!("Checkpoint: {}. {}.", self.checkpoint, self.grid)).blank();
         record(self, &mut d);
         d.heading(2, "Conclusion").line(self.conclusion()).blank();
@@ -219,7 +245,9 @@ fn write_svg(e: &Explained, path: &std::path::Path) -> Result<()> {
         .hypotheses
         .iter()
         .enumerate()
-        .filter_map(|(i, j)| j.results.iter().filter_map(|r| r.longest_run).max().map(|r| ((i + 1) as f64, r as f64)))
+        .filter_map(|(i, j)| {
+            j.results.iter().filter_map(|r| r.longest_run).max().map(|r| ((i + 1) as f64, r as f64))
+        })
         .collect();
     let n = e.hypotheses.len().max(1) as f64;
     let bar = e.generation.run as f64;

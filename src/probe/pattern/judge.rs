@@ -87,7 +87,13 @@ pub struct Judged {
 impl Judged {
     /// Reproduces every tested observation; partly: at least one degenerate one and not all;
     /// contradicts: no degenerate one (leaving a model coherent reproduces nothing).
-    fn new(hypothesis: Hypothesis, label: String, finding: Option<u32>, results: Vec<ObsResult>, p: &Pattern) -> Self {
+    fn new(
+        hypothesis: Hypothesis,
+        label: String,
+        finding: Option<u32>,
+        results: Vec<ObsResult>,
+        p: &Pattern,
+    ) -> Self {
         let tested: Vec<(&Observation, &ObsResult)> =
             p.observations.iter().zip(&results).filter(|(_, r)| r.status != Status::Untested).collect();
         let hit = |o: &&(&Observation, &ObsResult)| o.1.status == Status::Reproduced;
@@ -110,7 +116,12 @@ impl Judged {
 
     /// The observations (1-based) it misses.
     pub fn misses(&self) -> Vec<usize> {
-        self.results.iter().enumerate().filter(|(_, r)| r.status == Status::Missed).map(|(i, _)| i + 1).collect()
+        self.results
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| r.status == Status::Missed)
+            .map(|(i, _)| i + 1)
+            .collect()
     }
 }
 
@@ -159,10 +170,12 @@ pub fn grid_note(ckpt: &Checkpoint, n: usize) -> String {
 /// A shape's stand-in: seeded random llama weights with 4 massive-activation channels (as
 /// tests/width_faults.rs); a dimension not on record takes a default (said in the report).
 pub fn stand_in(o: &Observation) -> SynthSpec {
-    let head_dim = [64, 48, 32, 16, 8, 2].into_iter().find(|d| o.hidden.is_multiple_of(*d)).unwrap_or(o.hidden);
+    let head_dim =
+        [64, 48, 32, 16, 8, 2].into_iter().find(|d| o.hidden.is_multiple_of(*d)).unwrap_or(o.hidden);
     let heads = o.heads.unwrap_or(o.hidden / head_dim);
     let mut s = SynthSpec::arch(crate::model::Arch::Llama, 16);
-    (s.hidden, s.layers, s.heads, s.kv_heads) = (o.hidden, o.layers.unwrap_or(2), heads, o.kv_heads.unwrap_or(heads));
+    (s.hidden, s.layers, s.heads, s.kv_heads) =
+        (o.hidden, o.layers.unwrap_or(2), heads, o.kv_heads.unwrap_or(heads));
     s.head_dim = Some(o.hidden / heads);
     s.vocab = Some(o.vocab.unwrap_or(512).min(4096));
     s.massive_channels = 4;
@@ -208,7 +221,9 @@ pub fn prompt(p: &Pattern, ckpt: &Checkpoint, synthesized: bool) -> Result<Input
         text,
         ..Default::default()
     };
-    let mut i = spec.input_set(ckpt).map_err(|e| Error::input(format!("{} [prompt]", p.path.display()), e.to_string()))?;
+    let mut i = spec
+        .input_set(ckpt)
+        .map_err(|e| Error::input(format!("{} [prompt]", p.path.display()), e.to_string()))?;
     i.decode = DecodeSpec::Greedy(0);
     Ok(i)
 }
@@ -228,12 +243,24 @@ fn trailing_run(t: &[u32]) -> usize {
 }
 
 /// A degenerate observation's check under `faults`/`quant` on `bed`.
-fn degenerate(bed: &Bed, faults: &[FaultSpec], quant: Option<&FaultSpec>, within: usize, run: usize) -> Result<ObsResult> {
+fn degenerate(
+    bed: &Bed,
+    faults: &[FaultSpec],
+    quant: Option<&FaultSpec>,
+    within: usize,
+    run: usize,
+) -> Result<ObsResult> {
     let settled = |t: &[u32]| longest_run(t) >= run || trailing_run(t) + (within - t.len()) < run;
     let t = generate(&bed.ckpt, &bed.inputs, faults, quant, within, settled)?;
     if let Some(x) = outside(&t, bed.ckpt.config.vocab_size) {
-        let figures = format!("id {x} at step {}: outside the vocabulary, generation cannot go on", t.len() - 1);
-        return Ok(ObsResult { status: Status::Missed, figures, longest_run: Some(longest_run(&t[..t.len() - 1])), ran: true });
+        let figures =
+            format!("id {x} at step {}: outside the vocabulary, generation cannot go on", t.len() - 1);
+        return Ok(ObsResult {
+            status: Status::Missed,
+            figures,
+            longest_run: Some(longest_run(&t[..t.len() - 1])),
+            ran: true,
+        });
     }
     let longest = longest_run(&t);
     let off = t.iter().zip(&bed.reference_tokens).position(|(a, b)| a != b);
@@ -271,7 +298,10 @@ fn coherent(bed: &Bed, faults: &[FaultSpec], quant: Option<&FaultSpec>) -> Resul
 
 /// The tested settings of a catalog hypothesis: its fault and the quantization (a `quant`
 /// hypothesis in place of the baseline).
-fn setting<'a>(spec: Option<&'a FaultSpec>, baseline: Option<&'a FaultSpec>) -> (Vec<FaultSpec>, Option<&'a FaultSpec>) {
+fn setting<'a>(
+    spec: Option<&'a FaultSpec>,
+    baseline: Option<&'a FaultSpec>,
+) -> (Vec<FaultSpec>, Option<&'a FaultSpec>) {
     match spec {
         Some(s) if s.name == "quant" => (Vec::new(), Some(s)),
         Some(s) => (vec![s.clone()], baseline),
@@ -335,12 +365,19 @@ fn same_runs(p: &Pattern, beds: &[Option<Bed>]) -> Vec<Option<usize>> {
             .then(|| beds[i].as_ref().map(|b| (b.label.clone(), o.within(&p.generation))))
             .flatten()
     };
-    (0..p.observations.len()).map(|i| key(i).and_then(|k| (0..i).find(|&j| key(j) == Some(k.clone())))).collect()
+    (0..p.observations.len())
+        .map(|i| key(i).and_then(|k| (0..i).find(|&j| key(j) == Some(k.clone()))))
+        .collect()
 }
 
 /// Every (hypothesis, observation) pair, on `threads` threads pulling from one counter (the
 /// results are in the grid's order whatever the timing).
-pub fn judge_catalog(p: &Pattern, beds: &[Option<Bed>], specs: &[FaultSpec], threads: usize) -> Result<Vec<Judged>> {
+pub fn judge_catalog(
+    p: &Pattern,
+    beds: &[Option<Bed>],
+    specs: &[FaultSpec],
+    threads: usize,
+) -> Result<Vec<Judged>> {
     let n_obs = p.observations.len();
     let same = same_runs(p, beds);
     let jobs = (specs.len() + 1) * n_obs;
@@ -375,7 +412,9 @@ pub fn judge_catalog(p: &Pattern, beds: &[Option<Bed>], specs: &[FaultSpec], thr
         let rs: Vec<ObsResult> = rs.into_iter().map(|r| r.expect("every job ran")).collect();
         let (hyp, label, finding) = match h.checked_sub(1).map(|k| &specs[k]) {
             None => (Hypothesis::Baseline, baseline_label(p), None),
-            Some(s) => (Hypothesis::Fault(s.to_string()), s.to_string(), crate::fault::catalog::finding_of(&s.name)),
+            Some(s) => {
+                (Hypothesis::Fault(s.to_string()), s.to_string(), crate::fault::catalog::finding_of(&s.name))
+            }
         };
         judged.push(Judged::new(hyp, label, finding, rs, p));
     }
@@ -391,8 +430,13 @@ pub fn baseline_label(p: &Pattern) -> String {
 
 /// A cleared cause judged from the recorded shapes: its prediction per observation.
 pub fn judge_cause(p: &Pattern, cause: Cause) -> Judged {
-    let deepest_coherent =
-        p.observations.iter().filter(|o| o.outcome == Outcome::Coherent).filter_map(|o| o.layers).max().unwrap_or(0);
+    let deepest_coherent = p
+        .observations
+        .iter()
+        .filter(|o| o.outcome == Outcome::Coherent)
+        .filter_map(|o| o.layers)
+        .max()
+        .unwrap_or(0);
     let results = p
         .observations
         .iter()
@@ -452,15 +496,30 @@ pub fn beds(p: &Pattern, ckpt: &Checkpoint) -> Result<Vec<Option<Bed>>> {
             }
             let (inputs, base, reference) = given.clone().expect("set above");
             let label = format!("{} (given)", ckpt.source);
-            out.push(Some(Bed { ckpt: ckpt.clone(), inputs, baseline_tokens: base, reference_tokens: reference, label }));
+            out.push(Some(Bed {
+                ckpt: ckpt.clone(),
+                inputs,
+                baseline_tokens: base,
+                reference_tokens: reference,
+                label,
+            }));
         } else if o.outcome == Outcome::Coherent {
             let spec = stand_in(o);
-            let label = format!("synthesized hidden {} × {} layers, heads {}/{}", spec.hidden, spec.layers, spec.heads, spec.kv_heads);
+            let label = format!(
+                "synthesized hidden {} × {} layers, heads {}/{}",
+                spec.hidden, spec.layers, spec.heads, spec.kv_heads
+            );
             let synth = spec.build()?;
             let inputs = prompt(p, &synth, true)?;
             let base = generate(&synth, &inputs, &[], p.baseline.as_ref(), steps, |_| false)?;
             let reference = generate(&synth, &inputs, &[], None, steps, |_| false)?;
-            out.push(Some(Bed { ckpt: synth, inputs, baseline_tokens: base, reference_tokens: reference, label }));
+            out.push(Some(Bed {
+                ckpt: synth,
+                inputs,
+                baseline_tokens: base,
+                reference_tokens: reference,
+                label,
+            }));
         } else {
             out.push(None);
         }

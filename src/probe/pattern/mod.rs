@@ -185,7 +185,10 @@ impl Pattern {
     fn check(&self, what: &str) -> Result<()> {
         let bad = |key: &str, msg: String| Err(Error::input(format!("{what} key `{key}`"), msg));
         if self.version != PATTERN_VERSION {
-            return bad("version", format!("is {}: this hefprobe reads version {PATTERN_VERSION}", self.version));
+            return bad(
+                "version",
+                format!("is {}: this hefprobe reads version {PATTERN_VERSION}", self.version),
+            );
         }
         let g = &self.generation;
         if g.tokens == 0 || g.tokens > MAX_TOKENS {
@@ -202,12 +205,18 @@ impl Pattern {
             return bad("prompt.tokens", format!("holds {} ids: give 1..={MAX_PROMPT}", t.len()));
         }
         if self.prompt.text.as_ref().is_some_and(|s| s.is_empty() || s.len() > 16 * MAX_PROMPT) {
-            return bad("prompt.text", format!("give 1..={} bytes of text, or leave it out", 16 * MAX_PROMPT));
+            return bad(
+                "prompt.text",
+                format!("give 1..={} bytes of text, or leave it out", 16 * MAX_PROMPT),
+            );
         }
         if self.observations.is_empty() || self.observations.len() > MAX_OBSERVATIONS {
             return bad(
                 "observation",
-                format!("{} observations: give 1..={MAX_OBSERVATIONS} [[observation]] tables", self.observations.len()),
+                format!(
+                    "{} observations: give 1..={MAX_OBSERVATIONS} [[observation]] tables",
+                    self.observations.len()
+                ),
             );
         }
         for (i, o) in self.observations.iter().enumerate() {
@@ -216,7 +225,10 @@ impl Pattern {
         let mut seen = Vec::new();
         for c in &self.cleared {
             if seen.contains(&c.cause) {
-                return bad("cleared.cause", format!("`{}` is listed twice; list each cause once", c.cause.name()));
+                return bad(
+                    "cleared.cause",
+                    format!("`{}` is listed twice; list each cause once", c.cause.name()),
+                );
             }
             seen.push(c.cause);
         }
@@ -229,7 +241,9 @@ impl Observation {
         let bad = |key: &str, msg: String| Err(Error::input(format!("{what} key `{key}`"), msg));
         let range = |key: &str, v: Option<usize>, max: usize| -> Result<()> {
             match v {
-                Some(v) if v == 0 || v > max => bad(key, format!("is {v}: give 1..={max}, or leave it out when not recorded")),
+                Some(v) if v == 0 || v > max => {
+                    bad(key, format!("is {v}: give 1..={max}, or leave it out when not recorded"))
+                }
                 _ => Ok(()),
             }
         };
@@ -258,7 +272,11 @@ impl Observation {
         if self.outcome == Outcome::Degenerate && self.within(g) < g.run {
             return bad(
                 "within",
-                format!("is {}: a collapse of {} tokens (generation.run) needs at least that many", self.within(g), g.run),
+                format!(
+                    "is {}: a collapse of {} tokens (generation.run) needs at least that many",
+                    self.within(g),
+                    g.run
+                ),
             );
         }
         Ok(())
@@ -282,11 +300,12 @@ pub fn explain(p: &Pattern, ckpt: &crate::model::Checkpoint, threads: usize) -> 
             None => format!("not tested (no trained checkpoint of hidden {} given)", o.hidden),
         })
         .collect();
-    let mut e = doc::Explained::new(p, ckpt.source.to_string(), tested_on, judge::grid_note(ckpt, specs.len()));
+    let mut e =
+        doc::Explained::new(p, ckpt.source.to_string(), tested_on, judge::grid_note(ckpt, specs.len()));
     let mut judged = judge::judge_catalog(p, &beds, &specs, threads)?;
     judge::rank(&mut judged);
-    e.emulations = beds.iter().flatten().count() * 2
-        + judged.iter().flat_map(|j| &j.results).filter(|r| r.ran).count();
+    e.emulations =
+        beds.iter().flatten().count() * 2 + judged.iter().flat_map(|j| &j.results).filter(|r| r.ran).count();
     e.cleared = p.cleared.iter().map(|c| judge::judge_cause(p, c.cause)).collect();
     e.experiment = decide::experiment(p, &judged);
     e.hypotheses = judged;

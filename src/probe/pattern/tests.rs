@@ -60,7 +60,8 @@ fn bad_records_are_refused_naming_the_file_and_key() {
         let e = e.to_string();
         assert!(e.contains("r.toml") && e.contains(says), "{to}: {e}");
     }
-    let many: String = (0..=MAX_OBSERVATIONS).map(|_| "[[observation]]\nhidden = 64\noutcome = \"coherent\"\n").collect();
+    let many: String =
+        (0..=MAX_OBSERVATIONS).map(|_| "[[observation]]\nhidden = 64\noutcome = \"coherent\"\n").collect();
     let e = Pattern::parse(&format!("{MINIMAL}{many}"), Path::new("r.toml")).unwrap_err().to_string();
     assert!(e.contains("`observation`") && e.contains("1..=64"), "{e}");
 }
@@ -71,7 +72,10 @@ fn the_committed_record_of_finding_16_parses() {
     let p = Pattern::load(&path).unwrap();
     assert_eq!(p.finding, 16);
     assert!(p.observations.iter().any(|o| o.outcome == Outcome::Coherent && o.hidden <= 288));
-    assert!(p.observations.iter().any(|o| o.outcome == Outcome::Degenerate && o.hidden == 576 && o.layers == Some(6)));
+    assert!(p
+        .observations
+        .iter()
+        .any(|o| o.outcome == Outcome::Degenerate && o.hidden == 576 && o.layers == Some(6)));
     let causes: Vec<Cause> = p.cleared.iter().map(|c| c.cause).collect();
     assert_eq!(causes, [Cause::LmHeadSplit, Cause::GqaRatio, Cause::Depth]);
 }
