@@ -44,7 +44,7 @@ fn bad_records_are_refused_naming_the_file_and_key() {
         ("tokens = [1, 2, 3]", "tokens = []", "`prompt.tokens`"),
         ("hidden = 288", "hidden = 0", "`hidden`"),
         ("kv_heads = 9", "kv_heads = 4", "`kv_heads`"),
-        ("heads = 9", "heads = 7", "`heads`"),
+        ("heads = 9\nkv_heads = 9", "heads = 7\nkv_heads = 7", "`heads`"),
         ("outcome = \"coherent\"", "outcome = \"fine\"", "fine"),
         ("outcome = \"degenerate\"", "outcome = \"degenerate\"\nwithin = 4", "`within`"),
         ("outcome = \"coherent\"", "outcome = \"coherent\"\nwithin = 8", "`within`"),
