@@ -254,12 +254,12 @@ impl Observation {
         range("vocab", self.vocab, 1 << 22)?;
         range("within", self.within, MAX_TOKENS)?;
         if let (Some(h), Some(k)) = (self.heads, self.kv_heads) {
-            if h % k != 0 {
+            if !h.is_multiple_of(k) {
                 return bad("kv_heads", format!("is {k}: it must divide heads ({h})"));
             }
         }
         if let Some(h) = self.heads {
-            if self.hidden % h != 0 || (self.hidden / h) % 2 != 0 {
+            if !self.hidden.is_multiple_of(h) || !(self.hidden / h).is_multiple_of(2) {
                 return bad(
                     "heads",
                     format!("is {h}: hidden ({}) must be heads × an even head dim", self.hidden),
