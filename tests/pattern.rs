@@ -175,3 +175,26 @@ fn a_bad_record_is_exit_2_naming_the_file_and_key() {
     let e = String::from_utf8(out.stderr).unwrap();
     assert!(e.contains("bad.toml") && e.contains("hiden"), "{e}");
 }
+
+/// reports/finding-16.md is made by scripts/finding-16.sh from the real SmolLM2 (an opt-in
+/// download, so it is not regenerated here): it records the script's command, no machine path,
+/// and every section the tool writes.
+#[test]
+fn the_committed_finding_16_report_is_the_scripts() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let md = std::fs::read_to_string(root.join("reports/finding-16.md")).unwrap();
+    let script = std::fs::read_to_string(root.join("scripts/finding-16.sh")).unwrap();
+    assert!(script.contains("--report markdown=reports/finding-16.md --report svg=reports/finding-16.svg"));
+    assert!(md.contains(
+        "`hefprobe explain --pattern probes/findings/16.toml --checkpoint target/regen/SmolLM2-135M-Instruct.Q4_1.gguf \
+         --report markdown=reports/finding-16.md --report svg=reports/finding-16.svg`"
+    ));
+    for section in ["## Conclusion", "## Hypotheses, ranked", "## Causes the finding cleared", "## The deciding experiment"] {
+        assert!(md.contains(section), "{section}");
+    }
+    for machine in ["/root/", "/home/", "/work/", "/tmp/"] {
+        assert!(!md.contains(machine), "{machine}");
+    }
+    let svg = std::fs::read_to_string(root.join("reports/finding-16.svg")).unwrap();
+    assert!(svg.starts_with("<svg") && svg.contains("longest run"));
+}
