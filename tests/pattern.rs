@@ -189,7 +189,12 @@ fn the_committed_finding_16_report_is_the_scripts() {
         "`hefprobe explain --pattern probes/findings/16.toml --checkpoint target/regen/SmolLM2-135M-Instruct.Q4_1.gguf \
          --report markdown=reports/finding-16.md --report svg=reports/finding-16.svg`"
     ));
-    for section in ["## Conclusion", "## Hypotheses, ranked", "## Causes the finding cleared", "## The deciding experiment"] {
+    for section in [
+        "## Conclusion",
+        "## Hypotheses, ranked",
+        "## Causes the finding cleared",
+        "## The deciding experiment",
+    ] {
         assert!(md.contains(section), "{section}");
     }
     for machine in ["/root/", "/home/", "/work/", "/tmp/"] {
