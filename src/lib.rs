@@ -28,6 +28,7 @@ macro_rules! named_enum {
 }
 pub(crate) use named_enum;
 
+pub mod alloc;
 pub mod backend;
 pub mod bench;
 pub mod budget;

@@ -101,7 +101,10 @@ macro_rules! dot_x86 {
                 i += DOT_LANES;
             }
             let s16 = _mm512_add_ps(a0, a1);
-            let s8 = _mm256_add_ps(_mm512_castps512_ps256(s16), _mm512_extractf32x8_ps::<1>(s16));
+            let s8 = _mm256_add_ps(
+                _mm512_castps512_ps256(s16),
+                _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(s16))),
+            );
             fold8_tail(s8, &x[full..n], &row[full..n])
         }
 
@@ -128,7 +131,10 @@ macro_rules! dot_x86 {
             let mut out = [0f32; 4];
             for ((o, acc), row) in out.iter_mut().zip(&a).zip(&w) {
                 let s16 = _mm512_add_ps(acc[0], acc[1]);
-                let s8 = _mm256_add_ps(_mm512_castps512_ps256(s16), _mm512_extractf32x8_ps::<1>(s16));
+                let s8 = _mm256_add_ps(
+                    _mm512_castps512_ps256(s16),
+                    _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(s16))),
+                );
                 *o = fold8_tail(s8, &x[full..n], &row[full..n]);
             }
             out
@@ -512,7 +518,8 @@ pub(super) fn matvec<W: DotWeight>(
     while j < rows.end {
         // Four rows at a time; the last group repeats its final row (computed, not stored).
         let take = (rows.end - j).min(4);
-        let group = [0, 1, 2, 3].map(|g| row(j + g.min(take - 1)));
+        let last = j + take - 1;
+        let group = [row(j), row((j + 1).min(last)), row((j + 2).min(last)), row(last)];
         for r in 0..t {
             let v = W::dot4(&x[r * k..(r + 1) * k], group);
             for (g, &v) in v.iter().enumerate().take(take) {
