@@ -152,8 +152,8 @@ pub struct Frames {
 impl Frames {
     /// The HEF on a simulated device computing `faults` (and nothing it was made with) through
     /// the expected quantization, on `ckpt`'s weights; None when a fault acts on positions,
-    /// which the device never receives ([`crate::device::synth_hef::on_device`]), or is a graph
-    /// without its lm_head, whose hidden-wide output this HEF's vocab-wide one cannot hold.
+    /// which the device never receives, or changes the graph's output (no lm_head: hidden-wide,
+    /// which this HEF's vocab-wide output cannot hold): [`crate::fault::OnDevice`].
     /// `first`: faults whose hooks go ahead of the device's (explain's instrument).
     pub fn backend(
         &self,
@@ -161,8 +161,8 @@ impl Frames {
         faults: &[FaultSpec],
         first: Vec<Box<dyn crate::fault::Fault>>,
     ) -> Result<Option<HefBackend>> {
-        use crate::fault::catalog::{is, output::NoLmHead};
-        if !faults.iter().all(|f| crate::device::synth_hef::on_device(f) && !is::<NoLmHead>(f)) {
+        use crate::fault::{catalog::on_device, OnDevice};
+        if !faults.iter().all(|f| matches!(on_device(f), OnDevice::Frames | OnDevice::Ring)) {
             return Ok(None);
         }
         let spec = SimSpec { faults: faults.to_vec(), noise: None, ..self.spec.clone() };

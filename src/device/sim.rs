@@ -17,9 +17,9 @@ use super::{
 };
 use crate::budget::Bytes;
 use crate::error::{Error, Result};
-use crate::fault::catalog::cache::CacheLayout;
+use crate::fault::catalog::{self, cache::CacheLayout};
 use crate::fault::spec::FaultSpec;
-use crate::fault::Fault;
+use crate::fault::{Fault, OnDevice};
 use crate::hef::model::dtype_name;
 use crate::hef::synth::data_bytes;
 use crate::hef::{Hef, NetworkGroup, QuantInfo};
@@ -319,7 +319,7 @@ impl SimDevice {
         // cache-layout is realized in the ring itself (how prefill writes), so the cache
         // buffers show it as a device's would; the other faults run in the emulator.
         let (layouts, mut specs): (Vec<FaultSpec>, Vec<FaultSpec>) =
-            spec.faults.iter().cloned().partition(crate::fault::catalog::is::<CacheLayout>);
+            spec.faults.iter().cloned().partition(|f| catalog::on_device(f) == OnDevice::Ring);
         if spec.mistakes.contains(&Mistake::MissingLmHead) {
             specs.push(FaultSpec::parse("no-lm-head")?);
         }
