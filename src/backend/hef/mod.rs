@@ -4,8 +4,8 @@
 
 use super::{no_feed, Backend, Capabilities, Ran};
 use crate::capture::{Store, TapSink};
-use crate::device::driver::{Exposed, LlmDriver};
-use crate::device::exposed::for_capture;
+use crate::device::driver::LlmDriver;
+use crate::device::open::Opened;
 use crate::device::sim::SimDevice;
 use crate::device::synth_hef::{sim_spec, Calibration, SimSpec};
 use crate::device::{Device, DeviceFacts, SimProfile};
@@ -20,6 +20,9 @@ use crate::tap::{Key, Phase, Tap, TapSelection};
 use ndarray::{ArrayD, IxDyn};
 use std::path::Path;
 use std::sync::Arc;
+
+mod outputs;
+use outputs::TapOutput;
 
 /// A HEF open on its device: the driver ready, what the device says about itself, and (for a
 /// HEF hefprobe simulates) the checkpoint it was made from.
@@ -51,87 +54,11 @@ pub struct HefBackend {
     _device: Box<dyn Device>,
 }
 
-/// Open the device a HEF needs: simulated when hefprobe wrote it (as `profile`, default
-/// `sim`), else the real one (where a simulator profile is a usage error). With the HEF, and
-/// the checkpoint hash a simulated one was made from.
-type Opened = (Box<dyn Device>, Arc<Hef>, Option<(String, SimSpec)>);
-
-fn open_device(path: &Path, profile: Option<SimProfile>) -> Result<Opened> {
-    let what = path.display().to_string();
-    let hef = Arc::new(Hef::read(path)?);
-    if let Some(spec) = sim_spec(&hef, &what)? {
-        let dev = SimDevice::with_profile(hef.clone(), spec.clone(), what, profile.unwrap_or_default())?;
-        let made_from = dev.checkpoint.hash.clone();
-        return Ok((Box::new(dev), hef, Some((made_from, spec))));
-    }
-    if let Some(p) = profile {
-        return Err(Error::usage(format!(
-            "device `{}` simulates a device, but {what} is a compiled HEF (no hefprobe-sim.json resource): \
-             leave the device choice out to run it on the real device",
-            p.name()
-        )));
-    }
-    Ok((real_device(path)?, hef, None))
-}
-
-#[cfg(feature = "hailo")]
-fn real_device(path: &Path) -> Result<Box<dyn Device>> {
-    Ok(Box::new(crate::device::hailo::HailoDevice::open(path)?))
-}
-
-#[cfg(not(feature = "hailo"))]
-fn real_device(path: &Path) -> Result<Box<dyn Device>> {
-    Err(Error::Unsupported(format!(
-        "{} is a compiled HEF, not one hefprobe simulates: running it needs a Hailo-10H and HailoRT 5.x. \
-         On the device host build with `cargo build --release --features hailo` (HAILORT_INCLUDE_DIR / \
-         HAILORT_LIB_DIR if not in /usr), or record a capture there with `hefprobe capture` and compare it here",
-        path.display()
-    )))
-}
-
-/// A HEF built for an architecture the device does not run is an input error, as HailoRT's
-/// HAILO_HEF_NOT_COMPATIBLE_WITH_DEVICE would be (the table: [`crate::hef::arch`]).
-pub fn check_arch(hw_arch: i32, device_arch: Option<&str>, what: &str) -> Result<()> {
-    match device_arch {
-        Some(arch) if !crate::hef::arch::runs_on(hw_arch, arch) => Err(Error::input(
-            what,
-            format!(
-                "was built for {} (hw_arch {hw_arch}), which a {arch} device does not run (HailoRT: \
-                 HAILO_HEF_NOT_COMPATIBLE_WITH_DEVICE); compile the HEF for {arch}",
-                crate::hef::arch::hw_arch_name(hw_arch),
-            ),
-        )),
-        _ => Ok(()),
-    }
-}
-
-/// The HEF at `path` on its device (see [`open_device`]), its architecture checked against the
-/// device's and its LLM driver opened.
+/// The HEF at `path` on its device ([`crate::device::open`]) as the `hef` backend `label`, its
+/// exposed outputs taken by their names.
 pub fn open_hef(label: &str, path: &Path, profile: Option<SimProfile>) -> Result<HefBackend> {
-    let what = path.display().to_string();
-    let (mut device, hef, sim) = open_device(path, profile)?;
-    let facts = device.facts();
-    check_arch(hef.hw_arch, facts.architecture.as_deref(), &what)?;
-    let driver = LlmDriver::open(device.as_mut(), &hef, &what)?;
-    let description = device.describe();
-    let first_layer = sim.as_ref().and_then(|(_, s)| s.layers).map_or(0, |[a, _]| a);
-    let (made_from, sim) = sim.map_or((None, None), |(h, s)| (Some(h), Some(s)));
-    HefBackend {
-        name: label.to_string(),
-        driver,
-        hef,
-        facts,
-        description,
-        made_from,
-        sim,
-        declared: None,
-        expected: None,
-        tap_outputs: Vec::new(),
-        output_map: None,
-        first_layer,
-        _device: device,
-    }
-    .with_convention(&what)
+    HefBackend::new(label, crate::device::open::open(path, profile)?)
+        .with_convention(&path.display().to_string())
 }
 
 /// What explain needs to emulate a candidate on a simulated HEF as its device computes it: the
@@ -182,21 +109,6 @@ impl Frames {
     }
 }
 
-/// An output beyond the logits and the tap it is.
-#[derive(Clone)]
-struct TapOutput {
-    output: String,
-    tap: Tap,
-    /// From an output map entry: the wire array [h, w, f] to the capture layout of a frame.
-    transform: Option<super::map::Transform>,
-}
-
-/// Whether an exposed output's [rows, values] are what the tap comes as: the frame's rows (or
-/// only the last) of `width` values.
-fn fits(rows_values: &[usize], frame: usize, width: usize) -> bool {
-    matches!(rows_values, [r, w] if *w == width && (*r == frame || *r == 1))
-}
-
 /// The `hef` backend for the HEF at `path`, refused when it was made from another checkpoint
 /// than the reference's.
 pub fn open(label: &str, path: &Path, profile: Option<SimProfile>, ckpt: &Checkpoint) -> Result<HefBackend> {
@@ -206,211 +118,24 @@ pub fn open(label: &str, path: &Path, profile: Option<SimProfile>, ckpt: &Checkp
 }
 
 impl HefBackend {
-    /// The rows of a frame of `group` and the values of one wire row of `tap`.
-    fn wire(&self, group: &str, tap: Tap) -> (usize, usize) {
-        let frame = if group == self.driver.prefill_group() { self.driver.prefill_tokens() } else { 1 };
-        (frame, self.driver.geometry().row_width(tap))
-    }
-
-    /// The exposed outputs by the naming convention (`<group>/<tap>`), each checked.
-    fn with_convention(mut self, what: &str) -> Result<Self> {
-        let mut tap_outputs = Vec::new();
-        for (group, o, is_tap) in self.driver.outputs() {
-            let Some(tap) = is_tap.then(|| crate::device::exposed::tap_named(&o.name)).flatten() else {
-                continue;
-            };
-            let (frame, want) = self.wire(&group, tap);
-            let got = o.shape.features as usize;
-            if !fits(&[o.shape.rows() as usize, got], frame, want) {
-                return Err(Error::input(
-                    format!("{what} output `{}`", o.name),
-                    format!(
-                        "is named as tap {tap}, whose frame is {frame} (or 1) rows of {want} values here, but the \
-                         output is {} rows of {got}; rename it, or map it with an output map",
-                        o.shape.rows()
-                    ),
-                ));
-            }
-            crate::device::exposed::check_quant(&o, tap, self.qmax(&group, &o.name), what)?;
-            tap_outputs.push(TapOutput { output: o.name.clone(), tap, transform: None });
+    fn new(name: &str, opened: Opened) -> Self {
+        let first_layer = opened.sim.as_ref().and_then(|(_, s)| s.layers).map_or(0, |[a, _]| a);
+        let (made_from, sim) = opened.sim.map_or((None, None), |(h, s)| (Some(h), Some(s)));
+        HefBackend {
+            name: name.to_string(),
+            driver: opened.driver,
+            hef: opened.hef,
+            facts: opened.facts,
+            description: opened.description,
+            made_from,
+            sim,
+            declared: None,
+            expected: None,
+            tap_outputs: Vec::new(),
+            output_map: None,
+            first_layer,
+            _device: opened.device,
         }
-        self.tap_outputs = tap_outputs;
-        self.check_taps(None, what)?;
-        Ok(self)
-    }
-
-    /// The largest code of an output as the hardware sends it (uint8 or uint16).
-    fn qmax(&self, group: &str, output: &str) -> f32 {
-        let bytes = self
-            .hef
-            .group(group)
-            .and_then(|g| g.outputs.iter().find(|s| s.name == output))
-            .map_or(2, |s| s.data_bytes);
-        if bytes == 1 {
-            255.0
-        } else {
-            65535.0
-        }
-    }
-
-    /// Every exposed tap from one output of its group (two outputs onto one tap, by their
-    /// names, an output map, or both, would have one silently win), and, with the model's
-    /// `layers`, inside the model.
-    fn check_taps(&self, layers: Option<usize>, what: &str) -> Result<()> {
-        let outputs = self.driver.outputs();
-        let mut seen: Vec<(&str, Tap, &str)> = Vec::new();
-        for (group, o, _) in &outputs {
-            let Some(t) = self.tap_outputs.iter().find(|t| t.output == o.name) else { continue };
-            if let Some((_, _, other)) = seen.iter().find(|(g, x, _)| *g == group.as_str() && *x == t.tap) {
-                return Err(Error::input(
-                    what,
-                    format!(
-                        "outputs `{other}` and `{}` of group `{group}` are both tap {}: measure each tap from one \
-                         output (rename one, or map it elsewhere in the output map)",
-                        o.name, t.tap
-                    ),
-                ));
-            }
-            seen.push((group, t.tap, &o.name));
-            if let (Some(l), Some(n)) = (t.tap.layer(), layers) {
-                if l >= n {
-                    return Err(Error::input(
-                        format!("{what} output `{}`", o.name),
-                        format!("is tap {}, but the model has {n} layers (0..={})", t.tap, n - 1),
-                    ));
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// Take the HEF's outputs as the output map at `path` names them (the dump map's TOML form:
-    /// output name → tap, with transforms from the output's [h, w, f] to the tap's frame layout
-    /// rows of the tap's values); an output the map leaves out stays as the naming convention
-    /// has it (a tap, or a part of the logits), and an entry mapping onto `logits` makes it a
-    /// part of the logits.
-    pub fn set_output_map(&mut self, path: &Path) -> Result<()> {
-        let map_what = path.display().to_string();
-        let text = crate::files::read_text(path, crate::files::Kind::NameMap)?;
-        let outputs = self.driver.outputs();
-        let names: Vec<String> = outputs.iter().map(|(_, o, _)| o.name.clone()).collect();
-        let shape_of = |n: &str| {
-            let o = &outputs.iter().find(|(_, o, _)| o.name == n).expect("plan asks for members").1;
-            Ok(vec![o.shape.height as usize, o.shape.width as usize, o.shape.features as usize])
-        };
-        let group_of =
-            |n: &str| outputs.iter().find(|(_, o, _)| o.name == n).map_or(String::new(), |x| x.0.clone());
-        let entries = super::map::plan(&text, &map_what, "the HEF's outputs", &names, shape_of, group_of)?;
-        let mentioned: Vec<String> = entries.iter().map(|e| e.member.clone()).collect();
-        let mut tap_outputs: Vec<TapOutput> = Vec::new();
-        for e in entries {
-            let what = format!("{map_what} entry `{}`", e.member);
-            let Some((phase, tap)) = e.key.canonical() else {
-                return Err(Error::input(what, format!("`{}` is not a canonical tap", e.key)));
-            };
-            if phase != Phase::Prefill {
-                return Err(Error::input(
-                    what,
-                    format!("names phase {phase}: an output's phase is the frame it comes back with; give the tap alone"),
-                ));
-            }
-            if tap == Tap::Logits {
-                continue;
-            }
-            if !crate::device::exposed::exposable(tap) {
-                return Err(Error::input(
-                    what,
-                    format!("{tap} cannot be a HEF's output (the host looks the embeddings up)"),
-                ));
-            }
-            let (group, o, _) =
-                outputs.iter().find(|(_, o, _)| o.name == e.member).expect("plan checked the member");
-            let dims = shape_of(&e.member)?;
-            let rows = match &e.transform {
-                Some(t) => super::map::transformed_shape(&dims, t, &what)?,
-                None => vec![dims[0] * dims[1], dims[2]],
-            };
-            let (frame, width) = self.wire(group, tap);
-            if !fits(&rows, frame, width) {
-                return Err(Error::input(
-                    what,
-                    format!(
-                        "gives the output's {}×{}×{} as {rows:?}, but {tap} here comes as rows of {width} values \
-                         ({frame} rows, or only the last): a transform must end in [rows, values] (squeeze, permute, \
-                         reshape), the values in the capture's order after its row axis",
-                        o.shape.height, o.shape.width, o.shape.features
-                    ),
-                ));
-            }
-            crate::device::exposed::check_quant(o, tap, self.qmax(group, &o.name), &map_what)?;
-            tap_outputs.push(TapOutput { output: e.member.clone(), tap, transform: e.transform });
-        }
-        tap_outputs.extend(
-            std::mem::take(&mut self.tap_outputs).into_iter().filter(|t| !mentioned.contains(&t.output)),
-        );
-        self.driver.set_taps(&tap_outputs.iter().map(|t| t.output.clone()).collect());
-        self.tap_outputs = tap_outputs;
-        self.check_taps(None, &map_what)?;
-        self.output_map = Some(map_what);
-        Ok(())
-    }
-
-    /// What the host sees of each exposed tap: its output's quant infos (the first group's that
-    /// outputs it), for the expected emulation. An output a map transforms has its features in
-    /// another order than the tap's: there only a quant info shared by all is reproduced.
-    fn exposed_quant(&self) -> Vec<(Tap, crate::fault::expected::ExposedQuant)> {
-        let g = self.driver.geometry();
-        let outputs = self.driver.outputs();
-        let mut out: Vec<(Tap, crate::fault::expected::ExposedQuant)> = Vec::new();
-        for t in &self.tap_outputs {
-            let Some((group, o, _)) = outputs.iter().find(|(_, o, _)| o.name == t.output) else { continue };
-            let shared = o.quant_infos.windows(2).all(|w| w[0] == w[1]);
-            if out.iter().any(|(x, _)| *x == t.tap) || (t.transform.is_some() && !shared) {
-                continue;
-            }
-            let bytes = self
-                .hef
-                .group(group)
-                .and_then(|g| g.outputs.iter().find(|s| s.name == o.name))
-                .map_or(2, |s| s.data_bytes);
-            out.push((
-                t.tap,
-                crate::fault::expected::ExposedQuant {
-                    layout: g.layout(t.tap),
-                    slots: g.slots,
-                    infos: if shared { o.quant_infos[..1].to_vec() } else { o.quant_infos.clone() },
-                    qmax: if bytes == 1 { 255.0 } else { 65535.0 },
-                },
-            ));
-        }
-        out
-    }
-
-    /// One frame's exposed outputs as capture arrays of the taps `taps` selects.
-    fn exposed_taps(&self, frame: Exposed, taps: &TapSelection) -> Result<Vec<(Tap, ArrayD<f32>)>> {
-        let g = self.driver.geometry();
-        let mut out = Vec::new();
-        for (name, shape, values) in frame.outputs {
-            let Some(t) = self.tap_outputs.iter().find(|t| t.output == name) else { continue };
-            if !taps.matches(&t.tap.to_string()) {
-                continue;
-            }
-            let what = format!("output `{name}`");
-            let layout = g.layout(t.tap);
-            let a = match &t.transform {
-                None => layout.from_rows(values, shape.rows() as usize, &what)?,
-                Some(tr) => {
-                    let dims = [shape.height as usize, shape.width as usize, shape.features as usize];
-                    let a = ArrayD::from_shape_vec(IxDyn(&dims), values)
-                        .map_err(|e| Error::Device(format!("{what}: {e}")))?;
-                    let rows = super::map::apply(a, tr, &what)?;
-                    let n = rows.shape()[0];
-                    layout.from_rows(rows.iter().copied().collect(), n, &what)?
-                }
-            };
-            out.push((t.tap, for_capture(a, layout, frame.real_rows, &frame.cols, &what)?));
-        }
-        Ok(out)
     }
 
     pub fn from_parts(
@@ -421,21 +146,8 @@ impl HefBackend {
     ) -> Self {
         let hef = hef.into();
         let sim = sim_spec(&hef, name).ok().flatten();
-        HefBackend {
-            name: name.to_string(),
-            driver,
-            hef,
-            facts: device.facts(),
-            description: device.describe(),
-            made_from: None,
-            sim,
-            declared: None,
-            expected: None,
-            tap_outputs: Vec::new(),
-            output_map: None,
-            first_layer: 0,
-            _device: device,
-        }
+        let (facts, description) = (device.facts(), device.describe());
+        HefBackend { sim, ..Self::new(name, Opened { device, hef, driver, facts, description, sim: None }) }
     }
 
     /// What this HEF computes when nothing is wrong, on `ckpt`'s weights: its edges' quant
@@ -661,40 +373,6 @@ impl HefBackend {
 }
 
 impl HefBackend {
-    /// Where each figure of this HEF comes from: which outputs are the logits, which taps were
-    /// measured (and how their values reached the host), and that every other tap is inferred.
-    pub fn outputs_note(&self) -> String {
-        let outputs = self.driver.outputs();
-        let logits: Vec<String> =
-            outputs.iter().filter(|(_, _, t)| !t).map(|(_, o, _)| format!("`{}`", o.name)).collect();
-        let mut note = match logits.is_empty() {
-            true => format!("backend `{}`: no logits (a graph cut before lm_head)", self.name),
-            false => format!("backend `{}`: logits from {}", self.name, logits.join(", ")),
-        };
-        if self.tap_outputs.is_empty() {
-            note += "; no other output, so every per-layer figure is inferred (explain), none measured on the device";
-            return note;
-        }
-        let mut taps: Vec<String> = self.tap_outputs.iter().map(|t| t.tap.to_string()).collect();
-        taps.sort();
-        taps.dedup();
-        let per_feature = self
-            .tap_outputs
-            .iter()
-            .any(|t| outputs.iter().any(|(_, o, _)| o.name == t.output && o.quant_infos.len() > 1));
-        note += &format!(
-            "; measured on the device, from {} outputs named {}: {} (float32 as HailoRT dequantizes them, {}); \
-             every other tap is inferred (explain)",
-            self.tap_outputs.len(),
-            self.output_map.as_ref().map_or("by the `<group>/<tap>` convention".to_string(), |m| format!("by {m} and the `<group>/<tap>` convention")),
-            taps.join(", "),
-            if per_feature { "per-feature quant infos" } else { "one quant info per output" }
-        );
-        note
-    }
-}
-
-impl HefBackend {
     /// A compiled suffix HEF's first block, as declared (`first_layer`); a simulated HEF's own
     /// range must agree with a declaration.
     pub fn declare_first_layer(&mut self, k: Option<usize>, layers: usize) -> Result<()> {
@@ -793,47 +471,5 @@ impl Backend for HefBackend {
         }
         let error = self.drive(inputs, taps, sink, &mut record).err();
         Ran { record, error }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::device::doctor::{findings, Probe, Verdict};
-    use crate::device::RealDevice;
-
-    /// `doctor` and every device open (the suite's, `run`'s) judge a HEF's architecture by the
-    /// same table: for every hw_arch and every device HailoRT 5.2 names, doctor's verdict is
-    /// ok exactly where the open accepts the HEF.
-    #[test]
-    fn doctor_and_the_device_open_agree_on_every_architecture_pair() {
-        let devices =
-            ["HAILO8_A0", "HAILO8", "HAILO8L", "HAILO15H", "HAILO15L", "HAILO15M", "HAILO10H", "HAILO12L"];
-        for hw_arch in (0..=8).chain(99..=110) {
-            let hef = Hef {
-                version: 0,
-                hw_arch,
-                sdk_version: String::new(),
-                groups: Vec::new(),
-                resources: Vec::new(),
-                extensions: Vec::new(),
-            };
-            for arch in devices {
-                let probe = Probe::Real {
-                    library: Ok((5, 2, 0)),
-                    device: Ok(RealDevice {
-                        device_ids: "x".into(),
-                        architecture: Some(arch.into()),
-                        cache_local: true,
-                    }),
-                };
-                let f = findings(&probe, &[], Some((Path::new("m.hef"), &hef)));
-                let doctor = f.iter().find(|x| x.item == "HEF m.hef").expect("a HEF finding").verdict;
-                let opens = check_arch(hw_arch, Some(arch), "m.hef").is_ok();
-                assert_eq!(doctor == Verdict::Ok, opens, "hw_arch {hw_arch} on {arch}");
-            }
-        }
-        assert!(check_arch(5, Some("HAILO10H"), "m.hef").is_err(), "the deprecated id runs nowhere");
-        assert!(check_arch(0, Some("HAILO8"), "m.hef").is_ok());
     }
 }
