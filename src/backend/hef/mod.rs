@@ -215,24 +215,6 @@ impl HefBackend {
         }
     }
 
-    /// A probe whose `chunk` cuts the prompt otherwise than the HEF's prefill frame: the same
-    /// inputs chunked as genai feeds this HEF (remainder first, then frames of
-    /// prefill_input_tokens_count rows), and the note that says so. `None` when the cuts agree.
-    pub fn follow_chunk(&self, inputs: &InputSet) -> Option<(InputSet, String)> {
-        let (c, p) = self.other_cut(inputs)?;
-        let cut = |c| crate::device::frames::chunks(inputs.prompt.len(), c);
-        let followed = InputSet { chunk: Some(p), ..inputs.clone() };
-        let note = format!(
-            "backend `{}`: the probe prefills in chunks of {c}, the HEF in frames of {p} rows \
-             (prefill_input_tokens_count): it ran as genai feeds it ({} chunk(s): {:?}) and is compared with \
-             a reference chunked the same",
-            self.name,
-            cut(p).len(),
-            cut(p)
-        );
-        Some((followed, note))
-    }
-
     /// The probe's chunk and the HEF's frame rows when they cut the prompt differently. A
     /// chunk that cuts it as the frames do (e.g. a prompt shorter than both) is the same run.
     fn other_cut(&self, inputs: &InputSet) -> Option<(usize, usize)> {
@@ -246,7 +228,7 @@ impl HefBackend {
         if inputs.start_position != 0 {
             return Err(Error::usage("a device conversation starts at position 0; remove start_position"));
         }
-        // Only a different cut is refused (a run follows it first: `follow_chunk`).
+        // Only a different cut is refused (a run follows it first: `follow_inputs`).
         if let Some((c, _)) = self.other_cut(inputs) {
             return Err(Error::usage(format!(
                 "the probe prefills in chunks of {c}, the HEF in chunks of {p} (prefill_input_tokens_count): \
@@ -272,48 +254,6 @@ impl HefBackend {
         // overwrites its oldest entries (see LlmDriver::note_context_full), and the comparison
         // uses a reference with a window of kv_cache_size keys (`reference_window`).
         Ok(())
-    }
-
-    /// The sliding window the reference needs to be comparable with this HEF on `inputs`, and
-    /// the note that says so: kv_cache_size when the conversation is longer than that. Exact
-    /// for tbt steps past the limit (one row sees the ring's kv_cache_size newest entries, as a
-    /// window of that many keys does); a prefill frame past it gives its earlier rows fewer keys
-    /// (row t of T sees kv − T + t + 1, the mask's columns being the ring's newest entries),
-    /// which a sliding window does not model, and the note says that too.
-    pub fn ring_window(&self, inputs: &InputSet) -> Option<(usize, String)> {
-        let (kv, p) = (self.driver.kv_cache_size(), self.driver.prefill_tokens());
-        let n = inputs.total_len();
-        if n <= kv {
-            return None;
-        }
-        let mut note = format!(
-            "conversation of {n} tokens exceeds the HEF's kv_cache_size {kv}: the device's cache ring overwrote \
-             the oldest entries; the reference attends to the last {kv} keys (sliding window), as genai's ring does"
-        );
-        // Prefill frames (more than one row) that end past kv_cache_size: the prompt's chunks
-        // (a one-token prompt goes to tbt when there is one), and every decode step when the HEF
-        // has no tbt group.
-        let tbt = self.driver.has_tbt();
-        let (prompt, steps) = (inputs.prompt.len(), inputs.decode.steps());
-        let mut full = 0;
-        if !(tbt && prompt == 1) {
-            let mut end = 0usize;
-            for c in crate::device::frames::chunks(prompt, p) {
-                end = end.saturating_add(c);
-                full += usize::from(end > kv);
-            }
-        }
-        if !tbt {
-            // Step k ends at prompt + k + 1 tokens: past kv for every k >= kv − prompt.
-            full += steps - steps.min(kv.saturating_sub(prompt));
-        }
-        if full > 0 {
-            note += &format!(
-                "; {full} prefill frame(s) of {p} rows ran past it, whose rows before the last see only the ring's \
-                 newest {kv} − {p} + row + 1 keys, not a full window: drift from there on may be the ring's, not the HEF's"
-            );
-        }
-        Some((kv, note))
     }
 
     /// Feed `inputs` (decode teacher-forced, or greedy on the device's own argmax).
@@ -428,12 +368,64 @@ impl Backend for HefBackend {
         Capabilities { all_taps: false, overrides: false, fed: self.first_layer > 0 }
     }
 
+    /// The sliding window the reference needs to be comparable with this HEF on `inputs`, and
+    /// the note that says so: kv_cache_size when the conversation is longer than that. Exact
+    /// for tbt steps past the limit (one row sees the ring's kv_cache_size newest entries, as a
+    /// window of that many keys does); a prefill frame past it gives its earlier rows fewer keys
+    /// (row t of T sees kv − T + t + 1, the mask's columns being the ring's newest entries),
+    /// which a sliding window does not model, and the note says that too.
     fn reference_window(&self, inputs: &InputSet) -> Option<(usize, String)> {
-        self.ring_window(inputs)
+        let (kv, p) = (self.driver.kv_cache_size(), self.driver.prefill_tokens());
+        let n = inputs.total_len();
+        if n <= kv {
+            return None;
+        }
+        let mut note = format!(
+            "conversation of {n} tokens exceeds the HEF's kv_cache_size {kv}: the device's cache ring overwrote \
+             the oldest entries; the reference attends to the last {kv} keys (sliding window), as genai's ring does"
+        );
+        // Prefill frames (more than one row) that end past kv_cache_size: the prompt's chunks
+        // (a one-token prompt goes to tbt when there is one), and every decode step when the HEF
+        // has no tbt group.
+        let tbt = self.driver.has_tbt();
+        let (prompt, steps) = (inputs.prompt.len(), inputs.decode.steps());
+        let mut full = 0;
+        if !(tbt && prompt == 1) {
+            let mut end = 0usize;
+            for c in crate::device::frames::chunks(prompt, p) {
+                end = end.saturating_add(c);
+                full += usize::from(end > kv);
+            }
+        }
+        if !tbt {
+            // Step k ends at prompt + k + 1 tokens: past kv for every k >= kv − prompt.
+            full += steps - steps.min(kv.saturating_sub(prompt));
+        }
+        if full > 0 {
+            note += &format!(
+                "; {full} prefill frame(s) of {p} rows ran past it, whose rows before the last see only the ring's \
+                 newest {kv} − {p} + row + 1 keys, not a full window: drift from there on may be the ring's, not the HEF's"
+            );
+        }
+        Some((kv, note))
     }
 
+    /// A probe whose `chunk` cuts the prompt otherwise than the HEF's prefill frame: the same
+    /// inputs chunked as genai feeds this HEF (remainder first, then frames of
+    /// prefill_input_tokens_count rows), and the note that says so. `None` when the cuts agree.
     fn follow_inputs(&self, inputs: &InputSet) -> Option<(InputSet, String)> {
-        self.follow_chunk(inputs)
+        let (c, p) = self.other_cut(inputs)?;
+        let cut = |c| crate::device::frames::chunks(inputs.prompt.len(), c);
+        let followed = InputSet { chunk: Some(p), ..inputs.clone() };
+        let note = format!(
+            "backend `{}`: the probe prefills in chunks of {c}, the HEF in frames of {p} rows \
+             (prefill_input_tokens_count): it ran as genai feeds it ({} chunk(s): {:?}) and is compared with \
+             a reference chunked the same",
+            self.name,
+            cut(p).len(),
+            cut(p)
+        );
+        Some((followed, note))
     }
 
     fn expected(&mut self, ckpt: &Checkpoint) -> Result<Option<Arc<Expected>>> {
