@@ -189,18 +189,13 @@ impl HefBackend {
             if out.iter().any(|(x, _)| *x == t.tap) || (t.transform.is_some() && !shared) {
                 continue;
             }
-            let bytes = self
-                .hef
-                .group(group)
-                .and_then(|g| g.outputs.iter().find(|s| s.name == o.name))
-                .map_or(2, |s| s.data_bytes);
             out.push((
                 t.tap,
                 crate::fault::expected::ExposedQuant {
                     layout: g.layout(t.tap),
                     slots: g.slots,
                     infos: if shared { o.quant_infos[..1].to_vec() } else { o.quant_infos.clone() },
-                    qmax: if bytes == 1 { 255.0 } else { 65535.0 },
+                    qmax: self.qmax(group, &o.name),
                 },
             ));
         }
