@@ -42,31 +42,22 @@ pub fn phases(store: &dyn Store) -> Vec<Phase> {
 /// Write every tap of `store` to `to`, announced on stderr when it is one of the user's files
 /// (`announce`; a scratch file is not): a copy of the file when it already is one.
 pub fn save(store: &dyn Store, to: &Path, announce: bool) -> Result<()> {
-    let said = |to: &Path| {
+    if let Some(from) = store.file() {
+        if from != to {
+            crate::files::copy(from, to)?;
+        }
         if announce {
             crate::files::announce(to);
         }
-    };
-    match store.file() {
-        Some(from) if from == to => {
-            said(to);
-            Ok(())
-        }
-        Some(from) => {
-            crate::files::copy(from, to)?;
-            said(to);
-            Ok(())
-        }
-        None => {
-            let mut out = NpzOut::create(to)?;
-            for key in store.keys() {
-                if let Some(a) = store.get(&key)? {
-                    out.add(&key.to_string(), &a)?;
-                }
-            }
-            out.finish(announce)
+        return Ok(());
+    }
+    let mut out = NpzOut::create(to)?;
+    for key in store.keys() {
+        if let Some(a) = store.get(&key)? {
+            out.add(&key.to_string(), &a)?;
         }
     }
+    out.finish(announce)
 }
 
 #[derive(Debug, Clone, Default)]
@@ -150,20 +141,12 @@ impl Capture {
 
     /// Write every entry as an `.npz`, through a temporary file renamed into place.
     pub fn write_npz(&self, path: &Path) -> Result<()> {
-        self.write_npz_as(path, true)
+        save(self, path, true)
     }
 
     /// [`Capture::write_npz`] without the "wrote PATH" line (a spilled run's temporary files).
     pub fn write_npz_quiet(&self, path: &Path) -> Result<()> {
-        self.write_npz_as(path, false)
-    }
-
-    fn write_npz_as(&self, path: &Path, announce: bool) -> Result<()> {
-        let mut out = NpzOut::create(path)?;
-        for (key, a) in &self.entries {
-            out.add(&key.to_string(), a)?;
-        }
-        out.finish(announce)
+        save(self, path, false)
     }
 
     /// Read every array of an `.npz`. Integer, bool and f64 arrays are converted to f32;

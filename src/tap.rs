@@ -53,67 +53,33 @@ impl serde::Serialize for Tap {
     }
 }
 
-/// Per-layer tap kinds, in execution order within a layer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum LayerTap {
-    /// Input of the block (the residual stream entering it). An edit site for overrides and
-    /// quantization, not a capture tap: it equals the previous block's `out`.
-    Input,
-    AttnNorm,
-    Q,
-    K,
-    V,
-    Scores,
-    Probs,
-    AttnOut,
-    MlpNorm,
-    /// silu(gate) * up, the MLP intermediate. An edit site (quantization), not a capture tap.
-    MlpAct,
-    MlpOut,
-    Out,
+crate::named_enum! {
+    /// Per-layer tap kinds, in execution order within a layer (`ALL`: edit sites included),
+    /// each named by its suffix (`layers.I.SUFFIX`).
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+    pub enum LayerTap {
+        /// Input of the block (the residual stream entering it). An edit site for overrides and
+        /// quantization, not a capture tap: it equals the previous block's `out`.
+        Input = "input",
+        AttnNorm = "attn_norm",
+        Q = "attn.q",
+        K = "attn.k",
+        V = "attn.v",
+        Scores = "attn.scores",
+        Probs = "attn.probs",
+        AttnOut = "attn.out",
+        MlpNorm = "mlp_norm",
+        /// silu(gate) * up, the MLP intermediate. An edit site (quantization), not a capture tap.
+        MlpAct = "mlp.act",
+        MlpOut = "mlp.out",
+        Out = "out",
+    }
 }
 
 impl LayerTap {
-    /// Every per-layer tap, edit sites included, in execution order.
-    pub const ALL: [LayerTap; 12] = [
-        LayerTap::Input,
-        LayerTap::AttnNorm,
-        LayerTap::Q,
-        LayerTap::K,
-        LayerTap::V,
-        LayerTap::Scores,
-        LayerTap::Probs,
-        LayerTap::AttnOut,
-        LayerTap::MlpNorm,
-        LayerTap::MlpAct,
-        LayerTap::MlpOut,
-        LayerTap::Out,
-    ];
-
     /// The taps a capture holds: every one but the edit sites (`input`, `mlp.act`).
     pub fn is_captured(self) -> bool {
         !matches!(self, LayerTap::Input | LayerTap::MlpAct)
-    }
-
-    pub fn suffix(self) -> &'static str {
-        match self {
-            LayerTap::Input => "input",
-            LayerTap::AttnNorm => "attn_norm",
-            LayerTap::Q => "attn.q",
-            LayerTap::K => "attn.k",
-            LayerTap::V => "attn.v",
-            LayerTap::Scores => "attn.scores",
-            LayerTap::Probs => "attn.probs",
-            LayerTap::AttnOut => "attn.out",
-            LayerTap::MlpNorm => "mlp_norm",
-            LayerTap::MlpAct => "mlp.act",
-            LayerTap::MlpOut => "mlp.out",
-            LayerTap::Out => "out",
-        }
-    }
-
-    fn from_suffix(s: &str) -> Option<LayerTap> {
-        LayerTap::ALL.into_iter().find(|t| t.suffix() == s)
     }
 }
 
@@ -135,7 +101,7 @@ impl Tap {
             _ => {
                 let rest = s.strip_prefix("layers.")?;
                 let (idx, suffix) = rest.split_once('.')?;
-                Some(Tap::Layer(idx.parse().ok()?, LayerTap::from_suffix(suffix)?))
+                Some(Tap::Layer(idx.parse().ok()?, LayerTap::from_name(suffix)?))
             }
         }
     }
@@ -200,7 +166,7 @@ impl fmt::Display for Tap {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Tap::Embed => write!(f, "embed"),
-            Tap::Layer(l, t) => write!(f, "layers.{l}.{}", t.suffix()),
+            Tap::Layer(l, t) => write!(f, "layers.{l}.{}", t.name()),
             Tap::FinalNorm => write!(f, "final_norm"),
             Tap::Logits => write!(f, "logits"),
         }
@@ -560,7 +526,7 @@ pub fn tap_names(layers: usize) -> Vec<String> {
 pub fn did_you_mean(glob: &str, layers: usize) -> String {
     let mut candidates = tap_names(layers.min(32));
     candidates
-        .extend(LayerTap::ALL.iter().filter(|t| t.is_captured()).map(|t| format!("layers.*.{}", t.suffix())));
+        .extend(LayerTap::ALL.iter().filter(|t| t.is_captured()).map(|t| format!("layers.*.{}", t.name())));
     candidates.extend((0..layers.min(32)).map(|l| format!("layers.{l}.*")));
     candidates.push("layers.*".into());
     closest(glob, candidates.iter().map(String::as_str))

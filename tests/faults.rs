@@ -2,9 +2,11 @@
 //! first by `explain` among the whole catalog (ties only with faults identical on the input).
 
 use hefprobe::backend::decoder::DecoderBackend;
-use hefprobe::explain::matrix::{matrix_model, run_case, CASES};
+use hefprobe::explain::matrix::{cases, matrix_model, run_case};
 use hefprobe::explain::rank::{explain, Setting};
 use hefprobe::explain::ExplainSpec;
+use hefprobe::fault::catalog::REGISTRY;
+use hefprobe::fault::{Entry, Proof};
 use hefprobe::tap::TapSelection;
 
 fn fs(text: &str) -> hefprobe::fault::spec::FaultSpec {
@@ -15,7 +17,7 @@ fn fs(text: &str) -> hefprobe::fault::spec::FaultSpec {
 fn every_fault_is_located_and_ranked_first() {
     let (ckpt, inputs) = matrix_model().unwrap();
     let mut failures = Vec::new();
-    for (spec, expected) in CASES {
+    for (spec, expected) in cases() {
         let row = run_case(&ckpt, &inputs, spec, expected).unwrap();
         eprintln!(
             "{spec:<36} located {:<34} rank {:?} match {:.6} ties {:?}",
@@ -32,6 +34,85 @@ fn every_fault_is_located_and_ranked_first() {
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// What is wrong with `e`'s proof ([`Proof`]), if anything: a matrix case that names another
+/// fault, or whose first drift on the matrix model is not where the case says the fault acts
+/// (a case that changes nothing has none); a proving test file that is missing or never names
+/// the fault.
+fn proof_problems(
+    e: &Entry,
+    ckpt: &hefprobe::model::Checkpoint,
+    inputs: &hefprobe::inputs::InputSet,
+) -> Vec<String> {
+    let cases = match e.proof {
+        Proof::Matrix(cases) => cases,
+        Proof::Test(path) => {
+            let text = std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(path));
+            return match text {
+                Ok(t) if t.contains(&format!("\"{}", e.name)) => Vec::new(),
+                Ok(_) => vec![format!("{}: {path} never names it", e.name)],
+                Err(err) => vec![format!("{}: {path}: {err}", e.name)],
+            };
+        }
+    };
+    if cases.is_empty() {
+        return vec![format!("{}: no matrix case", e.name)];
+    }
+    let all = TapSelection::all();
+    let model = std::sync::Arc::new(hefprobe::model::Decoder::new(ckpt).unwrap());
+    let reference =
+        hefprobe::backend::collect(&mut DecoderBackend::reference(model), inputs, &all, None).capture;
+    let mut problems = Vec::new();
+    for (case, expected) in cases {
+        if fs(case).name != e.name {
+            problems.push(format!("{}: the case `{case}` injects another fault", e.name));
+            continue;
+        }
+        let mut emulator = DecoderBackend::emulator("obs", ckpt, &[fs(case)], None).unwrap();
+        let observed = hefprobe::backend::collect(&mut emulator, inputs, &all, None).capture;
+        let thresholds = hefprobe::compare::thresholds::Thresholds::default();
+        let settings = hefprobe::compare::Settings::new(&thresholds);
+        let pair = hefprobe::compare::compare(&reference, &observed, ("reference", case), &settings).unwrap();
+        let first =
+            hefprobe::compare::locate::locate(&pair).first().map(|l| format!("{}/{}", l.phase, l.tap));
+        let at = |got: &str| expected.strip_suffix('*').map_or(got == *expected, |p| got.starts_with(p));
+        if !first.as_deref().is_some_and(at) {
+            problems.push(format!("{}: `{case}` first drifts at {first:?}, not {expected}", e.name));
+        }
+    }
+    problems
+}
+
+/// Every fault names its proof in its registry entry (the matrix reads its cases there), and
+/// each case exercises the fault: it injects that fault, and the fault moves the tap the case
+/// names first. The checker itself refuses a case of another fault, a case that changes
+/// nothing and a proving file that does not exist.
+#[test]
+fn every_registry_entry_names_a_proof_that_exercises_it() {
+    let (ckpt, inputs) = matrix_model().unwrap();
+    let problems: Vec<String> = REGISTRY.iter().flat_map(|e| proof_problems(e, &ckpt, &inputs)).collect();
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+    let fake = |name, proof| Entry { name, proof, ..REGISTRY[0] };
+    for (bad, says) in [
+        (
+            fake(
+                "shared-softmax",
+                Proof::Matrix(&[("mask-repeat@layers=1", "prefill/layers.1.attn.scores")]),
+            ),
+            "another fault",
+        ),
+        (
+            fake("position-shift", Proof::Matrix(&[("position-shift:1", "prefill/layers.0.attn.q")])),
+            "first drifts at",
+        ),
+        (fake("position-shift", Proof::Matrix(&[])), "no matrix case"),
+        (fake("rope", Proof::Test("tests/width_faults.rs")), "never names it"),
+        (fake("rope", Proof::Test("tests/no_such_file.rs")), "no_such_file"),
+    ] {
+        let found = proof_problems(&bad, &ckpt, &inputs);
+        assert!(found.len() == 1 && found[0].contains(says), "{}: {found:?}", bad.name);
+    }
 }
 
 #[test]
@@ -174,7 +255,7 @@ fn the_shortcuts_leave_the_ranking_as_the_exhaustive_path_has_it() {
         let reference =
             hefprobe::backend::collect(&mut DecoderBackend::reference(model.clone()), &inputs, &taps, None)
                 .capture;
-        for (case, _) in CASES {
+        for (case, _) in cases() {
             let mut emulator = DecoderBackend::emulator("obs", &ckpt, &[fs(case)], None).unwrap();
             let observed = hefprobe::backend::collect(&mut emulator, &inputs, &taps, None).capture;
             let report = |exhaustive| {

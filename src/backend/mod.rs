@@ -107,12 +107,12 @@ pub trait Backend {
     fn emulation(&self) -> Option<Emulation> {
         None
     }
-    /// What the report should say about where this backend's figures come from (a HEF: which
-    /// outputs were measured, which taps only explain can infer).
     /// The device it runs on, as that device describes itself (None: no device).
     fn device(&self) -> Option<crate::device::DeviceFacts> {
         None
     }
+    /// What the report should say about where this backend's figures come from (a HEF: which
+    /// outputs were measured, which taps only explain can infer).
     fn notes(&self) -> Vec<String> {
         Vec::new()
     }

@@ -12,6 +12,7 @@ pub mod frames;
 pub mod hailo;
 #[cfg(test)]
 mod layout_tests;
+pub mod open;
 pub mod sim;
 pub mod synth_hef;
 

@@ -8,8 +8,8 @@
 
 use crate::device::exposed::Layout;
 use crate::error::{Error, Result};
-use crate::fault::catalog::{self, rope::PositionShift, rope::RopeFault};
 use crate::fault::quant::Affine;
+use crate::fault::{catalog, OnDevice};
 use crate::hef::llm_config;
 use crate::hef::synth::{LlmInput, LlmQuant, LlmResources, LlmSpec};
 use crate::hef::{Hef, QuantInfo, Resource};
@@ -111,12 +111,6 @@ pub struct SimSpec {
     /// the hidden state entering block A where genai feeds embeddings.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub layers: Option<[usize; 2]>,
-}
-
-/// Whether a simulated device can compute fault `f`: not those acting on positions (RoPE
-/// variants, position shifts), which a device never receives (genai feeds it RoPE tables).
-pub fn on_device(f: &crate::fault::spec::FaultSpec) -> bool {
-    !(catalog::is::<RopeFault>(f) || catalog::is::<PositionShift>(f))
 }
 
 impl SimSpec {
@@ -338,7 +332,7 @@ fn check_options(c: &crate::model::ModelConfig, opts: &SynthHefOptions) -> Resul
     // The device computes these faults; those acting on positions need positions the device
     // never receives (it gets RoPE tables), so they belong in the emulator.
     for f in &opts.faults {
-        if !on_device(f) {
+        if catalog::on_device(f) == OnDevice::Never {
             return Err(Error::usage(format!(
                 "fault `{f}` acts on positions, which a device never receives (it gets RoPE tables); \
                  use it with the emulator backend"

@@ -9,7 +9,9 @@ use crate::compare::thresholds::Thresholds;
 use crate::compare::{compare, locate, Settings};
 use crate::error::Result;
 use crate::explain::ExplainSpec;
+use crate::fault::catalog::REGISTRY;
 use crate::fault::spec::FaultSpec;
+use crate::fault::Proof;
 use crate::inputs::{DecodeSpec, InputSet};
 use crate::model::synth::SynthSpec;
 use crate::model::{Arch, Checkpoint, Decoder};
@@ -17,21 +19,15 @@ use crate::tap::TapSelection;
 use serde::Serialize;
 use std::sync::Arc;
 
-/// (fault spec, expected first drift as PHASE/TAP; a trailing `*` matches any tap of that prefix).
-pub const CASES: &[(&str, &str)] = &[
-    ("shared-softmax@layers=1", "prefill/layers.1.attn.probs"),
-    ("mask-repeat@layers=1", "prefill/layers.1.attn.scores"),
-    ("rope:interleaved,target=q@layers=1", "prefill/layers.1.attn.q"),
-    ("rope:sin-sign,target=k@layers=2", "prefill/layers.2.attn.k"),
-    ("rope:shift,target=q", "prefill/layers.0.attn.q"),
-    ("position-shift:1", "decode.0/layers.0.attn.q"),
-    ("cache-layout:transpose", "decode.0/layers.0.attn.scores"),
-    ("cache-layout:interleave", "decode.0/layers.0.attn.scores"),
-    ("no-lm-head", "prefill/logits"),
-    ("first-slot-output", "prefill/logits"),
-    ("lm-head-shards:3,scale=shard0", "prefill/logits"),
-    ("quant:w4a8", "prefill/layers.0.*"),
-];
+/// The matrix's cases, every registry entry's [`Proof::Matrix`] in registry order: (fault
+/// spec, expected first drift as PHASE/TAP; a trailing `*` matches any tap of that prefix).
+pub fn cases() -> Vec<(&'static str, &'static str)> {
+    let proofs = REGISTRY.iter().map(|e| match e.proof {
+        Proof::Matrix(cases) => cases,
+        Proof::Test(_) => &[],
+    });
+    proofs.flatten().copied().collect()
+}
 
 #[derive(Debug, Clone, Serialize)]
 pub struct MatrixRow {
@@ -116,7 +112,7 @@ pub fn run_matrix_on(ckpt: &Checkpoint, inputs: &InputSet) -> Result<Vec<MatrixR
         }
         inputs.decode = DecodeSpec::Forced(run.record.decode_tokens);
     }
-    CASES.iter().map(|(spec, expected)| run_case(ckpt, &inputs, spec, expected)).collect()
+    cases().into_iter().map(|(spec, expected)| run_case(ckpt, &inputs, spec, expected)).collect()
 }
 
 /// What the matrix ran on, for the document: the synthesized matrix model's sentence.

@@ -157,10 +157,8 @@ impl Fault for Arc<Expected> {
     fn transform_weights(&self, model: &mut Decoder) -> Result<()> {
         self.acts.as_ref().map_or(Ok(()), |q| q.transform_weights(model))
     }
-    /// Calibrated once, when made: the target's quantization does not follow the inputs.
-    fn prepare(&self, _model: &Decoder, _inputs: &[InputSet]) -> Result<()> {
-        Ok(())
-    }
+    // `prepare` is the trait's no-op: calibrated once, when made, the target's quantization
+    // does not follow the inputs (nor do `Activations` and `Realization`, made from it).
     fn hooks(&self) -> Box<dyn Hooks + '_> {
         Box::new(ExpectedHooks { e: self, acts: self.acts.as_ref().map(|q| q.hooks()), jitter: None })
     }
@@ -185,9 +183,6 @@ impl Fault for Activations {
     fn transform_weights(&self, model: &mut Decoder) -> Result<()> {
         self.0.transform_weights(model)
     }
-    fn prepare(&self, _model: &Decoder, _inputs: &[InputSet]) -> Result<()> {
-        Ok(())
-    }
     fn hooks(&self) -> Box<dyn Hooks + '_> {
         match &self.0.acts {
             Some(q) => q.hooks(),
@@ -209,9 +204,6 @@ impl Fault for Realization {
     }
     fn transform_weights(&self, model: &mut Decoder) -> Result<()> {
         self.0.transform_weights(model)
-    }
-    fn prepare(&self, _model: &Decoder, _inputs: &[InputSet]) -> Result<()> {
-        Ok(())
     }
     fn hooks(&self) -> Box<dyn Hooks + '_> {
         let e: &Expected = &self.0;

@@ -75,11 +75,43 @@ pub struct Entry {
     /// It acts on the final norm and the logits alone, after the last block: every block
     /// computes what a clean run computes (`explain` starts its emulation there).
     pub on_output: bool,
+    /// What it means for a (simulated) device running a HEF made with it.
+    pub device: OnDevice,
+    /// Where the tool is shown to locate it and rank it first.
+    pub proof: Proof,
     /// What `explain` ranks by default on this model: the PARAMS of each spec ("" for the bare
     /// name). Empty when the fault cannot apply to the model.
     pub grid: fn(&ModelConfig) -> Vec<String>,
     /// The spec (its name already matched) parsed into the fault: [`parse_boxed`].
     pub parse: fn(FaultSpec, &ModelConfig) -> Result<Box<dyn Fault>>,
+}
+
+/// What a fault means for a device: the simulated device (`device::sim`), `synth-hef --fault`
+/// and the device-backed candidates of `explain` read it from the entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnDevice {
+    /// The device computes it on the frames it runs, through the same hooks as the emulator.
+    Frames,
+    /// It is realized in the device's KV cache ring (how prefill writes it), so the cache
+    /// buffers show it as a device's would.
+    Ring,
+    /// It changes the graph's output (no lm_head: hidden-wide logits), which a HEF compiled
+    /// without it cannot hold: only a HEF made with it computes it.
+    Graph,
+    /// It acts on positions, which a device never receives (genai feeds it RoPE tables): it
+    /// belongs to the emulator alone.
+    Never,
+}
+
+/// Where a fault is proved found: located at the tap it acts on and ranked first by `explain`.
+#[derive(Debug, Clone, Copy)]
+pub enum Proof {
+    /// Its cases of the fault-localization matrix (`explain::matrix`, `hefprobe faults
+    /// --matrix`): a spec and the first drift it causes as PHASE/TAP (a trailing `*` matches
+    /// any tap of that prefix).
+    Matrix(&'static [(&'static str, &'static str)]),
+    /// A test of its own (the matrix model is too narrow for it), by its path in the repository.
+    Test(&'static str),
 }
 
 impl Entry {

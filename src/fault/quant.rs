@@ -31,7 +31,7 @@
 //! Points: block-input, norm, qkv, scores, probs, attn-out, mlp-act, mlp-out, logits.
 
 use super::spec::FaultSpec;
-use super::{parse_boxed, Entry, Mechanism};
+use super::{parse_boxed, Entry, Mechanism, OnDevice, Proof};
 use crate::capture::NoTaps;
 use crate::error::Result;
 use crate::inputs::InputSet;
@@ -381,6 +381,8 @@ impl Mechanism for QuantFault {
         positional: 1,
         per_layer: false,
         on_output: false,
+        device: OnDevice::Frames,
+        proof: Proof::Matrix(&[("quant:w4a8", "prefill/layers.0.*")]),
         grid: |_| ["w8a16", "w8a8", "w4a16", "w4a8"].map(String::from).to_vec(),
         parse: parse_boxed::<Self>,
     };

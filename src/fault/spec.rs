@@ -88,15 +88,6 @@ impl FaultSpec {
         FaultSpec { layers: Some(vec![layer]), text: format!("{}@layers={layer}", self.text), ..self.clone() }
     }
 
-    /// This fault over a range of layers: `NAME[:PARAMS]@layers=A-B` (`@layers=A` for one).
-    pub fn at_layers(&self, layers: std::ops::Range<usize>) -> FaultSpec {
-        if layers.len() == 1 {
-            return self.at_layer(layers.start);
-        }
-        let text = format!("{}@layers={}-{}", self.text, layers.start, layers.end - 1);
-        FaultSpec { layers: Some(layers.collect()), text, ..self.clone() }
-    }
-
     /// This spec with one more `key=value` parameter (after the ones written).
     pub fn with_param(&self, key: &str, value: &str) -> FaultSpec {
         let mut params = self.params.clone();

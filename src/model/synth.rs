@@ -266,7 +266,7 @@ impl SynthOverrides {
     /// (key, value, what is wrong). Zero dims, a NaN or non-positive scale and an odd head dim
     /// are refused here, when the flags or the probe are read; sizes too large for memory are
     /// refused by the budget when the model is built ([`crate::model::memory`]).
-    pub fn validate(&self) -> std::result::Result<(), (&'static str, String, &'static str)> {
+    pub fn validate(&self) -> std::result::Result<(), (&'static str, String, String)> {
         let dims = [
             ("hidden", self.hidden, 1),
             ("layers", self.layers, 1),
@@ -279,22 +279,15 @@ impl SynthOverrides {
         ];
         for (key, v, min) in dims {
             if let Some(v) = v.filter(|&v| v < min) {
-                let why = if min == 1 {
-                    "must be at least 1"
-                } else if key == "vocab" {
-                    "must be at least 8"
-                } else {
-                    "must be at least 2"
-                };
-                return Err((key, v.to_string(), why));
+                return Err((key, v.to_string(), format!("must be at least {min}")));
             }
         }
         if let Some(d) = self.head_dim.filter(|d| d % 2 != 0) {
-            return Err(("head_dim", d.to_string(), "must be even (RoPE rotates pairs)"));
+            return Err(("head_dim", d.to_string(), "must be even (RoPE rotates pairs)".into()));
         }
         for (key, v) in [("weight_scale", self.weight_scale), ("massive_scale", self.massive_scale)] {
             if let Some(v) = v.filter(|v| !(v.is_finite() && *v > 0.0)) {
-                return Err((key, v.to_string(), "must be a finite number > 0"));
+                return Err((key, v.to_string(), "must be a finite number > 0".into()));
             }
         }
         Ok(())

@@ -200,7 +200,7 @@ impl safetensors::View for Stored<'_> {
             DType::BF16 => {
                 flat.to_vec1::<half::bf16>().map(|v| v.iter().flat_map(|x| x.to_le_bytes()).collect())
             }
-            _ => flat.to_vec1::<f32>().map(|v| bytemuck_f32(&v)),
+            _ => flat.to_vec1::<f32>().map(|v| v.iter().flat_map(|x| x.to_le_bytes()).collect()),
         };
         std::borrow::Cow::Owned(bytes.expect("a flat CPU tensor reads back"))
     }
@@ -208,10 +208,6 @@ impl safetensors::View for Stored<'_> {
     fn data_len(&self) -> usize {
         self.tensor.elem_count() * self.st_dtype.bitsize() / 8
     }
-}
-
-fn bytemuck_f32(v: &[f32]) -> Vec<u8> {
-    v.iter().flat_map(|x| x.to_le_bytes()).collect()
 }
 
 fn weight_files(dir: &Path) -> Result<Vec<PathBuf>> {

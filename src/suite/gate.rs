@@ -57,7 +57,7 @@ impl Backend for Shared {
     }
 
     fn follow_inputs(&self, inputs: &InputSet) -> Option<(InputSet, String)> {
-        self.device.borrow().follow_chunk(inputs)
+        self.device.borrow().follow_inputs(inputs)
     }
 
     fn expected(
@@ -87,7 +87,7 @@ impl Backend for Shared {
 /// argmax and within `[gate] min_cosine`.
 pub fn gate(device: &OpenDevice, inputs: &InputSet, spec: &GateSpec) -> Result<(GateResult, Spread)> {
     // Run as the pair's comparison runs it: chunked as the HEF is fed.
-    let followed = device.borrow().follow_chunk(inputs);
+    let followed = device.borrow().follow_inputs(inputs);
     let inputs = followed.as_ref().map_or(inputs, |f| &f.0);
     let r = repeatability(&mut device.borrow_mut(), inputs, spec.runs)?;
     let s = r.spread;

@@ -3,7 +3,7 @@
 use super::bare;
 use crate::error::Result;
 use crate::fault::spec::FaultSpec;
-use crate::fault::{parse_boxed, Entry, Mechanism};
+use crate::fault::{parse_boxed, Entry, Mechanism, OnDevice, Proof};
 use crate::model::config::ModelConfig;
 use crate::model::hooks::{Hooks, StepCtx};
 use candle_core::{Device, Tensor};
@@ -23,6 +23,8 @@ impl Mechanism for SharedSoftmax {
         positional: 0,
         per_layer: true,
         on_output: false,
+        device: OnDevice::Frames,
+        proof: Proof::Matrix(&[("shared-softmax@layers=1", "prefill/layers.1.attn.probs")]),
         grid: |cfg| if cfg.num_heads > 1 { bare(cfg) } else { Vec::new() },
         parse: parse_boxed::<Self>,
     };
@@ -73,6 +75,8 @@ impl Mechanism for MaskRepeat {
         positional: 0,
         per_layer: true,
         on_output: false,
+        device: OnDevice::Frames,
+        proof: Proof::Matrix(&[("mask-repeat@layers=1", "prefill/layers.1.attn.scores")]),
         grid: |cfg| if cfg.num_heads > 1 { bare(cfg) } else { Vec::new() },
         parse: parse_boxed::<Self>,
     };

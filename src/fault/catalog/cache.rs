@@ -3,7 +3,7 @@
 
 use crate::error::Result;
 use crate::fault::spec::{Choice, FaultSpec};
-use crate::fault::{parse_boxed, Entry, Mechanism};
+use crate::fault::{parse_boxed, Entry, Mechanism, OnDevice, Proof};
 use crate::model::config::ModelConfig;
 use crate::model::hooks::{Hooks, StepCtx};
 use crate::tap::Phase;
@@ -58,6 +58,11 @@ impl Mechanism for CacheLayout {
         positional: 1,
         per_layer: true,
         on_output: false,
+        device: OnDevice::Ring,
+        proof: Proof::Matrix(&[
+            ("cache-layout:transpose", "decode.0/layers.0.attn.scores"),
+            ("cache-layout:interleave", "decode.0/layers.0.attn.scores"),
+        ]),
         grid: |cfg| {
             let mut g = vec![CacheLayoutKind::Interleave.word().to_string()];
             if cfg.num_kv_heads >= 2 {

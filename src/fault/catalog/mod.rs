@@ -13,7 +13,7 @@ pub mod width;
 
 use super::quant::QuantFault;
 use super::spec::FaultSpec;
-use super::{Entry, Fault, Mechanism, Parsed};
+use super::{Entry, Fault, Mechanism, OnDevice, Parsed};
 use crate::error::{Error, Result};
 use crate::model::config::ModelConfig;
 
@@ -41,6 +41,12 @@ pub fn entry(name: &str) -> Option<&'static Entry> {
 
 pub fn finding_of(name: &str) -> Option<u32> {
     entry(name).and_then(|e| e.finding)
+}
+
+/// What the fault `spec` names means for a device; an unknown name (refused wherever it is
+/// built) as computed on the frames.
+pub fn on_device(spec: &FaultSpec) -> OnDevice {
+    entry(&spec.name).map_or(OnDevice::Frames, |e| e.device)
 }
 
 /// Whether `spec` names the fault `M` (e.g. a `cache-layout:interleave` spec, `CacheLayout`).

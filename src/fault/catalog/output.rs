@@ -3,7 +3,7 @@
 use super::bare;
 use crate::error::Result;
 use crate::fault::spec::{Choice, FaultSpec};
-use crate::fault::{parse_boxed, Entry, Mechanism};
+use crate::fault::{parse_boxed, Entry, Mechanism, OnDevice, Proof};
 use crate::model::config::ModelConfig;
 use crate::model::hooks::{Hooks, StepCtx};
 use crate::tap::Tap;
@@ -22,6 +22,8 @@ impl Mechanism for NoLmHead {
         positional: 0,
         per_layer: false,
         on_output: true,
+        device: OnDevice::Graph,
+        proof: Proof::Matrix(&[("no-lm-head", "prefill/logits")]),
         grid: bare,
         parse: parse_boxed::<Self>,
     };
@@ -67,6 +69,8 @@ impl Mechanism for FirstSlot {
         positional: 0,
         per_layer: false,
         on_output: true,
+        device: OnDevice::Frames,
+        proof: Proof::Matrix(&[("first-slot-output", "prefill/logits")]),
         grid: bare,
         parse: parse_boxed::<Self>,
     };
@@ -129,6 +133,8 @@ impl Mechanism for LmHeadShards {
         positional: 1,
         per_layer: false,
         on_output: true,
+        device: OnDevice::Frames,
+        proof: Proof::Matrix(&[("lm-head-shards:3,scale=shard0", "prefill/logits")]),
         grid: |_| [2, 3, 4].map(|n| format!("{n},scale={}", ShardScale::Shard0.word())).to_vec(),
         parse: parse_boxed::<Self>,
     };

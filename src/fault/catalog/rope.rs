@@ -3,7 +3,7 @@
 
 use crate::error::{Error, Result};
 use crate::fault::spec::{Choice, FaultSpec};
-use crate::fault::{parse_boxed, Entry, Mechanism};
+use crate::fault::{parse_boxed, Entry, Mechanism, OnDevice, Proof};
 use crate::model::config::ModelConfig;
 use crate::model::hooks::{Hooks, Qk, StepCtx};
 use crate::model::rope::{rotate, Rope, RopeLayout};
@@ -55,6 +55,12 @@ impl Mechanism for RopeFault {
         positional: 1,
         per_layer: true,
         on_output: false,
+        device: OnDevice::Never,
+        proof: Proof::Matrix(&[
+            ("rope:interleaved,target=q@layers=1", "prefill/layers.1.attn.q"),
+            ("rope:sin-sign,target=k@layers=2", "prefill/layers.2.attn.k"),
+            ("rope:shift,target=q", "prefill/layers.0.attn.q"),
+        ]),
         grid: |_| {
             let mut g = Vec::new();
             for variant in RopeVariant::all() {
@@ -155,6 +161,8 @@ impl Mechanism for PositionShift {
         positional: 1,
         per_layer: false,
         on_output: false,
+        device: OnDevice::Never,
+        proof: Proof::Matrix(&[("position-shift:1", "decode.0/layers.0.attn.q")]),
         grid: |_| vec!["1".into(), "-1".into()],
         parse: parse_boxed::<Self>,
     };

@@ -9,7 +9,7 @@
 
 use crate::error::Result;
 use crate::fault::spec::{Choice, FaultSpec};
-use crate::fault::{parse_boxed, Entry, Mechanism};
+use crate::fault::{parse_boxed, Entry, Mechanism, OnDevice, Proof};
 use crate::model::config::ModelConfig;
 use crate::model::hooks::{Hooks, NormSite, Projection, StepCtx};
 use crate::model::kernels;
@@ -121,6 +121,8 @@ impl Mechanism for TileSum {
         positional: 1,
         per_layer: true,
         on_output: false,
+        device: OnDevice::Frames,
+        proof: Proof::Test("tests/width_faults.rs"),
         grid: |cfg| widths(cfg).iter().map(|w| w.to_string()).collect(),
         parse: parse_boxed::<Self>,
     };
@@ -261,6 +263,8 @@ impl Mechanism for NormAcc {
         positional: 1,
         per_layer: true,
         on_output: false,
+        device: OnDevice::Frames,
+        proof: Proof::Test("tests/width_faults.rs"),
         grid: |cfg| {
             if cfg.hidden_size <= SEARCHED_ABOVE {
                 return Vec::new();
@@ -392,6 +396,8 @@ impl Mechanism for NormWidth {
         positional: 2,
         per_layer: true,
         on_output: false,
+        device: OnDevice::Frames,
+        proof: Proof::Test("tests/width_faults.rs"),
         grid: |cfg| {
             let h = cfg.hidden_size;
             widths(cfg)
@@ -471,6 +477,8 @@ impl Mechanism for TileScale {
         positional: 1,
         per_layer: true,
         on_output: false,
+        device: OnDevice::Frames,
+        proof: Proof::Test("tests/width_faults.rs"),
         grid: |cfg| widths(cfg).iter().map(|w| w.to_string()).collect(),
         parse: parse_boxed::<Self>,
     };
