@@ -27,7 +27,7 @@ const LAYERS: &[&[&str]] = &[
     &["output"],
     &["files", "progress"],
     &["budget"],
-    &["error"],
+    &["error", "alloc"],
 ];
 
 fn rank(module: &str) -> Option<usize> {
