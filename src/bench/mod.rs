@@ -33,8 +33,11 @@ pub struct Settings {
     pub decode: usize,
     /// Repetitions (the median is reported).
     pub reps: usize,
-    /// Threads for the decoder's kernels (None: every core).
-    pub threads: Option<usize>,
+    /// Threads for the decoder's kernels (empty: every core). More than one count only with
+    /// the suite, which measures each row at each count.
+    pub threads: Vec<usize>,
+    /// The suite's one shape (a synth preset) instead of its default shapes.
+    pub suite_preset: Option<String>,
     /// Time the decoder per op class and print the table.
     pub profile: bool,
     /// Run the benchmark suite ([`suite`]) instead.
@@ -98,7 +101,13 @@ pub fn check_args(a: &Settings, max_positions: Option<usize>) -> Result<()> {
     }
     // More threads than 4 per core only measures the scheduler.
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    if let Some(t) = a.threads.filter(|&t| t == 0 || t > 4 * cores) {
+    if a.threads.len() > 1 && !a.suite {
+        return Err(Error::usage(format!(
+            "--threads {}: a list of counts is measured by `bench --suite` only; give one count",
+            a.threads.iter().map(|t| t.to_string()).collect::<Vec<_>>().join(",")
+        )));
+    }
+    if let Some(&t) = a.threads.iter().find(|&&t| t == 0 || t > 4 * cores) {
         return Err(Error::usage(format!(
             "--threads {t}: give 1 ..= {} (4 per core of this machine's {cores}; omit the flag for every core)",
             4 * cores
@@ -129,7 +138,7 @@ pub fn warn_emulated() {
 
 pub fn run(a: Settings) -> Result<ExitCode> {
     check_args(&a, None)?;
-    if let Some(n) = a.threads {
+    if let Some(&n) = a.threads.last() {
         kernels::set_threads(n);
     }
     if a.suite {

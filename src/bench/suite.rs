@@ -1,6 +1,8 @@
 //! `hefprobe bench --suite`: one table for the shapes the targets are set on (SmolLM2-135M
 //! and Qwen2.5-0.5B, random weights): prefill 128 and 1024 tokens, decode, taps off and on,
-//! one thread and all; each figure beside the limit measured in the same run and, when
+//! at each count of the `--threads` list (default 1 and every core: one table at the last
+//! count, and a scaling table of every row at every count with its speedup over the first);
+//! each figure beside the limit measured in the same run and, when
 //! `--hf-python` is given, beside transformers' eager f32 forward on the same shape and
 //! threads (scripts/bench-hf.py), so every ratio comes from one run on one machine.
 
@@ -42,17 +44,23 @@ enum Demand {
 
 struct Row {
     what: String,
-    threads: usize,
+    /// At the last count of the thread list.
     ms: f64,
     /// What the limit bounds: flops (sgemm) or bytes read (bandwidth); turned into the time
     /// it allows with the best limits the run measured ([`print_table`]).
     limit: Option<Demand>,
     hf_ms: Option<f64>,
     note: String,
+    /// The time at each count of the thread list, in the list's order.
+    by_count: Vec<f64>,
 }
 
 pub fn run(a: &Settings) -> Result<ExitCode> {
     let all = kernels::threads();
+    let counts = thread_counts(&a.threads, all);
+    // The main table (limits, HF, taps overhead) is at the last count; every count of the
+    // list is measured side by side for the scaling table.
+    let main = *counts.last().unwrap_or(&all);
     let reps = a.reps;
     let hf_script = Path::new(HF_SCRIPT);
     if a.hf_python.is_some() && !hf_script.is_file() {
@@ -60,17 +68,21 @@ pub fn run(a: &Settings) -> Result<ExitCode> {
             "--hf-python: {HF_SCRIPT} not found; run the suite from the repository root"
         )));
     }
+    let shapes: Vec<String> = match &a.suite_preset {
+        Some(p) => vec![p.clone()],
+        None => SHAPES.iter().map(|s| s.to_string()).collect(),
+    };
     // The limits are measured before every shape and once more at the end, and the best of
     // each is used: a neighbour's memory traffic moved the read bandwidth by ±30% between
     // measurements minutes apart, and a limit measured in a busy moment is no limit.
     super::warn_emulated();
     eprintln!("measuring the machine's limits ...");
-    let (mut lim_all, mut lim_one) = (limits::measure(all), limits::measure(1));
+    let mut lim = limits::measure(main);
     let mut rows = Vec::new();
-    for shape in SHAPES {
-        if shape != SHAPES[0] {
-            lim_all = lim_all.best(&limits::measure(all));
-            lim_one = lim_one.best(&limits::measure(1));
+    for (k, shape) in shapes.iter().enumerate() {
+        let shape = shape.as_str();
+        if k > 0 {
+            lim = lim.best(&limits::measure(main));
         }
         eprintln!("{shape}: synthesizing ...");
         let ckpt = SynthSpec::preset(shape, 0)?.build()?;
@@ -84,13 +96,16 @@ pub fn run(a: &Settings) -> Result<ExitCode> {
         let bf16 = Decoder::new(&bf16)?;
         drop(ckpt);
         let c = &model.cfg;
+        // A small preset (`--preset` with `--suite`) may hold fewer positions than 1024.
+        let short_n = SHORT.min(c.max_position_embeddings.saturating_sub(DECODE)).max(1);
+        let long_n = LONG.min(c.max_position_embeddings).max(1);
         let hf = match &a.hf_python {
-            Some(py) => Some(run_hf(py, hf_script, c, all, reps)?),
+            Some(py) => Some(run_hf(py, hf_script, c, main, reps, short_n, long_n)?),
             None => None,
         };
         let prompt =
             |n: usize| -> Vec<u32> { (0..n).map(|i| ((i * 7919 + 13) % c.vocab_size) as u32).collect() };
-        let (short, long) = (prompt(SHORT), prompt(LONG));
+        let (short, long) = (prompt(short_n), prompt(long_n));
         let timed_on = |model: &Decoder,
                         threads: usize,
                         prompt: &[u32],
@@ -100,7 +115,7 @@ pub fn run(a: &Settings) -> Result<ExitCode> {
          -> Result<(f64, f64)> {
             kernels::set_threads(threads);
             let dir = super::tempfile_dir()?;
-            super::measure(model, &short[..8], 1, &mut NoTaps)?; // warm-up
+            super::measure(model, &short[..8.min(short.len())], 1, &mut NoTaps)?; // warm-up
             let (mut p, mut d) = (Vec::new(), Vec::new());
             for r in 0..reps {
                 eprint!("\r{shape}: {label}, {threads} thread(s), rep {}/{reps}   ", r + 1);
@@ -125,124 +140,169 @@ pub fn run(a: &Settings) -> Result<ExitCode> {
             eprintln!();
             Ok((median(p), median(d)))
         };
-        let timed = |threads: usize, prompt: &[u32], decode: usize, taps: bool, label: &str| {
-            timed_on(&model, threads, prompt, decode, taps, label)
+        // Each measurement at every count of the list, one count after the other, so the
+        // ratios between counts come from the same minutes of the machine.
+        let at_counts = |model: &Decoder, prompt: &[u32], decode: usize, taps: bool, label: &str| {
+            counts
+                .iter()
+                .map(|&t| timed_on(model, t, prompt, decode, taps, label))
+                .collect::<Result<Vec<(f64, f64)>>>()
         };
-        let off = timed(all, &short, DECODE, false, "prefill 128 + decode, taps off")?;
-        let one = timed(1, &short, DECODE, false, "prefill 128 + decode, taps off")?;
-        let on = timed(all, &short, DECODE, true, "prefill 128 + decode, all taps")?;
-        let long_off = timed(all, &long, 0, false, "prefill 1024, taps off")?;
-        let bf_off = timed_on(&bf16, all, &short, DECODE, false, "bf16 weights: prefill 128 + decode")?;
-        let bf_long = timed_on(&bf16, all, &long, 0, false, "bf16 weights: prefill 1024")?;
+        let off = at_counts(&model, &short, DECODE, false, "prefill + decode, taps off")?;
+        let on = at_counts(&model, &short, DECODE, true, "prefill + decode, all taps")?;
+        let long_off = at_counts(&model, &long, 0, false, "long prefill, taps off")?;
+        let bf_off = at_counts(&bf16, &short, DECODE, false, "bf16 weights: prefill + decode")?;
+        let bf_long = at_counts(&bf16, &long, 0, false, "bf16 weights: long prefill")?;
         kernels::set_threads(all);
+        let last = |v: &[(f64, f64)]| *v.last().unwrap_or(&(f64::NAN, f64::NAN));
+        let (off_m, on_m, long_m, bf_m, bf_long_m) =
+            (last(&off), last(&on), last(&long_off), last(&bf_off), last(&bf_long));
         let pre = |t: usize| Some(Demand::Flops(limits::prefill_flops(c, t)));
-        let dec = || Some(Demand::Bytes(limits::decode_bytes(c, SHORT, 4.0)));
-        let dec_bf16 = Some(Demand::Bytes(limits::decode_bytes(c, SHORT, 2.0)));
+        let dec = || Some(Demand::Bytes(limits::decode_bytes(c, short_n, 4.0)));
+        let dec_bf16 = Some(Demand::Bytes(limits::decode_bytes(c, short_n, 2.0)));
         // transformers loads a bf16 folder with dtype=float32 as f32 weights: its figure is
         // the f32 one (the values do not change its time).
         let vs_f32 = |bf: f64, f: f64| format!("bf16 weights; hefprobe f32 / bf16: {:.2}×", f / bf);
         let overhead = |on: f64, off: f64| format!("all-tap overhead {:+.1}%", 100.0 * (on / off - 1.0));
-        let name = |what: &str| format!("{shape} {what}");
+        let name = |what: String| format!("{shape} {what}");
+        let prefill = |v: &[(f64, f64)]| v.iter().map(|x| x.0).collect::<Vec<f64>>();
+        let decode = |v: &[(f64, f64)]| v.iter().map(|x| x.1).collect::<Vec<f64>>();
+        let row = |what: String, ms: f64, limit, hf_ms, note: String, by_count: Vec<f64>| Row {
+            what: name(what),
+            ms,
+            limit,
+            hf_ms,
+            note,
+            by_count,
+        };
         rows.extend([
-            Row {
-                what: name("prefill 128"),
-                threads: all,
-                ms: off.0,
-                limit: pre(SHORT),
-                hf_ms: hf.map(|h| h.short),
-                note: String::new(),
-            },
-            Row {
-                what: name("prefill 128"),
-                threads: 1,
-                ms: one.0,
-                limit: pre(SHORT),
-                hf_ms: None,
-                note: format!("{all} vs 1 thread: {:.2}×", one.0 / off.0),
-            },
-            Row {
-                what: name("prefill 128, all taps"),
-                threads: all,
-                ms: on.0,
-                limit: None,
-                hf_ms: None,
-                note: overhead(on.0, off.0),
-            },
-            Row {
-                what: name("prefill 1024"),
-                threads: all,
-                ms: long_off.0,
-                limit: pre(LONG),
-                hf_ms: hf.map(|h| h.long),
-                note: String::new(),
-            },
-            Row {
-                what: name("decode @128"),
-                threads: all,
-                ms: off.1,
-                limit: dec(),
-                hf_ms: hf.map(|h| h.decode),
-                note: String::new(),
-            },
-            Row {
-                what: name("decode @128"),
-                threads: 1,
-                ms: one.1,
-                limit: dec(),
-                hf_ms: None,
-                note: format!("{all} vs 1 thread: {:.2}×", one.1 / off.1),
-            },
-            Row {
-                what: name("decode @128, all taps"),
-                threads: all,
-                ms: on.1,
-                limit: None,
-                hf_ms: None,
-                note: overhead(on.1, off.1),
-            },
-            Row {
-                what: name("bf16 prefill 128"),
-                threads: all,
-                ms: bf_off.0,
-                limit: pre(SHORT),
-                hf_ms: hf.map(|h| h.short),
-                note: vs_f32(bf_off.0, off.0),
-            },
-            Row {
-                what: name("bf16 prefill 1024"),
-                threads: all,
-                ms: bf_long.0,
-                limit: pre(LONG),
-                hf_ms: hf.map(|h| h.long),
-                note: vs_f32(bf_long.0, long_off.0),
-            },
-            Row {
-                what: name("bf16 decode @128"),
-                threads: all,
-                ms: bf_off.1,
-                limit: dec_bf16,
-                hf_ms: hf.map(|h| h.decode),
-                note: vs_f32(bf_off.1, off.1),
-            },
+            row(
+                format!("prefill {short_n}"),
+                off_m.0,
+                pre(short_n),
+                hf.map(|h| h.short),
+                String::new(),
+                prefill(&off),
+            ),
+            row(
+                format!("prefill {short_n}, all taps"),
+                on_m.0,
+                None,
+                None,
+                overhead(on_m.0, off_m.0),
+                prefill(&on),
+            ),
+            row(
+                format!("prefill {long_n}"),
+                long_m.0,
+                pre(long_n),
+                hf.map(|h| h.long),
+                String::new(),
+                prefill(&long_off),
+            ),
+            row(
+                format!("decode @{short_n}"),
+                off_m.1,
+                dec(),
+                hf.map(|h| h.decode),
+                String::new(),
+                decode(&off),
+            ),
+            row(
+                format!("decode @{short_n}, all taps"),
+                on_m.1,
+                None,
+                None,
+                overhead(on_m.1, off_m.1),
+                decode(&on),
+            ),
+            row(
+                format!("bf16 prefill {short_n}"),
+                bf_m.0,
+                pre(short_n),
+                hf.map(|h| h.short),
+                vs_f32(bf_m.0, off_m.0),
+                prefill(&bf_off),
+            ),
+            row(
+                format!("bf16 prefill {long_n}"),
+                bf_long_m.0,
+                pre(long_n),
+                hf.map(|h| h.long),
+                vs_f32(bf_long_m.0, long_m.0),
+                prefill(&bf_long),
+            ),
+            row(
+                format!("bf16 decode @{short_n}"),
+                bf_m.1,
+                dec_bf16,
+                hf.map(|h| h.decode),
+                vs_f32(bf_m.1, off_m.1),
+                decode(&bf_off),
+            ),
         ]);
         let rss = peak_rss_mib().map_or("n/a".into(), |m| format!("{m:.0} MiB"));
         eprintln!("{shape}: done, peak RSS so far {rss}");
     }
-    let (lim_all, lim_one) = (lim_all.best(&limits::measure(all)), lim_one.best(&limits::measure(1)));
-    print_table(&rows, &lim_all, &lim_one, all);
+    let lim = lim.best(&limits::measure(main));
+    print_table(&rows, &lim, main);
+    print_scaling(&rows, &counts);
     Ok(ExitCode::SUCCESS)
 }
 
-fn print_table(rows: &[Row], lim_all: &Limits, lim_one: &Limits, all: usize) {
+/// The thread counts the suite measures: the `--threads` list as given, or 1 and every core.
+fn thread_counts(list: &[usize], all: usize) -> Vec<usize> {
+    if list.is_empty() {
+        let mut v = vec![1, all];
+        v.dedup();
+        v
+    } else {
+        list.to_vec()
+    }
+}
+
+/// Per row, the time at each count of the list and the speedup over the first count.
+fn print_scaling(rows: &[Row], counts: &[usize]) {
+    let first = counts.first().copied().unwrap_or(1);
+    println!();
     println!(
-        "Limits (the best of the run's measurements, before each shape and at the end): sgemm {:.1} GFLOP/s ({all} threads), {:.1} (1); read bandwidth {:.2} GB/s ({all}), {:.2} (1).",
-        lim_all.sgemm_gflops, lim_one.sgemm_gflops, lim_all.read_gbs, lim_one.read_gbs
+        "Thread scaling (each row at every count, side by side in this run; speedup over {first} thread(s)):"
+    );
+    println!();
+    let mut head = String::from("| measurement |");
+    let mut rule = String::from("|---|");
+    for t in counts {
+        head.push_str(&format!(" {t} thread(s) |"));
+        rule.push_str("---:|");
+    }
+    for t in counts.iter().skip(1) {
+        head.push_str(&format!(" {t} vs {first} |"));
+        rule.push_str("---:|");
+    }
+    println!("{head}");
+    println!("{rule}");
+    for r in rows {
+        let mut line = format!("| {} |", r.what);
+        for ms in &r.by_count {
+            line.push_str(&format!(" {ms:.2} ms |"));
+        }
+        let base = r.by_count.first().copied().unwrap_or(f64::NAN);
+        for ms in r.by_count.iter().skip(1) {
+            line.push_str(&format!(" {:.2}× |", base / ms));
+        }
+        println!("{line}");
+    }
+}
+
+fn print_table(rows: &[Row], l: &Limits, main: usize) {
+    println!(
+        "Limits (the best of the run's measurements, before each shape and at the end): sgemm {:.1} GFLOP/s, read bandwidth {:.2} GB/s ({main} thread(s)).",
+        l.sgemm_gflops, l.read_gbs
     );
     println!();
     println!("| measurement | threads | hefprobe | rate | limit allows | of limit | HF eager f32 | HF / hefprobe (> 1: hefprobe faster) | note |");
     println!("|---|---:|---:|---:|---:|---:|---:|---:|---|");
     for r in rows {
-        let l = if r.threads == 1 { lim_one } else { lim_all };
         let limit = r.limit.map(|d| match d {
             Demand::Flops(f) => (f / (l.sgemm_gflops * 1e9) * 1e3, "sgemm"),
             Demand::Bytes(b) => (b / (l.read_gbs * 1e9) * 1e3, "bandwidth"),
@@ -262,7 +322,7 @@ fn print_table(rows: &[Row], lim_all: &Limits, lim_one: &Limits, all: usize) {
         };
         println!(
             "| {} | {} | {:.2} ms | {rate} | {lim} | {pct} | {hf} | {ratio} | {} |",
-            r.what, r.threads, r.ms, r.note
+            r.what, main, r.ms, r.note
         );
     }
     let rss = peak_rss_mib().map_or("n/a".into(), |m| format!("{m:.0} MiB"));
@@ -272,7 +332,15 @@ fn print_table(rows: &[Row], lim_all: &Limits, lim_one: &Limits, all: usize) {
 
 /// Run scripts/bench-hf.py on `c`'s shape with `threads` threads; its last stdout line is a
 /// JSON object {"prefill_128": ms, "prefill_1024": ms, "decode": ms}.
-fn run_hf(python: &Path, script: &Path, c: &ModelConfig, threads: usize, reps: usize) -> Result<Hf> {
+fn run_hf(
+    python: &Path,
+    script: &Path,
+    c: &ModelConfig,
+    threads: usize,
+    reps: usize,
+    short: usize,
+    long: usize,
+) -> Result<Hf> {
     let shape = serde_json::json!({
         "arch": c.arch.name(),
         "hidden_size": c.hidden_size,
@@ -292,7 +360,7 @@ fn run_hf(python: &Path, script: &Path, c: &ModelConfig, threads: usize, reps: u
         .arg(script)
         .args(["--shape", &shape.to_string()])
         .args(["--threads", &threads.to_string(), "--reps", &reps.to_string()])
-        .args(["--prompt-lens", &format!("{SHORT},{LONG}"), "--decode", &DECODE.to_string()])
+        .args(["--prompt-lens", &format!("{short},{long}"), "--decode", &DECODE.to_string()])
         .stderr(std::process::Stdio::inherit())
         .output()
         .map_err(|e| Error::io(python, e))?;
@@ -306,8 +374,8 @@ fn run_hf(python: &Path, script: &Path, c: &ModelConfig, threads: usize, reps: u
         serde_json::from_str(last).map_err(|e| fail(format!("last line is not the JSON figures: {e}")))?;
     let get = |k: &str| v.get(k).and_then(|x| x.as_f64()).ok_or_else(|| fail(format!("no `{k}` in {last}")));
     Ok(Hf {
-        short: get(&format!("prefill_{SHORT}"))?,
-        long: get(&format!("prefill_{LONG}"))?,
+        short: get(&format!("prefill_{short}"))?,
+        long: get(&format!("prefill_{long}"))?,
         decode: get("decode")?,
     })
 }

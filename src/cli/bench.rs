@@ -9,9 +9,10 @@ use std::process::ExitCode;
 
 #[derive(Args, Debug)]
 pub struct BenchArgs {
-    /// Synth preset to measure (random weights of that shape).
-    #[arg(long, default_value = "smollm2-135m", conflicts_with = "checkpoint")]
-    pub preset: String,
+    /// Synth preset to measure (random weights of that shape; default smollm2-135m). With
+    /// --suite: the suite's only shape instead of SmolLM2-135M and Qwen2.5-0.5B.
+    #[arg(long, conflicts_with = "checkpoint")]
+    pub preset: Option<String>,
     /// Measure a checkpoint instead of a preset: a HF directory (or a .gguf file where
     /// `Checkpoint::load` reads them).
     #[arg(long, value_name = "DIR|FILE.gguf")]
@@ -25,9 +26,10 @@ pub struct BenchArgs {
     /// Repetitions (the median is reported), 1 ..= 100.
     #[arg(long, default_value_t = 3)]
     pub reps: usize,
-    /// Threads for the decoder's kernels (default: every core).
-    #[arg(long)]
-    pub threads: Option<usize>,
+    /// Threads for the decoder's kernels (default: every core). With --suite, a list
+    /// (`1,2,4`): every row is measured at each count, side by side.
+    #[arg(long, value_name = "N[,N...]", value_parser = parse_threads)]
+    pub threads: Option<ThreadList>,
     /// Time the decoder per op class (prefill and decode, taps off) and print the table.
     #[arg(long)]
     pub profile: bool,
@@ -46,20 +48,79 @@ pub struct BenchArgs {
     pub hf_python: Option<PathBuf>,
 }
 
+/// The preset measured when neither --preset nor --checkpoint is given.
+const DEFAULT_PRESET: &str = "smollm2-135m";
+
+/// `--threads`: one count or a comma-separated list of counts, each at least 1 (clap turns
+/// an error into exit 2 naming the flag).
+pub fn parse_threads(s: &str) -> std::result::Result<ThreadList, String> {
+    let fix = "give thread counts of at least 1, one or comma-separated (e.g. `--threads 1,2,4`)";
+    if s.trim().is_empty() {
+        return Err(format!("--threads is empty: {fix}"));
+    }
+    s.split(',')
+        .map(|part| {
+            let p = part.trim();
+            match p.parse::<usize>() {
+                Ok(0) => Err(format!("--threads {s}: 0 threads measures nothing; {fix}")),
+                Ok(n) => Ok(n),
+                Err(_) if p.is_empty() => Err(format!("--threads {s}: an empty count in the list; {fix}")),
+                Err(_) => Err(format!("--threads {s}: `{p}` is not a number; {fix}")),
+            }
+        })
+        .collect::<std::result::Result<Vec<usize>, String>>()
+        .map(ThreadList)
+}
+
+/// The counts `--threads` gave, in order (a newtype: clap reads a bare Vec as repeated flags).
+#[derive(Debug, Clone)]
+pub struct ThreadList(pub Vec<usize>);
+
 pub fn run(a: BenchArgs) -> Result<ExitCode> {
     let model = match &a.checkpoint {
         Some(p) => CheckpointRef::path(p),
-        None => CheckpointRef::Synth(SynthSpec::preset(&a.preset, 0)?),
+        None => CheckpointRef::Synth(SynthSpec::preset(a.preset.as_deref().unwrap_or(DEFAULT_PRESET), 0)?),
     };
     crate::bench::run(crate::bench::Settings {
         model,
         prompt_len: a.prompt_len,
         decode: a.decode,
         reps: a.reps,
-        threads: a.threads,
+        threads: a.threads.map(|t| t.0).unwrap_or_default(),
+        suite_preset: if a.suite { a.preset } else { None },
         profile: a.profile,
         suite: a.suite,
         explain: a.explain,
         hf_python: a.hf_python,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_threads;
+
+    #[test]
+    fn threads_list_parses() {
+        assert_eq!(parse_threads("4").unwrap().0, vec![4]);
+        assert_eq!(parse_threads("1,2,4").unwrap().0, vec![1, 2, 4]);
+        assert_eq!(parse_threads(" 1, 2 ").unwrap().0, vec![1, 2]);
+    }
+
+    #[test]
+    fn threads_list_refuses_zero_empty_and_words() {
+        for (bad, says) in [
+            ("0", "0 threads"),
+            ("1,0", "0 threads"),
+            ("", "empty"),
+            ("1,,2", "empty count"),
+            ("1,two", "`two`"),
+            ("-1", "`-1`"),
+        ] {
+            let e = parse_threads(bad).unwrap_err();
+            assert!(
+                e.contains("--threads") && e.contains(says) && e.contains("--threads 1,2,4"),
+                "{bad}: {e}"
+            );
+        }
+    }
 }
