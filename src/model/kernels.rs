@@ -143,12 +143,6 @@ impl WeightData<'_> {
     }
 }
 
-/// Borrow a CPU tensor's data in its stored float dtype (f32, bf16 or f16), from its start offset.
-pub fn with_weight<R>(t: &Tensor, f: impl FnOnce(WeightData) -> R) -> candle_core::Result<R> {
-    let (storage, layout) = t.storage_and_layout();
-    Ok(f(weight_data(&storage, layout)?))
-}
-
 /// A storage's data in its stored float dtype, from the layout's start offset.
 fn weight_data<'a>(storage: &'a Storage, layout: &Layout) -> candle_core::Result<WeightData<'a>> {
     let o = layout.start_offset();
