@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Check the Debian packages .ci/run builds (`cargo deb`): each holds the binary and the probe
-# catalog where hefprobe looks for it, and each package's binary, unpacked outside any
-# checkout, runs a probe by name from that catalog (the arm64 one under qemu-aarch64).
+# Check the Debian packages .ci/run builds (`cargo deb`): each holds the binary, the probe
+# catalog where hefprobe looks for it and the findings' records (`explain --pattern`), and
+# each package's binary, unpacked outside any checkout, runs a probe by name from that catalog
+# (the arm64 one under qemu-aarch64).
 #
 #   scripts/check-debs.sh hefprobe_*_amd64.deb hefprobe_*_arm64.deb
 set -euo pipefail
@@ -10,12 +11,12 @@ for deb in "$@"; do
   echo "== $deb"
   contents="$(dpkg-deb -c "$deb")"
   for want in ./usr/bin/hefprobe ./usr/share/hefprobe/probes/shared-softmax.toml \
-              ./usr/share/doc/hefprobe/README.md; do
+              ./usr/share/hefprobe/probes/findings/16.toml ./usr/share/doc/hefprobe/README.md; do
     grep -q " $want\$" <<<"$contents" || { echo "error: $deb lacks $want" >&2; exit 1; }
   done
-  probes_here="$(ls "$(dirname "$0")/../probes"/*.toml | wc -l)"
+  probes_here="$(ls "$(dirname "$0")/../probes"/*.toml "$(dirname "$0")/../probes"/findings/*.toml | wc -l)"
   probes_in="$(grep -c ' ./usr/share/hefprobe/probes/.*\.toml$' <<<"$contents")"
-  [ "$probes_in" = "$probes_here" ] || { echo "error: $deb holds $probes_in probes, the catalog $probes_here" >&2; exit 1; }
+  [ "$probes_in" = "$probes_here" ] || { echo "error: $deb holds $probes_in probe and finding files, the repository $probes_here" >&2; exit 1; }
   arch="$(dpkg-deb -f "$deb" Architecture)"
   root="$(mktemp -d)"
   dpkg-deb -x "$deb" "$root"

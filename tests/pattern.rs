@@ -176,6 +176,28 @@ fn a_bad_record_is_exit_2_naming_the_file_and_key() {
     assert!(e.contains("bad.toml") && e.contains("hiden"), "{e}");
 }
 
+/// Outside a checkout `--pattern probes/findings/16.toml` reads the installed catalog's record
+/// (the Debian package installs probes/findings/ beside the probes), and says so.
+#[test]
+fn a_record_not_here_is_read_from_the_installed_catalog() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    std::fs::create_dir(dir.path().join("findings")).unwrap();
+    std::fs::copy(root.join("probes/findings/16.toml"), dir.path().join("findings/16.toml")).unwrap();
+    let elsewhere = tempfile::tempdir().unwrap();
+    let out = hefprobe()
+        .current_dir(elsewhere.path())
+        .env("HEFPROBE_PROBES", dir.path())
+        .args(["explain", "--pattern", "probes/findings/16.toml", "--checkpoint", "no-such-checkpoint"])
+        .assert()
+        .code(2)
+        .get_output()
+        .clone();
+    let e = String::from_utf8(out.stderr).unwrap();
+    assert!(e.contains("using the installed catalog's") && e.contains("findings/16.toml"), "{e}");
+    assert!(e.contains("no-such-checkpoint"), "the record was read; the checkpoint is what is missing: {e}");
+}
+
 /// reports/finding-16.md is made by scripts/finding-16.sh from the real SmolLM2 (an opt-in
 /// download, so it is not regenerated here): it records the script's command, no machine path,
 /// and every section the tool writes.

@@ -564,3 +564,48 @@ fn explains_shortcuts_leave_the_ranking_of_a_real_model_hef_as_it_is() {
         }
     }
 }
+
+/// Issue 44's "done when" on real weights: each width fault of finding 16, planted in a
+/// simulated HEF of SmolLM2 at layer 7 (no test plants anything there; the HEF exposes logits
+/// only, so explain's layer search has to find the layer: every 5th of the 30 first, then the
+/// layers near each fault's best), is ranked first by `run` with explain, layer included.
+/// About 3 min per fault on 2 cores.
+#[test]
+#[ignore = "needs HEFPROBE_REAL_MODELS=DIR (scripts/fetch-real-models.sh, references/make_real_goldens.py)"]
+fn each_width_fault_planted_at_layer_7_of_a_hef_of_the_real_model_is_ranked_first() {
+    let tmp = tempfile::tempdir().unwrap();
+    let gguf = gguf();
+    let probe = tmp.path().join("width.toml");
+    std::fs::write(
+        &probe,
+        format!(
+            "version = 1\nname = \"width\"\nquestion = \"Which width fault does the HEF compute?\"\nfinding = 16\n\n\
+             [checkpoint]\npath = {:?}\n\n[inputs]\ntext = \"Once upon a time there was a little girl who\"\n\
+             decode = 2\n\n[explain]\n",
+            gguf.display().to_string()
+        ),
+    )
+    .unwrap();
+    let mut wrong = Vec::new();
+    for fault in [
+        "tile-sum:512@layers=7",
+        "norm-acc:16@layers=7",
+        "norm-width:384@layers=7",
+        "tile-scale:384@layers=7",
+    ] {
+        let hef = tmp.path().join(format!("{}.hef", fault.replace([':', ',', '@', '='], "_")));
+        let h = hef.to_str().unwrap();
+        let (code, out) = hefprobe_in(
+            tmp.path(),
+            &["synth-hef", "--checkpoint", gguf.to_str().unwrap(), "--fault", fault, "-o", h],
+        );
+        assert_eq!(code, 0, "{fault}: {out}");
+        let (code, out) =
+            hefprobe_in(tmp.path(), &["run", probe.to_str().unwrap(), "--backend", &format!("hef={h}")]);
+        let best = out.lines().find(|l| l.starts_with("best explanation:")).unwrap_or("(none)").to_string();
+        if code != 1 || !best.starts_with(&format!("best explanation: {fault} ")) {
+            wrong.push(format!("{fault}: exit {code}, {best}"));
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}

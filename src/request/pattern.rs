@@ -44,14 +44,16 @@ impl Request for ExplainPattern {
 
     fn plan(&self) -> Result<(Pattern, Checkpoint)> {
         crate::report::check::<Explained>(&self.reports)?;
+        // A record not here is looked for in the installed catalog, as a probe is.
+        let record = crate::probe::catalog::locate(&self.pattern)?;
         let mut outs = Outputs::new();
-        outs.input("the record", &self.pattern);
+        outs.input("the record", &record);
         if let Some(c) = &self.checkpoint {
             c.register("the checkpoint", &mut outs)?;
         }
         crate::report::register::<Explained>(&self.reports, &mut outs)?;
         outs.check()?;
-        let pattern = Pattern::load(&self.pattern)?;
+        let pattern = Pattern::load(&record)?;
         let ckpt =
             super::load_noting(&self.checkpoint.clone().unwrap_or_else(|| default_checkpoint(&pattern)))?;
         Ok((pattern, ckpt))
