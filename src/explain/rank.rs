@@ -348,7 +348,7 @@ fn refine_plan(
         mine.max_by(|a, b| a.m.cosine.total_cmp(&b.m.cosine)).and_then(|c| layer_of(&c.specs[0]))
     };
     let mut plan: Vec<(usize, usize)> = Vec::new();
-    let mut add = |plan: &mut Vec<(usize, usize)>, fi: usize, near: &[usize]| -> bool {
+    let add = |plan: &mut Vec<(usize, usize)>, fi: usize, near: &[usize]| -> bool {
         let new: Vec<usize> = near.iter().copied().filter(|&l| !plan.contains(&(fi, l))).collect();
         if new.is_empty() || plan.len() + new.len() > left {
             return false;
