@@ -269,13 +269,10 @@ fn search_layers(emu: &Emulator, results: &mut Vec<Candidate>) -> Result<String>
     let coarse: Vec<Vec<FaultSpec>> =
         families.iter().flat_map(|f| at(&mut (0..layers).step_by(stride), f)).collect();
     let mut spent = coarse.len();
-    // Each fault's best coarse layer decides where the fine search looks: none is stopped. The
-    // s-1 layers on each side of it lie between two coarse layers; the likelier side is the one
-    // whose coarse neighbour matched better (or the edge's, beyond which nothing was tried). Every
-    // fault is refined on its likelier side first, in the order of its best coarse match, then
-    // beside its best by cosine, then on its other side as the budget allows ([`refine_plan`]). Refining both sides in the whole-model ranking's order,
-    // as before, spent the budget before the last 8 of SmolLM2's 33 faults (norm-acc:16 and
-    // tile-scale:384 planted at layer 7 came out unexplained).
+    // The coarse pass runs whole (none is stopped); its ranking decides where and in which order
+    // the fine search looks ([`refine_plan`]). Refining both sides in the whole-model ranking's
+    // order, as before, spent the budget before the last 8 of SmolLM2's 33 faults (norm-acc:16
+    // and tile-scale:384 planted at layer 7 came out unexplained).
     let mut found = emu.evaluate_all(coarse, false)?;
     sort(&mut found, emu.by_kl());
     let (fine, sides) = refine_plan(&found, &families, stride, layers, LAYER_SEARCH_BUDGET - spent);
