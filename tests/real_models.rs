@@ -566,10 +566,11 @@ fn explains_shortcuts_leave_the_ranking_of_a_real_model_hef_as_it_is() {
 }
 
 /// Issue 44's "done when" on real weights: each width fault of finding 16, planted in a
-/// simulated HEF of SmolLM2 at layer 7 (no test plants anything there; the HEF exposes logits
-/// only, so explain's layer search has to find the layer: every 5th of the 30 first, then the
-/// layers near each fault's best), is ranked first by `run` with explain, layer included.
-/// About 3 min per fault on 2 cores.
+/// simulated HEF of SmolLM2 at layer 7 (the HEF exposes logits only, so explain's layer search
+/// has to find the layer: every per-layer fault at every layer), is ranked first by `run` with
+/// explain, layer included. About 3 min per fault on 2 cores. Planted at layer 13 instead, which
+/// no test uses, all five width faults were ranked first by hand (docs/PROBES.md, "Planted
+/// deep").
 #[test]
 #[ignore = "needs HEFPROBE_REAL_MODELS=DIR (scripts/fetch-real-models.sh, references/make_real_goldens.py)"]
 fn each_width_fault_planted_at_layer_7_of_a_hef_of_the_real_model_is_ranked_first() {

@@ -90,7 +90,7 @@ pub struct LlmDriver {
     tbt: Option<Group>,
     pub config: LlmConfig,
     pre: PreProcess,
-    embeddings: Vec<u16>,
+    embeddings: std::sync::Arc<[u16]>,
     vocab_rows: usize,
     pub record: Option<Vec<SentFrame>>,
     pub device: String,

@@ -10,7 +10,8 @@
 //!   and is left out of the ranking (the report counts it);
 //! - parallel: as many candidates at a time as there are cores (at most four), in waves of
 //!   [`WAVE`] whose bar is set by the waves before, so which candidates stop depends neither on
-//!   timing nor on the threads (the cores, the memory budget).
+//!   timing nor on the threads (the cores, the memory budget); where they fill every core, each
+//!   computes its kernels on its own thread (`model::pool::alone`).
 
 use super::matching::{match_captures, part, signature, Match, CLEAN_EPS};
 use super::prefix::{below, Instrument, Layered, Prefix};
@@ -237,6 +238,8 @@ impl<'a> Emulator<'a> {
             .num_threads(threads)
             .build()
             .map_err(|e| Error::usage(format!("cannot start {threads} explain threads: {e}")))?;
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let _alone = (threads > 1 && threads >= cores).then(crate::model::pool::alone);
         let mut ranked = Vec::with_capacity(all.len());
         for wave in all.chunks(WAVE) {
             let bar = if stop { self.bar() } else { None };

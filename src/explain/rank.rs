@@ -9,7 +9,8 @@
 use super::emulate::{sort, Candidate, Emulator, CONTENDERS};
 pub use super::emulate::{Setting, Target};
 use super::matching::{
-    aligned, first_drift_layer, match_captures, nonfinite_keys, shared_keys, signatures_agree, CLEAN_EPS,
+    aligned, first_drift_layer, match_captures, nonfinite_keys, shared_keys, signatures_agree, Match,
+    CLEAN_EPS,
 };
 use crate::capture::Store;
 use crate::compare::metrics;
@@ -58,12 +59,16 @@ const PAIR_TOP: usize = 5;
 const _: () = assert!(REFINE <= CONTENDERS && TIE_ROWS <= CONTENDERS && PAIR_TOP <= CONTENDERS);
 
 /// Emulations the per-layer search may spend when the observation holds no layer tap (a HEF's
-/// logits). Every layer of every per-layer fault of the grid, when that fits: a dozen such
-/// faults on a 30-layer model is 360. Halving the layers on the match figure was tried first
-/// and measured wrong on SmolLM2 (a fault at layer 2 emulated over layers 0-14 matches worse
-/// than over 15-29: the other 14 faulted layers swamp it), so past the budget the search is a
-/// stride over the layers, then the layers beside each fault's best, likelier side first.
-pub const LAYER_SEARCH_BUDGET: usize = 400;
+/// logits): every layer of every per-layer fault of the grid, when that fits (SmolLM2's 33 such
+/// faults on 30 layers: 990; a 36-layer model: 1188). Beside its own layer a fault seen through
+/// the logits matches by chance: planted in simulated HEFs of SmolLM2, shared-softmax at layer 2
+/// matched its own family best at layer 20 of every 5th, and norm-acc:16 and norm-width:384 at
+/// layer 13 were missed by a search of every 5th layer, every layer of the 5 best faults and the
+/// layers beside each other's best (520 emulations). Halving the layers on the match figure was
+/// measured wrong too (a fault at layer 2 emulated over layers 0-14 matches worse than over
+/// 15-29: the other 14 faulted layers swamp it). Past the budget the search is a stride over the
+/// layers within two fifths of it, then [`refine_plan`]'s passes.
+pub const LAYER_SEARCH_BUDGET: usize = 1200;
 
 /// Rank the faults of `spec` (default: the catalog's grid, narrowed per layer) against
 /// `observed` (its name and capture), on the inputs and checkpoint of `at`.
@@ -265,7 +270,7 @@ fn search_layers(emu: &Emulator, results: &mut Vec<Candidate>) -> Result<String>
             families.len()
         ));
     }
-    let stride = all.div_ceil(LAYER_SEARCH_BUDGET / 2).max(2);
+    let stride = all.div_ceil(LAYER_SEARCH_BUDGET * 2 / 5).max(2);
     let coarse: Vec<Vec<FaultSpec>> =
         families.iter().flat_map(|f| at(&mut (0..layers).step_by(stride), f)).collect();
     let mut spent = coarse.len();
@@ -282,27 +287,30 @@ fn search_layers(emu: &Emulator, results: &mut Vec<Candidate>) -> Result<String>
     results.extend(emu.evaluate_all(fine, true)?);
     Ok(format!(
         "the observation holds no layer tap: {} per-layer faults emulated at every {stride}th of the {layers} layers, \
-         then {} of them at the layers on the likelier side of their best, {} beside their best by cosine too and \
-         {} on the other side, {spent} emulations (budget {LAYER_SEARCH_BUDGET})",
+         then {} of them (the best) at every layer, {} at the layers on the likelier side of their best, {} beside \
+         their best by cosine too and {} on the other side, {spent} emulations (budget {LAYER_SEARCH_BUDGET})",
         families.len(),
-        sides.0,
-        sides.1,
-        sides.2
+        sides[0],
+        sides[1],
+        sides[2],
+        sides[3]
     ))
 }
 
 /// The fine layer search's emulations, (family index, layer), within `left`: `found` holds the
-/// coarse emulations (each family at every `stride`th layer) in ranking order. Three passes, best
-/// family first, as far as `left` goes: the likelier side of each family's best coarse layer,
-/// then that of its best by cosine where that is another layer, then the other side of its
-/// best. Returns them and how many families each pass refined.
+/// coarse emulations (each family at every `stride`th layer) in ranking order. Four passes, best
+/// family first, as far as `left` goes: every layer of the [`CONTENDERS`] best families (a
+/// family tied with a better one's figures, as norm-width:256,pad and 384,pad are on a 576-wide
+/// model, rides along), the likelier side of each other family's best coarse layer, then that of
+/// its best by cosine where that is another layer, then the other side of its best. Returns them
+/// and how many families each pass refined.
 fn refine_plan(
     found: &[Candidate],
     families: &[FaultSpec],
     stride: usize,
     layers: usize,
     left: usize,
-) -> (Vec<(usize, usize)>, (usize, usize, usize)) {
+) -> (Vec<(usize, usize)>, [usize; 4]) {
     let family_of = |f: &FaultSpec| families.iter().position(|g| g.name == f.name && g.params == f.params);
     let layer_of = |f: &FaultSpec| f.layers.as_ref().and_then(|v| v.first().copied());
     let rank_at = |fi: usize, l: usize| {
@@ -353,19 +361,35 @@ fn refine_plan(
         plan.extend(new.into_iter().map(|l| (fi, l)));
         true
     };
-    let (mut one, mut cosine, mut both) = (0, 0, 0);
+    // On SmolLM2 a shared-softmax planted at layer 2 and seen through the logits matches its own
+    // family best at layer 20 of the coarse layers, then 10, 5, 25, 15 and 0: beside a wrong layer
+    // a fault is noise, so only every layer of the likeliest families finds it.
+    let mut swept: Vec<Match> = Vec::new();
+    let mut passes = [0; 4];
+    let mut rest = Vec::new();
     for &(fi, l) in &order {
-        one += usize::from(add(&mut plan, fi, &sides_of(fi, l).0));
-    }
-    for &(fi, l) in &order {
-        if let Some(c) = by_cosine(fi).filter(|&c| c != l) {
-            cosine += usize::from(add(&mut plan, fi, &sides_of(fi, c).0));
+        let m = rank_at(fi, l).map(|r| found[r].m);
+        let tied = m.is_some_and(|m| swept.iter().any(|s| s.kl == m.kl && s.cosine == m.cosine));
+        let all: Vec<usize> = (0..layers).filter(|n| n % stride != 0).collect();
+        if (tied || swept.len() < CONTENDERS) && add(&mut plan, fi, &all) {
+            passes[0] += 1;
+            swept.extend(m.filter(|_| !tied));
+        } else {
+            rest.push((fi, l));
         }
     }
-    for &(fi, l) in &order {
-        both += usize::from(add(&mut plan, fi, &sides_of(fi, l).1));
+    for &(fi, l) in &rest {
+        passes[1] += usize::from(add(&mut plan, fi, &sides_of(fi, l).0));
     }
-    (plan, (one, cosine, both))
+    for &(fi, l) in &rest {
+        if let Some(c) = by_cosine(fi).filter(|&c| c != l) {
+            passes[2] += usize::from(add(&mut plan, fi, &sides_of(fi, c).0));
+        }
+    }
+    for &(fi, l) in &rest {
+        passes[3] += usize::from(add(&mut plan, fi, &sides_of(fi, l).1));
+    }
+    (plan, passes)
 }
 
 /// The table's rows: faults whose emulations agree on these inputs (to float noise) are one
@@ -379,7 +403,9 @@ fn rows_with_ties(emu: &Emulator, results: &[Candidate]) -> Result<Vec<ExplainRo
         }
         used[i] = true;
         let mut ties = Vec::new();
-        if rows.len() < TIE_ROWS {
+        // A clean-like row's note says more than its ties would (each is a clean run to float
+        // noise), and on a clean HEF of SmolLM2 checking them took 60 whole emulations (17 s).
+        if rows.len() < TIE_ROWS && !results[i].clean_like {
             let mut kept = None;
             for j in i + 1..results.len() {
                 let close = (results[j].m.cosine - results[i].m.cosine).abs() <= CLEAN_EPS

@@ -78,41 +78,80 @@ impl Affine {
     }
 }
 
-impl Affine {
-    /// [`Affine::apply`] on `x` in place, without branches (selects, so a loop of it
-    /// vectorizes); returns whether it clipped. The clamp is written as `clamp` computes it, not
-    /// with `max`/`min`: those may pick either zero of `max(-0.0, 0.0)` (x86's `maxss` keeps
-    /// -0.0, aarch64's `fmaxnm` gives +0.0), which made a tiny negative value quantized to code
-    /// 0 of a range starting there -0.0 on one CPU and +0.0 on the other. `q` is NaN only for a
-    /// non-finite `x`, which stays as it is.
-    #[inline(always)]
-    fn apply_in_place(&self, x: &mut f32) -> bool {
-        let v = *x;
-        let q = round_ties_even(v / self.scale + self.zp);
-        let c = if q < self.qmin {
-            self.qmin
-        } else if q > self.qmax {
-            self.qmax
-        } else {
-            q
-        };
-        let finite = v.is_finite();
-        *x = if finite { (c - self.zp) * self.scale } else { v };
-        finite & (c != q)
-    }
+/// [`Affine::apply`] on `x` in place, for the quantizer (scale, zp, qmin, qmax), without
+/// branches (selects, so a loop of it vectorizes); returns whether it clipped. The clamp is
+/// written as `clamp` computes it, not with `max`/`min`: those may pick either zero of
+/// `max(-0.0, 0.0)` (x86's `maxss` keeps -0.0, aarch64's `fmaxnm` gives +0.0), which made a
+/// tiny negative value quantized to code 0 of a range starting there -0.0 on one CPU and +0.0
+/// on the other. `q` is NaN only for a non-finite `x`, which stays as it is.
+#[inline(always)]
+fn apply_in_place(x: &mut f32, scale: f32, zp: f32, qmin: f32, qmax: f32) -> bool {
+    let v = *x;
+    let q = round_ties_even(v / scale + zp);
+    let c = if q < qmin {
+        qmin
+    } else if q > qmax {
+        qmax
+    } else {
+        q
+    };
+    let finite = v.is_finite();
+    *x = if finite { (c - zp) * scale } else { v };
+    finite & (c != q)
+}
 
-    /// [`Affine::apply_in_place`] over `xs` (a site with one quantizer: scores and probs, the
-    /// largest), its clip count in 32-bit lanes of 8 so the loop vectorizes.
-    fn apply_all(&self, xs: &mut [f32]) -> u64 {
+crate::model::kernels::simd! {
+    /// One quantizer over `xs` (a site with one: scores and probs, the largest), its clip count
+    /// in 32-bit lanes of 8 so the loop vectorizes; AVX2 where the CPU has it (the same
+    /// operations, so the same bits).
+    fn quantize_all(q: &Affine, xs: &mut [f32]) -> u64 {
         let mut chunks = xs.chunks_exact_mut(8);
         let mut lanes = [0u32; 8];
         for chunk in &mut chunks {
             for (x, lane) in chunk.iter_mut().zip(lanes.iter_mut()) {
-                *lane += u32::from(self.apply_in_place(x));
+                *lane += u32::from(apply_in_place(x, q.scale, q.zp, q.qmin, q.qmax));
             }
         }
-        let tail: u64 = chunks.into_remainder().iter_mut().map(|x| u64::from(self.apply_in_place(x))).sum();
+        let tail = chunks.into_remainder().iter_mut();
+        let tail: u64 = tail.map(|x| u64::from(apply_in_place(x, q.scale, q.zp, q.qmin, q.qmax))).sum();
         lanes.iter().map(|&n| u64::from(n)).sum::<u64>() + tail
+    }
+}
+
+/// One quantizer per channel, field by field (so a row's loop vectorizes).
+struct PerChannel {
+    scale: Vec<f32>,
+    zp: Vec<f32>,
+    qmin: Vec<f32>,
+    qmax: Vec<f32>,
+}
+
+impl PerChannel {
+    fn of(q: &[Affine]) -> Self {
+        let field = |f: fn(&Affine) -> f32| q.iter().map(f).collect();
+        PerChannel {
+            scale: field(|a| a.scale),
+            zp: field(|a| a.zp),
+            qmin: field(|a| a.qmin),
+            qmax: field(|a| a.qmax),
+        }
+    }
+}
+
+crate::model::kernels::simd! {
+    /// `xs` as rows of `q`'s channels, each value by its channel's quantizer; returns how many
+    /// clipped.
+    fn quantize_rows(q: &PerChannel, xs: &mut [f32]) -> u64 {
+        let mut clipped = 0u64;
+        for row in xs.chunks_mut(q.scale.len().max(1)) {
+            let mut n = 0u32;
+            let channels = q.scale.iter().zip(&q.zp).zip(&q.qmin).zip(&q.qmax);
+            for (x, (((s, z), lo), hi)) in row.iter_mut().zip(channels) {
+                n += u32::from(apply_in_place(x, *s, *z, *lo, *hi));
+            }
+            clipped += u64::from(n);
+        }
+        clipped
     }
 }
 
@@ -174,17 +213,14 @@ impl Channels {
     /// order), walking the channels rather than dividing each index; returns how many were
     /// clipped. One quantizer (scores and probs, the largest sites) runs as one loop.
     fn apply(self, q: &[Affine], v: &mut [f32]) -> u64 {
-        let rows = |q: &[Affine], xs: &mut [f32]| -> u64 {
-            xs.chunks_mut(q.len().max(1))
-                .map(|row| row.iter_mut().zip(q).map(|(x, q)| u64::from(q.apply_in_place(x))).sum::<u64>())
-                .sum()
-        };
         match (self, q) {
-            (_, [one]) => one.apply_all(v),
-            (Channels::One | Channels::Last(_), _) => rows(q, v),
-            (Channels::HeadDim { tokens, d, .. }, _) => {
-                v.chunks_mut((tokens * d).max(1)).zip(q.chunks(d.max(1))).map(|(head, q)| rows(q, head)).sum()
-            }
+            (_, [one]) => quantize_all(one, v),
+            (Channels::One | Channels::Last(_), _) => quantize_rows(&PerChannel::of(q), v),
+            (Channels::HeadDim { tokens, d, .. }, _) => v
+                .chunks_mut((tokens * d).max(1))
+                .zip(q.chunks(d.max(1)))
+                .map(|(head, q)| quantize_rows(&PerChannel::of(q), head))
+                .sum(),
         }
     }
 }
@@ -567,7 +603,7 @@ mod tests {
             for &x in &xs {
                 let (want, clipped) = q.apply(x);
                 let mut got = x;
-                assert_eq!(q.apply_in_place(&mut got), clipped, "{x}");
+                assert_eq!(apply_in_place(&mut got, q.scale, q.zp, q.qmin, q.qmax), clipped, "{x}");
                 assert!(
                     got.to_bits() == want.to_bits() || got.is_nan() && want.is_nan(),
                     "{x}: {got} vs {want}"
@@ -575,8 +611,17 @@ mod tests {
             }
             let mut all = xs.clone();
             let clipped = xs.iter().filter(|&&x| q.apply(x).1).count() as u64;
-            assert_eq!(q.apply_all(&mut all), clipped);
+            assert_eq!(quantize_all(&q, &mut all), clipped);
             assert!(all.iter().zip(&xs).all(|(a, &x)| a.to_bits() == q.apply(x).0.to_bits() || a.is_nan()));
+        }
+        // Per channel: 7 quantizers over rows of 7 (and a short last row), each value by its own.
+        let qs: Vec<Affine> =
+            (0..7).map(|c| Affine::calibrate(-1.0 - c as f32, 0.5 + c as f32, 8 + c, c % 2 == 0)).collect();
+        let mut all = xs.clone();
+        let clipped = xs.iter().enumerate().filter(|(i, &x)| qs[i % 7].apply(x).1).count() as u64;
+        assert_eq!(Channels::Last(7).apply(&qs, &mut all), clipped);
+        for (i, (a, &x)) in all.iter().zip(&xs).enumerate() {
+            assert!(a.to_bits() == qs[i % 7].apply(x).0.to_bits() || a.is_nan(), "{x} in channel {}", i % 7);
         }
     }
 

@@ -74,6 +74,21 @@ pub fn configure(threads: usize) {
     ALLOWED.store(threads, SeqCst);
 }
 
+/// Kernels on their caller's thread alone until the guard drops: for a caller that keeps every
+/// core busy with decoders of its own (explain's candidates, one per core), where a worker
+/// joining one of them only takes a core from another and spins between its jobs.
+pub fn alone() -> Alone {
+    Alone(ALLOWED.swap(1, SeqCst))
+}
+
+pub struct Alone(usize);
+
+impl Drop for Alone {
+    fn drop(&mut self) {
+        ALLOWED.store(self.0, SeqCst);
+    }
+}
+
 pub fn pool() -> &'static Pool {
     POOL.get_or_init(|| {
         let size = match SIZE.load(SeqCst) {

@@ -74,6 +74,8 @@ pub struct Frames {
     spec: SimSpec,
     expected: Arc<Expected>,
     taps: Vec<TapOutput>,
+    /// The HEF's embeddings table, decoded by the first backend and shared by the rest.
+    embeddings: Arc<std::sync::OnceLock<Arc<[u16]>>>,
 }
 
 impl Frames {
@@ -101,7 +103,7 @@ impl Frames {
             ckpt.clone(),
             (first, quantized),
         )?;
-        let driver = LlmDriver::open(&mut dev, &self.hef, &self.what)?;
+        let driver = LlmDriver::open_sharing(&mut dev, &self.hef, &self.what, &self.embeddings)?;
         let mut b = HefBackend::from_parts("explain", Box::new(dev), driver, self.hef.clone());
         b.driver.set_taps(&self.taps.iter().map(|t| t.output.clone()).collect());
         b.tap_outputs = self.taps.clone();
@@ -193,6 +195,7 @@ impl HefBackend {
             spec,
             expected,
             taps: self.tap_outputs.clone(),
+            embeddings: Arc::default(),
         })
     }
 

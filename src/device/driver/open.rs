@@ -9,10 +9,22 @@ use crate::device::{Device, FormatType, StreamInfo};
 use crate::error::{Error, Result};
 use crate::hef::llm_config::LlmConfig;
 use crate::hef::Hef;
+use std::sync::{Arc, OnceLock};
 
 impl LlmDriver {
     /// Open the prefill (and tbt) group of `hef` on `device`, as `LLMServer` does.
     pub fn open(device: &mut dyn Device, hef: &Hef, what: &str) -> Result<Self> {
+        Self::open_sharing(device, hef, what, &OnceLock::new())
+    }
+
+    /// [`LlmDriver::open`], its embeddings table decoded once into `table` and shared by every
+    /// driver opened with it (explain opens one per candidate: 28M rows' worth on SmolLM2).
+    pub fn open_sharing(
+        device: &mut dyn Device,
+        hef: &Hef,
+        what: &str,
+        table: &OnceLock<Arc<[u16]>>,
+    ) -> Result<Self> {
         let resource = |name: &str| -> Result<&[u8]> {
             hef.resource(name).ok_or_else(|| {
                 Error::input(what, format!("resource `{name}` is missing; genai's LLM server needs it"))
@@ -26,7 +38,7 @@ impl LlmDriver {
             Some(t) => Some(open_group(device, hef, &config, t, what)?),
             None => None,
         };
-        let (embeddings, features) = read_embeddings(&prefill, || resource("embeddings.bin"), what)?;
+        let (embeddings, features) = read_embeddings(&prefill, || resource("embeddings.bin"), table, what)?;
         // "on" is 1.0 quantized with the prefill mask input's quant info
         // (llm_server.cpp create_pre_process_future).
         let mask = input(&prefill, &prefill.names.mask)?;
@@ -136,8 +148,9 @@ fn open_group(
 fn read_embeddings<'a>(
     prefill: &Group,
     raw: impl FnOnce() -> Result<&'a [u8]>,
+    table: &OnceLock<Arc<[u16]>>,
     what: &str,
-) -> Result<(Vec<u16>, usize)> {
+) -> Result<(Arc<[u16]>, usize)> {
     let emb = input(prefill, &prefill.names.embeddings)?;
     if emb.format != FormatType::Uint16 {
         return Err(Error::input(
@@ -153,7 +166,9 @@ fn read_embeddings<'a>(
             format!("{} bytes is not a whole number of {features}-feature uint16 rows", raw.len()),
         ));
     }
-    Ok((raw.chunks_exact(2).map(|b| u16::from_le_bytes([b[0], b[1]])).collect(), features))
+    let decoded =
+        table.get_or_init(|| raw.chunks_exact(2).map(|b| u16::from_le_bytes([b[0], b[1]])).collect());
+    Ok((decoded.clone(), features))
 }
 
 /// One prefill frame set, sized by hailo-config.json (input), within the memory budget: mask
