@@ -6,7 +6,7 @@
 #     scripts/finding-16.sh DIR        (from the repository root; HEFPROBE=BIN to use a built binary)
 #
 # The checkpoint is reached through a link under target/regen so that the report records a path
-# inside the repository, not this machine's. Takes about 11 minutes on 2 shared cores.
+# inside the repository, not this machine's. Takes about 50 s on 2 cores (its explain prints the time).
 set -eu
 . "$(dirname "$0")/real-model-args.sh"
 cd "$repo"

@@ -156,23 +156,6 @@ fn weight_data<'a>(storage: &'a Storage, layout: &Layout) -> candle_core::Result
     }
 }
 
-/// Symmetric round-to-nearest-even of one output channel (a row of W) to `bits`, in place:
-/// scale max|w| / (2^(bits-1) − 1), an all-zero row kept (scale 1). The weight quantization of
-/// `quant:w8` / `quant:w4` (docs/QUANTIZATION.md), applied as each row is read.
-pub fn quantize_row(row: &mut [f32], bits: u32) {
-    let qmax = ((1u32 << (bits - 1)) - 1) as f32;
-    let m = row.iter().fold(0f32, |a, &b| a.max(b.abs()));
-    let s = if m == 0.0 { 1.0 } else { m / qmax };
-    // |x / s| ≤ qmax < 2^22: adding and taking away 1.5·2^23 rounds half to even, the bits of
-    // `round_ties_even` (fault::quant's `round_ties_even`, tested there), without libm's `rintf`
-    // per weight on baseline x86-64: it was 70% of a `quant:w8` prefill's time.
-    const MAGIC: f32 = 12_582_912.0;
-    for x in row.iter_mut() {
-        let y = *x / s;
-        *x = ((y + MAGIC) - MAGIC).copysign(y).clamp(-qmax, qmax) * s;
-    }
-}
-
 #[cfg(target_arch = "x86_64")]
 pub use dot::PREFETCH_BYTES;
 use dot::*;
@@ -331,6 +314,26 @@ macro_rules! simd {
     };
 }
 pub(crate) use simd;
+
+simd! {
+    /// Symmetric round-to-nearest-even of one output channel (a row of W) to `bits`, in place:
+    /// scale max|w| / (2^(bits-1) − 1), an all-zero row kept (scale 1). The weight quantization
+    /// of `quant:w8` / `quant:w4` (docs/QUANTIZATION.md), applied as each row is read; in AVX2
+    /// where the CPU has it (a third of `explain --pattern`'s time on SmolLM2 in SSE2).
+    pub fn quantize_row(row: &mut [f32], bits: u32) {
+        let qmax = ((1u32 << (bits - 1)) - 1) as f32;
+        let m = row.iter().fold(0f32, |a, &b| a.max(b.abs()));
+        let s = if m == 0.0 { 1.0 } else { m / qmax };
+        // |x / s| ≤ qmax < 2^22: adding and taking away 1.5·2^23 rounds half to even, the bits of
+        // `round_ties_even` (fault::quant's `round_ties_even`, tested there), without libm's
+        // `rintf` per weight on baseline x86-64: it was 70% of a `quant:w8` prefill's time.
+        const MAGIC: f32 = 12_582_912.0;
+        for x in row.iter_mut() {
+            let y = *x / s;
+            *x = ((y + MAGIC) - MAGIC).copysign(y).clamp(-qmax, qmax) * s;
+        }
+    }
+}
 
 #[cfg(target_arch = "x86_64")]
 pub fn has_avx2() -> bool {
