@@ -331,16 +331,8 @@ fn refine_plan(
         let above: Vec<usize> = (l + 1..(l + stride).min(layers)).collect();
         let rb = l.checked_sub(stride).and_then(|n| rank_at(fi, n));
         let ra = if l + stride < layers { rank_at(fi, l + stride) } else { None };
-        let below_first = match (below.is_empty(), above.is_empty()) {
-            (true, _) => false,
-            (false, true) => true,
-            _ => match (rb, ra) {
-                (Some(b), Some(a)) => b < a,
-                (None, _) => true,
-                (Some(_), None) => false,
-            },
-        };
-        if below_first {
+        // Below first where there is nothing above, or its neighbour ranks better (or alone).
+        if !below.is_empty() && (above.is_empty() || rb.is_none_or(|b| ra.is_some_and(|a| b < a))) {
             (below, above)
         } else {
             (above, below)
