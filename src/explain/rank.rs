@@ -359,10 +359,10 @@ fn refine_plan(
     let mut swept: Vec<Match> = Vec::new();
     let mut passes = [0; 4];
     let mut rest = Vec::new();
+    let all: Vec<usize> = (0..layers).filter(|n| n % stride != 0).collect();
     for &(fi, l) in &order {
         let m = rank_at(fi, l).map(|r| found[r].m);
         let tied = m.is_some_and(|m| swept.iter().any(|s| s.kl == m.kl && s.cosine == m.cosine));
-        let all: Vec<usize> = (0..layers).filter(|n| n % stride != 0).collect();
         if (tied || swept.len() < CONTENDERS) && add(&mut plan, fi, &all) {
             passes[0] += 1;
             swept.extend(m.filter(|_| !tied));
