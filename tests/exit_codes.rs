@@ -70,6 +70,34 @@ fn wide_output_hef(dir: &Path) -> PathBuf {
     h
 }
 
+/// A simulated HEF whose embeddings inputs (input_layer1, as synth-hef names them) claim 0
+/// features: a damaged stream info, refused by name (it was a division by zero).
+fn zero_feature_embeddings_hef(dir: &Path) -> PathBuf {
+    let h = synth_hef(dir, "zero-features.hef", &[]);
+    let mut hef = hefprobe::hef::Hef::read(&h).unwrap();
+    for s in
+        hef.groups.iter_mut().flat_map(|g| g.inputs.iter_mut()).filter(|s| s.name.ends_with("input_layer1"))
+    {
+        s.shape.features = 0;
+        s.padded.features = 0;
+    }
+    std::fs::write(&h, hef.to_bytes()).unwrap();
+    h
+}
+
+#[test]
+fn embeddings_of_zero_features_exit_2_naming_the_input() {
+    let t = tempfile::tempdir().unwrap();
+    hefprobe()
+        .arg("diagnose")
+        .arg(zero_feature_embeddings_hef(t.path()))
+        .args(["--synth", "tinystories", "--tokens", "1,2,3,4"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("input_layer1"))
+        .stderr(predicate::str::contains("0 features"));
+}
+
 fn inputs_npz(dir: &Path, prompt: Vec<u32>) -> PathBuf {
     let p = dir.join("inputs.npz");
     InputSet::new(prompt).to_npz(&p).unwrap();

@@ -159,6 +159,12 @@ fn read_embeddings<'a>(
         ));
     }
     let features = emb.shape.features as usize;
+    if features == 0 {
+        return Err(Error::input(
+            format!("{what} input `{}`", emb.name),
+            "its shape has 0 features: an embeddings row needs at least one (the HEF's stream info is damaged)",
+        ));
+    }
     let raw = raw()?;
     if raw.len() % (2 * features) != 0 {
         return Err(Error::input(
