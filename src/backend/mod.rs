@@ -51,11 +51,13 @@ pub struct Emulation {
     pub outputs: Vec<crate::tap::Tap>,
 }
 
-/// The faults, and faults whose hooks go first (explain's instrument), to the backend.
+/// The faults, faults whose hooks go first (explain's instrument), and whether the backend may
+/// leave out what nothing reads (frame rows: `device::sim`), to the backend.
 type MakeEmulation = dyn Fn(
         &Checkpoint,
         &[crate::fault::spec::FaultSpec],
         Vec<Box<dyn crate::fault::Fault>>,
+        bool,
     ) -> Result<Option<Box<dyn Backend>>>
     + Send
     + Sync;
@@ -66,13 +68,14 @@ impl Emulation {
     }
 
     /// The backend computing `faults`, with `first`'s hooks ahead of theirs; None: it cannot.
+    /// `trim`: it may leave out the work nothing reads (the same bits come back).
     pub fn backend(
         &self,
         ckpt: &Checkpoint,
         faults: &[crate::fault::spec::FaultSpec],
-        first: Vec<Box<dyn crate::fault::Fault>>,
+        (first, trim): (Vec<Box<dyn crate::fault::Fault>>, bool),
     ) -> Result<Option<Box<dyn Backend>>> {
-        (self.make)(ckpt, faults, first)
+        (self.make)(ckpt, faults, first, trim)
     }
 }
 

@@ -380,7 +380,7 @@ impl<'a> Emulator<'a> {
     ) -> Result<(Route, Box<dyn Backend>)> {
         let first = || vec![Box::new(instrument.clone()) as Box<dyn Fault>];
         if let Some(e) = self.emulation().filter(|_| frames) {
-            if let Some(b) = e.backend(self.at.ckpt, specs, first())? {
+            if let Some(b) = e.backend(self.at.ckpt, specs, (first(), self.fast))? {
                 return Ok((Route::Frames, b));
             }
         }

@@ -180,6 +180,12 @@ impl Hooks for InstrumentHooks<'_> {
     fn needs_explicit_attention(&self, _layer: usize) -> bool {
         false
     }
+
+    /// A recording keeps whole steps (candidates resume from them); counting and resuming
+    /// see rows only through the residual handed back, which the decoder cuts to a frame's.
+    fn rows_apart(&self) -> bool {
+        !matches!(self.0.lock().mode, Mode::Record { .. })
+    }
 }
 
 /// A candidate's capture when it started at block `from`: its own keys from there on, the

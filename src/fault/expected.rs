@@ -298,6 +298,11 @@ impl Hooks for ExpectedHooks<'_> {
         self.acts.as_ref().is_some_and(|a| a.needs_explicit_attention(layer))
     }
 
+    /// A realization's jitter is one stream over every value of a step, so it follows the rows.
+    fn rows_apart(&self) -> bool {
+        self.jitter.is_none() && self.acts.as_ref().is_none_or(|a| a.rows_apart())
+    }
+
     fn cache_read(
         &mut self,
         ctx: &StepCtx,

@@ -360,6 +360,12 @@ impl QuantHooks<'_> {
 }
 
 impl Hooks for QuantHooks<'_> {
+    /// Each value through its site's quantizer, calibrated before the run (only the clip
+    /// counts of the notes follow the rows computed).
+    fn rows_apart(&self) -> bool {
+        true
+    }
+
     fn edit(&mut self, _ctx: &StepCtx, tap: Tap, t: Tensor) -> Result<Tensor> {
         let f = self.0;
         let ch = Channels::of(tap, t.dims());

@@ -35,6 +35,13 @@ pub const BLOCK_MIN_ROWS: usize = 8;
 /// own (little of the masked half is computed), large enough for gemm to run at its rate.
 const BLOCK: usize = 32;
 
+/// Whether `b` query rows, the last `b` of `a` (the leading `a − b` left out), fall into blocks
+/// of the same rows as they do among `a`, on the same kernel: each row's scores, probabilities
+/// and output then come out with the same bits (a block's key range and kernel follow its rows).
+pub fn blocks_alike(a: usize, b: usize) -> bool {
+    b <= a && (a >= BLOCK_MIN_ROWS) == (b >= BLOCK_MIN_ROWS) && (a < BLOCK_MIN_ROWS || (a - b) % BLOCK == 0)
+}
+
 /// A [N, R, D] tensor's data (D contiguous): row r of head n starts at `start + n·head + r·row`.
 #[derive(Clone, Copy)]
 struct Rows<'a> {

@@ -130,6 +130,12 @@ pub struct FrameInputs {
     /// its input is the hidden state entering the first (the embeddings when it is 0), its
     /// output the last one's `out` when that is not the model's last block. None: every block.
     pub layers: Option<(usize, usize)>,
+    /// Leading rows of the frame left out of this step (the rows above are its last ones):
+    /// nothing reads them, and a residual resumed for the whole frame is cut to the rest.
+    pub skip: usize,
+    /// Rows the final norm and lm_head compute, the last ones (None: every row): the graph
+    /// outputs the last row only.
+    pub head_rows: Option<usize>,
 }
 
 /// How a step's q and k are rotated (and, for a frame, masked): a device frame's own tables,
@@ -307,7 +313,7 @@ impl Decoder {
         let (first, last) =
             input.frame.as_ref().and_then(|f| f.layers).unwrap_or((0, self.blocks.len().saturating_sub(1)));
         let (start, mut x) = match hooks.resume(&ctx)? {
-            Some((b, x)) => (self.check_resume(b, (first, last))?, x),
+            Some((b, x)) => (self.check_resume(b, (first, last))?, frame_rows(x, input)?),
             None if first == 0 => (0, emit(Tap::Embed, input.embeds.clone(), hooks, sink)?),
             None => (first, input.embeds.clone()),
         };
@@ -321,6 +327,10 @@ impl Decoder {
         }
         let l_end = self.blocks.len();
         x = emit(Tap::Layer(l_end, LayerTap::Input), x, hooks, sink)?;
+        let rows = x.dim(0)?;
+        if let Some(r) = input.frame.as_ref().and_then(|f| f.head_rows).filter(|&r| r < rows) {
+            x = x.narrow(0, rows - r, r)?;
+        }
         let h = norm_at((&mut *hooks, &ctx), NormSite::Final, &x, &self.norm, self.cfg.rms_norm_eps, || {
             "final norm".into()
         })?;
@@ -487,6 +497,20 @@ impl Decoder {
         let m = emit(LayerTap::MlpOut, m, hooks)?;
         let x = timed!(Op::Elementwise, kernels::add(&x, &m).ctx(c("residual add"))?);
         emit(LayerTap::Out, x, hooks)
+    }
+}
+
+/// A residual resumed for a whole device frame, cut to the rows this step computes (its last
+/// ones: [`FrameInputs::skip`]).
+fn frame_rows(x: Tensor, input: &StepInput) -> Result<Tensor> {
+    let skip = input.frame.as_ref().map_or(0, |f| f.skip);
+    let t = input.embeds.dim(0)?;
+    match x.dim(0)? {
+        n if n == t => Ok(x),
+        n if n == skip + t => Ok(x.narrow(0, skip, t)?),
+        n => Err(Error::usage(format!(
+            "a step of {t} rows (after {skip} left out) resumed at a residual of {n}"
+        ))),
     }
 }
 

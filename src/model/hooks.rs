@@ -161,6 +161,15 @@ pub trait Hooks {
     ) -> Result<(Tensor, Tensor)> {
         Ok((k, v))
     }
+
+    /// Whether this hook computes each row of a step apart from the others, so that leaving
+    /// out rows nothing reads changes no bit of the rows computed (explain's emulation of a
+    /// HEF leaves out a prefill frame's padding rows: `device::sim`). False (the safe answer)
+    /// for a hook that mixes rows (mask-repeat, first-slot-output), depends on the row count
+    /// (a jitter stream, replaced taps) or records whole steps.
+    fn rows_apart(&self) -> bool {
+        false
+    }
 }
 
 /// The faithful forward pass.
@@ -168,6 +177,9 @@ pub struct NoHooks;
 impl Hooks for NoHooks {
     fn needs_explicit_attention(&self, _layer: usize) -> bool {
         false
+    }
+    fn rows_apart(&self) -> bool {
+        true
     }
 }
 
@@ -242,6 +254,9 @@ impl Hooks for HookStack<'_> {
     }
     fn needs_explicit_attention(&self, layer: usize) -> bool {
         self.hooks.iter().any(|h| h.needs_explicit_attention(layer))
+    }
+    fn rows_apart(&self) -> bool {
+        self.hooks.iter().all(|h| h.rows_apart())
     }
     fn norm(
         &mut self,

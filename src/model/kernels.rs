@@ -164,6 +164,14 @@ use dot::*;
 /// its stored dtype) rather than gemm calls on widened panels.
 const MATVEC_ROWS: usize = 4;
 
+/// Whether products of `a` rows and of `b` rows onto each of `widths` outputs take the same
+/// kernels ([`matvec`]s, gemm's main kernels, or hefprobe's own for a tiny width), so that every
+/// row of either comes out with the same bits: neither kernel's sums depend on the rows beside.
+pub fn rows_alike(a: usize, b: usize, widths: &[usize]) -> bool {
+    let kernel = |t: usize, n: usize| (t <= MATVEC_ROWS, gemm_main(t, n.min(MIN_TILE_COLS), 3, true));
+    widths.iter().all(|&n| kernel(a, n) == kernel(b, n))
+}
+
 // Widened f32 of the weight rows one gemm call reads, per thread and reused across calls.
 thread_local! {
     static WIDE: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };

@@ -83,12 +83,13 @@ impl Frames {
     /// the expected quantization, on `ckpt`'s weights; None when a fault acts on positions,
     /// which the device never receives, or changes the graph's output (no lm_head: hidden-wide,
     /// which this HEF's vocab-wide output cannot hold): [`crate::fault::OnDevice`].
-    /// `first`: faults whose hooks go ahead of the device's (explain's instrument).
+    /// `first`: faults whose hooks go ahead of the device's (explain's instrument); `trim`:
+    /// the device leaves out the frame rows nothing reads (the same bits come back).
     pub fn backend(
         &self,
         ckpt: &Checkpoint,
         faults: &[FaultSpec],
-        first: Vec<Box<dyn crate::fault::Fault>>,
+        (first, trim): (Vec<Box<dyn crate::fault::Fault>>, bool),
     ) -> Result<Option<HefBackend>> {
         use crate::fault::{catalog::on_device, OnDevice};
         if !faults.iter().all(|f| matches!(on_device(f), OnDevice::Frames | OnDevice::Ring)) {
@@ -101,7 +102,7 @@ impl Frames {
             spec,
             self.what.clone(),
             ckpt.clone(),
-            (first, quantized),
+            (first, quantized, trim),
         )?;
         let driver = LlmDriver::open_sharing(&mut dev, &self.hef, &self.what, &self.embeddings)?;
         let mut b = HefBackend::from_parts("explain", Box::new(dev), driver, self.hef.clone());
@@ -438,8 +439,8 @@ impl Backend for HefBackend {
     fn emulation(&self) -> Option<super::Emulation> {
         let frames = self.frames()?;
         let outputs = self.tap_outputs.iter().map(|t| t.tap).collect();
-        let make = move |ckpt: &Checkpoint, faults: &[FaultSpec], first| {
-            Ok(frames.backend(ckpt, faults, first)?.map(|b| Box::new(b) as Box<dyn Backend>))
+        let make = move |ckpt: &Checkpoint, faults: &[FaultSpec], first, trim| {
+            Ok(frames.backend(ckpt, faults, (first, trim))?.map(|b| Box::new(b) as Box<dyn Backend>))
         };
         Some(super::Emulation::new(Arc::new(make), outputs))
     }

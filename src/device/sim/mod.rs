@@ -9,6 +9,7 @@
 
 mod model;
 mod ring;
+mod trim;
 
 use super::synth_hef::{sim_spec, Mistake, SimSpec, MAX_CALIBRATION_PROMPTS, MAX_CALIBRATION_TOKENS};
 use super::{configured_streams, ConfiguredModel, Device, DeviceFacts, SimProfile};
@@ -47,6 +48,9 @@ struct Core {
     exposed: Vec<Tap>,
     /// The blocks the graph runs, first and last (SimSpec::layers).
     layers: (usize, usize),
+    /// Leave out the frame rows nothing reads where every bit of the rest stays (`trim`):
+    /// explain's emulations, with its shortcuts on.
+    trim: bool,
 }
 
 pub struct SimDevice {
@@ -90,7 +94,7 @@ impl SimDevice {
 
     pub fn from_hef(hef: impl Into<Arc<Hef>>, spec: SimSpec, what: String) -> Result<Self> {
         let ckpt = spec.checkpoint.load()?;
-        Self::on(hef.into(), spec, what, ckpt, (Vec::new(), None))
+        Self::on(hef.into(), spec, what, ckpt, (Vec::new(), None, false))
     }
 
     /// The frames and the ring of `hef` (any LLM HEF genai runs, simulated or compiled) on
@@ -98,15 +102,16 @@ impl SimDevice {
     /// explain's expected one) in place of a quantization calibrated here: how `explain`
     /// emulates a candidate fault as a HEF computes it, padding rows, ring and all. `first`:
     /// faults whose hooks go ahead of all others (explain's instrument, which records or
-    /// resumes the steps).
+    /// resumes the steps). `trim`: leave out the frame rows nothing reads (`trim`), which
+    /// changes no bit of what the device returns.
     pub fn emulating(
         hef: Arc<Hef>,
         spec: SimSpec,
         what: String,
         ckpt: Checkpoint,
-        (first, quantized): (Faults, Box<dyn Fault>),
+        (first, quantized, trim): (Faults, Box<dyn Fault>, bool),
     ) -> Result<Self> {
-        Self::on(hef, spec, what, ckpt, (first, Some(quantized)))
+        Self::on(hef, spec, what, ckpt, (first, Some(quantized), trim))
     }
 
     fn on(
@@ -114,7 +119,7 @@ impl SimDevice {
         spec: SimSpec,
         what: String,
         ckpt: Checkpoint,
-        (first, frozen): (Faults, Option<Box<dyn Fault>>),
+        (first, frozen, trim): (Faults, Option<Box<dyn Fault>>, bool),
     ) -> Result<Self> {
         let c = &ckpt.config;
         // cache-layout is realized in the ring itself (how prefill writes), so the cache
@@ -159,6 +164,7 @@ impl SimDevice {
                 noise,
                 exposed,
                 layers,
+                trim,
             })),
             checkpoint: ckpt,
         })

@@ -4,6 +4,7 @@
 //! and keeps sim-h10's RPC rules.
 
 use super::ring::RingStep;
+use super::trim::Plan;
 use super::Core;
 use crate::capture::MemorySink;
 use crate::device::exposed::Layout;
@@ -12,7 +13,7 @@ use crate::device::{ConfiguredModel, FormatType, StreamInfo, RPC_CACHE_UNSUPPORT
 use crate::error::{Error, Result};
 use crate::hef::NetworkGroup;
 use crate::model::decoder::{FrameInputs, StepInput};
-use crate::model::hooks::HookStack;
+use crate::model::hooks::{HookStack, Hooks};
 use crate::tap::{Phase, Tap};
 use candle_core::{Device as Cpu, Tensor};
 use std::cell::RefCell;
@@ -168,6 +169,18 @@ fn exposed_bytes(o: &StreamInfo, rows: Vec<Vec<f32>>) -> Result<Vec<u8>> {
 }
 
 impl SimModel {
+    /// The rows this frame's step computes: every one, unless this device emulates a candidate
+    /// for explain (`trim`), nothing reads rows but the last one's logits, and every hook
+    /// computes rows apart.
+    fn plan(&self, core: &Core, frame: &FrameInputs, stack: &HookStack) -> Plan {
+        let t = frame.allowed.len();
+        let full = self.prefill && core.spec.mistakes.contains(&Mistake::FullSequenceOutput);
+        if !core.trim || full || core.noise.is_some() || !core.exposed.is_empty() || !stack.rows_apart() {
+            return Plan::whole(t);
+        }
+        Plan::of(&frame.allowed, &core.model.cfg)
+    }
+
     /// sim-h10: refuse every call after a failed run, naming it.
     fn check_usable(&self) -> Result<()> {
         match &self.core.borrow().poisoned {
@@ -191,23 +204,27 @@ impl SimModel {
     fn run_inner(&mut self, inputs: &[(String, Vec<u8>)], _timeout: Duration) -> Result<Vec<Vec<u8>>> {
         let mut guard = self.core.borrow_mut();
         let core = &mut *guard;
-        let (t, embeds, frame) = self.frame(inputs, core)?;
+        let (t, embeds, mut frame) = self.frame(inputs, core)?;
         let phase = if self.prefill {
             Phase::Prefill
         } else {
             core.tbt_steps += 1;
             Phase::Decode(core.tbt_steps - 1)
         };
-        let input = StepInput { phase, embeds, positions: (0..t).collect(), frame: Some(frame) };
         let mut hooks: Vec<Box<dyn crate::model::hooks::Hooks + '_>> =
             core.faults.iter().map(|f| f.hooks()).collect();
         let mut stack = HookStack::default();
         for h in hooks.iter_mut() {
             stack.hooks.push(h.as_mut());
         }
+        let plan = self.plan(core, &frame, &stack);
+        core.ring.check_reads(&frame.allowed, &plan.live)?;
+        let embeds = plan.cut(embeds, &mut frame)?;
+        let input = StepInput { phase, embeds, positions: (plan.skip..t).collect(), frame: Some(frame) };
         let mut store = RingStep {
             ring: &mut core.ring,
             rows: t,
+            skip: plan.skip,
             writer: if self.prefill { Phase::Prefill } else { Phase::Decode(0) },
         };
         // The taps the graph also outputs, caught as the emulator computes them (faults applied).
@@ -216,6 +233,7 @@ impl SimModel {
         let out = core.model.step(&input, &mut store, &mut exposed, &mut stack)?;
         drop(stack);
         drop(hooks);
+        core.ring.mark(&plan.live);
         let mut rows: Vec<Vec<f32>> = out.to_vec2()?;
         if let Some((rng, normal)) = core.noise.as_mut() {
             use rand_distr::Distribution;
@@ -271,6 +289,8 @@ impl SimModel {
                 self.table(k_sin, t, c.num_kv_heads, "K sin")?,
             ),
             layers: Some(core.layers),
+            skip: 0,
+            head_rows: None,
         };
         Ok((t, embeds, frame))
     }

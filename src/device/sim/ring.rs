@@ -29,6 +29,9 @@ pub(super) struct Ring {
     v: Vec<Vec<f32>>,
     /// The phase kind that wrote each entry (prefill or decode), for fault models.
     writers: Vec<Phase>,
+    /// Entries a frame row left out or not needed would have written (`trim`): what they hold
+    /// is not what the device computes, so a needed row may not read one.
+    stale: Vec<bool>,
     quant: Vec<(QuantInfo, QuantInfo)>,
     kv_heads: usize,
     head_dim: usize,
@@ -56,6 +59,7 @@ impl Ring {
             k: empty(),
             v: empty(),
             writers: vec![Phase::Decode(0); len],
+            stale: vec![false; len],
             quant,
             kv_heads,
             head_dim,
@@ -180,15 +184,55 @@ impl Ring {
             }
             // Written by the host in the layout tbt reads.
             self.writers[i] = Phase::Decode(0);
+            self.stale[i] = false;
         }
         Ok(())
     }
 }
 
-/// The ring as one step's KV store: writes land after the read window.
+impl Ring {
+    /// The entry row `row` of a frame of `rows` writes (right after the read window).
+    fn entry(&self, rows: usize, row: usize) -> usize {
+        (self.read_offset + self.len - rows + row) % self.len
+    }
+
+    /// Refuses a step in which a row `live` marks reads (as `allowed` lets it) an entry of an
+    /// earlier frame that was not computed: leaving that frame's rows out was wrong.
+    pub(super) fn check_reads(&self, allowed: &[Vec<bool>], live: &[bool]) -> Result<()> {
+        let t = allowed.len();
+        for (r, row) in allowed.iter().enumerate().filter(|&(r, _)| live[r]) {
+            let earlier = row.len().saturating_sub(t);
+            if let Some(j) = (0..earlier).find(|&j| row[j] && self.stale[(self.read_offset + j) % self.len]) {
+                return Err(Error::Device(format!(
+                    "frame row {r} reads ring slot {j}, which a row left out of an earlier frame would have \
+                     written: explain's emulation cannot leave rows out of this HEF's frames (run explain with \
+                     --exhaustive)"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    #[cfg(test)]
+    pub(super) fn stale_entries(&self) -> usize {
+        self.stale.iter().filter(|&&s| s).count()
+    }
+
+    /// After a step of the rows `live` marks needed: the entries of the others are stale.
+    pub(super) fn mark(&mut self, live: &[bool]) {
+        for (r, &l) in live.iter().enumerate() {
+            let e = self.entry(live.len(), r);
+            self.stale[e] = !l;
+        }
+    }
+}
+
+/// The ring as one step's KV store: writes land after the read window. The step computes the
+/// last `rows − skip` rows of a frame of `rows`.
 pub(super) struct RingStep<'a> {
     pub(super) ring: &'a mut Ring,
     pub(super) rows: usize,
+    pub(super) skip: usize,
     pub(super) writer: Phase,
 }
 
@@ -216,7 +260,7 @@ impl KvStore for RingStep<'_> {
         let layout = if self.writer.is_decode() { None } else { r.prefill_layout[layer].clone() };
         let n = r.width();
         for (t, (kk, vv)) in kr.into_iter().zip(vr).enumerate() {
-            let entry = (r.read_offset + r.len - self.rows + t) % r.len;
+            let entry = r.entry(self.rows, self.skip + t);
             let (kk, vv) = match &layout {
                 Some(p) => (Ring::permute(&kk, p), Ring::permute(&vv, p)),
                 None => (kk, vv),

@@ -50,6 +50,10 @@ impl Hooks for SharedSoftmaxHooks<'_> {
         self.0.applies(layer)
     }
 
+    fn rows_apart(&self) -> bool {
+        true
+    }
+
     fn softmax(&mut self, _ctx: &StepCtx, layer: usize, scores: &Tensor) -> Result<Option<Tensor>> {
         if !self.0.applies(layer) {
             return Ok(None);

@@ -110,6 +110,11 @@ impl Hooks for CacheLayoutHooks<'_> {
         false
     }
 
+    /// Per cache entry; a row reads the entries its mask allows.
+    fn rows_apart(&self) -> bool {
+        true
+    }
+
     fn cache_read(
         &mut self,
         ctx: &StepCtx,

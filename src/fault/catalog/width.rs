@@ -169,6 +169,10 @@ impl Hooks for TileSumHooks<'_> {
     fn needs_explicit_attention(&self, _layer: usize) -> bool {
         false
     }
+
+    fn rows_apart(&self) -> bool {
+        true
+    }
 }
 
 fn tile_sum(x: &Tensor, lin: &kernels::Proj, f: &TileSum) -> Result<Tensor> {
@@ -363,6 +367,10 @@ impl Hooks for NormAccHooks<'_> {
     fn needs_explicit_attention(&self, layer: usize) -> bool {
         self.0.softmax && self.1.applies(layer)
     }
+
+    fn rows_apart(&self) -> bool {
+        true
+    }
 }
 
 /// **norm-width:W** (finding 16). RMSNorm's mean of squares over the wrong width when the row
@@ -455,6 +463,10 @@ impl Hooks for NormWidthHooks<'_> {
     fn needs_explicit_attention(&self, _layer: usize) -> bool {
         false
     }
+
+    fn rows_apart(&self) -> bool {
+        true
+    }
 }
 
 /// **tile-scale:W** (finding 16). The activations entering the products over the hidden size
@@ -529,6 +541,10 @@ impl Hooks for TileScaleHooks<'_> {
 
     fn needs_explicit_attention(&self, _layer: usize) -> bool {
         false
+    }
+
+    fn rows_apart(&self) -> bool {
+        true
     }
 }
 
