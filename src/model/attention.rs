@@ -39,7 +39,9 @@ const BLOCK: usize = 32;
 /// of the same rows as they do among `a`, on the same kernel: each row's scores, probabilities
 /// and output then come out with the same bits (a block's key range and kernel follow its rows).
 pub fn blocks_alike(a: usize, b: usize) -> bool {
-    b <= a && (a >= BLOCK_MIN_ROWS) == (b >= BLOCK_MIN_ROWS) && (a < BLOCK_MIN_ROWS || (a - b) % BLOCK == 0)
+    b <= a
+        && (a >= BLOCK_MIN_ROWS) == (b >= BLOCK_MIN_ROWS)
+        && (a < BLOCK_MIN_ROWS || (a - b).is_multiple_of(BLOCK))
 }
 
 /// A [N, R, D] tensor's data (D contiguous): row r of head n starts at `start + n·head + r·row`.

@@ -789,9 +789,12 @@ mod tests {
         assert!(rope_half(&x, &cos.narrow(1, 0, 31).unwrap(), &sin).is_err());
     }
 
-    /// The tiles a product is cut into follow the thread count; its bits must not.
+    /// The tiles a product is cut into follow the thread count; its bits must not, nor whether a
+    /// tile goes through gemm row-major or into a column-major tile (under [`COLUMN_TILE_ROWS`]
+    /// rows: 300 and 128 rows whole against cut into tiles of 32 to 43).
     #[test]
     fn a_product_has_the_same_bits_however_it_is_tiled() {
+        assert!(Tiles::new(300, 64, 2048, 64).get(0).0.len() < COLUMN_TILE_ROWS);
         for (t, n, k) in [(5, 576, 576), (128, 576, 1536), (41, 1000, 100), (300, 64, 2048), (9, 4096, 96)] {
             let x: Vec<f32> = (0..t * k).map(|i| ((i * 37 % 101) as f32 - 50.0) * 0.013).collect();
             let w: Vec<f32> = (0..n * k).map(|i| ((i * 53 % 97) as f32 - 48.0) * 0.021).collect();

@@ -4,6 +4,20 @@
 
 use super::*;
 
+/// Tiles of fewer rows are computed into a column-major buffer ([`TILE`]) and copied out. gemm
+/// computes a row-major product as its transpose, packing the panel of W (a scalar gather, every
+/// call): for few rows of x that packing outweighs the product (explain's 32-row frames, 2 of 3
+/// cycles). Into a column-major tile it packs the rows of x instead. The same sums in the same
+/// order either way (each output one chain over its depth): the same bits. `scripts/bench-ab.sh`,
+/// 2-core EPYC, SmolLM2's shape, prefill 64/96 rows 22-31%/8-19% faster this way, 128 within
+/// ±5% (so not from there on).
+pub(super) const COLUMN_TILE_ROWS: usize = 128;
+
+// One tile's product, column-major, per thread and reused across tiles.
+thread_local! {
+    static TILE: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
 /// x Wᵀ for x [t, k] with gemm, into the [t, n] destination `out`, in [`Tiles`]: each tile a
 /// block of output rows of W (a panel widened once, in L2) times a block of rows of x.
 pub(super) fn gemm_rows(
@@ -34,18 +48,39 @@ pub(super) fn gemm_tiles(
         for item in items {
             let (rows, cols) = tiles.get(item);
             let gemm_on = |wp: &[f32]| {
-                // SAFETY: x is [t, k] contiguous, of which rows `rows` are read; `wp` holds
-                // rows `cols` of W [n, k], contiguous; this tile writes rows `rows` × columns
-                // `cols` of the row-major [t, n] destination, which no other tile writes.
-                unsafe {
-                    gemm_fixed(
-                        (rows.len(), cols.len(), k),
-                        (out.ptr().add(rows.start * n + cols.start), 1, n as isize),
-                        (xs.as_ptr().add(rows.start * k), 1, k as isize),
-                        (wp.as_ptr(), k as isize, 1),
-                        1.0,
-                    )
+                let (m, c) = (rows.len(), cols.len());
+                // SAFETY (both arms): x is [t, k] contiguous, of which rows `rows` are read; `wp`
+                // holds rows `cols` of W [n, k], contiguous; rows `rows` × columns `cols` of the
+                // row-major [t, n] destination belong to this tile alone.
+                if m >= COLUMN_TILE_ROWS {
+                    return unsafe {
+                        gemm_fixed(
+                            (m, c, k),
+                            (out.ptr().add(rows.start * n + cols.start), 1, n as isize),
+                            (xs.as_ptr().add(rows.start * k), 1, k as isize),
+                            (wp.as_ptr(), k as isize, 1),
+                            1.0,
+                        )
+                    };
                 }
+                TILE.with_borrow_mut(|tile| {
+                    tile.resize(m * c, 0.0);
+                    unsafe {
+                        gemm_fixed(
+                            (m, c, k),
+                            (tile.as_mut_ptr(), m as isize, 1),
+                            (xs.as_ptr().add(rows.start * k), 1, k as isize),
+                            (wp.as_ptr(), k as isize, 1),
+                            1.0,
+                        )
+                    }
+                    for i in 0..m {
+                        let row = unsafe { out.slice((rows.start + i) * n + cols.start, c) };
+                        for (j, o) in row.iter_mut().enumerate() {
+                            *o = tile[j * m + i];
+                        }
+                    }
+                })
             };
             let span = cols.start * k..cols.end * k;
             match (ws, weight_bits) {
