@@ -44,6 +44,14 @@ pub fn blocks_alike(a: usize, b: usize) -> bool {
         && (a < BLOCK_MIN_ROWS || (a - b).is_multiple_of(BLOCK))
 }
 
+/// Whether the last `b` of `a` query rows that make one block take the block's kernel alone:
+/// one block either way, on the blocked kernel. Each row's bits then follow the block's key range
+/// alone (the last key any row sees, and the last with a probability that is not 0), which the
+/// caller keeps.
+pub fn block_tail_alike(a: usize, b: usize) -> bool {
+    b <= a && a <= BLOCK && b >= BLOCK_MIN_ROWS
+}
+
 /// A [N, R, D] tensor's data (D contiguous): row r of head n starts at `start + n·head + r·row`.
 #[derive(Clone, Copy)]
 struct Rows<'a> {

@@ -278,20 +278,23 @@ impl KvStore for RingStep<'_> {
         // The prefill group reads its own entries in the layout it wrote them.
         let own = if self.writer.is_decode() { None } else { r.prefill_layout[layer].as_ref() };
         let (n, d) = (r.width(), r.head_dim);
-        // [KV, S, D] written directly: head h of slot j is entry order[j]'s h-th D values.
+        // [KV, S, D] written in order (no zeroing first): head h of slot j is entry order[j]'s
+        // h-th D values.
         let gather = |entries: &[f32]| -> Result<Tensor> {
-            let mut out = vec![0f32; r.len * n];
-            for (j, &e) in order.iter().enumerate() {
-                let unpermuted;
-                let entry = match own {
+            let unpermuted: Vec<Option<Vec<f32>>> = order
+                .iter()
+                .map(|&e| match own {
                     Some(p) if !r.writers[e].is_decode() => {
-                        unpermuted = Ring::unpermute(&entries[e * n..(e + 1) * n], p);
-                        &unpermuted[..]
+                        Some(Ring::unpermute(&entries[e * n..(e + 1) * n], p))
                     }
-                    _ => &entries[e * n..(e + 1) * n],
-                };
-                for (h, head) in entry.chunks_exact(d).enumerate() {
-                    out[(h * r.len + j) * d..(h * r.len + j + 1) * d].copy_from_slice(head);
+                    _ => None,
+                })
+                .collect();
+            let mut out = Vec::with_capacity(r.len * n);
+            for h in 0..r.kv_heads {
+                for (&e, own) in order.iter().zip(&unpermuted) {
+                    let entry = own.as_deref().unwrap_or(&entries[e * n..(e + 1) * n]);
+                    out.extend_from_slice(&entry[h * d..(h + 1) * d]);
                 }
             }
             Ok(Tensor::from_vec(out, (r.kv_heads, r.len, d), &Cpu::Cpu)?)

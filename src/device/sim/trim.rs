@@ -3,12 +3,20 @@
 //! of a 9-token prompt's 96 rows, each attending over the whole ring. The graph outputs the
 //! frame's last row, and no row the output needs reads what a padding row writes, so the
 //! padding rows are left out where that keeps every bit of the rest: whole leading blocks of
-//! rows (the kernels' own row blocks, `attention::blocks_alike`, on the same kernels,
-//! `kernels::rows_alike`), and the final norm and lm_head on the fewest last rows that
-//! take the kernels the whole frame takes.
+//! rows (the attention kernels' own row blocks, `attention::blocks_alike`, every product on the
+//! kernel the whole frame takes, `kernels::rows_alike`), then, when the rest are one block, its
+//! leading rows not needed while the block keeps its kernel and the last key its rows may see
+//! (`attention::block_tail_alike`); and the final norm and lm_head on the fewest last rows that
+//! take the kernel the whole frame takes.
+//!
+//! One bound is not the mask's: probs·v runs up to the last key to which any row of the block
+//! gives a probability that is not 0. A padding row kept or left out changes that only when
+//! every needed row of the block gives the block's last key a probability that underflows to 0
+//! (in genai's frames that key is the last row's own slot); explain's `--exhaustive` computes
+//! every row.
 
 use crate::error::Result;
-use crate::model::attention::blocks_alike;
+use crate::model::attention::{block_tail_alike, blocks_alike};
 use crate::model::config::ModelConfig;
 use crate::model::decoder::FrameInputs;
 use crate::model::kernels::rows_alike;
@@ -40,12 +48,24 @@ impl Plan {
         let widths =
             [c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim, c.hidden_size, c.intermediate_size];
         let first_live = live.iter().position(|&l| l).unwrap_or(t);
-        let skip = (1..=first_live)
+        let blocks = (1..=first_live)
             .rev()
             .find(|&s| blocks_alike(t, t - s) && rows_alike(t, t - s, &widths))
             .unwrap_or(0);
-        let rows = t - skip;
-        let head = (1..rows).find(|&r| rows_alike(rows, r, &[c.vocab_size]));
+        // Rows left in one block: its leading rows not needed go too, where the rest keep the
+        // block's kernels and its key range.
+        let reach = |from: usize| {
+            allowed[from..].iter().map(|r| r.iter().rposition(|&a| a).map_or(0, |j| j + 1)).max()
+        };
+        let skip = (blocks..=first_live)
+            .rev()
+            .find(|&s| {
+                block_tail_alike(t - blocks, t - s)
+                    && rows_alike(t, t - s, &widths)
+                    && reach(s) == reach(blocks)
+            })
+            .unwrap_or(blocks);
+        let head = (1..t - skip).find(|&r| rows_alike(t, r, &[c.vocab_size]));
         Plan { live, skip, head_rows: head }
     }
 
@@ -120,7 +140,7 @@ mod tests {
 
     /// Records the last row of every block's output and of the logits as computed (before the
     /// quantization rounds them), which output frames would hide.
-    struct Seen(crate::fault::spec::FaultSpec, std::sync::Arc<std::sync::Mutex<Vec<Vec<u32>>>>);
+    struct Seen(crate::fault::spec::FaultSpec, std::sync::Arc<std::sync::Mutex<Vec<(usize, Vec<u32>)>>>);
 
     impl crate::fault::Fault for Seen {
         fn spec(&self) -> &crate::fault::spec::FaultSpec {
@@ -131,13 +151,13 @@ mod tests {
         }
     }
 
-    struct SeenHooks(std::sync::Arc<std::sync::Mutex<Vec<Vec<u32>>>>);
+    struct SeenHooks(std::sync::Arc<std::sync::Mutex<Vec<(usize, Vec<u32>)>>>);
 
     impl crate::model::hooks::Hooks for SeenHooks {
         fn edit(&mut self, _: &crate::model::hooks::StepCtx, tap: Tap, t: Tensor) -> Result<Tensor> {
             if matches!(tap, Tap::Logits | Tap::Layer(_, LayerTap::Out)) {
                 let last: Vec<f32> = t.get(t.dim(0)? - 1)?.to_vec1()?;
-                self.0.lock().unwrap().push(last.iter().map(|x| x.to_bits()).collect());
+                self.0.lock().unwrap().push((t.dim(0)?, last.iter().map(|x| x.to_bits()).collect()));
             }
             Ok(t)
         }
@@ -152,7 +172,7 @@ mod tests {
     /// One emulation of a 5-token prompt and two tbt steps on a synthesized HEF (96-row
     /// frames) computing `fault`: the last row of each block's output and of the logits, bit
     /// for bit, and the ring entries left stale.
-    fn emulate(fault: &str, trim: bool) -> (Vec<Vec<u32>>, usize) {
+    fn emulate(fault: &str, trim: bool) -> (Vec<(usize, Vec<u32>)>, usize) {
         use crate::device::driver::LlmDriver;
         use crate::device::synth_hef::{sim_spec, synth_hef, SimCheckpoint, SynthHefOptions};
         use crate::fault::spec::FaultSpec;
@@ -186,32 +206,39 @@ mod tests {
 
     #[test]
     fn leaving_padding_rows_out_changes_no_bit_the_device_returns() {
-        for (fault, left_out) in [("shared-softmax@layers=1", true), ("mask-repeat@layers=1", false)] {
+        // The tiny model's 32-wide k/v projections take gemm's main kernels from 9 rows.
+        for (fault, rows) in [("shared-softmax@layers=1", 9), ("mask-repeat@layers=1", 96)] {
             let (whole, none) = emulate(fault, false);
             let (trimmed, stale) = emulate(fault, true);
             assert_eq!(none, 0, "{fault}: nothing is left out unless asked");
             assert_eq!(whole.len(), 3 * 3, "{fault}: 2 blocks and the logits, 3 steps");
-            assert!(whole == trimmed, "{fault}: leaving rows out changed a bit");
-            // 91 padding rows, 64 of them left out; mask-repeat mixes rows: none.
-            assert_eq!(stale, if left_out { 91 } else { 0 }, "{fault}");
+            assert_eq!((whole[0].0, trimmed[0].0), (96, rows), "{fault}: prefill rows computed");
+            let bits = |v: &[(usize, Vec<u32>)]| v.iter().map(|(_, b)| b.clone()).collect::<Vec<_>>();
+            assert!(bits(&whole) == bits(&trimmed), "{fault}: leaving rows out changed a bit");
+            // 91 padding rows, none needed; mask-repeat mixes rows: all kept.
+            assert_eq!(stale, if rows < 96 { 91 } else { 0 }, "{fault}");
         }
     }
 
     #[test]
-    fn whole_leading_blocks_are_left_out_and_lm_head_takes_the_fewest_alike_rows() {
+    fn padding_rows_go_in_whole_blocks_then_the_last_blocks_and_lm_head_takes_the_fewest_alike_rows() {
         let c = smollm2();
         let p = Plan::of(&allowed(96, 9, 2048), &c);
-        assert_eq!(p.skip, 64, "two whole blocks of 32 padding rows");
-        let head = p.head_rows.unwrap();
-        assert!(
-            head < 32 && rows_alike(32, head, &[c.vocab_size]) && !rows_alike(32, head - 1, &[c.vocab_size])
-        );
-        // 40 prompt tokens: rows 56.. are needed, so only the first block goes.
+        assert_eq!(p.skip, 87, "two whole blocks of 32 padding rows, then the last block's 23");
+        let (head, v) = (p.head_rows.unwrap(), [c.vocab_size]);
+        assert!(head < 9 && rows_alike(96, head, &v) && !rows_alike(96, head - 1, &v));
+        // 3 prompt tokens: the last block keeps 8 rows, the blocked kernel's least.
+        assert_eq!(Plan::of(&allowed(96, 3, 2048), &c).skip, 88);
+        // 40 prompt tokens: rows 56.. are needed, so only the first block goes (two are left).
         assert_eq!(Plan::of(&allowed(96, 40, 2048), &c).skip, 32);
         // 70: none.
         assert_eq!(Plan::of(&allowed(96, 70, 2048), &c).skip, 0);
-        // A frame not a multiple of the block: the rows left out still are.
+        // A frame not a multiple of the block: whole blocks go; the rest are two blocks.
         assert_eq!(Plan::of(&allowed(100, 9, 2048), &c).skip, 64);
+        // The last row not seeing its own slot: a padding row stays for the block's key range.
+        let mut a = allowed(96, 9, 2048);
+        a[95][2047] = false;
+        assert_eq!(Plan::of(&a, &c).skip, 86);
         // A tbt frame of one row: nothing to leave out, and lm_head computes its one row.
         assert_eq!(Plan::of(&allowed(1, 12, 2048), &c), Plan::whole(1));
     }
