@@ -610,6 +610,60 @@ mod tests {
         assert!(text.contains("the best, mask-repeat@layers=29, would take 50% of the drift"), "{text}");
     }
 
+    /// The fine layer search past the budget: every layer of the five best families (and of a
+    /// family tied with one of them), then each other family's likelier side, its best layer by
+    /// cosine, and its other side, as far as the emulations left go.
+    #[test]
+    fn the_fine_search_sweeps_the_best_families_then_the_sides_of_the_others() {
+        let names = ["shared-softmax", "mask-repeat", "tile-sum:512", "norm-acc:16", "norm-width:384"];
+        let mut families: Vec<FaultSpec> = names.iter().map(|n| FaultSpec::parse(n).unwrap()).collect();
+        families.extend(["tile-scale:384", "cache-layout:transpose"].map(|n| FaultSpec::parse(n).unwrap()));
+        // Family f matches best nearest layer best[f] (coarse layers every 5th of 30); by KL,
+        // families in order; by cosine the same, but family 6's is best at coarse layer 5.
+        let best: [usize; 7] = [2, 7, 13, 20, 27, 12, 18];
+        let mut found = Vec::new();
+        for (f, family) in families.iter().enumerate() {
+            for l in (0..30).step_by(5) {
+                let kl = f as f64 * 0.1 + best[f].abs_diff(l) as f64 * 0.001;
+                let cosine = if f == 6 && l == 5 { 0.999 } else { 0.9 - kl };
+                let spec = FaultSpec::parse(&format!("{}@layers={l}", family)).unwrap();
+                let m = Match { cosine, argmax: 1.0, kl };
+                found.push(Candidate { specs: vec![spec], m, clean_like: false, signature: Vec::new() });
+            }
+        }
+        found.sort_by(|a, b| a.m.kl.total_cmp(&b.m.kl));
+        let layers_of = |plan: &[(usize, usize)], f: usize| -> Vec<usize> {
+            plan.iter().filter(|p| p.0 == f).map(|p| p.1).collect()
+        };
+        let fine: Vec<usize> = (0..30).filter(|l| l % 5 != 0).collect();
+        let (plan, passes) = refine_plan(&found, &families, 5, 30, usize::MAX);
+        assert_eq!(passes, [5, 2, 1, 2]);
+        for f in 0..5 {
+            assert_eq!(layers_of(&plan, f), fine, "family {f}: every layer");
+        }
+        // Family 5 is best at 10, and 15 (nearer 12) ranks above 5: that side first.
+        assert_eq!(layers_of(&plan, 5), [11, 12, 13, 14, 6, 7, 8, 9]);
+        // Family 6 is best at 20, 15 (nearer 18) above 25; by cosine at 5, whose likelier side
+        // (10 ranks above 0) is 6-9.
+        assert_eq!(layers_of(&plan, 6), [16, 17, 18, 19, 6, 7, 8, 9, 21, 22, 23, 24]);
+        // As far as the emulations left go: the sweep, then one side.
+        let (plan, passes) = refine_plan(&found, &families, 5, 30, 5 * 24 + 4);
+        assert_eq!((plan.len(), passes), (5 * 24 + 4, [5, 1, 0, 0]));
+        // A family tied with a swept one rides along.
+        found.iter_mut().filter(|c| c.specs[0].name == "tile-scale").for_each(|c| c.m = found_m(0.0));
+        found
+            .iter_mut()
+            .filter(|c| c.specs[0].to_string() == "shared-softmax@layers=0")
+            .for_each(|c| c.m = found_m(0.0));
+        found.sort_by(|a, b| a.m.kl.total_cmp(&b.m.kl));
+        let (_, passes) = refine_plan(&found, &families, 5, 30, usize::MAX);
+        assert_eq!(passes[0], 6, "the tied family is swept too");
+    }
+
+    fn found_m(kl: f64) -> Match {
+        Match { cosine: 0.95, argmax: 1.0, kl }
+    }
+
     #[test]
     fn ranking_from_files_equals_ranking_in_memory_and_leaves_no_emulation_behind() {
         let (ckpt, inputs) = crate::explain::matrix::matrix_model().unwrap();
