@@ -653,7 +653,7 @@ mod tests {
         found.iter_mut().filter(|c| c.specs[0].name == "tile-scale").for_each(|c| c.m = found_m(0.0));
         found
             .iter_mut()
-            .filter(|c| c.specs[0].to_string() == "shared-softmax@layers=0")
+            .filter(|c| c.specs[0].name == "shared-softmax" && c.specs[0].layers == Some(vec![0]))
             .for_each(|c| c.m = found_m(0.0));
         found.sort_by(|a, b| a.m.kl.total_cmp(&b.m.kl));
         let (_, passes) = refine_plan(&found, &families, 5, 30, usize::MAX);

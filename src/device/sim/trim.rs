@@ -138,9 +138,12 @@ mod tests {
         assert_eq!(live_rows(&allowed(4, 2, 2)), None, "more rows than slots");
     }
 
+    /// Rows and last-row bits of each value [`Seen`] records.
+    type Record = std::sync::Arc<std::sync::Mutex<Vec<(usize, Vec<u32>)>>>;
+
     /// Records the last row of every block's output and of the logits as computed (before the
     /// quantization rounds them), which output frames would hide.
-    struct Seen(crate::fault::spec::FaultSpec, std::sync::Arc<std::sync::Mutex<Vec<(usize, Vec<u32>)>>>);
+    struct Seen(crate::fault::spec::FaultSpec, Record);
 
     impl crate::fault::Fault for Seen {
         fn spec(&self) -> &crate::fault::spec::FaultSpec {
@@ -151,7 +154,7 @@ mod tests {
         }
     }
 
-    struct SeenHooks(std::sync::Arc<std::sync::Mutex<Vec<(usize, Vec<u32>)>>>);
+    struct SeenHooks(Record);
 
     impl crate::model::hooks::Hooks for SeenHooks {
         fn edit(&mut self, _: &crate::model::hooks::StepCtx, tap: Tap, t: Tensor) -> Result<Tensor> {
