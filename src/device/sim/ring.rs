@@ -281,19 +281,21 @@ impl KvStore for RingStep<'_> {
         // [KV, S, D] written in order (no zeroing first): head h of slot j is entry order[j]'s
         // h-th D values.
         let gather = |entries: &[f32]| -> Result<Tensor> {
-            let unpermuted: Vec<Option<Vec<f32>>> = order
-                .iter()
-                .map(|&e| match own {
-                    Some(p) if !r.writers[e].is_decode() => {
-                        Some(Ring::unpermute(&entries[e * n..(e + 1) * n], p))
-                    }
-                    _ => None,
-                })
-                .collect();
+            // Entries prefill wrote in its own layout, unpermuted (none without a layout fault).
+            let unpermuted: Vec<Option<Vec<f32>>> = match own {
+                None => Vec::new(),
+                Some(p) => order
+                    .iter()
+                    .map(|&e| {
+                        (!r.writers[e].is_decode()).then(|| Ring::unpermute(&entries[e * n..(e + 1) * n], p))
+                    })
+                    .collect(),
+            };
             let mut out = Vec::with_capacity(r.len * n);
             for h in 0..r.kv_heads {
-                for (&e, own) in order.iter().zip(&unpermuted) {
-                    let entry = own.as_deref().unwrap_or(&entries[e * n..(e + 1) * n]);
+                for (j, &e) in order.iter().enumerate() {
+                    let own = unpermuted.get(j).and_then(Option::as_deref);
+                    let entry = own.unwrap_or(&entries[e * n..(e + 1) * n]);
                     out.extend_from_slice(&entry[h * d..(h + 1) * d]);
                 }
             }

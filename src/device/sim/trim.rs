@@ -57,12 +57,13 @@ impl Plan {
         let reach = |from: usize| {
             allowed[from..].iter().map(|r| r.iter().rposition(|&a| a).map_or(0, |j| j + 1)).max()
         };
+        let block_reach = reach(blocks);
         let skip = (blocks..=first_live)
             .rev()
             .find(|&s| {
                 block_tail_alike(t - blocks, t - s)
                     && rows_alike(t, t - s, &widths)
-                    && reach(s) == reach(blocks)
+                    && reach(s) == block_reach
             })
             .unwrap_or(blocks);
         let head = (1..t - skip).find(|&r| rows_alike(t, r, &[c.vocab_size]));

@@ -49,32 +49,31 @@ pub(super) fn gemm_tiles(
             let (rows, cols) = tiles.get(item);
             let gemm_on = |wp: &[f32]| {
                 let (m, c) = (rows.len(), cols.len());
-                // SAFETY (both arms): x is [t, k] contiguous, of which rows `rows` are read; `wp`
-                // holds rows `cols` of W [n, k], contiguous; rows `rows` × columns `cols` of the
-                // row-major [t, n] destination belong to this tile alone.
-                if m >= COLUMN_TILE_ROWS {
-                    return unsafe {
-                        gemm_fixed(
-                            (m, c, k),
-                            (out.ptr().add(rows.start * n + cols.start), 1, n as isize),
-                            (xs.as_ptr().add(rows.start * k), 1, k as isize),
-                            (wp.as_ptr(), k as isize, 1),
-                            1.0,
-                        )
-                    };
-                }
+                let column = m < COLUMN_TILE_ROWS;
                 TILE.with_borrow_mut(|tile| {
-                    tile.resize(m * c, 0.0);
+                    // The destination: the tile's own rows × columns of the row-major [t, n]
+                    // output, or a column-major [m, c] buffer copied there after.
+                    let dst = if column {
+                        tile.resize(m * c, 0.0);
+                        (tile.as_mut_ptr(), m as isize, 1)
+                    } else {
+                        // SAFETY: rows `rows` × columns `cols` lie inside the [t, n] output.
+                        (unsafe { out.ptr().add(rows.start * n + cols.start) }, 1, n as isize)
+                    };
+                    // SAFETY: x is [t, k] contiguous, of which rows `rows` are read; `wp` holds
+                    // rows `cols` of W [n, k], contiguous; rows `rows` × columns `cols` of the
+                    // output belong to this tile alone, and the buffer to this thread.
                     unsafe {
                         gemm_fixed(
                             (m, c, k),
-                            (tile.as_mut_ptr(), m as isize, 1),
+                            dst,
                             (xs.as_ptr().add(rows.start * k), 1, k as isize),
                             (wp.as_ptr(), k as isize, 1),
                             1.0,
                         )
                     }
-                    for i in 0..m {
+                    for i in (0..m).filter(|_| column) {
+                        // SAFETY: as above, this tile's row i of the output.
                         let row = unsafe { out.slice((rows.start + i) * n + cols.start, c) };
                         for (j, o) in row.iter_mut().enumerate() {
                             *o = tile[j * m + i];
