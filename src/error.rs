@@ -65,6 +65,22 @@ impl Error {
         Error::Usage(msg.into())
     }
 
+    /// The causes its own message does not already say, outermost first: a candle error is
+    /// part of `Compute`'s message, and printing it again as a cause printed its backtrace twice.
+    pub fn causes(&self) -> Vec<String> {
+        let top = self.to_string();
+        let mut out = Vec::new();
+        let mut source = std::error::Error::source(self);
+        while let Some(s) = source {
+            let text = s.to_string();
+            if !top.contains(text.trim()) {
+                out.push(text);
+            }
+            source = s.source();
+        }
+        out
+    }
+
     /// The process exit code for this error, decided by its type (never by its text):
     /// 2 when the input or the command line is at fault (the user fixes a file or a flag),
     /// 3 when the device or the runtime failed (a device error, a tensor computation, a disk

@@ -999,6 +999,34 @@ fn verify_regenerates_every_document_and_figure_a_person_reads() {
     }
 }
 
+/// The command a bundle shows is checked against what it replays: one that names a HEF where an
+/// emulator with a planted fault ran, its documents rewritten to show it and their hashes
+/// re-pinned, is named; the honest bundle's command is the same.
+#[test]
+fn a_bundles_command_must_ask_what_it_replays() {
+    let t = tempfile::tempdir().unwrap();
+    let b = tiny_bundle(t.path());
+    verify(&b).code(0).stdout(predicate::str::contains("all same: "));
+    let forged = t.path().join("forged");
+    copy_tree(&b, &forged);
+    let manifest: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(b.join("bundle.json")).unwrap()).unwrap();
+    let command = manifest["command"].as_str().unwrap().to_string();
+    let claimed = command.replace("emulator=shared-softmax@layers=0", "hef=model.hef");
+    assert_ne!(claimed, command);
+    edit_manifest(&forged, |m| m["command"] = claimed.clone().into());
+    for name in ["report.json", "report.md", "evidence.md"] {
+        let text = std::fs::read_to_string(forged.join(name)).unwrap();
+        if text.contains(&command) {
+            forge(&forged, name, &text, &text.replace(&command, &claimed));
+        }
+    }
+    verify(&forged)
+        .code(1)
+        .stdout(predicate::str::contains("│ the command").and(predicate::str::contains("hef=model.hef")))
+        .stdout(predicate::str::contains("regenerated").not());
+}
+
 /// A manifest's claim that a backend ran on a `hailo` device is checked against the pinned HEF:
 /// a simulated HEF runs on the simulated device here, so a forged figure is named and the claim
 /// called false. Only a compiled HEF with no device here is "not re-runnable", and that is

@@ -34,15 +34,7 @@ pyo3::create_exception!(
 
 /// The error and the causes its own message does not already say (as the command line prints).
 pub(crate) fn to_py(e: Error) -> PyErr {
-    let mut text = e.to_string();
-    let mut source = std::error::Error::source(&e);
-    while let Some(s) = source {
-        let cause = s.to_string();
-        if !text.contains(cause.trim()) {
-            text = format!("{text}\n  caused by: {cause}");
-        }
-        source = s.source();
-    }
+    let text = std::iter::once(e.to_string()).chain(e.causes()).collect::<Vec<_>>().join("\n  caused by: ");
     match e.exit_code() {
         2 => InputError::new_err(text),
         130 => PyKeyboardInterrupt::new_err(text),

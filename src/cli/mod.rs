@@ -195,18 +195,11 @@ where
     }
 }
 
-/// Print an error and the causes its own message does not already say (a candle error is
-/// part of `Compute`'s message, and printing it again as a cause printed its backtrace twice).
+/// Print an error and the causes its own message does not already say ([`Error::causes`]).
 pub fn report_error(e: &Error) {
-    let top = e.to_string();
-    eprintln!("error: {top}");
-    let mut source = std::error::Error::source(e);
-    while let Some(s) = source {
-        let text = s.to_string();
-        if !top.contains(text.trim()) {
-            eprintln!("  caused by: {text}");
-        }
-        source = s.source();
+    eprintln!("error: {e}");
+    for cause in e.causes() {
+        eprintln!("  caused by: {cause}");
     }
 }
 

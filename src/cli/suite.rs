@@ -159,7 +159,12 @@ fn report(night: Night, reports: &[ReportTarget]) -> Result<ExitCode> {
 }
 
 pub fn suite(a: SuiteArgs) -> Result<ExitCode> {
-    let request = SuiteRun {
+    let request = request(a);
+    report(request.run()?, &request.out.reports)
+}
+
+pub(super) fn request(a: SuiteArgs) -> SuiteRun {
+    SuiteRun {
         inputs: a.inputs,
         backends: a.backends,
         shard: a.shard,
@@ -171,8 +176,7 @@ pub fn suite(a: SuiteArgs) -> Result<ExitCode> {
         out: a.out.outputs(),
         bundle: a.bundle,
         command: whole_command(),
-    };
-    report(request.run()?, &request.out.reports)
+    }
 }
 
 pub fn merge(a: MergeArgs) -> Result<ExitCode> {

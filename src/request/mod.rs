@@ -117,31 +117,40 @@ pub fn probe_inputs(
     Ok(())
 }
 
+/// How a bundle records a path the command line named: [`absolute`] when it records, as typed
+/// when `verify` reads the recorded command back ([`verify::command_asks`] compares the two).
+pub type PathAs<'a> = &'a dyn Fn(&str) -> String;
+
 /// `path` made absolute when it names something here (a hub id or a fault stays as it is), so
-/// a bundle replays from any folder.
+/// a bundle replays from any folder. Links are not followed: the recorded path ends in the path
+/// as typed, which is how `verify` checks that a bundle's command asks what it replays.
 pub fn absolute(path: &str) -> String {
-    Path::new(path).canonicalize().map_or_else(|_| path.to_string(), |p| p.display().to_string())
+    let p = Path::new(path);
+    match p.exists().then(|| std::path::absolute(p)) {
+        Some(Ok(abs)) => abs.display().to_string(),
+        _ => path.to_string(),
+    }
 }
 
-/// The checkpoint a bundle asks for, as its path made absolute, with its revision.
-fn asked_checkpoint(checkpoint: Option<&CheckpointRef>) -> (Option<String>, String) {
+/// The checkpoint a bundle asks for, as its path recorded by `path_as`, with its revision.
+fn asked_checkpoint(checkpoint: Option<&CheckpointRef>, path_as: PathAs) -> (Option<String>, String) {
     match checkpoint {
         Some(CheckpointRef::Path { path, revision, .. }) => {
-            (Some(absolute(&path.display().to_string())), revision.clone())
+            (Some(path_as(&path.display().to_string())), revision.clone())
         }
         _ => (None, crate::model::hub::DEFAULT_REVISION.to_string()),
     }
 }
 
-/// The backends a bundle asks for, as `--backend` specs with absolute paths (a `--fault` is an
-/// emulator's).
-fn bundle_backends(backends: &[String], faults: &[String]) -> Vec<String> {
+/// The backends a bundle asks for, as `--backend` specs with their paths recorded by `path_as`
+/// (a `--fault` is an emulator's).
+fn bundle_backends(backends: &[String], faults: &[String], path_as: PathAs) -> Vec<String> {
     let mut v: Vec<String> = backends
         .iter()
         .map(|spec| {
             spec.split(',')
                 .map(|part| match part.split_once('=') {
-                    Some((k, v)) if ["hef", "dump", "map"].contains(&k) => format!("{k}={}", absolute(v)),
+                    Some((k, v)) if ["hef", "dump", "map"].contains(&k) => format!("{k}={}", path_as(v)),
                     _ => part.to_string(),
                 })
                 .collect::<Vec<_>>()

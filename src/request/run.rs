@@ -1,7 +1,9 @@
 //! The three requests whose result is a probe report: `run` (a probe: reference vs backends),
 //! `explain` (the fault catalog ranked against an observation) and `compare` (two captures).
 
-use super::{absolute, asked_checkpoint, backend_specs, bundle_backends, new_folder, probe_inputs, Request};
+use super::{
+    absolute, asked_checkpoint, backend_specs, bundle_backends, new_folder, probe_inputs, PathAs, Request,
+};
 use crate::backend::{BackendKind, BackendSpec};
 use crate::capture::{CaptureFile, Store};
 use crate::error::{Error, Result};
@@ -78,16 +80,22 @@ impl Request for Run {
 
     fn execute(&self, (probe, opts): (Probe, RunOptions)) -> Result<ProbeRun> {
         let Some((dir, cap)) = &self.bundle else { return run_probe(&probe, &opts) };
-        let (checkpoint, revision) = asked_checkpoint(self.checkpoint.as_ref());
-        let asked = crate::probe::bundle::Asked {
-            probe: absolute(&self.probe.display().to_string()),
-            backends: bundle_backends(&self.backends, &self.faults),
+        crate::probe::bundle::write(&self.asked(&absolute), &self.command, dir, *cap)
+    }
+}
+
+impl Run {
+    /// What a bundle of this run records it asked for, its paths as `path_as` gives them.
+    pub fn asked(&self, path_as: PathAs) -> crate::probe::bundle::Asked {
+        let (checkpoint, revision) = asked_checkpoint(self.checkpoint.as_ref(), path_as);
+        crate::probe::bundle::Asked {
+            probe: path_as(&self.probe.display().to_string()),
+            backends: bundle_backends(&self.backends, &self.faults, path_as),
             checkpoint,
             revision,
             thresholds: self.thresholds.clone(),
             no_explain: self.no_explain,
-        };
-        crate::probe::bundle::write(&asked, &self.command, dir, *cap)
+        }
     }
 }
 

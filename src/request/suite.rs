@@ -2,7 +2,7 @@
 //! (shards back into one result): the night's result, its baseline ratcheted and its history
 //! appended as asked.
 
-use super::{absolute, bundle_backends, new_folder, probe_inputs, Request};
+use super::{absolute, bundle_backends, new_folder, probe_inputs, PathAs, Request};
 use crate::error::{Error, Result};
 use crate::model::CheckpointRef;
 use crate::output::Outputs;
@@ -204,19 +204,25 @@ impl Request for SuiteRun {
     fn execute(&self, (suite, opts): Self::Plan) -> Result<Night> {
         let result = run_suite_with(&suite, &opts, &mut partial_reports(&self.out))?;
         if let Some(dir) = &self.bundle {
-            let abs = |p: &std::path::Path| absolute(&p.display().to_string());
-            let (checkpoint, revision) = super::asked_checkpoint(self.checkpoint.as_ref());
-            let asked = crate::probe::bundle::SuiteAsked {
-                inputs: self.inputs.iter().map(|p| abs(p)).collect(),
-                backends: bundle_backends(&self.backends, &[]),
-                checkpoint,
-                revision,
-                baseline: self.out.baseline.as_deref().map(abs),
-                no_explain: self.no_explain,
-            };
-            crate::suite::bundle::write(&result, &suite, &asked, dir)?;
+            crate::suite::bundle::write(&result, &suite, &self.asked(&absolute), dir)?;
         }
         self.out.finish(result)
+    }
+}
+
+impl SuiteRun {
+    /// What a bundle of this night records it asked for, its paths as `path_as` gives them.
+    pub fn asked(&self, path_as: PathAs) -> crate::probe::bundle::SuiteAsked {
+        let path = |p: &std::path::Path| path_as(&p.display().to_string());
+        let (checkpoint, revision) = super::asked_checkpoint(self.checkpoint.as_ref(), path_as);
+        crate::probe::bundle::SuiteAsked {
+            inputs: self.inputs.iter().map(|p| path(p)).collect(),
+            backends: bundle_backends(&self.backends, &[], path_as),
+            checkpoint,
+            revision,
+            baseline: self.out.baseline.as_deref().map(path),
+            no_explain: self.no_explain,
+        }
     }
 }
 

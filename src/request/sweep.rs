@@ -1,6 +1,6 @@
 //! `hefprobe sweep PROBE.toml`: a probe across its [sweep] grid into one table and plot.
 
-use super::{absolute, asked_checkpoint, new_folder, probe_inputs, Request};
+use super::{absolute, asked_checkpoint, new_folder, probe_inputs, PathAs, Request};
 use crate::error::Result;
 use crate::model::CheckpointRef;
 use crate::output::Outputs;
@@ -44,15 +44,27 @@ impl Request for Sweep {
         bar.finish_and_clear();
         let swept = Swept { probe, points, command: self.command.clone(), svg: None };
         if let Some(dir) = &self.bundle {
-            let (checkpoint, revision) = asked_checkpoint(self.checkpoint.as_ref());
-            let asked = crate::probe::bundle::SweepAsked {
-                probe: absolute(&self.probe.display().to_string()),
-                checkpoint,
-                revision,
-            };
             let md = doc(&swept.probe, &swept.points, &self.command, None).markdown();
-            crate::probe::bundle::write_sweep(&asked, &self.command, &swept.json(), &md, dir)?;
+            crate::probe::bundle::write_sweep(
+                &self.asked(&absolute),
+                &self.command,
+                &swept.json(),
+                &md,
+                dir,
+            )?;
         }
         Ok(swept)
+    }
+}
+
+impl Sweep {
+    /// What a bundle of this sweep records it asked for, its paths as `path_as` gives them.
+    pub fn asked(&self, path_as: PathAs) -> crate::probe::bundle::SweepAsked {
+        let (checkpoint, revision) = asked_checkpoint(self.checkpoint.as_ref(), path_as);
+        crate::probe::bundle::SweepAsked {
+            probe: path_as(&self.probe.display().to_string()),
+            checkpoint,
+            revision,
+        }
     }
 }
