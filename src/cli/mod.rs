@@ -17,6 +17,7 @@ mod suite;
 mod sweep;
 mod synth;
 pub mod synth_hef;
+mod verify;
 
 use crate::error::{Error, Result};
 use crate::model::CheckpointRef;
@@ -85,7 +86,7 @@ pub enum Command {
     /// Shrink a probe's inputs while the same drift reproduces; write the minimal probe.
     Reduce(reduce::ReduceArgs),
     /// Replay an evidence bundle (`run --bundle DIR`): hashes, then every figure re-run.
-    Verify(run::VerifyArgs),
+    Verify(verify::VerifyArgs),
 }
 
 /// A checkpoint given on the command line: a folder, a `.gguf` file, or a hub id at a
@@ -238,7 +239,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Command::Trend(a) => suite::trend(a),
         Command::Bisect(a) => bisect::run(a),
         Command::Reduce(a) => reduce::run(a),
-        Command::Verify(a) => run::verify(a),
+        Command::Verify(a) => verify::run(a),
     }
 }
 

@@ -1,15 +1,11 @@
-//! `hefprobe run PROBE.toml`: run a probe, compare, locate, explain, report; `hefprobe verify`.
+//! `hefprobe run PROBE.toml`: run a probe, compare, locate, explain, report.
 
-use super::Command;
 use crate::error::Result;
 use crate::probe::run::ProbeRun;
-use crate::probe::verify::{Check, Verdict};
 use crate::report::{deliver, ReportTarget};
 use crate::request::run::Run;
-use crate::request::sweep::Sweep;
-use crate::request::verify::{command_asks, Verify};
 use crate::request::Request;
-use clap::{Args, Parser};
+use clap::Args;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -110,7 +106,7 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
     finish(request.run()?, &request.reports)
 }
 
-fn request(a: RunArgs) -> Run {
+pub(super) fn request(a: RunArgs) -> Run {
     Run {
         backends: a.backend.backends,
         faults: a.backend.faults,
@@ -124,85 +120,5 @@ fn request(a: RunArgs) -> Run {
         bundle: a.bundle.map(|d| (d, a.bundle_cap.unwrap_or(crate::probe::bundle::DEFAULT_CAP))),
         command: command_line(),
         probe: a.probe,
-    }
-}
-
-#[derive(Args, Debug)]
-pub struct VerifyArgs {
-    /// The bundle folder (`hefprobe run --bundle DIR`).
-    pub bundle: PathBuf,
-}
-
-/// `hefprobe verify DIR`: 0 when everything is the same; 1 when anything differs (a changed
-/// file, a swapped HEF, a figure, a document, a device claim, a replay that failed), and 1 when
-/// some figures cannot be re-run here: "unverified (N figures)", never "all same".
-pub fn verify(a: VerifyArgs) -> Result<ExitCode> {
-    let mut verified = Verify { bundle: a.bundle.clone() }.run()?;
-    verified.checks.push(recorded_command(&a.bundle)?);
-    deliver(&mut verified, &ReportTarget::or(Vec::new(), crate::report::Format::Terminal))?;
-    Ok(if verified.same() { ExitCode::SUCCESS } else { ExitCode::from(1) })
-}
-
-/// A bundle's command line read back as this command line reads it, and checked against what
-/// the bundle replays ([`crate::request::verify::command_asks`]): its paths as typed.
-fn recorded_command(dir: &std::path::Path) -> Result<Check> {
-    let m = crate::probe::verify::read_manifest(dir)?;
-    let as_typed = |p: &str| p.to_string();
-    let parsed = super::Cli::try_parse_from(unquote(&m.command)).map(|c| c.command);
-    let (recorded, typed, folder) = match (parsed, &m.suite, &m.sweep) {
-        (Ok(Command::Run(a)), None, None) => {
-            let folder = a.bundle.clone();
-            (value(&m.asked), value(&request(a).asked(&as_typed)), folder)
-        }
-        (Ok(Command::Suite(a)), Some(s), None) => {
-            let folder = a.bundle.clone();
-            (value(s), value(&super::suite::request(a).asked(&as_typed)), folder)
-        }
-        (Ok(Command::Sweep(a)), None, Some(s)) => {
-            let sweep = Sweep { probe: a.probe, checkpoint: a.checkpoint.to_ref(), ..Default::default() };
-            (value(s), value(&sweep.asked(&as_typed)), a.bundle)
-        }
-        _ => {
-            let why = format!("`{}` is not the command of a bundle of this kind", m.command);
-            return Ok(Check { what: "the command".into(), verdict: Verdict::Different, why });
-        }
-    };
-    Ok(command_asks(&recorded, &typed, (&m.folder, folder.as_deref())))
-}
-
-fn value<T: serde::Serialize>(asked: &T) -> serde_json::Value {
-    serde_json::to_value(asked).expect("what a bundle asked serializes")
-}
-
-/// The words of a command line as [`command_line`] quoted them.
-fn unquote(line: &str) -> Vec<String> {
-    let (mut words, mut word, mut quoted, mut started) = (Vec::new(), String::new(), false, false);
-    let mut chars = line.chars();
-    while let Some(c) = chars.next() {
-        match c {
-            '\'' => (quoted, started) = (!quoted, true),
-            '\\' if !quoted => word.extend(chars.next()),
-            ' ' if !quoted => {
-                if started || !word.is_empty() {
-                    words.push(std::mem::take(&mut word));
-                }
-                started = false;
-            }
-            c => word.push(c),
-        }
-    }
-    if started || !word.is_empty() {
-        words.push(word);
-    }
-    words
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn a_quoted_command_line_reads_back_word_for_word() {
-        let line = r"hefprobe run 'my probes/p.toml' --threshold 'it'\''s' '' --fault a";
-        let words = super::unquote(line);
-        assert_eq!(words, ["hefprobe", "run", "my probes/p.toml", "--threshold", "it's", "", "--fault", "a"]);
     }
 }
