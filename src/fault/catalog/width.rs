@@ -61,12 +61,15 @@ fn applies(spec: &FaultSpec, layer: Option<usize>) -> bool {
     }
 }
 
+/// A tensor's values as f32 (a norm weight may be held as stored, bf16 or f16).
+fn f32s(t: &Tensor) -> Result<Vec<f32>> {
+    Ok(t.flatten_all()?.to_dtype(candle_core::DType::F32)?.to_vec1()?)
+}
+
 /// A tensor's rows [rows, last] as f32 values, with its dims.
 fn rows_of(t: &Tensor) -> Result<(Vec<f32>, usize, Vec<usize>)> {
     let dims = t.dims().to_vec();
-    let n = *dims.last().unwrap_or(&1);
-    let v: Vec<f32> = t.flatten_all()?.to_dtype(candle_core::DType::F32)?.to_vec1()?;
-    Ok((v, n, dims))
+    Ok((f32s(t)?, *dims.last().unwrap_or(&1), dims))
 }
 
 fn qmax(bits: u32) -> f32 {
@@ -309,7 +312,7 @@ impl Hooks for NormAccHooks<'_> {
             return Ok(None);
         }
         let (xs, n, dims) = rows_of(x)?;
-        let ws: Vec<f32> = w.flatten_all()?.to_dtype(candle_core::DType::F32)?.to_vec1()?;
+        let ws = f32s(w)?;
         let mut out: Option<Vec<f32>> = None;
         for (r, row) in xs.chunks(n).enumerate() {
             let m = row.iter().fold(0f32, |a, &v| a.max(v.abs()));
@@ -447,7 +450,7 @@ impl Hooks for NormWidthHooks<'_> {
             return Ok(None);
         }
         let (xs, n, dims) = rows_of(x)?;
-        let ws: Vec<f32> = w.flatten_all()?.to_dtype(candle_core::DType::F32)?.to_vec1()?;
+        let ws = f32s(w)?;
         let (take, count) = if f.pad { (n, n.div_ceil(f.w) * f.w) } else { (f.w.min(n), f.w) };
         let mut y = vec![0f32; xs.len()];
         for (row, out) in xs.chunks(n).zip(y.chunks_mut(n)) {
