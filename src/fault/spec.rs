@@ -236,6 +236,21 @@ pub trait Choice: Copy + PartialEq + 'static {
     }
 }
 
+/// A [`Choice`] declared with its words: `choice! { pub enum Mode { Fast = "fast", ... } }`, the
+/// variants in the order errors list them and grids use them.
+macro_rules! choice {
+    ($(#[$meta:meta])* $vis:vis enum $enum:ident { $($(#[$vmeta:meta])* $variant:ident = $word:literal,)+ }) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+        $vis enum $enum { $($(#[$vmeta])* $variant,)+ }
+
+        impl $crate::fault::spec::Choice for $enum {
+            const WORDS: &'static [(&'static str, Self)] = &[$(($word, $enum::$variant)),+];
+        }
+    };
+}
+pub(crate) use choice;
+
 /// More layers than any model has: a range past it is refused at parse time, before a list of
 /// its layers is made (the model's own count is checked when the fault is built).
 pub const MAX_LAYERS: usize = 4096;

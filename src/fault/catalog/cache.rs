@@ -9,16 +9,12 @@ use crate::model::hooks::{Hooks, StepCtx};
 use crate::tap::Phase;
 use candle_core::{Device, Tensor};
 
-/// The `layout` decode reads prefill's cache entries in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CacheLayoutKind {
-    Transpose,
-    Interleave,
-}
-
-impl Choice for CacheLayoutKind {
-    const WORDS: &'static [(&'static str, Self)] =
-        &[("transpose", Self::Transpose), ("interleave", Self::Interleave)];
+crate::fault::spec::choice! {
+    /// The `layout` decode reads prefill's cache entries in.
+    pub enum CacheLayoutKind {
+        Transpose = "transpose",
+        Interleave = "interleave",
+    }
 }
 
 impl CacheLayoutKind {

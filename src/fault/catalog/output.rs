@@ -99,17 +99,14 @@ impl Hooks for FirstSlotHooks {
     }
 }
 
-/// The `scale` lm-head-shards dequantizes each shard with.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ShardScale {
-    /// Each shard's own scale.
-    Own,
-    /// Shard 0's scale for every shard.
-    Shard0,
-}
-
-impl Choice for ShardScale {
-    const WORDS: &'static [(&'static str, Self)] = &[("own", Self::Own), ("shard0", Self::Shard0)];
+crate::fault::spec::choice! {
+    /// The `scale` lm-head-shards dequantizes each shard with.
+    pub enum ShardScale {
+        /// Each shard's own scale.
+        Own = "own",
+        /// Shard 0's scale for every shard.
+        Shard0 = "shard0",
+    }
 }
 
 /// **lm-head-shards:N** (finding 12). The vocabulary is split into N contiguous shards of

@@ -10,29 +10,22 @@ use crate::model::rope::{rotate, Rope, RopeLayout};
 use crate::tap::Phase;
 use candle_core::Tensor;
 
-/// The `variant` of the rope fault.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RopeVariant {
-    Interleaved,
-    SinSign,
-    Shift,
+crate::fault::spec::choice! {
+    /// The `variant` of the rope fault.
+    pub enum RopeVariant {
+        Interleaved = "interleaved",
+        SinSign = "sin-sign",
+        Shift = "shift",
+    }
 }
 
-impl Choice for RopeVariant {
-    const WORDS: &'static [(&'static str, Self)] =
-        &[("interleaved", Self::Interleaved), ("sin-sign", Self::SinSign), ("shift", Self::Shift)];
-}
-
-/// The `target` of the rope fault: what the variant rotates.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RopeTarget {
-    Both,
-    Q,
-    K,
-}
-
-impl Choice for RopeTarget {
-    const WORDS: &'static [(&'static str, Self)] = &[("both", Self::Both), ("q", Self::Q), ("k", Self::K)];
+crate::fault::spec::choice! {
+    /// The `target` of the rope fault: what the variant rotates.
+    pub enum RopeTarget {
+        Both = "both",
+        Q = "q",
+        K = "k",
+    }
 }
 
 /// **rope** (finding 3). Variants, applied to queries, keys or both (`target`):

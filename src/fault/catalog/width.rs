@@ -8,7 +8,7 @@
 //! independent implementation is `references/check_width.py` (numpy, from these definitions).
 
 use crate::error::Result;
-use crate::fault::spec::{Choice, FaultSpec};
+use crate::fault::spec::FaultSpec;
 use crate::fault::{parse_boxed, Entry, Mechanism, OnDevice, Proof};
 use crate::model::config::ModelConfig;
 use crate::model::hooks::{Hooks, NormSite, Projection, StepCtx};
@@ -94,25 +94,18 @@ pub struct TileSum {
     hidden: usize,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SumMode {
-    Requant,
-    Saturate,
+crate::fault::spec::choice! {
+    pub enum SumMode {
+        Requant = "requant",
+        Saturate = "saturate",
+    }
 }
 
-impl Choice for SumMode {
-    const WORDS: &'static [(&'static str, Self)] =
-        &[("requant", SumMode::Requant), ("saturate", SumMode::Saturate)];
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum SumTarget {
-    Hidden,
-    All,
-}
-
-impl Choice for SumTarget {
-    const WORDS: &'static [(&'static str, Self)] = &[("hidden", SumTarget::Hidden), ("all", SumTarget::All)];
+crate::fault::spec::choice! {
+    enum SumTarget {
+        Hidden = "hidden",
+        All = "all",
+    }
 }
 
 impl Mechanism for TileSum {
@@ -245,15 +238,11 @@ pub struct NormAcc {
     hidden: usize,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum AccTarget {
-    Norm,
-    Softmax,
-}
-
-impl Choice for AccTarget {
-    const WORDS: &'static [(&'static str, Self)] =
-        &[("norm", AccTarget::Norm), ("softmax", AccTarget::Softmax)];
+crate::fault::spec::choice! {
+    enum AccTarget {
+        Norm = "norm",
+        Softmax = "softmax",
+    }
 }
 
 /// Whether a BITS-bit accumulator of squared 8-bit codes can saturate on a `hidden`-wide row.
@@ -387,15 +376,11 @@ pub struct NormWidth {
     hidden: usize,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum WidthVariant {
-    First,
-    Pad,
-}
-
-impl Choice for WidthVariant {
-    const WORDS: &'static [(&'static str, Self)] =
-        &[("first", WidthVariant::First), ("pad", WidthVariant::Pad)];
+crate::fault::spec::choice! {
+    enum WidthVariant {
+        First = "first",
+        Pad = "pad",
+    }
 }
 
 impl Mechanism for NormWidth {
