@@ -74,6 +74,31 @@ pub struct Manifest {
     pub sweep: Option<SweepAsked>,
 }
 
+impl Manifest {
+    /// A manifest of this hefprobe, with no captures left out, no devices and no suite or sweep.
+    pub fn new(command: &str, dir: &Path, files: BTreeMap<String, Hashed>, pinned: Vec<Pinned>) -> Manifest {
+        Manifest {
+            schema: BUNDLE_SCHEMA.into(),
+            hefprobe: env!("CARGO_PKG_VERSION").into(),
+            command: command.into(),
+            asked: Asked::default(),
+            folder: dir.display().to_string(),
+            files,
+            left_out: Vec::new(),
+            pinned,
+            devices: BTreeMap::new(),
+            suite: None,
+            sweep: None,
+        }
+    }
+
+    /// Write it as `dir`'s manifest.
+    pub fn write(&self, dir: &Path) -> Result<()> {
+        let text = serde_json::to_string_pretty(self).expect("a manifest serializes") + "\n";
+        crate::files::write_file(dir.join(MANIFEST), text)
+    }
+}
+
 /// How a sweep was asked for.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -97,19 +122,9 @@ pub struct SuiteAsked {
 }
 
 pub fn sha256_file(path: &Path) -> Result<(String, u64)> {
-    use std::io::Read;
     let mut f = crate::files::open(path)?;
     let mut h = sha2::Sha256::new();
-    let mut buf = vec![0u8; 1 << 20];
-    let mut n = 0u64;
-    loop {
-        let k = f.read(&mut buf).map_err(|e| Error::io(path, e))?;
-        if k == 0 {
-            break;
-        }
-        h.update(&buf[..k]);
-        n += k as u64;
-    }
+    let n = std::io::copy(&mut f, &mut h).map_err(|e| Error::io(path, e))?;
     Ok((format!("{:x}", h.finalize()), n))
 }
 
@@ -199,29 +214,15 @@ pub fn write(asked: &Asked, command: &str, dir: &Path, cap: u64) -> Result<super
         pinned.push(pin("a checkpoint file", &f)?);
     }
     let (mut files, left_out) = keep_captures(&captures, cap)?;
-    let folder = dir.display().to_string();
-    let docs = documents(command, &run, &pinned, &devices, &folder)?;
+    let docs = documents(command, &run, &pinned, &devices, &dir.display().to_string())?;
     for (name, text) in &docs {
         crate::files::write_file_quiet(dir.join(name), text)?;
     }
     for name in ["probe.toml", "inputs.npz"].into_iter().chain(docs.iter().map(|(n, _)| n.as_str())) {
         files.insert(name.into(), hashed(&dir.join(name))?);
     }
-    let manifest = Manifest {
-        schema: BUNDLE_SCHEMA.into(),
-        hefprobe: env!("CARGO_PKG_VERSION").into(),
-        command: command.into(),
-        asked: asked.clone(),
-        folder,
-        files,
-        left_out,
-        pinned,
-        devices,
-        suite: None,
-        sweep: None,
-    };
-    let text = serde_json::to_string_pretty(&manifest).expect("a manifest serializes") + "\n";
-    crate::files::write_file(dir.join(MANIFEST), text)?;
+    Manifest { asked: asked.clone(), left_out, devices, ..Manifest::new(command, dir, files, pinned) }
+        .write(dir)?;
     run.report.notes.push(format!(
         "evidence bundle: {} (replay with `hefprobe verify {}`)",
         dir.display(),
@@ -359,19 +360,5 @@ pub fn write_sweep(
     if let Some(c) = &asked.checkpoint {
         pinned.extend(pin_checkpoint(Path::new(c))?);
     }
-    let manifest = Manifest {
-        schema: BUNDLE_SCHEMA.into(),
-        hefprobe: env!("CARGO_PKG_VERSION").into(),
-        command: command.into(),
-        asked: Asked::default(),
-        folder: dir.display().to_string(),
-        files,
-        left_out: Vec::new(),
-        pinned,
-        devices: BTreeMap::new(),
-        suite: None,
-        sweep: Some(asked.clone()),
-    };
-    let text = serde_json::to_string_pretty(&manifest).expect("a manifest serializes") + "\n";
-    crate::files::write_file(dir.join(MANIFEST), text)
+    Manifest { sweep: Some(asked.clone()), ..Manifest::new(command, dir, files, pinned) }.write(dir)
 }

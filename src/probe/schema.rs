@@ -135,14 +135,6 @@ impl<'de> Deserialize<'de> for CheckpointSpec {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
         use serde::de::Error as _;
         let mut table = toml::Table::deserialize(d)?;
-        fn take<T: serde::de::DeserializeOwned, E: serde::de::Error>(
-            t: &mut toml::Table,
-            key: &str,
-        ) -> std::result::Result<Option<T>, E> {
-            t.remove(key)
-                .map(|v| T::deserialize(v).map_err(|e| E::custom(format!("key `{key}`: {e}"))))
-                .transpose()
-        }
         let path = take(&mut table, "path")?;
         let synth = take(&mut table, "synth")?;
         let seed = take(&mut table, "seed")?.unwrap_or(0);
@@ -151,6 +143,15 @@ impl<'de> Deserialize<'de> for CheckpointSpec {
         let overrides = SynthOverrides::deserialize(toml::Value::Table(table)).map_err(D::Error::custom)?;
         Ok(CheckpointSpec { path, synth, seed, revision, strict_config, overrides })
     }
+}
+
+/// Take `key` out of a table read by hand (as `[checkpoint]` and a suite's `[[target]]` are),
+/// an error naming the key if its value is not a `T`.
+pub fn take<T: serde::de::DeserializeOwned, E: serde::de::Error>(
+    t: &mut toml::Table,
+    key: &str,
+) -> std::result::Result<Option<T>, E> {
+    t.remove(key).map(|v| T::deserialize(v).map_err(|e| E::custom(format!("key `{key}`: {e}")))).transpose()
 }
 
 #[derive(Debug, Clone, Deserialize, Default)]

@@ -116,6 +116,20 @@ fn last_argmax(c: &Capture) -> Result<u32> {
     Ok(best as u32)
 }
 
+/// The one tap a sweep keeps.
+fn logits_only() -> Result<TapSelection> {
+    TapSelection::parse(&["logits".to_string()])
+}
+
+/// Run `backend` on `inputs`, keeping the logits; its error, if it stopped.
+fn logits_run(backend: &mut DecoderBackend, inputs: &InputSet) -> Result<crate::backend::Run<Capture>> {
+    let run = collect(backend, inputs, &logits_only()?, None);
+    match run.error {
+        Some(e) => Err(e),
+        None => Ok(run),
+    }
+}
+
 /// Base scope's free generation: the whole sequence re-run as one prefill per new token.
 fn base_generate(backend: &mut DecoderBackend, greedy: &InputSet, steps: usize) -> Result<Vec<u32>> {
     base_generate_until(backend, greedy, steps, |_| false)
@@ -129,17 +143,12 @@ pub fn base_generate_until(
     steps: usize,
     mut done: impl FnMut(&[u32]) -> bool,
 ) -> Result<Vec<u32>> {
-    let logits = TapSelection::parse(&["logits".to_string()])?;
     let mut tokens = Vec::with_capacity(steps);
     while tokens.len() < steps && !done(&tokens) {
         let mut step = greedy.clone();
         step.prompt.extend(&tokens);
         step.decode = DecodeSpec::Greedy(0);
-        let run = collect(backend, &step, &logits, None);
-        if let Some(e) = run.error {
-            return Err(e);
-        }
-        tokens.push(last_argmax(&run.capture)?);
+        tokens.push(last_argmax(&logits_run(backend, &step)?.capture)?);
     }
     Ok(tokens)
 }
@@ -162,29 +171,25 @@ fn models(
     sw: &SweepSpec,
     checkpoint: Option<&crate::model::CheckpointRef>,
 ) -> Result<Vec<Source>> {
-    if let Some(c) = checkpoint {
+    // A checkpoint loaded now, labelled by `label` or else by its source.
+    let load = |c: &crate::model::CheckpointRef, label: Option<String>| -> Result<Source> {
         let ckpt = c.load()?;
         crate::probe::prepare::note_unknown_keys(&ckpt);
-        let m = Model { label: ckpt.source.to_string(), hidden: ckpt.config.hidden_size, ckpt };
-        return Ok(vec![Source::Loaded(Box::new(m))]);
+        let label = label.unwrap_or_else(|| ckpt.source.to_string());
+        Ok(Source::Loaded(Box::new(Model { label, hidden: ckpt.config.hidden_size, ckpt })))
+    };
+    if let Some(c) = checkpoint {
+        return Ok(vec![load(c, None)?]);
     }
     if !sw.checkpoints.is_empty() {
         return sw
             .checkpoints
             .iter()
-            .map(|p| {
-                let ckpt = crate::model::CheckpointRef::path(p).load()?;
-                crate::probe::prepare::note_unknown_keys(&ckpt);
-                let m = Model { label: p.display().to_string(), hidden: ckpt.config.hidden_size, ckpt };
-                Ok(Source::Loaded(Box::new(m)))
-            })
+            .map(|p| load(&crate::model::CheckpointRef::path(p), Some(p.display().to_string())))
             .collect();
     }
     if sw.hidden.is_empty() {
-        let ckpt = probe.checkpoint.to_ref()?.load()?;
-        crate::probe::prepare::note_unknown_keys(&ckpt);
-        let m = Model { label: ckpt.source.to_string(), hidden: ckpt.config.hidden_size, ckpt };
-        return Ok(vec![Source::Loaded(Box::new(m))]);
+        return Ok(vec![load(&probe.checkpoint.to_ref()?, None)?]);
     }
     if probe.checkpoint.synth.is_none() {
         return Err(Error::usage("[sweep] hidden needs a synth checkpoint in [checkpoint]"));
@@ -241,15 +246,29 @@ struct Setting {
     quant: Option<FaultSpec>,
 }
 
+impl Setting {
+    /// Its label in the table: base scope's points say so.
+    fn shown(&self, base: bool) -> String {
+        if base {
+            format!("{} (base scope)", self.label)
+        } else {
+            self.label.clone()
+        }
+    }
+}
+
 /// Every combination of `[sweep] quant` × `faults` (a missing axis is one clean value).
 fn settings(sw: &SweepSpec) -> Vec<Setting> {
-    let quants: Vec<Option<FaultSpec>> =
-        if sw.quant.is_empty() { vec![None] } else { sw.quant.iter().cloned().map(Some).collect() };
-    let faults: Vec<Option<FaultSpec>> =
-        if sw.faults.is_empty() { vec![None] } else { sw.faults.iter().cloned().map(Some).collect() };
+    let axis = |v: &[FaultSpec]| -> Vec<Option<FaultSpec>> {
+        if v.is_empty() {
+            vec![None]
+        } else {
+            v.iter().cloned().map(Some).collect()
+        }
+    };
     let mut out = Vec::new();
-    for q in &quants {
-        for f in &faults {
+    for q in &axis(&sw.quant) {
+        for f in &axis(&sw.faults) {
             let label = [f, q].into_iter().flatten().map(ToString::to_string).collect::<Vec<_>>().join("+");
             out.push(Setting {
                 label: if label.is_empty() { "clean".into() } else { label },
@@ -268,9 +287,8 @@ fn check_memory(probe: &Probe, sw: &SweepSpec, m: &Model, base: &InputSet) -> Re
     let mut planned = base.clone();
     planned.prompt = vec![0; longest];
     planned.decode = DecodeSpec::Greedy(sw.generate);
-    let logits_only = TapSelection::parse(&["logits".to_string()])?;
     let held = crate::model::memory::TapsHeld::InMemory { captures: 3 };
-    crate::model::memory::check_run(&m.ckpt, &planned, &logits_only, held).map_err(|e| match e {
+    crate::model::memory::check_run(&m.ckpt, &planned, &logits_only()?, held).map_err(|e| match e {
         Error::Budget { what, needs, budget, budget_from, fix } => Error::Budget {
             what: format!("{} [sweep] {}: {what}", probe.path.display(), m.label),
             needs,
@@ -292,7 +310,6 @@ fn scope_reference(
     base: bool,
     steps: usize,
 ) -> Result<(Vec<u32>, Capture, InputSet)> {
-    let logits = TapSelection::parse(&["logits".to_string()])?;
     if !base {
         let mut forced: InputSet = greedy.clone();
         forced.decode = DecodeSpec::Forced(kv.record.decode_tokens.clone());
@@ -303,11 +320,8 @@ fn scope_reference(
     let mut full = greedy.clone();
     full.prompt.extend(&ref_tokens);
     full.decode = DecodeSpec::Greedy(0);
-    let run = collect(&mut r, &full, &logits, None);
-    match run.error {
-        Some(e) => Err(e),
-        None => Ok((ref_tokens, run.capture, full)),
-    }
+    let run = logits_run(&mut r, &full)?;
+    Ok((ref_tokens, run.capture, full))
 }
 
 /// The reference of one scope at one prompt, as [`scope_reference`] gives it.
@@ -327,26 +341,18 @@ fn point(
     r: &ScopeRef,
     (sw, thresholds): (&SweepSpec, &Thresholds),
 ) -> Result<SweepPoint> {
-    let logits = TapSelection::parse(&["logits".to_string()])?;
     let mut emu = DecoderBackend::emulator(&setting.label, &m.ckpt, &setting.faults, setting.quant.as_ref())?;
-    let tf = collect(&mut emu, r.forced, &logits, None);
-    if let Some(e) = tf.error {
-        return Err(e);
-    }
+    let tf = logits_run(&mut emu, r.forced)?;
     let tokens = if r.base {
         base_generate(&mut emu, r.greedy, sw.generate)?
     } else {
-        let free = collect(&mut emu, r.greedy, &logits, None);
-        if let Some(e) = free.error {
-            return Err(e);
-        }
-        free.record.decode_tokens
+        logits_run(&mut emu, r.greedy)?.record.decode_tokens
     };
     let (cos, kl, agree) = logits_figures(r.capture, &tf.capture);
     Ok(SweepPoint {
         model: m.label.clone(),
         hidden: m.hidden,
-        setting: if r.base { format!("{} (base scope)", setting.label) } else { setting.label.clone() },
+        setting: setting.shown(r.base),
         scope: if r.base { "base" } else { "kv" }.to_string(),
         prompt_len: r.greedy.prompt.len(),
         logits_cosine: cos,
@@ -378,7 +384,6 @@ pub fn run_sweep(
     let settings = settings(&sw);
     let thresholds = probe.thresholds.build()?;
     let scopes: Vec<String> = if sw.scope.is_empty() { vec!["kv".into()] } else { sw.scope.clone() };
-    let logits = TapSelection::parse(&["logits".to_string()])?;
     let mut points = Vec::new();
     for m in models(probe, &sw, checkpoint)? {
         let m = m.get()?;
@@ -391,19 +396,14 @@ pub fn run_sweep(
             let mut greedy = base_inputs.clone();
             greedy.prompt = prompt_of_len(&base_inputs.prompt, len);
             greedy.decode = DecodeSpec::Greedy(sw.generate);
-            let kv = collect(&mut DecoderBackend::reference(model.clone()), &greedy, &logits, None);
-            if let Some(e) = kv.error {
-                return Err(e);
-            }
+            let kv = logits_run(&mut DecoderBackend::reference(model.clone()), &greedy)?;
             for scope in &scopes {
                 let base = scope == "base";
                 let (tokens, capture, forced) = scope_reference(&model, &greedy, &kv, base, sw.generate)?;
                 let r =
                     ScopeRef { tokens: &tokens, capture: &capture, forced: &forced, greedy: &greedy, base };
                 for setting in &settings {
-                    let shown =
-                        if base { format!("{} (base scope)", setting.label) } else { setting.label.clone() };
-                    progress(&format!("{} {shown} prompt {len}", m.label));
+                    progress(&format!("{} {} prompt {len}", m.label, setting.shown(base)));
                     points.push(point(&m, setting, &r, (&sw, &thresholds))?);
                 }
             }
@@ -502,8 +502,7 @@ pub fn doc(probe: &Probe, points: &[SweepPoint], command: &str, svg: Option<&str
 
 /// Metric vs hidden size, one line per setting.
 pub fn write_svg(points: &[SweepPoint], path: &std::path::Path) -> Result<()> {
-    use crate::report::svg::{draw_lines, LinePanel};
-    use plotters::prelude::*;
+    use crate::report::svg::{line_plot, LinePanel};
     let e = |x: String| Error::input(path.display().to_string(), format!("drawing the plot: {x}"));
     let mut settings: Vec<&str> = points.iter().map(|p| p.setting.as_str()).collect();
     settings.sort();
@@ -524,42 +523,29 @@ pub fn write_svg(points: &[SweepPoint], path: &std::path::Path) -> Result<()> {
             })
             .collect()
     };
-    let mut svg = String::new();
-    {
-        let root = SVGBackend::with_string(&mut svg, (860, 620)).into_drawing_area();
-        root.fill(&WHITE).map_err(|x| e(x.to_string()))?;
-        let (top, bottom) = root.split_vertically(310);
-        draw_lines(
-            &top,
-            &LinePanel {
-                caption: "logits cosine vs hidden size (teacher-forced)",
-                x_desc: "hidden",
-                y_desc: "cosine",
-                x: x0 - pad..x1 + pad,
-                y: y0..1.0005,
-                x_labels: 10,
-                series: series(&|p| p.logits_cosine, true),
-                legend: true,
-            },
-        )
-        .map_err(e)?;
-        draw_lines(
-            &bottom,
-            &LinePanel {
-                caption: "longest run of one repeated token in greedy generation",
-                x_desc: "hidden",
-                y_desc: "tokens",
-                x: x0 - pad..x1 + pad,
-                y: 0.0..runs + 1.0,
-                x_labels: 10,
-                series: series(&|p| p.longest_run as f64, false),
-                legend: false,
-            },
-        )
-        .map_err(e)?;
-        root.present().map_err(|x| e(x.to_string()))?;
-    }
-    crate::files::write_file(path, svg)
+    let panels = [
+        LinePanel {
+            caption: "logits cosine vs hidden size (teacher-forced)",
+            x_desc: "hidden",
+            y_desc: "cosine",
+            x: x0 - pad..x1 + pad,
+            y: y0..1.0005,
+            x_labels: 10,
+            series: series(&|p| p.logits_cosine, true),
+            legend: true,
+        },
+        LinePanel {
+            caption: "longest run of one repeated token in greedy generation",
+            x_desc: "hidden",
+            y_desc: "tokens",
+            x: x0 - pad..x1 + pad,
+            y: 0.0..runs + 1.0,
+            x_labels: 10,
+            series: series(&|p| p.longest_run as f64, false),
+            legend: false,
+        },
+    ];
+    crate::files::write_file(path, line_plot((860, 620), &panels).map_err(e)?)
 }
 
 #[cfg(test)]

@@ -66,8 +66,7 @@ pub fn render(report: &Report, prefix: &Path) -> Result<Vec<(PathBuf, String)>> 
         prefix.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_else(|| "hefprobe".into());
     let mut out = Vec::new();
     let layers_path = prefix.with_file_name(format!("{name}-layers.svg"));
-    let mut svg = String::new();
-    if layers_plot(report, &mut svg).map_err(err(&layers_path))? {
+    if let Some(svg) = layers_plot(report).map_err(err(&layers_path))? {
         out.push((layers_path, svg));
     }
     for pair in &report.comparisons {
@@ -99,8 +98,28 @@ pub struct LinePanel<'a> {
     pub legend: bool,
 }
 
+/// `panels` in one SVG of `size`: one fills it, two share it, top and bottom.
+pub fn line_plot(size: (u32, u32), panels: &[LinePanel]) -> std::result::Result<String, String> {
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, size).into_drawing_area();
+        root.fill(&WHITE).map_err(|x| x.to_string())?;
+        if let [top, bottom] = panels {
+            let (a, b) = root.split_vertically(size.1 / 2);
+            draw_lines(&a, top)?;
+            draw_lines(&b, bottom)?;
+        } else {
+            for p in panels {
+                draw_lines(&root, p)?;
+            }
+        }
+        root.present().map_err(|x| x.to_string())?;
+    }
+    Ok(svg)
+}
+
 /// Draw `panel` into `area`.
-pub fn draw_lines<DB: DrawingBackend>(
+fn draw_lines<DB: DrawingBackend>(
     area: &DrawingArea<DB, plotters::coord::Shift>,
     panel: &LinePanel,
 ) -> std::result::Result<(), String>
@@ -146,7 +165,7 @@ where
     Ok(())
 }
 
-fn layers_plot(report: &Report, svg: &mut String) -> std::result::Result<bool, String> {
+fn layers_plot(report: &Report) -> std::result::Result<Option<String>, String> {
     let points = |v: Vec<(usize, f64)>| -> Vec<(f64, f64)> {
         v.into_iter().filter(|(_, y)| y.is_finite()).map(|(l, y)| (l as f64, y)).collect()
     };
@@ -164,7 +183,7 @@ fn layers_plot(report: &Report, svg: &mut String) -> std::result::Result<bool, S
         ));
     }
     if cos.is_empty() {
-        return Ok(false);
+        return Ok(None);
     }
     let all = |s: &[(String, Vec<(f64, f64)>)]| -> Vec<(f64, f64)> {
         s.iter().flat_map(|(_, p)| p.iter().copied()).collect()
@@ -177,13 +196,9 @@ fn layers_plot(report: &Report, svg: &mut String) -> std::result::Result<bool, S
         (Some(a), Some(b)) => ((a - 5.0).floor(), (b + 5.0).ceil()),
         _ => (0.0, 100.0),
     };
-    let root = SVGBackend::with_string(svg, (860, 620)).into_drawing_area();
-    root.fill(&WHITE).map_err(|x| x.to_string())?;
-    let (top, bottom) = root.split_vertically(310);
     let x = -0.5f64..(layers as f64 - 0.5);
-    draw_lines(
-        &top,
-        &LinePanel {
+    let panels = [
+        LinePanel {
             caption: "cosine per layer (layers.I.out, worst phase)",
             x_desc: "layer",
             y_desc: "cosine",
@@ -193,10 +208,7 @@ fn layers_plot(report: &Report, svg: &mut String) -> std::result::Result<bool, S
             series: cos,
             legend: true,
         },
-    )?;
-    draw_lines(
-        &bottom,
-        &LinePanel {
+        LinePanel {
             caption: "SQNR per layer (dB, layers.I.out, worst phase; identical = 200)",
             x_desc: "layer",
             y_desc: "SQNR dB",
@@ -206,9 +218,8 @@ fn layers_plot(report: &Report, svg: &mut String) -> std::result::Result<bool, S
             series: sqnr,
             legend: false,
         },
-    )?;
-    root.present().map_err(|x| x.to_string())?;
-    Ok(true)
+    ];
+    line_plot((860, 620), &panels).map(Some)
 }
 
 /// Cosine → colour: dark red at the low end, white-ish yellow at 1.

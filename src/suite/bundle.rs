@@ -8,7 +8,7 @@ use super::result::SuiteResult;
 use super::run::{run_suite, SuiteOptions};
 use super::spec::Suite;
 use crate::error::{Error, Result};
-use crate::probe::bundle::{hashed, pin, pin_checkpoint, Manifest, SuiteAsked, BUNDLE_SCHEMA, MANIFEST};
+use crate::probe::bundle::{hashed, pin, pin_checkpoint, Manifest, SuiteAsked};
 use crate::probe::verify::{
     absent_device, check_hashes, compare_documents, compare_figures, judge_devices, read_manifest, Check,
     Replayed, Verdict,
@@ -24,16 +24,18 @@ pub fn write(r: &SuiteResult, suite: &Suite, asked: &SuiteAsked, dir: &Path) -> 
     crate::files::write_file_quiet(dir.join("summary.md"), super::summary::doc(r).markdown())?;
     let mut files = BTreeMap::new();
     let mut pinned = Vec::new();
+    // A file copied into the bundle as `name`, and pinned where it is.
+    let mut copy = |from: &Path, name: String, what: &str| -> Result<()> {
+        std::fs::copy(from, dir.join(&name)).map_err(|e| Error::io(from, e))?;
+        files.insert(name.clone(), hashed(&dir.join(&name))?);
+        pinned.push(pin(what, from)?);
+        Ok(())
+    };
     if let Some(f) = &suite.file {
-        std::fs::copy(f, dir.join("suite.toml")).map_err(|e| Error::io(f, e))?;
-        files.insert("suite.toml".to_string(), hashed(&dir.join("suite.toml"))?);
-        pinned.push(pin("the suite file", f)?);
+        copy(f, "suite.toml".into(), "the suite file")?;
     }
     for p in &suite.probes {
-        let name = format!("probes/{}.toml", p.name);
-        std::fs::copy(&p.path, dir.join(&name)).map_err(|e| Error::io(&p.path, e))?;
-        files.insert(name.clone(), hashed(&dir.join(&name))?);
-        pinned.push(pin(&format!("probe `{}`", p.name), &p.path)?);
+        copy(&p.path, format!("probes/{}.toml", p.name), &format!("probe `{}`", p.name))?;
     }
     for t in &suite.targets {
         if let (crate::backend::BackendKind::Hef, Some(p)) = (t.spec.kind, t.spec.path.as_ref()) {
@@ -53,21 +55,8 @@ pub fn write(r: &SuiteResult, suite: &Suite, asked: &SuiteAsked, dir: &Path) -> 
         files.insert(name.into(), hashed(&dir.join(name))?);
     }
     let devices = r.pairs.iter().filter_map(|p| p.device.clone().map(|d| (p.target.clone(), d))).collect();
-    let manifest = Manifest {
-        schema: BUNDLE_SCHEMA.into(),
-        hefprobe: env!("CARGO_PKG_VERSION").into(),
-        command: r.command.clone(),
-        asked: Default::default(),
-        folder: dir.display().to_string(),
-        files,
-        left_out: Vec::new(),
-        pinned,
-        devices,
-        suite: Some(asked.clone()),
-        sweep: None,
-    };
-    let text = serde_json::to_string_pretty(&manifest).expect("a manifest serializes") + "\n";
-    crate::files::write_file(dir.join(MANIFEST), text)
+    Manifest { devices, suite: Some(asked.clone()), ..Manifest::new(&r.command, dir, files, pinned) }
+        .write(dir)
 }
 
 /// Each pair's status and figures: its pair (`probe × target`), and `probe × target [tap figure]`.

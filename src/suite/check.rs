@@ -36,19 +36,16 @@ fn cosine(what: &str, key: &str, c: f64) -> Result<()> {
 /// A tap's figures: cosine −1…1, argmax agreement 0…1, KL ≥ 0, SQNR finite (the bounded ones
 /// within [`E`]).
 pub fn figures(what: &str, f: &Figures) -> Result<()> {
-    if let Some(c) = f.cosine {
-        cosine(what, "cosine", c)?;
-    }
-    if let Some(a) = f.argmax {
-        value(what, "argmax", a, -E, 1.0 + E, "an agreement fraction")?;
-    }
-    if let Some(k) = f.kl {
-        value(what, "kl", k, -E, f64::MAX, "a KL divergence")?;
-    }
-    if let Some(s) = f.sqnr_db {
-        value(what, "sqnr_db", s, -1e4, 1e4, "an SQNR in dB")?;
-    }
-    Ok(())
+    let checks = [
+        ("cosine", f.cosine, -1.0 - E, 1.0 + E, "a cosine"),
+        ("argmax", f.argmax, -E, 1.0 + E, "an agreement fraction"),
+        ("kl", f.kl, -E, f64::MAX, "a KL divergence"),
+        ("sqnr_db", f.sqnr_db, -1e4, 1e4, "an SQNR in dB"),
+    ];
+    checks.into_iter().try_for_each(|(key, v, lo, hi, meaning)| match v {
+        Some(v) => value(what, key, v, lo, hi, meaning),
+        None => Ok(()),
+    })
 }
 
 /// Figures per tap.

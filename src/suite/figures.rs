@@ -66,12 +66,8 @@ impl Figure {
     }
 
     pub fn get(self, f: &Figures) -> Option<f64> {
-        match self {
-            Figure::Cosine => f.cosine,
-            Figure::SqnrDb => f.sqnr_db,
-            Figure::Kl => f.kl,
-            Figure::Argmax => f.argmax,
-        }
+        let mut f = *f;
+        *self.slot(&mut f)
     }
 
     fn slot(self, f: &mut Figures) -> &mut Option<f64> {

@@ -123,24 +123,22 @@ impl Claim {
         }
         let mut held = Vec::new();
         let mut missed = Vec::new();
-        if let Some(tap) = &self.first_drift {
-            let at = p.first_drift.as_deref().unwrap_or("nowhere");
-            let said = format!("first drift at {at}");
-            if at == tap {
+        // One criterion: what the pair said, and what the claim wanted where it differs.
+        let mut criterion = |holds: bool, said: String, wanted: &str| {
+            if holds {
                 held.push(said)
             } else {
-                missed.push(format!("{said}, not {tap}"))
+                missed.push(format!("{said}, not {wanted}"))
             }
+        };
+        if let Some(tap) = &self.first_drift {
+            let at = p.first_drift.as_deref().unwrap_or("nowhere");
+            criterion(at == tap, format!("first drift at {at}"), tap);
         }
         if let Some(fault) = &self.explained_by {
             let best = p.best_explanation.as_deref();
             let same = best.is_some_and(|b| b == fault || b.split('@').next() == Some(fault.as_str()));
-            let said = format!("best explanation {}", best.unwrap_or("none"));
-            if same {
-                held.push(said)
-            } else {
-                missed.push(format!("{said}, not {fault}"))
-            }
+            criterion(same, format!("best explanation {}", best.unwrap_or("none")), fault);
         }
         if let Some(m) = &self.metric {
             let v = Figure::parse(&m.figure).and_then(|f| p.figures.get(&m.tap).and_then(|x| f.get(x)));
@@ -148,11 +146,7 @@ impl Claim {
             let bound = m.below.map_or_else(|| format!("> {}", m.above.unwrap_or(0.0)), |b| format!("< {b}"));
             let said =
                 format!("{} {} {}", m.tap, m.figure, v.map_or("not measured".into(), |v| format!("{v:.6}")));
-            if past {
-                held.push(said)
-            } else {
-                missed.push(format!("{said}, not {bound}"))
-            }
+            criterion(past, said, &bound);
         }
         let status = match (missed.is_empty(), drifts) {
             (true, _) => FindingStatus::Reproduces,

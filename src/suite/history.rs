@@ -124,16 +124,16 @@ pub fn read(path: &Path) -> Result<Vec<HistoryLine>> {
     }
     let mut out = Vec::new();
     for (n, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
-        let l: HistoryLine = serde_json::from_str(line).map_err(|e| {
-            Error::input(format!("{} line {}", path.display(), n + 1), format!("not a history line: {e}"))
-        })?;
+        let at = format!("{} line {}", path.display(), n + 1);
+        let l: HistoryLine =
+            serde_json::from_str(line).map_err(|e| Error::input(&at, format!("not a history line: {e}")))?;
         if l.schema != HISTORY_SCHEMA {
             return Err(Error::input(
-                format!("{} line {}", path.display(), n + 1),
+                &at,
                 format!("schema `{}`; this hefprobe reads `{HISTORY_SCHEMA}`", l.schema),
             ));
         }
-        let what = format!("{} line {} ({} × {})", path.display(), n + 1, l.probe, l.target);
+        let what = format!("{at} ({} × {})", l.probe, l.target);
         super::check::date(&what, &l.date)?;
         super::check::taps(&what, &l.figures)?;
         if let Some(b) = &l.baseline {

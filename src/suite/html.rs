@@ -5,10 +5,10 @@
 
 use super::figures::{tap_order, Figure};
 use super::result::{PairResult, Status, SuiteResult};
-use super::summary::{band_sentence, counts_sentence, device_line, headline, why};
+use super::summary::{band_sentence, counts_sentence, devices, headline_text, show, why};
 use crate::error::{Error, Result};
 use crate::report::band::{render as render_plot, BandPlot, BandSeries};
-use crate::report::format::{cos, num, pct};
+use crate::report::format::num;
 use serde::Serialize;
 
 const TEMPLATE: &str = include_str!("suite.html");
@@ -41,14 +41,6 @@ struct Failing {
     why: String,
     rows: Vec<FigureRow>,
     svg: Option<String>,
-}
-
-fn show(f: Figure, v: f64) -> String {
-    match f {
-        Figure::Cosine => cos(Some(v)),
-        Figure::Argmax => pct(v),
-        _ => num(v),
-    }
 }
 
 fn figure_rows(p: &PairResult) -> Vec<FigureRow> {
@@ -120,13 +112,7 @@ pub fn render(r: &SuiteResult) -> Result<String> {
             probe: p.probe.clone(),
             target: p.target.clone(),
             status: p.status.name(),
-            figure: headline(p).map_or("-".into(), |(tap, v, base)| {
-                format!(
-                    "{tap} {}{}",
-                    cos(Some(v)),
-                    base.map(|b| format!(" ({})", cos(Some(b)))).unwrap_or_default()
-                )
-            }),
+            figure: headline_text(p),
             why: why(p),
         })
         .collect();
@@ -144,15 +130,10 @@ pub fn render(r: &SuiteResult) -> Result<String> {
             svg: pair_plot(p)?,
         });
     }
-    let mut devices: Vec<serde_json::Value> = Vec::new();
-    for p in &r.pairs {
-        if let Some(f) = &p.device {
-            let v = serde_json::json!({"target": p.target, "line": device_line(f)});
-            if !devices.contains(&v) {
-                devices.push(v);
-            }
-        }
-    }
+    let devices: Vec<serde_json::Value> = devices(r)
+        .into_iter()
+        .map(|(target, line)| serde_json::json!({"target": target, "line": line}))
+        .collect();
     let mut env = minijinja::Environment::new();
     env.add_template("suite.html", TEMPLATE)
         .map_err(|e| Error::input("suite.html template", e.to_string()))?;

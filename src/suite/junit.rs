@@ -48,30 +48,21 @@ fn testcase(o: &mut String, p: &PairResult) {
     );
     let message = why(p);
     let body = details(p);
+    let element = |tag: &str, kind: &str| {
+        Some(format!(
+            "      <{tag} type=\"{kind}\" message=\"{}\">{}</{tag}>\n",
+            escape(&message),
+            escape(&body)
+        ))
+    };
     let inner = match p.status {
         Status::Pass => None,
-        Status::Regressed | Status::Failed => Some(format!(
-            "      <failure type=\"{}\" message=\"{}\">{}</failure>\n",
-            p.status.name(),
-            escape(&message),
-            escape(&body)
-        )),
-        Status::Unstable => Some(format!(
-            "      <error type=\"unstable\" message=\"{}\">{}</error>\n",
-            escape(&message),
-            escape(&body)
-        )),
-        Status::Error => {
-            let kind = match p.error.as_ref().map(|e| e.kind) {
-                Some(ErrorKind::Device) => "device",
-                _ => "input",
-            };
-            Some(format!(
-                "      <error type=\"{kind}\" message=\"{}\">{}</error>\n",
-                escape(&message),
-                escape(&body)
-            ))
-        }
+        Status::Regressed | Status::Failed => element("failure", p.status.name()),
+        Status::Unstable => element("error", "unstable"),
+        Status::Error => match p.error.as_ref().map(|e| e.kind) {
+            Some(ErrorKind::Device) => element("error", "device"),
+            _ => element("error", "input"),
+        },
         Status::Flaky => Some(format!(
             "      <flakyFailure type=\"flaky\" message=\"{}\"/>\n      <system-out>{}</system-out>\n",
             escape(p.first_run.as_deref().unwrap_or("")),

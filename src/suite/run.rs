@@ -5,7 +5,7 @@
 //! re-run of a failing pair, and the explanation of a failure the re-run confirmed.
 
 use super::baseline::Baseline;
-use super::figures::{figures, phase_series, regressions, Band, PhaseSeries};
+use super::figures::{figures, phase_series, regressions, Band};
 use super::findings::asks_explanation;
 use super::gate::{gate, open, OpenDevice, Shared};
 pub use super::options::{rfc3339, Clock, SuiteOptions};
@@ -231,45 +231,25 @@ fn run_stages(ctx: &Ctx, probe: &Probe, targets: &[(usize, Target)]) -> Result<(
     Ok((p, runs))
 }
 
-/// The verdict of one target in a probe run, before any re-run.
-struct Eval {
-    status: Status,
-    located: Option<String>,
-    first_drift: Option<String>,
-    regressions: Vec<super::figures::Regression>,
-    figures: BTreeMap<String, super::figures::Figures>,
-    series: Vec<PhaseSeries>,
-}
-
-fn evaluate(
-    compared: &Compared,
-    base: Option<&BTreeMap<String, super::figures::Figures>>,
-    band: &Band,
-) -> Eval {
-    let pair = &compared.cumulative;
-    let figs = figures(pair);
-    let located = crate::compare::locate::locate(pair).into_iter().next();
-    let regs = base.map(|b| regressions(&figs, b, band)).unwrap_or_default();
-    let status = Status::judged(pair.passed(), base.is_some(), !regs.is_empty());
+/// Judge `pair` on one target's comparison in a probe run: its verdict against its baseline
+/// and thresholds, where it drifts, its figures and plots.
+fn evaluate(pair: &mut PairResult, compared: &Compared, band: &Band) {
+    let cmp = &compared.cumulative;
+    let figs = figures(cmp);
+    let located = crate::compare::locate::locate(cmp).into_iter().next();
+    let regs = pair.baseline.as_ref().map(|b| regressions(&figs, b, band)).unwrap_or_default();
+    pair.status = Status::judged(cmp.passed(), pair.baseline.is_some(), !regs.is_empty());
     let mut taps = vec!["logits".to_string()];
     if let Some(l) = &located {
         if !l.tap.is(crate::tap::Tap::Logits) {
             taps.push(l.tap.to_string());
         }
     }
-    let series = taps.iter().filter_map(|t| phase_series(pair, t)).collect();
-    let first_drift = located.as_ref().map(|l| l.tap.to_string());
-    let located = located.map(|l| crate::report::format::located_sentence(&l));
-    Eval { status, located, first_drift, regressions: regs, figures: figs, series }
-}
-
-fn apply(pair: &mut PairResult, e: Eval) {
-    pair.status = e.status;
-    pair.located = e.located;
-    pair.first_drift = e.first_drift;
-    pair.regressions = e.regressions;
-    pair.figures = e.figures;
-    pair.series = e.series;
+    pair.series = taps.iter().filter_map(|t| phase_series(cmp, t)).collect();
+    pair.first_drift = located.as_ref().map(|l| l.tap.to_string());
+    pair.located = located.map(|l| crate::report::format::located_sentence(&l));
+    pair.regressions = regs;
+    pair.figures = figs;
 }
 
 /// One line on what a run of a pair said (kept in `first_run` when it is re-run).
@@ -283,12 +263,17 @@ fn said(pair: &PairResult) -> String {
     s
 }
 
+/// Mark `pair` as stopped by `e`.
+fn fail(pair: &mut PairResult, e: PairError) {
+    pair.status = Status::Error;
+    pair.error = Some(e);
+}
+
 /// Mark every pair of `which` as stopped by `e` (those not already in error).
 fn fail_all(pairs: &mut [PairResult], which: &[(usize, Target)], e: &crate::error::Error) {
     for (i, _) in which {
         if pairs[*i].error.is_none() {
-            pairs[*i].status = Status::Error;
-            pairs[*i].error = Some(PairError::from_error(e));
+            fail(&mut pairs[*i], PairError::from_error(e));
         }
     }
 }
@@ -310,16 +295,16 @@ fn classify(
                 pair.note =
                     Some("a sweep probe ([sweep], no [[backend]]): run it with `hefprobe sweep`".into());
             }
-            None => {
-                pair.status = Status::Error;
-                pair.error = Some(PairError {
+            None => fail(
+                &mut pair,
+                PairError {
                     kind: ErrorKind::Input,
                     message: format!(
                         "{}: no backend to compare with the reference; add a [[backend]] or give the suite targets",
                         probe.path.display()
                     ),
-                });
-            }
+                },
+            ),
             Some(t) => {
                 pair.hef_revision = revision(t, ctx.opts.hef_revision.as_ref());
                 pair.baseline = ctx.baseline.as_ref().and_then(|b| b.get(&probe.name, &t.label)).cloned();
@@ -332,10 +317,7 @@ fn classify(
                     ctx.timing.devices += watch.secs();
                     match dev {
                         Ok(d) => pair.device = Some(d.borrow().facts.clone()),
-                        Err(e) => {
-                            pair.status = Status::Error;
-                            pair.error = Some(e.clone());
-                        }
+                        Err(e) => fail(&mut pair, e.clone()),
                     }
                 }
                 if pair.error.is_none() {
@@ -361,8 +343,7 @@ fn gate_all(
     let mut own: BTreeMap<usize, f64> = BTreeMap::new();
     for (i, t) in runnable {
         if let Some(e) = runs.backend(&t.label).and_then(|b| b.error.as_ref()) {
-            pairs[*i].status = Status::Error;
-            pairs[*i].error = Some(PairError::from_error(e));
+            fail(&mut pairs[*i], PairError::from_error(e));
             continue;
         }
         let mut spread = None;
@@ -376,10 +357,7 @@ fn gate_all(
                     pairs[*i].gate = Some(result);
                     spread = Some(s);
                 }
-                Err(e) => {
-                    pairs[*i].status = Status::Error;
-                    pairs[*i].error = Some(PairError::from_error(&e));
-                }
+                Err(e) => fail(&mut pairs[*i], PairError::from_error(&e)),
             }
             let secs = g.secs();
             ctx.timing.gate += secs;
@@ -443,8 +421,7 @@ fn group_pairs(ctx: &mut Ctx, probe: &Probe, pairs: &mut [PairResult], runnable:
             continue; // unstable: not compared
         }
         if let Some(c) = run.compared(&t.label) {
-            let e = evaluate(c, pairs[*i].baseline.as_ref(), &band);
-            apply(&mut pairs[*i], e);
+            evaluate(&mut pairs[*i], c, &band);
         }
         if matches!(pairs[*i].status, Status::Regressed | Status::Failed) {
             failing.push((*i, t.clone()));
@@ -497,12 +474,11 @@ fn rerun(
         let first = said(pair);
         pair.first_run = Some(first);
         if let Some(e) = again.runs.backend(&t.label).and_then(|b| b.error.as_ref()) {
-            pair.status = Status::Error;
-            pair.error = Some(PairError::from_error(e));
+            fail(pair, PairError::from_error(e));
             continue;
         }
         if let Some(c) = again.compared(&t.label) {
-            apply(pair, evaluate(c, pair.baseline.as_ref(), &bands[i]));
+            evaluate(pair, c, &bands[i]);
         }
         if matches!(pair.status, Status::Pass | Status::Known) {
             pair.status = Status::Flaky;

@@ -87,14 +87,8 @@ impl<'de> Deserialize<'de> for TargetSpec {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
         use serde::de::Error as _;
         let mut table = toml::Table::deserialize(d)?;
-        let revision = table
-            .remove("revision")
-            .map(|v| String::deserialize(v).map_err(|e| D::Error::custom(format!("key `revision`: {e}"))))
-            .transpose()?;
-        let checkpoint = table
-            .remove("checkpoint")
-            .map(|v| PathBuf::deserialize(v).map_err(|e| D::Error::custom(format!("key `checkpoint`: {e}"))))
-            .transpose()?;
+        let revision = crate::probe::schema::take(&mut table, "revision")?;
+        let checkpoint = crate::probe::schema::take(&mut table, "checkpoint")?;
         let spec = BackendSpec::deserialize(toml::Value::Table(table)).map_err(D::Error::custom)?;
         Ok(TargetSpec { spec, revision, checkpoint })
     }

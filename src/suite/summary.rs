@@ -8,19 +8,23 @@ use crate::device::DeviceFacts;
 use crate::report::doc::{Cell, Doc, Table, Text, Tone};
 use crate::report::format::{cos, num, pct};
 
-/// One regression: `logits cosine 0.642903 vs baseline 0.999994: worse by 0.357 (band 1e-4)`.
-pub fn regression_sentence(r: &Regression) -> String {
-    let show = |v: f64| match r.figure {
+/// A value of figure `f` as reports show it.
+pub fn show(f: Figure, v: f64) -> String {
+    match f {
         Figure::Cosine => cos(Some(v)),
         Figure::Argmax => pct(v),
         _ => num(v),
-    };
+    }
+}
+
+/// One regression: `logits cosine 0.642903 vs baseline 0.999994: worse by 0.357 (band 1e-4)`.
+pub fn regression_sentence(r: &Regression) -> String {
     format!(
         "{} {} {} vs baseline {}: worse by {} (noise band {})",
         r.tap,
         r.figure.title(),
-        show(r.value),
-        show(r.baseline),
+        show(r.figure, r.value),
+        show(r.figure, r.baseline),
         num(r.figure.worse_by(r.value, r.baseline)),
         num(r.band)
     )
@@ -100,6 +104,28 @@ pub fn headline(p: &PairResult) -> Option<(String, f64, Option<f64>)> {
     Some((tap, value, base))
 }
 
+/// The headline figure as the pair tables show it: `logits 0.999990 (0.999999)`, or "-".
+pub fn headline_text(p: &PairResult) -> String {
+    headline(p).map_or("-".to_string(), |(tap, v, base)| {
+        let base = base.map(|b| format!(" ({})", cos(Some(b)))).unwrap_or_default();
+        format!("{tap} {}{base}", cos(Some(v)))
+    })
+}
+
+/// Each target's device, one line each, in the order the pairs name them.
+pub fn devices(r: &SuiteResult) -> Vec<(String, String)> {
+    let mut devices: Vec<(String, String)> = Vec::new();
+    for p in &r.pairs {
+        if let Some(f) = &p.device {
+            let e = (p.target.clone(), device_line(f));
+            if !devices.contains(&e) {
+                devices.push(e);
+            }
+        }
+    }
+    devices
+}
+
 /// One line on a device: `sim HAILO10H — hefprobe 0.1.0 simulated Hailo-10H, quant a16`.
 pub fn device_line(f: &DeviceFacts) -> String {
     let mut bits: Vec<String> = vec![f.kind.clone()];
@@ -152,17 +178,13 @@ fn tone(s: Status) -> Tone {
 fn pairs_table(pairs: &[&PairResult]) -> Table {
     let mut t = Table::new(["probe", "target", "status", "cosine (baseline)", "why"]).align("lllrl");
     for p in pairs {
-        let fig = headline(p).map_or("-".to_string(), |(tap, v, base)| {
-            let base = base.map(|b| format!(" ({})", cos(Some(b)))).unwrap_or_default();
-            format!("{tap} {}{base}", cos(Some(v)))
-        });
         let status =
             if p.status.is_failure() { p.status.name().to_uppercase() } else { p.status.name().to_string() };
         t.row([
             Cell::from(Text::code(&p.probe)),
             Cell::from(Text::code(&p.target)),
             Cell::from(Text::strong(status)).tone(tone(p.status)),
-            fig.into(),
+            headline_text(p).into(),
             why(p).into(),
         ]);
     }
@@ -221,16 +243,7 @@ pub fn doc(r: &SuiteResult) -> Doc {
         let path = t.path.as_ref().map(|p| format!(" {p}")).unwrap_or_default();
         d.fact(Text::from("target ").and(Text::code(&t.label)).and(format!(": {}{path}{rev}", t.kind)));
     }
-    let mut devices: Vec<(String, String)> = Vec::new();
-    for p in &r.pairs {
-        if let Some(f) = &p.device {
-            let e = (p.target.clone(), device_line(f));
-            if !devices.contains(&e) {
-                devices.push(e);
-            }
-        }
-    }
-    for (target, line) in devices {
+    for (target, line) in devices(r) {
         d.fact(Text::from("device of ").and(Text::code(target)).and(format!(": {line}")));
     }
     let t = &r.timing;

@@ -13,7 +13,7 @@ use serde::Serialize;
 /// Hidden sizes tried (multiples of 8 with an even head dim of 64, or 40 for 520).
 pub const CANDIDATES: [usize; 8] = [320, 384, 448, 512, 520, 576, 640, 768];
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Default, Serialize)]
 pub struct Experiment {
     /// The hypotheses compared (labels).
     pub compared: Vec<String>,

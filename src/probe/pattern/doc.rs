@@ -45,12 +45,7 @@ impl Explained {
             grid,
             hypotheses: Vec::new(),
             cleared: Vec::new(),
-            experiment: Experiment {
-                compared: Vec::new(),
-                basis: String::new(),
-                shapes: Vec::new(),
-                inseparable: Vec::new(),
-            },
+            experiment: Experiment::default(),
             emulations: 0,
             generation: p.generation.clone(),
             command: String::new(),
@@ -60,24 +55,12 @@ impl Explained {
 
     /// The one-paragraph answer: what reproduces the record, and what nothing does.
     pub fn conclusion(&self) -> String {
-        let full: Vec<&str> = self
-            .hypotheses
-            .iter()
-            .filter(|j| j.verdict == Verdict::Reproduces)
-            .map(|j| j.label.as_str())
-            .collect();
-        let part: Vec<&str> = self
-            .hypotheses
-            .iter()
-            .filter(|j| j.verdict == Verdict::Partly)
-            .map(|j| j.label.as_str())
-            .collect();
-        let not_cleared: Vec<&str> = self
-            .cleared
-            .iter()
-            .filter(|j| j.verdict != Verdict::Contradicts)
-            .map(|j| j.label.as_str())
-            .collect();
+        let labels = |js: &[Judged], keep: &dyn Fn(Verdict) -> bool| -> Vec<String> {
+            js.iter().filter(|j| keep(j.verdict)).map(|j| j.label.clone()).collect()
+        };
+        let full = labels(&self.hypotheses, &|v| v == Verdict::Reproduces);
+        let part = labels(&self.hypotheses, &|v| v == Verdict::Partly);
+        let not_cleared = labels(&self.cleared, &|v| v != Verdict::Contradicts);
         let mut s = if full.is_empty() {
             "Nothing in the catalog reproduces the whole record.".to_string()
         } else {
@@ -109,7 +92,7 @@ fn verdict_cell(j: &Judged) -> Cell {
             "partly (misses {})",
             misses.iter().map(|m| format!("#{m}")).collect::<Vec<_>>().join(", ")
         ),
-        v => v.word().to_string(),
+        v => v.name().to_string(),
     };
     Cell::from(text)
 }
@@ -238,8 +221,7 @@ impl crate::report::Document for Explained {
 /// The longest run each hypothesis produced on the degenerate observations, in rank order, with
 /// the collapse bar.
 fn write_svg(e: &Explained, path: &std::path::Path) -> Result<()> {
-    use crate::report::svg::{draw_lines, LinePanel};
-    use plotters::prelude::*;
+    use crate::report::svg::{line_plot, LinePanel};
     let err = |x: String| Error::input(path.display().to_string(), format!("drawing the plot: {x}"));
     let pts: Vec<(f64, f64)> = e
         .hypotheses
@@ -252,28 +234,18 @@ fn write_svg(e: &Explained, path: &std::path::Path) -> Result<()> {
     let n = e.hypotheses.len().max(1) as f64;
     let bar = e.generation.run as f64;
     let top = pts.iter().map(|p| p.1).fold(bar, f64::max) + 1.0;
-    let mut svg = String::new();
-    {
-        let root = SVGBackend::with_string(&mut svg, (860, 360)).into_drawing_area();
-        root.fill(&WHITE).map_err(|x| err(x.to_string()))?;
-        draw_lines(
-            &root,
-            &LinePanel {
-                caption: "longest run of one token, base-scope generation (rank order)",
-                x_desc: "hypothesis rank",
-                y_desc: "tokens",
-                x: 0.0..n + 1.0,
-                y: 0.0..top,
-                x_labels: 10,
-                series: vec![
-                    ("longest run".into(), pts),
-                    (format!("collapse: run {}", e.generation.run), vec![(0.0, bar), (n + 1.0, bar)]),
-                ],
-                legend: true,
-            },
-        )
-        .map_err(err)?;
-        root.present().map_err(|x| err(x.to_string()))?;
-    }
-    crate::files::write_file(path, svg)
+    let panel = LinePanel {
+        caption: "longest run of one token, base-scope generation (rank order)",
+        x_desc: "hypothesis rank",
+        y_desc: "tokens",
+        x: 0.0..n + 1.0,
+        y: 0.0..top,
+        x_labels: 10,
+        series: vec![
+            ("longest run".into(), pts),
+            (format!("collapse: run {}", e.generation.run), vec![(0.0, bar), (n + 1.0, bar)]),
+        ],
+        legend: true,
+    };
+    crate::files::write_file(path, line_plot((860, 360), &[panel]).map_err(err)?)
 }

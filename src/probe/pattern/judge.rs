@@ -55,23 +55,26 @@ pub struct ObsResult {
     pub ran: bool,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Verdict {
-    Reproduces,
-    Partly,
-    Contradicts,
-    Untested,
+impl ObsResult {
+    /// A result no generation of its own decided (a prediction, a no-op, untested).
+    fn said(status: Status, figures: impl Into<String>) -> Self {
+        ObsResult { status, figures: figures.into(), longest_run: None, ran: false }
+    }
+
+    /// A result a generation decided.
+    fn ran(status: Status, figures: String, longest_run: Option<usize>) -> Self {
+        ObsResult { status, figures, longest_run, ran: true }
+    }
 }
 
-impl Verdict {
-    pub fn word(self) -> &'static str {
-        match self {
-            Verdict::Reproduces => "reproduces",
-            Verdict::Partly => "partly",
-            Verdict::Contradicts => "contradicts",
-            Verdict::Untested => "untested",
-        }
+crate::named_enum! {
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+    #[serde(rename_all = "lowercase")]
+    pub enum Verdict {
+        Reproduces = "reproduces",
+        Partly = "partly",
+        Contradicts = "contradicts",
+        Untested = "untested",
     }
 }
 
@@ -255,12 +258,7 @@ fn degenerate(
     if let Some(x) = outside(&t, bed.ckpt.config.vocab_size) {
         let figures =
             format!("id {x} at step {}: outside the vocabulary, generation cannot go on", t.len() - 1);
-        return Ok(ObsResult {
-            status: Status::Missed,
-            figures,
-            longest_run: Some(longest_run(&t[..t.len() - 1])),
-            ran: true,
-        });
+        return Ok(ObsResult::ran(Status::Missed, figures, Some(longest_run(&t[..t.len() - 1]))));
     }
     let longest = longest_run(&t);
     let off = t.iter().zip(&bed.reference_tokens).position(|(a, b)| a != b);
@@ -272,7 +270,7 @@ fn degenerate(
         off.map_or("on the reference throughout".into(), |s| format!("off the reference at step {s}"))
     );
     let status = if longest >= run { Status::Reproduced } else { Status::Missed };
-    Ok(ObsResult { status, figures, longest_run: Some(longest), ran: true })
+    Ok(ObsResult::ran(status, figures, Some(longest)))
 }
 
 /// A coherent observation's check: the baseline's tokens, or the step it leaves them.
@@ -281,18 +279,16 @@ fn coherent(bed: &Bed, faults: &[FaultSpec], quant: Option<&FaultSpec>) -> Resul
     let off = |t: &[u32]| t.last().is_some_and(|x| *x != base[t.len() - 1]);
     let t = generate(&bed.ckpt, &bed.inputs, faults, quant, base.len(), off)?;
     Ok(match t.iter().zip(base).position(|(a, b)| a != b) {
-        None => ObsResult {
-            status: Status::Reproduced,
-            figures: format!("the baseline's {} tokens on {}", base.len(), bed.label),
-            longest_run: None,
-            ran: true,
-        },
-        Some(s) => ObsResult {
-            status: Status::Missed,
-            figures: format!("leaves the baseline's tokens at step {s} on {}", bed.label),
-            longest_run: None,
-            ran: true,
-        },
+        None => ObsResult::ran(
+            Status::Reproduced,
+            format!("the baseline's {} tokens on {}", base.len(), bed.label),
+            None,
+        ),
+        Some(s) => ObsResult::ran(
+            Status::Missed,
+            format!("leaves the baseline's tokens at step {s} on {}", bed.label),
+            None,
+        ),
     })
 }
 
@@ -311,44 +307,29 @@ fn setting<'a>(
 
 /// One observation under one catalog hypothesis (None: the baseline alone).
 fn one(p: &Pattern, beds: &[Option<Bed>], spec: Option<&FaultSpec>, i: usize) -> Result<ObsResult> {
-    one_checked(p, beds, spec, i).or_else(|e| {
-        Ok(ObsResult {
-            status: Status::Untested,
-            figures: format!("the emulation stopped: {e}"),
-            longest_run: None,
-            ran: true,
-        })
-    })
+    one_checked(p, beds, spec, i)
+        .or_else(|e| Ok(ObsResult::ran(Status::Untested, format!("the emulation stopped: {e}"), None)))
 }
 
 fn one_checked(p: &Pattern, beds: &[Option<Bed>], spec: Option<&FaultSpec>, i: usize) -> Result<ObsResult> {
     let o = &p.observations[i];
     let Some(bed) = &beds[i] else {
-        return Ok(ObsResult {
-            status: Status::Untested,
-            figures: format!("not tested: a degenerate record needs trained weights of hidden {}", o.hidden),
-            longest_run: None,
-            ran: false,
-        });
+        return Ok(ObsResult::said(
+            Status::Untested,
+            format!("not tested: a degenerate record needs trained weights of hidden {}", o.hidden),
+        ));
     };
     let (faults, quant) = setting(spec, p.baseline.as_ref());
     if let Some(Err(e)) = spec.map(|s| crate::fault::catalog::build(s, &bed.ckpt.config)) {
-        return Ok(ObsResult {
-            status: Status::Untested,
-            figures: format!("does not apply on {}: {e}", bed.label),
-            longest_run: None,
-            ran: false,
-        });
+        return Ok(ObsResult::said(Status::Untested, format!("does not apply on {}: {e}", bed.label)));
     }
     match o.outcome {
         Outcome::Coherent => {
             if spec.and_then(|s| noop_at(s, o.hidden)) == Some(true) {
-                return Ok(ObsResult {
-                    status: Status::Reproduced,
-                    figures: format!("bit-exact no-op at hidden {} (tests/width_faults.rs)", o.hidden),
-                    longest_run: None,
-                    ran: false,
-                });
+                return Ok(ObsResult::said(
+                    Status::Reproduced,
+                    format!("bit-exact no-op at hidden {} (tests/width_faults.rs)", o.hidden),
+                ));
             }
             coherent(bed, &faults, quant)
         }
@@ -447,21 +428,12 @@ pub fn judge_cause(p: &Pattern, cause: Cause) -> Judged {
                 Cause::LmHeadSplit => o.lm_head_split,
             };
             let Some(degenerate) = predicted else {
-                return ObsResult {
-                    status: Status::Untested,
-                    figures: "shape not on record".into(),
-                    longest_run: None,
-                    ran: false,
-                };
+                return ObsResult::said(Status::Untested, "shape not on record");
             };
             let said = if degenerate { "degenerate" } else { "coherent" };
             let hit = degenerate == (o.outcome == Outcome::Degenerate);
-            ObsResult {
-                status: if hit { Status::Reproduced } else { Status::Missed },
-                figures: format!("predicts {said} ({})", o.shape()),
-                longest_run: None,
-                ran: false,
-            }
+            let status = if hit { Status::Reproduced } else { Status::Missed };
+            ObsResult::said(status, format!("predicts {said} ({})", o.shape()))
         })
         .collect();
     Judged::new(Hypothesis::Cleared(cause), cause.name().into(), Some(p.finding), results, p)
@@ -487,22 +459,26 @@ pub fn beds(p: &Pattern, ckpt: &Checkpoint) -> Result<Vec<Option<Bed>>> {
             Outcome::Coherent => p.generation.tokens,
             Outcome::Degenerate => o.within(&p.generation),
         };
+        // The prompt on a checkpoint, and the baseline's and the reference's tokens there.
+        let run = |ckpt: &Checkpoint, synthesized: bool| -> Result<(InputSet, Vec<u32>, Vec<u32>)> {
+            let inputs = prompt(p, ckpt, synthesized)?;
+            let base = generate(ckpt, &inputs, &[], p.baseline.as_ref(), steps, |_| false)?;
+            let reference = generate(ckpt, &inputs, &[], None, steps, |_| false)?;
+            Ok((inputs, base, reference))
+        };
+        let bed = |ckpt, (inputs, baseline_tokens, reference_tokens): (InputSet, _, _), label| Bed {
+            ckpt,
+            inputs,
+            baseline_tokens,
+            reference_tokens,
+            label,
+        };
         if o.hidden == ckpt.config.hidden_size {
             if given.as_ref().is_none_or(|g| g.1.len() < steps) {
-                let inputs = prompt(p, ckpt, false)?;
-                let base = generate(ckpt, &inputs, &[], p.baseline.as_ref(), steps, |_| false)?;
-                let reference = generate(ckpt, &inputs, &[], None, steps, |_| false)?;
-                given = Some((inputs, base, reference));
+                given = Some(run(ckpt, false)?);
             }
-            let (inputs, base, reference) = given.clone().expect("set above");
             let label = format!("{} (given)", ckpt.source);
-            out.push(Some(Bed {
-                ckpt: ckpt.clone(),
-                inputs,
-                baseline_tokens: base,
-                reference_tokens: reference,
-                label,
-            }));
+            out.push(Some(bed(ckpt.clone(), given.clone().expect("set above"), label)));
         } else if o.outcome == Outcome::Coherent {
             let spec = stand_in(o);
             let label = format!(
@@ -510,16 +486,8 @@ pub fn beds(p: &Pattern, ckpt: &Checkpoint) -> Result<Vec<Option<Bed>>> {
                 spec.hidden, spec.layers, spec.heads, spec.kv_heads
             );
             let synth = spec.build()?;
-            let inputs = prompt(p, &synth, true)?;
-            let base = generate(&synth, &inputs, &[], p.baseline.as_ref(), steps, |_| false)?;
-            let reference = generate(&synth, &inputs, &[], None, steps, |_| false)?;
-            out.push(Some(Bed {
-                ckpt: synth,
-                inputs,
-                baseline_tokens: base,
-                reference_tokens: reference,
-                label,
-            }));
+            let tokens = run(&synth, true)?;
+            out.push(Some(bed(synth, tokens, label)));
         } else {
             out.push(None);
         }

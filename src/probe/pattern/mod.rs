@@ -90,27 +90,21 @@ pub struct Observation {
     pub note: Option<String>,
 }
 
-/// A cause the finding cleared: a hypothesis about the checkpoint's shape.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Cause {
-    /// Degenerates iff heads / kv_heads is not a power of two.
-    GqaRatio,
-    /// Degenerates iff deeper than every coherent checkpoint on record.
-    Depth,
-    /// Degenerates iff its lm_head was split into shards.
-    LmHeadSplit,
+crate::named_enum! {
+    /// A cause the finding cleared: a hypothesis about the checkpoint's shape.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
+    #[serde(rename_all = "kebab-case")]
+    pub enum Cause {
+        /// Degenerates iff heads / kv_heads is not a power of two.
+        GqaRatio = "gqa-ratio",
+        /// Degenerates iff deeper than every coherent checkpoint on record.
+        Depth = "depth",
+        /// Degenerates iff its lm_head was split into shards.
+        LmHeadSplit = "lm-head-split",
+    }
 }
 
 impl Cause {
-    pub fn name(self) -> &'static str {
-        match self {
-            Cause::GqaRatio => "gqa-ratio",
-            Cause::Depth => "depth",
-            Cause::LmHeadSplit => "lm-head-split",
-        }
-    }
-
     pub fn predicts(self) -> &'static str {
         match self {
             Cause::GqaRatio => "degenerate iff heads / kv_heads is not a power of 2",
