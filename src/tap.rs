@@ -41,17 +41,18 @@ impl fmt::Display for Phase {
     }
 }
 
-impl serde::Serialize for Phase {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
-        s.collect_str(self)
-    }
+/// Phases, taps and keys serialize as they display (`prefill/logits`).
+macro_rules! serialize_as_display {
+    ($($t:ty),+) => {$(
+        impl serde::Serialize for $t {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+                s.collect_str(self)
+            }
+        }
+    )+};
 }
 
-impl serde::Serialize for Tap {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
-        s.collect_str(self)
-    }
-}
+serialize_as_display!(Phase, Tap, TapName, Key);
 
 crate::named_enum! {
     /// Per-layer tap kinds, in execution order within a layer (`ALL`: edit sites included),
@@ -228,12 +229,6 @@ impl fmt::Display for TapName {
     }
 }
 
-impl serde::Serialize for TapName {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
-        s.collect_str(self)
-    }
-}
-
 /// A capture key: `PHASE/TAP`, or (a recorded file's own naming) a name without a phase
 /// hefprobe reads, kept whole. Keys order as a run executes: phases in run order (prefill,
 /// prefill chunks, decode steps), taps in execution order within a phase; names without a
@@ -332,12 +327,6 @@ impl fmt::Display for Key {
             Key::Tap(p, t) => write!(f, "{p}/{t}"),
             Key::Other(s) => f.write_str(s),
         }
-    }
-}
-
-impl serde::Serialize for Key {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
-        s.collect_str(self)
     }
 }
 
