@@ -362,8 +362,7 @@ pub struct NpzOut {
 
 impl NpzOut {
     pub fn create(path: &Path) -> Result<Self> {
-        let mut out = AtomicFile::create_seekable(path)?;
-        let w = ndarray_npy::NpzWriter::new(std::io::BufWriter::new(out.take_file()));
+        let (out, w) = create_npz(path)?;
         Ok(NpzOut { out, w, path: path.to_path_buf() })
     }
 
@@ -375,20 +374,28 @@ impl NpzOut {
 
     /// Close and rename into place; `announce`: say "wrote PATH".
     pub fn finish(self, announce: bool) -> Result<()> {
-        close_npz(self.w, &self.path)?;
-        if announce {
-            self.out.commit()
-        } else {
-            self.out.commit_quiet()
-        }
+        close_npz(self.w, self.out, &self.path, announce)
     }
 }
 
-/// Close an npz: the central directory, then the buffered bytes, each failure named.
-fn close_npz(w: NpzFile, path: &Path) -> Result<()> {
+/// A temporary file in place of `path` and an npz writer over it.
+fn create_npz(path: &Path) -> Result<(AtomicFile, NpzFile)> {
+    let mut out = AtomicFile::create_seekable(path)?;
+    let w = ndarray_npy::NpzWriter::new(std::io::BufWriter::new(out.take_file()));
+    Ok((out, w))
+}
+
+/// Close an npz: the central directory, then the buffered bytes, each failure named; then
+/// rename it into place (`announce`: say "wrote PATH").
+fn close_npz(w: NpzFile, out: AtomicFile, path: &Path, announce: bool) -> Result<()> {
     let mut inner =
         w.finish().map_err(|e| Error::input(path.display().to_string(), format!("closing npz: {e}")))?;
-    std::io::Write::flush(&mut inner).map_err(|e| Error::io(path, e))
+    std::io::Write::flush(&mut inner).map_err(|e| Error::io(path, e))?;
+    if announce {
+        out.commit()
+    } else {
+        out.commit_quiet()
+    }
 }
 
 /// Taps handed to the writer thread and not yet written, in bytes, past which the sink waits
@@ -445,8 +452,7 @@ struct Writer {
 
 impl NpzSink {
     pub fn create(path: &Path, selection: TapSelection) -> Result<Self> {
-        let mut out = AtomicFile::create_seekable(path)?;
-        let mut w = ndarray_npy::NpzWriter::new(std::io::BufWriter::new(out.take_file()));
+        let (out, mut w) = create_npz(path)?;
         let (tx, rx) = std::sync::mpsc::channel::<Batch>();
         let pending = std::sync::Arc::new((std::sync::Mutex::new(0u64), std::sync::Condvar::new()));
         let (shared, file) = (pending.clone(), path.display().to_string());
@@ -517,12 +523,7 @@ impl NpzSink {
             let w = thread
                 .join()
                 .map_err(|_| Error::usage(format!("{}: the npz writer panicked", self.path.display())))??;
-            close_npz(w, &self.path)?;
-            if self.announce {
-                out.commit()?;
-            } else {
-                out.commit_quiet()?;
-            }
+            close_npz(w, out, &self.path, self.announce)?;
         }
         Ok(())
     }
