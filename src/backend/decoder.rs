@@ -91,9 +91,7 @@ impl Backend for DecoderBackend {
         if let Some(o) = ov.as_mut() {
             stack.hooks.push(o);
         }
-        for h in fault_hooks.iter_mut() {
-            stack.hooks.push(h.as_mut());
-        }
+        stack.hooks.extend(fault_hooks.iter_mut().map(|h| h.as_mut() as &mut dyn Hooks));
         let error = run_inputs(&self.model, inputs, sink, &mut stack, &mut record).err();
         Ran { record, error }
     }

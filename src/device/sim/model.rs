@@ -214,9 +214,7 @@ impl SimModel {
         let mut hooks: Vec<Box<dyn crate::model::hooks::Hooks + '_>> =
             core.faults.iter().map(|f| f.hooks()).collect();
         let mut stack = HookStack::default();
-        for h in hooks.iter_mut() {
-            stack.hooks.push(h.as_mut());
-        }
+        stack.hooks.extend(hooks.iter_mut().map(|h| h.as_mut() as &mut dyn Hooks));
         let plan = self.plan(core, &frame, &stack);
         core.ring.check_reads(&frame.allowed, &plan.live)?;
         let embeds = plan.cut(embeds, &mut frame)?;
