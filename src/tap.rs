@@ -110,11 +110,7 @@ impl Tap {
     /// Whether a HEF can output this tap (an exposed output): a block's captured taps and the
     /// final norm. The embeddings are the host's (genai looks them up), the logits are the logits.
     pub fn exposable(self) -> bool {
-        match self {
-            Tap::Layer(_, t) => t.is_captured(),
-            Tap::FinalNorm => true,
-            Tap::Embed | Tap::Logits => false,
-        }
+        self.is_captured() && !matches!(self, Tap::Embed | Tap::Logits)
     }
 
     /// The tap a HEF output is by the naming convention `<group>/<tap>` (the name after its last
