@@ -247,9 +247,8 @@ pub fn synth_hef(ckpt: &Checkpoint, checkpoint: SimCheckpoint, opts: &SynthHefOp
     let (quant, resources) = contents(ckpt, &model, &ranges, (first, last))?;
     let mut hef = spec.build_with(&quant, &resources)?;
     hef.sdk_version = format!("hefprobe {} synth-hef", env!("CARGO_PKG_VERSION"));
-    let (flo, fhi) = ranges.get("final_norm");
     for &m in &opts.mistakes {
-        write_mistake(&mut hef, &spec, m, u16_quant(flo, fhi))?;
+        write_mistake(&mut hef, &spec, m, ranges.quant("final_norm"))?;
     }
     if last + 1 < c.num_layers {
         for g in &mut hef.groups {
@@ -363,10 +362,7 @@ fn contents(
     // A suffix's first input is the hidden state entering its first block: that range.
     let input_q = match first {
         0 => emb_q,
-        a => {
-            let (lo, hi) = ranges.get(&format!("out.{}", a - 1));
-            u16_quant(lo, hi)
-        }
+        a => ranges.quant(&format!("out.{}", a - 1)),
     };
     let embeddings: Vec<u16> = embed
         .flatten_all()?
@@ -378,18 +374,12 @@ fn contents(
     // whole head come straight out of genai's tables.
     let half = &model.rope.inv_freq;
     let theta: Vec<f32> = (0..c.head_dim).map(|i| half[i % half.len()]).collect();
-    let (llo, lhi) = ranges.get("logits");
     let quant = LlmQuant {
         embeddings: input_q,
         mask: LlmQuant::MASK,
         rope: LlmQuant::ROPE,
-        logits: u16_quant(llo, lhi),
-        caches: (first..=last)
-            .map(|l| {
-                let (lo, hi) = ranges.get(&format!("cache.{l}"));
-                (u16_quant(lo, hi), u16_quant(lo, hi))
-            })
-            .collect(),
+        logits: ranges.quant("logits"),
+        caches: (first..=last).map(|l| ranges.quant(&format!("cache.{l}"))).map(|q| (q, q)).collect(),
     };
     let resources = LlmResources {
         embeddings,

@@ -170,8 +170,10 @@ impl Ranges {
         }
     }
 
-    pub(super) fn get(&self, site: &str) -> (f32, f32) {
-        self.sites.get(site).copied().unwrap_or((-1.0, 1.0))
+    /// The uint16 quant info of a site's range ([-1, 1] for a site never seen).
+    pub(super) fn quant(&self, site: &str) -> QuantInfo {
+        let (lo, hi) = self.sites.get(site).copied().unwrap_or((-1.0, 1.0));
+        u16_quant(lo, hi)
     }
 }
 
