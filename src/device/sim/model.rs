@@ -55,12 +55,10 @@ impl SimModel {
         let (b, s) = self.bytes(inputs, suffix)?;
         let q = s.quant_infos[0];
         let raw = b.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]));
-        Ok(match s.format {
-            FormatType::Float32 => raw.map(|x| q.dequantize(q.quantize(x))).collect(),
-            _ => {
-                return Err(Error::Device(format!("`{}` must be configured FLOAT32 (genai sets it)", s.name)))
-            }
-        })
+        if s.format != FormatType::Float32 {
+            return Err(Error::Device(format!("`{}` must be configured FLOAT32 (genai sets it)", s.name)));
+        }
+        Ok(raw.map(|x| q.dequantize(q.quantize(x))).collect())
     }
 
     /// [T][heads][L] floats -> [heads, T, L] tensor.
