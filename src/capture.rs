@@ -255,16 +255,14 @@ pub enum Place {
 /// The sink a run at `place` fills, and how it becomes the run's [`Store`] once finished.
 pub enum PlaceSink {
     Memory(MemorySink),
-    File(NpzSink, PathBuf, Option<tempfile::TempPath>),
+    File(NpzSink, Option<tempfile::TempPath>),
 }
 
 impl PlaceSink {
     pub fn create(place: &Place, taps: &TapSelection) -> Result<Self> {
         Ok(match place {
             Place::Memory => PlaceSink::Memory(MemorySink::new(taps.clone())),
-            Place::File(path) => {
-                PlaceSink::File(NpzSink::create(path, taps.clone())?.quiet(), path.clone(), None)
-            }
+            Place::File(path) => PlaceSink::File(NpzSink::create(path, taps.clone())?.quiet(), None),
             Place::Temporary(dir) => {
                 let temp = tempfile::Builder::new()
                     .prefix("capture-")
@@ -272,8 +270,7 @@ impl PlaceSink {
                     .tempfile_in(dir)
                     .map_err(|e| Error::io(dir, e))?
                     .into_temp_path();
-                let path = temp.to_path_buf();
-                PlaceSink::File(NpzSink::create(&path, taps.clone())?.quiet(), path, Some(temp))
+                PlaceSink::File(NpzSink::create(&temp, taps.clone())?.quiet(), Some(temp))
             }
         })
     }
@@ -281,7 +278,7 @@ impl PlaceSink {
     pub fn sink(&mut self) -> &mut dyn TapSink {
         match self {
             PlaceSink::Memory(m) => m,
-            PlaceSink::File(s, _, _) => s,
+            PlaceSink::File(s, _) => s,
         }
     }
 
@@ -290,11 +287,11 @@ impl PlaceSink {
     pub fn finish(self) -> Result<Box<dyn Store>> {
         match self {
             PlaceSink::Memory(m) => Ok(Box::new(m.capture)),
-            PlaceSink::File(mut s, path, temp) => {
+            PlaceSink::File(mut s, temp) => {
                 s.finish()?;
                 match temp {
                     Some(t) => Ok(Box::new(CaptureFile::temporary(t)?)),
-                    None => Ok(Box::new(CaptureFile::open(&path)?)),
+                    None => Ok(Box::new(CaptureFile::open(&s.path)?)),
                 }
             }
         }
@@ -527,9 +524,7 @@ impl NpzSink {
         }
         Ok(())
     }
-}
 
-impl NpzSink {
     fn push(&mut self, key: String, item: Item) -> Result<()> {
         if self.writer.is_none() {
             return Err(Error::usage("npz sink already finished"));
