@@ -183,9 +183,7 @@ impl Ring {
         }
         Ok(())
     }
-}
 
-impl Ring {
     /// The entry row `row` of a frame of `rows` writes (right after the read window).
     fn entry(&self, rows: usize, row: usize) -> usize {
         (self.read_offset + self.len - rows + row) % self.len
