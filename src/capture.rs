@@ -51,13 +51,15 @@ pub fn save(store: &dyn Store, to: &Path, announce: bool) -> Result<()> {
         }
         return Ok(());
     }
-    let mut out = NpzOut::create(to)?;
+    let (out, mut w) = create_npz(to)?;
     for key in store.keys() {
         if let Some(a) = store.get(&key)? {
-            out.add(&key.to_string(), &a)?;
+            let key = key.to_string();
+            let failed = |e| Error::input(to.display().to_string(), format!("writing {key}: {e}"));
+            w.add_array(key.as_str(), &*a).map_err(failed)?;
         }
     }
-    out.finish(announce)
+    close_npz(w, out, to, announce)
 }
 
 #[derive(Debug, Clone, Default)]
@@ -349,33 +351,8 @@ impl TapSink for MemorySink {
 
 type NpzFile = ndarray_npy::NpzWriter<std::io::BufWriter<std::fs::File>>;
 
-/// An `.npz` written one array at a time, under a temporary name renamed into place when
-/// finished (dropped unfinished, it leaves nothing).
-pub struct NpzOut {
-    out: AtomicFile,
-    w: NpzFile,
-    path: PathBuf,
-}
-
-impl NpzOut {
-    pub fn create(path: &Path) -> Result<Self> {
-        let (out, w) = create_npz(path)?;
-        Ok(NpzOut { out, w, path: path.to_path_buf() })
-    }
-
-    pub fn add(&mut self, key: &str, a: &ArrayD<f32>) -> Result<()> {
-        self.w
-            .add_array(key, a)
-            .map_err(|e| Error::input(self.path.display().to_string(), format!("writing {key}: {e}")))
-    }
-
-    /// Close and rename into place; `announce`: say "wrote PATH".
-    pub fn finish(self, announce: bool) -> Result<()> {
-        close_npz(self.w, self.out, &self.path, announce)
-    }
-}
-
-/// A temporary file in place of `path` and an npz writer over it.
+/// An `.npz` written one array at a time: a temporary file in place of `path` (renamed into
+/// place by [`close_npz`]; dropped unfinished, it leaves nothing) and an npz writer over it.
 fn create_npz(path: &Path) -> Result<(AtomicFile, NpzFile)> {
     let mut out = AtomicFile::create_seekable(path)?;
     let w = ndarray_npy::NpzWriter::new(std::io::BufWriter::new(out.take_file()));
