@@ -57,7 +57,10 @@ impl<R: Read + Seek> NpzFile<R> {
 
     /// Read key `key` (a member name with or without `.npy`) as f32.
     pub fn read(&mut self, key: &str) -> Result<ArrayD<f32>> {
-        self.with_member(key, |mut r, len| read_npy(&mut r, len))
+        self.with_member(key, |mut r, len| {
+            let (h, n, bytes) = read_header(&mut r, len)?;
+            read_data(&mut r, h, n, bytes)
+        })
     }
 
     /// The shape of key `key`, from its header alone (the data is not read, but its size is
@@ -116,12 +119,6 @@ struct Header {
     big_endian: bool,
     fortran: bool,
     shape: Vec<usize>,
-}
-
-/// Read one npy array from `r`, which holds `len` bytes (the member's size).
-fn read_npy(r: &mut impl Read, len: u64) -> std::result::Result<ArrayD<f32>, String> {
-    let (h, n, bytes) = read_header(r, len)?;
-    read_data(r, h, n, bytes)
 }
 
 /// Read an npy header from `r` (`len` bytes in all) and check the data that follows has the
