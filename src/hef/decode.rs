@@ -131,14 +131,7 @@ fn decode_group(g: &ProtoHefNetworkGroup, index: usize, ctx: &mut GroupContext) 
     let name = g.network_group_metadata.as_ref().map(|m| m.network_group_name.clone()).unwrap_or_default();
     let core = core_view(g, &name, ctx)?;
     let transposed_net = core.metadata.is_some_and(|m| m.transposed_net);
-    let mut group = NetworkGroup {
-        name: name.clone(),
-        inputs: Vec::new(),
-        outputs: Vec::new(),
-        unordered_outputs: Vec::new(),
-        caches: Vec::new(),
-        contexts: core.contexts.len(),
-    };
+    let mut group = NetworkGroup { name: name.clone(), contexts: core.contexts.len(), ..Default::default() };
     for (ci, context) in core.contexts.iter().enumerate() {
         let Some(metadata) = &context.metadata else { continue };
         for (li, layer) in metadata.edge_layers.iter().enumerate() {
