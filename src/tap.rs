@@ -388,10 +388,8 @@ impl Layout {
     /// The capture layout of one frame back to wire rows: what a device computing `tap` sends.
     pub fn to_rows(self, a: &ndarray::ArrayD<f32>) -> Vec<Vec<f32>> {
         let a = match self {
-            Layout::Rows => a.clone(),
-            Layout::Heads(_) | Layout::Keys(_) => {
-                a.view().permuted_axes(ndarray::IxDyn(&[1, 0, 2])).to_owned()
-            }
+            Layout::Rows => a.view(),
+            Layout::Heads(_) | Layout::Keys(_) => a.view().permuted_axes(ndarray::IxDyn(&[1, 0, 2])),
         };
         a.outer_iter().map(|row| row.iter().copied().collect()).collect()
     }
