@@ -451,16 +451,12 @@ impl TapSelection {
     }
 
     pub fn parse(globs: &[String]) -> Result<Self> {
-        let mut patterns = Vec::new();
-        for g in globs {
-            for part in g.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-                patterns.push(
-                    TapGlob::parse(part).map_err(|e| {
-                        Error::usage(format!("tap glob `{part}` is not a valid pattern: {e}"))
-                    })?,
-                );
-            }
-        }
+        let invalid = |part: &str, e| Error::usage(format!("tap glob `{part}` is not a valid pattern: {e}"));
+        let patterns = globs
+            .iter()
+            .flat_map(|g| g.split(',').map(str::trim).filter(|p| !p.is_empty()))
+            .map(|part| TapGlob::parse(part).map_err(|e| invalid(part, e)))
+            .collect::<Result<_>>()?;
         Ok(TapSelection { patterns, source: globs.to_vec() })
     }
 
