@@ -56,7 +56,11 @@ pub(crate) fn decode(src: &mut dyn ByteSource, what: &str) -> Result<(Hef, Conta
     let resources = proto
         .external_resources
         .iter()
-        .map(|r| decode_resource(src, &container, r, what))
+        .map(|r| {
+            let layout = &container.layout;
+            let data = container::read_resource(src, layout, &r.name, r.offset, r.size, r.xxhash, what)?;
+            Ok(Resource { name: r.name.clone(), data, xxhash: r.xxhash })
+        })
         .collect::<Result<_>>()?;
     let hef = Hef {
         version: container.header.version,
@@ -75,16 +79,6 @@ fn sdk_version(header: &ProtoHefHeader) -> String {
         (_, Some(v)) => format!("{}.{}.{}", v.sdk_version_major, v.sdk_version_minor, v.sdk_version_revision),
         _ => String::new(),
     }
-}
-
-fn decode_resource(
-    src: &mut dyn ByteSource,
-    container: &Container,
-    r: &ProtoHefExternalResource,
-    what: &str,
-) -> Result<Resource> {
-    let data = container::read_resource(src, &container.layout, &r.name, r.offset, r.size, r.xxhash, what)?;
-    Ok(Resource { name: r.name.clone(), data, xxhash: r.xxhash })
 }
 
 /// What every group decode needs: the HEF-wide features and the remaining per-feature budget.
