@@ -51,13 +51,15 @@ pub fn save(store: &dyn Store, to: &Path, announce: bool) -> Result<()> {
         }
         return Ok(());
     }
-    let mut out = NpzOut::create(to)?;
+    let (out, mut w) = create_npz(to)?;
     for key in store.keys() {
         if let Some(a) = store.get(&key)? {
-            out.add(&key.to_string(), &a)?;
+            let key = key.to_string();
+            let failed = |e| Error::input(to.display().to_string(), format!("writing {key}: {e}"));
+            w.add_array(key.as_str(), &*a).map_err(failed)?;
         }
     }
-    out.finish(announce)
+    close_npz(w, out, to, announce)
 }
 
 #[derive(Debug, Clone, Default)]
@@ -255,16 +257,14 @@ pub enum Place {
 /// The sink a run at `place` fills, and how it becomes the run's [`Store`] once finished.
 pub enum PlaceSink {
     Memory(MemorySink),
-    File(NpzSink, PathBuf, Option<tempfile::TempPath>),
+    File(NpzSink, Option<tempfile::TempPath>),
 }
 
 impl PlaceSink {
     pub fn create(place: &Place, taps: &TapSelection) -> Result<Self> {
         Ok(match place {
             Place::Memory => PlaceSink::Memory(MemorySink::new(taps.clone())),
-            Place::File(path) => {
-                PlaceSink::File(NpzSink::create(path, taps.clone())?.quiet(), path.clone(), None)
-            }
+            Place::File(path) => PlaceSink::File(NpzSink::create(path, taps.clone())?.quiet(), None),
             Place::Temporary(dir) => {
                 let temp = tempfile::Builder::new()
                     .prefix("capture-")
@@ -272,8 +272,7 @@ impl PlaceSink {
                     .tempfile_in(dir)
                     .map_err(|e| Error::io(dir, e))?
                     .into_temp_path();
-                let path = temp.to_path_buf();
-                PlaceSink::File(NpzSink::create(&path, taps.clone())?.quiet(), path, Some(temp))
+                PlaceSink::File(NpzSink::create(&temp, taps.clone())?.quiet(), Some(temp))
             }
         })
     }
@@ -281,7 +280,7 @@ impl PlaceSink {
     pub fn sink(&mut self) -> &mut dyn TapSink {
         match self {
             PlaceSink::Memory(m) => m,
-            PlaceSink::File(s, _, _) => s,
+            PlaceSink::File(s, _) => s,
         }
     }
 
@@ -290,11 +289,11 @@ impl PlaceSink {
     pub fn finish(self) -> Result<Box<dyn Store>> {
         match self {
             PlaceSink::Memory(m) => Ok(Box::new(m.capture)),
-            PlaceSink::File(mut s, path, temp) => {
+            PlaceSink::File(mut s, temp) => {
                 s.finish()?;
                 match temp {
                     Some(t) => Ok(Box::new(CaptureFile::temporary(t)?)),
-                    None => Ok(Box::new(CaptureFile::open(&path)?)),
+                    None => Ok(Box::new(CaptureFile::open(&s.path)?)),
                 }
             }
         }
@@ -352,43 +351,25 @@ impl TapSink for MemorySink {
 
 type NpzFile = ndarray_npy::NpzWriter<std::io::BufWriter<std::fs::File>>;
 
-/// An `.npz` written one array at a time, under a temporary name renamed into place when
-/// finished (dropped unfinished, it leaves nothing).
-pub struct NpzOut {
-    out: AtomicFile,
-    w: NpzFile,
-    path: PathBuf,
+/// An `.npz` written one array at a time: a temporary file in place of `path` (renamed into
+/// place by [`close_npz`]; dropped unfinished, it leaves nothing) and an npz writer over it.
+fn create_npz(path: &Path) -> Result<(AtomicFile, NpzFile)> {
+    let mut out = AtomicFile::create_seekable(path)?;
+    let w = ndarray_npy::NpzWriter::new(std::io::BufWriter::new(out.take_file()));
+    Ok((out, w))
 }
 
-impl NpzOut {
-    pub fn create(path: &Path) -> Result<Self> {
-        let mut out = AtomicFile::create_seekable(path)?;
-        let w = ndarray_npy::NpzWriter::new(std::io::BufWriter::new(out.take_file()));
-        Ok(NpzOut { out, w, path: path.to_path_buf() })
-    }
-
-    pub fn add(&mut self, key: &str, a: &ArrayD<f32>) -> Result<()> {
-        self.w
-            .add_array(key, a)
-            .map_err(|e| Error::input(self.path.display().to_string(), format!("writing {key}: {e}")))
-    }
-
-    /// Close and rename into place; `announce`: say "wrote PATH".
-    pub fn finish(self, announce: bool) -> Result<()> {
-        close_npz(self.w, &self.path)?;
-        if announce {
-            self.out.commit()
-        } else {
-            self.out.commit_quiet()
-        }
-    }
-}
-
-/// Close an npz: the central directory, then the buffered bytes, each failure named.
-fn close_npz(w: NpzFile, path: &Path) -> Result<()> {
+/// Close an npz: the central directory, then the buffered bytes, each failure named; then
+/// rename it into place (`announce`: say "wrote PATH").
+fn close_npz(w: NpzFile, out: AtomicFile, path: &Path, announce: bool) -> Result<()> {
     let mut inner =
         w.finish().map_err(|e| Error::input(path.display().to_string(), format!("closing npz: {e}")))?;
-    std::io::Write::flush(&mut inner).map_err(|e| Error::io(path, e))
+    std::io::Write::flush(&mut inner).map_err(|e| Error::io(path, e))?;
+    if announce {
+        out.commit()
+    } else {
+        out.commit_quiet()
+    }
 }
 
 /// Taps handed to the writer thread and not yet written, in bytes, past which the sink waits
@@ -445,8 +426,7 @@ struct Writer {
 
 impl NpzSink {
     pub fn create(path: &Path, selection: TapSelection) -> Result<Self> {
-        let mut out = AtomicFile::create_seekable(path)?;
-        let mut w = ndarray_npy::NpzWriter::new(std::io::BufWriter::new(out.take_file()));
+        let (out, mut w) = create_npz(path)?;
         let (tx, rx) = std::sync::mpsc::channel::<Batch>();
         let pending = std::sync::Arc::new((std::sync::Mutex::new(0u64), std::sync::Condvar::new()));
         let (shared, file) = (pending.clone(), path.display().to_string());
@@ -517,18 +497,11 @@ impl NpzSink {
             let w = thread
                 .join()
                 .map_err(|_| Error::usage(format!("{}: the npz writer panicked", self.path.display())))??;
-            close_npz(w, &self.path)?;
-            if self.announce {
-                out.commit()?;
-            } else {
-                out.commit_quiet()?;
-            }
+            close_npz(w, out, &self.path, self.announce)?;
         }
         Ok(())
     }
-}
 
-impl NpzSink {
     fn push(&mut self, key: String, item: Item) -> Result<()> {
         if self.writer.is_none() {
             return Err(Error::usage("npz sink already finished"));

@@ -41,17 +41,18 @@ impl fmt::Display for Phase {
     }
 }
 
-impl serde::Serialize for Phase {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
-        s.collect_str(self)
-    }
+/// Phases, taps and keys serialize as they display (`prefill/logits`).
+macro_rules! serialize_as_display {
+    ($($t:ty),+) => {$(
+        impl serde::Serialize for $t {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+                s.collect_str(self)
+            }
+        }
+    )+};
 }
 
-impl serde::Serialize for Tap {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
-        s.collect_str(self)
-    }
-}
+serialize_as_display!(Phase, Tap, TapName, Key);
 
 crate::named_enum! {
     /// Per-layer tap kinds, in execution order within a layer (`ALL`: edit sites included),
@@ -109,11 +110,7 @@ impl Tap {
     /// Whether a HEF can output this tap (an exposed output): a block's captured taps and the
     /// final norm. The embeddings are the host's (genai looks them up), the logits are the logits.
     pub fn exposable(self) -> bool {
-        match self {
-            Tap::Layer(_, t) => t.is_captured(),
-            Tap::FinalNorm => true,
-            Tap::Embed | Tap::Logits => false,
-        }
+        self.is_captured() && !matches!(self, Tap::Embed | Tap::Logits)
     }
 
     /// The tap a HEF output is by the naming convention `<group>/<tap>` (the name after its last
@@ -228,12 +225,6 @@ impl fmt::Display for TapName {
     }
 }
 
-impl serde::Serialize for TapName {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
-        s.collect_str(self)
-    }
-}
-
 /// A capture key: `PHASE/TAP`, or (a recorded file's own naming) a name without a phase
 /// hefprobe reads, kept whole. Keys order as a run executes: phases in run order (prefill,
 /// prefill chunks, decode steps), taps in execution order within a phase; names without a
@@ -335,12 +326,6 @@ impl fmt::Display for Key {
     }
 }
 
-impl serde::Serialize for Key {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
-        s.collect_str(self)
-    }
-}
-
 /// How a tap lays out one frame in a capture.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Layout {
@@ -403,10 +388,8 @@ impl Layout {
     /// The capture layout of one frame back to wire rows: what a device computing `tap` sends.
     pub fn to_rows(self, a: &ndarray::ArrayD<f32>) -> Vec<Vec<f32>> {
         let a = match self {
-            Layout::Rows => a.clone(),
-            Layout::Heads(_) | Layout::Keys(_) => {
-                a.view().permuted_axes(ndarray::IxDyn(&[1, 0, 2])).to_owned()
-            }
+            Layout::Rows => a.view(),
+            Layout::Heads(_) | Layout::Keys(_) => a.view().permuted_axes(ndarray::IxDyn(&[1, 0, 2])),
         };
         a.outer_iter().map(|row| row.iter().copied().collect()).collect()
     }
@@ -468,16 +451,12 @@ impl TapSelection {
     }
 
     pub fn parse(globs: &[String]) -> Result<Self> {
-        let mut patterns = Vec::new();
-        for g in globs {
-            for part in g.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-                patterns.push(
-                    TapGlob::parse(part).map_err(|e| {
-                        Error::usage(format!("tap glob `{part}` is not a valid pattern: {e}"))
-                    })?,
-                );
-            }
-        }
+        let invalid = |part: &str, e| Error::usage(format!("tap glob `{part}` is not a valid pattern: {e}"));
+        let patterns = globs
+            .iter()
+            .flat_map(|g| g.split(',').map(str::trim).filter(|p| !p.is_empty()))
+            .map(|part| TapGlob::parse(part).map_err(|e| invalid(part, e)))
+            .collect::<Result<_>>()?;
         Ok(TapSelection { patterns, source: globs.to_vec() })
     }
 

@@ -61,26 +61,6 @@ impl DecoderBackend {
     pub fn model(&self) -> &Arc<Decoder> {
         &self.model
     }
-
-    fn run_into(&self, inputs: &InputSet, sink: &mut dyn TapSink, feed: Option<&dyn Store>) -> Ran {
-        let mut record = RunRecord::default();
-        for f in &self.faults {
-            if let Err(error) = f.prepare(&self.model, std::slice::from_ref(inputs)) {
-                return Ran { record, error: Some(error) };
-            }
-        }
-        let mut fault_hooks: Vec<Box<dyn Hooks + '_>> = self.faults.iter().map(|f| f.hooks()).collect();
-        let mut ov = feed.map(|reference| Overrides { reference });
-        let mut stack = HookStack::default();
-        if let Some(o) = ov.as_mut() {
-            stack.hooks.push(o);
-        }
-        for h in fault_hooks.iter_mut() {
-            stack.hooks.push(h.as_mut());
-        }
-        let error = run_inputs(&self.model, inputs, sink, &mut stack, &mut record).err();
-        Ran { record, error }
-    }
 }
 
 impl Backend for DecoderBackend {
@@ -99,6 +79,20 @@ impl Backend for DecoderBackend {
         feed: Option<&dyn Store>,
         sink: &mut dyn TapSink,
     ) -> Ran {
-        self.run_into(inputs, sink, feed)
+        let mut record = RunRecord::default();
+        for f in &self.faults {
+            if let Err(error) = f.prepare(&self.model, std::slice::from_ref(inputs)) {
+                return Ran { record, error: Some(error) };
+            }
+        }
+        let mut fault_hooks: Vec<Box<dyn Hooks + '_>> = self.faults.iter().map(|f| f.hooks()).collect();
+        let mut ov = feed.map(|reference| Overrides { reference });
+        let mut stack = HookStack::default();
+        if let Some(o) = ov.as_mut() {
+            stack.hooks.push(o);
+        }
+        stack.hooks.extend(fault_hooks.iter_mut().map(|h| h.as_mut() as &mut dyn Hooks));
+        let error = run_inputs(&self.model, inputs, sink, &mut stack, &mut record).err();
+        Ran { record, error }
     }
 }

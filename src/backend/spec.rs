@@ -8,35 +8,19 @@ use serde::Deserialize;
 use std::fmt;
 use std::path::PathBuf;
 
-/// The kinds of backend. Matched as an enum everywhere, parsed from text in one place.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum BackendKind {
-    /// The float32 decoder.
-    Reference,
-    /// The decoder with fault models and quantization.
-    Emulator,
-    /// An `.npz` recorded elsewhere, with an optional name map.
-    Dump,
-    /// A HEF on a device (simulated or a real Hailo-10H).
-    Hef,
-}
-
-impl BackendKind {
-    pub const ALL: [BackendKind; 4] =
-        [BackendKind::Reference, BackendKind::Emulator, BackendKind::Dump, BackendKind::Hef];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            BackendKind::Reference => "reference",
-            BackendKind::Emulator => "emulator",
-            BackendKind::Dump => "dump",
-            BackendKind::Hef => "hef",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<BackendKind> {
-        Self::ALL.into_iter().find(|k| k.name() == s)
+crate::named_enum! {
+    /// The kinds of backend. Matched as an enum everywhere, parsed from text in one place.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
+    #[serde(rename_all = "lowercase")]
+    pub enum BackendKind {
+        /// The float32 decoder.
+        Reference = "reference",
+        /// The decoder with fault models and quantization.
+        Emulator = "emulator",
+        /// An `.npz` recorded elsewhere, with an optional name map.
+        Dump = "dump",
+        /// A HEF on a device (simulated or a real Hailo-10H).
+        Hef = "hef",
     }
 }
 
@@ -108,7 +92,7 @@ impl BackendSpec {
     /// `hef=PATH[,map=OUTPUT_MAP][,beside=DUMP][,first_layer=K][,device=sim|sim-h10]`.
     pub fn parse_cli(s: &str) -> Result<Self> {
         let (kind_text, rest) = s.split_once('=').unwrap_or((s, ""));
-        let kind = BackendKind::parse(kind_text).ok_or_else(|| {
+        let kind = BackendKind::from_name(kind_text).ok_or_else(|| {
             Error::usage(format!(
                 "--backend `{kind_text}`: expected reference, emulator[=FAULT+FAULT], dump=PATH[,map=MAP][,hef=HEF] or \
                  hef=PATH[,map=OUTPUT_MAP][,beside=DUMP][,first_layer=K][,device=sim|sim-h10]"

@@ -57,7 +57,10 @@ impl<R: Read + Seek> NpzFile<R> {
 
     /// Read key `key` (a member name with or without `.npy`) as f32.
     pub fn read(&mut self, key: &str) -> Result<ArrayD<f32>> {
-        self.with_member(key, |mut r, len| read_npy(&mut r, len))
+        self.with_member(key, |mut r, len| {
+            let (h, n, bytes) = read_header(&mut r, len)?;
+            read_data(&mut r, h, n, bytes)
+        })
     }
 
     /// The shape of key `key`, from its header alone (the data is not read, but its size is
@@ -118,40 +121,30 @@ struct Header {
     shape: Vec<usize>,
 }
 
-/// Read one npy array from `r`, which holds `len` bytes (the member's size).
-fn read_npy(r: &mut impl Read, len: u64) -> std::result::Result<ArrayD<f32>, String> {
-    let (h, n, bytes) = read_header(r, len)?;
-    read_data(r, h, n, bytes)
-}
-
 /// Read an npy header from `r` (`len` bytes in all) and check the data that follows has the
 /// size it claims: the header, its element count and its data bytes.
 fn read_header(r: &mut impl Read, len: u64) -> std::result::Result<(Header, usize, usize), String> {
     let mut magic = [0u8; 8];
-    read_exact(r, &mut magic).map_err(|_| "is not an npy array (shorter than the npy magic)".to_string())?;
+    r.read_exact(&mut magic).map_err(|_| "is not an npy array (shorter than the npy magic)".to_string())?;
     if &magic[..6] != b"\x93NUMPY" {
         return Err("is not an npy array (no \\x93NUMPY magic at its start)".into());
     }
-    let (header_len, prefix) = match magic[6] {
-        1 => {
-            let mut b = [0u8; 2];
-            read_exact(r, &mut b).map_err(|_| "bad npy header: truncated header length".to_string())?;
-            (u16::from_le_bytes(b) as usize, 10usize)
-        }
-        2 | 3 => {
-            let mut b = [0u8; 4];
-            read_exact(r, &mut b).map_err(|_| "bad npy header: truncated header length".to_string())?;
-            (u32::from_le_bytes(b) as usize, 12usize)
-        }
+    // Version 1.0 stores the header length as a little-endian u16, 2.0 and 3.0 as a u32.
+    let (width, prefix) = match magic[6] {
+        1 => (2, 10usize),
+        2 | 3 => (4, 12usize),
         v => {
             return Err(format!("bad npy header: format version {v}.{} (numpy writes 1.0 to 3.0)", magic[7]))
         }
     };
+    let mut b = [0u8; 4];
+    r.read_exact(&mut b[..width]).map_err(|_| "bad npy header: truncated header length".to_string())?;
+    let header_len = u32::from_le_bytes(b) as usize;
     if header_len > MAX_HEADER {
         return Err(format!("bad npy header: {header_len} bytes long (numpy's limit is {MAX_HEADER})"));
     }
     let mut text = vec![0u8; header_len];
-    read_exact(r, &mut text)
+    r.read_exact(&mut text)
         .map_err(|_| format!("bad npy header: the member ends inside its {header_len}-byte header"))?;
     let text = std::str::from_utf8(&text).map_err(|_| "bad npy header: not text".to_string())?;
     let h = parse_header(text).map_err(|e| format!("bad npy header: {e} (header: {})", text.trim_end()))?;
@@ -204,10 +197,6 @@ fn read_data(
         ArrayD::from_shape_vec(shape, values)
     };
     arr.map_err(|e| format!("shape {:?} does not fit its data: {e}", h.shape))
-}
-
-fn read_exact(r: &mut impl Read, buf: &mut [u8]) -> std::io::Result<()> {
-    r.read_exact(buf)
 }
 
 fn convert(data: &[u8], kind: Kind, be: bool) -> Vec<f32> {
@@ -310,12 +299,7 @@ fn dtype_name(code: &str) -> &'static str {
 /// the bytes.
 pub fn read_all_from_bytes(bytes: &[u8]) -> Result<Vec<(String, ArrayD<f32>)>> {
     let mut f = NpzFile::from_reader(std::io::Cursor::new(bytes), PathBuf::from("<bytes>"))?;
-    let mut out = Vec::new();
-    for k in f.keys() {
-        let a = f.read(&k)?;
-        out.push((k, a));
-    }
-    Ok(out)
+    f.keys().into_iter().map(|k| Ok((k.clone(), f.read(&k)?))).collect()
 }
 
 #[cfg(test)]

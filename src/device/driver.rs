@@ -240,11 +240,8 @@ impl LlmDriver {
                 self.config.begin_of_reasoning_token_id
             )));
         }
-        let mut out = Vec::new();
-        for part in parts {
-            out.extend(self.prefill_chunks(part)?);
-        }
-        Ok(out)
+        let logits = parts.into_iter().map(|part| self.prefill_chunks(part)).collect::<Result<Vec<_>>>()?;
+        Ok(logits.into_iter().flatten().collect())
     }
 
     /// Where genai splits a first prompt: the first occurrence of

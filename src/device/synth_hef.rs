@@ -34,39 +34,25 @@ pub use calibrate::{
 pub const SIM_RESOURCE: &str = "hefprobe-sim.json";
 pub const SIM_SCHEMA: &str = "hefprobe.sim/1";
 
-/// Structural mistakes `synth-hef` can write (findings 1, 2, 3, 5).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Mistake {
-    /// The graph stops at the final-norm hidden state (finding 1).
-    MissingLmHead,
-    /// The prefill output holds every position, [1, P, vocab] (finding 2).
-    FullSequenceOutput,
-    /// hailo-config.json says `prefill_input_tokens_size` (finding 5).
-    MisspelledConfigKey,
-    /// Q RoPE inputs tiled per kv head instead of per head (finding 3).
-    WrongRopeWidth,
+crate::named_enum! {
+    /// Structural mistakes `synth-hef` can write (findings 1, 2, 3, 5).
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+    #[serde(rename_all = "kebab-case")]
+    pub enum Mistake {
+        /// The graph stops at the final-norm hidden state (finding 1).
+        MissingLmHead = "missing-lm-head",
+        /// The prefill output holds every position, [1, P, vocab] (finding 2).
+        FullSequenceOutput = "full-sequence-output",
+        /// hailo-config.json says `prefill_input_tokens_size` (finding 5).
+        MisspelledConfigKey = "misspelled-config-key",
+        /// Q RoPE inputs tiled per kv head instead of per head (finding 3).
+        WrongRopeWidth = "wrong-rope-width",
+    }
 }
 
 impl Mistake {
-    pub const ALL: [Mistake; 4] = [
-        Mistake::MissingLmHead,
-        Mistake::FullSequenceOutput,
-        Mistake::MisspelledConfigKey,
-        Mistake::WrongRopeWidth,
-    ];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Mistake::MissingLmHead => "missing-lm-head",
-            Mistake::FullSequenceOutput => "full-sequence-output",
-            Mistake::MisspelledConfigKey => "misspelled-config-key",
-            Mistake::WrongRopeWidth => "wrong-rope-width",
-        }
-    }
-
     pub fn parse(s: &str) -> Result<Mistake> {
-        Mistake::ALL.into_iter().find(|m| m.name() == s).ok_or_else(|| {
+        Mistake::from_name(s).ok_or_else(|| {
             Error::usage(format!(
                 "--mistake `{s}`: expected one of {}",
                 Mistake::ALL.map(|m| m.name()).join(", ")
@@ -223,17 +209,10 @@ fn expose_outputs(
         for &tap in expose {
             let width = geometry.row_width(tap);
             let (scalar, per_feature) = ranges.exposed_quant(tap, width, how);
-            let shape = crate::hef::Shape3::new(1, rows, size("exposed output width", width)?);
-            g.outputs.push(crate::hef::Stream {
-                name: format!("{}/{tap}", g.name),
-                shape,
-                padded: shape,
-                order: crate::hef::FormatOrder::Nhwc,
-                data_bytes: crate::hef::synth::data_bytes::LOGITS,
-                quant: scalar,
-                quant_per_feature: per_feature,
-                transposed: false,
-            });
+            let width = size("exposed output width", width)?;
+            let logits = crate::hef::synth::data_bytes::LOGITS;
+            let output = crate::hef::synth::stream(format!("{}/{tap}", g.name), rows, width, logits, scalar);
+            g.outputs.push(crate::hef::Stream { quant_per_feature: per_feature, ..output });
         }
     }
     Ok(())
@@ -268,9 +247,8 @@ pub fn synth_hef(ckpt: &Checkpoint, checkpoint: SimCheckpoint, opts: &SynthHefOp
     let (quant, resources) = contents(ckpt, &model, &ranges, (first, last))?;
     let mut hef = spec.build_with(&quant, &resources)?;
     hef.sdk_version = format!("hefprobe {} synth-hef", env!("CARGO_PKG_VERSION"));
-    let (flo, fhi) = ranges.get("final_norm");
     for &m in &opts.mistakes {
-        write_mistake(&mut hef, &spec, m, u16_quant(flo, fhi))?;
+        write_mistake(&mut hef, &spec, m, ranges.quant("final_norm"))?;
     }
     if last + 1 < c.num_layers {
         for g in &mut hef.groups {
@@ -384,10 +362,7 @@ fn contents(
     // A suffix's first input is the hidden state entering its first block: that range.
     let input_q = match first {
         0 => emb_q,
-        a => {
-            let (lo, hi) = ranges.get(&format!("out.{}", a - 1));
-            u16_quant(lo, hi)
-        }
+        a => ranges.quant(&format!("out.{}", a - 1)),
     };
     let embeddings: Vec<u16> = embed
         .flatten_all()?
@@ -399,18 +374,12 @@ fn contents(
     // whole head come straight out of genai's tables.
     let half = &model.rope.inv_freq;
     let theta: Vec<f32> = (0..c.head_dim).map(|i| half[i % half.len()]).collect();
-    let (llo, lhi) = ranges.get("logits");
     let quant = LlmQuant {
         embeddings: input_q,
         mask: LlmQuant::MASK,
         rope: LlmQuant::ROPE,
-        logits: u16_quant(llo, lhi),
-        caches: (first..=last)
-            .map(|l| {
-                let (lo, hi) = ranges.get(&format!("cache.{l}"));
-                (u16_quant(lo, hi), u16_quant(lo, hi))
-            })
-            .collect(),
+        logits: ranges.quant("logits"),
+        caches: (first..=last).map(|l| ranges.quant(&format!("cache.{l}"))).map(|q| (q, q)).collect(),
     };
     let resources = LlmResources {
         embeddings,

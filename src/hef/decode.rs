@@ -56,7 +56,11 @@ pub(crate) fn decode(src: &mut dyn ByteSource, what: &str) -> Result<(Hef, Conta
     let resources = proto
         .external_resources
         .iter()
-        .map(|r| decode_resource(src, &container, r, what))
+        .map(|r| {
+            let layout = &container.layout;
+            let data = container::read_resource(src, layout, &r.name, r.offset, r.size, r.xxhash, what)?;
+            Ok(Resource { name: r.name.clone(), data, xxhash: r.xxhash })
+        })
         .collect::<Result<_>>()?;
     let hef = Hef {
         version: container.header.version,
@@ -75,16 +79,6 @@ fn sdk_version(header: &ProtoHefHeader) -> String {
         (_, Some(v)) => format!("{}.{}.{}", v.sdk_version_major, v.sdk_version_minor, v.sdk_version_revision),
         _ => String::new(),
     }
-}
-
-fn decode_resource(
-    src: &mut dyn ByteSource,
-    container: &Container,
-    r: &ProtoHefExternalResource,
-    what: &str,
-) -> Result<Resource> {
-    let data = container::read_resource(src, &container.layout, &r.name, r.offset, r.size, r.xxhash, what)?;
-    Ok(Resource { name: r.name.clone(), data, xxhash: r.xxhash })
 }
 
 /// What every group decode needs: the HEF-wide features and the remaining per-feature budget.
@@ -131,14 +125,7 @@ fn decode_group(g: &ProtoHefNetworkGroup, index: usize, ctx: &mut GroupContext) 
     let name = g.network_group_metadata.as_ref().map(|m| m.network_group_name.clone()).unwrap_or_default();
     let core = core_view(g, &name, ctx)?;
     let transposed_net = core.metadata.is_some_and(|m| m.transposed_net);
-    let mut group = NetworkGroup {
-        name: name.clone(),
-        inputs: Vec::new(),
-        outputs: Vec::new(),
-        unordered_outputs: Vec::new(),
-        caches: Vec::new(),
-        contexts: core.contexts.len(),
-    };
+    let mut group = NetworkGroup { name: name.clone(), contexts: core.contexts.len(), ..Default::default() };
     for (ci, context) in core.contexts.iter().enumerate() {
         let Some(metadata) = &context.metadata else { continue };
         for (li, layer) in metadata.edge_layers.iter().enumerate() {

@@ -210,11 +210,6 @@ impl LlmConfig {
         config.findings = reader.findings;
         Ok(config)
     }
-
-    /// The effective value of a key as JSON text, for messages.
-    fn effective_text(effective: &Map<String, Value>, section: &str, name: &str) -> String {
-        lookup(effective, section, name).map_or_else(|| "?".to_string(), Value::to_string)
-    }
 }
 
 struct Reader<'a> {
@@ -419,7 +414,9 @@ fn ignored(
     hint: String,
 ) -> ConfigFinding {
     let target = path(intended.section, intended.name);
-    let instead = LlmConfig::effective_text(effective, intended.section, intended.name);
+    // The effective value as JSON text, for the message.
+    let instead =
+        lookup(effective, intended.section, intended.name).map_or_else(|| "?".to_string(), Value::to_string);
     let present = lookup(root, intended.section, intended.name).is_some();
     let source = if present { format!("the value of `{target}`") } else { "the default".to_string() };
     let same = same_value(value, &instead);

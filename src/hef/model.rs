@@ -255,7 +255,7 @@ pub struct CacheLayer {
 }
 
 /// One network group: its name and what InferModel would show for it.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct NetworkGroup {
     /// `network_group_metadata.network_group_name` (hef.cpp `get_network_group_name`).
     pub name: String,

@@ -407,7 +407,7 @@ fn tokenizer_json(vocab: u32) -> String {
 }
 
 /// A [1, rows, features] NHWC stream with padding equal to the shape.
-fn stream(name: String, rows: u32, features: u32, data_bytes: u32, quant: QuantInfo) -> Stream {
+pub fn stream(name: String, rows: u32, features: u32, data_bytes: u32, quant: QuantInfo) -> Stream {
     let shape = Shape3::new(1, rows, features);
     Stream {
         name,

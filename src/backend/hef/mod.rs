@@ -314,9 +314,7 @@ impl HefBackend {
         }
         Ok(())
     }
-}
 
-impl HefBackend {
     /// A compiled suffix HEF's first block, as declared (`first_layer`); a simulated HEF's own
     /// range must agree with a declaration.
     pub fn declare_first_layer(&mut self, k: Option<usize>, layers: usize) -> Result<()> {

@@ -61,12 +61,8 @@ impl HefBackend {
 
     /// The largest code of an output as the hardware sends it (uint8 or uint16).
     fn qmax(&self, group: &str, output: &str) -> f32 {
-        let bytes = self
-            .hef
-            .group(group)
-            .and_then(|g| g.outputs.iter().find(|s| s.name == output))
-            .map_or(2, |s| s.data_bytes);
-        if bytes == 1 {
+        let output = self.hef.group(group).and_then(|g| g.outputs.iter().find(|s| s.name == output));
+        if output.is_some_and(|s| s.data_bytes == 1) {
             255.0
         } else {
             65535.0

@@ -34,10 +34,7 @@ impl LlmDriver {
         let theta = read_theta(resource("rope_theta_data.bin")?, what)?;
         let (prefill_name, tbt_name) = hef.llm_groups()?;
         let prefill = open_group(device, hef, &config, &prefill_name, what)?;
-        let tbt = match &tbt_name {
-            Some(t) => Some(open_group(device, hef, &config, t, what)?),
-            None => None,
-        };
+        let tbt = tbt_name.map(|t| open_group(device, hef, &config, &t, what)).transpose()?;
         let (embeddings, features) = read_embeddings(&prefill, || resource("embeddings.bin"), table, what)?;
         // "on" is 1.0 quantized with the prefill mask input's quant info
         // (llm_server.cpp create_pre_process_future).

@@ -176,29 +176,6 @@ extern "C" {
 /// Room for the shim's error messages (it truncates to fit).
 const ERR_CAPACITY: usize = 1024;
 
-/// A buffer for the shim's error message.
-pub(super) struct ErrBuf([c_char; ERR_CAPACITY]);
-
-impl ErrBuf {
-    pub(super) fn new() -> Self {
-        ErrBuf([0; ERR_CAPACITY])
-    }
-
-    fn ptr(&mut self) -> *mut c_char {
-        self.0.as_mut_ptr()
-    }
-
-    /// The message, or `fallback` if the shim wrote none.
-    pub(super) fn message(&self, fallback: &str) -> String {
-        let msg = c_chars_to_string(&self.0);
-        if msg.is_empty() {
-            fallback.to_string()
-        } else {
-            msg
-        }
-    }
-}
-
 /// One shim call: `shim` gets a fresh error buffer and its capacity and returns the shim's
 /// status. Anything but HAILO_SUCCESS becomes a [`Failure`] carrying the status and the shim's
 /// message, or `fallback` (the HailoRT call, as the shim would name it) if it wrote none.
@@ -206,13 +183,14 @@ pub(super) fn call(
     fallback: &str,
     shim: impl FnOnce(*mut c_char, usize) -> c_int,
 ) -> std::result::Result<(), Failure> {
-    let mut err = ErrBuf::new();
-    let status = shim(err.ptr(), ERR_CAPACITY);
+    let mut err: [c_char; ERR_CAPACITY] = [0; ERR_CAPACITY];
+    let status = shim(err.as_mut_ptr(), ERR_CAPACITY);
     if status == hailort_sys::HAILO_SUCCESS {
-        Ok(())
-    } else {
-        Err(Failure { status, call: err.message(fallback) })
+        return Ok(());
     }
+    let message = c_chars_to_string(&err);
+    let call = if message.is_empty() { fallback.to_string() } else { message };
+    Err(Failure { status, call })
 }
 
 /// A NUL-terminated `char` array (the shim always terminates) as a String; the whole array if

@@ -66,21 +66,21 @@ pub fn library_version() -> Result<(u32, u32, u32)> {
 /// What `doctor` asks of the device: create one VDevice (device_count 1, as every run does),
 /// read its ids and architecture, release it.
 pub fn probe_device() -> Result<super::RealDevice> {
-    let (vdevice, info) = create_vdevice(None)?;
+    let (vdevice, device_ids, architecture) = create_vdevice(None)?;
     // SAFETY: the handle came from hp_vdevice_create in create_vdevice, nothing else holds it,
     // and it is destroyed exactly once.
     unsafe { ffi::hp_vdevice_destroy(vdevice.as_ptr()) };
-    let architecture = (info.architecture >= 0).then_some(info.architecture);
     Ok(super::RealDevice {
-        device_ids: c_chars_to_string(&info.device_ids),
+        device_ids,
         cache_local: check_cache_access(architecture, "doctor").is_ok(),
         architecture: architecture.map(arch_label),
     })
 }
 
-/// Create one VDevice (device_count 1) and read its ids and architecture; the caller owns the
-/// handle and destroys it. `hef` is named in the error, if given.
-fn create_vdevice(hef: Option<&Path>) -> Result<(NonNull<ffi::HpVdevice>, ffi::HpVdeviceInfo)> {
+/// Create one VDevice (device_count 1) and read its ids and architecture (None when HailoRT
+/// reports none); the caller owns the handle and destroys it. `hef` is named in the error, if
+/// given.
+fn create_vdevice(hef: Option<&Path>) -> Result<(NonNull<ffi::HpVdevice>, String, Option<i32>)> {
     let mut raw: *mut ffi::HpVdevice = std::ptr::null_mut();
     call("VDevice::create_shared", |err, err_len| {
         // SAFETY: `raw` is valid for writes and `err` for `err_len` chars; on success the shim
@@ -93,7 +93,8 @@ fn create_vdevice(hef: Option<&Path>) -> Result<(NonNull<ffi::HpVdevice>, ffi::H
     let mut info = ffi::HpVdeviceInfo { device_ids: [0; ffi::HP_NAME_CAPACITY], architecture: -1 };
     // SAFETY: `vdevice` is a live handle from hp_vdevice_create; `info` is valid for writes.
     unsafe { ffi::hp_vdevice_info_get(vdevice.as_ptr(), &mut info) };
-    Ok((vdevice, info))
+    let architecture = (info.architecture >= 0).then_some(info.architecture);
+    Ok((vdevice, c_chars_to_string(&info.device_ids), architecture))
 }
 
 /// HailoRT's name for a device architecture, or its number when hefprobe knows no name.
@@ -168,15 +169,8 @@ impl HailoDevice {
             ));
         }
         // The handle is released in Drop.
-        let (vdevice, info) = create_vdevice(Some(&hef))?;
-        Ok(HailoDevice {
-            vdevice,
-            hef,
-            groups,
-            version,
-            device_ids: c_chars_to_string(&info.device_ids),
-            architecture: (info.architecture >= 0).then_some(info.architecture),
-        })
+        let (vdevice, device_ids, architecture) = create_vdevice(Some(&hef))?;
+        Ok(HailoDevice { vdevice, hef, groups, version, device_ids, architecture })
     }
 
     fn read_streams(model: NonNull<ffi::HpModel>, is_output: bool) -> Result<Vec<StreamInfo>> {
@@ -272,10 +266,7 @@ impl Drop for HailoDevice {
 impl Device for HailoDevice {
     fn describe(&self) -> String {
         let (major, minor, revision) = self.version;
-        let arch = match self.architecture {
-            Some(a) => arch_label(a),
-            None => "architecture unknown".to_string(),
-        };
+        let arch = self.architecture.map_or_else(|| "architecture unknown".to_string(), arch_label);
         let ids = if self.device_ids.is_empty() { "?" } else { &self.device_ids };
         format!(
             "Hailo device {ids} ({arch}) via HailoRT {major}.{minor}.{revision}, HEF {}",

@@ -7,7 +7,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use super::checks::format_type;
-use super::ffi::{self, c_chars_to_string, ErrBuf};
+use super::ffi::{self, c_chars_to_string};
 use super::status::STATUS_NAMES;
 use super::*;
 use crate::device::FormatType;
@@ -222,7 +222,9 @@ fn c_chars_stop_at_nul() {
     assert_eq!(c_chars_to_string(&chars), "m/input_layer1");
     let no_nul = to_c(b"abc");
     assert_eq!(c_chars_to_string(&no_nul), "abc");
-    assert_eq!(ErrBuf::new().message("fallback"), "fallback");
+    // A failing call whose shim wrote no message is named by its fallback.
+    let failure = ffi::call("fallback", |_, _| hailort_sys::HAILO_INVALID_ARGUMENT).unwrap_err();
+    assert_eq!(failure.call, "fallback");
 }
 
 #[test]

@@ -231,19 +231,14 @@ fn exposed_taps(spec: &SimSpec, layers: usize, what: &str) -> Result<Vec<Tap>> {
 
 /// The planted noise's stream ([`SimSpec::noise`]), seeded as the resource says.
 fn planted_noise(spec: &SimSpec, what: &str) -> Result<Noise> {
-    Ok(match spec.noise {
-        Some(n) => {
-            use rand::SeedableRng;
-            let normal = rand_distr::Normal::new(0.0, n.std).map_err(|e| {
-                Error::input(
-                    format!("{what} resource {}", super::synth_hef::SIM_RESOURCE),
-                    format!("noise: {e}"),
-                )
-            })?;
-            Some((rand_chacha::ChaCha8Rng::seed_from_u64(n.seed), normal))
-        }
-        None => None,
-    })
+    use rand::SeedableRng;
+    let resource = format!("{what} resource {}", super::synth_hef::SIM_RESOURCE);
+    let planted = |n: super::synth_hef::SimNoise| {
+        let normal = rand_distr::Normal::new(0.0, n.std)
+            .map_err(|e| Error::input(&resource, format!("noise: {e}")))?;
+        Ok((rand_chacha::ChaCha8Rng::seed_from_u64(n.seed), normal))
+    };
+    spec.noise.map(planted).transpose()
 }
 
 impl Device for SimDevice {

@@ -55,12 +55,10 @@ impl SimModel {
         let (b, s) = self.bytes(inputs, suffix)?;
         let q = s.quant_infos[0];
         let raw = b.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]));
-        Ok(match s.format {
-            FormatType::Float32 => raw.map(|x| q.dequantize(q.quantize(x))).collect(),
-            _ => {
-                return Err(Error::Device(format!("`{}` must be configured FLOAT32 (genai sets it)", s.name)))
-            }
-        })
+        if s.format != FormatType::Float32 {
+            return Err(Error::Device(format!("`{}` must be configured FLOAT32 (genai sets it)", s.name)));
+        }
+        Ok(raw.map(|x| q.dequantize(q.quantize(x))).collect())
     }
 
     /// [T][heads][L] floats -> [heads, T, L] tensor.
@@ -214,9 +212,7 @@ impl SimModel {
         let mut hooks: Vec<Box<dyn crate::model::hooks::Hooks + '_>> =
             core.faults.iter().map(|f| f.hooks()).collect();
         let mut stack = HookStack::default();
-        for h in hooks.iter_mut() {
-            stack.hooks.push(h.as_mut());
-        }
+        stack.hooks.extend(hooks.iter_mut().map(|h| h.as_mut() as &mut dyn Hooks));
         let plan = self.plan(core, &frame, &stack);
         core.ring.check_reads(&frame.allowed, &plan.live)?;
         let embeds = plan.cut(embeds, &mut frame)?;

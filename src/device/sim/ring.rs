@@ -35,7 +35,8 @@ pub(super) struct Ring {
     quant: Vec<(QuantInfo, QuantInfo)>,
     kv_heads: usize,
     head_dim: usize,
-    /// Bytes of one entry as the runtime pads it.
+    /// Bytes of one entry as the runtime pads it (cache_manager.cpp get_cache_ios_infos), from
+    /// the HEF's cache layers.
     pad: usize,
     /// The cache-layout fault (finding 9), realized where it happens: the prefill group
     /// writes each entry's features in another order than tbt reads them. Per layer:
@@ -140,19 +141,13 @@ impl Ring {
         self.kv_heads * self.head_dim
     }
 
-    /// Entry bytes as the runtime pads them (cache_manager.cpp get_cache_ios_infos), from the
-    /// HEF's cache layers.
-    pub fn padded_entry_bytes(&self) -> usize {
-        self.pad
-    }
-
     /// One ring (cache id 2l = keys of layer l, 2l + 1 = values) as raw bytes, entries in ring
     /// order, uint16 little-endian, each padded.
     pub fn raw(&self, id: u32) -> Option<Vec<u8>> {
         let (layer, is_v) = (id as usize / 2, id % 2 == 1);
         let entries = if is_v { self.v.get(layer)? } else { self.k.get(layer)? };
         let q = if is_v { self.quant[layer].1 } else { self.quant[layer].0 };
-        let pad = self.padded_entry_bytes();
+        let pad = self.pad;
         let mut out = Vec::with_capacity(self.len * pad);
         for e in entries.chunks_exact(self.width()) {
             let start = out.len();
@@ -163,7 +158,7 @@ impl Ring {
     }
 
     pub(super) fn write_raw(&mut self, id: u32, bytes: &[u8]) -> Result<()> {
-        let pad = self.padded_entry_bytes();
+        let pad = self.pad;
         if bytes.len() != self.len * pad {
             return Err(Error::Device(format!(
                 "update_cache_buffer({id}): {} bytes, the ring holds {} entries of {pad} bytes",
@@ -188,9 +183,7 @@ impl Ring {
         }
         Ok(())
     }
-}
 
-impl Ring {
     /// The entry row `row` of a frame of `rows` writes (right after the read window).
     fn entry(&self, rows: usize, row: usize) -> usize {
         (self.read_offset + self.len - rows + row) % self.len

@@ -91,14 +91,11 @@ impl Calibration {
 
     /// The calibration runs: every prompt, then its greedy steps.
     pub fn inputs(&self) -> Vec<InputSet> {
-        self.prompts
-            .iter()
-            .map(|p| {
-                let mut i = InputSet::new(p.clone());
-                i.decode = DecodeSpec::Greedy(CALIBRATION_DECODE);
-                i
-            })
-            .collect()
+        let greedy = |p: &Vec<u32>| InputSet {
+            decode: DecodeSpec::Greedy(CALIBRATION_DECODE),
+            ..InputSet::new(p.clone())
+        };
+        self.prompts.iter().map(greedy).collect()
     }
 }
 
@@ -117,8 +114,7 @@ impl Ranges {
         let lo = t.min_all()?.to_scalar::<f32>()?;
         let hi = t.max_all()?.to_scalar::<f32>()?;
         let e = self.sites.entry(site).or_insert((lo, hi));
-        e.0 = e.0.min(lo);
-        e.1 = e.1.max(hi);
+        *e = (e.0.min(lo), e.1.max(hi));
         Ok(())
     }
 
@@ -174,8 +170,10 @@ impl Ranges {
         }
     }
 
-    pub(super) fn get(&self, site: &str) -> (f32, f32) {
-        self.sites.get(site).copied().unwrap_or((-1.0, 1.0))
+    /// The uint16 quant info of a site's range ([-1, 1] for a site never seen).
+    pub(super) fn quant(&self, site: &str) -> QuantInfo {
+        let (lo, hi) = self.sites.get(site).copied().unwrap_or((-1.0, 1.0));
+        u16_quant(lo, hi)
     }
 }
 
@@ -207,10 +205,8 @@ pub fn u16_quant(lo: f32, hi: f32) -> QuantInfo {
 /// own once made the cache ranges clip ordinary prompts, moving later layers by up to 182 LSB).
 pub(super) fn calibrate(model: &Decoder, calibration: &Calibration, expose: &[Tap]) -> Result<Ranges> {
     let c = &model.cfg;
-    let mut ranges = Ranges { heads: (c.num_heads, c.num_kv_heads), ..Ranges::default() };
-    for &t in expose {
-        ranges.exposed.insert(t, Vec::new());
-    }
+    let exposed = expose.iter().map(|&t| (t, Vec::new())).collect();
+    let mut ranges = Ranges { heads: (c.num_heads, c.num_kv_heads), exposed, ..Ranges::default() };
     for i in &calibration.inputs() {
         run_inputs(model, i, &mut Explicit(expose), &mut ranges, &mut RunRecord::default())?;
     }

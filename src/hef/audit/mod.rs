@@ -231,9 +231,8 @@ pub fn audit_file(path: impl AsRef<std::path::Path>, expect: &Expectations) -> R
     let (hef, container) = Hef::read_with_container(path.as_ref())?;
     let mut report = audit(&hef, expect);
     report.source = Some(path.as_ref().display().to_string());
-    let container_findings = container_findings(&container);
+    report.findings.extend(container_findings(&container));
     report.container = Some(container);
-    report.findings.extend(container_findings);
     report.finish();
     Ok(report)
 }

@@ -50,9 +50,7 @@ impl Auditor<'_> {
         let Some(bytes) = self.hef.resource(llm_config::RESOURCE) else { return };
         match LlmConfig::parse(bytes, &format!("resource {}", llm_config::RESOURCE)) {
             Ok(config) => {
-                for f in &config.findings {
-                    self.findings.push(config_finding(f));
-                }
+                self.findings.extend(config.findings.iter().map(config_finding));
                 self.params = config.clone();
                 self.config = Some(config);
             }
