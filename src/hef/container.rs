@@ -352,8 +352,15 @@ fn check_v3(src: &mut dyn ByteSource, header: &Header, what: &str) -> Result<(La
     if proto_xxh3_64bits != 0 {
         let computed = xxh3_range(src, 56, 56 + layout.proto_size)?;
         if computed != proto_xxh3_64bits {
-            let (field, stored) = ("proto_xxh3_64bits", proto_xxh3_64bits);
-            return Err(hash_mismatch(what, 40, field, "XXH3-64", stored, computed, "the proto"));
+            return Err(hash_mismatch(
+                what,
+                40,
+                "proto_xxh3_64bits",
+                "XXH3-64",
+                proto_xxh3_64bits,
+                computed,
+                "the proto",
+            ));
         }
         return Ok((layout, Integrity::Xxh3Proto { value: computed, file_xxh3_unverified: xxh3_64bits }));
     }
@@ -367,8 +374,15 @@ fn check_v3(src: &mut dyn ByteSource, header: &Header, what: &str) -> Result<(La
     }
     let computed = xxh3_range(src, 56, layout.file_size)?;
     if computed != xxh3_64bits {
-        let over = "everything after the header";
-        return Err(hash_mismatch(what, 12, "xxh3_64bits", "XXH3-64", xxh3_64bits, computed, over));
+        return Err(hash_mismatch(
+            what,
+            12,
+            "xxh3_64bits",
+            "XXH3-64",
+            xxh3_64bits,
+            computed,
+            "everything after the header",
+        ));
     }
     Ok((layout, Integrity::Xxh3File { value: computed }))
 }

@@ -103,8 +103,15 @@ fn pair_groups<'h>(
             Some((i, gb)) => {
                 used_b.insert(i);
                 let subject = format!("{} group", want.unwrap_or("?"));
-                let msg = "the groups have different names";
-                push(out, "group-name", Warning, &subject, &ga.name, &gb.name, msg);
+                push(
+                    out,
+                    "group-name",
+                    Warning,
+                    &subject,
+                    &ga.name,
+                    &gb.name,
+                    "the groups have different names",
+                );
                 pairs.push((ga, gb));
             }
             None => {
@@ -165,8 +172,15 @@ fn diff_streams(
         let subject = format!("group {} {kind} {}", ga.name, key_a(sa));
         match left_b.get(i) {
             Some(sb) => {
-                let msg = "renamed (paired by position)";
-                push(out, "layer-name", Warning, &subject, &sa.name, &sb.name, msg);
+                push(
+                    out,
+                    "layer-name",
+                    Warning,
+                    &subject,
+                    &sa.name,
+                    &sb.name,
+                    "renamed (paired by position)",
+                );
                 diff_stream(sa, sb, &subject, out);
             }
             None => push(out, "layer-missing", Error, &subject, &sa.name, "-", "only in A"),
@@ -268,8 +282,16 @@ fn diff_config(a: &Hef, b: &Hef, out: &mut Vec<Difference>) {
     for (key, va) in keys {
         let vb = cb.pointer(&format!("/{}", key.replace('.', "/"))).cloned().unwrap_or(Value::Null);
         if va != vb {
-            let (x, y, msg) = (value_text(&va), value_text(&vb), "genai runs with different values");
-            push(out, "config-value", Warning, &format!("config key {key}"), x, y, msg);
+            let (x, y) = (value_text(&va), value_text(&vb));
+            push(
+                out,
+                "config-value",
+                Warning,
+                &format!("config key {key}"),
+                x,
+                y,
+                "genai runs with different values",
+            );
         }
     }
 }

@@ -9,7 +9,7 @@
 use prost::Message;
 use xxhash_rust::xxh3::xxh3_64;
 
-use super::model::{extension, CacheLayer, FormatOrder, Hef, NetworkGroup, QuantInfo, Shape3, Stream};
+use super::model::{extension, CacheLayer, FormatOrder, Hef, NetworkGroup, QuantInfo, Stream};
 use super::proto::*;
 
 /// The proto header's format version. HailoRT honours the `extensions` list only when it is > 0
@@ -144,16 +144,16 @@ fn edge_layer(
 }
 
 fn base(
-    shape: Shape3,
-    padded: Shape3,
+    shape: (u32, u32, u32),
+    padded: super::model::Shape3,
     order: FormatOrder,
     data_bytes: u32,
     sys: u32,
 ) -> ProtoHefEdgeLayerBase {
     ProtoHefEdgeLayerBase {
-        height: shape.height,
-        width: shape.width,
-        features: shape.features,
+        height: shape.0,
+        width: shape.1,
+        features: shape.2,
         padded_height: padded.height,
         padded_width: padded.width,
         padded_features: padded.features,
@@ -168,13 +168,10 @@ fn base(
 
 fn stream_layer(s: &Stream, is_output: bool, sys_index: u32, per_feature: bool) -> ProtoHefEdgeLayer {
     // The reader swaps H and W back for transposed layers (hef.cpp:2098-2101).
-    let shape = match s.transposed {
-        true => Shape3::new(s.shape.width, s.shape.height, s.shape.features),
-        false => s.shape,
-    };
+    let (h, w) = if s.transposed { (s.shape.width, s.shape.height) } else { (s.shape.height, s.shape.width) };
     let info = ProtoHefEdgeLayerInfo {
         name: s.name.clone(),
-        edge_layer_base: Some(base(shape, s.padded, s.order, s.data_bytes, sys_index)),
+        edge_layer_base: Some(base((h, w, s.shape.features), s.padded, s.order, s.data_bytes, sys_index)),
         numeric_info: Some(numeric_info(s, per_feature)),
         transposed: s.transposed,
         ..Default::default()
@@ -208,7 +205,13 @@ fn numeric_info(s: &Stream, per_feature: bool) -> ProtoHefEdgeLayerNumericInfo {
 fn cache_layer(c: &CacheLayer, sys_index: u32) -> ProtoHefEdgeLayer {
     let info = ProtoHefEdgeLayerInfo {
         name: c.name.clone(),
-        edge_layer_base: Some(base(c.shape, c.padded, c.order, c.data_bytes, sys_index)),
+        edge_layer_base: Some(base(
+            (c.shape.height, c.shape.width, c.shape.features),
+            c.padded,
+            c.order,
+            c.data_bytes,
+            sys_index,
+        )),
         numeric_info: Some(ProtoHefEdgeLayerNumericInfo {
             qp_zp: c.quant.zp,
             qp_scale: c.quant.scale,
