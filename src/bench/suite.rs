@@ -61,7 +61,6 @@ pub fn run(a: &Settings) -> Result<ExitCode> {
     // The main table (limits, HF, taps overhead) is at the last count; every count of the
     // list is measured side by side for the scaling table.
     let main = *counts.last().unwrap_or(&all);
-    let reps = a.reps;
     let hf_script = Path::new(HF_SCRIPT);
     if a.hf_python.is_some() && !hf_script.is_file() {
         return Err(Error::usage(format!(
@@ -80,167 +79,11 @@ pub fn run(a: &Settings) -> Result<ExitCode> {
     let mut lim = limits::measure(main);
     let mut rows = Vec::new();
     for (k, shape) in shapes.iter().enumerate() {
-        let shape = shape.as_str();
         if k > 0 {
             lim = lim.best(&limits::measure(main));
         }
-        eprintln!("{shape}: synthesizing ...");
-        let ckpt = SynthSpec::preset(shape, 0)?.build()?;
-        let model = Decoder::new(&ckpt)?;
-        // The same weights held as bf16, as a published bf16 folder loads (read as stored,
-        // widened in the kernels); drawn in f32 and rounded, so the shape and values match.
-        let mut bf16 = ckpt.clone();
-        for t in bf16.tensors.values_mut() {
-            *t = t.to_dtype(candle_core::DType::BF16)?;
-        }
-        let bf16 = Decoder::new(&bf16)?;
-        drop(ckpt);
-        let c = &model.cfg;
-        // A small preset (`--preset` with `--suite`) may hold fewer positions than 1024.
-        let short_n = SHORT.min(c.max_position_embeddings.saturating_sub(DECODE)).max(1);
-        let long_n = LONG.min(c.max_position_embeddings).max(1);
-        let hf = match &a.hf_python {
-            Some(py) => Some(run_hf(py, hf_script, c, main, reps, short_n, long_n)?),
-            None => None,
-        };
-        let prompt =
-            |n: usize| -> Vec<u32> { (0..n).map(|i| ((i * 7919 + 13) % c.vocab_size) as u32).collect() };
-        let (short, long) = (prompt(short_n), prompt(long_n));
-        let timed_on = |model: &Decoder,
-                        threads: usize,
-                        prompt: &[u32],
-                        decode: usize,
-                        taps: bool,
-                        label: &str|
-         -> Result<(f64, f64)> {
-            kernels::set_threads(threads);
-            let dir = super::tempfile_dir()?;
-            super::measure(model, &short[..8.min(short.len())], 1, &mut NoTaps)?; // warm-up
-            let (mut p, mut d) = (Vec::new(), Vec::new());
-            for r in 0..reps {
-                eprint!("\r{shape}: {label}, {threads} thread(s), rep {}/{reps}   ", r + 1);
-                let mut none = NoTaps;
-                let mut npz = if taps {
-                    Some(NpzSink::create(&dir.join("suite.npz"), TapSelection::all())?)
-                } else {
-                    None
-                };
-                let sink: &mut dyn TapSink = match npz.as_mut() {
-                    Some(s) => s,
-                    None => &mut none,
-                };
-                let f = super::measure(model, prompt, decode, sink)?;
-                if let Some(s) = npz.as_mut() {
-                    s.finish()?;
-                }
-                p.push(f.prefill_ms);
-                d.push(f.decode_ms);
-            }
-            let _ = std::fs::remove_dir_all(&dir);
-            eprintln!();
-            Ok((median(p), median(d)))
-        };
-        // Each measurement at every count of the list, one count after the other, so the
-        // ratios between counts come from the same minutes of the machine.
-        let at_counts = |model: &Decoder, prompt: &[u32], decode: usize, taps: bool, label: &str| {
-            counts
-                .iter()
-                .map(|&t| timed_on(model, t, prompt, decode, taps, label))
-                .collect::<Result<Vec<(f64, f64)>>>()
-        };
-        let off = at_counts(&model, &short, DECODE, false, "prefill + decode, taps off")?;
-        let on = at_counts(&model, &short, DECODE, true, "prefill + decode, all taps")?;
-        let long_off = at_counts(&model, &long, 0, false, "long prefill, taps off")?;
-        let bf_off = at_counts(&bf16, &short, DECODE, false, "bf16 weights: prefill + decode")?;
-        let bf_long = at_counts(&bf16, &long, 0, false, "bf16 weights: long prefill")?;
+        rows.extend(shape_rows(a, shape, (&counts, main), hf_script)?);
         kernels::set_threads(all);
-        let last = |v: &[(f64, f64)]| *v.last().unwrap_or(&(f64::NAN, f64::NAN));
-        let (off_m, on_m, long_m, bf_m, bf_long_m) =
-            (last(&off), last(&on), last(&long_off), last(&bf_off), last(&bf_long));
-        let pre = |t: usize| Some(Demand::Flops(limits::prefill_flops(c, t)));
-        let dec = || Some(Demand::Bytes(limits::decode_bytes(c, short_n, 4.0)));
-        let dec_bf16 = Some(Demand::Bytes(limits::decode_bytes(c, short_n, 2.0)));
-        // transformers loads a bf16 folder with dtype=float32 as f32 weights: its figure is
-        // the f32 one (the values do not change its time).
-        let vs_f32 = |bf: f64, f: f64| format!("bf16 weights; hefprobe f32 / bf16: {:.2}×", f / bf);
-        let overhead = |on: f64, off: f64| format!("all-tap overhead {:+.1}%", 100.0 * (on / off - 1.0));
-        let name = |what: String| format!("{shape} {what}");
-        let prefill = |v: &[(f64, f64)]| v.iter().map(|x| x.0).collect::<Vec<f64>>();
-        let decode = |v: &[(f64, f64)]| v.iter().map(|x| x.1).collect::<Vec<f64>>();
-        let row = |what: String, ms: f64, limit, hf_ms, note: String, by_count: Vec<f64>| Row {
-            what: name(what),
-            ms,
-            limit,
-            hf_ms,
-            note,
-            by_count,
-        };
-        rows.extend([
-            row(
-                format!("prefill {short_n}"),
-                off_m.0,
-                pre(short_n),
-                hf.map(|h| h.short),
-                String::new(),
-                prefill(&off),
-            ),
-            row(
-                format!("prefill {short_n}, all taps"),
-                on_m.0,
-                None,
-                None,
-                overhead(on_m.0, off_m.0),
-                prefill(&on),
-            ),
-            row(
-                format!("prefill {long_n}"),
-                long_m.0,
-                pre(long_n),
-                hf.map(|h| h.long),
-                String::new(),
-                prefill(&long_off),
-            ),
-            row(
-                format!("decode @{short_n}"),
-                off_m.1,
-                dec(),
-                hf.map(|h| h.decode),
-                String::new(),
-                decode(&off),
-            ),
-            row(
-                format!("decode @{short_n}, all taps"),
-                on_m.1,
-                None,
-                None,
-                overhead(on_m.1, off_m.1),
-                decode(&on),
-            ),
-            row(
-                format!("bf16 prefill {short_n}"),
-                bf_m.0,
-                pre(short_n),
-                hf.map(|h| h.short),
-                vs_f32(bf_m.0, off_m.0),
-                prefill(&bf_off),
-            ),
-            row(
-                format!("bf16 prefill {long_n}"),
-                bf_long_m.0,
-                pre(long_n),
-                hf.map(|h| h.long),
-                vs_f32(bf_long_m.0, long_m.0),
-                prefill(&bf_long),
-            ),
-            row(
-                format!("bf16 decode @{short_n}"),
-                bf_m.1,
-                dec_bf16,
-                hf.map(|h| h.decode),
-                vs_f32(bf_m.1, off_m.1),
-                decode(&bf_off),
-            ),
-        ]);
         let rss = peak_rss_mib().map_or("n/a".into(), |m| format!("{m:.0} MiB"));
         eprintln!("{shape}: done, peak RSS so far {rss}");
     }
@@ -248,6 +91,207 @@ pub fn run(a: &Settings) -> Result<ExitCode> {
     print_table(&rows, &lim, main);
     print_scaling(&rows, &counts);
     Ok(ExitCode::SUCCESS)
+}
+
+/// A prefill and decode timed on one model at every count of the thread list, one count after
+/// the other, so the ratios between counts come from the same minutes of the machine.
+struct Timer<'a> {
+    shape: &'a str,
+    counts: &'a [usize],
+    reps: usize,
+    /// The warm-up prompt.
+    warm: &'a [u32],
+}
+
+impl Timer<'_> {
+    /// (prefill ms, decode ms per step), the medians of the repetitions, at each count.
+    fn at_counts(
+        &self,
+        model: &Decoder,
+        prompt: &[u32],
+        decode: usize,
+        taps: bool,
+        label: &str,
+    ) -> Result<Vec<(f64, f64)>> {
+        self.counts.iter().map(|&t| self.at(model, t, prompt, decode, taps, label)).collect()
+    }
+
+    fn at(
+        &self,
+        model: &Decoder,
+        threads: usize,
+        prompt: &[u32],
+        decode: usize,
+        taps: bool,
+        label: &str,
+    ) -> Result<(f64, f64)> {
+        let (shape, reps) = (self.shape, self.reps);
+        kernels::set_threads(threads);
+        let dir = super::tempfile_dir()?;
+        super::measure(model, self.warm, 1, &mut NoTaps)?;
+        let (mut p, mut d) = (Vec::new(), Vec::new());
+        for r in 0..reps {
+            eprint!("\r{shape}: {label}, {threads} thread(s), rep {}/{reps}   ", r + 1);
+            let mut none = NoTaps;
+            let mut npz =
+                if taps { Some(NpzSink::create(&dir.join("suite.npz"), TapSelection::all())?) } else { None };
+            let sink: &mut dyn TapSink = match npz.as_mut() {
+                Some(s) => s,
+                None => &mut none,
+            };
+            let f = super::measure(model, prompt, decode, sink)?;
+            if let Some(s) = npz.as_mut() {
+                s.finish()?;
+            }
+            p.push(f.prefill_ms);
+            d.push(f.decode_ms);
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+        eprintln!();
+        Ok((median(p), median(d)))
+    }
+}
+
+/// The rows of one shape (a synth preset): f32 and bf16 weights, taps off and on, each at
+/// every count of the list.
+fn shape_rows(
+    a: &Settings,
+    shape: &str,
+    (counts, main): (&[usize], usize),
+    hf_script: &Path,
+) -> Result<Vec<Row>> {
+    eprintln!("{shape}: synthesizing ...");
+    let ckpt = SynthSpec::preset(shape, 0)?.build()?;
+    let model = Decoder::new(&ckpt)?;
+    // The same weights held as bf16, as a published bf16 folder loads (read as stored,
+    // widened in the kernels); drawn in f32 and rounded, so the shape and values match.
+    let mut bf16 = ckpt.clone();
+    for t in bf16.tensors.values_mut() {
+        *t = t.to_dtype(candle_core::DType::BF16)?;
+    }
+    let bf16 = Decoder::new(&bf16)?;
+    drop(ckpt);
+    let c = &model.cfg;
+    // A small preset (`--preset` with `--suite`) may hold fewer positions than 1024.
+    let short_n = SHORT.min(c.max_position_embeddings.saturating_sub(DECODE)).max(1);
+    let long_n = LONG.min(c.max_position_embeddings).max(1);
+    let hf = match &a.hf_python {
+        Some(py) => Some(run_hf(py, hf_script, c, main, a.reps, short_n, long_n)?),
+        None => None,
+    };
+    let prompt = |n: usize| -> Vec<u32> { (0..n).map(|i| ((i * 7919 + 13) % c.vocab_size) as u32).collect() };
+    let (short, long) = (prompt(short_n), prompt(long_n));
+    let timer = Timer { shape, counts, reps: a.reps, warm: &short[..8.min(short.len())] };
+    let off = timer.at_counts(&model, &short, DECODE, false, "prefill + decode, taps off")?;
+    let on = timer.at_counts(&model, &short, DECODE, true, "prefill + decode, all taps")?;
+    let long_off = timer.at_counts(&model, &long, 0, false, "long prefill, taps off")?;
+    let bf_off = timer.at_counts(&bf16, &short, DECODE, false, "bf16 weights: prefill + decode")?;
+    let bf_long = timer.at_counts(&bf16, &long, 0, false, "bf16 weights: long prefill")?;
+    let measured = Measured { off, on, long_off, bf_off, bf_long };
+    Ok(rows(shape, c, (short_n, long_n), hf, &measured))
+}
+
+/// One shape's times (prefill ms, decode ms per step) at each count of the thread list.
+struct Measured {
+    /// f32 weights, the short prefill and decode, taps off and on.
+    off: Vec<(f64, f64)>,
+    on: Vec<(f64, f64)>,
+    long_off: Vec<(f64, f64)>,
+    /// bf16 weights, taps off.
+    bf_off: Vec<(f64, f64)>,
+    bf_long: Vec<(f64, f64)>,
+}
+
+/// The table's rows of one shape: each figure at the last count, beside its limit and
+/// transformers' figure, with every count's time for the scaling table.
+fn rows(
+    shape: &str,
+    c: &ModelConfig,
+    (short_n, long_n): (usize, usize),
+    hf: Option<Hf>,
+    m: &Measured,
+) -> Vec<Row> {
+    let Measured { off, on, long_off, bf_off, bf_long } = m;
+    let last = |v: &[(f64, f64)]| *v.last().unwrap_or(&(f64::NAN, f64::NAN));
+    let (off_m, on_m, long_m, bf_m, bf_long_m) =
+        (last(off), last(on), last(long_off), last(bf_off), last(bf_long));
+    let pre = |t: usize| Some(Demand::Flops(limits::prefill_flops(c, t)));
+    let dec = || Some(Demand::Bytes(limits::decode_bytes(c, short_n, 4.0)));
+    let dec_bf16 = Some(Demand::Bytes(limits::decode_bytes(c, short_n, 2.0)));
+    // transformers loads a bf16 folder with dtype=float32 as f32 weights: its figure is
+    // the f32 one (the values do not change its time).
+    let vs_f32 = |bf: f64, f: f64| format!("bf16 weights; hefprobe f32 / bf16: {:.2}×", f / bf);
+    let overhead = |on: f64, off: f64| format!("all-tap overhead {:+.1}%", 100.0 * (on / off - 1.0));
+    let name = |what: String| format!("{shape} {what}");
+    let prefill = |v: &[(f64, f64)]| v.iter().map(|x| x.0).collect::<Vec<f64>>();
+    let decode = |v: &[(f64, f64)]| v.iter().map(|x| x.1).collect::<Vec<f64>>();
+    let row = |what: String, ms: f64, limit, hf_ms, note: String, by_count: Vec<f64>| Row {
+        what: name(what),
+        ms,
+        limit,
+        hf_ms,
+        note,
+        by_count,
+    };
+    vec![
+        row(
+            format!("prefill {short_n}"),
+            off_m.0,
+            pre(short_n),
+            hf.map(|h| h.short),
+            String::new(),
+            prefill(off),
+        ),
+        row(
+            format!("prefill {short_n}, all taps"),
+            on_m.0,
+            None,
+            None,
+            overhead(on_m.0, off_m.0),
+            prefill(on),
+        ),
+        row(
+            format!("prefill {long_n}"),
+            long_m.0,
+            pre(long_n),
+            hf.map(|h| h.long),
+            String::new(),
+            prefill(long_off),
+        ),
+        row(format!("decode @{short_n}"), off_m.1, dec(), hf.map(|h| h.decode), String::new(), decode(off)),
+        row(
+            format!("decode @{short_n}, all taps"),
+            on_m.1,
+            None,
+            None,
+            overhead(on_m.1, off_m.1),
+            decode(on),
+        ),
+        row(
+            format!("bf16 prefill {short_n}"),
+            bf_m.0,
+            pre(short_n),
+            hf.map(|h| h.short),
+            vs_f32(bf_m.0, off_m.0),
+            prefill(bf_off),
+        ),
+        row(
+            format!("bf16 prefill {long_n}"),
+            bf_long_m.0,
+            pre(long_n),
+            hf.map(|h| h.long),
+            vs_f32(bf_long_m.0, long_m.0),
+            prefill(bf_long),
+        ),
+        row(
+            format!("bf16 decode @{short_n}"),
+            bf_m.1,
+            dec_bf16,
+            hf.map(|h| h.decode),
+            vs_f32(bf_m.1, off_m.1),
+            decode(bf_off),
+        ),
+    ]
 }
 
 /// The thread counts the suite measures: the `--threads` list as given, or 1 and every core.
