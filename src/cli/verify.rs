@@ -3,6 +3,7 @@
 use super::run::request;
 use super::Command;
 use crate::error::Result;
+use crate::probe::bundle::Manifest;
 use crate::probe::verify::{Check, Verdict};
 use crate::report::{deliver, ReportTarget};
 use crate::request::sweep::Sweep;
@@ -22,16 +23,16 @@ pub struct VerifyArgs {
 /// file, a swapped HEF, a figure, a document, a device claim, a replay that failed), and 1 when
 /// some figures cannot be re-run here: "unverified (N figures)", never "all same".
 pub fn run(a: VerifyArgs) -> Result<ExitCode> {
-    let mut verified = Verify { bundle: a.bundle.clone() }.run()?;
-    verified.checks.push(recorded_command(&a.bundle)?);
+    let mut verified = Verify { bundle: a.bundle }.run()?;
+    let command = recorded_command(&verified.manifest);
+    verified.checks.push(command);
     deliver(&mut verified, &ReportTarget::or(Vec::new(), crate::report::Format::Terminal))?;
     Ok(if verified.same() { ExitCode::SUCCESS } else { ExitCode::from(1) })
 }
 
 /// A bundle's command line read back as this command line reads it, and checked against what
 /// the bundle replays ([`crate::request::verify::command_asks`]): its paths as typed.
-fn recorded_command(dir: &std::path::Path) -> Result<Check> {
-    let m = crate::probe::verify::read_manifest(dir)?;
+fn recorded_command(m: &Manifest) -> Check {
     let as_typed = |p: &str| p.to_string();
     let parsed = super::Cli::try_parse_from(unquote(&m.command)).map(|c| c.command);
     let (recorded, typed, folder) = match (parsed, &m.suite, &m.sweep) {
@@ -49,10 +50,10 @@ fn recorded_command(dir: &std::path::Path) -> Result<Check> {
         }
         _ => {
             let why = format!("`{}` is not the command of a bundle of this kind", m.command);
-            return Ok(Check { what: "the command".into(), verdict: Verdict::Different, why });
+            return Check { what: "the command".into(), verdict: Verdict::Different, why };
         }
     };
-    Ok(command_asks(&recorded, &typed, (&m.folder, folder.as_deref())))
+    command_asks(&recorded, &typed, (&m.folder, folder.as_deref()))
 }
 
 fn value<T: serde::Serialize>(asked: &T) -> serde_json::Value {

@@ -464,17 +464,17 @@ fn rerun(dir: &Path, m: &Manifest, out: &mut Vec<Check>) -> Result<()> {
     compare_documents(dir, m, docs.filter(|_| unverifiable.is_none()), unverifiable.as_deref(), out)
 }
 
-/// `hefprobe verify DIR`: the hashes, then (when they hold) the replay.
-pub fn verify(dir: &Path) -> Result<Vec<Check>> {
-    let m = read_manifest(dir)?;
+/// `hefprobe verify DIR` of a run's or a sweep's bundle (`m`, its manifest, [`read_manifest`]):
+/// the hashes, then (when they hold) the replay.
+pub fn verify(dir: &Path, m: &Manifest) -> Result<Vec<Check>> {
     let mut out = Vec::new();
-    check_hashes(dir, &m, &mut out);
+    check_hashes(dir, m, &mut out);
     if out.iter().any(|c| c.verdict == Verdict::Different) {
         return Ok(out);
     }
     match &m.sweep {
-        Some(asked) => rerun_sweep(dir, &m, asked, &mut out)?,
-        None => rerun(dir, &m, &mut out)?,
+        Some(asked) => rerun_sweep(dir, m, asked, &mut out)?,
+        None => rerun(dir, m, &mut out)?,
     }
     Ok(out)
 }

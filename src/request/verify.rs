@@ -3,6 +3,7 @@
 
 use super::Request;
 use crate::error::Result;
+use crate::probe::bundle::Manifest;
 use crate::probe::verify::{Check, Verdict};
 use crate::report::doc::{Doc, Table};
 use crate::report::{Document, Format};
@@ -14,10 +15,11 @@ pub struct Verify {
     pub bundle: PathBuf,
 }
 
-/// Every check of a replay.
+/// Every check of a replay, and the manifest it replayed.
 pub struct Verified {
     pub bundle: PathBuf,
     pub checks: Vec<Check>,
+    pub manifest: Manifest,
 }
 
 impl Verified {
@@ -61,16 +63,16 @@ impl Document for Verified {
 }
 
 impl Request for Verify {
-    type Plan = ();
+    type Plan = Manifest;
     type Output = Verified;
 
-    fn plan(&self) -> Result<()> {
-        Ok(())
+    fn plan(&self) -> Result<Manifest> {
+        crate::probe::verify::read_manifest(&self.bundle)
     }
 
-    fn execute(&self, (): ()) -> Result<Verified> {
-        let checks = crate::suite::bundle::verify(&self.bundle)?;
-        Ok(Verified { bundle: self.bundle.clone(), checks })
+    fn execute(&self, manifest: Manifest) -> Result<Verified> {
+        let checks = crate::suite::bundle::verify(&self.bundle, &manifest)?;
+        Ok(Verified { bundle: self.bundle.clone(), checks, manifest })
     }
 }
 

@@ -10,8 +10,7 @@ use super::spec::Suite;
 use crate::error::{Error, Result};
 use crate::probe::bundle::{hashed, pin, pin_checkpoint, Manifest, SuiteAsked};
 use crate::probe::verify::{
-    absent_device, check_hashes, compare_documents, compare_figures, judge_devices, read_manifest, Check,
-    Replayed, Verdict,
+    absent_device, check_hashes, compare_documents, compare_figures, judge_devices, Check, Replayed, Verdict,
 };
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -107,11 +106,10 @@ fn as_recorded(now: &mut SuiteResult, then: &SuiteResult) {
 /// `verify` of a bundle: a run's or a sweep's ([`crate::probe::verify::verify`]) or a suite's:
 /// the hashes, then the suite run again as it was asked, every pair's status and figures and
 /// both documents (report.json, summary.md) compared.
-pub fn verify(dir: &Path) -> Result<Vec<Check>> {
-    let m = read_manifest(dir)?;
-    let Some(asked) = &m.suite else { return crate::probe::verify::verify(dir) };
+pub fn verify(dir: &Path, m: &Manifest) -> Result<Vec<Check>> {
+    let Some(asked) = &m.suite else { return crate::probe::verify::verify(dir, m) };
     let mut out = Vec::new();
-    check_hashes(dir, &m, &mut out);
+    check_hashes(dir, m, &mut out);
     if out.iter().any(|c| c.verdict == Verdict::Different) {
         return Ok(out);
     }
@@ -177,6 +175,6 @@ pub fn verify(dir: &Path) -> Result<Vec<Check>> {
             ("summary.md".to_string(), super::summary::doc(now).markdown()),
         ]
     });
-    compare_documents(dir, &m, docs, unverifiable.as_deref(), &mut out)?;
+    compare_documents(dir, m, docs, unverifiable.as_deref(), &mut out)?;
     Ok(out)
 }
