@@ -44,8 +44,6 @@ enum Demand {
 
 struct Row {
     what: String,
-    /// At the last count of the thread list.
-    ms: f64,
     /// What the limit bounds: flops (sgemm) or bytes read (bandwidth); turned into the time
     /// it allows with the best limits the run measured ([`print_table`]).
     limit: Option<Demand>,
@@ -53,6 +51,13 @@ struct Row {
     note: String,
     /// The time at each count of the thread list, in the list's order.
     by_count: Vec<f64>,
+}
+
+impl Row {
+    /// The time at the last count of the thread list, the main table's.
+    fn ms(&self) -> f64 {
+        self.by_count.last().copied().unwrap_or(f64::NAN)
+    }
 }
 
 pub fn run(a: &Settings) -> Result<ExitCode> {
@@ -225,51 +230,21 @@ fn rows(
     let name = |what: String| format!("{shape} {what}");
     let prefill = |v: &[(f64, f64)]| v.iter().map(|x| x.0).collect::<Vec<f64>>();
     let decode = |v: &[(f64, f64)]| v.iter().map(|x| x.1).collect::<Vec<f64>>();
-    let row = |what: String, ms: f64, limit, hf_ms, note: String, by_count: Vec<f64>| Row {
+    let row = |what: String, limit, hf_ms, note: String, by_count: Vec<f64>| Row {
         what: name(what),
-        ms,
         limit,
         hf_ms,
         note,
         by_count,
     };
     vec![
-        row(
-            format!("prefill {short_n}"),
-            off_m.0,
-            pre(short_n),
-            hf.map(|h| h.short),
-            String::new(),
-            prefill(off),
-        ),
-        row(
-            format!("prefill {short_n}, all taps"),
-            on_m.0,
-            None,
-            None,
-            overhead(on_m.0, off_m.0),
-            prefill(on),
-        ),
-        row(
-            format!("prefill {long_n}"),
-            long_m.0,
-            pre(long_n),
-            hf.map(|h| h.long),
-            String::new(),
-            prefill(long_off),
-        ),
-        row(format!("decode @{short_n}"), off_m.1, dec(), hf.map(|h| h.decode), String::new(), decode(off)),
-        row(
-            format!("decode @{short_n}, all taps"),
-            on_m.1,
-            None,
-            None,
-            overhead(on_m.1, off_m.1),
-            decode(on),
-        ),
+        row(format!("prefill {short_n}"), pre(short_n), hf.map(|h| h.short), String::new(), prefill(off)),
+        row(format!("prefill {short_n}, all taps"), None, None, overhead(on_m.0, off_m.0), prefill(on)),
+        row(format!("prefill {long_n}"), pre(long_n), hf.map(|h| h.long), String::new(), prefill(long_off)),
+        row(format!("decode @{short_n}"), dec(), hf.map(|h| h.decode), String::new(), decode(off)),
+        row(format!("decode @{short_n}, all taps"), None, None, overhead(on_m.1, off_m.1), decode(on)),
         row(
             format!("bf16 prefill {short_n}"),
-            bf_m.0,
             pre(short_n),
             hf.map(|h| h.short),
             vs_f32(bf_m.0, off_m.0),
@@ -277,7 +252,6 @@ fn rows(
         ),
         row(
             format!("bf16 prefill {long_n}"),
-            bf_long_m.0,
             pre(long_n),
             hf.map(|h| h.long),
             vs_f32(bf_long_m.0, long_m.0),
@@ -285,7 +259,6 @@ fn rows(
         ),
         row(
             format!("bf16 decode @{short_n}"),
-            bf_m.1,
             dec_bf16,
             hf.map(|h| h.decode),
             vs_f32(bf_m.1, off_m.1),
@@ -352,21 +325,24 @@ fn print_table(rows: &[Row], l: &Limits, main: usize) {
             Demand::Bytes(b) => (b / (l.read_gbs * 1e9) * 1e3, "bandwidth"),
         });
         let (lim, pct) = match limit {
-            Some((ms, by)) => (format!("{ms:.2} ms ({by})"), format!("{:.0}%", limits::pct(ms, r.ms))),
+            Some((ms, by)) => (format!("{ms:.2} ms ({by})"), format!("{:.0}%", limits::pct(ms, r.ms()))),
             None => ("".into(), "".into()),
         };
         let rate = match r.limit {
-            Some(Demand::Flops(f)) => format!("{:.1} GFLOP/s", f / (r.ms * 1e-3) / 1e9),
-            Some(Demand::Bytes(b)) => format!("{:.2} GB/s", b / (r.ms * 1e-3) / 1e9),
+            Some(Demand::Flops(f)) => format!("{:.1} GFLOP/s", f / (r.ms() * 1e-3) / 1e9),
+            Some(Demand::Bytes(b)) => format!("{:.2} GB/s", b / (r.ms() * 1e-3) / 1e9),
             None => String::new(),
         };
         let (hf, ratio) = match r.hf_ms {
-            Some(h) => (format!("{h:.2} ms"), format!("{:.2}×", h / r.ms)),
+            Some(h) => (format!("{h:.2} ms"), format!("{:.2}×", h / r.ms())),
             None => ("".into(), "".into()),
         };
         println!(
             "| {} | {} | {:.2} ms | {rate} | {lim} | {pct} | {hf} | {ratio} | {} |",
-            r.what, main, r.ms, r.note
+            r.what,
+            main,
+            r.ms(),
+            r.note
         );
     }
     let rss = peak_rss_mib().map_or("n/a".into(), |m| format!("{m:.0} MiB"));
