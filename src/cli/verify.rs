@@ -50,7 +50,7 @@ fn recorded_command(m: &Manifest) -> Check {
         }
         _ => {
             let why = format!("`{}` is not the command of a bundle of this kind", m.command);
-            return Check { what: "the command".into(), verdict: Verdict::Different, why };
+            return Check::new("the command", Verdict::Different, why);
         }
     };
     command_asks(&recorded, &typed, (&m.folder, folder.as_deref()))

@@ -43,7 +43,7 @@ pub struct Check {
 }
 
 impl Check {
-    fn new(what: impl Into<String>, verdict: Verdict, why: impl Into<String>) -> Self {
+    pub fn new(what: impl Into<String>, verdict: Verdict, why: impl Into<String>) -> Self {
         Check { what: what.into(), verdict, why: why.into() }
     }
 }

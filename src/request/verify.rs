@@ -90,14 +90,13 @@ pub fn command_asks(recorded: &Value, typed: &Value, folder: (&str, Option<&Path
         differs("", recorded, typed)
     };
     match wrong {
-        None => Check { what: "the command".into(), verdict: Verdict::Same, why: String::new() },
-        Some(why) => Check { what: "the command".into(), verdict: Verdict::Different, why },
+        None => Check::new("the command", Verdict::Same, ""),
+        Some(why) => Check::new("the command", Verdict::Different, why),
     }
 }
 
 /// The first value of `typed` that is not `recorded`'s, said; `key` is where it is.
 fn differs(key: &str, recorded: &Value, typed: &Value) -> Option<String> {
-    let said = || Some(format!("`{key}`: the command asks {typed}, the bundle replays {recorded}"));
     match (recorded, typed) {
         (Value::Object(r), Value::Object(t)) => {
             r.iter().find_map(|(k, v)| differs(k, v, t.get(k).unwrap_or(&Value::Null)))
@@ -107,15 +106,15 @@ fn differs(key: &str, recorded: &Value, typed: &Value) -> Option<String> {
         }
         (Value::String(r), Value::String(t)) if same_words(r, t) => None,
         _ if recorded == typed => None,
-        _ => said(),
+        _ => Some(format!("`{key}`: the command asks {typed}, the bundle replays {recorded}")),
     }
 }
 
 /// A recorded value and a typed one: the same words (split at `,` and `=`, as a backend spec
 /// is), each equal or a recorded absolute path that ends in the typed one.
 fn same_words(recorded: &str, typed: &str) -> bool {
-    let words = |s: &str| s.split([',', '=']).map(str::to_string).collect::<Vec<_>>();
-    let (r, t) = (words(recorded), words(typed));
+    let (r, t): (Vec<&str>, Vec<&str>) =
+        (recorded.split([',', '=']).collect(), typed.split([',', '=']).collect());
     r.len() == t.len()
         && r.iter().zip(&t).all(|(r, t)| {
             let tail: std::path::PathBuf =
