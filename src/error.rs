@@ -128,6 +128,16 @@ pub fn check_interrupt() -> Result<()> {
     }
 }
 
+/// Text read from a file, for a message: at most `max` characters, `…` after a cut, and every
+/// character but printable ASCII escaped (a crafted file cannot fill the terminal or drive it).
+pub fn echo(s: &str, max: usize) -> String {
+    let mut e: String = s.chars().take(max).flat_map(char::escape_default).collect();
+    if s.chars().nth(max).is_some() {
+        e += "…";
+    }
+    e
+}
+
 /// A byte count for people: `512 B`, `3.2 MiB`, `128.0 GiB` (powers of 1024, as
 /// /proc/meminfo's kB are).
 pub fn format_size(bytes: u64) -> String {

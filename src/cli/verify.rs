@@ -49,7 +49,10 @@ fn recorded_command(m: &Manifest) -> Check {
             (value(s), value(&sweep.asked(&as_typed)), a.bundle)
         }
         _ => {
-            let why = format!("`{}` is not the command of a bundle of this kind", m.command);
+            let why = format!(
+                "`{}` is not the command of a bundle of this kind",
+                crate::error::echo(&m.command, 120)
+            );
             return Check::new("the command", Verdict::Different, why);
         }
     };

@@ -99,13 +99,9 @@ fn is_ref_name(s: &str) -> bool {
 /// The longest ref name, and the most of a ref file read or echoed.
 const MAX_REF: usize = 256;
 
-/// `s` for an error message: at most 64 characters, control characters escaped.
+/// `s` for an error message: at most 64 characters, escaped.
 fn echo(s: &str) -> String {
-    let mut e: String = s.chars().take(64).flat_map(char::escape_default).collect();
-    if s.chars().count() > 64 {
-        e += "…";
-    }
-    e
+    crate::error::echo(s, 64)
 }
 
 /// The commit sha a ref file holds (huggingface_hub writes the 40-digit sha and nothing else);

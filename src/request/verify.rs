@@ -106,8 +106,17 @@ fn differs(key: &str, recorded: &Value, typed: &Value) -> Option<String> {
         }
         (Value::String(r), Value::String(t)) if same_words(r, t) => None,
         _ if recorded == typed => None,
-        _ => Some(format!("`{key}`: the command asks {typed}, the bundle replays {recorded}")),
+        _ => Some(format!(
+            "`{key}`: the command asks `{}`, the bundle replays `{}`",
+            shown(typed),
+            shown(recorded)
+        )),
     }
+}
+
+/// A value of a bundle's manifest or its command, for a message ([`crate::error::echo`]).
+fn shown(v: &Value) -> String {
+    crate::error::echo(&v.as_str().map_or_else(|| v.to_string(), String::from), 120)
 }
 
 /// A recorded value and a typed one: the same words (split at `,` and `=`, as a backend spec
