@@ -316,6 +316,7 @@ fn synth_hef<'py>(
         expose: expose.map(|globs| globs.join(",")),
         expose_quant,
         layers,
+        ..request::synth_hef::SynthHef::options()
     };
     let written = work(py, || request.run())?;
     json_value(py, &written)

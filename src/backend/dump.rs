@@ -36,6 +36,8 @@ pub struct DumpBackend {
     entries: Vec<Entry>,
     /// The HEF the dump was captured from, when given: its quantization is the dump's.
     pub quantized_as: Option<Box<super::hef::HefBackend>>,
+    /// The logits' shard widths it declares (`shards`); else its HEF's.
+    pub shards: Option<Vec<usize>>,
 }
 
 /// A dump read through a name map (renames, squeezes, permutes) as a capture: mapped into a
@@ -77,6 +79,7 @@ impl DumpBackend {
             file,
             entries,
             quantized_as: None,
+            shards: None,
         })
     }
 
@@ -127,6 +130,10 @@ impl Backend for DumpBackend {
     /// A dump captured from a HEF is emulated as that HEF computes (its frames).
     fn emulation(&self) -> Option<super::Emulation> {
         self.quantized_as.as_deref().and_then(Backend::emulation)
+    }
+
+    fn logits_shards(&self) -> Option<Vec<usize>> {
+        self.shards.clone().or_else(|| self.quantized_as.as_deref().and_then(Backend::logits_shards))
     }
 
     /// One array at a time from the dump into the sink: a run into a file holds one tap of it.

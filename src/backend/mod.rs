@@ -86,6 +86,11 @@ pub trait Backend {
         Ok(())
     }
     fn capabilities(&self) -> Capabilities;
+    /// Whether it can run `inputs` at all (a base-scope HEF's one frame must hold the prompt
+    /// and every decode step): a usage error naming what does not fit, before anything runs.
+    fn check_inputs(&self, _inputs: &InputSet) -> Result<()> {
+        Ok(())
+    }
     /// When this backend is only comparable with a reference whose attention sees the last K
     /// keys (a device whose KV cache ring is shorter than the conversation): K, and the note
     /// the report shows about it.
@@ -112,6 +117,12 @@ pub trait Backend {
     }
     /// The device it runs on, as that device describes itself (None: no device).
     fn device(&self) -> Option<crate::device::DeviceFacts> {
+        None
+    }
+    /// The widths of its logits' shards in output order, when its lm_head is split over 2 or
+    /// more outputs (a HEF's own, or what a dump declares): the logits are also compared shard
+    /// by shard at those boundaries.
+    fn logits_shards(&self) -> Option<Vec<usize>> {
         None
     }
     /// What the report should say about where this backend's figures come from (a HEF: which
@@ -182,15 +193,16 @@ pub fn make_backend(spec: &BackendSpec, ckpt: &Checkpoint, model: &Arc<Decoder>)
         }
         BackendKind::Dump => {
             let mut d = dump::DumpBackend::open(&label, spec.path()?, spec.map.as_deref())?;
+            d.shards = spec.shard_widths()?;
             if let Some(h) = &spec.hef {
-                let mut b = hef::open(&label, h, None, ckpt)?;
+                let mut b = hef::open(&label, h, (None, spec.group.as_deref()), ckpt)?;
                 b.declared = spec.quant.clone();
                 d.quantized_as = Some(Box::new(b));
             }
             Box::new(d)
         }
         BackendKind::Hef => {
-            let mut b = hef::open(&label, spec.path()?, spec.sim_profile()?, ckpt)?;
+            let mut b = hef::open(&label, spec.path()?, (spec.sim_profile()?, spec.group.as_deref()), ckpt)?;
             b.declared = spec.quant.clone();
             if let Some(m) = &spec.map {
                 b.set_output_map(m)?;

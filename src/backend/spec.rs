@@ -61,6 +61,12 @@ pub struct BackendSpec {
     /// dump: the HEF it was captured from. Its quantization (its quant infos, and its recorded
     /// or declared `quant`) is what the dump is judged beyond, as a `hef` backend is.
     pub hef: Option<PathBuf>,
+    /// hef: the network group to run (a prefill group with its tbt partner, or a cache-less
+    /// base-scope group alone); genai's choice when absent.
+    pub group: Option<String>,
+    /// dump: the widths of the logits' shards, in output order (e.g. [16002, 16003]), when the
+    /// dump was captured from a HEF with a sharded lm_head; a `hef` backend reads its own.
+    pub shards: Option<Vec<usize>>,
 }
 
 impl BackendSpec {
@@ -76,6 +82,8 @@ impl BackendSpec {
             hef: None,
             beside: None,
             first_layer: None,
+            group: None,
+            shards: None,
         }
     }
 
@@ -88,14 +96,16 @@ impl BackendSpec {
         })
     }
 
-    /// From the command line: `emulator`, `emulator=FAULT+FAULT`, `dump=PATH[,map=MAP][,hef=HEF]`,
-    /// `hef=PATH[,map=OUTPUT_MAP][,beside=DUMP][,first_layer=K][,device=sim|sim-h10]`.
+    /// From the command line: `emulator`, `emulator=FAULT+FAULT`,
+    /// `dump=PATH[,map=MAP][,hef=HEF][,shards=W+W]`,
+    /// `hef=PATH[,map=OUTPUT_MAP][,beside=DUMP][,first_layer=K][,device=sim|sim-h10][,group=NAME]`.
     pub fn parse_cli(s: &str) -> Result<Self> {
         let (kind_text, rest) = s.split_once('=').unwrap_or((s, ""));
         let kind = BackendKind::from_name(kind_text).ok_or_else(|| {
             Error::usage(format!(
-                "--backend `{kind_text}`: expected reference, emulator[=FAULT+FAULT], dump=PATH[,map=MAP][,hef=HEF] or \
-                 hef=PATH[,map=OUTPUT_MAP][,beside=DUMP][,first_layer=K][,device=sim|sim-h10]"
+                "--backend `{kind_text}`: expected reference, emulator[=FAULT+FAULT], \
+                 dump=PATH[,map=MAP][,hef=HEF][,shards=W+W] or \
+                 hef=PATH[,map=OUTPUT_MAP][,beside=DUMP][,first_layer=K][,device=sim|sim-h10][,group=NAME]"
             ))
         })?;
         let mut spec = BackendSpec::new(kind);
@@ -125,12 +135,31 @@ impl BackendSpec {
                             SimProfile::parse(d)?;
                             spec.device = Some(d.to_string());
                         }
+                        Some(("group", g)) if kind == BackendKind::Hef && !g.is_empty() => {
+                            spec.group = Some(g.to_string())
+                        }
+                        Some(("shards", w)) if kind == BackendKind::Dump => {
+                            spec.shards = Some(
+                                parse_shards(w).map_err(|e| Error::usage(format!("--backend {s}: {e}")))?,
+                            )
+                        }
                         _ => return Err(Error::usage(format!("--backend {s}: unknown option `{p}`"))),
                     }
                 }
             }
         }
         Ok(spec)
+    }
+
+    /// The logits' shard widths a dump declares, checked (`shards`).
+    pub fn shard_widths(&self) -> Result<Option<Vec<usize>>> {
+        match &self.shards {
+            Some(w) if w.len() < 2 || w.contains(&0) => Err(Error::usage(format!(
+                "backend `{}`: shards = {w:?}: give the width of each of 2 or more shards, in output order",
+                self.label()
+            ))),
+            w => Ok(w.clone()),
+        }
     }
 
     /// The simulated device a hef backend asks for (`device`), checked.
@@ -160,6 +189,28 @@ impl BackendSpec {
     }
 }
 
+/// Shard widths as a command line writes them: `16002+16003` or `16002,16003`.
+pub fn parse_shards(text: &str) -> Result<Vec<usize>> {
+    let widths: Vec<usize> = text
+        .split(['+', ','])
+        .map(|w| {
+            w.trim().parse::<usize>().ok().filter(|&w| w > 0).ok_or_else(|| {
+                Error::usage(format!("shards `{text}`: `{w}` is not a width (a whole number above 0)"))
+            })
+        })
+        .collect::<Result<_>>()?;
+    if widths.len() < 2 || widths.len() > MAX_SHARDS {
+        return Err(Error::usage(format!(
+            "shards `{text}`: give 2 to {MAX_SHARDS} widths in output order, e.g. 16002+16003"
+        )));
+    }
+    Ok(widths)
+}
+
+/// The most shards a logits vector is split into (Qwen's 151936 columns take 5 at the
+/// exporter's 32000 per shard; HailoRT's official Qwen2.5-1.5B HEF has 4).
+pub const MAX_SHARDS: usize = 64;
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -177,6 +228,18 @@ mod tests {
         assert!(BackendSpec::parse_cli("hef=m.hef,device=h8").is_err());
         assert!(BackendSpec::parse_cli("dump=d.npz,device=sim").is_err());
         assert_eq!(BackendSpec::parse_cli("hef=m.hef,first_layer=4").unwrap().first_layer, Some(4));
+        assert_eq!(
+            BackendSpec::parse_cli("hef=m.hef,group=ts__prefill").unwrap().group.as_deref(),
+            Some("ts__prefill")
+        );
+        assert!(BackendSpec::parse_cli("hef=m.hef,group=").is_err());
+        assert!(BackendSpec::parse_cli("dump=d.npz,group=x").is_err());
+        assert_eq!(
+            BackendSpec::parse_cli("dump=d.npz,shards=16002+16003").unwrap().shards,
+            Some(vec![16002, 16003])
+        );
+        assert!(BackendSpec::parse_cli("dump=d.npz,shards=16002").is_err());
+        assert!(BackendSpec::parse_cli("dump=d.npz,shards=0+3").is_err());
         assert!(BackendSpec::parse_cli("hef=m.hef,first_layer=x").is_err());
     }
 }

@@ -30,6 +30,10 @@ pub struct AuditArgs {
     /// The checkpoint the HEF was compiled from: its vocab, hidden size and heads are checked too.
     #[command(flatten)]
     pub model: ModelArgs,
+    /// Check the LLM interface of this network group only: a prefill group (with its tbt
+    /// partner) or a base-scope group (default: genai's pick and every base-scope group).
+    #[arg(long, value_name = "NAME", conflicts_with = "against")]
+    pub group: Option<String>,
 }
 
 impl AuditArgs {
@@ -48,6 +52,7 @@ pub fn run(a: AuditArgs) -> Result<ExitCode> {
         model: a.model.given().then(|| a.model.to_ref()).transpose()?,
         hef: a.hef,
         against: a.against,
+        group: a.group,
     };
     let mut audited = request.run()?;
     deliver(&mut audited, &request.reports)?;

@@ -30,6 +30,10 @@ pub struct CaptureArgs {
     /// client limits: no cache reads, a failed run poisons the model).
     #[arg(long, value_name = "DEVICE", value_parser = parse_device)]
     pub device: Option<SimProfile>,
+    /// The network group to run: a prefill group (with its tbt partner) or a cache-less
+    /// base-scope group, re-run whole in its one frame at every step (default: genai's choice).
+    #[arg(long, value_name = "NAME")]
+    pub group: Option<String>,
 }
 
 pub(super) fn parse_device(s: &str) -> std::result::Result<SimProfile, String> {
@@ -44,6 +48,7 @@ pub fn capture(a: CaptureArgs) -> Result<ExitCode> {
         out: a.out,
         record_frames: a.record_frames,
         device: a.device,
+        group: a.group,
     };
     let captured = request.run()?;
     if captured.phases > 0 {
@@ -71,6 +76,9 @@ pub struct DiagnoseArgs {
     /// The simulated device for a simulated HEF: `sim` (default) or `sim-h10`.
     #[arg(long, value_name = "DEVICE", value_parser = parse_device)]
     pub device: Option<SimProfile>,
+    /// The prefill group to diagnose, with its tbt partner (default: genai's choice).
+    #[arg(long, value_name = "NAME")]
+    pub group: Option<String>,
     /// FORMAT=PATH, several allowed; FORMAT: terminal (the default, on stdout), markdown, json
     /// (every figure, schema hefprobe.diagnose/1); PATH `-` is stdout.
     #[arg(long = "report", value_name = "FORMAT=PATH", value_parser = ReportTarget::parse)]
@@ -100,6 +108,7 @@ pub fn diagnose(a: DiagnoseArgs) -> Result<ExitCode> {
         repeat: usize::from(a.repeat),
         lsb_tolerance: a.lsb_tolerance,
         device: a.device,
+        group: a.group,
         command: command_line(),
     };
     let mut diagnosed = request.run()?;

@@ -3,7 +3,7 @@
 use super::{parse_ids, Ids, ModelArgs};
 use crate::device::synth_hef::ExposeQuant;
 use crate::error::Result;
-use crate::request::synth_hef::{Calibrate, SynthHef};
+use crate::request::synth_hef::{Calibrate, InputMap, SynthHef};
 use crate::request::Request;
 use clap::Args;
 use std::path::PathBuf;
@@ -70,6 +70,25 @@ pub struct SynthHefArgs {
     /// entering block A where genai feeds embeddings (the host feeds the reference's).
     #[arg(long, value_name = "A..=B", value_parser = parse_block_range)]
     pub layers: Option<(usize, usize)>,
+    /// Also write a third, cache-less group `hefprobe_sim` (the scope of `hefprobe_sim__prefill`), whose one frame
+    /// of N positions is re-run whole at every step: the exporter's base scope (finding 16 was
+    /// observed on it; the exporter's frames are 24). Run it with `--backend hef=X.hef,group=NAME`.
+    #[arg(long, value_name = "N")]
+    pub base_scope: Option<usize>,
+    /// Which input is which: `genai` (its default suffixes input_layer1..6 = embeddings, mask,
+    /// Q cos, Q sin, K cos, K sin) or `exporter` (input_layer3 = K cos, 4 = Q cos, 5 = K sin,
+    /// 6 = Q sin, declared in hailo-config.json `input_layers_names_suffixes`).
+    #[arg(long, default_value = "genai", value_parser = parse_input_map)]
+    pub input_map: InputMap,
+    /// A fault only the tbt group computes (a tbt graph compiled otherwise than prefill);
+    /// several allowed.
+    #[arg(long = "tbt-fault", value_name = "SPEC")]
+    pub tbt_faults: Vec<String>,
+}
+
+fn parse_input_map(s: &str) -> std::result::Result<InputMap, String> {
+    InputMap::from_name(s)
+        .ok_or_else(|| format!("expected one of {}", InputMap::ALL.map(InputMap::name).join(", ")))
 }
 
 fn parse_block_range(s: &str) -> std::result::Result<(usize, usize), String> {
@@ -105,6 +124,9 @@ pub fn run(a: SynthHefArgs) -> Result<ExitCode> {
         expose: a.expose,
         expose_quant: a.expose_quant,
         layers: a.layers,
+        base_scope: a.base_scope,
+        input_map: a.input_map,
+        tbt_faults: a.tbt_faults,
     };
     for line in request.run()?.lines() {
         println!("{line}");

@@ -57,6 +57,9 @@ struct Group {
     name: String,
     model: Box<dyn ConfiguredModel>,
     names: InputNames,
+    /// Whether the group has cache layers: genai calls `update_cache_offset` before every run
+    /// and `init_cache` per conversation, which a cache-less group has nothing for.
+    cached: bool,
     /// Per output (in `outputs()` order): whether it is an exposed tap rather than a part of
     /// the logits ([`LlmDriver::set_taps`]; by default, the naming convention of
     /// [`super::exposed::tap_named`]).
@@ -85,9 +88,21 @@ pub struct SentFrame {
     pub frames: Frames,
 }
 
+/// A base-scope group's conversation: re-run whole in one fixed frame at every step.
+struct BaseScope {
+    /// Rows of the frame (the group's embeddings input rows).
+    frame: usize,
+    /// A zero embedding quantized with the embeddings input's quant info: the padding rows.
+    pad: u16,
+    /// The conversation so far, as embeddings rows.
+    rows: Vec<Vec<u16>>,
+}
+
 pub struct LlmDriver {
+    /// The group every prompt goes through: genai's prefill group, or a base-scope group.
     prefill: Group,
     tbt: Option<Group>,
+    base: Option<BaseScope>,
     pub config: LlmConfig,
     pre: PreProcess,
     embeddings: std::sync::Arc<[u16]>,
@@ -137,8 +152,14 @@ impl LlmDriver {
         })
     }
 
+    /// Rows of one prefill frame (a base-scope group's whole frame).
     pub fn prefill_tokens(&self) -> usize {
-        self.pre.p
+        self.base.as_ref().map_or(self.pre.p, |b| b.frame)
+    }
+
+    /// For a base-scope group: the positions its one frame holds (prompt and every step).
+    pub fn base_scope_frame(&self) -> Option<usize> {
+        self.base.as_ref().map(|b| b.frame)
     }
 
     /// The shape of what the HEF computes, as its inputs and hailo-config.json give it.
@@ -153,23 +174,42 @@ impl LlmDriver {
         }
     }
 
+    /// The widths of the logits outputs of the group every prompt goes through, in output
+    /// order: one per lm_head shard.
+    pub fn logits_widths(&self) -> Vec<usize> {
+        let g = &self.prefill;
+        g.model
+            .outputs()
+            .iter()
+            .zip(&g.taps)
+            .filter(|(_, &tap)| !tap)
+            .map(|(o, _)| o.shape.features as usize)
+            .collect()
+    }
+
     /// Rows of the embeddings table: the vocabulary the device's logits cover.
     pub fn vocab_rows(&self) -> usize {
         self.vocab_rows
     }
 
+    /// Keys a row may see: kv_cache_size, or a base-scope group's frame.
     pub fn kv_cache_size(&self) -> usize {
-        self.pre.kv
+        self.base.as_ref().map_or(self.pre.kv, |b| b.frame)
     }
 
     pub fn has_tbt(&self) -> bool {
         self.tbt.is_some()
     }
 
-    /// `reset_cnversation_context`: counters to 0, then init_cache(0) on the prefill model.
+    /// `reset_cnversation_context`: counters to 0, then init_cache(0) on the prefill model (a
+    /// base-scope group has no cache: its conversation is only forgotten).
     pub fn new_conversation(&mut self) -> Result<()> {
         self.pre.reset();
         self.context_full = false;
+        if let Some(b) = self.base.as_mut() {
+            b.rows.clear();
+            return Ok(());
+        }
         self.prefill.model.init_cache(0)
     }
 
@@ -224,6 +264,9 @@ impl LlmDriver {
     pub fn prefill(&mut self, tokens: &[u32]) -> Result<Vec<Vec<f32>>> {
         if tokens.is_empty() {
             return Err(Error::usage("an empty prompt: genai asserts a request has at least one token"));
+        }
+        if self.base.is_some() {
+            return Ok(vec![self.base_scope_run(tokens)?]);
         }
         if tokens.len() == 1 && self.tbt.is_some() {
             return Ok(vec![self.step(tokens[0])?]);
@@ -303,9 +346,57 @@ impl LlmDriver {
         Ok(out)
     }
 
+    /// A base-scope group's step: the conversation so far and `tokens` right-aligned in its
+    /// one frame ([`PreProcess::base_scope`]), the logits of its last row.
+    fn base_scope_run(&mut self, tokens: &[u32]) -> Result<Vec<f32>> {
+        let rows = self.rows(tokens)?;
+        let group = self.prefill.name.clone();
+        let b = self.base.as_mut().expect("a base-scope driver");
+        if b.rows.len() + rows.len() > b.frame {
+            return Err(Error::usage(format!(
+                "base-scope group `{group}` holds {} positions in its one frame; the conversation needs {} (its \
+                 {} so far and {} more): shorten the prompt or decode fewer steps",
+                b.frame,
+                b.rows.len() + rows.len(),
+                b.rows.len(),
+                rows.len()
+            )));
+        }
+        self.pre.usage += rows.len();
+        b.rows.extend(rows);
+        let frames = self.pre.base_scope(&b.rows, b.frame, b.pad);
+        let n = tokens.len();
+        let (logits, exposed) =
+            send(&mut self.prefill, frames, n, (self.pre.mask_on, b.frame), &mut self.record)?;
+        self.exposed.extend(exposed);
+        Ok(logits)
+    }
+
+    /// One tbt step whose mask hides the whole cache (the token attends to itself only), for
+    /// the cache-free control ([`PreProcess::tbt_self`]): no cache read, and no cache write
+    /// from the host, so it runs within Hailo-10H's RPC limits.
+    pub fn step_self(&mut self, token: u32) -> Result<Vec<f32>> {
+        let rows = self.rows(&[token])?;
+        let on = (self.pre.mask_on, self.pre.kv);
+        let Some(g) = self.tbt.as_mut() else {
+            return Err(Error::usage(format!(
+                "the cache-free control runs a tbt step: group `{}` has no tbt partner",
+                self.prefill.name
+            )));
+        };
+        let frames = self.pre.tbt_self(rows.into_iter().next().expect("one row"));
+        let (logits, exposed) = send(g, frames, 1, on, &mut self.record)?;
+        self.exposed.extend(exposed);
+        Ok(logits)
+    }
+
     /// One token: tbt when the HEF has it, else prefill (base scope), as
-    /// `generate_next_token_on_demand` routes single tokens.
+    /// `generate_next_token_on_demand` routes single tokens; a base-scope group re-runs the
+    /// whole conversation.
     pub fn step(&mut self, token: u32) -> Result<Vec<f32>> {
+        if self.base.is_some() {
+            return self.base_scope_run(&[token]);
+        }
         let rows = self.rows(&[token])?;
         let on = (self.pre.mask_on, self.pre.kv);
         let (logits, exposed) = match self.tbt.as_mut() {
@@ -399,7 +490,9 @@ fn send(
             )));
         }
     }
-    g.model.update_cache_offset(delta)?;
+    if g.cached {
+        g.model.update_cache_offset(delta)?;
+    }
     let outputs = g.model.run(&inputs, INFERENCE_TIMEOUT)?;
     let mut logits = Vec::new();
     let mut exposed = Vec::new();
@@ -428,7 +521,8 @@ fn send(
         Exposed { outputs: exposed, real_rows: rows, cols }
     });
     if let Some(r) = record.as_mut() {
-        r.push(SentFrame { group: g.name.clone(), cache_offset_delta: delta, frames });
+        let cache_offset_delta = if g.cached { delta } else { 0 };
+        r.push(SentFrame { group: g.name.clone(), cache_offset_delta, frames });
     }
     Ok((logits, exposed))
 }

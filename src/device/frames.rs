@@ -108,6 +108,47 @@ impl PreProcess {
         self.frames(emb, pos)
     }
 
+    /// A base-scope frame (a cache-less group run alone, re-run over the whole conversation at
+    /// every step), as the exporter's `generate_base_scope.py` builds it
+    /// (l-nmch/hailo-10h-llm-compiler runtime/diagnostics, 6cf9164a; `build_mask` in
+    /// runtime_inputs.py f4fc4820): `frame` rows, the conversation's `rows` right-aligned after
+    /// padding rows of `pad` (a zero embedding quantized: the input's zero point); positions 0 on
+    /// the padding rows and 0, 1, … on the real ones; padding rows see every column, real row i
+    /// the real columns up to its own. That is genai's mask for a prompt of `rows.len()` tokens
+    /// in a frame of `frame` rows over `frame` slots, tiled per head alike.
+    pub fn base_scope(&self, rows: &[Vec<u16>], frame: usize, pad: u16) -> Frames {
+        let n = rows.len();
+        assert!(n >= 1 && n <= frame, "the driver checks the conversation fits the frame");
+        let mut embeddings = vec![pad; (frame - n) * self.features];
+        rows.iter().for_each(|r| embeddings.extend_from_slice(r));
+        let positions: Vec<u32> = std::iter::repeat_n(0, frame - n).chain(0..n as u32).collect();
+        let (q_cos, q_sin) = rope_frame(&positions, &self.theta, self.heads);
+        let (k_cos, k_sin) = rope_frame(&positions, &self.theta, self.kv_heads);
+        Frames {
+            embeddings,
+            mask: mask_frame(frame, n, frame, self.heads, self.mask_on),
+            q_cos,
+            q_sin,
+            k_cos,
+            k_sin,
+            positions,
+            rows: frame,
+        }
+    }
+
+    /// A tbt frame whose mask hides the whole cache: the token sees only its own slot (the
+    /// last column), as the exporter's cache-free control does (`kv_greedy.py --mask-mode self`,
+    /// 92914bb5). The conversation goes on as after [`PreProcess::tbt`].
+    pub fn tbt_self(&mut self, row: Vec<u16>) -> Frames {
+        let mut f = self.tbt(row);
+        let kv = self.kv;
+        for line in f.mask.chunks_mut(kv) {
+            line.fill(0);
+            line[kv - 1] = self.mask_on;
+        }
+        f
+    }
+
     fn frames(&self, embeddings: Vec<u16>, positions: Vec<u32>) -> Frames {
         let t = positions.len();
         let (q_cos, q_sin) = rope_frame(&positions, &self.theta, self.heads);
@@ -193,6 +234,40 @@ mod tests {
         (0..t)
             .map(|r| m[r * kv * heads..r * kv * heads + kv].iter().map(|&b| u8::from(b == ON)).collect())
             .collect()
+    }
+
+    #[test]
+    fn base_scope_frame_right_aligns_the_conversation_after_zero_point_rows() {
+        let pre = PreProcess::new(4, 8, 2, 1, 2, vec![0.5, 1.0], ON);
+        let rows = vec![vec![7, 8], vec![9, 10]];
+        let f = pre.base_scope(&rows, 4, 3);
+        assert_eq!(f.rows, 4);
+        assert_eq!(f.embeddings, vec![3, 3, 3, 3, 7, 8, 9, 10], "padding rows hold the zero point");
+        assert_eq!(f.positions, vec![0, 0, 0, 1], "padding at 0, real rows from 0");
+        // Padding rows see everything; real row i sees the real columns up to its own.
+        assert_eq!(
+            block0(&f.mask, 4, 4, 2),
+            vec![vec![1, 1, 1, 1], vec![1, 1, 1, 1], vec![0, 0, 1, 0], vec![0, 0, 1, 1]]
+        );
+        assert_eq!(f.mask.len(), 4 * 4 * 2, "frame rows × frame columns × heads");
+        // Q tables per head (2), K per kv head (1): the last row is position 1.
+        assert_eq!(f.q_cos.len(), 4 * 2 * 2);
+        assert_eq!(f.k_sin[3 * 2..], [0.5f32.sin(), 1.0f32.sin()]);
+        // A full frame has no padding: row 0 sees only itself.
+        let full = pre.base_scope(&[vec![1, 1], vec![2, 2], vec![3, 3], vec![4, 4]], 4, 3);
+        assert_eq!(block0(&full.mask, 4, 4, 2)[0], vec![1, 0, 0, 0]);
+        assert_eq!(full.positions, vec![0, 1, 2, 3]);
+    }
+
+    #[test]
+    fn a_self_masked_tbt_frame_sees_only_its_own_slot() {
+        let mut pre = PreProcess::new(4, 6, 2, 1, 1, vec![1.0], ON);
+        pre.prefill(&[vec![1], vec![2], vec![3]]);
+        let f = pre.tbt_self(vec![4]);
+        assert_eq!(block0(&f.mask, 1, 6, 2), vec![vec![0, 0, 0, 0, 0, 1]]);
+        assert_eq!(f.mask[6..], f.mask[..6], "every head alike");
+        assert_eq!(f.positions, vec![3], "the token keeps its real position");
+        assert_eq!(pre.usage, 4, "the conversation goes on");
     }
 
     #[test]

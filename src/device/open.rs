@@ -25,13 +25,13 @@ pub struct Opened {
 }
 
 /// The HEF at `path` on its device ([`device_for`]), its architecture checked against the
-/// device's and its LLM driver opened.
-pub fn open(path: &Path, profile: Option<SimProfile>) -> Result<Opened> {
+/// device's and its LLM driver opened on the groups `group` names (genai's choice when None).
+pub fn open(path: &Path, profile: Option<SimProfile>, group: Option<&str>) -> Result<Opened> {
     let what = path.display().to_string();
     let (mut device, hef, sim) = device_for(path, profile)?;
     let facts = device.facts();
     check_arch(hef.hw_arch, facts.architecture.as_deref(), &what)?;
-    let driver = LlmDriver::open(device.as_mut(), &hef, &what)?;
+    let driver = LlmDriver::open_sharing(device.as_mut(), &hef, &what, group, &std::sync::OnceLock::new())?;
     let description = device.describe();
     Ok(Opened { device, hef, driver, facts, description, sim })
 }

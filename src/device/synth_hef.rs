@@ -97,6 +97,14 @@ pub struct SimSpec {
     /// the hidden state entering block A where genai feeds embeddings.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub layers: Option<[usize; 2]>,
+    /// Which input the compiled graph takes as which (its own truth, whatever hailo-config.json
+    /// says): absent for genai's default suffixes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inputs: Option<crate::hef::llm_config::InputSuffixes>,
+    /// Faults only the tbt group computes (`--tbt-fault`: a tbt graph compiled wrong while prefill
+    /// is right), on top of `faults`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tbt_faults: Vec<crate::fault::spec::FaultSpec>,
 }
 
 impl SimSpec {
@@ -110,6 +118,11 @@ impl SimSpec {
                 format!("blocks {a}..={b} are not a range of this {layers}-layer model's blocks"),
             )),
         }
+    }
+
+    /// The suffixes the graph's inputs carry, role by role.
+    pub fn input_suffixes(&self) -> crate::hef::llm_config::InputSuffixes {
+        self.inputs.clone().unwrap_or_else(crate::hef::llm_config::InputSuffixes::genai)
     }
 
     /// The set the device was calibrated on.
@@ -136,7 +149,13 @@ pub struct SynthHefOptions {
     pub prefill_tokens: usize,
     pub kv_cache_size: usize,
     pub tbt: bool,
+    /// A third, cache-less group of this many positions (`--base-scope`).
+    pub base_scope: Option<usize>,
+    /// The inputs' suffixes (`--input-map genai|exporter`).
+    pub inputs: crate::hef::llm_config::InputSuffixes,
     pub faults: Vec<crate::fault::spec::FaultSpec>,
+    /// Faults the tbt group alone computes (`--tbt-fault`).
+    pub tbt_faults: Vec<crate::fault::spec::FaultSpec>,
     pub quant: String,
     pub lm_head_shards: usize,
     pub mistakes: Vec<Mistake>,
@@ -174,7 +193,10 @@ impl Default for SynthHefOptions {
             prefill_tokens: 96,
             kv_cache_size: 2048,
             tbt: true,
+            base_scope: None,
+            inputs: crate::hef::llm_config::InputSuffixes::genai(),
             faults: Vec::new(),
+            tbt_faults: Vec::new(),
             quant: "a16".into(),
             lm_head_shards: 1,
             mistakes: Vec::new(),
@@ -266,6 +288,8 @@ pub fn synth_hef(ckpt: &Checkpoint, checkpoint: SimCheckpoint, opts: &SynthHefOp
         calibration: Some(calibration),
         expose: expose.iter().map(Tap::to_string).collect(),
         layers: opts.layers.map(|_| [first, last]),
+        inputs: (opts.inputs != crate::hef::llm_config::InputSuffixes::genai()).then(|| opts.inputs.clone()),
+        tbt_faults: opts.tbt_faults.clone(),
     };
     hef.resources.push(Resource::new(SIM_RESOURCE, serde_json::to_vec_pretty(&sim).expect("json")));
     Ok(hef)
@@ -296,7 +320,9 @@ fn llm_spec(c: &crate::model::ModelConfig, opts: &SynthHefOptions, layers: usize
         prefill_tokens: size("--prefill-tokens", opts.prefill_tokens)?,
         kv_cache_size: size("--kv-cache-size", opts.kv_cache_size)?,
         with_tbt: opts.tbt,
+        base_scope: opts.base_scope.map(|f| size("--base-scope", f)).transpose()?,
         lm_head_shards: size("--lm-head-shards", opts.lm_head_shards)?,
+        inputs: opts.inputs.clone(),
         contexts: 1,
     })
 }
@@ -309,7 +335,16 @@ fn check_options(c: &crate::model::ModelConfig, opts: &SynthHefOptions) -> Resul
     }
     // The device computes these faults; those acting on positions need positions the device
     // never receives (it gets RoPE tables), so they belong in the emulator.
-    for f in &opts.faults {
+    if !opts.tbt_faults.is_empty() && !opts.tbt {
+        return Err(Error::usage("--tbt-fault plants a fault in the tbt group: drop --no-tbt"));
+    }
+    for f in opts.faults.iter().chain(&opts.tbt_faults) {
+        if opts.tbt_faults.contains(f) && catalog::on_device(f) != OnDevice::Frames {
+            return Err(Error::usage(format!(
+                "--tbt-fault `{f}`: only a fault the graph computes on its frames can be planted in the tbt \
+                 group alone (not one realized in the cache ring, or one on positions)"
+            )));
+        }
         if catalog::on_device(f) == OnDevice::Never {
             return Err(Error::usage(format!(
                 "fault `{f}` acts on positions, which a device never receives (it gets RoPE tables); \
@@ -418,7 +453,8 @@ fn write_mistake(hef: &mut Hef, spec: &LlmSpec, mistake: Mistake, final_norm: Qu
             }
             Mistake::FullSequenceOutput | Mistake::MisspelledConfigKey => {}
             Mistake::WrongRopeWidth => {
-                let q = [LlmInput::QCos.name(&g.name), LlmInput::QSin.name(&g.name)];
+                let q =
+                    [LlmInput::QCos.name(&g.name, &spec.inputs), LlmInput::QSin.name(&g.name, &spec.inputs)];
                 for s in g.inputs.iter_mut().filter(|s| q.contains(&s.name)) {
                     let width = spec.head_dim * spec.kv_heads;
                     (s.shape.features, s.padded.features) = (width, width);

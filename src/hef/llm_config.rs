@@ -57,6 +57,32 @@ pub struct InputSuffixes {
 }
 
 impl InputSuffixes {
+    /// genai's defaults (pre_process.hpp:27-32): input_layer1..6 = embeddings, mask, Q cos,
+    /// Q sin, K cos, K sin.
+    pub fn genai() -> Self {
+        Self::numbered([1, 2, 3, 4, 5, 6])
+    }
+
+    /// The exporter's map (l-nmch/hailo-10h-llm-compiler `s3_surgery_and_resources.py`
+    /// `build_hailo_config`, 0111deb6): its ONNX inputs come in the order embeddings, mask,
+    /// K cos, Q cos, K sin, Q sin, so input_layer3 = K cos, 4 = Q cos, 5 = K sin, 6 = Q sin.
+    pub fn exporter() -> Self {
+        Self::numbered([1, 2, 4, 6, 3, 5])
+    }
+
+    /// `input_layerN` for embeddings, mask, Q cos, Q sin, K cos, K sin, in that order.
+    fn numbered(n: [u8; 6]) -> Self {
+        let s = |i: usize| format!("input_layer{}", n[i]);
+        InputSuffixes {
+            embeddings: s(0),
+            attention_mask: s(1),
+            pe_q_cos: s(2),
+            pe_q_sin: s(3),
+            pe_k_cos: s(4),
+            pe_k_sin: s(5),
+        }
+    }
+
     /// (role, suffix) in genai's validation order (`validate_inputs_names` pre_process.cpp:61-76).
     pub fn roles(&self) -> [(&'static str, &str); 6] {
         [

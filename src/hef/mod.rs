@@ -30,4 +30,7 @@ mod test_strategy;
 pub use audit::{audit, audit_file, AuditReport, Expectations};
 pub use diff::{diff, Difference};
 pub use finding::{Finding, Severity};
-pub use model::{CacheLayer, FormatOrder, Hef, LlmGroups, NetworkGroup, QuantInfo, Resource, Shape3, Stream};
+pub use model::{
+    CacheLayer, Driven, FormatOrder, GroupRole, Hef, LlmGroups, NetworkGroup, QuantInfo, Resource, Shape3,
+    Stream,
+};

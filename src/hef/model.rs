@@ -352,6 +352,41 @@ pub mod extension {
 
 pub use super::arch::hw_arch_name;
 
+/// What a network group is to an LLM host, from its structure: a group without cache layers is
+/// run alone in one fixed frame (the exporter's base scope: `s6_compile_hef.py
+/// --include-base-scope` of l-nmch/hailo-10h-llm-compiler names it `<scope>`, beside
+/// `<scope>__prefill` and `<scope>__tbt`); of the cache-bearing groups genai's tbt suffix always
+/// ends in `tbt` and its prefill suffix in `prefill` (llm_server.cpp :46, :58).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum GroupRole {
+    Prefill,
+    Tbt,
+    BaseScope,
+}
+
+impl NetworkGroup {
+    pub fn role(&self) -> GroupRole {
+        if self.caches.is_empty() {
+            GroupRole::BaseScope
+        } else if self.name.ends_with("tbt") {
+            GroupRole::Tbt
+        } else {
+            GroupRole::Prefill
+        }
+    }
+}
+
+/// The groups a host drives: genai's pair, or the group a user named (`group=NAME`) — a prefill
+/// group with the tbt group genai pairs it with, or a base-scope group alone.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Driven {
+    /// The group every prompt goes through (prefill, or the base-scope group).
+    pub main: String,
+    pub tbt: Option<String>,
+    pub base_scope: bool,
+}
+
 /// The prefill and tbt network groups genai would pick for a LoRA name ("" = base model).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct LlmGroups {
@@ -373,6 +408,64 @@ impl Hef {
 
     pub fn has_extension(&self, id: u32) -> bool {
         self.extensions.contains(&id)
+    }
+
+    /// Every group with its role, for messages: `a (prefill, with tbt b), b (tbt), c (base scope)`.
+    pub fn group_list(&self) -> String {
+        let named: Vec<String> = self
+            .groups
+            .iter()
+            .map(|g| match g.role() {
+                GroupRole::Prefill => format!("`{}` (prefill)", g.name),
+                GroupRole::Tbt => format!("`{}` (tbt)", g.name),
+                GroupRole::BaseScope => format!("`{}` (base scope: no cache)", g.name),
+            })
+            .collect();
+        named.join(", ")
+    }
+
+    /// The groups to drive: genai's choice ([`Hef::llm_groups`]) when `named` is None, else the
+    /// group named — a prefill group with its tbt partner (its name with `prefill` replaced by
+    /// `tbt`, when that group exists), or a base-scope group alone. A name the HEF does not have,
+    /// or a tbt group (genai never prefills through one), is a usage error listing the groups.
+    pub fn driven_groups(&self, named: Option<&str>) -> Result<Driven> {
+        let Some(name) = named else {
+            let (main, tbt) = self.llm_groups().map_err(|e| match e {
+                Error::Input { what, msg }
+                    if self.groups.iter().any(|g| g.role() == GroupRole::BaseScope) =>
+                {
+                    Error::Input {
+                        what,
+                        msg: format!(
+                            "{msg}. Name the group to run with `group=NAME` on the hef backend (`--group` \
+                             elsewhere); the groups: {}",
+                            self.group_list()
+                        ),
+                    }
+                }
+                e => e,
+            })?;
+            return Ok(Driven { main, tbt, base_scope: false });
+        };
+        let g = self.group(name).ok_or_else(|| {
+            Error::usage(format!(
+                "network group `{name}` is not in this HEF; its groups: {}",
+                self.group_list()
+            ))
+        })?;
+        match g.role() {
+            GroupRole::BaseScope => Ok(Driven { main: name.to_string(), tbt: None, base_scope: true }),
+            GroupRole::Tbt => Err(Error::usage(format!(
+                "network group `{name}` is a tbt group (one token per frame over the cache prefill wrote): name \
+                 the prefill group it pairs with; the groups: {}",
+                self.group_list()
+            ))),
+            GroupRole::Prefill => {
+                let partner = name.strip_suffix("prefill").map(|stem| format!("{stem}tbt"));
+                let tbt = partner.filter(|t| self.group(t).is_some_and(|g| g.role() == GroupRole::Tbt));
+                Ok(Driven { main: name.to_string(), tbt, base_scope: false })
+            }
+        }
     }
 
     /// (prefill, tbt) network group names for the base model, as genai selects them.

@@ -59,8 +59,9 @@ pub fn padded_entry_bytes(feature_bytes: usize) -> usize {
     }
 }
 
-/// genai's six inputs, each found by its default suffix `input_layer1..6`
-/// (pre_process.hpp:27-32); the synthesizer names them `<group>/input_layerN`.
+/// genai's six inputs, each found by its suffix (genai's defaults `input_layer1..6`,
+/// pre_process.hpp:27-32, or a HEF's own map in hailo-config.json); the synthesizer names them
+/// `<group>/input_layerN` with N from the map it writes ([`LlmSpec::inputs`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LlmInput {
     Embeddings,
@@ -81,9 +82,21 @@ impl LlmInput {
         LlmInput::KSin,
     ];
 
-    /// The input's name in `group`.
-    pub fn name(self, group: &str) -> String {
-        format!("{group}/input_layer{}", self as u32 + 1)
+    /// The input's name in `group` under the map `suffixes`.
+    pub fn name(self, group: &str, suffixes: &llm_config::InputSuffixes) -> String {
+        format!("{group}/{}", self.suffix(suffixes))
+    }
+
+    /// The input's suffix under `suffixes`.
+    pub fn suffix(self, s: &llm_config::InputSuffixes) -> &str {
+        match self {
+            LlmInput::Embeddings => &s.embeddings,
+            LlmInput::Mask => &s.attention_mask,
+            LlmInput::QCos => &s.pe_q_cos,
+            LlmInput::QSin => &s.pe_q_sin,
+            LlmInput::KCos => &s.pe_k_cos,
+            LlmInput::KSin => &s.pe_k_sin,
+        }
     }
 }
 
@@ -102,10 +115,17 @@ pub struct LlmSpec {
     pub prefill_tokens: u32,
     /// `kv_cache_size`: entries of every cache ring.
     pub kv_cache_size: u32,
-    /// false = "base scope": no tbt group, every step re-runs prefill.
+    /// false: no tbt group, every step re-runs prefill (genai's base scope).
     pub with_tbt: bool,
-    /// Outputs the logits are split over, ⌈vocab / N⌉ wide each (a sharded lm_head, finding 12).
+    /// A third, cache-less group named `<name>` whose one frame holds this many positions, re-run
+    /// whole at every step (the exporter's base scope, `s6_compile_hef.py --include-base-scope`).
+    pub base_scope: Option<u32>,
+    /// Outputs the logits are split over, as the exporter splits them ([`shard_widths`]: a
+    /// sharded lm_head, finding 12).
     pub lm_head_shards: u32,
+    /// Which input is which: genai's default suffixes, or a map of the HEF's own (written into
+    /// hailo-config.json `input_layers_names_suffixes` when it is not genai's).
+    pub inputs: llm_config::InputSuffixes,
     /// Dynamic contexts per group. genai never looks; more than one exercises the reader.
     pub contexts: usize,
 }
@@ -192,7 +212,9 @@ impl LlmSpec {
             prefill_tokens: 8,
             kv_cache_size: 32,
             with_tbt: true,
+            base_scope: None,
             lm_head_shards: 1,
+            inputs: llm_config::InputSuffixes::genai(),
             contexts: 2,
         }
     }
@@ -203,6 +225,11 @@ impl LlmSpec {
 
     pub fn tbt_name(&self) -> String {
         format!("{}__tbt", self.name)
+    }
+
+    /// The base-scope group is named the scope itself, no suffix (s6_compile_hef.py 064d2314).
+    pub fn base_scope_name(&self) -> String {
+        self.name.clone()
     }
 
     /// The HEF with fixed quant infos ([`LlmQuant::fixed`]) and synthetic resources
@@ -219,6 +246,17 @@ impl LlmSpec {
         let mut groups = vec![self.group(&self.prefill_name(), self.prefill_tokens, quant)];
         if self.with_tbt {
             groups.push(self.group(&self.tbt_name(), 1, quant));
+        }
+        if let Some(frame) = self.base_scope {
+            let mut g = self.group(&self.base_scope_name(), frame, quant);
+            // Its mask covers its own frame (build_mask(SEQ, n, SEQ), runtime_inputs.py), and it
+            // has no cache: each step re-runs the whole conversation.
+            let mask = g.inputs.iter_mut().find(|s| s.name == LlmInput::Mask.name(&g.name, &self.inputs));
+            let mask = mask.expect("every group has a mask input");
+            mask.shape.features = frame * self.heads;
+            mask.padded = mask.shape;
+            g.caches.clear();
+            groups.push(g);
         }
         let embeddings = res.embeddings.iter().flat_map(|x| x.to_le_bytes()).collect();
         let theta = res.theta.iter().flat_map(|x| x.to_le_bytes()).collect();
@@ -248,6 +286,15 @@ impl LlmSpec {
                 "kv_cache_size ({}) must exceed prefill_input_tokens_count ({}), which must be at least 1: \
                  a prefill group reads kv_cache_size − prefill_input_tokens_count cache entries",
                 self.kv_cache_size, self.prefill_tokens
+            )));
+        }
+        if self
+            .base_scope
+            .is_some_and(|f| f == 0 || u64::from(f) * u64::from(self.heads) > u64::from(u32::MAX))
+        {
+            return Err(Error::usage(format!(
+                "the base-scope frame of {:?} positions: give at least 1, and no more than a 32-bit mask row holds",
+                self.base_scope
             )));
         }
         if self.lm_head_shards == 0 || self.lm_head_shards > self.vocab {
@@ -310,7 +357,7 @@ impl LlmSpec {
                         (self.head_dim * self.kv_heads, data_bytes::ROPE, quant.rope)
                     }
                 };
-                stream(input.name(name), rows, features, bytes, q)
+                stream(input.name(name, &self.inputs), rows, features, bytes, q)
             })
             .collect();
         // genai reads one [1, 1, vocab] row: the graph's output is the frame's last position.
@@ -380,14 +427,24 @@ impl LlmSpec {
                 "prefill_input_tokens_count": self.prefill_tokens,
             }),
         );
+        if self.inputs != llm_config::InputSuffixes::genai() {
+            let map = serde_json::to_value(&self.inputs).expect("six strings serialize");
+            root.insert("input_layers_names_suffixes".into(), map);
+        }
         serde_json::to_string_pretty(&root).expect("a map of numbers serializes")
     }
 }
 
-/// Shard widths: ⌈V/N⌉ each, the last shorter (the lm-head-shards fault's split).
+/// Shard widths as the exporter splits a vocabulary of V into N (l-nmch/hailo-10h-llm-compiler
+/// `s3_surgery_and_resources.py` `lm_head_split`, 0111deb6: boundaries
+/// `np.linspace(0, V, N+1, dtype=int)`, i.e. ⌊i·V/N⌋, so narrower shards come first: 32005 in 2
+/// is 16002 + 16003, 151936 in 5 is 4 × 30387 + 30388). The lm-head-shards fault splits alike.
+/// numpy truncates i·(V/N) computed in float64; the integer floor here is the split it means
+/// (the same on every vocabulary the exporter's pages name).
 pub fn shard_widths(vocab: u32, n: u32) -> Vec<u32> {
-    let w = vocab.div_ceil(n.max(1));
-    (0..n).map(|i| w.min(vocab - (i.saturating_mul(w)).min(vocab))).filter(|&x| x > 0).collect()
+    let n = u64::from(n.max(1).min(vocab.max(1)));
+    let bound = |i: u64| (i * u64::from(vocab) / n) as u32;
+    (0..n).map(|i| bound(i + 1) - bound(i)).collect()
 }
 
 /// A tokenizer.json whose vocab (model.vocab plus added tokens) is exactly `vocab`.

@@ -39,11 +39,43 @@ fn caches_share_ids_and_rings_hold_kv_cache_size_entries_of_uint16() {
 }
 
 #[test]
+fn a_base_scope_group_is_cacheless_its_mask_covers_its_frame_and_the_exporters_map_is_written() {
+    use crate::hef::llm_config::{InputSuffixes, LlmConfig, RESOURCE};
+    let spec = LlmSpec { base_scope: Some(24), inputs: InputSuffixes::exporter(), ..LlmSpec::tiny() };
+    let hef = spec.build().unwrap();
+    let names: Vec<&str> = hef.groups.iter().map(|g| g.name.as_str()).collect();
+    assert_eq!(names, ["tiny_llm__prefill", "tiny_llm__tbt", "tiny_llm"]);
+    let base = hef.group("tiny_llm").unwrap();
+    assert_eq!(base.role(), crate::hef::GroupRole::BaseScope);
+    assert!(base.caches.is_empty());
+    let input = |g: &crate::hef::NetworkGroup, i: LlmInput| {
+        g.inputs.iter().find(|s| s.name == i.name(&g.name, &spec.inputs)).unwrap().shape
+    };
+    assert_eq!(input(base, LlmInput::Embeddings).rows(), 24);
+    assert_eq!(input(base, LlmInput::Mask).features, 24 * spec.heads, "frame columns × heads");
+    // input_layer3 = K cos (kv_heads × head_dim wide), input_layer4 = Q cos.
+    let by_name =
+        |n: &str| base.inputs.iter().find(|s| s.name == format!("tiny_llm/{n}")).unwrap().shape.features;
+    assert_eq!((by_name("input_layer3"), by_name("input_layer4")), (2 * 16, 4 * 16));
+    let cfg = LlmConfig::parse(hef.resource(RESOURCE).unwrap(), "t").unwrap();
+    assert_eq!(cfg.input_layers_names_suffixes, InputSuffixes::exporter());
+    // genai cannot pick among three groups (it looks for `base_model__prefill`); a named group can.
+    assert!(hef.driven_groups(None).unwrap_err().to_string().contains("group=NAME"));
+    let d = hef.driven_groups(Some("tiny_llm__prefill")).unwrap();
+    assert_eq!((d.tbt.as_deref(), d.base_scope), (Some("tiny_llm__tbt"), false));
+    assert!(hef.driven_groups(Some("tiny_llm")).unwrap().base_scope);
+    let e = hef.driven_groups(Some("nope")).unwrap_err();
+    assert_eq!(e.exit_code(), 2);
+    assert!(e.to_string().contains("`tiny_llm` (base scope: no cache)"), "{e}");
+    assert!(hef.driven_groups(Some("tiny_llm__tbt")).unwrap_err().to_string().contains("tbt group"));
+}
+
+#[test]
 fn rope_inputs_are_uint16_and_sized_per_head() {
     let spec = LlmSpec::tiny();
     let hef = spec.build().unwrap();
     let g = &hef.groups[0];
-    let width = |i: LlmInput| g.inputs.iter().find(|s| s.name == i.name(&g.name)).unwrap();
+    let width = |i: LlmInput| g.inputs.iter().find(|s| s.name == i.name(&g.name, &spec.inputs)).unwrap();
     assert_eq!((width(LlmInput::QSin).shape.features, width(LlmInput::KCos).shape.features), (64, 32));
     for i in [LlmInput::QCos, LlmInput::QSin, LlmInput::KCos, LlmInput::KSin] {
         assert_eq!(width(i).data_bytes, data_bytes::ROPE);
@@ -63,7 +95,11 @@ fn padded_entries_follow_the_cache_manager() {
 
 #[test]
 fn sharded_logits_cover_the_vocab() {
-    assert_eq!(shard_widths(10, 3), vec![4, 4, 2]);
+    // The exporter's split, narrower shards first (s3_surgery_and_resources.py lm_head_split).
+    assert_eq!(shard_widths(32005, 2), vec![16002, 16003]);
+    assert_eq!(shard_widths(151936, 5), vec![30387, 30387, 30387, 30387, 30388]);
+    assert_eq!(shard_widths(49152, 2), vec![24576, 24576]);
+    assert_eq!(shard_widths(10, 3), vec![3, 3, 4]);
     assert_eq!(shard_widths(9, 3), vec![3, 3, 3]);
     assert_eq!(shard_widths(7, 1), vec![7]);
     let hef = LlmSpec { lm_head_shards: 3, ..LlmSpec::tiny() }.build().unwrap();
@@ -72,9 +108,9 @@ fn sharded_logits_cover_the_vocab() {
     assert_eq!(
         names,
         [
-            ("tiny_llm__tbt/output_layer1", 86),
-            ("tiny_llm__tbt/output_layer2", 86),
-            ("tiny_llm__tbt/output_layer3", 84)
+            ("tiny_llm__tbt/output_layer1", 85),
+            ("tiny_llm__tbt/output_layer2", 85),
+            ("tiny_llm__tbt/output_layer3", 86)
         ]
     );
 }

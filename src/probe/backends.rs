@@ -122,6 +122,7 @@ fn run_backend(
     // compared with a reference chunked the same.
     let followed = backend.follow_inputs(&p.inputs);
     let inputs = followed.as_ref().map_or(&p.inputs, |f| &f.0);
+    backend.check_inputs(inputs)?;
     // A suffix HEF is fed the reference's hidden state entering its first block.
     let feed = capabilities.fed.then_some(reference);
     let Run { capture, record, error } =

@@ -147,7 +147,9 @@ pub fn absent_device(spec: &BackendSpec) -> Option<String> {
     if crate::device::synth_hef::sim_spec(&hef, "").ok()?.is_some() {
         return None; // a simulated HEF runs on the simulated device, here as anywhere
     }
-    crate::backend::hef::open_hef(&spec.label(), path, None).err().map(|e| e.to_string())
+    crate::backend::hef::open_hef(&spec.label(), path, None, spec.group.as_deref())
+        .err()
+        .map(|e| e.to_string())
 }
 
 /// What the bundle says of each backend, checked against the replay: by owner (a backend's

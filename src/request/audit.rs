@@ -17,6 +17,9 @@ pub struct Audit {
     pub against: Option<PathBuf>,
     /// The checkpoint the HEF was compiled from: its vocab, hidden size and heads are checked too.
     pub model: Option<CheckpointRef>,
+    /// The network group whose LLM interface to check (`--group`; default: genai's choice and
+    /// every base-scope group).
+    pub group: Option<String>,
     pub reports: Vec<ReportTarget>,
 }
 
@@ -53,7 +56,7 @@ impl Request for Audit {
             let failed = diffs.iter().any(|d| d.severity == Severity::Error);
             return Ok(Audited { json, doc: diff_doc(&diffs), failed });
         }
-        let report = audit_file(&self.hef, &expect)?;
+        let report = audit_file(&self.hef, &expect, self.group.as_deref())?;
         Ok(Audited { json: report.to_json(), doc: audit_doc(&report), failed: report.has_errors() })
     }
 }

@@ -28,6 +28,8 @@ pub struct CaptureRun {
     /// Also record every frame sent.
     pub record_frames: Option<PathBuf>,
     pub device: Option<SimProfile>,
+    /// The network group to run (`--group`; genai's choice when None).
+    pub group: Option<String>,
 }
 
 /// What `capture` recorded: the device, the phases it wrote, and what stopped it (what finished
@@ -50,7 +52,7 @@ impl Request for CaptureRun {
         }
         outs.check()?;
         let inputs = InputSet::from_npz(&self.inputs)?;
-        let mut backend = open_hef("device", &self.hef, self.device)?;
+        let mut backend = open_hef("device", &self.hef, self.device, self.group.as_deref())?;
         if self.record_frames.is_some() {
             backend.driver.record = Some(Vec::new());
         }
@@ -89,6 +91,8 @@ pub struct Diagnose {
     /// Cache entries may differ from the reference's by this many quantization steps.
     pub lsb_tolerance: Option<u32>,
     pub device: Option<SimProfile>,
+    /// The prefill group to diagnose (`--group`; genai's choice when None).
+    pub group: Option<String>,
     pub reports: Vec<ReportTarget>,
     pub command: String,
 }
@@ -110,7 +114,7 @@ impl Request for Diagnose {
         let mut inputs = self.inputs.input_set(&ckpt)?;
         inputs.chunk = None;
         let model = Decoder::new(&ckpt)?;
-        let backend = open("device", &self.hef, self.device, &ckpt)?;
+        let backend = open("device", &self.hef, (self.device, self.group.as_deref()), &ckpt)?;
         Ok((inputs, model, backend))
     }
 

@@ -47,6 +47,60 @@ pub struct SynthHef {
     pub expose_quant: ExposeQuant,
     /// Only blocks A..=B.
     pub layers: Option<(usize, usize)>,
+    /// A third, cache-less group of this many positions (the exporter's base scope).
+    pub base_scope: Option<usize>,
+    /// Which input is which: genai's default suffixes, or the exporter's map.
+    pub input_map: InputMap,
+    /// Faults only the tbt group computes.
+    pub tbt_faults: Vec<String>,
+}
+
+crate::named_enum! {
+    /// Which input carries what (`--input-map`): genai's default suffixes, or the map the
+    /// exporter writes into hailo-config.json (RoPE inputs in another order: finding 51's HEFs).
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+    pub enum InputMap {
+        #[default]
+        Genai = "genai",
+        Exporter = "exporter",
+    }
+}
+
+impl InputMap {
+    pub fn suffixes(self) -> crate::hef::llm_config::InputSuffixes {
+        match self {
+            InputMap::Genai => crate::hef::llm_config::InputSuffixes::genai(),
+            InputMap::Exporter => crate::hef::llm_config::InputSuffixes::exporter(),
+        }
+    }
+}
+
+impl SynthHef {
+    /// The options a caller leaves at their defaults (the command line's), with a synthesized
+    /// checkpoint and no output yet.
+    pub fn options() -> Self {
+        SynthHef {
+            model: CheckpointRef::Synth(
+                crate::model::synth::SynthSpec::preset("tinystories", 0).expect("a built-in preset"),
+            ),
+            out: PathBuf::new(),
+            prefill_tokens: 96,
+            kv_cache_size: 2048,
+            tbt: true,
+            faults: Vec::new(),
+            quant: "a16".into(),
+            lm_head_shards: 1,
+            mistakes: Vec::new(),
+            calibration: Calibrate::Default,
+            noise: None,
+            expose: None,
+            expose_quant: ExposeQuant::PerFeature,
+            layers: None,
+            base_scope: None,
+            input_map: InputMap::Genai,
+            tbt_faults: Vec::new(),
+        }
+    }
 }
 
 /// What `synth-hef` wrote: the facts its summary lines give (the command line prints them; the
@@ -187,6 +241,9 @@ impl Request for SynthHef {
                 .map_or(Ok(Vec::new()), |g| exposed(g, ckpt.config.num_layers, self.layers))?,
             expose_quant: self.expose_quant,
             layers: self.layers,
+            base_scope: self.base_scope,
+            inputs: self.input_map.suffixes(),
+            tbt_faults: crate::fault::spec::parse_all(&self.tbt_faults)?,
             ..Default::default()
         };
         Ok((ckpt, source, opts))

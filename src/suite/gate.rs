@@ -25,7 +25,8 @@ pub type OpenDevice = Rc<RefCell<HefBackend>>;
 /// Open `target`'s HEF on its device: the simulated one for a HEF `synth-hef` wrote, the real
 /// one otherwise. A HEF built for another architecture is an input error, never a regression.
 pub fn open(target: &Target) -> Result<OpenDevice> {
-    let mut hef = open_hef(&target.label, target.spec.path()?, target.spec.sim_profile()?)?;
+    let spec = &target.spec;
+    let mut hef = open_hef(&target.label, spec.path()?, spec.sim_profile()?, spec.group.as_deref())?;
     hef.declared = target.spec.quant.clone();
     if let Some(m) = &target.spec.map {
         hef.set_output_map(m)?;

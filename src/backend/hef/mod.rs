@@ -50,15 +50,23 @@ pub struct HefBackend {
     /// The first block of the graph (> 0 for a suffix HEF, whose first input is the hidden state
     /// entering it): a simulated HEF's own, or declared (`first_layer`).
     pub first_layer: usize,
+    /// The network group named on the backend (`group=NAME`), or None for genai's choice.
+    pub group: Option<String>,
     /// Kept alive for the driver's configured models.
     _device: Box<dyn Device>,
 }
 
-/// The HEF at `path` on its device ([`crate::device::open`]) as the `hef` backend `label`, its
-/// exposed outputs taken by their names.
-pub fn open_hef(label: &str, path: &Path, profile: Option<SimProfile>) -> Result<HefBackend> {
-    HefBackend::new(label, crate::device::open::open(path, profile)?)
-        .with_convention(&path.display().to_string())
+/// The HEF at `path` on its device ([`crate::device::open`]) as the `hef` backend `label`, on
+/// the groups `group` names (genai's choice when None), its exposed outputs taken by their names.
+pub fn open_hef(
+    label: &str,
+    path: &Path,
+    profile: Option<SimProfile>,
+    group: Option<&str>,
+) -> Result<HefBackend> {
+    let mut b = HefBackend::new(label, crate::device::open::open(path, profile, group)?);
+    b.group = group.map(str::to_string);
+    b.with_convention(&path.display().to_string())
 }
 
 /// What explain needs to emulate a candidate on a simulated HEF as its device computes it: the
@@ -76,6 +84,8 @@ pub struct Frames {
     taps: Vec<TapOutput>,
     /// The HEF's embeddings table, decoded by the first backend and shared by the rest.
     embeddings: Arc<std::sync::OnceLock<Arc<[u16]>>>,
+    /// The groups the backend drives (`group=NAME`; None: genai's choice).
+    group: Option<String>,
 }
 
 impl Frames {
@@ -104,18 +114,30 @@ impl Frames {
             ckpt.clone(),
             (first, quantized, trim),
         )?;
-        let driver = LlmDriver::open_sharing(&mut dev, &self.hef, &self.what, &self.embeddings)?;
+        let driver = LlmDriver::open_sharing(
+            &mut dev,
+            &self.hef,
+            &self.what,
+            self.group.as_deref(),
+            &self.embeddings,
+        )?;
         let mut b = HefBackend::from_parts("explain", Box::new(dev), driver, self.hef.clone());
+        b.group = self.group.clone();
         b.driver.set_taps(&self.taps.iter().map(|t| t.output.clone()).collect());
         b.tap_outputs = self.taps.clone();
         Ok(Some(b))
     }
 }
 
-/// The `hef` backend for the HEF at `path`, refused when it was made from another checkpoint
-/// than the reference's.
-pub fn open(label: &str, path: &Path, profile: Option<SimProfile>, ckpt: &Checkpoint) -> Result<HefBackend> {
-    let b = open_hef(label, path, profile)?;
+/// The `hef` backend for the HEF at `path` (on the groups `group` names), refused when it was
+/// made from another checkpoint than the reference's.
+pub fn open(
+    label: &str,
+    path: &Path,
+    (profile, group): (Option<SimProfile>, Option<&str>),
+    ckpt: &Checkpoint,
+) -> Result<HefBackend> {
+    let b = open_hef(label, path, profile, group)?;
     b.check_made_from(path, ckpt)?;
     Ok(b)
 }
@@ -137,6 +159,7 @@ impl HefBackend {
             tap_outputs: Vec::new(),
             output_map: None,
             first_layer,
+            group: None,
             _device: opened.device,
         }
     }
@@ -197,6 +220,7 @@ impl HefBackend {
             expected,
             taps: self.tap_outputs.clone(),
             embeddings: Arc::default(),
+            group: self.group.clone(),
         })
     }
 
@@ -231,6 +255,20 @@ impl HefBackend {
         let p = self.driver.prefill_tokens();
         if inputs.start_position != 0 {
             return Err(Error::usage("a device conversation starts at position 0; remove start_position"));
+        }
+        if let Some(frame) = self.driver.base_scope_frame() {
+            let need = inputs.prompt.len().saturating_add(inputs.decode.steps());
+            if need > frame {
+                return Err(Error::usage(format!(
+                    "backend `{}` runs base-scope group `{}`, whose one frame holds {frame} positions; the prompt \
+                     ({} tokens) and {} decode steps need {need}: shorten the prompt or set decode ≤ {}",
+                    self.name,
+                    self.driver.prefill_group(),
+                    inputs.prompt.len(),
+                    inputs.decode.steps(),
+                    frame.saturating_sub(inputs.prompt.len())
+                )));
+            }
         }
         // Only a different cut is refused (a run follows it first: `follow_inputs`).
         if let Some((c, _)) = self.other_cut(inputs) {
@@ -376,7 +414,15 @@ impl Backend for HefBackend {
     /// window of that many keys does); a prefill frame past it gives its earlier rows fewer keys
     /// (row t of T sees kv − T + t + 1, the mask's columns being the ring's newest entries),
     /// which a sliding window does not model, and the note says that too.
+    fn check_inputs(&self, inputs: &InputSet) -> Result<()> {
+        HefBackend::check_inputs(self, inputs)
+    }
+
     fn reference_window(&self, inputs: &InputSet) -> Option<(usize, String)> {
+        // A base-scope frame holds the whole conversation or refuses it (check_inputs).
+        if self.driver.base_scope_frame().is_some() {
+            return None;
+        }
         let (kv, p) = (self.driver.kv_cache_size(), self.driver.prefill_tokens());
         let n = inputs.total_len();
         if n <= kv {
@@ -445,6 +491,11 @@ impl Backend for HefBackend {
 
     fn notes(&self) -> Vec<String> {
         vec![self.outputs_note()]
+    }
+
+    fn logits_shards(&self) -> Option<Vec<usize>> {
+        let widths = self.driver.logits_widths();
+        (widths.len() > 1).then_some(widths)
     }
 
     fn run(

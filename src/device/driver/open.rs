@@ -2,7 +2,7 @@
 //! table, the embeddings), its prefill and tbt groups configured, and every frame genai would
 //! build checked against the HEF's frame sizes and the memory budget.
 
-use super::{input, Group, InputNames, LlmDriver};
+use super::{input, BaseScope, Group, InputNames, LlmDriver};
 use crate::budget::Bytes;
 use crate::device::frames::PreProcess;
 use crate::device::{Device, FormatType, StreamInfo};
@@ -14,15 +14,17 @@ use std::sync::{Arc, OnceLock};
 impl LlmDriver {
     /// Open the prefill (and tbt) group of `hef` on `device`, as `LLMServer` does.
     pub fn open(device: &mut dyn Device, hef: &Hef, what: &str) -> Result<Self> {
-        Self::open_sharing(device, hef, what, &OnceLock::new())
+        Self::open_sharing(device, hef, what, None, &OnceLock::new())
     }
 
-    /// [`LlmDriver::open`], its embeddings table decoded once into `table` and shared by every
-    /// driver opened with it (explain opens one per candidate: 28M rows' worth on SmolLM2).
+    /// [`LlmDriver::open`] on the groups `group` names ([`Hef::driven_groups`]: genai's choice
+    /// when None), its embeddings table decoded once into `table` and shared by every driver
+    /// opened with it (explain opens one per candidate: 28M rows' worth on SmolLM2).
     pub fn open_sharing(
         device: &mut dyn Device,
         hef: &Hef,
         what: &str,
+        group: Option<&str>,
         table: &OnceLock<Arc<[u16]>>,
     ) -> Result<Self> {
         let resource = |name: &str| -> Result<&[u8]> {
@@ -32,9 +34,9 @@ impl LlmDriver {
         };
         let config = LlmConfig::parse(resource("hailo-config.json")?, &format!("{what} hailo-config.json"))?;
         let theta = read_theta(resource("rope_theta_data.bin")?, what)?;
-        let (prefill_name, tbt_name) = hef.llm_groups()?;
-        let prefill = open_group(device, hef, &config, &prefill_name, what)?;
-        let tbt = tbt_name.map(|t| open_group(device, hef, &config, &t, what)).transpose()?;
+        let driven = hef.driven_groups(group)?;
+        let prefill = open_group(device, hef, &config, &driven.main, what)?;
+        let tbt = driven.tbt.as_deref().map(|t| open_group(device, hef, &config, t, what)).transpose()?;
         let (embeddings, features) = read_embeddings(&prefill, || resource("embeddings.bin"), table, what)?;
         // "on" is 1.0 quantized with the prefill mask input's quant info
         // (llm_server.cpp create_pre_process_future).
@@ -42,7 +44,12 @@ impl LlmDriver {
         let q = mask.quant_infos.first().copied().unwrap_or(crate::hef::QuantInfo::INVALID);
         let mask_on = q.quantize(1.0).clamp(0.0, 255.0) as u8;
         let pp = &config.pre_process_params;
-        check_frame_budget(pp, theta.len(), features, what)?;
+        let base = driven.base_scope.then(|| base_scope(&prefill)).transpose()?;
+        let (p, kv) = match &base {
+            Some(b) => (b.frame, b.frame),
+            None => (pp.prefill_input_tokens_count as usize, pp.kv_cache_size as usize),
+        };
+        check_frame_budget((p, kv), pp, theta.len(), features, what)?;
         let pre = PreProcess::new(
             pp.prefill_input_tokens_count as usize,
             pp.kv_cache_size as usize,
@@ -57,6 +64,7 @@ impl LlmDriver {
             embeddings,
             prefill,
             tbt,
+            base,
             config,
             pre,
             record: None,
@@ -79,12 +87,17 @@ impl LlmDriver {
             format!("hailo-config.json and the HEF disagree ({})", f.join("; "))
         };
         let l = self.pre.theta.len();
-        for (g, t) in [(Some(&self.prefill), self.pre.p), (self.tbt.as_ref(), 1)] {
+        // A base-scope group's mask covers its own frame, not a cache (build_mask(SEQ, n, SEQ)).
+        let (p, kv) = match &self.base {
+            Some(b) => (b.frame, b.frame),
+            None => (self.pre.p, pp.kv_cache_size as usize),
+        };
+        for (g, t) in [(Some(&self.prefill), p), (self.tbt.as_ref(), 1)] {
             let Some(g) = g else { continue };
             let n = &g.names;
             let expect = [
                 (&n.embeddings, t * self.pre.features * 2, "embeddings"),
-                (&n.mask, t * pp.kv_cache_size as usize * pp.num_attention_heads as usize, "mask"),
+                (&n.mask, t * kv * pp.num_attention_heads as usize, "mask"),
                 (&n.q_cos, t * l * pp.num_attention_heads as usize * 4, "Q RoPE"),
                 (&n.q_sin, t * l * pp.num_attention_heads as usize * 4, "Q RoPE"),
                 (&n.k_cos, t * l * pp.num_key_value_heads as usize * 4, "K RoPE"),
@@ -137,7 +150,24 @@ fn open_group(
     // keep their hardware types (llm_server.cpp create_inference_managers_future).
     let model = device.configure(name, &names.rope())?;
     let taps = model.outputs().iter().map(|o| crate::device::exposed::tap_named(&o.name).is_some()).collect();
-    Ok(Group { name: name.to_string(), model, names, taps })
+    Ok(Group { name: name.to_string(), model, names, cached: !g.caches.is_empty(), taps })
+}
+
+/// A base-scope group's frame: as many rows as its embeddings input has (the exporter's SEQ,
+/// 24 in its runs: read from the HEF, never assumed), padded with a zero embedding quantized
+/// as the runtime quantizes float inputs.
+fn base_scope(g: &Group) -> Result<BaseScope> {
+    let emb = input(g, &g.names.embeddings)?;
+    let frame = usize::try_from(emb.shape.rows()).unwrap_or(usize::MAX);
+    if frame == 0 {
+        return Err(Error::input(
+            format!("network group `{}` input `{}`", g.name, emb.name),
+            "has 0 rows: a base-scope frame needs at least one position",
+        ));
+    }
+    let q = emb.quant_infos.first().copied().unwrap_or(crate::hef::QuantInfo::INVALID);
+    let pad = q.quantize(0.0).clamp(0.0, 65535.0) as u16;
+    Ok(BaseScope { frame, pad, rows: Vec::new() })
 }
 
 /// The embeddings table (embeddings.bin): whole uint16 rows of the prefill embeddings input's
@@ -178,12 +208,12 @@ fn read_embeddings<'a>(
 /// rows × kv_cache_size × heads bytes, RoPE rows × theta × heads float32 for Q and K, the
 /// embeddings rows.
 fn check_frame_budget(
+    (p, kv): (usize, usize),
     pp: &crate::hef::llm_config::PreProcessParams,
     theta: usize,
     features: usize,
     what: &str,
 ) -> Result<()> {
-    let (p, kv) = (pp.prefill_input_tokens_count as usize, pp.kv_cache_size as usize);
     let (h, kvh) = (pp.num_attention_heads as usize, pp.num_key_value_heads as usize);
     let frames = Bytes::product(&[p, kv, h])
         .plus(Bytes::product(&[p, theta, h.saturating_add(kvh), 2]).times(4))

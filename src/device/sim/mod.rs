@@ -35,6 +35,12 @@ type Noise = Option<(rand_chacha::ChaCha8Rng, rand_distr::Normal<f32>)>;
 struct Core {
     model: Decoder,
     faults: Vec<Box<dyn Fault>>,
+    /// The tbt group's own model and extra faults, when the HEF plants some there
+    /// (`SimSpec::tbt_faults`): a tbt graph compiled otherwise than prefill.
+    tbt: Option<(Decoder, Faults)>,
+    /// The last base-scope frame's real rows and its step, to tell a conversation's next step
+    /// (the same rows and one more) from a new conversation.
+    base_run: Option<(Vec<u8>, usize)>,
     ring: Ring,
     tbt_steps: usize,
     spec: SimSpec,
@@ -147,6 +153,20 @@ impl SimDevice {
         for f in &faults {
             f.prepare(&model, &calib)?;
         }
+        let tbt = match spec.tbt_faults.is_empty() {
+            true => None,
+            false => {
+                let extra = crate::fault::catalog::build_all(&spec.tbt_faults, c)?;
+                let mut m = Decoder::new(&ckpt)?;
+                for f in faults.iter().chain(&extra) {
+                    f.transform_weights(&mut m)?;
+                }
+                for f in &extra {
+                    f.prepare(&m, &calib)?;
+                }
+                Some((m, extra))
+            }
+        };
         let (ring, layers) = Ring::of_hef(&hef, &spec, c, &layouts, &what)?;
         let exposed = exposed_taps(&spec, c.num_layers, &what)?;
         let noise = planted_noise(&spec, &what)?;
@@ -156,6 +176,8 @@ impl SimDevice {
             core: Rc::new(RefCell::new(Core {
                 model,
                 faults,
+                tbt,
+                base_run: None,
                 ring,
                 tbt_steps: 0,
                 spec,
@@ -286,7 +308,7 @@ impl Device for SimDevice {
             Error::Device(format!("create_infer_model: {} has no network group `{group}`", self.what))
         })?;
         let (inputs, outputs) = configured_streams(g, float_inputs)?;
-        let prefill = self.hef.llm_groups()?.0 == group;
-        Ok(Box::new(SimModel { core: self.core.clone(), group: g.clone(), inputs, outputs, prefill }))
+        let role = g.role();
+        Ok(Box::new(SimModel { core: self.core.clone(), group: g.clone(), inputs, outputs, role }))
     }
 }

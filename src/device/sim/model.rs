@@ -11,7 +11,7 @@ use crate::device::exposed::Layout;
 use crate::device::synth_hef::Mistake;
 use crate::device::{ConfiguredModel, FormatType, StreamInfo, RPC_CACHE_UNSUPPORTED, RPC_FAILED_RUN};
 use crate::error::{Error, Result};
-use crate::hef::NetworkGroup;
+use crate::hef::{GroupRole, NetworkGroup};
 use crate::model::decoder::{FrameInputs, StepInput};
 use crate::model::hooks::{HookStack, Hooks};
 use crate::tap::{Phase, Tap};
@@ -26,7 +26,7 @@ pub struct SimModel {
     pub(super) group: NetworkGroup,
     pub(super) inputs: Vec<StreamInfo>,
     pub(super) outputs: Vec<StreamInfo>,
-    pub(super) prefill: bool,
+    pub(super) role: GroupRole,
 }
 
 impl SimModel {
@@ -134,6 +134,26 @@ impl ConfiguredModel for SimModel {
     }
 }
 
+/// The phase of a base-scope run: the next step of the conversation when its real rows (those
+/// after the leading padding rows, which see every column) are the last run's and one more,
+/// else the prefill of a new one. The device is not told; the frames say it.
+fn base_phase(core: &mut Core, allowed: &[Vec<bool>], embeddings: &[u8]) -> Phase {
+    let t = allowed.len();
+    let pad = allowed[..t.saturating_sub(1)].iter().take_while(|r| r.iter().all(|&a| a)).count();
+    let row = embeddings.len() / t.max(1);
+    let real = embeddings[pad * row..].to_vec();
+    let step = match &core.base_run {
+        Some((prev, k)) if real.len() == prev.len() + row && real.starts_with(prev) => k + 1,
+        _ => 0,
+    };
+    core.base_run = Some((real, step));
+    if step == 0 {
+        Phase::Prefill
+    } else {
+        Phase::Decode(step - 1)
+    }
+}
+
 /// An exposed output's float32 frame: every row of the frame, or its last when the output has
 /// one row; each value through its feature's quant info as the hardware's uint16 (saturating)
 /// and HailoRT's dequantization (transform.cpp `dequantize_output_by_feature`: feature = index
@@ -172,11 +192,25 @@ impl SimModel {
     /// computes rows apart.
     fn plan(&self, core: &Core, frame: &FrameInputs, stack: &HookStack) -> Plan {
         let t = frame.allowed.len();
-        let full = self.prefill && core.spec.mistakes.contains(&Mistake::FullSequenceOutput);
-        if !core.trim || full || core.noise.is_some() || !core.exposed.is_empty() || !stack.rows_apart() {
+        let full =
+            self.role == GroupRole::Prefill && core.spec.mistakes.contains(&Mistake::FullSequenceOutput);
+        // A base-scope frame writes no ring: every row is its own key, none left out.
+        if !core.trim
+            || full
+            || self.role == GroupRole::BaseScope
+            || core.noise.is_some()
+            || !core.exposed.is_empty()
+            || !stack.rows_apart()
+        {
             return Plan::whole(t);
         }
         Plan::of(&frame.allowed, &core.model.cfg)
+    }
+
+    /// Which input the graph takes as which: its own truth ([`crate::device::synth_hef::SimSpec::inputs`]),
+    /// whatever hailo-config.json tells the host.
+    fn suffixes(&self, core: &Core) -> crate::hef::llm_config::InputSuffixes {
+        core.spec.input_suffixes()
     }
 
     /// sim-h10: refuse every call after a failed run, naming it.
@@ -203,33 +237,49 @@ impl SimModel {
         let mut guard = self.core.borrow_mut();
         let core = &mut *guard;
         let (t, embeds, mut frame) = self.frame(inputs, core)?;
-        let phase = if self.prefill {
-            Phase::Prefill
-        } else {
-            core.tbt_steps += 1;
-            Phase::Decode(core.tbt_steps - 1)
+        let phase = match self.role {
+            GroupRole::Prefill => Phase::Prefill,
+            GroupRole::Tbt => {
+                core.tbt_steps += 1;
+                Phase::Decode(core.tbt_steps - 1)
+            }
+            GroupRole::BaseScope => {
+                base_phase(core, &frame.allowed, self.bytes(inputs, &self.suffixes(core).embeddings)?.0)
+            }
+        };
+        // The tbt group computes its own extra faults (SimSpec::tbt_faults) on its own model.
+        let (model, extra) = match (self.role, &core.tbt) {
+            (GroupRole::Tbt, Some((m, extra))) => (m, extra.as_slice()),
+            _ => (&core.model, &[][..]),
         };
         let mut hooks: Vec<Box<dyn crate::model::hooks::Hooks + '_>> =
-            core.faults.iter().map(|f| f.hooks()).collect();
+            core.faults.iter().chain(extra).map(|f| f.hooks()).collect();
         let mut stack = HookStack::default();
         stack.hooks.extend(hooks.iter_mut().map(|h| h.as_mut() as &mut dyn Hooks));
         let plan = self.plan(core, &frame, &stack);
-        core.ring.check_reads(&frame.allowed, &plan.live)?;
+        let cached = self.role != GroupRole::BaseScope;
+        if cached {
+            core.ring.check_reads(&frame.allowed, &plan.live)?;
+        }
         let embeds = plan.cut(embeds, &mut frame)?;
         let input = StepInput { phase, embeds, positions: (plan.skip..t).collect(), frame: Some(frame) };
-        let mut store = RingStep {
-            ring: &mut core.ring,
-            rows: t,
-            skip: plan.skip,
-            writer: if self.prefill { Phase::Prefill } else { Phase::Decode(0) },
-        };
         // The taps the graph also outputs, caught as the emulator computes them (faults applied).
         let names: Vec<String> = core.exposed.iter().map(Tap::to_string).collect();
         let mut exposed = MemorySink::new(crate::tap::TapSelection::parse(&names)?);
-        let out = core.model.step(&input, &mut store, &mut exposed, &mut stack)?;
+        let out = if cached {
+            let writer = if self.role == GroupRole::Prefill { Phase::Prefill } else { Phase::Decode(0) };
+            let mut store = RingStep { ring: &mut core.ring, rows: t, skip: plan.skip, writer };
+            model.step(&input, &mut store, &mut exposed, &mut stack)?
+        } else {
+            // A cache-less group: its keys are its own frame's rows, slot j = row j.
+            let mut store = crate::model::cache::FullCache::with_capacity(model.cfg.num_layers, t);
+            model.step(&input, &mut store, &mut exposed, &mut stack)?
+        };
         drop(stack);
         drop(hooks);
-        core.ring.mark(&plan.live);
+        if cached {
+            core.ring.mark(&plan.live);
+        }
         let mut rows: Vec<Vec<f32>> = out.to_vec2()?;
         if let Some((rng, normal)) = core.noise.as_mut() {
             use rand_distr::Distribution;
@@ -242,7 +292,8 @@ impl SimModel {
     /// uint16) and its mask and RoPE tables.
     fn frame(&self, inputs: &[(String, Vec<u8>)], core: &Core) -> Result<(usize, Tensor, FrameInputs)> {
         let c = &core.model.cfg;
-        let (emb, es) = self.bytes(inputs, "input_layer1")?;
+        let suffixes = self.suffixes(core);
+        let (emb, es) = self.bytes(inputs, &suffixes.embeddings)?;
         let t = es.shape.rows() as usize;
         let eq = es.quant_infos[0];
         let embeds: Vec<f32> =
@@ -255,13 +306,14 @@ impl SimModel {
             )));
         }
         let embeds = Tensor::from_vec(embeds, (t, c.hidden_size), &Cpu::Cpu)?;
-        let (mask, ms) = self.bytes(inputs, "input_layer2")?;
+        let (mask, ms) = self.bytes(inputs, &suffixes.attention_mask)?;
         let mq = ms.quant_infos[0];
         let width = mask.len() / t;
-        let ring = core.ring.len;
+        // A base-scope frame's keys are its own rows; a cached group's the ring's slots.
+        let ring = if self.role == GroupRole::BaseScope { t } else { core.ring.len };
         if width != ring * c.num_heads {
             return Err(Error::Device(format!(
-                "mask rows of {width} bytes; the ring has {ring} slots × {} heads",
+                "mask rows of {width} bytes; the graph reads {ring} slots × {} heads",
                 c.num_heads
             )));
         }
@@ -270,10 +322,10 @@ impl SimModel {
             .chunks(width)
             .map(|row| row[..ring].iter().map(|&b| mq.dequantize(b as f32) > 0.5).collect())
             .collect();
-        let q_cos = self.float_input(inputs, "input_layer3")?;
-        let q_sin = self.float_input(inputs, "input_layer4")?;
-        let k_cos = self.float_input(inputs, "input_layer5")?;
-        let k_sin = self.float_input(inputs, "input_layer6")?;
+        let q_cos = self.float_input(inputs, &suffixes.pe_q_cos)?;
+        let q_sin = self.float_input(inputs, &suffixes.pe_q_sin)?;
+        let k_cos = self.float_input(inputs, &suffixes.pe_k_cos)?;
+        let k_sin = self.float_input(inputs, &suffixes.pe_k_sin)?;
         let frame = FrameInputs {
             allowed,
             rope_q: (
@@ -301,7 +353,8 @@ impl SimModel {
         phase: Phase,
     ) -> Result<Vec<Vec<u8>>> {
         let c = &core.model.cfg;
-        let full = self.prefill && core.spec.mistakes.contains(&Mistake::FullSequenceOutput);
+        let full =
+            self.role == GroupRole::Prefill && core.spec.mistakes.contains(&Mistake::FullSequenceOutput);
         // The graph's output is the frame's last position (genai reads one [1, 1, vocab] row).
         let picked: Vec<&Vec<f32>> =
             if full { rows.iter().collect() } else { vec![rows.last().expect("rows")] };

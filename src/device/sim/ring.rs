@@ -79,8 +79,17 @@ impl Ring {
         layouts: &[FaultSpec],
         what: &str,
     ) -> Result<(Ring, (usize, usize))> {
-        let (prefill, _) = hef.llm_groups()?;
-        let g = hef.group(&prefill).expect("selected group exists");
+        // The ring is shared by every cache-bearing group: its prefill group's layers size it
+        // (genai's pick; else, in a HEF that also holds a base-scope group, the first such group).
+        let prefill = hef.llm_groups().ok().map(|(p, _)| p);
+        let g = prefill.as_deref().and_then(|p| hef.group(p));
+        let g = g.or_else(|| hef.groups.iter().find(|g| g.role() == crate::hef::GroupRole::Prefill));
+        let Some(g) = g else {
+            // Only base-scope groups: nothing reads a ring.
+            let quant = vec![(crate::hef::QuantInfo::INVALID, crate::hef::QuantInfo::INVALID); c.num_layers];
+            let ring = Ring::new(0, c.num_layers, c.num_kv_heads, c.head_dim, 0, quant);
+            return Ok((ring, spec.block_range(c.num_layers, what)?));
+        };
         let ring_len = ring_length(g, what)?;
         let pad = cache_entry_bytes(hef, c.num_kv_heads, c.head_dim, what)?;
         // A graph cut from the model (SimSpec::layers) numbers its caches from its first block.

@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 
 use super::{Auditor, Phase};
 use crate::hef::finding::{Finding, Severity};
-use crate::hef::model::{NetworkGroup, Stream};
+use crate::hef::model::{GroupRole, NetworkGroup, Stream};
 use crate::tap::Tap;
 
 /// The inputs whose names end with `suffix`, in name order: genai keeps inputs in a std::map and
@@ -16,6 +16,12 @@ fn inputs_with_suffix<'g>(g: &'g NetworkGroup, suffix: &str) -> Vec<&'g Stream> 
     matches
 }
 
+/// The number a name ends with (`conv137_shard1` → 1, `output_layer3` → 3).
+fn trailing_number(name: &str) -> Option<u64> {
+    let digits = name.len() - name.trim_end_matches(|c: char| c.is_ascii_digit()).len();
+    name[name.len() - digits..].parse().ok()
+}
+
 impl<'a> Auditor<'a> {
     /// A finding about group `g`.
     fn flag(&mut self, g: &NetworkGroup, id: &'static str, severity: Severity, msg: impl Into<String>) {
@@ -23,8 +29,27 @@ impl<'a> Auditor<'a> {
     }
 
     pub(super) fn select_groups(&mut self) {
-        let names: Vec<&str> = self.hef.groups.iter().map(|g| g.name.as_str()).collect();
-        match self.hef.llm_groups_for_lora("") {
+        let hef = self.hef;
+        let names: Vec<&str> = hef.groups.iter().map(|g| g.name.as_str()).collect();
+        if let Some(Ok(d)) = self.named.map(|n| hef.driven_groups(Some(n))) {
+            if d.base_scope {
+                self.base = hef.group(&d.main).into_iter().collect();
+            } else {
+                self.prefill = hef.group(&d.main);
+                self.tbt = d.tbt.as_deref().and_then(|t| hef.group(t));
+                self.selection.prefill = Some(d.main);
+                self.selection.tbt = d.tbt;
+            }
+            return;
+        }
+        self.base = hef.groups.iter().filter(|g| g.role() == GroupRole::BaseScope).collect();
+        for g in self.base.clone() {
+            let msg = "base-scope group: no cache layers by design; a host re-runs the whole conversation in its one \
+                       frame at every step (the exporter's base scope, finding 16). genai never runs it; hefprobe does \
+                       with `group=NAME`";
+            self.flag(g, "base-scope-group", Severity::Info, msg);
+        }
+        match hef.llm_groups_for_lora("") {
             Ok(sel) => {
                 self.prefill = self.hef.group(&sel.prefill);
                 self.tbt = sel.tbt.as_deref().and_then(|t| self.hef.group(t));
@@ -45,8 +70,28 @@ impl<'a> Auditor<'a> {
                     "no network group ends with `{suffix}` (genai's prefill suffix for {count} group(s)); groups: {names:?}. \
                      genai fails with HAILO_INTERNAL_FAILURE"
                 );
-                self.push(Finding::new("no-prefill-group", Severity::Error, msg));
                 self.selection.prefill_suffix = suffix;
+                // A HEF that adds a base-scope group to a prefill/tbt pair is a diagnostics HEF
+                // (the exporter writes it as model_basescope.hef and says genai breaks on it):
+                // said, and its pair audited as a host that names it (`group=`) drives it.
+                let pair = hef.groups.iter().rev().find(|g| g.role() == GroupRole::Prefill);
+                match pair.filter(|_| !self.base.is_empty()) {
+                    Some(p) => {
+                        let d = hef.driven_groups(Some(&p.name)).expect("a prefill group");
+                        let msg = format!(
+                            "{msg}, so hailo-ollama cannot serve this HEF: it adds base-scope group(s) to the pair, as the \
+                             exporter's diagnostics HEFs do. Audited as hefprobe runs it when named: `{}` with `{}`",
+                            d.main,
+                            d.tbt.as_deref().unwrap_or("no tbt group")
+                        );
+                        self.push(Finding::new("genai-cannot-pick", Severity::Warning, msg));
+                        self.prefill = Some(p);
+                        self.tbt = d.tbt.as_deref().and_then(|t| hef.group(t));
+                        self.selection.prefill = Some(d.main);
+                        self.selection.tbt = d.tbt;
+                    }
+                    None => self.push(Finding::new("no-prefill-group", Severity::Error, msg)),
+                }
             }
         }
     }
@@ -102,22 +147,24 @@ impl<'a> Auditor<'a> {
     // ---- LLM groups --------------------------------------------------------------------------
 
     pub(super) fn check_llm_group(&mut self, g: &'a NetworkGroup, phase: Phase) {
+        let inputs = self.resolve_inputs(g);
+        let find = |role: &str| inputs.iter().find(|(r, _)| *r == role).and_then(|(_, s)| *s);
         let rows = match phase {
             Phase::Prefill => u64::from(self.params.pre_process_params.prefill_input_tokens_count),
             Phase::Tbt => 1,
+            // Its frame is its embeddings input's rows; every other input must agree.
+            Phase::Base => find("embeddings").map_or(0, |s| s.shape.rows()),
         };
-        let inputs = self.resolve_inputs(g);
         for (role, stream) in &inputs {
             if let Some(s) = stream {
                 self.check_rows(g, phase, role, s, rows);
             }
         }
-        let find = |role: &str| inputs.iter().find(|(r, _)| *r == role).and_then(|(_, s)| *s);
         if let Some(emb) = find("embeddings") {
             self.check_embeddings_input(g, emb);
         }
         if let Some(mask) = find("attention_mask") {
-            self.check_mask(g, phase, mask);
+            self.check_mask(g, (phase, rows), mask);
         }
         for role in ["pe_q_cos", "pe_q_sin", "pe_k_cos", "pe_k_sin"] {
             if let Some(pe) = find(role) {
@@ -125,7 +172,7 @@ impl<'a> Auditor<'a> {
             }
         }
         self.check_logits(g, phase, rows);
-        if g.caches.is_empty() {
+        if g.caches.is_empty() && phase != Phase::Base {
             let msg = "the group has no cache layers, but genai calls update_cache_offset before every run: HAILO_INVALID_OPERATION";
             self.flag(g, "no-cache-layers", Severity::Error, msg);
         }
@@ -168,6 +215,7 @@ impl<'a> Auditor<'a> {
         let source = match phase {
             Phase::Prefill => format!("prefill_input_tokens_count = {rows}"),
             Phase::Tbt => "1 token per tbt step".to_string(),
+            Phase::Base => format!("the base-scope frame of {rows} positions, its embeddings input's rows"),
         };
         let msg = format!(
             "{role} input `{}` has {} rows (height × width of {}) but genai writes {rows} ({source}); the frame is \
@@ -193,13 +241,18 @@ impl<'a> Auditor<'a> {
 
     /// The mask frame is T × (kv_cache_size × heads) bytes, written as uint8 whatever the layer's
     /// type (pre_process.cpp:133-174); "on" is 1.0 quantized with the prefill mask's quant info.
-    fn check_mask(&mut self, g: &NetworkGroup, phase: Phase, s: &Stream) {
+    fn check_mask(&mut self, g: &NetworkGroup, (phase, rows): (Phase, u64), s: &Stream) {
         let p = &self.params.pre_process_params;
-        let width = u64::from(p.kv_cache_size) * u64::from(p.num_attention_heads);
+        // A base-scope frame's mask covers its own rows (build_mask(SEQ, n, SEQ, NHEAD)).
+        let (columns, of) = match phase {
+            Phase::Base => (rows, "the base-scope frame"),
+            _ => (u64::from(p.kv_cache_size), "kv_cache_size"),
+        };
+        let width = columns * u64::from(p.num_attention_heads);
         if u64::from(s.shape.features) != width {
             let msg = format!(
-                "attention mask `{}` is {} wide but genai writes kv_cache_size × num_attention_heads = {} × {} = {width} per row",
-                s.name, s.shape.features, p.kv_cache_size, p.num_attention_heads
+                "attention mask `{}` is {} wide but a host writes {of} × num_attention_heads = {columns} × {} = {width} per row",
+                s.name, s.shape.features, p.num_attention_heads
             );
             self.flag(g, "mask-width", Severity::Error, msg);
         }
@@ -276,6 +329,7 @@ impl<'a> Auditor<'a> {
         match phase {
             Phase::Prefill => self.vocab.prefill_logits = Some(total),
             Phase::Tbt => self.vocab.tbt_logits = Some(total),
+            Phase::Base => {}
         }
         if sharded {
             self.check_shards(g, &logits, total);
@@ -330,10 +384,41 @@ impl<'a> Auditor<'a> {
             parts.join(" + ")
         );
         self.push(Finding::new("logits-sharded", Severity::Info, msg).table(12).in_group(&g.name));
+        // Shards numbered in their names (the exporter's `…_shard<i>`, `output_layer<i>`) must come
+        // in that order: concatenated in outputs() order, any other order permutes the vocabulary.
+        let numbers: Vec<Option<u64>> = logits.iter().map(|s| trailing_number(&s.name)).collect();
+        if numbers.iter().all(Option::is_some) && numbers.windows(2).any(|w| w[0] >= w[1]) {
+            let order: Vec<&str> = logits.iter().map(|s| s.name.as_str()).collect();
+            let msg = format!(
+                "the logits outputs come in the order {order:?}, not by their numbers: concatenated in outputs() \
+                 order, the vocabulary's columns are permuted"
+            );
+            self.push(Finding::new("logits-shard-order", Severity::Error, msg).table(12).in_group(&g.name));
+        }
         let first = logits[0].elements();
         if logits.iter().any(|s| s.elements() != first) {
-            let msg = "the logits outputs differ in size; genai places output i at i × (its own frame size), assuming equal shards, so the logits overlap or leave gaps";
-            self.push(Finding::new("logits-shard-sizes", Severity::Error, msg).table(12).in_group(&g.name));
+            // Uneven shards tile the vocabulary in order when concatenated (as the exporter's
+            // scripts and hefprobe's driver do: 16002 + 16003 for 32005). genai does not
+            // concatenate: it binds output i at byte i × (that output's own frame size) of one
+            // buffer of their total size and only asserts the sizes are equal
+            // (llm_inference_manager.cpp `generate`, v5.2.0), so in a release build an uneven
+            // split leaves gaps, overlaps, or writes past the buffer.
+            let mut at = 0u64;
+            let bounds: Vec<String> = logits
+                .iter()
+                .map(|s| {
+                    let b = format!("[{at}:{})", at + s.elements());
+                    at += s.elements();
+                    b
+                })
+                .collect();
+            let msg = format!(
+                "uneven shards {} tile the vocabulary in order; genai's server places output i at i × its own frame \
+                 size assuming equal shards (llm_inference_manager.cpp), so hailo-ollama would misplace them — \
+                 hefprobe and the exporter's scripts concatenate",
+                bounds.join(" ")
+            );
+            self.push(Finding::new("logits-shard-sizes", Severity::Warning, msg).table(12).in_group(&g.name));
         }
     }
 

@@ -226,10 +226,18 @@ impl AuditReport {
     }
 }
 
-/// Read a HEF file and audit it, keeping the container facts (integrity check, layout).
-pub fn audit_file(path: impl AsRef<std::path::Path>, expect: &Expectations) -> Result<AuditReport> {
+/// Read a HEF file and audit it (on the groups `group` names: an unknown name is a usage error
+/// listing the groups), keeping the container facts (integrity check, layout).
+pub fn audit_file(
+    path: impl AsRef<std::path::Path>,
+    expect: &Expectations,
+    group: Option<&str>,
+) -> Result<AuditReport> {
     let (hef, container) = Hef::read_with_container(path.as_ref())?;
-    let mut report = audit(&hef, expect);
+    if group.is_some() {
+        hef.driven_groups(group)?;
+    }
+    let mut report = audit_group(&hef, expect, group);
     report.source = Some(path.as_ref().display().to_string());
     report.findings.extend(container_findings(&container));
     report.container = Some(container);
@@ -239,7 +247,14 @@ pub fn audit_file(path: impl AsRef<std::path::Path>, expect: &Expectations) -> R
 
 /// Audit a HEF against HailoRT's genai expectations (and the checkpoint's, when given).
 pub fn audit(hef: &Hef, expect: &Expectations) -> AuditReport {
+    audit_group(hef, expect, None)
+}
+
+/// [`audit`], the LLM interface checked on the groups `group` names (a prefill group and its
+/// tbt partner, or a base-scope group: [`Hef::driven_groups`], whose caller checked the name).
+pub fn audit_group(hef: &Hef, expect: &Expectations, group: Option<&str>) -> AuditReport {
     let mut a = Auditor::new(hef, expect);
+    a.named = group;
     a.run();
     let mut report = a.into_report(hef);
     report.finish();
@@ -283,12 +298,14 @@ fn container_findings(c: &Container) -> Vec<Finding> {
     out
 }
 
-/// The token counts genai uses per frame: prefill_input_tokens_count for prefill, 1 for tbt
-/// (`TBT_INPUT_TOKENS_SIZE`, pre_process.hpp:40).
+/// The token counts a host uses per frame: prefill_input_tokens_count for prefill, 1 for tbt
+/// (`TBT_INPUT_TOKENS_SIZE`, pre_process.hpp:40), and a base-scope group's own frame (its
+/// embeddings input's rows: the exporter reads SEQ from the HEF, generate_base_scope.py).
 #[derive(Clone, Copy, PartialEq)]
 enum Phase {
     Prefill,
     Tbt,
+    Base,
 }
 
 struct Auditor<'a> {
@@ -300,6 +317,10 @@ struct Auditor<'a> {
     params: LlmConfig,
     prefill: Option<&'a NetworkGroup>,
     tbt: Option<&'a NetworkGroup>,
+    /// Cache-less groups run alone in one frame (the exporter's base scope).
+    base: Vec<&'a NetworkGroup>,
+    /// The group the audit was asked about (`--group`), its partner and nothing else.
+    named: Option<&'a str>,
     selection: Selection,
     tokenizer_vocab: Option<u32>,
     theta_length: Option<u64>,
@@ -320,6 +341,8 @@ impl<'a> Auditor<'a> {
             params: LlmConfig::with_defaults(0),
             prefill: None,
             tbt: None,
+            base: Vec::new(),
+            named: None,
             selection: Selection { group_count: hef.groups.len(), ..Selection::default() },
             tokenizer_vocab: None,
             theta_length: None,
@@ -351,6 +374,9 @@ impl<'a> Auditor<'a> {
                 self.check_llm_group(group, phase);
             }
         }
+        for group in self.base.clone() {
+            self.check_llm_group(group, Phase::Base);
+        }
         self.check_prefill_vs_tbt();
         self.check_caches();
         self.check_embeddings_resource();
@@ -362,6 +388,7 @@ impl<'a> Auditor<'a> {
         let role_of = |g: &NetworkGroup| match (&self.selection.prefill, &self.selection.tbt) {
             (Some(p), _) if *p == g.name => Some("prefill"),
             (_, Some(t)) if *t == g.name => Some("tbt"),
+            _ if self.base.iter().any(|b| b.name == g.name) => Some("base-scope"),
             _ => None,
         };
         let rows = |g: &NetworkGroup, streams: &[Stream]| {

@@ -316,7 +316,7 @@ fn audit_file_reports_the_container() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("tiny.hef");
     std::fs::write(&path, hef.to_bytes()).unwrap();
-    let report = audit_file(&path, &Expectations::default()).unwrap();
+    let report = audit_file(&path, &Expectations::default(), None).unwrap();
     assert!(report.source.as_deref().unwrap().ends_with("tiny.hef"));
     let container = report.container.as_ref().unwrap();
     assert_eq!(container.layout.offset_zero_point % 4096, 0);
