@@ -148,7 +148,7 @@ fn compare(
     let report = work(py, || {
         let names = ("reference", "candidate");
         let (r, c) = (open(&r, None, scratch.path())?, open(&c, map.as_deref(), scratch.path())?);
-        let pair = hefprobe::compare::captures(r.store(), c.store(), (names, names), &bounds)?;
+        let pair = hefprobe::compare::captures(r.store(), c.store(), (names, names), &bounds, None)?;
         let command = "hefprobe.compare(...)".to_string();
         let mut report =
             hefprobe::report::Report::new(hefprobe::report::ProbeInfo { command, ..Default::default() });

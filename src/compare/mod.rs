@@ -4,6 +4,7 @@
 pub mod lens;
 pub mod locate;
 pub mod metrics;
+pub mod shards;
 pub mod thresholds;
 
 use crate::capture::Store;
@@ -57,6 +58,9 @@ pub struct LogitsSummary {
     /// Flips whose margin exceeds the threshold set's `flip_margin`.
     pub flips_above_margin: usize,
     pub rows: Vec<LogitsRow>,
+    /// Shard by shard, when the candidate's logits come from a sharded lm_head.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub shards: Vec<shards::ShardFigures>,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -263,6 +267,7 @@ fn logits_summary(r: &[f32], x: &[f32], vocab: usize) -> LogitsSummary {
         flips_above_margin: 0,
         flips,
         rows,
+        shards: Vec::new(),
     }
 }
 
@@ -309,6 +314,10 @@ fn judge(row: &mut TapRow, thresholds: &Thresholds, beyond: Option<(&TapRow, Opt
     if let Some(l) = row.logits.as_mut() {
         let margin = thresholds.flip_margin.max(noise_margin);
         l.flips_above_margin = l.flips.iter().filter(|f| f.margin > margin).count();
+        let of = |r: &TapRow| r.logits.as_ref().map(|l| l.shards.clone()).filter(|s| !s.is_empty());
+        let expected = beyond.and_then(|(e, spread)| Some((of(e)?, spread.and_then(of))));
+        let beyond_shards = expected.as_ref().map(|(e, s)| (e.as_slice(), s.as_deref()));
+        shards::judge(&mut l.shards, &row.tap.to_string(), thresholds, beyond_shards);
     }
     for (metric, (bound, rule)) in thresholds.bounds_for(&row.tap.to_string()) {
         let Some(value) = metric.value(row) else { continue };
@@ -346,6 +355,9 @@ pub struct Settings<'a> {
     pub workers: usize,
     /// Judge each row on its excess over these comparisons' rows at the same phase and tap.
     pub beyond: Option<Beyond<'a>>,
+    /// The candidate's lm_head shard widths, in output order: its logits are also compared
+    /// shard by shard ([`shards`]).
+    pub shards: Option<&'a [usize]>,
 }
 
 /// What a candidate is judged beyond: its expected quantization against the same reference
@@ -359,7 +371,14 @@ pub struct Beyond<'a> {
 impl<'a> Settings<'a> {
     /// Every tap, cumulative, on one thread.
     pub fn new(thresholds: &'a Thresholds) -> Self {
-        Settings { view: View::Cumulative, thresholds, selection: None, workers: 1, beyond: None }
+        Settings {
+            view: View::Cumulative,
+            thresholds,
+            selection: None,
+            workers: 1,
+            beyond: None,
+            shards: None,
+        }
     }
 }
 
@@ -391,7 +410,7 @@ pub fn compare(
             Some(sk) if sk == key => r.as_deref(),
             _ => other.as_deref(),
         };
-        let mut row = compare_one(r.as_deref(), x.as_deref(), scores, key);
+        let mut row = compare_one(r.as_deref(), x.as_deref(), scores, key, s.shards);
         let beyond = s.beyond.and_then(|b| {
             let spread = b.spread.and_then(|p| p.row(row.phase, &row.tap));
             b.expected.row(row.phase, &row.tap).map(|e| (e, spread))
@@ -421,13 +440,16 @@ pub fn compare(
 /// Compare two captures recorded anywhere (`hefprobe compare`, the Python module's `compare`),
 /// with the command line's extra `bounds` (METRIC=VALUE or GLOB:METRIC=VALUE): their globs are
 /// checked against the taps the captures hold (no model here). `names` are the two sides'
-/// labels, `sources` what they were read from (the errors name them). Two captures that share no key, or a
-/// tap whose shapes cannot be aligned, are input errors naming the candidate.
+/// labels, `sources` what they were read from (the errors name them); `shards` the
+/// candidate's lm_head shard widths (`--shards`), whose sum must be its logits width. Two
+/// captures that share no key, or a tap whose shapes cannot be aligned, are input errors
+/// naming the candidate.
 pub fn captures(
     reference: &dyn Store,
     candidate: &dyn Store,
     (names, sources): ((&str, &str), (&str, &str)),
     bounds: &[String],
+    shards: Option<&[usize]>,
 ) -> Result<PairComparison> {
     let mut thresholds = Thresholds::default();
     for t in bounds {
@@ -444,8 +466,9 @@ pub fn captures(
     taps.dedup();
     let layers = taps.iter().filter_map(|t| Tap::parse(t)?.layer()).max().map_or(0, |l| l + 1);
     thresholds.check_globs(&taps, layers)?;
-    let settings = Settings { workers: rayon::current_num_threads(), ..Settings::new(&thresholds) };
+    let settings = Settings { workers: rayon::current_num_threads(), shards, ..Settings::new(&thresholds) };
     let pair = compare(reference, candidate, names, &settings)?;
+    check_shards(&pair, shards, sources.1)?;
     if pair.rows.iter().all(|r| !r.checked()) {
         return Err(Error::input(
             sources.1,
@@ -468,6 +491,22 @@ pub fn captures(
     Ok(pair)
 }
 
+/// Shard widths given for a capture must add up to its logits' width.
+fn check_shards(pair: &PairComparison, shards: Option<&[usize]>, source: &str) -> Result<()> {
+    let Some(widths) = shards else { return Ok(()) };
+    let logits = pair.rows.iter().find(|r| r.tap.canonical() == Some(Tap::Logits) && r.checked());
+    match logits {
+        Some(r) if r.logits.as_ref().is_some_and(|l| l.shards.is_empty()) => Err(Error::usage(format!(
+            "--shards {}: they add up to {}, but {source}'s logits are {} wide: give the HEF's shard widths in \
+             output order",
+            widths.iter().map(usize::to_string).collect::<Vec<_>>().join(","),
+            widths.iter().sum::<usize>(),
+            r.cand_shape.last().copied().unwrap_or(0)
+        ))),
+        _ => Ok(()),
+    }
+}
+
 /// One row: the reference's and the candidate's tap at `key` (either may be missing), and
 /// the reference's scores that mask it when it is an attention tap.
 fn compare_one(
@@ -475,6 +514,7 @@ fn compare_one(
     x: Option<&ArrayD<f32>>,
     scores: Option<&ArrayD<f32>>,
     key: &Key,
+    shard_widths: Option<&[usize]>,
 ) -> TapRow {
     let (phase, tap) =
         (key.phase().expect("compared keys have a phase"), key.tap().expect("phase/tap").clone());
@@ -537,7 +577,9 @@ fn compare_one(
         _ => {}
     }
     if canon == Some(Tap::Logits) {
-        row.logits = Some(logits_summary(&rv, &xv, features));
+        let mut l = logits_summary(&rv, &xv, features);
+        l.shards = shard_widths.and_then(|w| shards::figures(&rv, &xv, features, w)).unwrap_or_default();
+        row.logits = Some(l);
     }
     row.aligned = aligned;
     row

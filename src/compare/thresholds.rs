@@ -32,6 +32,9 @@ crate::named_enum! {
         Flips = "flips",
         ProbSumErr = "prob_sum_err",
         MaskLeak = "mask_leak",
+        ShardCosine = "shard_cosine",
+        ShardScaleErr = "shard_scale_err",
+        ShardArgmax = "shard_argmax",
     }
 }
 
@@ -94,6 +97,20 @@ impl Metric {
                 Range::Count,
                 |r| Some(probs(r)?.mask_leak as f64),
             ),
+            ShardCosine => (Min, "cosine of the worst lm_head shard (sharded logits)", Range::Cosine, |r| {
+                super::shards::worst(&logits(r)?.shards, ShardCosine)
+            }),
+            ShardScaleErr => (
+                Max,
+                "largest |‖x‖/‖r‖ − 1| of an lm_head shard: a shard's scale, to which its cosine is blind",
+                Range::NonNegative,
+                |r| super::shards::worst(&logits(r)?.shards, ShardScaleErr),
+            ),
+            ShardArgmax => {
+                (Min, "argmax agreement within the worst lm_head shard (sharded logits)", Range::Share, |r| {
+                    super::shards::worst(&logits(r)?.shards, ShardArgmax)
+                })
+            }
         };
         Spec(dir, about, range, value)
     }
@@ -218,7 +235,9 @@ pub const REALIZATION_SLACK: f64 = 2.0;
 pub fn excess(metric: Metric, value: f64, expected: f64, spread: Option<f64>) -> f64 {
     let k = REALIZATION_SLACK;
     match (metric, metric.dir()) {
-        (Metric::Cosine, _) => (cosine_angle(value) - allowed_angle(expected, spread)).max(0.0).cos(),
+        (Metric::Cosine | Metric::ShardCosine, _) => {
+            (cosine_angle(value) - allowed_angle(expected, spread)).max(0.0).cos()
+        }
         (Metric::Sqnr, _) => {
             let noise = |db: f64| 10f64.powf(-db / 10.0);
             let beyond = noise(value) - noise(expected) - k * spread.map_or(0.0, noise);
@@ -311,9 +330,19 @@ impl Default for Thresholds {
     /// cosine ≥ 0.999 everywhere, no NaN or one-sided inf, no argmax flip where the
     /// reference's top-1 margin exceeds 1e-3, and attention rows that sum to 1 within 0.05
     /// (cosine is blind to a head's probabilities all scaled by the same factor, which is
-    /// what a softmax shared across heads does; 0.05 leaves room for 8-bit probs).
+    /// what a softmax shared across heads does; 0.05 leaves room for 8-bit probs). Sharded
+    /// logits: every lm_head shard's cosine ≥ 0.999 too, and its scale within 1 % (its cosine
+    /// is blind to a shard dequantized with another's scale, finding 12; a 16-bit output moves
+    /// a shard's norm by ~1e-4).
     fn default() -> Self {
-        let default = [(Metric::Cosine, 0.999), (Metric::Nonfinite, 0.0), (Metric::Flips, 0.0)].into();
+        let default = [
+            (Metric::Cosine, 0.999),
+            (Metric::Nonfinite, 0.0),
+            (Metric::Flips, 0.0),
+            (Metric::ShardCosine, 0.999),
+            (Metric::ShardScaleErr, 0.01),
+        ]
+        .into();
         let mut probs = Rule::new("layers.*.attn.probs", &[("prob_sum_err".to_string(), 0.05)].into())
             .expect("valid rule");
         probs.origin.clear();

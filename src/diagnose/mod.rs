@@ -4,7 +4,11 @@
 //!   is trusted;
 //! - **prefill/decode parity**: one position's logits from (a) a prefill, (b) a tbt step over
 //!   the device's own cache, (c) a tbt step over a cache the driver wrote from the reference —
-//!   separating cache-write error from decode-compute error (finding 9);
+//!   separating cache-write error from decode-compute error (finding 9) — and (d) the
+//!   cache-free control: a tbt step whose mask hides the whole cache against the reference's
+//!   single-token forward, which needs no cache call and so runs over Hailo-10H's RPC client
+//!   where (c) cannot (the exporter's own control: 0.9975 masked while the cache-reading step
+//!   gave 0.84, `kv_greedy.py --mask-mode self`);
 //! - **cache diff**: the device's cache entries against the reference's keys and values, per
 //!   layer and head, in quantization steps (LSB).
 
@@ -128,8 +132,13 @@ pub enum ParityVerdict {
     CacheWriteReadDisagree,
     /// (b) and (c) fail.
     DecodeComputeDrifts,
-    /// (b) fails and (c) could not run.
+    /// (b) fails and neither (c) nor (d) could run.
     TbtDriftsCacheUnavailable,
+    /// (b) fails, (c) could not run, (d) passes: tbt computes its own token right, not what it
+    /// reads from the cache.
+    TbtCacheReadDrifts,
+    /// (b) fails, (c) could not run, (d) fails too: the tbt graph itself.
+    TbtGraphDrifts,
 }
 
 impl ParityVerdict {
@@ -148,6 +157,13 @@ impl ParityVerdict {
             }
             ParityVerdict::TbtDriftsCacheUnavailable => {
                 "tbt drifts; the cache could not be rewritten to tell write from read"
+            }
+            ParityVerdict::TbtCacheReadDrifts => {
+                "tbt computes its own token correctly with the cache masked but drifts over the cache: what \
+                 tbt reads from the cache prefill wrote is wrong (finding 9's layout, or the cache read)"
+            }
+            ParityVerdict::TbtGraphDrifts => {
+                "tbt drifts even with the whole cache masked: the tbt graph itself computes wrong, not the cache"
             }
         }
     }
@@ -248,15 +264,50 @@ pub fn parity(driver: &mut LlmDriver, hef: &Hef, model: &Decoder, prompt: &[u32]
             unavailable: Some(unavailable(&e)),
         }),
     }
+    rows.push(self_masked(driver, model, prompt)?);
     let ok = |r: &ParityRow| r.cosine.is_some_and(|c| c >= 0.999) && r.argmax_matches == Some(true);
-    let verdict = match (ok(&rows[0]), ok(&rows[1]), rows.get(2).map(|r| (r.unavailable.is_none(), ok(r)))) {
-        (false, _, _) => ParityVerdict::PrefillDrifts,
-        (true, true, _) => ParityVerdict::Agree,
-        (true, false, Some((true, true))) => ParityVerdict::CacheWriteReadDisagree,
-        (true, false, Some((true, false))) => ParityVerdict::DecodeComputeDrifts,
-        (true, false, _) => ParityVerdict::TbtDriftsCacheUnavailable,
+    let ran = |r: &ParityRow| r.unavailable.is_none();
+    let (c, d) = (&rows[2], &rows[3]);
+    let verdict = match (ok(&rows[0]), ok(&rows[1])) {
+        (false, _) => ParityVerdict::PrefillDrifts,
+        (true, true) => ParityVerdict::Agree,
+        (true, false) if ran(c) && ok(c) => ParityVerdict::CacheWriteReadDisagree,
+        (true, false) if ran(c) => ParityVerdict::DecodeComputeDrifts,
+        (true, false) if ran(d) && ok(d) => ParityVerdict::TbtCacheReadDrifts,
+        (true, false) if ran(d) => ParityVerdict::TbtGraphDrifts,
+        (true, false) => ParityVerdict::TbtDriftsCacheUnavailable,
     };
     Ok(Parity { position: n - 1, rows, verdict })
+}
+
+/// (d) The cache-free control: after prefilling all but the last token, a tbt step whose mask
+/// hides the whole cache (the token attends to its own slot only), against the reference's
+/// forward of that token alone at its position (with one key, softmax is 1 and the output is
+/// the token's own value: its position changes nothing). No cache is read or written by the host.
+fn self_masked(driver: &mut LlmDriver, model: &Decoder, prompt: &[u32]) -> Result<ParityRow> {
+    const PATH: &str = "(d) tbt with the cache masked vs the token alone";
+    let n = prompt.len();
+    let mut cache = FullCache::new(model.cfg.num_layers);
+    let input = StepInput {
+        phase: Phase::Prefill,
+        embeds: model.embed_tokens(&prompt[n - 1..])?,
+        positions: vec![n - 1],
+        frame: None,
+    };
+    let alone = model.step(&input, &mut cache, &mut NoTaps, &mut NoHooks)?.get(0)?.to_vec1::<f32>()?;
+    driver.new_conversation()?;
+    driver.prefill(&prompt[..n - 1])?;
+    Ok(match driver.step_self(prompt[n - 1]) {
+        Ok(got) => judge(PATH, &alone, &got),
+        Err(e @ (Error::Usage(_) | Error::Unsupported(_))) => ParityRow {
+            path: PATH.into(),
+            cosine: None,
+            kl: None,
+            argmax_matches: None,
+            unavailable: Some(unavailable(&e)),
+        },
+        Err(e) => return Err(e),
+    })
 }
 
 /// Overwrite the entries of tokens 0..m with the reference's keys and values (token j sits at

@@ -173,6 +173,7 @@ fn run_backend(
         notes: backend.notes(),
         device: backend.device(),
         inputs: followed.map(|f| f.0),
+        shards: backend.logits_shards(),
     })
 }
 

@@ -37,14 +37,16 @@ pub fn compare_runs(p: &Prepared, runs: &Runs, out: &mut Vec<Compared>) -> Resul
         selection: Some(selection),
         workers,
         beyond: None,
+        shards: None,
     };
     let unbounded = p.thresholds.unbounded();
     for b in &runs.backends {
         let (ref_label, reference) = b.float_reference(runs);
         let names = (ref_label, b.label.as_str());
+        let shards = b.shards.as_deref();
         // The quantization's own noise first, and how far two draws of it fall apart: the
         // backend is judged on its excess over them.
-        let noise = Settings { thresholds: &unbounded, ..settings(View::Expected, &p.selection) };
+        let noise = Settings { thresholds: &unbounded, shards, ..settings(View::Expected, &p.selection) };
         let (expected, spread) = match &b.expected {
             Some(e) => {
                 let expected_label = crate::report::expected_label(&b.label);
@@ -56,7 +58,7 @@ pub fn compare_runs(p: &Prepared, runs: &Runs, out: &mut Vec<Compared>) -> Resul
             None => (None, None),
         };
         let beyond = expected.as_ref().map(|expected| Beyond { expected, spread: spread.as_ref() });
-        let judged = Settings { beyond, ..settings(View::Cumulative, &p.selection) };
+        let judged = Settings { beyond, shards, ..settings(View::Cumulative, &p.selection) };
         let mut cumulative = compare(reference, b.capture.as_ref(), names, &judged)?;
         cumulative.on_device = b.spec.kind == BackendKind::Hef;
         if b.spec.kind == BackendKind::Dump {
@@ -116,6 +118,7 @@ fn beside_pair(
         selection: Some(&p.selection),
         workers: noise.workers,
         beyond,
+        shards: noise.shards,
     };
     let mut pair = compare(dump.capture.as_ref(), b.capture.as_ref(), (label, &b.label), &judged)?;
     pair.on_device = true;

@@ -39,6 +39,8 @@ pub struct BackendOutput {
     pub device: Option<crate::device::DeviceFacts>,
     /// The inputs it ran when not the probe's ([`Backend::follow_inputs`]).
     pub inputs: Option<InputSet>,
+    /// Its lm_head shard widths ([`Backend::logits_shards`]).
+    pub shards: Option<Vec<usize>>,
 }
 
 /// A backend's expected quantization, emulated twice: the expected draw, and a second draw

@@ -121,6 +121,10 @@ fn pair_section(report: &Report, i: usize, pair: &PairComparison, d: &mut Doc) {
         d.blank().details(format!("all {} taps", all.len()), every);
     }
     d.blank().table(tables::phases(pair));
+    if let Some(t) = tables::shards(pair) {
+        d.blank().line("lm_head shards (the logits at the HEF's own column boundaries):");
+        d.blank().table(t);
+    }
 }
 
 fn explain_section(e: &ExplainReport, d: &mut Doc) {

@@ -79,6 +79,57 @@ pub fn phases(pair: &PairComparison) -> Table {
     t
 }
 
+/// The logits shard by shard, when they come from a sharded lm_head: per shard its worst phase
+/// (lowest cosine), its figures there, the local argmax of the reference and the candidate at
+/// that phase's last position, and in how many phases it fails its shard bounds.
+pub fn shards(pair: &PairComparison) -> Option<Table> {
+    let logits: Vec<&TapRow> = pair
+        .rows
+        .iter()
+        .filter(|r| r.tap.canonical() == Some(crate::tap::Tap::Logits))
+        .filter(|r| r.logits.as_ref().is_some_and(|l| !l.shards.is_empty()))
+        .collect();
+    let n = logits.first()?.logits.as_ref()?.shards.len();
+    let mut t = Table::new([
+        "shard",
+        "columns",
+        "worst phase",
+        "fails",
+        "cosine",
+        "SQNR dB",
+        "scale",
+        "argmax (ref → got)",
+        "argmax agree",
+    ])
+    .align("rllrrrrrr");
+    for i in 0..n {
+        let of = |r: &&TapRow| r.logits.as_ref().and_then(|l| l.shards.get(i)).cloned();
+        let all: Vec<(Phase, crate::compare::shards::ShardFigures)> =
+            logits.iter().filter_map(|r| Some((r.phase, of(r)?))).collect();
+        let Some((phase, s)) = all.iter().min_by(|a, b| a.1.cosine.total_cmp(&b.1.cosine)) else { continue };
+        let failed = all.iter().filter(|(_, s)| s.failed).count();
+        let tone = if failed > 0 { Tone::Bad } else { Tone::Good };
+        let local = format!(
+            "{} {} {}",
+            s.reference_argmax,
+            if s.reference_argmax == s.candidate_argmax { "=" } else { "→" },
+            s.candidate_argmax
+        );
+        t.row([
+            i.to_string().into(),
+            format!("[{}:{})", s.start, s.end).into(),
+            phase.to_string().into(),
+            Cell::from(format!("{failed}/{}", all.len())).tone(tone),
+            cos(Some(s.cosine)).into(),
+            if s.sqnr_db.is_finite() { format!("{:.1}", s.sqnr_db) } else { "inf".into() }.into(),
+            format!("{:.6}", s.scale).into(),
+            local.into(),
+            pct(s.argmax_agreement).into(),
+        ]);
+    }
+    Some(t)
+}
+
 /// Ranked faults: the first `limit`, then the clean reference's row ranked `baseline_rank`.
 pub fn explain(
     rows: &[ExplainRow],

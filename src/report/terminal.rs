@@ -36,6 +36,10 @@ pub fn doc(report: &Report) -> Doc {
             ));
         }
         d.table(tables::phases(pair));
+        if let Some(t) = tables::shards(pair) {
+            d.line("lm_head shards (the logits at the HEF's own column boundaries):");
+            d.table(t);
+        }
     }
     if let Some(e) = &report.explain {
         d.blank().append(explain(e));

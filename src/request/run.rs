@@ -190,6 +190,8 @@ pub struct Compare {
     pub candidate: PathBuf,
     pub map: Option<PathBuf>,
     pub thresholds: Vec<String>,
+    /// The candidate's lm_head shard widths, in output order (`--shards`).
+    pub shards: Option<Vec<usize>>,
     pub reports: Vec<ReportTarget>,
     pub command: String,
 }
@@ -222,7 +224,13 @@ impl Request for Compare {
         };
         let sources = (self.reference.display().to_string(), self.candidate.display().to_string());
         let names = ((rl.as_str(), cl.as_str()), (sources.0.as_str(), sources.1.as_str()));
-        let pair = crate::compare::captures(&reference, candidate.as_ref(), names, &self.thresholds)?;
+        let pair = crate::compare::captures(
+            &reference,
+            candidate.as_ref(),
+            names,
+            &self.thresholds,
+            self.shards.as_deref(),
+        )?;
         let mut report = Report::new(ProbeInfo { command: self.command.clone(), ..Default::default() });
         report.add_comparison(pair);
         Ok(report)

@@ -266,11 +266,14 @@ fn planted_noise(spec: &SimSpec, what: &str) -> Result<Noise> {
 impl Device for SimDevice {
     fn describe(&self) -> String {
         let s = self.core.borrow();
-        let faults = if s.spec.faults.is_empty() {
+        let mut faults = if s.spec.faults.is_empty() {
             "no faults".to_string()
         } else {
             crate::fault::spec::join(&s.spec.faults, ", ")
         };
+        if !s.spec.tbt_faults.is_empty() {
+            faults += &format!("; tbt group only: {}", crate::fault::spec::join(&s.spec.tbt_faults, ", "));
+        }
         let profile = match s.profile {
             SimProfile::Sim => "simulated device",
             SimProfile::SimH10 => "simulated Hailo-10H (RPC client limits)",
@@ -284,6 +287,9 @@ impl Device for SimDevice {
             format!("hefprobe {} simulated Hailo-10H, quant {}", env!("CARGO_PKG_VERSION"), s.spec.quant);
         if !s.spec.faults.is_empty() {
             about += &format!(", faults {}", crate::fault::spec::join(&s.spec.faults, " "));
+        }
+        if !s.spec.tbt_faults.is_empty() {
+            about += &format!(", tbt-group faults {}", crate::fault::spec::join(&s.spec.tbt_faults, " "));
         }
         if let Some(n) = s.spec.noise {
             about += &format!(", planted noise std {}", n.std);

@@ -109,8 +109,8 @@ crate::fault::spec::choice! {
     }
 }
 
-/// **lm-head-shards:N** (finding 12). The vocabulary is split into N contiguous shards of
-/// ⌈V/N⌉ (the last shorter); each shard's logits are quantized symmetrically to `bits`
+/// **lm-head-shards:N** (finding 12). The vocabulary is split into N contiguous shards as the
+/// exporter splits it (`hef::synth::shard_widths`: ⌊i·V/N⌋ boundaries, narrower first); each shard's logits are quantized symmetrically to `bits`
 /// (default 8) with its own scale s_i = max|x_i| / (2^(bits−1) − 1) over the phase, q =
 /// round-half-even(x / s_i). Dequantized with s_i (`scale=own`: quantization noise only) or
 /// with shard 0's scale s_0 (`scale=shard0`: every other shard mis-scaled).
@@ -165,11 +165,16 @@ impl Hooks for LmHeadShardsHooks<'_> {
         let f = self.0;
         let (rows, vocab) = t.dims2()?;
         let mut x: Vec<f32> = t.flatten_all()?.to_vec1()?;
-        let width = vocab.div_ceil(f.n);
+        // Split as the exporter's HEFs are (narrower shards first: 16002 + 16003 for 32005).
+        let widths = crate::hef::synth::shard_widths(vocab as u32, f.n as u32);
+        let mut bounds = vec![0usize];
+        for w in widths {
+            bounds.push(bounds.last().expect("starts at 0") + w as usize);
+        }
+        let shard_of = |c: usize| bounds.partition_point(|&b| b <= c) - 1;
         let qmax = ((1u32 << (f.bits - 1)) - 1) as f32;
         let scale_of = |x: &[f32], i: usize| -> f32 {
-            let lo = i * width;
-            let hi = ((i + 1) * width).min(vocab);
+            let (lo, hi) = (bounds[i], bounds[i + 1]);
             let m = (0..rows)
                 .flat_map(|r| x[r * vocab + lo..r * vocab + hi].iter())
                 .fold(0f32, |a, &b| a.max(b.abs()));
@@ -182,7 +187,7 @@ impl Hooks for LmHeadShardsHooks<'_> {
         let scales: Vec<f32> = (0..f.n).map(|i| scale_of(&x, i)).collect();
         for r in 0..rows {
             for c in 0..vocab {
-                let i = c / width;
+                let i = shard_of(c);
                 let q = (x[r * vocab + c] / scales[i]).round_ties_even().clamp(-qmax, qmax);
                 let s = match f.scale {
                     ShardScale::Own => scales[i],

@@ -1,0 +1,173 @@
+//! The logits shard by shard, at the boundaries of a sharded lm_head (finding 12): how the
+//! exporter's team cleared the split on TinyMistral (shard 0 [0:16002) cosine 0.842972, local
+//! argmax 272 vs HF 676; shard 1 [16002:32005) 0.917088, 12703 = 12703). A shard's cosine is
+//! blind to the shard's scale (a shard dequantized with another shard's scale has cosine 1), so
+//! each shard also gets its scale ‖x‖ / ‖r‖, as the probs get their sums (`prob_sum_err`).
+
+use super::metrics;
+use super::thresholds::{excess, Dir, Metric, Thresholds};
+use serde::Serialize;
+
+/// One shard's figures over every position of a logits tap.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct ShardFigures {
+    /// Its columns, [start, end).
+    pub start: usize,
+    pub end: usize,
+    pub cosine: f64,
+    pub sqnr_db: f64,
+    /// ‖x‖ / ‖r‖ over its columns: 1 when its logits carry the right scale.
+    pub scale: f64,
+    /// Share of positions whose largest logit within the shard is the same column.
+    pub argmax_agreement: f64,
+    /// At the last position, the largest logit within the shard (a token id): the reference's
+    /// and the candidate's.
+    pub reference_argmax: usize,
+    pub candidate_argmax: usize,
+    /// Whether it fails the row's shard bounds (`shard_cosine`, `shard_scale_err`), judged as
+    /// the row is (on the excess over an expected quantization where there is one).
+    pub failed: bool,
+}
+
+impl ShardFigures {
+    /// |scale − 1|.
+    pub fn scale_err(&self) -> f64 {
+        (self.scale - 1.0).abs()
+    }
+
+    fn value(&self, m: Metric) -> Option<f64> {
+        match m {
+            Metric::ShardCosine => Some(self.cosine),
+            Metric::ShardScaleErr => Some(self.scale_err()),
+            Metric::ShardArgmax => Some(self.argmax_agreement),
+            _ => None,
+        }
+    }
+}
+
+/// Each shard of `widths` (in output order; they must add up to `vocab`) over the rows of
+/// `r` and `x` (positions × vocab, row-major). None when the widths do not cover the row.
+pub fn figures(r: &[f32], x: &[f32], vocab: usize, widths: &[usize]) -> Option<Vec<ShardFigures>> {
+    if widths.len() < 2 || widths.iter().sum::<usize>() != vocab || vocab == 0 || r.len() != x.len() {
+        return None;
+    }
+    let rows = r.len() / vocab;
+    let mut start = 0;
+    let mut out = Vec::with_capacity(widths.len());
+    for &w in widths {
+        let end = start + w;
+        let cols =
+            |a: &[f32]| -> Vec<f32> { a.chunks(vocab).flat_map(|row| row[start..end].to_vec()).collect() };
+        let (rs, xs) = (cols(r), cols(x));
+        let b = metrics::basic(&rs, &xs, None);
+        let norm = |v: &[f32]| v.iter().map(|&a| f64::from(a) * f64::from(a)).sum::<f64>().sqrt();
+        let (nr, nx) = (norm(&rs), norm(&xs));
+        let scale = if nr == 0.0 {
+            if nx == 0.0 {
+                1.0
+            } else {
+                f64::INFINITY
+            }
+        } else {
+            nx / nr
+        };
+        let local = |v: &[f32], row: usize| start + crate::model::decoder::argmax(&v[row * w..(row + 1) * w]);
+        let agree = (0..rows).filter(|&t| local(&rs, t) == local(&xs, t)).count();
+        let last = rows.saturating_sub(1);
+        out.push(ShardFigures {
+            start,
+            end,
+            cosine: b.cosine,
+            sqnr_db: b.sqnr_db,
+            scale,
+            argmax_agreement: agree as f64 / rows.max(1) as f64,
+            reference_argmax: local(&rs, last),
+            candidate_argmax: local(&xs, last),
+            failed: false,
+        });
+        start = end;
+    }
+    Some(out)
+}
+
+/// The worst shard's figure for a row's metric: the lowest cosine or argmax agreement, the
+/// largest scale error.
+pub fn worst(shards: &[ShardFigures], m: Metric) -> Option<f64> {
+    let values = shards.iter().filter_map(|s| s.value(m));
+    match m.dir() {
+        Dir::Min => values.reduce(f64::min),
+        Dir::Max => values.reduce(f64::max),
+    }
+}
+
+/// Mark each shard that fails a shard bound of `tap` (`beyond`: the same shards of the
+/// expected quantization and its spread, each judged on its excess over them).
+pub fn judge(
+    shards: &mut [ShardFigures],
+    tap: &str,
+    thresholds: &Thresholds,
+    beyond: Option<(&[ShardFigures], Option<&[ShardFigures]>)>,
+) {
+    for (metric, (bound, _)) in thresholds.bounds_for(tap) {
+        if !matches!(metric, Metric::ShardCosine | Metric::ShardScaleErr | Metric::ShardArgmax) {
+            continue;
+        }
+        for (i, s) in shards.iter_mut().enumerate() {
+            let Some(value) = s.value(metric) else { continue };
+            let judged = match beyond.and_then(|(e, spread)| Some((e.get(i)?, spread.and_then(|s| s.get(i)))))
+            {
+                Some((e, spread)) => match e.value(metric) {
+                    Some(ev) => excess(metric, value, ev, spread.and_then(|s| s.value(metric))),
+                    None => value,
+                },
+                None => value,
+            };
+            let ok = match metric.dir() {
+                Dir::Min => judged >= bound,
+                Dir::Max => judged <= bound,
+            };
+            s.failed |= !ok;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_shard_with_another_shards_scale_keeps_its_cosine_and_shows_its_scale() {
+        // Two positions of a 5-wide vocabulary in shards 2 + 3; shard 1 doubled.
+        let r = [1.0, 2.0, 3.0, 4.0, 5.0, 2.0, 1.0, 0.5, 3.0, 1.0];
+        let mut x = r;
+        for row in x.chunks_mut(5) {
+            row[2..].iter_mut().for_each(|v| *v *= 2.0);
+        }
+        let s = figures(&r, &x, 5, &[2, 3]).unwrap();
+        assert_eq!((s[0].start, s[0].end, s[1].start, s[1].end), (0, 2, 2, 5));
+        assert_eq!((s[0].cosine, s[0].scale), (1.0, 1.0));
+        assert!((s[1].cosine - 1.0).abs() < 1e-12, "scale-blind: {}", s[1].cosine);
+        assert!((s[1].scale - 2.0).abs() < 1e-12);
+        // Local argmaxes are token ids: shard 1's largest at the last position is column 3.
+        assert_eq!((s[1].reference_argmax, s[1].candidate_argmax), (3, 3));
+        assert_eq!(s[0].argmax_agreement, 1.0);
+        assert_eq!(worst(&s, Metric::ShardScaleErr), Some(1.0));
+        let mut t = Thresholds::default();
+        t.default.insert(Metric::ShardScaleErr, 0.05);
+        let mut s = s;
+        judge(&mut s, "logits", &t, None);
+        assert_eq!((s[0].failed, s[1].failed), (false, true), "shard 1 fails, shard 0 passes");
+        // Widths that do not tile the row give no figures.
+        assert!(figures(&r, &x, 5, &[2, 2]).is_none());
+        assert!(figures(&r, &x, 5, &[5]).is_none());
+    }
+
+    #[test]
+    fn a_shard_that_picks_another_token_loses_its_local_argmax() {
+        let r = [0.0, 9.0, 1.0, 2.0];
+        let x = [9.0, 0.0, 1.0, 2.0];
+        let s = figures(&r, &x, 4, &[2, 2]).unwrap();
+        assert_eq!((s[0].reference_argmax, s[0].candidate_argmax, s[0].argmax_agreement), (1, 0, 0.0));
+        assert_eq!((s[1].reference_argmax, s[1].candidate_argmax, s[1].argmax_agreement), (3, 3, 1.0));
+    }
+}
