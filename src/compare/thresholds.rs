@@ -493,13 +493,17 @@ mod tests {
         );
         r.insert(Key::parse("prefill/layers.0.attn.probs"), a(&[1, 2, 2], &[1.0, 0.0, 0.5, 0.5]));
         x.insert(Key::parse("prefill/layers.0.attn.probs"), a(&[1, 2, 2], &[0.9, 0.1, 0.5, 0.4]));
-        let pair =
-            super::super::compare(&r, &x, ("r", "x"), &super::super::Settings::new(&Thresholds::default()))
-                .unwrap();
+        let thresholds = Thresholds::default();
+        let shards = [3usize, 5];
+        let settings =
+            super::super::Settings { shards: Some(&shards), ..super::super::Settings::new(&thresholds) };
+        let pair = super::super::compare(&r, &x, ("r", "x"), &settings).unwrap();
         let row = |tap: &str| pair.rows.iter().find(|r| r.tap.to_string() == tap).unwrap();
         let (l, p, out) = (row("logits"), row("layers.0.attn.probs"), row("layers.0.out"));
         let (m, lf, pf) =
             (l.metrics.as_ref().unwrap(), l.logits.as_ref().unwrap(), p.probs.as_ref().unwrap());
+        let sh = &lf.shards;
+        assert_eq!(sh.len(), 2);
         for metric in Metric::ALL {
             let (on, want) = match metric {
                 Metric::Cosine => (l, m.cosine),
@@ -520,6 +524,9 @@ mod tests {
                 Metric::Flips => (l, lf.flips_above_margin as f64),
                 Metric::ProbSumErr => (p, pf.sum_err_max),
                 Metric::MaskLeak => (p, 1.0),
+                Metric::ShardCosine => (l, sh[0].cosine.min(sh[1].cosine)),
+                Metric::ShardScaleErr => (l, sh[0].scale_err().max(sh[1].scale_err())),
+                Metric::ShardArgmax => (l, sh[0].argmax_agreement.min(sh[1].argmax_agreement)),
             };
             assert_eq!(metric.value(on), Some(want), "{}", metric.name());
             assert!(!metric.about().is_empty() && Metric::parse(metric.name()).unwrap() == metric);

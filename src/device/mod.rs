@@ -4,6 +4,8 @@
 //! shim over the InferModel API, because on Hailo-10H HailoRT's C API cannot configure a
 //! network group (VDeviceHrpcClient::configure returns HAILO_NOT_IMPLEMENTED).
 
+#[cfg(test)]
+mod base_scope_tests;
 pub mod doctor;
 pub mod driver;
 pub mod exposed;
