@@ -542,3 +542,224 @@ fn walk(dir: &Path) -> Vec<PathBuf> {
     }
     out
 }
+
+/// A probe of `tokens` (prompt) with `decode` greedy steps, its checkpoint `ck`, in `dir`.
+fn tokens_probe(dir: &Path, ck: &Path, tokens: &[u32], decode: usize) -> PathBuf {
+    let p = dir.join(format!("p{}_{decode}.toml", tokens.len()));
+    let ids: Vec<String> = tokens.iter().map(u32::to_string).collect();
+    let text = format!(
+        "version = 1\nname = \"p\"\nquestion = \"q\"\n[checkpoint]\npath = {:?}\n[inputs]\ntokens = [{}]\ndecode = {decode}\n",
+        ck.display().to_string(),
+        ids.join(", ")
+    );
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+/// The exporter's diagnostics HEF: prefill, tbt and a cache-less base-scope group over its own
+/// input map. Named, the base-scope group runs step by step; a fault through it is located
+/// and ranked first; genai's default cannot pick among three groups; an unknown group, a tbt
+/// group and a conversation longer than the frame are refused naming them.
+#[test]
+fn the_exporters_base_scope_group_runs_by_name_and_a_fault_through_it_ranks_first() {
+    let t = tempfile::tempdir().unwrap();
+    let ck = checkpoint(t.path());
+    let base = ["--base-scope", "24", "--input-map", "exporter"];
+    let (clean, faulty) = (t.path().join("clean.hef"), t.path().join("faulty.hef"));
+    synth_hef(&ck, &clean, &base);
+    synth_hef(&ck, &faulty, &[&base[..], &["--fault", "shared-softmax@layers=1"]].concat());
+    let probe = tokens_probe(t.path(), &ck, &common::prompt(10), 6);
+    let run = |h: &Path, group: &str| {
+        let mut c = hefprobe();
+        c.arg("run").arg(&probe).arg("--backend").arg(format!("hef={},{group}", h.display()));
+        c
+    };
+    let out = run(&clean, "group=hefprobe_sim").arg("--no-explain").assert().code(0);
+    let text = String::from_utf8_lossy(&out.get_output().stdout).to_string();
+    assert!(text.contains("decode.5"), "every step compared: {text}");
+    let explained = t.path().join("explained.toml");
+    let text = std::fs::read_to_string(&probe).unwrap() + "[explain]\nobserved = \"hef\"\n";
+    std::fs::write(&explained, text).unwrap();
+    let out = hefprobe()
+        .arg("run")
+        .arg(&explained)
+        .arg("--backend")
+        .arg(format!("hef={},group=hefprobe_sim", faulty.display()))
+        .assert()
+        .code(1);
+    let text = String::from_utf8_lossy(&out.get_output().stdout).to_string();
+    assert!(text.contains("best explanation: shared-softmax@layers=1"), "{text}");
+    // The pair runs by name too; genai's own choice fails on three groups and says how to pick.
+    run(&clean, "group=hefprobe_sim__prefill").arg("--no-explain").assert().code(0);
+    hefprobe()
+        .args(["run", probe.to_str().unwrap(), "--no-explain", "--backend"])
+        .arg(format!("hef={}", clean.display()))
+        .assert()
+        .code(2)
+        .stderr(
+            predicate::str::contains("group=NAME")
+                .and(predicate::str::contains("`hefprobe_sim` (base scope")),
+        );
+    run(&clean, "group=nope")
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("network group `nope` is not in this HEF"));
+    run(&clean, "group=hefprobe_sim__tbt")
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("is a tbt group"));
+    let long = tokens_probe(t.path(), &ck, &common::prompt(20), 6);
+    hefprobe()
+        .arg("run")
+        .arg(&long)
+        .arg("--backend")
+        .arg(format!("hef={},group=hefprobe_sim", clean.display()))
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains(
+            "one frame holds 24 positions; the prompt (20 tokens) and 6 decode steps",
+        ));
+    // The audit calls the cache-less group what it is, not an error.
+    let out = hefprobe().arg("audit").arg(&clean).arg("--report").arg("json=-").assert().code(0);
+    let json: serde_json::Value = serde_json::from_slice(&out.get_output().stdout).unwrap();
+    let ids: Vec<&str> =
+        json["findings"].as_array().unwrap().iter().map(|f| f["id"].as_str().unwrap()).collect();
+    assert!(ids.contains(&"base-scope-group") && ids.contains(&"genai-cannot-pick"), "{ids:?}");
+    assert!(!ids.contains(&"no-cache-layers"), "{ids:?}");
+    hefprobe().arg("audit").arg(&clean).args(["--group", "hefprobe_sim"]).assert().code(0);
+    hefprobe().arg("audit").arg(&clean).args(["--group", "x"]).assert().code(2);
+}
+
+/// A HEF written with the exporter's RoPE map (input_layer3 = K cos, 4 = Q cos, 5 = K sin,
+/// 6 = Q sin) runs clean: the driver follows its config, the device its graph. The same HEF
+/// with the Q and K cos suffixes swapped in its hailo-config.json is caught by audit and
+/// refused by the driver, naming the frame that does not fit.
+#[test]
+fn the_exporters_input_map_runs_clean_and_a_config_that_swaps_it_is_caught() {
+    use hefprobe::hef::{llm_config::RESOURCE, Hef, Resource};
+    let t = tempfile::tempdir().unwrap();
+    let ck = checkpoint(t.path());
+    let h = t.path().join("map.hef");
+    synth_hef(&ck, &h, &["--input-map", "exporter"]);
+    let probe = tokens_probe(t.path(), &ck, &common::prompt(12), 3);
+    let run = |h: &Path| {
+        let mut c = hefprobe();
+        c.arg("run").arg(&probe).arg("--no-explain").arg("--backend").arg(format!("hef={}", h.display()));
+        c
+    };
+    run(&h).assert().code(0);
+    hefprobe().arg("audit").arg(&h).arg("--checkpoint").arg(&ck).assert().code(0);
+    let mut hef = Hef::read(&h).unwrap();
+    let at = hef.resources.iter().position(|r| r.name == RESOURCE).unwrap();
+    let text = String::from_utf8(hef.resources[at].data.clone()).unwrap();
+    let swapped =
+        text.replace("\"input_layer3\"", "\"SWAP\"").replace("\"input_layer4\"", "\"input_layer3\"");
+    let swapped = swapped.replace("\"SWAP\"", "\"input_layer4\"");
+    assert_ne!(swapped, text, "the config names the map");
+    hef.resources[at] = Resource::new(RESOURCE, swapped.into_bytes());
+    let bad = t.path().join("swapped.hef");
+    std::fs::write(&bad, hef.to_bytes()).unwrap();
+    hefprobe().arg("audit").arg(&bad).assert().code(1).stdout(predicate::str::contains("rope-width"));
+    run(&bad).assert().code(2).stderr(predicate::str::contains("RoPE frame genai builds"));
+}
+
+/// Uneven shards (the exporter's 16002 + 16003 of a 32005 vocabulary) audit without an error;
+/// the logits are compared shard by shard at those boundaries, and with every shard but 0
+/// dequantized with shard 0's scale, shard 1 fails and shard 0 passes.
+#[test]
+fn uneven_shards_audit_clean_and_a_mis_scaled_shard_fails_alone() {
+    let t = tempfile::tempdir().unwrap();
+    let ck = small_checkpoint(t.path(), "ck32005", 32005);
+    let (clean, scaled) = (t.path().join("clean.hef"), t.path().join("scaled.hef"));
+    synth_hef(&ck, &clean, &["--lm-head-shards", "2"]);
+    synth_hef(&ck, &scaled, &["--lm-head-shards", "2", "--fault", "lm-head-shards:2,scale=shard0"]);
+    let out = hefprobe()
+        .arg("audit")
+        .arg(&clean)
+        .arg("--checkpoint")
+        .arg(&ck)
+        .arg("--report")
+        .arg("json=-")
+        .assert()
+        .code(0);
+    let json: serde_json::Value = serde_json::from_slice(&out.get_output().stdout).unwrap();
+    let f = json["findings"].as_array().unwrap().iter().find(|f| f["id"] == "logits-shard-sizes").unwrap();
+    assert_eq!(f["severity"], "warning");
+    assert!(f["message"].as_str().unwrap().contains("[0:16002) [16002:32005)"), "{f}");
+    let probe = tokens_probe(t.path(), &ck, &[1, 5, 9, 200, 3000, 17000, 25000, 31000], 3);
+    let shards = |h: &Path, code: i32| {
+        let out = hefprobe()
+            .arg("run")
+            .arg(&probe)
+            .args(["--no-explain", "--report", "json=-", "--backend"])
+            .arg(format!("hef={}", h.display()))
+            .assert()
+            .code(code);
+        let json: serde_json::Value = serde_json::from_slice(&out.get_output().stdout).unwrap();
+        let rows = json["comparisons"][0]["rows"].as_array().unwrap().clone();
+        let logits: Vec<serde_json::Value> = rows.into_iter().filter(|r| r["tap"] == "logits").collect();
+        assert_eq!(logits.len(), 4, "prefill and 3 decode steps");
+        let failed = |i: usize| logits.iter().any(|r| r["logits"]["shards"][i]["failed"] == true);
+        let bounds = (&logits[0]["logits"]["shards"][1]["start"], &logits[0]["logits"]["shards"][1]["end"]);
+        assert_eq!((bounds.0.as_u64(), bounds.1.as_u64()), (Some(16002), Some(32005)));
+        (failed(0), failed(1))
+    };
+    assert_eq!(shards(&clean, 0), (false, false));
+    assert_eq!(shards(&scaled, 1), (false, true), "shard 1 fails, shard 0 passes");
+    // A recorded capture is compared shard by shard at the widths given; widths that do not
+    // tile its logits are refused.
+    let caps = t.path().join("caps");
+    hefprobe()
+        .arg("run")
+        .arg(&probe)
+        .args(["--no-explain", "--save-captures"])
+        .arg(&caps)
+        .arg("--backend")
+        .arg(format!("hef={}", scaled.display()))
+        .assert()
+        .code(1);
+    let (r, d) = (caps.join("reference.npz"), caps.join("hef.npz"));
+    hefprobe().arg("compare").arg(&r).arg(&d).args(["--shards", "16002,16003"]).assert().code(1);
+    hefprobe()
+        .arg("compare")
+        .arg(&r)
+        .arg(&d)
+        .args(["--shards", "16002,16004"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("they add up to 32006"));
+}
+
+/// The cache-free tbt control runs over Hailo-10H's RPC client (sim-h10), where the reference
+/// cache cannot be written: a cache-layout fault passes it (tbt computes its own token right),
+/// a fault planted in the tbt graph alone fails it.
+#[test]
+fn the_cache_free_tbt_control_tells_the_cache_from_the_tbt_graph_on_sim_h10() {
+    let t = tempfile::tempdir().unwrap();
+    let ck = checkpoint(t.path());
+    let verdict = |extra: &[&str], name: &str| {
+        let h = t.path().join(name);
+        synth_hef(&ck, &h, extra);
+        let out = hefprobe()
+            .arg("diagnose")
+            .arg(&h)
+            .arg("--checkpoint")
+            .arg(&ck)
+            .args(["--tokens", "5,17,42,99,7,3,120,64", "--device", "sim-h10", "--report", "json=-"])
+            .assert()
+            .code(1);
+        let json: serde_json::Value = serde_json::from_slice(&out.get_output().stdout).unwrap();
+        let d = json["parity"]["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["path"].as_str().unwrap().starts_with("(d)"));
+        (json["parity"]["verdict"].as_str().unwrap().to_string(), d.unwrap()["argmax_matches"].clone())
+    };
+    let (v, d) = verdict(&["--fault", "cache-layout:transpose"], "layout.hef");
+    assert!(v.contains("with the cache masked but drifts over the cache"), "{v}");
+    assert_eq!(d, true);
+    let (v, d) = verdict(&["--tbt-fault", "shared-softmax"], "tbt.hef");
+    assert!(v.contains("the tbt graph itself"), "{v}");
+    assert_eq!(d, false);
+}
