@@ -9,27 +9,33 @@ mod common;
 use common::hefprobe;
 use hefprobe::model::synth::SynthSpec;
 use hefprobe::model::Arch;
-use hefprobe::probe::pattern::judge::{Hypothesis, Status, Verdict};
+use hefprobe::probe::pattern::judge::{Decided, Hypothesis, Status, Verdict};
 use hefprobe::probe::pattern::{explain, Pattern};
 use std::path::Path;
 
 const DEGENERATE: &str = r#"
-version = 1
+version = 2
 finding = 16
 summary = "tiny record"
-baseline = "w8"
-[generation]
+[defaults]
+recipe = "w8"
+scope = "base"
+frame = 14
 tokens = 8
 run = 4
-[prompt]
-tokens = [3, 17, 5, 40, 9, 33]
+prompt = [3, 17, 5, 40, 9, 33]
 [[observation]]
+id = "D1"
+source = "test"
 hidden = 320
 layers = 2
 heads = 5
 kv_heads = 5
-lm_head_split = false
-outcome = "degenerate"
+vocab = 64
+shard_count = 1
+outcome = "repeats"
+run = 4
+from = 2
 [[cleared]]
 cause = "lm-head-split"
 [[cleared]]
@@ -38,11 +44,43 @@ cause = "gqa-ratio"
 
 const COHERENT: &str = r#"
 [[observation]]
+id = "C1"
+source = "test"
 hidden = 256
 layers = 2
+vocab = 64
 outcome = "coherent"
 [[cleared]]
 cause = "depth"
+"#;
+
+/// Per-shard figures as finding 16's TinyMistral page records them, on the tiny model's 64
+/// columns in shards of 32: shard 0 the worse, shard 1's argmax the reference's.
+const SHARDED: &str = r#"
+[[observation]]
+id = "F1"
+source = "test"
+hidden = 320
+layers = 2
+heads = 5
+kv_heads = 5
+vocab = 64
+shards = [32, 32]
+outcome = "figures"
+[[observation.figure]]
+metric = "cosine"
+shard = 0
+value = 0.84
+band = 0.05
+[[observation.figure]]
+metric = "cosine"
+shard = 1
+value = 0.92
+band = 0.05
+[[observation.figure]]
+metric = "argmax"
+shard = 1
+agree = true
 "#;
 
 fn tiny(hidden: usize, heads: usize) -> hefprobe::model::Checkpoint {
@@ -60,7 +98,7 @@ fn a_known_collapse_reproduces_the_record_and_the_cleared_causes_are_cleared() {
     assert!(matches!(&top.hypothesis, Hypothesis::Fault(s) if s == "first-slot-output"), "{}", top.label);
     assert_eq!(top.verdict, Verdict::Reproduces);
     assert!(top.results[0].longest_run.unwrap() >= 4, "{}", top.results[0].figures);
-    // Random weights do not collapse: the baseline alone contradicts the record.
+    // Random weights do not collapse: the recipe alone contradicts the record.
     let base = e.hypotheses.iter().find(|j| matches!(j.hypothesis, Hypothesis::Baseline)).unwrap();
     assert_eq!(base.verdict, Verdict::Contradicts, "{}", base.results[0].figures);
     // Every hypothesis of the grid is judged, the width faults among them.
@@ -79,9 +117,9 @@ fn a_coherent_observation_it_disturbs_makes_it_partly_and_a_noop_passes_by_defin
     let e = explain(&p, &tiny(320, 5), 2).unwrap();
     let first_slot = e.hypotheses.iter().find(|j| j.label == "first-slot-output").unwrap();
     assert_eq!(first_slot.verdict, Verdict::Partly);
-    assert_eq!(first_slot.misses(), [2]);
+    assert_eq!(first_slot.misses(), [1]);
     assert!(
-        first_slot.results[1].figures.contains("leaves the baseline's tokens"),
+        first_slot.results[1].figures.contains("leaves the recipe's tokens"),
         "{}",
         first_slot.results[1].figures
     );
@@ -92,12 +130,62 @@ fn a_coherent_observation_it_disturbs_makes_it_partly_and_a_noop_passes_by_defin
     // Depth: the degenerate checkpoint is no deeper than the coherent one.
     let depth = e.cleared.iter().find(|c| c.label == "depth").unwrap();
     assert_eq!(depth.verdict, Verdict::Contradicts, "{:?}", depth.results);
-    // Nothing reproduces the whole record, and the report says so.
+    // Nothing reproduces the whole record, and the report says so, and nothing else contrary.
     assert!(e.hypotheses.iter().all(|j| j.verdict != Verdict::Reproduces));
+    let c = e.conclusion();
     assert!(
-        e.conclusion().starts_with("Nothing in the catalog reproduces the whole record."),
+        c.starts_with("No hypothesis reproduces the whole record.")
+            && c.contains("first-slot-output (misses C1)"),
+        "{c}"
+    );
+    assert!(!c.contains("None reproduces even part"), "{c}");
+    // The coherent observation of another width ran on a stand-in of its own shape, said weak.
+    assert_eq!(e.stood_in[1].evidence, hefprobe::probe::pattern::bed::Evidence::Synthesized);
+    assert!(c.contains("1 of 2 observations (C1) ran on synthesized stand-ins"), "{c}");
+}
+
+/// Figures on record are judged within their band (an overshoot is off the record like an
+/// undershoot), and a fault whose claim about the logits a figure contradicts is contradicted
+/// without a run: no lm_head against a shard whose argmax is the reference's, shard 0's own
+/// scale against shard 0 being the worse shard.
+#[test]
+fn figures_are_judged_in_their_band_and_some_hypotheses_fall_without_a_run() {
+    let p = Pattern::parse(
+        &DEGENERATE
+            .replace("[[observation]]\nid = \"D1\"", &format!("{SHARDED}[[observation]]\nid = \"D1\"")),
+        Path::new("tiny.toml"),
+    )
+    .unwrap();
+    let e = explain(&p, &tiny(320, 5), 2).unwrap();
+    let by = |l: &str| e.hypotheses.iter().find(|j| j.label == l).unwrap_or_else(|| panic!("{l}"));
+    for label in ["no-lm-head", "lm-head-shards:2,scale=shard0"] {
+        let j = by(label);
+        assert_eq!(j.structural(), [0], "{label}: {:?}", j.results[0]);
+        assert_eq!(j.results[0].decided, Decided::Structure);
+        assert!(e.conclusion().contains(&format!("{label} (by F1, no run needed)")), "{}", e.conclusion());
+    }
+    // The recipe alone leaves the logits near the reference: a cosine far above 0.84 ± 0.05 is
+    // off the record, not a better match.
+    let base = e.hypotheses.iter().find(|j| matches!(j.hypothesis, Hypothesis::Baseline)).unwrap();
+    assert_eq!(base.results[0].status, Status::Missed);
+    assert!(
+        base.results[0].figures.contains("shard 0 cosine 0.9")
+            && base.results[0].figures.contains("(off the record)"),
         "{}",
-        e.conclusion()
+        base.results[0].figures
+    );
+}
+
+/// A record that lists no cleared cause says so, and never that every one came out contradicted.
+#[test]
+fn a_record_without_cleared_causes_says_so() {
+    let text = DEGENERATE.split("[[cleared]]").next().unwrap().to_string();
+    let p = Pattern::parse(&text, Path::new("tiny.toml")).unwrap();
+    let e = explain(&p, &tiny(320, 5), 2).unwrap();
+    let c = e.conclusion();
+    assert!(
+        c.contains("The record lists no cause the finding cleared.") && !c.contains("Every cause"),
+        "{c}"
     );
 }
 
@@ -152,7 +240,7 @@ fn the_cli_prints_the_ranked_table_and_writes_every_report() {
         stdout.contains("Causes the finding cleared") && stdout.contains("The deciding experiment"),
         "{stdout}"
     );
-    assert!(stderr.contains("base-scope generations in") && stderr.contains("thread(s)"), "{stderr}");
+    assert!(stderr.contains("emulations in") && stderr.contains("thread(s)"), "{stderr}");
     let md = std::fs::read_to_string(&md).unwrap();
     let md_row = md.lines().find(|l| l.contains("`first-slot-output`")).unwrap_or_else(|| panic!("{md}"));
     assert!(md_row.starts_with("| 1 ") && md_row.contains("reproduces"), "{md_row}");
@@ -166,10 +254,16 @@ fn the_cli_prints_the_ranked_table_and_writes_every_report() {
 fn a_bad_record_is_exit_2_naming_the_file_and_key() {
     let dir = tempfile::tempdir().unwrap();
     let record = dir.path().join("bad.toml");
-    std::fs::write(&record, DEGENERATE.replace("run = 4", "run = 1")).unwrap();
+    std::fs::write(&record, DEGENERATE.replace("run = 4\nprompt", "run = 1\nprompt")).unwrap();
     let out = hefprobe().args(["explain", "--pattern"]).arg(&record).assert().code(2).get_output().clone();
     let e = String::from_utf8(out.stderr).unwrap();
-    assert!(e.contains("bad.toml") && e.contains("`generation.run`"), "{e}");
+    assert!(e.contains("bad.toml") && e.contains("`defaults.run`"), "{e}");
+    // An impossible shape names the record, the observation and its key, not the synthesizer.
+    std::fs::write(&record, DEGENERATE.replace("heads = 5\nkv_heads = 5", "heads = 7\nkv_heads = 7"))
+        .unwrap();
+    let out = hefprobe().args(["explain", "--pattern"]).arg(&record).assert().code(2).get_output().clone();
+    let e = String::from_utf8(out.stderr).unwrap();
+    assert!(e.contains("bad.toml [[observation]] 1 (D1) key `heads`"), "{e}");
     std::fs::write(&record, DEGENERATE.replace("hidden = 320", "hiden = 320")).unwrap();
     let out = hefprobe().args(["explain", "--pattern"]).arg(&record).assert().code(2).get_output().clone();
     let e = String::from_utf8(out.stderr).unwrap();

@@ -43,6 +43,10 @@ pub struct SynthSpec {
     pub massive_scale: f64,
     /// Sliding window for mistral (all layers) or qwen (layers from `max_window_layers`).
     pub sliding_window: Option<usize>,
+    /// lm_head tied to the embeddings (`tie_word_embeddings`), for explicit dims; a preset
+    /// keeps its own.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub tied: bool,
 }
 
 impl SynthSpec {
@@ -79,6 +83,7 @@ impl SynthSpec {
             massive_channels: 0,
             massive_scale: 32.0,
             sliding_window: None,
+            tied: false,
         }
     }
 
@@ -144,6 +149,9 @@ impl SynthSpec {
         if let Some(w) = self.sliding_window {
             s += &format!(" window={w}");
         }
+        if self.tied {
+            s += " tied";
+        }
         s
     }
 
@@ -185,6 +193,7 @@ impl SynthSpec {
         }
         cfg.intermediate_size = self.intermediate.unwrap_or_else(|| default_intermediate(self.hidden));
         cfg.vocab_size = self.vocab.unwrap_or(cfg.vocab_size);
+        cfg.tie_word_embeddings |= self.tied;
         // Before anything sized by these dims is allocated (the per-layer window list below,
         // then the weights).
         cfg.sliding_window = Vec::new();
@@ -312,7 +321,7 @@ fn parse_arch(s: &str) -> std::result::Result<Arch, String> {
 
 /// SwiGLU models use about 8/3 of hidden, rounded up to a multiple of 64 (saturating: an
 /// absurd hidden size is refused by the memory budget, not wrapped here).
-fn default_intermediate(hidden: usize) -> usize {
+pub fn default_intermediate(hidden: usize) -> usize {
     (hidden.saturating_mul(8) / 3).div_ceil(64).saturating_mul(64)
 }
 

@@ -23,18 +23,17 @@ pub struct ExplainPattern {
     pub command: String,
 }
 
-/// Without `--checkpoint`: a synthesized stand-in of the record's first degenerate shape
-/// (hidden, heads, kv heads, layers as recorded; vocab 512), so the command runs without
-/// downloads. Random weights do not collapse (reports/hidden-size-sweep.md): on it, only a
-/// hypothesis that forces a collapse reproduces a degenerate observation.
+/// Without `--checkpoint`: the synthesized stand-in of the record's first observation that
+/// did not stay coherent, so the command runs without downloads (every observation is then
+/// judged on a stand-in of its own shape; random weights do not collapse:
+/// reports/hidden-size-sweep.md).
 pub fn default_checkpoint(p: &Pattern) -> CheckpointRef {
     let o = p
         .observations
         .iter()
-        .find(|o| o.outcome == crate::probe::pattern::Outcome::Degenerate)
+        .find(|o| o.outcome != crate::probe::pattern::Outcome::Coherent)
         .unwrap_or(&p.observations[0]);
-    let mut spec: SynthSpec = crate::probe::pattern::judge::stand_in(o);
-    spec.vocab = Some(512);
+    let (spec, _): (SynthSpec, _) = crate::probe::pattern::bed::stand_in(o);
     CheckpointRef::Synth(spec)
 }
 
@@ -69,7 +68,7 @@ impl Request for ExplainPattern {
         bar.finish_and_clear();
         e.command = self.command.clone();
         eprintln!(
-            "explain --pattern: {} hypotheses, {} base-scope generations in {:.1} s on {threads} thread(s)",
+            "explain --pattern: {} hypotheses, {} emulations in {:.1} s on {threads} thread(s)",
             e.hypotheses.len() + e.cleared.len(),
             e.emulations,
             started.elapsed().as_secs_f64()

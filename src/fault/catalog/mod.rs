@@ -49,6 +49,29 @@ pub fn on_device(spec: &FaultSpec) -> OnDevice {
     entry(&spec.name).map_or(OnDevice::Frames, |e| e.device)
 }
 
+/// What a fault implies about a device's logits whatever the weights: evidence a recorded figure
+/// gives against it without any run (`explain --pattern`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogitsClaim {
+    /// The output is the final-norm hidden state, not vocabulary logits (`no-lm-head`): no
+    /// column's largest value can be the reference's token but by chance.
+    NotVocabulary,
+    /// Shard 0 keeps its own scale and every other shard takes shard 0's
+    /// (`lm-head-shards:N,scale=shard0`): shard 0 is exact but for its quantization, so it is
+    /// never the worse shard.
+    FirstShardExact,
+}
+
+/// The claim `spec` makes about the logits, if any.
+pub fn logits_claim(spec: &FaultSpec) -> Option<LogitsClaim> {
+    use crate::fault::spec::Choice as _;
+    if is::<output::NoLmHead>(spec) {
+        return Some(LogitsClaim::NotVocabulary);
+    }
+    let shard0 = spec.get("scale", None) == Some(output::ShardScale::Shard0.word());
+    (is::<output::LmHeadShards>(spec) && shard0).then_some(LogitsClaim::FirstShardExact)
+}
+
 /// Whether `spec` names the fault `M` (e.g. a `cache-layout:interleave` spec, `CacheLayout`).
 pub fn is<M: Mechanism>(spec: &FaultSpec) -> bool {
     spec.name == M::ENTRY.name

@@ -1,9 +1,8 @@
 //! The experiment that decides between the hypotheses a record leaves standing: the fewest
 //! checkpoint shapes on which their predictions differ. A width fault's prediction at a hidden
 //! size follows from its definition (a bit-exact no-op when the row fits: `judge::noop_at`); a
-//! fault that does not depend on width acts at every size. Shapes are the record's degenerate
-//! one (6 layers, kv_heads = heads) at other hidden sizes between the widest coherent and the
-//! narrowest degenerate checkpoint on record.
+//! fault that does not depend on width acts at every size. Shapes are 6 layers, kv_heads = heads,
+//! at hidden sizes the record does not hold yet (a size on record is already answered).
 
 use super::judge::{noop_at, Hypothesis, Judged, Verdict};
 use super::{Outcome, Pattern};
@@ -17,6 +16,8 @@ pub const CANDIDATES: [usize; 8] = [320, 384, 448, 512, 520, 576, 640, 768];
 pub struct Experiment {
     /// The hypotheses compared (labels).
     pub compared: Vec<String>,
+    /// Candidate hidden sizes left out because the record already holds them.
+    pub on_record: Vec<usize>,
     /// Why these: the survivors, or the width hypotheses consistent with the coherent record.
     pub basis: String,
     /// Chosen hidden sizes, each with the hypotheses predicted to act there.
@@ -85,7 +86,10 @@ fn compared(p: &Pattern, judged: &[Judged]) -> (Vec<FaultSpec>, String) {
 /// The fewest candidate shapes separating the most pairs (greedy set cover), with the commands.
 pub fn experiment(p: &Pattern, judged: &[Judged]) -> Experiment {
     let (specs, basis) = compared(p, judged);
-    let sig = |s: &FaultSpec| CANDIDATES.map(|h| acts(s, h));
+    let on_record: Vec<usize> =
+        CANDIDATES.into_iter().filter(|h| p.observations.iter().any(|o| o.hidden == *h)).collect();
+    let candidates: Vec<usize> = CANDIDATES.into_iter().filter(|h| !on_record.contains(h)).collect();
+    let sig = |s: &FaultSpec| candidates.iter().map(|&h| acts(s, h)).collect::<Vec<bool>>();
     let mut open: Vec<(usize, usize)> = Vec::new();
     for a in 0..specs.len() {
         for b in a + 1..specs.len() {
@@ -104,27 +108,34 @@ pub fn experiment(p: &Pattern, judged: &[Judged]) -> Experiment {
     while !open.is_empty() {
         let splits = |c: usize| {
             open.iter()
-                .filter(|&&(a, b)| acts(&specs[a], CANDIDATES[c]) != acts(&specs[b], CANDIDATES[c]))
+                .filter(|&&(a, b)| acts(&specs[a], candidates[c]) != acts(&specs[b], candidates[c]))
                 .count()
         };
-        let best =
-            (0..CANDIDATES.len()).max_by_key(|&c| (splits(c), std::cmp::Reverse(c))).expect("candidates");
+        let Some(best) = (0..candidates.len()).max_by_key(|&c| (splits(c), std::cmp::Reverse(c))) else {
+            break;
+        };
         if splits(best) == 0 {
             break;
         }
-        open.retain(|&(a, b)| acts(&specs[a], CANDIDATES[best]) == acts(&specs[b], CANDIDATES[best]));
+        open.retain(|&(a, b)| acts(&specs[a], candidates[best]) == acts(&specs[b], candidates[best]));
         chosen.push(best);
     }
     chosen.sort_unstable();
     let shapes = chosen
         .into_iter()
         .map(|c| {
-            let hidden = CANDIDATES[c];
+            let hidden = candidates[c];
             let acting = specs.iter().filter(|s| acts(s, hidden)).map(ToString::to_string).collect();
             Shape { hidden, heads: heads_of(hidden), layers: 6, acting, commands: commands(hidden) }
         })
         .collect();
-    Experiment { compared: specs.iter().map(ToString::to_string).collect(), basis, shapes, inseparable }
+    Experiment {
+        compared: specs.iter().map(ToString::to_string).collect(),
+        on_record,
+        basis,
+        shapes,
+        inseparable,
+    }
 }
 
 /// What a hardware owner runs for one shape: synthesize it, compile it (outside hefprobe: the

@@ -3,7 +3,7 @@
 //! JSON, and an SVG of the longest run each hypothesis produced).
 
 use super::decide::Experiment;
-use super::judge::{Judged, Status, Verdict};
+use super::judge::{Decided, Judged, Status, Verdict};
 use super::Pattern;
 use crate::error::{Error, Result};
 use crate::report::doc::{Cell, Doc, Table, Text};
@@ -16,9 +16,10 @@ pub struct Explained {
     pub summary: String,
     pub record: String,
     pub checkpoint: String,
+    pub defaults: super::Defaults,
     pub observations: Vec<super::Observation>,
-    /// Where each observation was tested (or why not).
-    pub tested_on: Vec<String>,
+    /// What stood in for each observation's checkpoint, and how strong that evidence is.
+    pub stood_in: Vec<super::bed::StoodIn>,
     pub grid: String,
     /// Ranked, best first.
     pub hypotheses: Vec<Judged>,
@@ -26,129 +27,213 @@ pub struct Explained {
     pub experiment: Experiment,
     pub emulations: usize,
     #[serde(skip)]
-    pub generation: super::Generation,
-    #[serde(skip)]
     pub command: String,
     #[serde(skip)]
     pub svg: Option<std::path::PathBuf>,
 }
 
 impl Explained {
-    pub fn new(p: &Pattern, checkpoint: String, tested_on: Vec<String>, grid: String) -> Self {
+    pub fn new(p: &Pattern, checkpoint: String, grid: String) -> Self {
         Explained {
             finding: p.finding,
             summary: p.summary.clone(),
             record: p.path.display().to_string(),
             checkpoint,
+            defaults: p.defaults.clone(),
             observations: p.observations.clone(),
-            tested_on,
+            stood_in: Vec::new(),
             grid,
             hypotheses: Vec::new(),
             cleared: Vec::new(),
             experiment: Experiment::default(),
             emulations: 0,
-            generation: p.generation.clone(),
             command: String::new(),
             svg: None,
         }
     }
 
-    /// The one-paragraph answer: what reproduces the record, and what nothing does.
+    fn ids(&self, idx: &[usize]) -> String {
+        idx.iter().map(|&i| self.observations[i].id.clone()).collect::<Vec<_>>().join(", ")
+    }
+
+    /// The answer, one sentence per question: what reproduces the whole record, what part of it,
+    /// what a figure contradicts without a run, where the cleared causes stand, and how strong
+    /// the evidence is. No sentence claims what another denies.
     pub fn conclusion(&self) -> String {
-        let labels = |js: &[Judged], keep: &dyn Fn(Verdict) -> bool| -> Vec<String> {
-            js.iter().filter(|j| keep(j.verdict)).map(|j| j.label.clone()).collect()
-        };
-        let full = labels(&self.hypotheses, &|v| v == Verdict::Reproduces);
-        let part = labels(&self.hypotheses, &|v| v == Verdict::Partly);
-        let not_cleared = labels(&self.cleared, &|v| v != Verdict::Contradicts);
+        let with =
+            |v: Verdict| -> Vec<&Judged> { self.hypotheses.iter().filter(|j| j.verdict == v).collect() };
+        let (full, part) = (with(Verdict::Reproduces), with(Verdict::Partly));
+        let names = |js: &[&Judged]| js.iter().map(|j| j.label.clone()).collect::<Vec<_>>().join(", ");
         let mut s = if full.is_empty() {
-            "Nothing in the catalog reproduces the whole record.".to_string()
+            "No hypothesis reproduces the whole record.".to_string()
         } else {
-            format!("Reproduces the whole record: {}.", full.join(", "))
+            format!("Reproduces every observation tested: {}.", names(&full))
         };
-        s += &if part.is_empty() {
-            " No hypothesis reproduces any part of the collapse.".to_string()
-        } else {
-            format!(" Reproduces part of it (the collapse, but not every observation): {}.", part.join(", "))
-        };
-        s += &if not_cleared.is_empty() {
-            " Every cause the finding cleared comes out contradicted, as the finding says.".to_string()
-        } else {
-            format!(" NOT contradicted by the record as written here: {}.", not_cleared.join(", "))
-        };
-        if self.tested_on.iter().any(|t| t.starts_with("synthesized")) {
-            s += " Coherent observations of another width than the checkpoint's were checked on synthesized \
-                  stand-ins (random weights, which rarely collapse or react): passing them is weak evidence, \
-                  except where a width fault is a no-op there by definition.";
+        if !part.is_empty() {
+            const SHOWN: usize = 6;
+            let each: Vec<String> = part
+                .iter()
+                .take(SHOWN)
+                .map(|j| format!("{} (misses {})", j.label, self.ids(&j.misses())))
+                .collect();
+            let more = part.len().saturating_sub(SHOWN);
+            let more = if more > 0 { format!("; and {more} more in the table") } else { String::new() };
+            s += &format!(" Reproduces part of it: {}{more}.", each.join("; "));
+        } else if full.is_empty() {
+            s += " None reproduces even part of it.";
+        }
+        let structural: Vec<String> = self
+            .hypotheses
+            .iter()
+            .filter(|j| !j.structural().is_empty())
+            .map(|j| format!("{} (by {}, no run needed)", j.label, self.ids(&j.structural())))
+            .collect();
+        if !structural.is_empty() {
+            s += &format!(" Contradicted by the figures on record alone: {}.", structural.join("; "));
+        }
+        s += &self.cleared_sentence();
+        let weak: Vec<usize> = (0..self.stood_in.len())
+            .filter(|&i| self.stood_in[i].evidence == super::bed::Evidence::Synthesized)
+            .collect();
+        if !weak.is_empty() {
+            s += &format!(
+                " {} of {} observations ({}) ran on synthesized stand-ins of their shapes: random weights rarely \
+                 collapse or react, so a hypothesis passing them is weak evidence, and failing them is evidence \
+                 only where it acts on those shapes.",
+                weak.len(),
+                self.stood_in.len(),
+                self.ids(&weak)
+            );
         }
         s
     }
+
+    fn cleared_sentence(&self) -> String {
+        if self.cleared.is_empty() {
+            return " The record lists no cause the finding cleared.".into();
+        }
+        let standing: Vec<&Judged> =
+            self.cleared.iter().filter(|j| j.verdict != Verdict::Contradicts).collect();
+        if standing.is_empty() {
+            return format!(
+                " Every cause the finding cleared ({}) comes out contradicted by the shapes on record, as the finding says.",
+                self.cleared.iter().map(|j| j.label.clone()).collect::<Vec<_>>().join(", ")
+            );
+        }
+        let each: Vec<String> =
+            standing.iter().map(|j| format!("{} ({})", j.label, j.verdict.name())).collect();
+        format!(
+            " Cleared by the finding but NOT contradicted by the record as written here: {}.",
+            each.join(", ")
+        )
+    }
 }
 
-fn verdict_cell(j: &Judged) -> Cell {
-    let misses = j.misses();
+fn verdict_cell(e: &Explained, j: &Judged) -> Cell {
     let text = match j.verdict {
-        Verdict::Partly => format!(
-            "partly (misses {})",
-            misses.iter().map(|m| format!("#{m}")).collect::<Vec<_>>().join(", ")
-        ),
+        Verdict::Partly => format!("partly (misses {})", e.ids(&j.misses())),
         v => v.name().to_string(),
     };
     Cell::from(text)
 }
 
-fn figures(j: &Judged) -> String {
+fn figures(e: &Explained, j: &Judged) -> String {
     j.results
         .iter()
         .enumerate()
         .map(|(i, r)| {
-            let mark = match r.status {
-                Status::Reproduced => "✓",
-                Status::Missed => "✗",
-                Status::Untested => "–",
+            let mark = match (r.status, r.decided) {
+                (Status::Reproduced, _) => "✓",
+                (Status::Missed, Decided::Structure) => "✗ (no run)",
+                (Status::Missed, _) => "✗",
+                (Status::Untested, _) => "–",
             };
-            format!("#{} {mark} {}", i + 1, r.figures)
+            format!("{} {mark} {}", e.observations[i].id, r.figures)
         })
         .collect::<Vec<_>>()
         .join("; ")
 }
 
-fn ranked_table(rows: &[Judged]) -> Table {
+fn ranked_table(e: &Explained, rows: &[Judged]) -> Table {
     let mut t = Table::new(["rank", "hypothesis", "finding", "verdict", "per observation"]).align("rlrll");
     for (i, j) in rows.iter().enumerate() {
         t.row([
             Cell::from((i + 1).to_string()),
             Text::code(&j.label).into(),
             j.finding.map_or("-".into(), |f| f.to_string()).into(),
-            verdict_cell(j),
-            figures(j).into(),
+            verdict_cell(e, j),
+            figures(e, j).into(),
         ]);
     }
     t
 }
 
 fn record(e: &Explained, d: &mut Doc) {
-    let mut t = Table::new(["#", "shape on record", "outcome", "tested on"]).align("rlll");
-    for (i, (o, on)) in e.observations.iter().zip(&e.tested_on).enumerate() {
+    let mut t = Table::new([
+        "id",
+        "checkpoint (source)",
+        "shape on record",
+        "run",
+        "outcome on record",
+        "stood in by",
+    ])
+    .align("llllll");
+    let dflt = &e.defaults;
+    for (i, o) in e.observations.iter().enumerate() {
+        let scope = match o.scope(dflt) {
+            super::Scope::Base => {
+                format!("base scope, frame {}", o.frame.or(dflt.frame).map_or("?".into(), |f| f.to_string()))
+            }
+            super::Scope::Prefill => "prefill".to_string(),
+        };
+        let recipe = o.recipe(dflt).map_or("float".to_string(), |r| r.to_string());
+        let prompt = match (&o.prompt_text, &o.prompt) {
+            (Some(t), _) => format!("prompt \"{t}\""),
+            (None, Some(ids)) => format!("prompt {} ids on record", ids.len()),
+            (None, None) => format!("stand-in prompt of {} ids", dflt.prompt.len()),
+        };
+        let on = e.stood_in.get(i).map_or("not built".to_string(), |s| {
+            let took = if s.defaults.is_empty() {
+                String::new()
+            } else {
+                format!("; took {}", s.defaults.join(", "))
+            };
+            format!("{}{took} — {}", s.label, s.evidence.text())
+        });
         t.row([
-            Cell::from((i + 1).to_string()),
+            Cell::from(o.id.clone()),
+            format!("{} ({})", o.checkpoint.as_deref().unwrap_or("not named"), o.source).into(),
             o.shape().into(),
-            o.outcome_text(&e.generation).into(),
-            on.clone().into(),
+            match o.scope(dflt) {
+                super::Scope::Base => format!("{recipe}, {scope}, {prompt}, {} tokens", o.tokens(dflt)),
+                super::Scope::Prefill => format!("{recipe}, {scope}, {prompt}"),
+            }
+            .into(),
+            o.outcome_text(dflt).into(),
+            on.into(),
         ]);
     }
     d.table(t).blank();
     d.line(format!(
-        "A degenerate outcome is reproduced when base-scope greedy generation (the prefill re-run per token) holds \
-         a run of at least {} copies of one token within the recorded length; a coherent one when the hypothesis \
-         leaves the baseline's greedy tokens as they are.",
-        e.generation.run
+        "Each observation is judged on its own bed: its recipe composed with the hypothesis, its prompt, base-scope \
+         greedy generation (the conversation re-run per token) for an outcome, a prefill up to a figure's position \
+         for its figures. Repetition is a run of at least {} copies of one token; a coherent observation holds when \
+         the hypothesis leaves the recipe's tokens as they are; a figure holds within its band around the recorded \
+         value, counting what the hypothesis adds beyond the recipe on the bed (the chip's recipe left its trained \
+         counterparts at cosine 0.998-1.0; random weights amplify it), and an argmax agrees when the hypothesis keeps \
+         the float model's token or the recipe's.",
+        dflt.run
     ))
     .blank();
 }
 
 fn experiment(x: &Experiment, d: &mut Doc) {
     d.heading(2, "The deciding experiment");
+    if !x.on_record.is_empty() {
+        let sizes: Vec<String> = x.on_record.iter().map(usize::to_string).collect();
+        d.line(format!("Hidden sizes already on record, so not proposed again: {}.", sizes.join(", ")))
+            .blank();
+    }
     if x.compared.len() < 2 {
         d.line("Fewer than two hypotheses to separate: no experiment decides between them.").blank();
         return;
@@ -196,11 +281,15 @@ impl crate::report::Document for Explained {
         record(self, &mut d);
         d.heading(2, "Conclusion").line(self.conclusion()).blank();
         d.heading(2, "Hypotheses, ranked");
-        d.table(ranked_table(&self.hypotheses)).blank();
+        d.table(ranked_table(self, &self.hypotheses)).blank();
         d.heading(2, "Causes the finding cleared");
-        d.table(ranked_table(&self.cleared)).blank();
+        if self.cleared.is_empty() {
+            d.line("The record lists none.").blank();
+        } else {
+            d.table(ranked_table(self, &self.cleared)).blank();
+        }
         experiment(&self.experiment, &mut d);
-        d.line(format!("{} base-scope generations.", self.emulations));
+        d.line(format!("{} emulations (generations and prefills).", self.emulations));
         if let Some(s) = &self.svg {
             d.blank().figure(crate::report::relative_to(s, to));
         }
@@ -232,7 +321,7 @@ fn write_svg(e: &Explained, path: &std::path::Path) -> Result<()> {
         })
         .collect();
     let n = e.hypotheses.len().max(1) as f64;
-    let bar = e.generation.run as f64;
+    let bar = e.defaults.run as f64;
     let top = pts.iter().map(|p| p.1).fold(bar, f64::max) + 1.0;
     let panel = LinePanel {
         caption: "longest run of one token, base-scope generation (rank order)",
@@ -243,7 +332,7 @@ fn write_svg(e: &Explained, path: &std::path::Path) -> Result<()> {
         x_labels: 10,
         series: vec![
             ("longest run".into(), pts),
-            (format!("collapse: run {}", e.generation.run), vec![(0.0, bar), (n + 1.0, bar)]),
+            (format!("repetition: run {}", e.defaults.run), vec![(0.0, bar), (n + 1.0, bar)]),
         ],
         legend: true,
     };
