@@ -108,3 +108,30 @@ fn an_svg_report_path_is_the_file_written() {
     assert!(!t.path().join("r.svg-layers.svg").exists());
     assert!(t.path().join("plots/p-layers.svg").is_file(), "a prefix as before");
 }
+
+/// `reduce PROBE --backend/--fault ... -o min.toml` writes what it reduced: the command line's
+/// backend in place of the probe's emulator, so `run min.toml` finds the same first tap and
+/// explanation (it kept the probe's emulator at layer 0 and found that instead).
+#[test]
+fn a_reduced_probe_reproduces_the_backend_it_was_given() {
+    let t = tempfile::tempdir().unwrap();
+    let probe = tiny_probe(t.path(), 0);
+    std::fs::create_dir(t.path().join("out")).unwrap();
+    let min = t.path().join("out/min.toml");
+    hefprobe()
+        .arg("reduce")
+        .arg(&probe)
+        .args(["--fault", "shared-softmax@layers=1", "-o"])
+        .arg(&min)
+        .assert()
+        .code(0)
+        .stdout(predicate::str::contains("best explanation shared-softmax@layers=1"));
+    let text = std::fs::read_to_string(&min).unwrap();
+    assert!(text.contains("shared-softmax@layers=1") && !text.contains("layers=0"), "{text}");
+    hefprobe()
+        .arg("run")
+        .arg(&min)
+        .assert()
+        .code(1)
+        .stdout(predicate::str::contains("best explanation: shared-softmax@layers=1"));
+}
