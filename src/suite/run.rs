@@ -138,7 +138,7 @@ pub fn run_suite_with(
 
 /// The suite's target labels (a claim without targets on a probe that ran nowhere is not run
 /// on each of them).
-fn labels(suite: &Suite) -> Vec<String> {
+pub fn labels(suite: &Suite) -> Vec<String> {
     suite.targets.iter().map(|t| t.label.clone()).collect()
 }
 
@@ -233,12 +233,13 @@ fn run_stages(ctx: &Ctx, probe: &Probe, targets: &[(usize, Target)]) -> Result<(
 
 /// Judge `pair` on one target's comparison in a probe run: its verdict against its baseline
 /// and thresholds, where it drifts, its figures and plots.
-fn evaluate(pair: &mut PairResult, compared: &Compared, band: &Band) {
+fn evaluate(pair: &mut PairResult, compared: &Compared, band: &Band, baseline: Option<&Baseline>) {
     let cmp = &compared.cumulative;
     let figs = figures(cmp);
     let located = crate::compare::locate::locate(cmp).into_iter().next();
     let regs = pair.baseline.as_ref().map(|b| regressions(&figs, b, band)).unwrap_or_default();
-    pair.status = Status::judged(cmp.passed(), pair.baseline.is_some(), !regs.is_empty());
+    let accepted = baseline.is_some_and(|b| b.is_known(&pair.probe, &pair.target));
+    pair.status = Status::judged(cmp.passed(), accepted, !regs.is_empty());
     let mut taps = vec!["logits".to_string()];
     if let Some(l) = &located {
         if !l.tap.is(crate::tap::Tap::Logits) {
@@ -421,7 +422,7 @@ fn group_pairs(ctx: &mut Ctx, probe: &Probe, pairs: &mut [PairResult], runnable:
             continue; // unstable: not compared
         }
         if let Some(c) = run.compared(&t.label) {
-            evaluate(&mut pairs[*i], c, &band);
+            evaluate(&mut pairs[*i], c, &band, ctx.baseline.as_ref());
         }
         if matches!(pairs[*i].status, Status::Regressed | Status::Failed) {
             failing.push((*i, t.clone()));
@@ -478,7 +479,7 @@ fn rerun(
             continue;
         }
         if let Some(c) = again.compared(&t.label) {
-            evaluate(pair, c, &bands[i]);
+            evaluate(pair, c, &bands[i], ctx.baseline.as_ref());
         }
         if matches!(pair.status, Status::Pass | Status::Known) {
             pair.status = Status::Flaky;
