@@ -135,3 +135,111 @@ fn a_reduced_probe_reproduces_the_backend_it_was_given() {
         .code(1)
         .stdout(predicate::str::contains("best explanation: shared-softmax@layers=1"));
 }
+
+/// A failing night of two tiny probes against a clean and a faulty emulated target, with its
+/// Markdown, JUnit, HTML and terminal reports written into `dir` (the terminal as a 100-column
+/// one sees it).
+fn failing_night(dir: &Path) -> std::process::Output {
+    for (name, tokens) in [("a", "[5, 17, 101, 4, 99, 23]"), ("b", "[1, 2, 3, 4, 5, 6, 7, 8, 9]")] {
+        std::fs::create_dir_all(dir.join("p")).unwrap();
+        std::fs::write(
+            dir.join(format!("p/{name}.toml")),
+            format!(
+                "version = 1\nname = \"probe-{name}\"\nquestion = \"q\"\n\
+                 [checkpoint]\nsynth = \"tinystories\"\nhidden = 64\nlayers = 2\nheads = 4\nkv_heads = 4\nvocab = 300\n\
+                 [inputs]\ntokens = {tokens}\ndecode = 2\n"
+            ),
+        )
+        .unwrap();
+    }
+    std::fs::write(
+        dir.join("S.toml"),
+        "version = 1\nname = \"night\"\nprobes = [\"p/*.toml\"]\n\
+         [[target]]\nname = \"tonight\"\nkind = \"emulator\"\nfaults = [\"shared-softmax@layers=0\"]\n\
+         [[target]]\nname = \"release\"\nkind = \"emulator\"\n\
+         [explain]\nfaults = [\"shared-softmax@layers=0\", \"mask-repeat\"]\n",
+    )
+    .unwrap();
+    let out = hefprobe()
+        .current_dir(dir)
+        .env("COLUMNS", "100")
+        .env_remove("GITHUB_STEP_SUMMARY")
+        .args(["suite", "S.toml", "--report", "terminal", "--report", "markdown=night.md"])
+        .args(["--report", "junit=night.xml", "--report", "html=night.html"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
+    out
+}
+
+/// No sentence of a pair's details said twice (the re-run repeated the first run's).
+fn no_sentence_twice(why: &str) {
+    let sentences: Vec<&str> = why.split(['.', ';']).map(str::trim).filter(|s| s.len() > 12).collect();
+    for (i, s) in sentences.iter().enumerate() {
+        assert!(!sentences[i + 1..].contains(s), "said twice: `{s}` in {why}");
+    }
+}
+
+/// A verdict in ten seconds: each failing pair's verdict is one line of at most 160 characters —
+/// status, pair, first drifting tap and its figure, best explanation — with the details folded
+/// under it (Markdown `<details>`, HTML expandable rows, a JUnit message short and its body
+/// full), no sentence said twice, and the terminal and `faults` within a 100-column terminal.
+#[test]
+fn a_failing_night_reads_in_one_line_per_pair_everywhere() {
+    let t = tempfile::tempdir().unwrap();
+    let out = failing_night(t.path());
+    let read = |f: &str| std::fs::read_to_string(t.path().join(f)).unwrap();
+
+    let md = read("night.md");
+    let summaries: Vec<&str> =
+        md.lines().filter_map(|l| l.strip_prefix("<details><summary>FAILED ")).collect();
+    assert_eq!(summaries.len(), 2, "{md}");
+    for s in &summaries {
+        let line = s.trim_end_matches("</summary>");
+        assert!(line.chars().count() + 7 <= 160, "{} characters: {line}", line.chars().count() + 7);
+        assert!(line.contains("× tonight: layers.0.attn.probs cosine"), "{line}");
+        assert!(line.contains(" 0.999; best explanation shared-softmax@layers=0"), "{line}");
+    }
+    for why in md.split("</summary>\n\n").skip(1).map(|b| b.split("\n\n</details>").next().unwrap()) {
+        no_sentence_twice(why);
+    }
+
+    let junit = read("night.xml");
+    let doc = roxmltree::Document::parse(&junit).unwrap();
+    let failures: Vec<_> = doc.descendants().filter(|n| n.has_tag_name("failure")).collect();
+    assert_eq!(failures.len(), 2);
+    for f in failures {
+        let message = f.attribute("message").unwrap();
+        assert!(message.starts_with("FAILED probe-") && message.chars().count() <= 160, "{message}");
+        let body = f.text().unwrap();
+        assert!(
+            body.contains("first drift at layers.0.attn.probs") && body.contains("per-head sums"),
+            "{body}"
+        );
+        no_sentence_twice(body.lines().next().unwrap());
+    }
+
+    let html = read("night.html");
+    let page = roxmltree::Document::parse_with_options(
+        &html,
+        roxmltree::ParsingOptions { allow_dtd: true, ..Default::default() },
+    )
+    .unwrap();
+    let rows: Vec<_> =
+        page.descendants().filter(|n| n.attribute("class").is_some_and(|c| c == "pair failed")).collect();
+    assert_eq!(rows.len(), 2);
+    for r in &rows {
+        let summary = r.descendants().find(|n| n.has_tag_name("summary")).expect("an expandable row");
+        assert!(summary.text().unwrap().chars().count() <= 160);
+        assert!(r.descendants().any(|n| n.has_tag_name("details")));
+    }
+
+    let terminal = String::from_utf8(out.stdout).unwrap();
+    let widest = terminal.lines().map(|l| l.chars().count()).max().unwrap();
+    assert!(widest <= 100, "a {widest}-character line in a 100-column terminal:\n{terminal}");
+    assert!(terminal.contains("FAILED probe-a × tonight: layers.0.attn.probs cosine"), "{terminal}");
+    let faults = hefprobe().env("COLUMNS", "100").arg("faults").output().unwrap();
+    let text = String::from_utf8(faults.stdout).unwrap();
+    assert!(text.lines().all(|l| l.chars().count() <= 100), "{text}");
+    assert!(text.contains("shared-softmax"));
+}

@@ -143,11 +143,21 @@ pub fn register<D: Document>(targets: &[ReportTarget], outputs: &mut crate::outp
     Ok(())
 }
 
-/// One target's text. `color`: the terminal's own colours, for stdout on a terminal.
+/// The width text printed on stdout must fit: `COLUMNS` when set (a number of at least 20),
+/// else the terminal's own when stdout is one, else none (a pipe or a file: lines stay whole).
+pub fn terminal_width() -> Option<usize> {
+    let columns = std::env::var("COLUMNS").ok().and_then(|c| c.trim().parse::<usize>().ok());
+    columns.filter(|c| *c >= 20).or_else(|| comfy_table::Table::new().width().map(usize::from))
+}
+
+/// One target's text. `color`: the terminal's own colours, for stdout on a terminal; terminal
+/// text on stdout fits [`terminal_width`].
 pub fn render<D: Document>(d: &D, target: &ReportTarget, color: bool) -> Result<String> {
     let to = target.path.as_deref();
     Ok(match target.format {
-        Format::Terminal => d.doc(to).terminal(color && to.is_none()),
+        Format::Terminal => {
+            d.doc(to).terminal_fit(color && to.is_none(), to.map_or_else(terminal_width, |_| None))
+        }
         Format::Markdown => d.markdown(to).markdown(),
         Format::Json => d.json(),
         Format::Junit => d.junit()?,

@@ -153,6 +153,10 @@ pub struct PairResult {
     /// The first drift beyond thresholds, as the run report words it ("prefill: first drift at
     /// logits — cosine …").
     pub located: Option<String>,
+    /// The first failed bound at the first drift, in the fewest words (the verdict line's
+    /// figure: `cosine 0.52628, expected after quantization ≥ 0.999`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failed_bound: Option<String>,
     /// Figures worse than the baseline by more than the band, taps in network order.
     pub regressions: Vec<Regression>,
     /// The first drifting tap (of `located`).

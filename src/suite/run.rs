@@ -22,7 +22,6 @@ use crate::probe::prepare::{prepare, ExplainChoice, Prepared, ProbeOverrides, Ru
 use crate::probe::runs::Runs;
 use crate::probe::schema::Probe;
 use crate::probe::spill::CaptureOptions;
-use crate::report::format::num;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -248,6 +247,11 @@ fn evaluate(pair: &mut PairResult, compared: &Compared, band: &Band, baseline: O
     }
     pair.series = taps.iter().filter_map(|t| phase_series(cmp, t)).collect();
     pair.first_drift = located.as_ref().map(|l| l.tap.to_string());
+    // The bound a reader looks for first: a figure's, before the row sums said in words.
+    pair.failed_bound = located.as_ref().and_then(|l| {
+        let mut f = l.failures.iter();
+        f.clone().find(|f| f.metric != "prob_sum_err").or(f.next()).map(crate::report::format::failure_short)
+    });
     pair.located = located.map(|l| crate::report::format::located_sentence(&l));
     pair.regressions = regs;
     pair.figures = figs;
@@ -257,7 +261,7 @@ fn evaluate(pair: &mut PairResult, compared: &Compared, band: &Band, baseline: O
 fn said(pair: &PairResult) -> String {
     let mut s = pair.status.name().to_string();
     if let Some(r) = pair.regressions.first() {
-        s += &format!(": {} {} {} (baseline {})", r.tap, r.figure.title(), num(r.value), num(r.baseline));
+        s += &format!(": {}", super::summary::regression_sentence(r));
     } else if let Some(l) = &pair.located {
         s += &format!(": {l}");
     }
