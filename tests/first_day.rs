@@ -243,3 +243,67 @@ fn a_failing_night_reads_in_one_line_per_pair_everywhere() {
     assert!(text.lines().all(|l| l.chars().count() <= 100), "{text}");
     assert!(text.contains("shared-softmax"));
 }
+
+/// A browser on this machine: Debian's `chromium` (.ci/run installs it), or another Chromium.
+fn chromium() -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    ["chromium", "chromium-browser", "google-chrome"]
+        .iter()
+        .flat_map(|b| std::env::split_paths(&path).map(move |d| d.join(b)))
+        .find(|p| p.is_file())
+}
+
+/// The failing night's HTML page in a real headless Chromium, 1280×800: the first screen shows
+/// each failing pair's verdict line (the facts and plots come after), and a known failure is
+/// coloured otherwise than a pass. `.ci/run` installs Chromium and sets
+/// HEFPROBE_BROWSER_TESTS=1, which makes this test fail where no browser runs; elsewhere it is
+/// skipped, and says so.
+#[test]
+fn the_html_page_shows_the_verdicts_on_its_first_screen_in_a_browser() {
+    let required = std::env::var("HEFPROBE_BROWSER_TESTS").is_ok_and(|v| v == "1");
+    let Some(browser) = chromium() else {
+        assert!(!required, "HEFPROBE_BROWSER_TESTS=1 but no chromium on PATH (apt-get install chromium)");
+        eprintln!("SKIPPED the browser test: no chromium on PATH (.ci/run installs it and makes it required)");
+        return;
+    };
+    let t = tempfile::tempdir().unwrap();
+    failing_night(t.path());
+    // The page has no script of its own (it opens offline, from a CI artifact); the test adds one
+    // that measures where the verdicts are laid out and writes what it found into the page.
+    let probe = r#"<script>
+const vh = window.innerHeight;
+const seen = [...document.querySelectorAll('tr.pair.failed summary')].map(s => {
+  const r = s.getBoundingClientRect();
+  return (r.top >= 0 && r.bottom <= vh && r.height > 0 ? 'VISIBLE ' : 'BELOW ') + s.textContent;
+});
+const cell = c => { const td = document.createElement('td'); td.className = 'status ' + c; document.body.appendChild(td); return getComputedStyle(td).color; };
+const pre = document.createElement('pre');
+pre.id = 'measured';
+pre.textContent = JSON.stringify({ seen, known: cell('known'), pass: cell('pass') });
+document.body.appendChild(pre);
+</script></body>"#;
+    let html = std::fs::read_to_string(t.path().join("night.html")).unwrap().replace("</body>", probe);
+    let page = t.path().join("page.html");
+    std::fs::write(&page, html).unwrap();
+    let out = std::process::Command::new(&browser)
+        .args(["--headless", "--no-sandbox", "--disable-gpu", "--window-size=1280,800", "--dump-dom"])
+        .arg(format!("file://{}", page.display()))
+        .env("HOME", t.path())
+        .output()
+        .unwrap();
+    let dom = String::from_utf8_lossy(&out.stdout);
+    let measured = dom
+        .split("<pre id=\"measured\">")
+        .nth(1)
+        .and_then(|r| r.split("</pre>").next())
+        .unwrap_or_else(|| panic!("the page did not run in {}: {}", browser.display(), String::from_utf8_lossy(&out.stderr)));
+    let json = measured.replace("&lt;", "<").replace("&gt;", ">").replace("&quot;", "\"").replace("&amp;", "&");
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let seen: Vec<&str> = v["seen"].as_array().unwrap().iter().map(|s| s.as_str().unwrap()).collect();
+    assert_eq!(seen.len(), 2, "{seen:?}");
+    for s in &seen {
+        assert!(s.starts_with("VISIBLE layers.0.attn.probs cosine"), "not on the first screen: {s}");
+        assert!(s.contains("best explanation shared-softmax@layers=0"), "{s}");
+    }
+    assert_ne!(v["known"], v["pass"], "known is coloured as a pass");
+}
