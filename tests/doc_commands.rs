@@ -96,7 +96,7 @@ fn blocks() -> Vec<Block> {
             i += 1;
             let body: Vec<&str> = lines[i..].iter().take_while(|l| !l.starts_with("```")).copied().collect();
             i += body.len() + 1;
-            let lang = lang.trim().split_whitespace().next().unwrap_or("");
+            let lang = lang.split_whitespace().next().unwrap_or("");
             let mark = start.checked_sub(1).and_then(|p| marker(lines[p]));
             if !matches!(lang, "sh" | "bash") {
                 assert!(
@@ -278,6 +278,8 @@ fn the_documented_commands_run_as_written() {
     let (preamble, rest): (Vec<&Block>, Vec<&Block>) = blocks.iter().partition(|b| b.mode == Mode::Preamble);
     assert_eq!(preamble.len(), 1, "one preamble (docs/EXAMPLES.md) makes the placeholders");
     let mut ran = 0;
+    let exit = regex::Regex::new(r"\bexit (\d)\b").unwrap();
+    let quoted = regex::Regex::new(r#""([^"]+)""#).unwrap();
     for b in preamble.iter().chain(rest.iter().filter(|b| b.mode == Mode::Run)) {
         for banned in ["sudo ", "apt ", "apt-get ", "pip ", "git clone", "rustup ", "curl ", "wget "] {
             assert!(
@@ -305,7 +307,6 @@ fn the_documented_commands_run_as_written() {
         for c in &calls {
             ran += 1;
             let comment = comment_of(&b.text, c.line);
-            let exit = regex::Regex::new(r"\bexit (\d)\b").unwrap();
             let want: i32 = exit.captures(&comment).map_or(0, |m| m[1].parse().unwrap());
             assert_eq!(
                 c.rc,
@@ -315,7 +316,7 @@ fn the_documented_commands_run_as_written() {
                 c.line,
                 c.rc
             );
-            for q in regex::Regex::new(r#""([^"]+)""#).unwrap().captures_iter(&comment) {
+            for q in quoted.captures_iter(&comment) {
                 assert!(
                     c.output.contains(&q[1]),
                     "{said}\n`{}` does not print \"{}\"",

@@ -263,7 +263,9 @@ fn the_html_page_shows_the_verdicts_on_its_first_screen_in_a_browser() {
     let required = std::env::var("HEFPROBE_BROWSER_TESTS").is_ok_and(|v| v == "1");
     let Some(browser) = chromium() else {
         assert!(!required, "HEFPROBE_BROWSER_TESTS=1 but no chromium on PATH (apt-get install chromium)");
-        eprintln!("SKIPPED the browser test: no chromium on PATH (.ci/run installs it and makes it required)");
+        eprintln!(
+            "SKIPPED the browser test: no chromium on PATH (.ci/run installs it and makes it required)"
+        );
         return;
     };
     let t = tempfile::tempdir().unwrap();
@@ -296,8 +298,11 @@ document.body.appendChild(pre);
         .split("<pre id=\"measured\">")
         .nth(1)
         .and_then(|r| r.split("</pre>").next())
-        .unwrap_or_else(|| panic!("the page did not run in {}: {}", browser.display(), String::from_utf8_lossy(&out.stderr)));
-    let json = measured.replace("&lt;", "<").replace("&gt;", ">").replace("&quot;", "\"").replace("&amp;", "&");
+        .unwrap_or_else(|| {
+            panic!("the page did not run in {}: {}", browser.display(), String::from_utf8_lossy(&out.stderr))
+        });
+    let json =
+        measured.replace("&lt;", "<").replace("&gt;", ">").replace("&quot;", "\"").replace("&amp;", "&");
     let v: serde_json::Value = serde_json::from_str(&json).unwrap();
     let seen: Vec<&str> = v["seen"].as_array().unwrap().iter().map(|s| s.as_str().unwrap()).collect();
     assert_eq!(seen.len(), 2, "{seen:?}");

@@ -53,8 +53,16 @@ pub fn locate(arg: &Path) -> Result<PathBuf> {
             ),
         ));
     }
-    if let Some(found) = folders.iter().map(|d| d.join(&name)).find(|p| inside(p, &name)) {
-        eprintln!("probe: {} is not here; using the catalog's {}", arg.display(), found.display());
+    if let Some((folder, found)) = folders.iter().map(|d| (d, d.join(&name))).find(|(_, p)| inside(p, &name))
+    {
+        let whose = if folder.ends_with("share/hefprobe/probes")
+            || std::env::var_os("HEFPROBE_PROBES").is_some_and(|d| folder == Path::new(&d))
+        {
+            "the installed catalog's"
+        } else {
+            "the checkout's"
+        };
+        eprintln!("probe: {} is not here; using {whose} {}", arg.display(), found.display());
         return Ok(found);
     }
     Err(Error::input(
