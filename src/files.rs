@@ -436,6 +436,16 @@ fn temporary(path: &Path) -> Result<(PathBuf, std::fs::File)> {
     Ok((temp, file))
 }
 
+/// Give `path` the mode every file hefprobe creates gets (0666 less the umask), for a file a
+/// library wrote through a private temporary file (safetensors' is 0600), so one command's
+/// outputs never differ in who may read them.
+pub fn default_mode(path: &Path) -> Result<()> {
+    let (temp, file) = temporary(path)?;
+    let mode = file.metadata().map(|m| m.permissions());
+    let _ = std::fs::remove_file(&temp);
+    std::fs::set_permissions(path, mode.map_err(|e| Error::io(&temp, e))?).map_err(|e| Error::io(path, e))
+}
+
 /// Whether files can be written into the folder `dir` now: a temporary file made there and
 /// removed (what every write does first), so a read-only folder is refused before any compute.
 pub fn check_writable(dir: &Path) -> Result<()> {

@@ -176,6 +176,7 @@ fn shared_softmax_report_and_readme_example_match_the_tool() {
     let out = Command::cargo_bin("hefprobe")
         .unwrap()
         .current_dir(repo(""))
+        .env_remove("COLUMNS") // the README shows the whole table, as a pipe gets it
         .args(["run", "probes/shared-softmax.toml", "--report", "terminal"])
         .arg(format!("--report=markdown={}", md.display()))
         .arg(format!("--report=svg={}", prefix.display()))

@@ -154,6 +154,7 @@ fn the_catalog_against_simulated_hefs() {
         baseline: Some(baseline.clone()),
         update_baseline: update,
         accept: false,
+        known: Vec::new(),
         history: Some(history_file.clone()),
     };
 
@@ -292,7 +293,7 @@ const SMALL_PROBE: &str = "version = 1\nname = \"NAME\"\nquestion = \"q?\"\n\
 
 /// Three small probes and a suite of three emulator targets: `tonight` is clean on night 1 and
 /// shares a softmax on night 2 (regressed), `release` stays clean (pass), `stand-in` always
-/// repeats the mask (known, once the baseline has it).
+/// repeats the mask (known, once a person accepted it by name).
 fn small_suite(d: &Path, tonight_faults: &str) -> PathBuf {
     std::fs::create_dir_all(d.join("p")).unwrap();
     for (i, tokens) in
@@ -325,8 +326,12 @@ fn three_shards_merge_to_the_unsharded_result_byte_for_byte() {
     let night1 = Suite::load(&small_suite(d, "")).unwrap();
     let r1 = run_suite(&night1, &opts(Some(&baseline), true)).unwrap();
     assert_eq!((r1.counts.pass, r1.counts.failed), (6, 3), "no baseline yet: the stand-in fails");
-    finish(&r1, &Finish { baseline: Some(baseline.clone()), update_baseline: true, ..Finish::default() })
-        .unwrap();
+    let known = (0..3).map(|i| format!("small-{i}/stand-in")).collect();
+    finish(
+        &r1,
+        &Finish { baseline: Some(baseline.clone()), update_baseline: true, known, ..Finish::default() },
+    )
+    .unwrap();
     let frozen = std::fs::read_to_string(&baseline).unwrap();
 
     let night2 = Suite::load(&small_suite(d, "\"shared-softmax@layers=0\"")).unwrap();
@@ -438,7 +443,19 @@ fn the_command_line_exit_codes_files_and_step_summary() {
     .code(1);
     assert!(d.join("b.json").exists());
     check_junit(&std::fs::read_to_string(d.join("r1.xml")).unwrap());
-    // Against the baseline it is known: exit 0, and the summary goes to GitHub's step summary.
+    // A baseline written on the first night does not make its failures known: the next night
+    // they still fail (they were "known", exit 0, before issue 53). A person names them.
+    run(&["suite", s, "--baseline", "b.json", "--report", "markdown=-"], &[])
+        .code(1)
+        .stdout(predicates::str::contains("3 failed"));
+    let names: Vec<String> = (0..3).map(|i| format!("--known=small-{i}/stand-in")).collect();
+    let mut accept = vec!["suite", s, "--baseline", "b.json", "--update-baseline"];
+    accept.extend(names.iter().map(String::as_str));
+    run(&accept, &[]).code(1).stderr(predicates::str::contains("3 failing pairs accepted as known"));
+    run(&["suite", s, "--baseline", "b.json", "--update-baseline", "--known", "small-9/stand-in"], &[])
+        .code(2)
+        .stderr(predicates::str::contains("--known `small-9/stand-in`: no such pair"));
+    // Accepted by name, it is known: exit 0, and the summary goes to GitHub's step summary.
     let summary = d.join("summary.md");
     run(
         &["suite", s, "--baseline", "b.json", "--history", "h.jsonl", "--report", "markdown=-"],
@@ -462,6 +479,14 @@ fn the_command_line_exit_codes_files_and_step_summary() {
         serde_json::from_str(&std::fs::read_to_string(d.join("m.json")).unwrap()).unwrap();
     assert_eq!((m["counts"]["pairs"].as_u64(), m["counts"]["known"].as_u64()), (Some(9), Some(3)));
     assert!(m["shard"].is_null() && !m["command"].as_str().unwrap().contains("--shard"));
+    // The README's `suite --shard 2/3 ... && hefprobe merge shard-*.json`: a shard with failures
+    // exits 0 and says who judges them; the merge fails the night.
+    for k in ["1", "2"] {
+        run(&["suite", s, "--shard", &format!("{k}/2"), "--report", &format!("json=bare-{k}.json")], &[])
+            .code(0)
+            .stderr(predicates::str::contains("`hefprobe merge` of every shard judges the night"));
+    }
+    run(&["merge", "bare-1.json", "bare-2.json"], &[]).code(1);
     // The trend of two runs.
     run(&["trend", "h.jsonl", "--report", "svg=trend.svg", "--pair", "small-0/stand-in"], &[]).code(0);
     assert!(roxmltree::Document::parse(&std::fs::read_to_string(d.join("trend.svg")).unwrap()).is_ok());
@@ -590,10 +615,23 @@ fn findings_are_claims_judged_every_night() {
     run(&["suite", "findings.toml", "--history", "h.jsonl", "--report", "json=n1.json"]).code(0);
     assert_eq!(statuses("n1.json"), [(11, "fixed".into(), false), (9, "fixed".into(), false)]);
 
-    // Night 2, the softmax shared in layer 0: 11 reproduces (the pair fails: no baseline yet).
+    // Night 2, the softmax shared in layer 0: 11 reproduces (the pair fails: no baseline yet);
+    // a person accepts both drifts as known, by name.
     suite(&softmax, "reproduces");
-    run(&["suite", "findings.toml", "--history", "h.jsonl", "--baseline", "b.json", "--update-baseline"])
-        .code(1);
+    run(&[
+        "suite",
+        "findings.toml",
+        "--history",
+        "h.jsonl",
+        "--baseline",
+        "b.json",
+        "--update-baseline",
+        "--known",
+        "shared-softmax/tonight",
+        "--known",
+        "kv-cache-layout/tonight",
+    ])
+    .code(1);
     run(&[
         "suite",
         "findings.toml",

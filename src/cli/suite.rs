@@ -24,6 +24,11 @@ pub struct SuiteOutputArgs {
     /// With --update-baseline: write the new figures even where they are worse (an intended change).
     #[arg(long, requires = "update_baseline")]
     pub accept: bool,
+    /// With --update-baseline: accept this failing pair as known (PROBE/TARGET; several allowed).
+    /// Later runs call its drift "known" (exit 0) while it is no worse; a failure nobody named
+    /// stays "failed" (exit 1) whatever the baseline holds.
+    #[arg(long = "known", value_name = "PROBE/TARGET", requires = "update_baseline")]
+    pub known: Vec<String>,
     /// Append one JSON line per pair to this history (for `hefprobe trend`).
     #[arg(long, value_name = "FILE.jsonl")]
     pub history: Option<PathBuf>,
@@ -134,6 +139,7 @@ impl SuiteOutputArgs {
             baseline: self.baseline,
             update_baseline: self.update_baseline,
             accept: self.accept,
+            known: self.known,
             history: self.history,
             reports: self.reports,
         }
@@ -154,6 +160,12 @@ fn report(night: Night, reports: &[ReportTarget]) -> Result<ExitCode> {
     }
     for f in result.findings.iter().filter(|f| f.fails) {
         eprintln!("{}", crate::suite::findings::sentence(f));
+    }
+    if let (Some(s), true) = (result.shard, result.drifts()) {
+        eprintln!(
+            "shard {s}: {}; a shard exits 0 on drift: `hefprobe merge` of every shard judges the night (exit 1 there)",
+            crate::suite::summary::counts_sentence(&result)
+        );
     }
     Ok(ExitCode::from(result.exit_code()))
 }

@@ -167,6 +167,7 @@ impl Checkpoint {
         // safetensors 0.8 writes through its own temporary file in the folder and renames it.
         safetensors::serialize_to_file(views, Some(meta), &path)
             .map_err(|e| Error::input(path.display().to_string(), format!("writing safetensors: {e}")))?;
+        crate::files::default_mode(&path)?;
         crate::files::announce(&path);
         Ok(())
     }

@@ -232,18 +232,99 @@ impl Search<'_, '_> {
     }
 }
 
+/// What the command line ran in place of the probe's own: its backends (empty: the probe's)
+/// and checkpoint (None: the probe's).
+#[derive(Debug, Clone, Default)]
+pub struct Ran {
+    pub backends: Vec<crate::backend::BackendSpec>,
+    pub checkpoint: Option<crate::model::CheckpointRef>,
+}
+
+impl Ran {
+    /// The probe's `[[backend]]`s, `[explain] observed` and `[checkpoint]` replaced by what ran.
+    /// Paths typed on the command line are relative to where it ran: written absolute.
+    fn replace_in(&self, t: &mut toml::Table, what: &str) -> Result<()> {
+        use toml::Value;
+        let abs = |p: &std::path::Path| {
+            Value::String(std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf()).display().to_string())
+        };
+        if !self.backends.is_empty() {
+            let mut tables = Vec::new();
+            for b in &self.backends {
+                let mut bt = toml::Table::new();
+                bt.insert("name".into(), Value::String(b.label()));
+                bt.insert("kind".into(), Value::String(b.kind.name().into()));
+                if !b.faults.is_empty() {
+                    let f = b.faults.iter().map(|f| Value::String(f.text.clone())).collect();
+                    bt.insert("faults".into(), Value::Array(f));
+                }
+                bt.extend(b.quant.as_ref().map(|q| ("quant".to_string(), Value::String(q.text.clone()))));
+                for (k, p) in [("path", &b.path), ("map", &b.map), ("hef", &b.hef)] {
+                    bt.extend(p.as_deref().map(|p| (k.to_string(), abs(p))));
+                }
+                bt.extend(b.device.clone().map(|d| ("device".to_string(), Value::String(d))));
+                bt.extend(b.beside.clone().map(|d| ("beside".to_string(), Value::String(d))));
+                bt.extend(b.first_layer.map(|k| ("first_layer".to_string(), Value::Integer(k as i64))));
+                tables.push(Value::Table(bt));
+            }
+            t.insert("backend".into(), Value::Array(tables));
+            // The command line's backends replaced the probe's, so explain observed the first
+            // of them unless the probe named one; the reduced probe says which.
+            let labels: Vec<String> = self.backends.iter().map(|b| b.label()).collect();
+            if let Some(Value::Table(e)) = t.get_mut("explain") {
+                let named =
+                    e.get("observed").and_then(Value::as_str).is_some_and(|o| labels.iter().any(|l| l == o));
+                if !named {
+                    e.insert("observed".into(), Value::String(labels[0].clone()));
+                }
+            }
+        }
+        match &self.checkpoint {
+            None => {}
+            Some(crate::model::CheckpointRef::Path { path, revision, strict_config }) => {
+                let mut c = toml::Table::new();
+                let hub = crate::model::hub::is_repo_id(&path.display().to_string()) && !path.exists();
+                c.insert(
+                    "path".into(),
+                    if hub { Value::String(path.display().to_string()) } else { abs(path) },
+                );
+                if revision != crate::model::hub::DEFAULT_REVISION {
+                    c.insert("revision".into(), Value::String(revision.clone()));
+                }
+                if *strict_config {
+                    c.insert("strict_config".into(), Value::Boolean(true));
+                }
+                t.insert("checkpoint".into(), Value::Table(c));
+            }
+            Some(crate::model::CheckpointRef::Synth(_)) => {
+                return Err(Error::usage(format!(
+                    "{what}: a synthesized checkpoint given on the command line cannot be written into the \
+                     reduced probe; put it in the probe's [checkpoint]"
+                )))
+            }
+        }
+        Ok(())
+    }
+}
+
 /// The probe file rewritten for `inputs`: its `[inputs]` replaced by token ids (decode steps,
 /// chunking and start position as found), its name suffixed `-min`, and a header saying where it
 /// came from. Relative paths of the probe (checkpoint, backends) are made absolute when the
 /// reduced file lives elsewhere.
+///
+/// What ran in the probe's place is written in its place (`ran`): the command line's backends
+/// (`--backend hef=x.hef`, `--fault`) and checkpoint, so the reduced probe reproduces the drift
+/// of what was reduced, not of the probe's own emulator.
 pub fn probe_toml(
     original: &str,
     from: &std::path::Path,
     to: &std::path::Path,
     r: &Reduced,
+    ran: &Ran,
 ) -> Result<String> {
     let what = from.display().to_string();
     let mut t: toml::Table = toml::from_str(original).map_err(|e| Error::input(&what, e.to_string()))?;
+    ran.replace_in(&mut t, &what)?;
     if let Some(toml::Value::String(n)) = t.get_mut("name") {
         n.push_str("-min");
     }
@@ -328,7 +409,7 @@ mod tests {
             runs: 3,
             stopped: None,
         };
-        let text = probe_toml(original, &from, &to, &r).unwrap();
+        let text = probe_toml(original, &from, &to, &r, &Ran::default()).unwrap();
         let v: toml::Table = toml::from_str(&text).unwrap();
         assert_eq!(v["checkpoint"]["path"].as_str(), Some("org/tiny"), "{text}");
         let b = &v["backend"].as_array().unwrap()[0];

@@ -212,6 +212,12 @@ impl InputsSpec {
         };
         let inputs =
             InputSet { prompt, chunk: self.chunk, decode, start_position: self.start_position, bos_added };
+        if let Some(m) = inputs.past_positions(ckpt.config.max_position_embeddings) {
+            return Err(Error::usage(format!(
+                "{m}: shorten the prompt, or give fewer decode steps (--decode / decode) or a lower start \
+                 position (--start-position / start_position)"
+            )));
+        }
         inputs.validate(ckpt.config.vocab_size, ckpt.config.max_position_embeddings)?;
         Ok(inputs)
     }

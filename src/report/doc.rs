@@ -49,7 +49,7 @@ pub enum Block {
     Figure {
         path: String,
     },
-    /// Blocks folded away in Markdown (`<details>`); a terminal prints them.
+    /// Blocks folded away in Markdown (`<details>`); a terminal prints the summary, then them.
     Details {
         summary: String,
         blocks: Vec<Block>,
@@ -108,6 +108,8 @@ pub enum Tone {
     Bad,
     /// Not checked (grey).
     Muted,
+    /// Beyond a bound but accepted by a person (yellow): never shown as a pass.
+    Warn,
 }
 
 impl Tone {
@@ -117,6 +119,7 @@ impl Tone {
             Tone::Good => Some(Color::Green),
             Tone::Bad => Some(Color::Red),
             Tone::Muted => Some(Color::DarkGrey),
+            Tone::Warn => Some(Color::Yellow),
         }
     }
 }
@@ -221,9 +224,15 @@ impl Table {
         self.rows.iter().map(Vec::len).chain([self.header.len(), self.align.len()]).max().unwrap_or(0)
     }
 
-    fn terminal(&self, color: bool) -> String {
+    /// Within `width` columns when one is given: cells wrap (comfy-table's dynamic arrangement),
+    /// and a table that still cannot fit has its widest cells cut with an ellipsis.
+    fn terminal(&self, color: bool, width: Option<usize>) -> String {
         let mut t = ComfyTable::new();
         t.load_preset(presets::UTF8_FULL_CONDENSED).set_content_arrangement(ContentArrangement::Disabled);
+        if let Some(w) = width {
+            t.set_content_arrangement(ContentArrangement::Dynamic)
+                .set_width(u16::try_from(w).unwrap_or(u16::MAX));
+        }
         if color {
             t.enforce_styling();
         } else {
@@ -327,8 +336,14 @@ impl Doc {
     }
 
     pub fn terminal(&self, color: bool) -> String {
+        self.terminal_fit(color, None)
+    }
+
+    /// [`Doc::terminal`] within `width` columns (a terminal's, or `COLUMNS`): tables wrap their
+    /// cells, lines wrap at spaces (continued two columns in); `None` leaves every line whole.
+    pub fn terminal_fit(&self, color: bool, width: Option<usize>) -> String {
         let mut o = String::new();
-        terminal_blocks(&self.blocks, color, &mut o);
+        terminal_blocks(&self.blocks, (color, width), &mut o);
         o
     }
 
@@ -349,23 +364,79 @@ impl Doc {
     }
 }
 
-fn terminal_blocks(blocks: &[Block], color: bool, o: &mut String) {
+fn terminal_blocks(blocks: &[Block], (color, width): (bool, Option<usize>), o: &mut String) {
+    let put = |o: &mut String, text: String| {
+        let _ = writeln!(o, "{}", width.map_or(text.clone(), |w| wrap(&text, w)));
+    };
     for b in blocks {
-        let _ = match b {
-            Block::Heading { text, .. } | Block::Line(text) | Block::Fact(text) => {
-                writeln!(o, "{}", text.plain())
-            }
+        match b {
+            Block::Heading { text, .. } | Block::Line(text) | Block::Fact(text) => put(o, text.plain()),
             // Wide enough for WARNING, so the finding ids line up.
-            Block::Labelled { label, text } => writeln!(o, "{:<7} {}", label.to_uppercase(), text.plain()),
-            Block::Note(text) => writeln!(o, "({})", text.plain()),
-            Block::Table(t) => writeln!(o, "{}", t.terminal(color)),
-            Block::Figure { path } => writeln!(o, "{path}"),
-            Block::Details { blocks, .. } => {
-                terminal_blocks(blocks, color, o);
-                Ok(())
+            Block::Labelled { label, text } => {
+                put(o, format!("{:<7} {}", label.to_uppercase(), text.plain()))
             }
-            Block::Blank => writeln!(o),
-        };
+            Block::Note(text) => put(o, format!("({})", text.plain())),
+            // A table that cannot fit even with its cells wrapped is cut, never wrapped across rows.
+            Block::Table(t) => {
+                let text = t.terminal(color, width);
+                let _ = match width {
+                    Some(w) if !color => {
+                        writeln!(o, "{}", text.lines().map(|l| cut(l, w)).collect::<Vec<_>>().join("\n"))
+                    }
+                    _ => writeln!(o, "{text}"),
+                };
+            }
+            Block::Figure { path } => put(o, path.clone()),
+            // The summary, then what it folds, four columns in.
+            Block::Details { summary, blocks } => {
+                put(o, summary.clone());
+                let mut inner = String::new();
+                terminal_blocks(blocks, (color, width.map(|w| w.saturating_sub(4))), &mut inner);
+                for line in inner.lines() {
+                    let _ = writeln!(o, "{}{line}", if line.is_empty() { "" } else { "    " });
+                }
+            }
+            Block::Blank => o.push('\n'),
+        }
+    }
+}
+
+/// `text` broken at spaces into lines of at most `width` characters, each continuation two
+/// columns in; a word longer than a line is cut with an ellipsis.
+pub fn wrap(text: &str, width: usize) -> String {
+    let width = width.max(20);
+    let mut out: Vec<String> = Vec::new();
+    for line in text.lines() {
+        if line.chars().count() <= width {
+            out.push(line.to_string());
+            continue;
+        }
+        let (mut cur, mut first) = (String::new(), true);
+        for word in line.split(' ') {
+            let word = cut(word, width - 2);
+            let len = cur.chars().count();
+            if len > 0 && len + 1 + word.chars().count() > width {
+                out.push(std::mem::take(&mut cur));
+                first = false;
+            }
+            if !cur.is_empty() {
+                cur.push(' ');
+            } else if !first {
+                cur.push_str("  ");
+            }
+            cur.push_str(&word);
+        }
+        out.push(cur);
+    }
+    out.join("\n")
+}
+
+/// `s` in at most `n` characters: cut with an ellipsis when longer.
+pub fn cut(s: &str, n: usize) -> String {
+    if s.chars().count() <= n {
+        s.to_string()
+    } else {
+        s.chars().take(n.saturating_sub(1)).chain(['…']).collect()
     }
 }
 
@@ -382,6 +453,7 @@ fn markdown_blocks(blocks: &[Block], o: &mut String) {
             Block::Table(t) => writeln!(o, "{}", t.markdown()),
             Block::Figure { path } => writeln!(o, "![{path}]({path})"),
             Block::Details { summary, blocks } => {
+                let summary = summary.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;");
                 let _ = writeln!(o, "<details><summary>{summary}</summary>\n");
                 markdown_blocks(blocks, o);
                 writeln!(o, "\n</details>")

@@ -55,7 +55,8 @@ impl ReportTarget {
         };
         if format == Format::Svg && p == "-" {
             return Err(
-                "svg reports need a path prefix: svg=reports/NAME (writes NAME-layers.svg, NAME-heads.svg)"
+                "svg reports need a path: svg=r.svg (the layer plot, r-heads-*.svg beside it) or a prefix, \
+                 svg=reports/NAME (NAME-layers.svg, NAME-heads-*.svg)"
                     .into(),
             );
         }
@@ -79,7 +80,8 @@ pub trait Document {
     const COMMAND: &'static str;
     /// The formats it writes.
     const FORMATS: &'static [Format];
-    /// Its figures are written at a prefix (`NAME-layers.svg`, ...), not at the path itself.
+    /// Its figures are several files: `svg=r.svg` is the main one, `svg=NAME` a prefix
+    /// (`NAME-layers.svg`, ...); see `report::svg::layers_path`.
     const FIGURE_PREFIX: bool = false;
 
     /// Why `target` is refused: the formats [`Document::COMMAND`] writes.
@@ -133,8 +135,7 @@ pub fn register<D: Document>(targets: &[ReportTarget], outputs: &mut crate::outp
     for t in targets {
         let Some(p) = &t.path else { continue };
         if t.format == Format::Svg && D::FIGURE_PREFIX {
-            let name = p.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
-            outputs.file(&t.flag(), &p.with_file_name(format!("{name}-layers.svg")));
+            outputs.file(&t.flag(), &super::svg::layers_path(p).0);
         } else {
             outputs.file(&t.flag(), p);
         }
@@ -142,11 +143,21 @@ pub fn register<D: Document>(targets: &[ReportTarget], outputs: &mut crate::outp
     Ok(())
 }
 
-/// One target's text. `color`: the terminal's own colours, for stdout on a terminal.
+/// The width text printed on stdout must fit: `COLUMNS` when set (a number of at least 20),
+/// else the terminal's own when stdout is one, else none (a pipe or a file: lines stay whole).
+pub fn terminal_width() -> Option<usize> {
+    let columns = std::env::var("COLUMNS").ok().and_then(|c| c.trim().parse::<usize>().ok());
+    columns.filter(|c| *c >= 20).or_else(|| comfy_table::Table::new().width().map(usize::from))
+}
+
+/// One target's text. `color`: the terminal's own colours, for stdout on a terminal; terminal
+/// text on stdout fits [`terminal_width`].
 pub fn render<D: Document>(d: &D, target: &ReportTarget, color: bool) -> Result<String> {
     let to = target.path.as_deref();
     Ok(match target.format {
-        Format::Terminal => d.doc(to).terminal(color && to.is_none()),
+        Format::Terminal => {
+            d.doc(to).terminal_fit(color && to.is_none(), to.map_or_else(terminal_width, |_| None))
+        }
         Format::Markdown => d.markdown(to).markdown(),
         Format::Json => d.json(),
         Format::Junit => d.junit()?,

@@ -61,24 +61,39 @@ pub fn pct(v: f64) -> String {
     }
 }
 
-/// One failed bound: `cosine 0.95 < 0.99 (by 0.04)`.
+/// One failed bound: `cosine 0.95 < 0.99 (by 0.04)`; judged on the excess over an expected
+/// quantization, the bound as a reader takes it, then the figures it was judged on:
+/// `cosine 0.95, expected after quantization ≥ 0.999 (quantization alone 0.98; excess 0.97, by 0.029)`.
 pub fn failure(f: &Failure) -> String {
     let judged = f.expected.map_or(f.value, |(_, x)| x);
-    let (op, by) = match f.dir {
-        Dir::Min => ("<", f.bound - judged),
-        Dir::Max => (">", judged - f.bound),
+    let by = match f.dir {
+        Dir::Min => f.bound - judged,
+        Dir::Max => judged - f.bound,
     };
     match f.expected {
-        None => format!("{} {} {op} {} (by {})", f.metric, num(f.value), num(f.bound), num(by)),
-        Some((e, x)) => format!(
-            "{} {} (the expected quantization's {}): excess {} {op} {} (by {})",
-            f.metric,
-            num(f.value),
-            num(e),
-            num(x),
-            num(f.bound),
-            num(by)
-        ),
+        None => format!("{} {} {} {} (by {})", f.metric, num(f.value), op(f), num(f.bound), num(by)),
+        Some((e, x)) => {
+            format!("{} (quantization alone {}; excess {}, by {})", failure_short(f), num(e), num(x), num(by))
+        }
+    }
+}
+
+fn op(f: &Failure) -> &'static str {
+    match f.dir {
+        Dir::Min => "<",
+        Dir::Max => ">",
+    }
+}
+
+/// A failed bound in the fewest words, for a one-line verdict: `cosine 0.95 < 0.999`, or on the
+/// excess over an expected quantization `cosine 0.95, expected after quantization ≥ 0.999`.
+pub fn failure_short(f: &Failure) -> String {
+    match f.expected {
+        None => format!("{} {} {} {}", f.metric, num(f.value), op(f), num(f.bound)),
+        Some(_) => {
+            let want = if f.dir == Dir::Min { "≥" } else { "≤" };
+            format!("{} {}, expected after quantization {want} {}", f.metric, num(f.value), num(f.bound))
+        }
     }
 }
 
@@ -300,7 +315,8 @@ mod tests {
         };
         assert_eq!(
             failure(&f),
-            "cosine 0.95 (the expected quantization's 0.98): excess 0.97 < 0.999 (by 0.029)"
+            "cosine 0.95, expected after quantization ≥ 0.999 (quantization alone 0.98; excess 0.97, by 0.029)"
         );
+        assert_eq!(failure_short(&f), "cosine 0.95, expected after quantization ≥ 0.999");
     }
 }

@@ -59,13 +59,25 @@ pub fn write(report: &Report, prefix: &Path) -> Result<Vec<String>> {
     Ok(written)
 }
 
-/// The plots and the files they go to: `PREFIX-layers.svg` and one `PREFIX-heads-PAIR.svg` per
-/// pair that has attention taps (what `verify` regenerates and compares).
-pub fn render(report: &Report, prefix: &Path) -> Result<Vec<(PathBuf, String)>> {
+/// Where `--report svg=PATH`'s layer plot goes, and the name its other plots start with: a
+/// PATH ending in `.svg` is that file, the heads plots beside it (`r.svg`, `r-heads-*.svg`);
+/// any other PATH is a prefix (`reports/NAME`: `NAME-layers.svg`, `NAME-heads-*.svg`).
+pub fn layers_path(prefix: &Path) -> (PathBuf, String) {
+    let stem = |p: &Path| p.file_stem().map(|n| n.to_string_lossy().to_string());
+    if prefix.extension().is_some_and(|e| e.eq_ignore_ascii_case("svg")) {
+        let name = stem(prefix).unwrap_or_else(|| "hefprobe".into());
+        return (prefix.to_path_buf(), name);
+    }
     let name =
         prefix.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_else(|| "hefprobe".into());
+    (prefix.with_file_name(format!("{name}-layers.svg")), name)
+}
+
+/// The plots and the files they go to ([`layers_path`]): the layer plot and one
+/// `NAME-heads-PAIR.svg` per pair that has attention taps (what `verify` regenerates and compares).
+pub fn render(report: &Report, prefix: &Path) -> Result<Vec<(PathBuf, String)>> {
+    let (layers_path, name) = layers_path(prefix);
     let mut out = Vec::new();
-    let layers_path = prefix.with_file_name(format!("{name}-layers.svg"));
     if let Some(svg) = layers_plot(report).map_err(err(&layers_path))? {
         out.push((layers_path, svg));
     }

@@ -8,7 +8,7 @@ use crate::model::CheckpointRef;
 use crate::output::Outputs;
 use crate::probe::cleanup;
 use crate::probe::prepare::{prepare, ExplainChoice, Prepared, ProbeOverrides, RunOptions};
-use crate::probe::reduce::{probe_toml, reduce, size, Reduced};
+use crate::probe::reduce::{probe_toml, reduce, size, Ran, Reduced};
 use crate::probe::spill::CaptureOptions;
 use std::path::{Path, PathBuf};
 
@@ -27,8 +27,9 @@ pub struct Reduce {
 }
 
 impl Request for Reduce {
-    /// The probe file's text, the run prepared, and its capture options.
-    type Plan = (String, Prepared, CaptureOptions);
+    /// The probe file's text and where it was found, what runs in its place, the run prepared,
+    /// and its capture options.
+    type Plan = ((String, PathBuf, Ran), Prepared, CaptureOptions);
     type Output = Reduced;
 
     fn plan(&self) -> Result<Self::Plan> {
@@ -40,6 +41,7 @@ impl Request for Reduce {
         probe_inputs(&probe, self.checkpoint.as_ref(), &backends, &mut outs)?;
         outs.file("--out", &self.out);
         outs.check()?;
+        let ran = Ran { backends: backends.clone(), checkpoint: self.checkpoint.clone() };
         let opts = RunOptions {
             probe: ProbeOverrides {
                 backends,
@@ -50,10 +52,10 @@ impl Request for Reduce {
             captures: CaptureOptions { spill: true, ..Default::default() },
             command: self.command.clone(),
         };
-        Ok((original, prepare(&probe, &opts)?, opts.captures))
+        Ok(((original, path, ran), prepare(&probe, &opts)?, opts.captures))
     }
 
-    fn execute(&self, (original, mut p, captures): Self::Plan) -> Result<Reduced> {
+    fn execute(&self, ((original, path, ran), mut p, captures): Self::Plan) -> Result<Reduced> {
         let (tokens, decode) = size(&p.inputs);
         eprintln!(
             "reducing {} ({tokens} prompt tokens, {decode} decode steps; budget {} runs)",
@@ -66,7 +68,7 @@ impl Request for Reduce {
             if out == Path::new("-") {
                 return Ok(()); // stdout gets the final probe only
             }
-            let text = probe_toml(&original, &self.probe, out, r)?;
+            let text = probe_toml(&original, &path, out, r, &ran)?;
             cleanup::writing(|| crate::files::write_file_quiet(out, text))?;
             let (t, d) = size(&r.inputs);
             cleanup::leave(format!(
@@ -77,7 +79,7 @@ impl Request for Reduce {
             Ok(())
         };
         let r = reduce(&mut p, &captures, self.budget, &mut keep)?;
-        crate::files::write_file(out, probe_toml(&original, &self.probe, out, &r)?)?;
+        crate::files::write_file(out, probe_toml(&original, &path, out, &r, &ran)?)?;
         Ok(r)
     }
 }

@@ -21,6 +21,8 @@ pub struct SuiteOutputs {
     /// Write this run's figures into the baseline where they improved (everywhere with `accept`).
     pub update_baseline: bool,
     pub accept: bool,
+    /// Failing pairs a person accepts as known, by name (`PROBE/TARGET`).
+    pub known: Vec<String>,
     /// Append one JSON line per pair to this history.
     pub history: Option<PathBuf>,
     pub reports: Vec<ReportTarget>,
@@ -90,6 +92,7 @@ impl SuiteOutputs {
             baseline: self.baseline.clone(),
             update_baseline: self.update_baseline,
             accept: self.accept,
+            known: self.known.clone(),
             history: self.history.clone(),
         };
         let said = finish(&result, &f)?;
@@ -183,6 +186,15 @@ impl Request for SuiteRun {
         crate::report::check::<SuiteResult>(&self.out.reports)?;
         let suite = self.suite()?;
         self.out.check(self.inputs(&suite)?)?;
+        // A typo in --known is refused before the night's work, not after it.
+        let labels = crate::suite::run::labels(&suite);
+        let pairs: Vec<(String, String)> =
+            suite.probes.iter().flat_map(|p| labels.iter().map(|t| (p.name.clone(), t.clone()))).collect();
+        if !labels.is_empty() {
+            for k in &self.out.known {
+                crate::suite::baseline::known_pair(k, &pairs)?;
+            }
+        }
         let env = |k: &str| std::env::var(k).ok();
         let opts = SuiteOptions {
             baseline: self.out.baseline.clone(),

@@ -4,6 +4,7 @@
 use super::Request;
 use crate::device::synth_hef::{
     synth_hef, Calibration, ExposeQuant, Mistake, SimCheckpoint, SimNoise, SynthHefOptions,
+    MAX_CALIBRATION_PROMPTS,
 };
 use crate::error::{Error, Result};
 use crate::model::tokenizer::{Tokenizer, SYNTH_TOKENIZER_VOCAB};
@@ -118,6 +119,8 @@ pub struct Written {
     pub mistakes: Vec<String>,
     pub exposed: Vec<String>,
     pub expose_quant: String,
+    /// What calibrating had to change to fit the model (prompts cut to its positions), if anything.
+    pub calibration_note: Option<String>,
 }
 
 impl Written {
@@ -149,6 +152,7 @@ impl Written {
                 self.exposed.join(", ")
             ));
         }
+        lines.extend(self.calibration_note.as_ref().map(|n| format!("calibration: {n}")));
         lines
     }
 }
@@ -177,14 +181,57 @@ fn exposed(globs: &str, layers: usize, range: Option<(usize, usize)>) -> Result<
     Ok(taps)
 }
 
-/// The calibration set asked for, or None for the default.
-fn calibration(how: &Calibrate, ckpt: &Checkpoint) -> Result<Option<Calibration>> {
+/// The calibration set asked for (the default when none is), cut to the model's positions:
+/// what was cut is said in the second value.
+fn calibration(how: &Calibrate, ckpt: &Checkpoint) -> Result<(Calibration, Option<String>)> {
+    fit_positions(asked_calibration(how, ckpt)?, ckpt.config.max_position_embeddings)
+}
+
+/// A calibration prompt whose run (its tokens, then its greedy steps) passes the model's
+/// positions is cut into consecutive windows that fit: every token is still calibrated on, in
+/// order, and no run asks for a position the model does not have (hefprobe's calibration text
+/// through a byte-level tokenizer is 298 tokens a paragraph, past a 256-position model).
+fn fit_positions(mut cal: Calibration, positions: usize) -> Result<(Calibration, Option<String>)> {
+    let steps = cal.inputs().first().map_or(0, |i| i.decode.steps());
+    let room = positions.saturating_sub(steps);
+    if room == 0 {
+        return Err(Error::usage(format!(
+            "the model has {positions} positions (max_position_embeddings), too few for a calibration prompt and \
+             its {steps} greedy steps"
+        )));
+    }
+    let long = cal.prompts.iter().filter(|p| p.len() > room).count();
+    if long == 0 {
+        return Ok((cal, None));
+    }
+    let before = cal.prompts.len();
+    cal.prompts = cal.prompts.iter().flat_map(|p| p.chunks(room).map(<[u32]>::to_vec)).collect();
+    if cal.prompts.len() > MAX_CALIBRATION_PROMPTS {
+        return Err(Error::usage(format!(
+            "{}: cut to the model's {positions} positions it is {} prompts, more than a calibration set's \
+             {MAX_CALIBRATION_PROMPTS}; give fewer or shorter prompts",
+            cal.source,
+            cal.prompts.len()
+        )));
+    }
+    let note = format!(
+        "{}; {long} of its {before} prompts, longer than the model's {positions} positions less {steps} greedy \
+         steps, cut into windows of at most {room} tokens: {} prompts",
+        cal.source,
+        cal.prompts.len()
+    );
+    cal.source = format!("{}, cut into windows of at most {room} tokens", cal.source);
+    Ok((cal, Some(note)))
+}
+
+/// The calibration set a flag asks for.
+fn asked_calibration(how: &Calibrate, ckpt: &Checkpoint) -> Result<Calibration> {
     let path = match how {
-        Calibrate::Default => return Ok(None),
-        Calibrate::Random => return Ok(Some(Calibration::random(ckpt.config.vocab_size))),
+        Calibrate::Default => return Calibration::default_for(ckpt),
+        Calibrate::Random => return Ok(Calibration::random(ckpt.config.vocab_size)),
         Calibrate::Tokens(prompts) => {
             let source = format!("--calib-tokens: {} prompts", prompts.len());
-            return Ok(Some(Calibration { source, prompts: prompts.clone() }));
+            return Ok(Calibration { source, prompts: prompts.clone() });
         }
         Calibrate::Text(path) => path,
     };
@@ -200,11 +247,10 @@ fn calibration(how: &Calibrate, ckpt: &Checkpoint) -> Result<Option<Calibration>
     };
     let what = path.display().to_string();
     Calibration::from_text(&crate::files::read_text(path, crate::files::Kind::Calibration)?, &tok, &what)
-        .map(Some)
 }
 
 impl Request for SynthHef {
-    type Plan = (Checkpoint, SimCheckpoint, SynthHefOptions);
+    type Plan = (Checkpoint, SimCheckpoint, SynthHefOptions, Option<String>);
     type Output = Written;
 
     fn plan(&self) -> Result<Self::Plan> {
@@ -225,6 +271,7 @@ impl Request for SynthHef {
             }
             CheckpointRef::Synth(s) => SimCheckpoint::Synth(s.clone()),
         };
+        let (calibration, calibration_note) = calibration(&self.calibration, &ckpt)?;
         let opts = SynthHefOptions {
             prefill_tokens: self.prefill_tokens,
             kv_cache_size: self.kv_cache_size,
@@ -233,7 +280,7 @@ impl Request for SynthHef {
             quant: self.quant.clone(),
             lm_head_shards: self.lm_head_shards,
             mistakes: self.mistakes.iter().map(|m| Mistake::parse(m)).collect::<Result<_>>()?,
-            calibration: calibration(&self.calibration, &ckpt)?,
+            calibration: Some(calibration),
             noise: self.noise.map(|(std, seed)| SimNoise { std, seed }),
             expose: self
                 .expose
@@ -246,10 +293,10 @@ impl Request for SynthHef {
             tbt_faults: crate::fault::spec::parse_all(&self.tbt_faults)?,
             ..Default::default()
         };
-        Ok((ckpt, source, opts))
+        Ok((ckpt, source, opts, calibration_note))
     }
 
-    fn execute(&self, (ckpt, source, opts): Self::Plan) -> Result<Written> {
+    fn execute(&self, (ckpt, source, opts, calibration_note): Self::Plan) -> Result<Written> {
         let hef = synth_hef(&ckpt, source, &opts)?;
         crate::files::write_file(&self.out, hef.to_bytes())?;
         Ok(Written {
@@ -264,6 +311,7 @@ impl Request for SynthHef {
             mistakes: opts.mistakes.iter().map(|m| m.name().to_string()).collect(),
             exposed: opts.expose.iter().map(Tap::to_string).collect(),
             expose_quant: opts.expose_quant.name().to_string(),
+            calibration_note,
         })
     }
 }

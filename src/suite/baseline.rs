@@ -17,7 +17,10 @@
 //!
 //! `--update-baseline` ratchets: a figure is rewritten only where it improved (and new pairs
 //! and taps are added), so a bad night cannot lower the bar; `--accept` writes the new figures
-//! whatever they are, for a change that is intended.
+//! whatever they are, for a change that is intended. A failing pair is "known" only where a
+//! person named it (`--known PROBE/TARGET`, kept under `known`): a first night's
+//! `--update-baseline` records every pair's figures, and its failures still fail every night
+//! after until they are fixed or accepted by name. A known pair that passes leaves `known`.
 
 use super::figures::Figures;
 use super::result::{PairResult, Status};
@@ -36,12 +39,34 @@ pub type PairFigures = BTreeMap<String, Figures>;
 pub struct Baseline {
     pub schema: String,
     pub pairs: BTreeMap<String, BTreeMap<String, PairFigures>>,
+    /// The failing pairs a person accepted as known, by name: probe → targets.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub known: BTreeMap<String, std::collections::BTreeSet<String>>,
 }
 
 impl Default for Baseline {
     fn default() -> Self {
-        Baseline { schema: BASELINE_SCHEMA.into(), pairs: BTreeMap::new() }
+        Baseline { schema: BASELINE_SCHEMA.into(), pairs: BTreeMap::new(), known: BTreeMap::new() }
     }
+}
+
+/// A pair named on the command line (`--known PROBE/TARGET`), checked against `pairs` (probe,
+/// target): a name that is no pair of the run would accept nothing.
+pub fn known_pair(name: &str, pairs: &[(String, String)]) -> Result<(String, String)> {
+    let listed = || pairs.iter().map(|(p, t)| format!("{p}/{t}")).collect::<Vec<_>>().join(", ");
+    let Some((probe, target)) = name.split_once('/') else {
+        return Err(Error::usage(format!(
+            "--known `{name}`: give PROBE/TARGET (this run's pairs: {})",
+            listed()
+        )));
+    };
+    if !pairs.iter().any(|(p, t)| p == probe && t == target) {
+        return Err(Error::usage(format!(
+            "--known `{name}`: no such pair in this run (its pairs: {})",
+            listed()
+        )));
+    }
+    Ok((probe.to_string(), target.to_string()))
 }
 
 /// What an update changed, for the report.
@@ -53,6 +78,8 @@ pub struct Update {
     pub changed: usize,
     /// Pairs whose figures were worse and were kept as they were (no `--accept`).
     pub held: usize,
+    /// Pairs newly accepted as known failures, by name.
+    pub known: usize,
 }
 
 impl Baseline {
@@ -92,6 +119,11 @@ impl Baseline {
         self.pairs.get(probe)?.get(target)
     }
 
+    /// Whether a person accepted this pair's failure as known.
+    pub fn is_known(&self, probe: &str, target: &str) -> bool {
+        self.known.get(probe).is_some_and(|t| t.contains(target))
+    }
+
     pub fn to_json(&self) -> String {
         serde_json::to_string_pretty(self).expect("baselines serialize") + "\n"
     }
@@ -101,9 +133,20 @@ impl Baseline {
     }
 
     /// Fold a run's figures in: only improvements unless `accept`. Pairs that did not produce
-    /// trustworthy figures (unstable, flaky, errors, skipped) leave the baseline alone.
-    pub fn update(&mut self, pairs: &[PairResult], accept: bool) -> Update {
+    /// trustworthy figures (unstable, flaky, errors, skipped) leave the baseline alone. `known`:
+    /// the failing pairs a person accepts as known, by name; a known pair that passes now is
+    /// known no more.
+    pub fn update(&mut self, pairs: &[PairResult], accept: bool, known: &[(String, String)]) -> Update {
         let mut u = Update::default();
+        for (probe, target) in known {
+            u.known += usize::from(self.known.entry(probe.clone()).or_default().insert(target.clone()));
+        }
+        for p in pairs.iter().filter(|p| p.status == Status::Pass) {
+            let now_empty = self.known.get_mut(&p.probe).is_some_and(|t| t.remove(&p.target) && t.is_empty());
+            if now_empty {
+                self.known.remove(&p.probe);
+            }
+        }
         for p in pairs {
             let usable =
                 matches!(p.status, Status::Pass | Status::Known | Status::Regressed | Status::Failed);

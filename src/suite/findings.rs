@@ -123,6 +123,7 @@ impl Claim {
         }
         let mut held = Vec::new();
         let mut missed = Vec::new();
+        let mut unmeasured = Vec::new();
         // One criterion: what the pair said, and what the claim wanted where it differs.
         let mut criterion = |holds: bool, said: String, wanted: &str| {
             if holds {
@@ -131,9 +132,15 @@ impl Claim {
                 missed.push(format!("{said}, not {wanted}"))
             }
         };
-        if let Some(tap) = &self.first_drift {
-            let at = p.first_drift.as_deref().unwrap_or("nowhere");
-            criterion(at == tap, format!("first drift at {at}"), tap);
+        // A tap the target does not return (a HEF gives its logits; per-layer taps only where
+        // exposed) says nothing either way: the criterion is left out, and said to be.
+        let measured = |tap: &str| p.figures.contains_key(tap);
+        if let Some(tap) = self.first_drift.as_deref() {
+            match p.first_drift.as_deref() {
+                _ if !measured(tap) => unmeasured.push(format!("first drift at {tap}")),
+                Some(at) => criterion(at == tap, format!("first drift at {at}"), tap),
+                None => criterion(false, "no drift".into(), &format!("first drift at {tap}")),
+            }
         }
         if let Some(fault) = &self.explained_by {
             let best = p.best_explanation.as_deref();
@@ -142,17 +149,29 @@ impl Claim {
         }
         if let Some(m) = &self.metric {
             let v = Figure::parse(&m.figure).and_then(|f| p.figures.get(&m.tap).and_then(|x| f.get(x)));
-            let past = v.is_some_and(|v| m.below.is_some_and(|b| v < b) || m.above.is_some_and(|a| v > a));
             let bound = m.below.map_or_else(|| format!("> {}", m.above.unwrap_or(0.0)), |b| format!("< {b}"));
-            let said =
-                format!("{} {} {}", m.tap, m.figure, v.map_or("not measured".into(), |v| format!("{v:.6}")));
-            criterion(past, said, &bound);
+            match v {
+                None => unmeasured.push(format!("{} {}", m.tap, m.figure)),
+                Some(v) => {
+                    let past = m.below.is_some_and(|b| v < b) || m.above.is_some_and(|a| v > a);
+                    criterion(past, format!("{} {} {v:.6}", m.tap, m.figure), &bound);
+                }
+            }
+        }
+        if held.is_empty() && missed.is_empty() {
+            return (
+                FindingStatus::NotRun,
+                format!("{} not measured on this target", unmeasured.join(" and ")),
+            );
         }
         let status = match (missed.is_empty(), drifts) {
             (true, _) => FindingStatus::Reproduces,
             (false, true) => FindingStatus::Changed,
             (false, false) => FindingStatus::Fixed,
         };
+        if !unmeasured.is_empty() {
+            missed.push(format!("{} not measured on this target", unmeasured.join(" and ")));
+        }
         held.extend(missed);
         (status, held.join("; "))
     }
@@ -260,6 +279,7 @@ pub fn table(findings: &[FindingResult]) -> crate::report::doc::Table {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::suite::figures::Figures;
 
     fn claim(expect: Expect) -> Claim {
         Claim {
@@ -275,15 +295,45 @@ mod tests {
         }
     }
 
+    /// A pair of a per-layer target (every tap measured).
     fn pair(status: Status, tap: Option<&str>, best: Option<&str>) -> PairResult {
+        let figures = ["layers.0.attn.probs", "logits"].map(|t| (t.to_string(), Figures::default()));
+        PairResult { figures: figures.into_iter().collect(), ..logits_only(status, tap, best) }
+    }
+
+    /// A pair of a HEF that returns its logits alone.
+    fn logits_only(status: Status, tap: Option<&str>, best: Option<&str>) -> PairResult {
         PairResult {
             probe: "shared-softmax".into(),
             target: "tonight".into(),
             status,
             first_drift: tap.map(String::from),
             best_explanation: best.map(String::from),
+            figures: [("logits".to_string(), Figures { cosine: Some(0.5), ..Figures::default() })].into(),
             ..PairResult::default()
         }
+    }
+
+    /// NIGHTLY.md's claim on a HEF that has the fault but returns only logits: the first-drift
+    /// criterion cannot be measured there, so the claim is judged on the rest (it reproduces,
+    /// and expected fixed, fails the run); a pair without drift says so, never "at nowhere".
+    #[test]
+    fn a_tap_the_target_does_not_return_is_left_out_not_missed() {
+        let p = logits_only(Status::Failed, Some("logits"), Some("shared-softmax@layers=0"));
+        let got = &evaluate(&[claim(Expect::Fixed)], &[p], &[])[0];
+        assert_eq!(got.status, FindingStatus::Reproduces, "{}", got.why);
+        assert!(
+            got.fails && got.why.contains("first drift at layers.0.attn.probs not measured"),
+            "{}",
+            got.why
+        );
+        let only_tap = Claim { explained_by: None, ..claim(Expect::Fixed) };
+        let p = logits_only(Status::Failed, Some("logits"), None);
+        let got = &evaluate(&[only_tap], &[p], &[])[0];
+        assert_eq!(got.status, FindingStatus::NotRun, "{}", got.why);
+        let clean = &evaluate(&[claim(Expect::Fixed)], &[pair(Status::Pass, None, None)], &[])[0];
+        assert_eq!(clean.status, FindingStatus::Fixed);
+        assert!(clean.why.contains("no drift") && !clean.why.contains("nowhere"), "{}", clean.why);
     }
 
     #[test]

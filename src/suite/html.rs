@@ -5,7 +5,7 @@
 
 use super::figures::{tap_order, Figure};
 use super::result::{PairResult, Status, SuiteResult};
-use super::summary::{band_sentence, counts_sentence, devices, headline_text, show, why};
+use super::summary::{band_sentence, counts_sentence, devices, show, status_word, verdict_text, why};
 use crate::error::{Error, Result};
 use crate::report::band::{render as render_plot, BandPlot, BandSeries};
 use crate::report::format::num;
@@ -18,8 +18,14 @@ struct PairRow {
     probe: String,
     target: String,
     status: &'static str,
-    figure: String,
-    why: String,
+    /// The status as every report writes it (capitals for a failure).
+    word: String,
+    /// The verdict in a few words: the row's one line.
+    verdict: String,
+    /// What decided it in full, folded under the verdict (not for a plain pass).
+    why: Option<String>,
+    /// The pair's own section below, where it has one.
+    anchor: Option<String>,
 }
 
 #[derive(Serialize)]
@@ -105,27 +111,38 @@ pub fn pair_plot(p: &PairResult) -> Result<Option<String>> {
 }
 
 pub fn render(r: &SuiteResult) -> Result<String> {
+    let has_section = |p: &PairResult| p.status.is_failure() || p.status == Status::Known;
     let pairs: Vec<PairRow> = r
         .pairs
         .iter()
-        .map(|p| PairRow {
+        .enumerate()
+        .map(|(i, p)| PairRow {
             probe: p.probe.clone(),
             target: p.target.clone(),
             status: p.status.name(),
-            figure: headline_text(p),
-            why: why(p),
+            word: status_word(p.status),
+            verdict: verdict_text(p),
+            why: (p.status != Status::Pass).then(|| why(p)),
+            anchor: has_section(p).then(|| format!("pair-{i}")),
         })
         .collect();
+    // The first screen holds what failed: failures first, then what passed with a word (known,
+    // flaky), then the rest, each group in the run's order.
+    let rank = |s: &str| match Status::from_name(s) {
+        Some(s) if s.is_failure() => 0,
+        Some(Status::Known | Status::Flaky) => 1,
+        _ => 2,
+    };
+    let mut pairs = pairs;
+    pairs.sort_by_key(|p| rank(p.status));
     let mut failing = Vec::new();
-    for (i, p) in
-        r.pairs.iter().enumerate().filter(|(_, p)| p.status.is_failure() || p.status == Status::Known)
-    {
+    for (i, p) in r.pairs.iter().enumerate().filter(|(_, p)| has_section(p)) {
         failing.push(Failing {
             anchor: format!("pair-{i}"),
             probe: p.probe.clone(),
             target: p.target.clone(),
             status: p.status.name(),
-            why: why(p),
+            why: verdict_text(p),
             rows: figure_rows(p),
             svg: pair_plot(p)?,
         });

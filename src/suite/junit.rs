@@ -10,7 +10,7 @@
 //! - skipped: `<skipped message=…>`.
 
 use super::result::{ErrorKind, PairResult, Status, SuiteResult};
-use super::summary::{device_line, why};
+use super::summary::{device_line, verdict_line, why};
 use std::fmt::Write;
 
 /// XML 1.0 text or attribute value: the five escapes, and the characters XML 1.0 cannot hold
@@ -46,8 +46,10 @@ fn testcase(o: &mut String, p: &PairResult) {
         escape(&class),
         time(p.seconds)
     );
-    let message = why(p);
-    let body = details(p);
+    // The message is the verdict line (what a CI page shows beside the test's name); the body
+    // holds everything behind it.
+    let message = verdict_line(p);
+    let body = format!("{}\n{}", why(p), details(p));
     let element = |tag: &str, kind: &str| {
         Some(format!(
             "      <{tag} type=\"{kind}\" message=\"{}\">{}</{tag}>\n",
@@ -66,10 +68,10 @@ fn testcase(o: &mut String, p: &PairResult) {
         Status::Flaky => Some(format!(
             "      <flakyFailure type=\"flaky\" message=\"{}\"/>\n      <system-out>{}</system-out>\n",
             escape(p.first_run.as_deref().unwrap_or("")),
-            escape(&format!("{message}\n{body}"))
+            escape(&body)
         )),
         Status::Known => {
-            Some(format!("      <system-out>{}</system-out>\n", escape(&format!("known: {message}\n{body}"))))
+            Some(format!("      <system-out>{}</system-out>\n", escape(&format!("{message}\n{body}"))))
         }
         Status::Skipped => Some(format!("      <skipped message=\"{}\"/>\n", escape(&message))),
     };

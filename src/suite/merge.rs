@@ -34,7 +34,7 @@ pub fn merge_files(paths: &[PathBuf], baseline: Option<&Path>) -> Result<SuiteRe
 
 /// Judge every pair of a merged night against `baseline`, as an unsharded run with
 /// `--baseline` does: figures worse than the baseline by more than the pair's noise band are
-/// `regressed`; a drift no worse than it is `known`. A pair a shard already judged against
+/// `regressed`; a drift no worse than it is `known` where a person accepted it by name. A pair a shard already judged against
 /// another baseline is judged again against this one; pairs that stopped or were flaky keep
 /// what they said.
 pub fn rejudge(r: &mut SuiteResult, baseline: &super::baseline::Baseline, path: &Path) {
@@ -49,7 +49,8 @@ pub fn rejudge(r: &mut SuiteResult, baseline: &super::baseline::Baseline, path: 
             pair.status == Status::Pass || pair.status == Status::Regressed && pair.located.is_none();
         pair.regressions = super::figures::regressions(&pair.figures, base, &band);
         pair.baseline = Some(base.clone());
-        pair.status = Status::judged(passed, true, !pair.regressions.is_empty());
+        let accepted = baseline.is_known(&pair.probe, &pair.target);
+        pair.status = Status::judged(passed, accepted, !pair.regressions.is_empty());
     }
     r.counts = Counts::of(&r.pairs);
     r.baseline = Some(path.display().to_string());

@@ -20,7 +20,7 @@ crate::named_enum! {
     pub enum Status {
         /// Worse than its baseline by more than the noise band (confirmed by a re-run).
         Regressed = "regressed",
-        /// Beyond its thresholds with no baseline to call it known (confirmed by a re-run).
+        /// Beyond its thresholds, and not accepted as known by name (confirmed by a re-run).
         Failed = "failed",
         /// The device disagreed with itself in the repeatability gate: not compared.
         Unstable = "unstable",
@@ -28,7 +28,8 @@ crate::named_enum! {
         Error = "error",
         /// Failed once, passed on the re-run.
         Flaky = "flaky",
-        /// Beyond its thresholds, but no worse than its baseline.
+        /// Beyond its thresholds, accepted as known by a person (`--known PROBE/TARGET`), and no
+        /// worse than its baseline.
         Known = "known",
         #[default]
         Pass = "pass",
@@ -38,14 +39,16 @@ crate::named_enum! {
 }
 
 impl Status {
-    /// A compared pair's verdict: within its thresholds or not, against a baseline or not, and
-    /// with figures worse than it (beyond the band) or not. A regression outranks the rest.
-    pub fn judged(passed: bool, has_baseline: bool, regressed: bool) -> Status {
-        match (passed, has_baseline, regressed) {
-            (_, true, true) => Status::Regressed,
+    /// A compared pair's verdict: within its thresholds or not, accepted as a known failure by
+    /// a person (by name, in the baseline) or not, and with figures worse than its baseline
+    /// (beyond the band) or not. A regression outranks the rest; a failure nobody accepted by
+    /// name is "failed" whatever the baseline holds.
+    pub fn judged(passed: bool, accepted: bool, regressed: bool) -> Status {
+        match (passed, accepted, regressed) {
+            (_, _, true) => Status::Regressed,
             (true, _, _) => Status::Pass,
             (false, true, false) => Status::Known,
-            (false, false, _) => Status::Failed,
+            (false, false, false) => Status::Failed,
         }
     }
 
@@ -150,6 +153,10 @@ pub struct PairResult {
     /// The first drift beyond thresholds, as the run report words it ("prefill: first drift at
     /// logits — cosine …").
     pub located: Option<String>,
+    /// The first failed bound at the first drift, in the fewest words (the verdict line's
+    /// figure: `cosine 0.52628, expected after quantization ≥ 0.999`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failed_bound: Option<String>,
     /// Figures worse than the baseline by more than the band, taps in network order.
     pub regressions: Vec<Regression>,
     /// The first drifting tap (of `located`).
@@ -327,19 +334,25 @@ impl SuiteResult {
 
     /// The exit code every command shares: 2 an input or usage error, 3 a device or runtime
     /// error (an unstable device included), 1 a regression or failed probe, 0 otherwise (known
-    /// failures and flaky pairs included).
+    /// failures and flaky pairs included). A shard's drift is 0: its pairs are judged when the
+    /// shards are merged (`merge` exits 1 for them), so `suite --shard K/N ... && hefprobe merge`
+    /// reaches the merge; errors still fail a shard.
     pub fn exit_code(&self) -> u8 {
         let any = |f: &dyn Fn(&PairResult) -> bool| self.pairs.iter().any(f);
         if any(&|p| p.error.as_ref().is_some_and(|e| e.kind == ErrorKind::Input)) {
             2
         } else if any(&|p| p.status == Status::Unstable || p.status == Status::Error) {
             3
-        } else if any(&|p| matches!(p.status, Status::Regressed | Status::Failed))
-            || self.findings.iter().any(|f| f.fails)
-        {
+        } else if self.drifts() && self.shard.is_none() {
             1
         } else {
             0
         }
+    }
+
+    /// A regression, a failed pair or a failing finding: exit 1 for a whole run.
+    pub fn drifts(&self) -> bool {
+        self.pairs.iter().any(|p| matches!(p.status, Status::Regressed | Status::Failed))
+            || self.findings.iter().any(|f| f.fails)
     }
 }

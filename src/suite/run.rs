@@ -22,7 +22,6 @@ use crate::probe::prepare::{prepare, ExplainChoice, Prepared, ProbeOverrides, Ru
 use crate::probe::runs::Runs;
 use crate::probe::schema::Probe;
 use crate::probe::spill::CaptureOptions;
-use crate::report::format::num;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -138,7 +137,7 @@ pub fn run_suite_with(
 
 /// The suite's target labels (a claim without targets on a probe that ran nowhere is not run
 /// on each of them).
-fn labels(suite: &Suite) -> Vec<String> {
+pub fn labels(suite: &Suite) -> Vec<String> {
     suite.targets.iter().map(|t| t.label.clone()).collect()
 }
 
@@ -233,12 +232,13 @@ fn run_stages(ctx: &Ctx, probe: &Probe, targets: &[(usize, Target)]) -> Result<(
 
 /// Judge `pair` on one target's comparison in a probe run: its verdict against its baseline
 /// and thresholds, where it drifts, its figures and plots.
-fn evaluate(pair: &mut PairResult, compared: &Compared, band: &Band) {
+fn evaluate(pair: &mut PairResult, compared: &Compared, band: &Band, baseline: Option<&Baseline>) {
     let cmp = &compared.cumulative;
     let figs = figures(cmp);
     let located = crate::compare::locate::locate(cmp).into_iter().next();
     let regs = pair.baseline.as_ref().map(|b| regressions(&figs, b, band)).unwrap_or_default();
-    pair.status = Status::judged(cmp.passed(), pair.baseline.is_some(), !regs.is_empty());
+    let accepted = baseline.is_some_and(|b| b.is_known(&pair.probe, &pair.target));
+    pair.status = Status::judged(cmp.passed(), accepted, !regs.is_empty());
     let mut taps = vec!["logits".to_string()];
     if let Some(l) = &located {
         if !l.tap.is(crate::tap::Tap::Logits) {
@@ -247,6 +247,11 @@ fn evaluate(pair: &mut PairResult, compared: &Compared, band: &Band) {
     }
     pair.series = taps.iter().filter_map(|t| phase_series(cmp, t)).collect();
     pair.first_drift = located.as_ref().map(|l| l.tap.to_string());
+    // The bound a reader looks for first: a figure's, before the row sums said in words.
+    pair.failed_bound = located.as_ref().and_then(|l| {
+        let mut f = l.failures.iter();
+        f.clone().find(|f| f.metric != "prob_sum_err").or(f.next()).map(crate::report::format::failure_short)
+    });
     pair.located = located.map(|l| crate::report::format::located_sentence(&l));
     pair.regressions = regs;
     pair.figures = figs;
@@ -256,7 +261,7 @@ fn evaluate(pair: &mut PairResult, compared: &Compared, band: &Band) {
 fn said(pair: &PairResult) -> String {
     let mut s = pair.status.name().to_string();
     if let Some(r) = pair.regressions.first() {
-        s += &format!(": {} {} {} (baseline {})", r.tap, r.figure.title(), num(r.value), num(r.baseline));
+        s += &format!(": {}", super::summary::regression_sentence(r));
     } else if let Some(l) = &pair.located {
         s += &format!(": {l}");
     }
@@ -421,7 +426,7 @@ fn group_pairs(ctx: &mut Ctx, probe: &Probe, pairs: &mut [PairResult], runnable:
             continue; // unstable: not compared
         }
         if let Some(c) = run.compared(&t.label) {
-            evaluate(&mut pairs[*i], c, &band);
+            evaluate(&mut pairs[*i], c, &band, ctx.baseline.as_ref());
         }
         if matches!(pairs[*i].status, Status::Regressed | Status::Failed) {
             failing.push((*i, t.clone()));
@@ -478,7 +483,7 @@ fn rerun(
             continue;
         }
         if let Some(c) = again.compared(&t.label) {
-            evaluate(pair, c, &bands[i]);
+            evaluate(pair, c, &bands[i], ctx.baseline.as_ref());
         }
         if matches!(pair.status, Status::Pass | Status::Known) {
             pair.status = Status::Flaky;

@@ -30,8 +30,68 @@ pub fn regression_sentence(r: &Regression) -> String {
     )
 }
 
-/// What decided a pair, in one paragraph: for a failure, the regression or located drift and
-/// the explanation — the JUnit failure message.
+/// The most characters a verdict line holds: it reads at a glance on a terminal, in a pull
+/// request's comment and as a JUnit message; everything else is in the details below it.
+pub const VERDICT_CHARS: usize = 160;
+
+/// A pair's status as every report writes it: a failure in capitals, the rest as named.
+pub fn status_word(s: Status) -> String {
+    if s.is_failure() {
+        s.name().to_uppercase()
+    } else {
+        s.name().to_string()
+    }
+}
+
+/// What decided a pair in a few words, for its verdict line: the first drifting tap and its
+/// figure against what was expected (or the regressed figure against its baseline), then the
+/// best explanation. One figure, named as the details name it.
+pub fn verdict_text(p: &PairResult) -> String {
+    let best = p.best_explanation.as_ref().map(|b| format!("; best explanation {b}")).unwrap_or_default();
+    let drift = || match (&p.first_drift, &p.failed_bound) {
+        (Some(tap), Some(bound)) => format!("{tap} {bound}"),
+        (Some(tap), None) => format!("first drift at {tap}"),
+        _ => "beyond its thresholds".to_string(),
+    };
+    match p.status {
+        Status::Regressed => match p.regressions.first() {
+            Some(r) => format!(
+                "{} {} {} vs baseline {} (noise band {}){best}",
+                r.tap,
+                r.figure.title(),
+                show(r.figure, r.value),
+                show(r.figure, r.baseline),
+                num(r.band)
+            ),
+            None => format!("{}{best}", drift()),
+        },
+        Status::Failed => format!("{}{best}", drift()),
+        Status::Known => format!("{}; accepted as known, no worse than its baseline{best}", drift()),
+        Status::Unstable => p.gate.as_ref().map_or("the device disagrees with itself".into(), |g| {
+            format!(
+                "the device disagrees with itself: logits cosine down to {} over {} runs of the same inputs",
+                cos(Some(g.cosine)),
+                g.runs
+            )
+        }),
+        Status::Error => p.error.as_ref().map_or("could not run".into(), |e| e.message.clone()),
+        Status::Flaky => "failed the first run, passed the re-run".into(),
+        Status::Pass => headline(p).map_or("within thresholds".into(), |(tap, v, base)| {
+            let base = base.map(|b| format!(" (baseline {})", cos(Some(b)))).unwrap_or_default();
+            format!("{tap} cosine {}{base}", cos(Some(v)))
+        }),
+        Status::Skipped => p.note.clone().unwrap_or_else(|| "skipped".into()),
+    }
+}
+
+/// A pair's verdict in one line of at most [`VERDICT_CHARS`]: status, pair, [`verdict_text`].
+pub fn verdict_line(p: &PairResult) -> String {
+    let line = format!("{} {} × {}: {}", status_word(p.status), p.probe, p.target, verdict_text(p));
+    crate::report::doc::cut(&line, VERDICT_CHARS)
+}
+
+/// What decided a pair, in full: the rule that decided it, the located drift, the explanation,
+/// the re-run; no sentence twice (the details under its verdict line, a JUnit failure's body).
 pub fn why(p: &PairResult) -> String {
     let mut parts: Vec<String> = Vec::new();
     match p.status {
@@ -42,8 +102,14 @@ pub fn why(p: &PairResult) -> String {
                 parts.push(format!("worse than its baseline: {}{more}", regression_sentence(r)));
             }
         }
-        Status::Failed => parts.push("beyond its thresholds, with no baseline to call it known".into()),
-        Status::Known => parts.push("beyond its thresholds, but no worse than its baseline".into()),
+        Status::Failed => parts.push(
+            "beyond its thresholds, and no person accepted it as known (`--update-baseline --known PROBE/TARGET` \
+             does)"
+                .into(),
+        ),
+        Status::Known => {
+            parts.push("beyond its thresholds, accepted as known by name, and no worse than its baseline".into())
+        }
         Status::Unstable => {
             if let Some(g) = &p.gate {
                 parts.push(format!(
@@ -83,7 +149,13 @@ pub fn why(p: &PairResult) -> String {
     }
     if matches!(p.status, Status::Regressed | Status::Failed) {
         if let Some(f) = &p.first_run {
-            parts.push(format!("confirmed by a re-run (first run: {f})"));
+            // The first run's words, only where the re-run said otherwise.
+            let said = f.split_once(": ").map_or(f.as_str(), |(_, s)| s);
+            if parts.iter().any(|x| x.contains(said)) {
+                parts.push("confirmed by a re-run".into());
+            } else {
+                parts.push(format!("confirmed by a re-run (first run: {f})"));
+            }
         }
     }
     parts.join(". ")
@@ -167,25 +239,25 @@ pub fn counts_sentence(r: &SuiteResult) -> String {
     format!("{} pairs: {}", c.pairs, if parts.is_empty() { "none".into() } else { parts.join(", ") })
 }
 
-fn tone(s: Status) -> Tone {
+/// How a status looks on a colour terminal: a known failure is never shown as a pass.
+pub fn tone(s: Status) -> Tone {
     match s {
-        Status::Pass | Status::Known | Status::Flaky => Tone::Good,
+        Status::Pass | Status::Flaky => Tone::Good,
+        Status::Known => Tone::Warn,
         Status::Skipped => Tone::Muted,
         _ => Tone::Bad,
     }
 }
 
+/// The pairs as rows of status, probe, target and [`verdict_text`].
 fn pairs_table(pairs: &[&PairResult]) -> Table {
-    let mut t = Table::new(["probe", "target", "status", "cosine (baseline)", "why"]).align("lllrl");
+    let mut t = Table::new(["status", "probe", "target", "verdict"]);
     for p in pairs {
-        let status =
-            if p.status.is_failure() { p.status.name().to_uppercase() } else { p.status.name().to_string() };
         t.row([
+            Cell::from(Text::strong(status_word(p.status))).tone(tone(p.status)),
             Cell::from(Text::code(&p.probe)),
             Cell::from(Text::code(&p.target)),
-            Cell::from(Text::strong(status)).tone(tone(p.status)),
-            headline_text(p).into(),
-            why(p).into(),
+            verdict_text(p).into(),
         ]);
     }
     t
@@ -218,8 +290,14 @@ pub fn doc(r: &SuiteResult) -> Doc {
     }
     let (bad, good): (Vec<&PairResult>, Vec<&PairResult>) =
         r.pairs.iter().partition(|p| !matches!(p.status, Status::Pass | Status::Skipped));
+    // Each pair that is not a pass: its verdict line, the details folded under it.
+    for p in &bad {
+        let mut inner = Doc::new();
+        inner.line(why(p));
+        d.details(verdict_line(p), inner);
+    }
     if !bad.is_empty() {
-        d.table(pairs_table(&bad)).blank();
+        d.blank();
     }
     if !good.is_empty() {
         let mut inner = Doc::new();
