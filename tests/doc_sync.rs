@@ -209,8 +209,8 @@ fn shared_softmax_report_and_readme_example_match_the_tool() {
 #[test]
 fn fault_localization_report_matches_the_matrix() {
     use hefprobe::explain::matrix;
-    let (ckpt, inputs) = matrix::matrix_model().unwrap();
-    let rows = matrix::run_matrix_on(&ckpt, &inputs).unwrap();
+    let (ckpt, _) = matrix::matrix_model().unwrap();
+    let rows = matrix::run_matrix().unwrap();
     let fresh = hefprobe::report::matrix::doc(
         &rows,
         "hefprobe faults --matrix --report markdown=reports/fault-localization.md",

@@ -47,6 +47,11 @@ fn proof_problems(
 ) -> Vec<String> {
     let cases = match e.proof {
         Proof::Matrix(cases) => cases,
+        // The width faults' cases run on the wide model (their tile is wider than this one's rows).
+        Proof::WideMatrix(cases) => {
+            let (wide, inputs) = hefprobe::explain::matrix::matrix_model_wide().unwrap();
+            return matrix_problems(e, cases, &wide, &inputs);
+        }
         Proof::Test(path) => {
             let text = std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(path));
             return match text {
@@ -56,6 +61,16 @@ fn proof_problems(
             };
         }
     };
+    matrix_problems(e, cases, ckpt, inputs)
+}
+
+/// What is wrong with matrix `cases` of `e` on `ckpt`.
+fn matrix_problems(
+    e: &Entry,
+    cases: &[(&str, &str)],
+    ckpt: &hefprobe::model::Checkpoint,
+    inputs: &hefprobe::inputs::InputSet,
+) -> Vec<String> {
     if cases.is_empty() {
         return vec![format!("{}: no matrix case", e.name)];
     }

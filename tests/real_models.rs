@@ -284,7 +284,7 @@ fn every_catalog_fault_is_located_and_ranked_first_on_real_weights() {
     let mut inputs = InputSet::new(ids(&g["prompt_ids"]));
     inputs.decode = DecodeSpec::Forced(ids(&g["greedy_tokens"])[..3].to_vec());
     let mut failures = Vec::new();
-    for (spec, expected) in cases() {
+    for (spec, expected) in [cases(), hefprobe::explain::matrix::wide_cases()].concat() {
         let t0 = std::time::Instant::now();
         let row = run_case(ckpt(), &inputs, spec, expected).unwrap();
         // A tie is reported, never hidden: the injected fault is rank 1 either as the row's

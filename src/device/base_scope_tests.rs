@@ -97,7 +97,7 @@ fn worst(
         for (a, b) in r.iter().zip(x.iter()) {
             // A masked score is -inf on both sides.
             let d = if a == b { 0.0 } else { f64::from(a - b).abs() / scale };
-            if !(d <= worst) {
+            if d.is_nan() || d > worst {
                 (worst, at) = (d, key.to_string());
             }
         }

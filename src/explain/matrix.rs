@@ -19,12 +19,22 @@ use crate::tap::TapSelection;
 use serde::Serialize;
 use std::sync::Arc;
 
-/// The matrix's cases, every registry entry's [`Proof::Matrix`] in registry order: (fault
-/// spec, expected first drift as PHASE/TAP; a trailing `*` matches any tap of that prefix).
+/// The matrix's cases on the narrow model, every registry entry's [`Proof::Matrix`] in registry
+/// order: (fault spec, expected first drift as PHASE/TAP; a trailing `*` matches any tap of that
+/// prefix).
 pub fn cases() -> Vec<(&'static str, &'static str)> {
     let proofs = REGISTRY.iter().map(|e| match e.proof {
         Proof::Matrix(cases) => cases,
-        Proof::Test(_) => &[],
+        Proof::WideMatrix(_) | Proof::Test(_) => &[],
+    });
+    proofs.flatten().copied().collect()
+}
+
+/// The cases run on the wide model ([`Proof::WideMatrix`]: the width faults).
+pub fn wide_cases() -> Vec<(&'static str, &'static str)> {
+    let proofs = REGISTRY.iter().map(|e| match e.proof {
+        Proof::WideMatrix(cases) => cases,
+        Proof::Matrix(_) | Proof::Test(_) => &[],
     });
     proofs.flatten().copied().collect()
 }
@@ -46,9 +56,19 @@ pub struct MatrixRow {
 /// The model and inputs the matrix runs on: small enough for tests, with 2 kv heads (for
 /// cache-layout:transpose) and enough layers to tell them apart.
 pub fn matrix_model() -> Result<(Checkpoint, InputSet)> {
+    matrix_model_of(64, 128)
+}
+
+/// The matrix's wide model: the same, hidden 128 and an MLP of 256, whose rows are wider than
+/// the 64-wide tile of the width faults' cases.
+pub fn matrix_model_wide() -> Result<(Checkpoint, InputSet)> {
+    matrix_model_of(128, 256)
+}
+
+fn matrix_model_of(hidden: usize, intermediate: usize) -> Result<(Checkpoint, InputSet)> {
     let mut s = SynthSpec::preset("tinystories", 11)?;
-    (s.preset, s.arch, s.hidden, s.layers, s.heads, s.kv_heads) = (None, Arch::Llama, 64, 3, 4, 2);
-    (s.head_dim, s.intermediate, s.vocab) = (None, Some(128), Some(512));
+    (s.preset, s.arch, s.hidden, s.layers, s.heads, s.kv_heads) = (None, Arch::Llama, hidden, 3, 4, 2);
+    (s.head_dim, s.intermediate, s.vocab) = (None, Some(intermediate), Some(512));
     let ckpt = s.build()?;
     let mut inputs = InputSet::new((0..12).map(|i| (i * 41 + 7) % 512).collect());
     inputs.decode = DecodeSpec::Forced(vec![5, 77, 300]);
@@ -98,10 +118,25 @@ pub fn run_case(ckpt: &Checkpoint, inputs: &InputSet, spec: &str, expected: &str
     })
 }
 
+/// Every case of the matrix on the synthesized models: the narrow model's, then the width
+/// faults' on the wide one.
+pub fn run_matrix() -> Result<Vec<MatrixRow>> {
+    let (ckpt, inputs) = matrix_model()?;
+    let mut rows = run_cases(&ckpt, &inputs, cases())?;
+    let (wide, inputs) = matrix_model_wide()?;
+    rows.extend(run_cases(&wide, &inputs, wide_cases())?);
+    Ok(rows)
+}
+
 /// The matrix on any checkpoint and inputs (e.g. a real trained model, `faults --matrix
-/// --checkpoint`). A greedy decode is resolved by the clean model first and then
+/// --checkpoint`): every case, the width faults' too (a model narrower than their tile shows
+/// them as no-ops). A greedy decode is resolved by the clean model first and then
 /// teacher-forced, so reference and faulty runs see the same tokens.
 pub fn run_matrix_on(ckpt: &Checkpoint, inputs: &InputSet) -> Result<Vec<MatrixRow>> {
+    run_cases(ckpt, inputs, [cases(), wide_cases()].concat())
+}
+
+fn run_cases(ckpt: &Checkpoint, inputs: &InputSet, cases: Vec<(&str, &str)>) -> Result<Vec<MatrixRow>> {
     let mut inputs = inputs.clone();
     if let DecodeSpec::Greedy(_) = inputs.decode {
         let model = Arc::new(Decoder::new(ckpt)?);
@@ -112,13 +147,13 @@ pub fn run_matrix_on(ckpt: &Checkpoint, inputs: &InputSet) -> Result<Vec<MatrixR
         }
         inputs.decode = DecodeSpec::Forced(run.record.decode_tokens);
     }
-    cases().into_iter().map(|(spec, expected)| run_case(ckpt, &inputs, spec, expected)).collect()
+    cases.into_iter().map(|(spec, expected)| run_case(ckpt, &inputs, spec, expected)).collect()
 }
 
 /// What the matrix ran on, for the document: the synthesized matrix model's sentence.
 pub fn synth_setup() -> String {
     "a synthesized llama (hidden 64, 3 layers, 4 heads, 2 kv heads, vocab 512; 12 prompt tokens, \
-     3 teacher-forced decode steps)"
+     3 teacher-forced decode steps; the width faults on the same at hidden 128, wider than their 64-wide tile)"
         .to_string()
 }
 

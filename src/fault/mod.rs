@@ -110,6 +110,9 @@ pub enum Proof {
     /// --matrix`): a spec and the first drift it causes as PHASE/TAP (a trailing `*` matches
     /// any tap of that prefix).
     Matrix(&'static [(&'static str, &'static str)]),
+    /// Its cases of the matrix, run on the matrix's wide model (hidden 128): a width fault is a
+    /// bit-exact no-op on rows narrower than its tile, which the narrow model's 64 are.
+    WideMatrix(&'static [(&'static str, &'static str)]),
     /// A test of its own (the matrix model is too narrow for it), by its path in the repository.
     Test(&'static str),
 }

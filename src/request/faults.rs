@@ -3,7 +3,7 @@
 
 use super::Request;
 use crate::error::Result;
-use crate::explain::matrix::{matrix_model, run_matrix_on, setup_of, synth_setup};
+use crate::explain::matrix::{run_matrix, run_matrix_on, setup_of, synth_setup};
 use crate::fault::catalog::REGISTRY;
 use crate::model::CheckpointRef;
 use crate::output::Outputs;
@@ -53,10 +53,11 @@ impl Request for FaultList {
         if !self.matrix {
             return Ok(Faults { doc: catalog(), failed: false });
         }
-        let (ckpt, inputs, setup) = match &self.checkpoint {
+        let (rows, setup, candidates) = match &self.checkpoint {
             None => {
-                let (ckpt, inputs) = matrix_model()?;
-                (ckpt, inputs, synth_setup())
+                let rows = run_matrix()?;
+                let (ckpt, _) = crate::explain::matrix::matrix_model()?;
+                (rows, synth_setup(), crate::fault::catalog::grid(&ckpt.config).len())
             }
             Some(c) => {
                 let ckpt = c.load()?;
@@ -70,11 +71,9 @@ impl Request for FaultList {
                 };
                 let inputs = spec.input_set(&ckpt)?;
                 let setup = setup_of(&ckpt, &inputs);
-                (ckpt, inputs, setup)
+                (run_matrix_on(&ckpt, &inputs)?, setup, crate::fault::catalog::grid(&ckpt.config).len())
             }
         };
-        let rows = run_matrix_on(&ckpt, &inputs)?;
-        let candidates = crate::fault::catalog::grid(&ckpt.config).len();
         let failed = !rows.iter().all(|r| r.ok);
         Ok(Faults { doc: doc(&rows, &self.command, &setup, candidates), failed })
     }

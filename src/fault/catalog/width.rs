@@ -118,7 +118,7 @@ impl Mechanism for TileSum {
         per_layer: true,
         on_output: false,
         device: OnDevice::Frames,
-        proof: Proof::Test("tests/width_faults.rs"),
+        proof: Proof::WideMatrix(&[("tile-sum:64", "prefill/logits")]),
         grid: |cfg| widths(cfg).iter().map(|w| w.to_string()).collect(),
         parse: parse_boxed::<Self>,
     };
@@ -260,7 +260,7 @@ impl Mechanism for NormAcc {
         per_layer: true,
         on_output: false,
         device: OnDevice::Frames,
-        proof: Proof::Test("tests/width_faults.rs"),
+        proof: Proof::WideMatrix(&[("norm-acc:16", "prefill/layers.0.attn_norm")]),
         grid: |cfg| {
             if cfg.hidden_size <= SEARCHED_ABOVE {
                 return Vec::new();
@@ -393,7 +393,7 @@ impl Mechanism for NormWidth {
         per_layer: true,
         on_output: false,
         device: OnDevice::Frames,
-        proof: Proof::Test("tests/width_faults.rs"),
+        proof: Proof::WideMatrix(&[("norm-width:64", "prefill/layers.0.attn_norm")]),
         grid: |cfg| {
             let h = cfg.hidden_size;
             widths(cfg)
@@ -478,7 +478,7 @@ impl Mechanism for TileScale {
         per_layer: true,
         on_output: false,
         device: OnDevice::Frames,
-        proof: Proof::Test("tests/width_faults.rs"),
+        proof: Proof::WideMatrix(&[("tile-scale:64", "prefill/layers.0.attn_norm")]),
         grid: |cfg| widths(cfg).iter().map(|w| w.to_string()).collect(),
         parse: parse_boxed::<Self>,
     };

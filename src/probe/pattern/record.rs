@@ -438,7 +438,7 @@ impl Defaults {
         if self.prompt.is_empty() || self.prompt.len() > MAX_PROMPT {
             return bad("prompt", format!("holds {} ids: give 1..={MAX_PROMPT}", self.prompt.len()));
         }
-        if self.frame.is_some_and(|f| f < 2 || f > MAX_TOKENS + MAX_PROMPT) {
+        if self.frame.is_some_and(|f| !(2..=MAX_TOKENS + MAX_PROMPT).contains(&f)) {
             return bad("frame", format!("is {:?}: give 2..={}", self.frame, MAX_TOKENS + MAX_PROMPT));
         }
         Ok(())
@@ -568,7 +568,7 @@ impl Figure {
                         "a cosine or pearson figure gives its `value` and the `band` it is judged in".into(),
                     );
                 };
-                if !(-1.0..=1.0).contains(&v) || !(0.0..=2.0).contains(&b) || !(b > 0.0) {
+                if !(-1.0..=1.0).contains(&v) || !(0.0..=2.0).contains(&b) || b <= 0.0 {
                     return bad(
                         "band",
                         format!("value {v} ± {b}: give a value in [-1, 1] and a band in (0, 2]"),
