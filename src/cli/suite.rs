@@ -150,10 +150,10 @@ fn report(night: Night, reports: &[ReportTarget]) -> Result<ExitCode> {
         crate::files::append(std::path::Path::new(&path), &render(&result, &markdown, false)?)?;
     }
     for line in said {
-        eprintln!("{line}");
+        crate::errln!("{line}");
     }
     for f in result.findings.iter().filter(|f| f.fails) {
-        eprintln!("{}", crate::suite::findings::sentence(f));
+        crate::errln!("{}", crate::suite::findings::sentence(f));
     }
     Ok(ExitCode::from(result.exit_code()))
 }

@@ -107,7 +107,7 @@ pub fn run(a: SynthHefArgs) -> Result<ExitCode> {
         layers: a.layers,
     };
     for line in request.run()?.lines() {
-        println!("{line}");
+        crate::outln!("{line}");
     }
     Ok(ExitCode::SUCCESS)
 }
