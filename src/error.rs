@@ -138,6 +138,23 @@ pub fn echo(s: &str, max: usize) -> String {
     e
 }
 
+/// Text from a file for a table or a message, whole: every control character (and each that
+/// reorders text: bidirectional overrides, zero-width marks) escaped, the rest kept, so forged
+/// text cannot drive or redraw the terminal it is printed on.
+pub fn printable(s: &str) -> String {
+    let hidden = |c: char| {
+        c.is_control()
+            || matches!(c, '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{feff}')
+    };
+    s.chars().fold(String::with_capacity(s.len()), |mut out, c| {
+        match hidden(c) {
+            true => out.extend(c.escape_default()),
+            false => out.push(c),
+        }
+        out
+    })
+}
+
 /// A byte count for people: `512 B`, `3.2 MiB`, `128.0 GiB` (powers of 1024, as
 /// /proc/meminfo's kB are).
 pub fn format_size(bytes: u64) -> String {

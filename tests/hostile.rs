@@ -231,7 +231,7 @@ fn an_output_never_destroys_an_input() {
     let mut s = InputSet::new(vec![5, 9]);
     s.decode = DecodeSpec::Forced(vec![]);
     let inputs = t.path().join("inputs.npz");
-    s.to_npz(&inputs).unwrap();
+    s.to_npz(&inputs, false).unwrap();
     hefprobe()
         .arg("capture")
         .arg(&hef)
@@ -810,7 +810,7 @@ fn sizes_claimed_by_hefs_sweeps_inputsets_and_globs_are_bounded() {
     let mut s = InputSet::new(vec![1, 2, 3]);
     s.decode = DecodeSpec::Greedy(1 << 62);
     let inputs = t.path().join("g.npz");
-    s.to_npz(&inputs).unwrap();
+    s.to_npz(&inputs, false).unwrap();
     let clean = t.path().join("clean.hef");
     hefprobe().args(["synth-hef", "--synth", "tinystories", "-o"]).arg(&clean).assert().success();
     let out = t.path().join("o.npz");
@@ -969,21 +969,24 @@ fn verify(dir: &Path) -> assert_cmd::assert::Assert {
 
 /// Every document a person reads is regenerated and compared, so a figure rewritten in
 /// report.md or evidence.md (its hash re-pinned) is named; an honest bundle moved to another
-/// folder, its figures off in the last bits as another machine of the same kind may give them,
-/// is still the same.
+/// folder is still the same, and a figure off in its last digit is not (the same bits on every
+/// CPU: nothing rounds to a neighbour).
 #[test]
 fn verify_regenerates_every_document_and_figure_a_person_reads() {
     let t = tempfile::tempdir().unwrap();
     let b = tiny_bundle(t.path());
     let moved = t.path().join("elsewhere/b");
     copy_tree(&b, &moved);
+    verify(&moved).code(0).stdout(predicate::str::contains("all same: "));
     let report = std::fs::read_to_string(moved.join("report.json")).unwrap();
     let at = report.find("\"cosine\": 0.").unwrap() + "\"cosine\": 0.".len();
     let digits: String = report[at..].chars().take_while(char::is_ascii_digit).collect();
     let last = digits.chars().last().unwrap().to_digit(10).unwrap();
     let nudged = format!("{}{}", &digits[..digits.len() - 1], (last + 1) % 10);
     forge(&moved, "report.json", &format!("\"cosine\": 0.{digits}"), &format!("\"cosine\": 0.{nudged}"));
-    verify(&moved).code(0).stdout(predicate::str::contains("all same: "));
+    verify(&moved)
+        .code(1)
+        .stdout(predicate::str::contains("│ report.json").and(predicate::str::contains("cosine")));
     let md = std::fs::read_to_string(b.join("report.md")).unwrap();
     let cosine = md.lines().find(|l| l.contains("| `logits` |")).unwrap().split('|').nth(4).unwrap().trim();
     for (name, old, new) in [

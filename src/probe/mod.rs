@@ -11,6 +11,7 @@ pub mod compared;
 pub mod explained;
 pub mod pattern;
 pub mod prepare;
+pub mod rederive;
 pub mod reduce;
 pub mod run;
 pub mod runs;
