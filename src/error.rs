@@ -99,7 +99,12 @@ impl Error {
                 | K::IsADirectory
                 | K::NotADirectory
                 | K::DirectoryNotEmpty
-                | K::ReadOnlyFilesystem => 2,
+                | K::ReadOnlyFilesystem
+                | K::InvalidFilename => 2,
+                // A loop of symbolic links (ELOOP; its ErrorKind is not stable) is a path the
+                // user gave, like one that does not exist.
+                #[cfg(unix)]
+                _ if source.raw_os_error() == Some(libc::ELOOP) => 2,
                 _ => 3,
             },
             Error::Compute { .. } | Error::Device(_) => 3,
@@ -224,6 +229,8 @@ mod tests {
         assert_eq!(missing.exit_code(), 2);
         let full = Error::io("out", std::io::Error::from(std::io::ErrorKind::StorageFull));
         assert_eq!(full.exit_code(), 3);
+        let looped = Error::io("a.hef", std::io::Error::from_raw_os_error(libc::ELOOP));
+        assert_eq!(looped.exit_code(), 2, "a symbolic link loop is the path given");
     }
 
     #[test]

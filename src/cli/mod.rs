@@ -42,7 +42,9 @@ pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
     /// Memory the command may plan to use (512M, 23G, 8GB); sizes from files, flags and probes
-    /// that need more are refused before anything is allocated. Default: MemAvailable.
+    /// that need more are refused before anything is allocated. Default: what the process may
+    /// take (the least of MemAvailable, `ulimit -v` and a container's cgroup limit, less what
+    /// each holds); never more than a limit the kernel enforces.
     #[arg(long, global = true, value_name = "SIZE", value_parser = crate::budget::parse_size)]
     pub max_memory: Option<u64>,
 }

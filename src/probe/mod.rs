@@ -6,6 +6,7 @@ pub mod assemble;
 pub mod backends;
 pub mod bundle;
 pub mod catalog;
+pub mod checks;
 pub mod cleanup;
 pub mod compared;
 pub mod explained;

@@ -5,9 +5,9 @@
 //! the bundle against its manifest (a file it does not list is not evidence of anything).
 
 use super::bundle::{Manifest, MANIFEST};
+use super::checks::{Check, Verdict};
 use super::run::ProbeRun;
 use super::runs::capture_file;
-use super::verify::{Check, Verdict};
 use crate::capture::{CaptureFile, Store};
 use crate::device::DeviceFacts;
 use crate::error::echo;

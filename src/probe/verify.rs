@@ -19,33 +19,10 @@ use crate::backend::{BackendKind, BackendSpec};
 use crate::device::DeviceFacts;
 use crate::error::{Error, Result};
 use crate::files::Kind;
-use serde::Serialize;
 use std::collections::BTreeMap;
 use std::path::Path;
 
-crate::named_enum! {
-    #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
-    #[serde(rename_all = "kebab-case")]
-    pub enum Verdict {
-        Same = "same",
-        Different = "different",
-        NotHere = "not re-runnable here",
-    }
-}
-
-/// One line of `verify`: what was checked, the verdict, and why.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Check {
-    pub what: String,
-    pub verdict: Verdict,
-    pub why: String,
-}
-
-impl Check {
-    pub fn new(what: impl Into<String>, verdict: Verdict, why: impl Into<String>) -> Self {
-        Check { what: what.into(), verdict, why: why.into() }
-    }
-}
+pub use super::checks::{Check, Verdict};
 
 /// A sha256 as the manifest must hold it: 64 lowercase hex digits.
 fn is_sha256(s: &str) -> bool {
@@ -459,26 +436,24 @@ mod tests {
     use super::*;
 
     #[test]
-    fn documents_compare_word_by_word_and_figure_by_figure() {
+    fn documents_compare_character_by_character_with_no_line_exempt() {
         let v = |a: &str, b: &str| compare_text("r.md", a, b).verdict;
-        assert_eq!(v("cosine 0.526301, 5/5 taps", "cosine 0.526301, 5/5 taps"), Verdict::Same);
-        assert_eq!(v("cosine 0.526301", "cosine 0.526302"), Verdict::Same, "within the tolerance");
-        assert_eq!(v("SQNR 0.2 dB", "SQNR 0.3 dB"), Verdict::Same, "a neighbour in the last printed digit");
-        assert_eq!(v("SQNR 0.2 dB", "SQNR 0.4 dB"), Verdict::Different);
-        assert_eq!(v("cosine 0.526301", "cosine 0.9"), Verdict::Different);
-        assert_eq!(v("token 12706", "token 12707"), Verdict::Different, "integers are exact");
-        assert_eq!(v("max 4.38e0", "max 4.39e0"), Verdict::Same);
-        assert_eq!(v("max 4.38e0", "max 5.38e0"), Verdict::Different);
-        assert_eq!(
-            v("cosine 0.5", "cosine 0.526301"),
-            Verdict::Different,
-            "fewer digits, no coarser tolerance"
-        );
-        assert_eq!(v("sha 2e5f", "sha 3e5f"), Verdict::Different, "no decimal point: no rounding allowed");
-        assert_eq!(v("first drift at logits", "first drift at layers.0.out"), Verdict::Different);
-        assert_eq!(v("a\nb", "a"), Verdict::Different);
-        assert_eq!(v("é 1.5 ü", "é 1.5 ü"), Verdict::Same, "non-ASCII text splits on digits only");
-        let spilled = format!("x\n{} in spill/a (budget 8 MiB)\ny", super::super::spill::SPILL_NOTE);
-        assert_eq!(v(&spilled, "x\ny"), Verdict::Same, "how this machine ran it is left out");
+        assert_eq!(v("cosine 0.526301, 5/5 taps\n", "cosine 0.526301, 5/5 taps\n"), Verdict::Same);
+        for (bundle, replay) in [
+            ("SQNR 0.2 dB", "SQNR 0.3 dB"),
+            ("hefprobe 0.1.0", "hefprobe 0.2.0"),
+            ("cosine 0.526301", "cosine 0.526302"),
+            ("max 4.38e0", "max 4.39e0"),
+            ("a\nb", "a"),
+            ("a\n", "a"),
+            (
+                "x\ncaptures spilled to disk: forged verdict\ny",
+                "x\ncaptures spilled to disk: budget 8 MiB\ny",
+            ),
+        ] {
+            assert_eq!(v(bundle, replay), Verdict::Different, "{bundle:?} against {replay:?}");
+        }
+        let c = compare_text("r.md", "first drift \u{1b}[2J at logits", "first drift at logits");
+        assert!(c.why.contains("\\u{1b}") && !c.why.contains('\u{1b}'), "{}", c.why);
     }
 }
