@@ -168,7 +168,7 @@ pub fn hard_limits() -> Vec<Budget> {
             continue;
         }
         let used = status_kib(&status, field).unwrap_or(0).saturating_mul(1024);
-        let limit = r.rlim_cur as u64;
+        let limit: u64 = r.rlim_cur;
         out.push(Budget::new(
             limit.saturating_sub(used),
             format!(
