@@ -1518,6 +1518,17 @@ fn verify_rederives_inputs_captures_and_versions_never_trusting_a_rehashed_manif
     let t = tempfile::tempdir().unwrap();
     let b = tiny_bundle(t.path());
     verify(&b).code(0).stdout(predicate::str::contains("all same: "));
+    // Captures past the size cap are left out (their hashes kept, their folder empty): the same.
+    let capped = t.path().join("capped");
+    hefprobe()
+        .arg("run")
+        .arg(t.path().join("tiny.toml"))
+        .args(["--backend", "emulator=shared-softmax@layers=0", "--no-explain", "--bundle-cap", "1", "--bundle"])
+        .arg(&capped)
+        .timeout(timeout())
+        .assert()
+        .code(1);
+    verify(&capped).code(0).stdout(predicate::str::contains("all same: "));
     let device = device_capture(&b);
     let reference = std::fs::read(b.join("captures/reference.npz")).unwrap();
     let version = env!("CARGO_PKG_VERSION");
