@@ -11,6 +11,10 @@
 #
 #     scripts/scale-run.sh                       # both shapes
 #     scripts/scale-run.sh qwen2.5-1.5b          # one
+#     HEFPROBE=old/hefprobe scripts/scale-run.sh llama3.2-3b   # another build's binary
+#
+# On a shared machine run it alone: `flock /tmp/hefprobe-cargo.lock scripts/scale-run.sh ...`
+# (the 3B run holds ~8 GiB and both cores for most of an hour).
 #
 # Each run gets the memory budget its target names (`--max-memory`: 10G for the 1.5B shape,
 # 16G for the 3B one), so the captures that do not fit are spilled to disk as a user with
@@ -20,8 +24,12 @@
 # captures. Exit 1 from a run is the planted drift, which is the point.
 set -eu
 PRESETS=${*:-"qwen2.5-1.5b llama3.2-3b"}
-cargo build --release -q
-B=$(pwd)/target/release/hefprobe
+if [ -n "${HEFPROBE:-}" ]; then
+    B=$HEFPROBE
+else
+    cargo build --release -q
+    B=$(pwd)/target/release/hefprobe
+fi
 W=$(mktemp -d)
 trap 'rm -rf "$W"' EXIT
 for P in $PRESETS; do

@@ -1,5 +1,8 @@
 //! The process's allocator: the system's, with every block of [`ALIGNED_FROM`] bytes or more
-//! starting on a cache line.
+//! starting on a cache line, and an allocation the system refuses ended as exit 3 with its size
+//! and what was being built ([`building`]), never Rust's abort ("memory allocation of N bytes
+//! failed", signal 6). Sizes from input are checked against the budget before they are
+//! allocated (`budget`); this is what remains when the machine still runs short.
 //!
 //! glibc's malloc puts a large block 16 bytes past a page boundary (its header comes first), so
 //! every 64-byte load of a weight row in the matrix-vector product of decode straddled two cache
@@ -9,6 +12,7 @@
 //! arithmetic: the same bits either way.
 
 use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 
 /// Blocks from this size on start on a cache line (smaller ones keep malloc's 16 bytes: they are
 /// many and short-lived, and a row of a weight is never among them).
@@ -33,17 +37,128 @@ fn actual(layout: Layout) -> Layout {
     }
 }
 
+/// What the process is building now, said when an allocation fails: set by [`building`] for
+/// the stage that holds the most (one pointer, so a reader never sees half of a change).
+static WHAT: AtomicPtr<&'static str> = AtomicPtr::new(std::ptr::null_mut());
+/// The memory budget in force (`budget` notes it), said beside a refusal.
+static BUDGET: AtomicU64 = AtomicU64::new(0);
+
+/// While the guard lives, a failed allocation says it happened building `what`
+/// (`&"the checkpoint's weights"`); the stage before is said again after.
+pub fn building(what: &'static &'static str) -> Building {
+    let before = WHAT.swap(std::ptr::from_ref(what).cast_mut(), Ordering::Relaxed);
+    Building { before }
+}
+
+/// The stage [`building`] set; the one before it comes back when dropped.
+pub struct Building {
+    before: *mut &'static str,
+}
+
+impl Drop for Building {
+    fn drop(&mut self) {
+        WHAT.store(self.before, Ordering::Relaxed);
+    }
+}
+
+/// The budget a failed allocation is said beside (bytes).
+pub fn note_budget(bytes: u64) {
+    BUDGET.store(bytes, Ordering::Relaxed);
+}
+
+/// The stage being built, as [`building`] set it.
+fn what() -> &'static str {
+    let p = WHAT.load(Ordering::Relaxed);
+    // SAFETY: a non-null `p` was stored from a `&'static &'static str`, valid forever.
+    if p.is_null() {
+        "hefprobe's working memory"
+    } else {
+        unsafe { *p }
+    }
+}
+
+/// A message written into a fixed buffer: formatting in an allocator that just failed cannot
+/// allocate.
+struct Fixed {
+    buf: [u8; 512],
+    len: usize,
+}
+
+impl std::fmt::Write for Fixed {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        let n = s.len().min(self.buf.len() - self.len);
+        self.buf[self.len..self.len + n].copy_from_slice(&s.as_bytes()[..n]);
+        self.len += n;
+        Ok(())
+    }
+}
+
+/// A byte count as `format_size` writes it (`1.5 GiB`), without allocating.
+struct Size(u64);
+
+impl std::fmt::Display for Size {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        const UNITS: [&str; 6] = ["KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
+        if self.0 < 1024 {
+            return write!(f, "{} B", self.0);
+        }
+        let (mut v, mut unit) = (self.0 as f64 / 1024.0, 0);
+        while v >= 1024.0 && unit + 1 < UNITS.len() {
+            v /= 1024.0;
+            unit += 1;
+        }
+        write!(f, "{v:.1} {}", UNITS[unit])
+    }
+}
+
+/// What a refused allocation of `bytes` says.
+fn refusal(bytes: usize, what: &str, budget: u64) -> Fixed {
+    use std::fmt::Write;
+    let mut m = Fixed { buf: [0; 512], len: 0 };
+    let _ = write!(m, "error: out of memory: {} for {what} could not be allocated", Size(bytes as u64));
+    if budget > 0 {
+        let _ = write!(m, " (the memory budget was {})", Size(budget));
+    }
+    let _ = writeln!(
+        m,
+        "; free memory, raise the process's limits, or ask for less (a shorter prompt, fewer taps,          a smaller --max-memory so that captures spill to disk)"
+    );
+    m
+}
+
+/// An allocation of `layout` the system refused: said on stderr, and the process ends with
+/// exit 3 (a runtime failure) without running anything that could allocate again.
+#[cold]
+fn out_of_memory(layout: Layout) -> ! {
+    let m = refusal(layout.size(), what(), BUDGET.load(Ordering::Relaxed));
+    // SAFETY: write(2) of a buffer this function owns, and _exit, which never returns; neither
+    // allocates.
+    unsafe {
+        libc::write(2, m.buf.as_ptr().cast(), m.len);
+        libc::_exit(3)
+    }
+}
+
+/// `p`, unless the system refused the block.
+fn granted(p: *mut u8, layout: Layout) -> *mut u8 {
+    if p.is_null() {
+        out_of_memory(layout)
+    }
+    p
+}
+
 // SAFETY: every method forwards to `System` with the layout `actual` gives, which is a valid
 // layout for the same size with an alignment at least the caller's; a block is freed or
 // reallocated with the layout it was allocated with, because `actual` depends on the caller's
-// layout alone, which GlobalAlloc's contract makes the same at alloc and dealloc.
+// layout alone, which GlobalAlloc's contract makes the same at alloc and dealloc. A refused
+// block ends the process rather than return null.
 unsafe impl GlobalAlloc for CacheLineAligned {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        System.alloc(actual(layout))
+        granted(System.alloc(actual(layout)), layout)
     }
 
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        System.alloc_zeroed(actual(layout))
+        granted(System.alloc_zeroed(actual(layout)), layout)
     }
 
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
@@ -54,14 +169,12 @@ unsafe impl GlobalAlloc for CacheLineAligned {
         let (old, new) =
             (actual(layout), actual(Layout::from_size_align_unchecked(new_size, layout.align())));
         if old.align() == new.align() {
-            return System.realloc(ptr, old, new_size);
+            return granted(System.realloc(ptr, old, new_size), new);
         }
         // Crossing ALIGNED_FROM: a new block of the other alignment, the bytes moved over.
-        let p = System.alloc(new);
-        if !p.is_null() {
-            std::ptr::copy_nonoverlapping(ptr, p, layout.size().min(new_size));
-            System.dealloc(ptr, old);
-        }
+        let p = granted(System.alloc(new), new);
+        std::ptr::copy_nonoverlapping(ptr, p, layout.size().min(new_size));
+        System.dealloc(ptr, old);
         p
     }
 }
@@ -69,6 +182,22 @@ unsafe impl GlobalAlloc for CacheLineAligned {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_refused_allocation_says_its_size_what_was_built_and_the_budget() {
+        let m = refusal(3 << 29, "the weights of the checkpoint", 2 << 30);
+        let text = std::str::from_utf8(&m.buf[..m.len]).unwrap();
+        assert!(
+            text.starts_with("error: out of memory: 1.5 GiB for the weights of the checkpoint could not be")
+                && text.contains("(the memory budget was 2.0 GiB)")
+                && text.ends_with('\n'),
+            "{text}"
+        );
+        let _stage = building(&"explain's emulations");
+        assert_eq!(what(), "explain's emulations");
+        drop(_stage);
+        assert_eq!(what(), "hefprobe's working memory");
+    }
 
     #[test]
     fn large_blocks_start_on_a_cache_line_and_keep_their_bytes_through_realloc() {

@@ -7,8 +7,12 @@
 //! - [`Bytes`] sums and multiplies sizes with checked arithmetic (an overflow is a need
 //!   larger than any budget, never a wrapped small number);
 //! - [`current`] is the budget in force: the command line's `--max-memory SIZE` ([`set`] once
-//!   by `cli`), otherwise [`Budget::detect`] (MemAvailable from /proc/meminfo; physical memory
-//!   where there is no /proc);
+//!   by `cli`), otherwise [`Budget::detect`]: the least of what the process may still take under
+//!   each limit it has (MemAvailable from /proc/meminfo, the address-space and data limits
+//!   `ulimit -v`/`-d` less what it maps, a cgroup v2 or v1 memory limit less what the group
+//!   uses: where containers and CI runners are held; physical memory where there is no /proc).
+//!   `--max-memory` replaces MemAvailable (the user may know better), never a hard limit: past
+//!   one the kernel refuses the allocation whatever the flag says;
 //! - [`Budget::check`] turns a planned allocation into [`Error::Budget`] ("needs 128.0 GiB,
 //!   budget 23.0 GiB") naming what needs it and the flag or key that would shrink it;
 //! - [`parse_size`] reads `512M`, `23G`, `1.5GiB`, `8GB`, `4000000000`.
@@ -23,6 +27,7 @@
 //! ```
 
 use crate::error::{format_size, Error, Result};
+use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 /// A byte count computed with checked arithmetic: `None` once it overflowed 64 bits.
@@ -84,9 +89,21 @@ pub fn set(b: Budget) {
     let _ = BUDGET.set(b);
 }
 
-/// The budget in force: the one [`set`], or what the machine has.
+/// The budget in force: the one [`set`] (lowered to a hard limit under it), or what the process
+/// may take ([`Budget::detect`]).
 pub fn current() -> Budget {
-    BUDGET.get().cloned().unwrap_or_else(Budget::detect)
+    let b = match BUDGET.get() {
+        Some(set) => hard_limits().into_iter().fold(set.clone(), |b, l| match l.bytes < b.bytes {
+            true => Budget::new(
+                l.bytes,
+                format!("{}, lowered from {} to {}", b.from, format_size(b.bytes), l.from),
+            ),
+            false => b,
+        }),
+        None => Budget::detect(),
+    };
+    crate::alloc::note_budget(b.bytes);
+    b
 }
 
 impl Budget {
@@ -94,17 +111,22 @@ impl Budget {
         Budget { bytes, from: from.into() }
     }
 
-    /// What the machine has for us: MemAvailable (free memory plus reclaimable cache, the
-    /// kernel's own estimate of what can be allocated without swapping), else the physical
-    /// memory, else no known limit.
+    /// What the process may take: the least of MemAvailable (free memory plus reclaimable
+    /// cache, the kernel's own estimate of what can be allocated without swapping) and what
+    /// each hard limit leaves ([`hard_limits`]); without /proc the physical memory, else no
+    /// known limit.
     pub fn detect() -> Self {
-        if let Some(kb) = std::fs::read_to_string("/proc/meminfo").ok().and_then(|t| meminfo_available(&t)) {
-            return Budget::new(kb.saturating_mul(1024), "MemAvailable in /proc/meminfo; set --max-memory");
-        }
-        if let Some(b) = physical_memory() {
-            return Budget::new(b, "physical memory; set --max-memory");
-        }
-        Budget::new(u64::MAX, "no limit known on this system; set --max-memory")
+        let available =
+            match std::fs::read_to_string("/proc/meminfo").ok().and_then(|t| meminfo_available(&t)) {
+                Some(kb) => {
+                    Budget::new(kb.saturating_mul(1024), "MemAvailable in /proc/meminfo; set --max-memory")
+                }
+                None => match physical_memory() {
+                    Some(b) => Budget::new(b, "physical memory; set --max-memory"),
+                    None => Budget::new(u64::MAX, "no limit known on this system; set --max-memory"),
+                },
+            };
+        hard_limits().into_iter().fold(available, |b, l| if l.bytes < b.bytes { l } else { b })
     }
 
     /// Refuse `needs` beyond the budget: `what` names what needs it (the flag, key or file and
@@ -125,6 +147,86 @@ impl Budget {
     pub fn allows(&self, needs: Bytes) -> bool {
         needs.0.is_some_and(|n| n <= self.bytes)
     }
+}
+
+/// What each limit the kernel enforces on this process leaves it now: the address-space and
+/// data limits (`setrlimit`, `ulimit -v` / `-d`, `prlimit --as`) less what the process maps,
+/// and its cgroup's memory limit (v2 `memory.max`, v1 `memory.limit_in_bytes`, the group's and
+/// every parent's) less what the group uses. Past any of them an allocation fails whatever
+/// MemAvailable says.
+pub fn hard_limits() -> Vec<Budget> {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let mut out = Vec::new();
+    #[cfg(unix)]
+    for (resource, field, what) in [
+        (libc::RLIMIT_AS, "VmSize:", "the address-space limit (ulimit -v)"),
+        (libc::RLIMIT_DATA, "VmData:", "the data limit (ulimit -d)"),
+    ] {
+        let mut r = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+        // SAFETY: getrlimit writes one rlimit struct, which `r` is.
+        if unsafe { libc::getrlimit(resource, &mut r) } != 0 || r.rlim_cur == libc::RLIM_INFINITY {
+            continue;
+        }
+        let used = status_kib(&status, field).unwrap_or(0).saturating_mul(1024);
+        let limit: u64 = r.rlim_cur;
+        out.push(Budget::new(
+            limit.saturating_sub(used),
+            format!(
+                "what {what} of {} leaves past the {} mapped; raise the limit",
+                format_size(limit),
+                format_size(used)
+            ),
+        ));
+    }
+    let cgroups = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+    out.extend(cgroup_limit(Path::new("/sys/fs/cgroup"), &cgroups));
+    out
+}
+
+/// The tightest memory limit of the cgroups `proc_cgroup` (the text of /proc/self/cgroup) names
+/// under `root` (where cgroupfs is mounted), as what it leaves: v2's `memory.max` less
+/// `memory.current`, or v1's `memory.limit_in_bytes` less `memory.usage_in_bytes`, of the group
+/// and each parent (a parent's limit holds its children too).
+pub fn cgroup_limit(root: &Path, proc_cgroup: &str) -> Option<Budget> {
+    let read = |p: PathBuf| std::fs::read_to_string(p).ok().and_then(|t| t.trim().parse::<u64>().ok());
+    let mut best: Option<Budget> = None;
+    for line in proc_cgroup.lines() {
+        let mut parts = line.splitn(3, ':');
+        let (_, controllers, path) = (parts.next(), parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+        let (base, max, current, version) = match controllers {
+            "" => (root.to_path_buf(), "memory.max", "memory.current", "v2 memory.max"),
+            c if c.split(',').any(|c| c == "memory") => (
+                root.join("memory"),
+                "memory.limit_in_bytes",
+                "memory.usage_in_bytes",
+                "v1 memory.limit_in_bytes",
+            ),
+            _ => continue,
+        };
+        // The group and every parent up to the mount's root (a container sees its own as `/`).
+        let mut dir = Some(Path::new(path.trim_start_matches('/')));
+        while let Some(d) = dir {
+            let at = base.join(d);
+            // v1 reports no limit as a page-rounded i64::MAX; v2 as `max` (not a number).
+            if let Some(limit) = read(at.join(max)).filter(|&l| l < 1 << 60) {
+                let left = limit.saturating_sub(read(at.join(current)).unwrap_or(0));
+                if best.as_ref().is_none_or(|b| left < b.bytes) {
+                    let from = format!(
+                        "what the cgroup's {version} of {} leaves ({}); raise the container's memory limit",
+                        format_size(limit),
+                        at.display()
+                    );
+                    best = Some(Budget::new(left, from));
+                }
+            }
+            dir = d.parent();
+        }
+    }
+    best
+}
+
+fn status_kib(text: &str, field: &str) -> Option<u64> {
+    text.lines().find(|l| l.starts_with(field))?.split_whitespace().nth(1)?.parse().ok()
 }
 
 fn meminfo_available(text: &str) -> Option<u64> {
@@ -211,6 +313,29 @@ mod tests {
             e.to_string(),
             "synth --hidden 1000000: needs 128.0 GiB, budget 23.0 GiB (--max-memory); lower --hidden"
         );
+    }
+
+    #[test]
+    fn cgroup_limits_are_read_for_the_group_and_its_parents_v2_and_v1() {
+        let t = tempfile::tempdir().unwrap();
+        let put = |p: &str, text: &str| {
+            let p = t.path().join(p);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(p, text).unwrap();
+        };
+        put("ci/job/memory.max", "max\n");
+        put("ci/job/memory.current", "100\n");
+        put("ci/memory.max", "4000\n");
+        put("ci/memory.current", "1000\n");
+        let b = cgroup_limit(t.path(), "0::/ci/job\n").unwrap();
+        assert_eq!(b.bytes, 3000, "the parent's limit holds the job");
+        assert!(b.from.contains("v2 memory.max"), "{}", b.from);
+        assert_eq!(cgroup_limit(t.path(), "0::/elsewhere\n"), None, "no limit anywhere");
+        put("memory/memory.limit_in_bytes", "9223372036854771712\n");
+        put("memory/box/memory.limit_in_bytes", "2048\n");
+        put("memory/box/memory.usage_in_bytes", "48\n");
+        let v1 = cgroup_limit(t.path(), "12:cpu:/x\n4:memory:/box\n").unwrap();
+        assert_eq!((v1.bytes, v1.from.contains("v1")), (2000, true), "{}", v1.from);
     }
 
     #[test]

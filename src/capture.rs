@@ -54,9 +54,7 @@ pub fn save(store: &dyn Store, to: &Path, announce: bool) -> Result<()> {
     let (out, mut w) = create_npz(to)?;
     for key in store.keys() {
         if let Some(a) = store.get(&key)? {
-            let key = key.to_string();
-            let failed = |e| Error::input(to.display().to_string(), format!("writing {key}: {e}"));
-            w.add_array(key.as_str(), &*a).map_err(failed)?;
+            w.add(&key.to_string(), &*a)?;
         }
     }
     close_npz(w, out, to, announce)
@@ -286,7 +284,7 @@ impl PlaceSink {
 
     /// Close the file (what was written stays, whether the run finished or not) and open what
     /// the run captured.
-    pub fn finish(self) -> Result<Box<dyn Store>> {
+    pub fn finish(self) -> Result<Box<dyn Store + Send>> {
         match self {
             PlaceSink::Memory(m) => Ok(Box::new(m.capture)),
             PlaceSink::File(mut s, temp) => {
@@ -349,22 +347,73 @@ impl TapSink for MemorySink {
     }
 }
 
-type NpzFile = ndarray_npy::NpzWriter<std::io::BufWriter<std::fs::File>>;
+/// An `.npz` being written, one array at a time. Given up unfinished (an error on the way),
+/// its zip writer is never finalized: zip's own drop would write the central directory into a
+/// file being given up, and on a full disk fail again and print "ZipWriter drop failed" on
+/// stderr; its buffer and descriptor go with the process instead.
+pub struct NpzOut {
+    w: std::mem::ManuallyDrop<ndarray_npy::NpzWriter<std::io::BufWriter<std::fs::File>>>,
+    what: String,
+}
+
+impl NpzOut {
+    /// An npz writer over `file`, its failures named after `path`.
+    pub fn new(file: std::fs::File, path: &Path) -> Self {
+        let w = ndarray_npy::NpzWriter::new(std::io::BufWriter::new(file));
+        NpzOut { w: std::mem::ManuallyDrop::new(w), what: path.display().to_string() }
+    }
+
+    pub fn add<A, S, D>(&mut self, key: &str, a: &ndarray::ArrayBase<S, D>) -> Result<()>
+    where
+        A: ndarray_npy::WritableElement,
+        S: ndarray::Data<Elem = A>,
+        D: ndarray::Dimension,
+    {
+        self.w.add_array(key, a).map_err(|e| self.failed(&format!("writing {key}"), &e))
+    }
+
+    /// The central directory, then the buffered bytes, each failure named.
+    pub fn finish(self) -> Result<()> {
+        let what = self.what.clone();
+        let mut inner = std::mem::ManuallyDrop::into_inner(self.w)
+            .finish()
+            .map_err(|e| npz_error(&what, "closing npz", &e))?;
+        std::io::Write::flush(&mut inner).map_err(|e| Error::io(&what, e))
+    }
+
+    fn failed(&self, doing: &str, e: &ndarray_npy::WriteNpzError) -> Error {
+        npz_error(&self.what, doing, e)
+    }
+}
+
+/// A failed npz write: the file system's error where one caused it (a full disk is a runtime
+/// failure, exit 3), else what the writer said.
+fn npz_error(what: &str, doing: &str, e: &(dyn std::error::Error + 'static)) -> Error {
+    let mut cause = Some(e);
+    while let Some(c) = cause {
+        if let Some(io) = c.downcast_ref::<std::io::Error>() {
+            let copy = match io.raw_os_error() {
+                Some(code) => std::io::Error::from_raw_os_error(code),
+                None => std::io::Error::new(io.kind(), io.to_string()),
+            };
+            return Error::io(what, copy);
+        }
+        cause = c.source();
+    }
+    Error::input(what, format!("{doing}: {e}"))
+}
 
 /// An `.npz` written one array at a time: a temporary file in place of `path` (renamed into
 /// place by [`close_npz`]; dropped unfinished, it leaves nothing) and an npz writer over it.
-fn create_npz(path: &Path) -> Result<(AtomicFile, NpzFile)> {
+fn create_npz(path: &Path) -> Result<(AtomicFile, NpzOut)> {
     let mut out = AtomicFile::create_seekable(path)?;
-    let w = ndarray_npy::NpzWriter::new(std::io::BufWriter::new(out.take_file()));
+    let w = NpzOut::new(out.take_file(), path);
     Ok((out, w))
 }
 
-/// Close an npz: the central directory, then the buffered bytes, each failure named; then
-/// rename it into place (`announce`: say "wrote PATH").
-fn close_npz(w: NpzFile, out: AtomicFile, path: &Path, announce: bool) -> Result<()> {
-    let mut inner =
-        w.finish().map_err(|e| Error::input(path.display().to_string(), format!("closing npz: {e}")))?;
-    std::io::Write::flush(&mut inner).map_err(|e| Error::io(path, e))?;
+/// Close an npz ([`NpzOut::finish`]), then rename it into place (`announce`: say "wrote PATH").
+fn close_npz(w: NpzOut, out: AtomicFile, _path: &Path, announce: bool) -> Result<()> {
+    w.finish()?;
     if announce {
         out.commit()
     } else {
@@ -419,7 +468,7 @@ type Batch = Vec<(String, Item)>;
 struct Writer {
     out: AtomicFile,
     tx: std::sync::mpsc::Sender<Batch>,
-    thread: std::thread::JoinHandle<Result<NpzFile>>,
+    thread: std::thread::JoinHandle<Result<NpzOut>>,
     /// Bytes handed over and not yet written, and the signal that some were.
     pending: std::sync::Arc<(std::sync::Mutex<u64>, std::sync::Condvar)>,
 }
@@ -429,18 +478,15 @@ impl NpzSink {
         let (out, mut w) = create_npz(path)?;
         let (tx, rx) = std::sync::mpsc::channel::<Batch>();
         let pending = std::sync::Arc::new((std::sync::Mutex::new(0u64), std::sync::Condvar::new()));
-        let (shared, file) = (pending.clone(), path.display().to_string());
+        let shared = pending.clone();
         let thread = std::thread::Builder::new()
             .name("npz-writer".into())
             .spawn(move || {
                 for batch in rx {
                     let bytes: u64 = batch.iter().map(|(_, t)| t.bytes()).sum();
-                    let wrote = batch.iter().try_for_each(|(key, item)| {
-                        let added = match item {
-                            Item::Tensor(t) => with_view(t, |arr| w.add_array(key.as_str(), &arr))?,
-                            Item::Array(a) => w.add_array(key.as_str(), a),
-                        };
-                        added.map_err(|e| Error::input(file.clone(), format!("writing {key}: {e}")))
+                    let wrote = batch.iter().try_for_each(|(key, item)| match item {
+                        Item::Tensor(t) => with_view(t, |arr| w.add(key, &arr))?,
+                        Item::Array(a) => w.add(key, a),
                     });
                     drop(batch);
                     let (lock, cv) = &*shared;

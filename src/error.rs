@@ -99,7 +99,12 @@ impl Error {
                 | K::IsADirectory
                 | K::NotADirectory
                 | K::DirectoryNotEmpty
-                | K::ReadOnlyFilesystem => 2,
+                | K::ReadOnlyFilesystem
+                | K::InvalidFilename => 2,
+                // A loop of symbolic links (ELOOP; its ErrorKind is not stable) is a path the
+                // user gave, like one that does not exist.
+                #[cfg(unix)]
+                _ if source.raw_os_error() == Some(libc::ELOOP) => 2,
                 _ => 3,
             },
             Error::Compute { .. } | Error::Device(_) => 3,
@@ -136,6 +141,23 @@ pub fn echo(s: &str, max: usize) -> String {
         e += "…";
     }
     e
+}
+
+/// Text from a file for a table or a message, whole: every control character (and each that
+/// reorders text: bidirectional overrides, zero-width marks) escaped, the rest kept, so forged
+/// text cannot drive or redraw the terminal it is printed on.
+pub fn printable(s: &str) -> String {
+    let hidden = |c: char| {
+        c.is_control()
+            || matches!(c, '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{feff}')
+    };
+    s.chars().fold(String::with_capacity(s.len()), |mut out, c| {
+        match hidden(c) {
+            true => out.extend(c.escape_default()),
+            false => out.push(c),
+        }
+        out
+    })
 }
 
 /// A byte count for people: `512 B`, `3.2 MiB`, `128.0 GiB` (powers of 1024, as
@@ -207,6 +229,8 @@ mod tests {
         assert_eq!(missing.exit_code(), 2);
         let full = Error::io("out", std::io::Error::from(std::io::ErrorKind::StorageFull));
         assert_eq!(full.exit_code(), 3);
+        let looped = Error::io("a.hef", std::io::Error::from_raw_os_error(libc::ELOOP));
+        assert_eq!(looped.exit_code(), 2, "a symbolic link loop is the path given");
     }
 
     #[test]

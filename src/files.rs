@@ -265,12 +265,10 @@ pub fn write_file(path: impl AsRef<Path>, bytes: impl AsRef<[u8]>) -> Result<()>
 
 /// `bytes` on stdout when `path` is `-` (true), else nothing (false).
 fn write_stdout(path: &Path, bytes: &[u8]) -> Result<bool> {
-    use std::io::Write;
     if path != Path::new("-") {
         return Ok(false);
     }
-    let mut out = std::io::stdout().lock();
-    out.write_all(bytes).and_then(|_| out.flush()).map_err(|e| Error::io("stdout", e))?;
+    crate::console::write(crate::console::Stream::Stdout, bytes).map_err(|e| Error::io("stdout", e))?;
     Ok(true)
 }
 
@@ -312,7 +310,7 @@ pub fn copy(from: &Path, to: &Path) -> Result<()> {
 /// Say on stderr that a file was written. Every writer calls this once the file is in place,
 /// so a run whose reports all go to files still says where they went.
 pub fn announce(path: &Path) {
-    eprintln!("wrote {}", path.display());
+    crate::errln!("wrote {}", path.display());
 }
 
 /// A file written through the writer contract: a new or regular file under a temporary name in

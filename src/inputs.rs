@@ -148,30 +148,26 @@ impl InputSet {
     /// Write the InputSet as `.npz` so a device host can replay it (`hefprobe capture`).
     /// `chunk` is empty when the prompt is not chunked, `greedy_steps` is -1 when decode
     /// tokens are forced.
-    pub fn to_npz(&self, path: &std::path::Path) -> Result<()> {
+    pub fn to_npz(&self, path: &std::path::Path, announce: bool) -> Result<()> {
         use ndarray::Array1;
         let mut out = crate::files::AtomicFile::create_seekable(path)?;
-        let mut w = ndarray_npy::NpzWriter::new(std::io::BufWriter::new(out.take_file()));
-        let err = |e: ndarray_npy::WriteNpzError| Error::input(path.display().to_string(), e.to_string());
+        let mut w = crate::capture::NpzOut::new(out.take_file(), path);
         let i64s = |v: &[u32]| Array1::from(v.iter().map(|&t| i64::from(t)).collect::<Vec<_>>());
-        w.add_array("prompt", &i64s(&self.prompt)).map_err(err)?;
+        w.add("prompt", &i64s(&self.prompt))?;
         let (greedy, forced) = match &self.decode {
             DecodeSpec::Greedy(n) => (count(*n, "decode steps", path)?, vec![]),
             DecodeSpec::Forced(t) => (-1, t.clone()),
         };
-        w.add_array("decode_tokens", &i64s(&forced)).map_err(err)?;
-        w.add_array("greedy_steps", &Array1::from(vec![greedy])).map_err(err)?;
+        w.add("decode_tokens", &i64s(&forced))?;
+        w.add("greedy_steps", &Array1::from(vec![greedy]))?;
         let chunk: Vec<i64> = self.chunk.map(|c| count(c, "chunk", path)).transpose()?.into_iter().collect();
-        w.add_array("chunk", &Array1::from(chunk)).map_err(err)?;
-        w.add_array(
-            "start_position",
-            &Array1::from(vec![count(self.start_position, "start position", path)?]),
-        )
-        .map_err(err)?;
-        let mut file = w.finish().map_err(err)?;
-        std::io::Write::flush(&mut file).map_err(|e| Error::io(path, e))?;
-        drop(file);
-        out.commit()
+        w.add("chunk", &Array1::from(chunk))?;
+        w.add("start_position", &Array1::from(vec![count(self.start_position, "start position", path)?]))?;
+        w.finish()?;
+        match announce {
+            true => out.commit(),
+            false => out.commit_quiet(),
+        }
     }
 
     /// Read an InputSet file. Everything in it is checked here, before a device is opened:
@@ -278,7 +274,7 @@ mod tests {
         let mut s = InputSet::new(vec![3, 4, 5]);
         s.chunk = Some(2);
         s.decode = DecodeSpec::Forced(vec![7, 8]);
-        s.to_npz(&dir.path().join("i.npz")).unwrap();
+        s.to_npz(&dir.path().join("i.npz"), false).unwrap();
         let back = InputSet::from_npz(&dir.path().join("i.npz")).unwrap();
         assert_eq!(back, s);
     }
@@ -290,7 +286,7 @@ mod tests {
         s.decode = DecodeSpec::Greedy(4);
         s.start_position = 2;
         let p = dir.path().join("i.npz");
-        s.to_npz(&p).unwrap();
+        s.to_npz(&p, false).unwrap();
         assert_eq!(InputSet::from_npz(&p).unwrap(), s);
         let write = |prompt: Vec<i64>, chunk: Vec<i64>, greedy: i64| {
             use ndarray::Array1;

@@ -35,6 +35,7 @@ pub mod budget;
 pub mod capture;
 pub mod cli;
 pub mod compare;
+pub mod console;
 pub mod device;
 pub mod diagnose;
 pub mod error;

@@ -100,7 +100,7 @@ fn embeddings_of_zero_features_exit_2_naming_the_input() {
 
 fn inputs_npz(dir: &Path, prompt: Vec<u32>) -> PathBuf {
     let p = dir.join("inputs.npz");
-    InputSet::new(prompt).to_npz(&p).unwrap();
+    InputSet::new(prompt).to_npz(&p, false).unwrap();
     p
 }
 

@@ -231,7 +231,7 @@ fn an_output_never_destroys_an_input() {
     let mut s = InputSet::new(vec![5, 9]);
     s.decode = DecodeSpec::Forced(vec![]);
     let inputs = t.path().join("inputs.npz");
-    s.to_npz(&inputs).unwrap();
+    s.to_npz(&inputs, false).unwrap();
     hefprobe()
         .arg("capture")
         .arg(&hef)
@@ -810,7 +810,7 @@ fn sizes_claimed_by_hefs_sweeps_inputsets_and_globs_are_bounded() {
     let mut s = InputSet::new(vec![1, 2, 3]);
     s.decode = DecodeSpec::Greedy(1 << 62);
     let inputs = t.path().join("g.npz");
-    s.to_npz(&inputs).unwrap();
+    s.to_npz(&inputs, false).unwrap();
     let clean = t.path().join("clean.hef");
     hefprobe().args(["synth-hef", "--synth", "tinystories", "-o"]).arg(&clean).assert().success();
     let out = t.path().join("o.npz");
@@ -969,21 +969,24 @@ fn verify(dir: &Path) -> assert_cmd::assert::Assert {
 
 /// Every document a person reads is regenerated and compared, so a figure rewritten in
 /// report.md or evidence.md (its hash re-pinned) is named; an honest bundle moved to another
-/// folder, its figures off in the last bits as another machine of the same kind may give them,
-/// is still the same.
+/// folder is still the same, and a figure off in its last digit is not (the same bits on every
+/// CPU: nothing rounds to a neighbour).
 #[test]
 fn verify_regenerates_every_document_and_figure_a_person_reads() {
     let t = tempfile::tempdir().unwrap();
     let b = tiny_bundle(t.path());
     let moved = t.path().join("elsewhere/b");
     copy_tree(&b, &moved);
+    verify(&moved).code(0).stdout(predicate::str::contains("all same: "));
     let report = std::fs::read_to_string(moved.join("report.json")).unwrap();
     let at = report.find("\"cosine\": 0.").unwrap() + "\"cosine\": 0.".len();
     let digits: String = report[at..].chars().take_while(char::is_ascii_digit).collect();
     let last = digits.chars().last().unwrap().to_digit(10).unwrap();
     let nudged = format!("{}{}", &digits[..digits.len() - 1], (last + 1) % 10);
     forge(&moved, "report.json", &format!("\"cosine\": 0.{digits}"), &format!("\"cosine\": 0.{nudged}"));
-    verify(&moved).code(0).stdout(predicate::str::contains("all same: "));
+    verify(&moved)
+        .code(1)
+        .stdout(predicate::str::contains("│ report.json").and(predicate::str::contains("cosine")));
     let md = std::fs::read_to_string(b.join("report.md")).unwrap();
     let cosine = md.lines().find(|l| l.contains("| `logits` |")).unwrap().split('|').nth(4).unwrap().trim();
     for (name, old, new) in [
@@ -1051,6 +1054,15 @@ fn a_device_claim_is_checked_and_only_an_absent_device_is_unverified() {
         .timeout(timeout())
         .assert()
         .code(1);
+    // Every recorded fact of the device is compared, not its kind alone.
+    for (field, value) in
+        [("temperature_c", serde_json::json!(99.5)), ("device_id", serde_json::json!("0001:01:00.0"))]
+    {
+        let facts = t.path().join(format!("facts-{field}"));
+        copy_tree(&b, &facts);
+        edit_manifest(&facts, |m| m["devices"]["hef"][field] = value.clone());
+        verify(&facts).code(1).stdout(predicate::str::contains(format!("`{field}`")));
+    }
     let forged = t.path().join("forged");
     copy_tree(&b, &forged);
     edit_manifest(&forged, |m| m["devices"]["hef"]["kind"] = "hailo".into());
@@ -1469,4 +1481,382 @@ fn bisect_takes_a_prompt_the_last_prefix_is_the_model_and_a_glob_is_one_segment(
         .stdout(predicate::str::contains(
             "exposed outputs (per-feature quant infos): layers.0.out, layers.1.out, layers.2.out, layers.3.out, layers.4.out, layers.5.out\n",
         ));
+}
+
+// ---- Round four (issue 54): verify re-derives, output that survives, the limits the process has ----
+
+/// The allocator the binary runs with, so a refused allocation here ends as the binary's does.
+#[global_allocator]
+static ALLOC: hefprobe::alloc::CacheLineAligned = hefprobe::alloc::CacheLineAligned;
+
+/// A file of the bundle rewritten by `f` and its hash and size pinned again, as a forger who
+/// rewrites the manifest would.
+fn rewrite(bundle: &Path, name: &str, f: impl FnOnce(Vec<u8>) -> Vec<u8>) {
+    let p = bundle.join(name);
+    std::fs::write(&p, f(std::fs::read(&p).unwrap())).unwrap();
+    let (sha, bytes) = hefprobe::probe::bundle::sha256_file(&p).unwrap();
+    edit_manifest(bundle, |m| m["files"][name] = serde_json::json!({"sha256": sha, "bytes": bytes}));
+}
+
+/// The device's capture in a tiny bundle (the one capture that is not the reference's).
+fn device_capture(bundle: &Path) -> String {
+    let names: Vec<String> = std::fs::read_dir(bundle.join("captures"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n != "reference.npz")
+        .collect();
+    assert_eq!(names.len(), 1, "{names:?}");
+    format!("captures/{}", names[0])
+}
+
+/// verify derives everything again rather than trust a manifest its forger re-hashed: a zeroed
+/// device capture, the reference's capture under the device's name, a zeroed inputs.npz, a
+/// file the manifest does not list, another hefprobe version in the manifest, a version or an
+/// SVG tick one digit off, and forged text with terminal escapes (printed escaped).
+#[test]
+fn verify_rederives_inputs_captures_and_versions_never_trusting_a_rehashed_manifest() {
+    let t = tempfile::tempdir().unwrap();
+    let b = tiny_bundle(t.path());
+    verify(&b).code(0).stdout(predicate::str::contains("all same: "));
+    // Captures past the size cap are left out (their hashes kept, their folder empty): the same.
+    let capped = t.path().join("capped");
+    hefprobe()
+        .arg("run")
+        .arg(t.path().join("tiny.toml"))
+        .args(["--backend", "emulator=shared-softmax@layers=0", "--no-explain", "--bundle-cap", "1", "--bundle"])
+        .arg(&capped)
+        .timeout(timeout())
+        .assert()
+        .code(1);
+    verify(&capped).code(0).stdout(predicate::str::contains("all same: "));
+    let device = device_capture(&b);
+    let reference = std::fs::read(b.join("captures/reference.npz")).unwrap();
+    let version = env!("CARGO_PKG_VERSION");
+    // 0.1.0 -> 0.2.0: once "the same within one unit of the last digit".
+    let mut parts: Vec<u64> = version.split('.').map(|p| p.parse().unwrap()).collect();
+    parts[1] += 1;
+    let bumped = parts.iter().map(u64::to_string).collect::<Vec<_>>().join(".");
+    let svg = std::fs::read_to_string(b.join("figure-layers.svg")).unwrap();
+    // An axis tick is a line of its own (`0.82`): its last digit moved by one.
+    let label = svg
+        .lines()
+        .find(|l| l.starts_with("0.") && l.len() > 2 && l[2..].bytes().all(|b| b.is_ascii_digit()));
+    let label = label.expect("a decimal tick").to_string();
+    let last = label.as_bytes()[label.len() - 1] - b'0';
+    let tick = format!("\n{label}\n");
+    let next = format!("\n{}{}\n", &label[..label.len() - 1], (last + 1) % 10);
+    type Forge<'a> = Box<dyn Fn(&Path) + 'a>;
+    let cases: Vec<(&str, Forge, String)> = vec![
+        (
+            "zeroed device capture",
+            Box::new(|d| rewrite(d, &device, |v| vec![0; v.len()])),
+            format!("│ bundle file {device}"),
+        ),
+        (
+            "the reference's capture as the device's",
+            Box::new(|d| rewrite(d, &device, |_| reference.clone())),
+            format!("│ bundle file {device}"),
+        ),
+        (
+            "zeroed inputs",
+            Box::new(|d| rewrite(d, "inputs.npz", |v| vec![0; v.len()])),
+            "│ bundle file inputs.npz".into(),
+        ),
+        (
+            "an unlisted file",
+            Box::new(|d| std::fs::write(d.join("notes.md"), "all fine").unwrap()),
+            "not in the manifest".into(),
+        ),
+        (
+            "another version",
+            Box::new(|d| edit_manifest(d, |m| m["hefprobe"] = bumped.clone().into())),
+            format!("recorded by hefprobe {bumped}"),
+        ),
+        (
+            "a version one digit off",
+            Box::new(|d| {
+                forge(d, "evidence.md", &format!("hefprobe {version},"), &format!("hefprobe {bumped},"))
+            }),
+            "│ evidence.md".into(),
+        ),
+        (
+            "an SVG tick one digit off",
+            Box::new(|d| forge(d, "figure-layers.svg", &tick, &next)),
+            "│ figure-layers.svg".into(),
+        ),
+        (
+            "terminal escapes",
+            Box::new(|d| forge(d, "report.md", "first drift", "\u{1b}[2Jfirst drift")),
+            "\\u{1b}[2J".into(),
+        ),
+    ];
+    for (i, (what, f, says)) in cases.iter().enumerate() {
+        let d = t.path().join(format!("forged-{i}"));
+        copy_tree(&b, &d);
+        f(&d);
+        let out = verify(&d).code(1).stdout(predicate::str::contains(says.as_str()));
+        let stdout = out.get_output().stdout.clone();
+        assert!(!stdout.contains(&0x1b), "{what}: an escape reached the terminal");
+    }
+}
+
+/// No line of a document is exempt from comparison by its wording: a spilled run's bundle
+/// (whose report once carried "captures spilled to disk", left out of comparisons) names a
+/// forged figure on a line that says it.
+#[test]
+fn a_line_that_says_captures_spilled_is_compared_like_any_other() {
+    let t = tempfile::tempdir().unwrap();
+    // 96 tokens over 6 layers: 13 MiB of captures in memory, an 8 MiB budget spills them.
+    let tokens: Vec<String> = (0..96).map(|i| ((i * 37 + 5) % 500 + 1).to_string()).collect();
+    let p = write(
+        t.path(),
+        "spill.toml",
+        &format!(
+            "{HEAD}[checkpoint]\nsynth = \"tinystories\"\nhidden = 64\nlayers = 6\nheads = 4\nkv_heads = 2\n\
+             vocab = 512\n[inputs]\ntokens = [{}]\ndecode = 2\n{EMULATOR}",
+            tokens.join(", ")
+        ),
+    );
+    let b = t.path().join("b");
+    hefprobe()
+        .env("TMPDIR", t.path())
+        .args(["--max-memory", "8M", "run"])
+        .arg(&p)
+        .args(["--backend", "emulator=shared-softmax@layers=0", "--no-explain", "--bundle"])
+        .arg(&b)
+        .timeout(timeout())
+        .assert()
+        .code(1)
+        .stdout(predicate::str::contains("captures spilled to disk"));
+    verify(&b).code(0).stdout(predicate::str::contains("all same: "));
+    let md = std::fs::read_to_string(b.join("report.md")).unwrap();
+    let line = md.lines().find(|l| l.contains("| `logits` |")).unwrap().to_string();
+    let cosine = line.split('|').nth(4).unwrap().trim().to_string();
+    let forged = line.replace(&cosine, "0.999999") + " captures spilled to disk";
+    forge(&b, "report.md", &line, &forged);
+    verify(&b).code(1).stdout(predicate::str::contains("│ report.md"));
+}
+
+/// `hefprobe ARGS` with its stdout (`stream` 1) or stderr (2) on a pipe whose reader is gone, or
+/// on /dev/full (`full`): its status, and what it wrote on the other stream.
+#[cfg(unix)]
+fn on_a_failing_stream(args: &[std::ffi::OsString], stream: i32, full: bool) -> (Option<i32>, String) {
+    use assert_cmd::cargo::CommandCargoExt;
+    use std::process::Stdio;
+    let sink: Stdio = match full {
+        true => std::fs::OpenOptions::new().write(true).open("/dev/full").unwrap().into(),
+        false => {
+            let (reader, writer) = std::io::pipe().unwrap();
+            drop(reader);
+            writer.into()
+        }
+    };
+    let mut c = std::process::Command::cargo_bin("hefprobe").unwrap();
+    c.args(args);
+    match stream {
+        1 => c.stdout(sink).stderr(Stdio::piped()),
+        _ => c.stderr(sink).stdout(Stdio::piped()),
+    };
+    let out = c.output().unwrap();
+    let other = if stream == 1 { out.stderr } else { out.stdout };
+    (out.status.code(), String::from_utf8_lossy(&other).into_owned())
+}
+
+/// Every printing command ends as the tools beside it do when its output fails, never with a
+/// panic (exit 101, "failed printing to stdout"): a reader that went away (`| head -1`) is a
+/// quiet 141, a full device exit 3 naming the stream, stdout's or stderr's.
+#[cfg(unix)]
+#[test]
+fn every_printing_command_ends_quietly_on_a_closed_pipe_and_with_3_on_a_full_device() {
+    let t = tempfile::tempdir().unwrap();
+    let p = tiny_probe(t.path(), "");
+    let b = tiny_bundle(t.path());
+    let at = |name: &str| t.path().join(name).into_os_string();
+    let args = |a: &[&str]| a.iter().map(std::ffi::OsString::from).collect::<Vec<_>>();
+    let commands: Vec<Vec<std::ffi::OsString>> = vec![
+        args(&["--help"]),
+        args(&["faults"]),
+        args(&["bisect", "plan", "--synth", "tinystories"]),
+        [args(&["synth-hef", "--synth", "tinystories", "-o"]), vec![at("x.hef")]].concat(),
+        [args(&["reference", "--synth", "tinystories", "--tokens", "1,2", "-o"]), vec![at("r.npz")]].concat(),
+        [args(&["run"]), vec![p.clone().into_os_string()]].concat(),
+        [args(&["verify"]), vec![b.clone().into_os_string()]].concat(),
+        args(&["bench", "--preset", "tinystories", "--prompt-len", "4", "--decode", "1", "--reps", "1"]),
+    ];
+    for c in &commands {
+        let (code, err) = on_a_failing_stream(c, 1, false);
+        assert_eq!(code, Some(141), "{c:?} on a closed pipe: {err}");
+        assert!(!err.contains("panicked") && !err.contains("error:"), "{c:?}: quietly: {err}");
+        let (code, err) = on_a_failing_stream(c, 1, true);
+        assert_eq!(code, Some(3), "{c:?} on /dev/full: {err}");
+        assert!(err.contains("error: stdout: No space left on device"), "{c:?}: {err}");
+    }
+    // stderr: what a run announces there ("wrote PATH").
+    let report = format!("markdown={}", t.path().join("r.md").display());
+    let run = [args(&["run"]), vec![p.into_os_string()], args(&["--report", &report])].concat();
+    let (code, out) = on_a_failing_stream(&run, 2, true);
+    assert_eq!(code, Some(3), "{out}");
+    assert!(out.contains("error: stderr: No space left on device"), "{out}");
+    let (code, _) = on_a_failing_stream(&run, 2, false);
+    assert_eq!(code, Some(141));
+}
+
+/// `-` (stdout) takes one report at most: two documents run together there.
+#[test]
+fn at_most_one_report_goes_to_stdout() {
+    let t = tempfile::tempdir().unwrap();
+    let p = tiny_probe(t.path(), "");
+    for pair in [["json=-", "json=-"], ["json=-", "markdown=-"], ["markdown", "json=-"]] {
+        hefprobe()
+            .arg("run")
+            .arg(&p)
+            .args(["--report", pair[0], "--report", pair[1]])
+            .assert()
+            .code(2)
+            .stderr(predicate::str::contains("both go to stdout"));
+    }
+    hefprobe().args(["faults", "--report", "markdown", "--report", "json"]).assert().code(2);
+}
+
+/// A bundle is there whole or not at all: a run that stops (a HEF that is not there, a fault
+/// the catalog does not know), a sweep that fails at its second point: no folder, nothing
+/// beside it. An npz on a full device is exit 3 and says nothing of zip's own drop.
+#[test]
+fn a_bundle_is_written_whole_or_not_at_all() {
+    let t = tempfile::tempdir().unwrap();
+    let p = tiny_probe(t.path(), "");
+    for backend in ["hef=nosuch.hef", "emulator=nosuchfault"] {
+        hefprobe()
+            .arg("run")
+            .arg(&p)
+            .args(["--backend", backend, "--bundle"])
+            .arg(t.path().join("b"))
+            .timeout(timeout())
+            .assert()
+            .failure();
+    }
+    let sweep = write(
+        t.path(),
+        "sw.toml",
+        &format!("{HEAD}[checkpoint]\nsynth = \"tinystories\"\nlayers = 2\nvocab = 300\n[inputs]\ntokens = [5, 9, 44]\n\
+                  [sweep]\nhidden = [64, 100000000]\nhead_dim = 32\nquant = [\"w8a16\"]\ngenerate = 2\n"),
+    );
+    hefprobe()
+        .arg("sweep")
+        .arg(&sweep)
+        .arg("--bundle")
+        .arg(t.path().join("b"))
+        .timeout(timeout())
+        .assert()
+        .code(2);
+    let left: Vec<_> = std::fs::read_dir(t.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert!(!left.iter().any(|n| n.to_string_lossy().contains('b') && n != "sw.toml"), "{left:?}");
+    #[cfg(unix)]
+    hefprobe()
+        .args(["reference", "--synth", "tinystories", "--tokens", "1,2,3", "-o", "/dev/full"])
+        .timeout(timeout())
+        .assert()
+        .code(3)
+        .stderr(predicate::str::contains("No space left").and(predicate::str::contains("ZipWriter").not()));
+}
+
+/// The memory budget is the least of what the process may take: under an address-space limit
+/// (`prlimit --as=2000000000`), a 3B reference is refused with the figure and the limit, exit 2,
+/// never a signal; `--max-memory 500M` refuses a 1.1 GiB checkpoint before it is read (its
+/// tensor data a sparse file, so the test reads nothing of it either).
+#[cfg(unix)]
+#[test]
+fn the_budget_is_the_least_of_the_limits_the_process_has_and_weights_are_checked_before_reading() {
+    use assert_cmd::cargo::CommandCargoExt;
+    use std::os::unix::process::CommandExt;
+    let t = tempfile::tempdir().unwrap();
+    let mut c = std::process::Command::cargo_bin("hefprobe").unwrap();
+    c.args(["reference", "--synth", "llama3.2-3b", "--tokens", "1,2,3", "-o"]).arg(t.path().join("r.npz"));
+    // SAFETY: setrlimit in the child before exec; it touches nothing of the parent's.
+    unsafe {
+        c.pre_exec(|| {
+            let r = libc::rlimit { rlim_cur: 2_000_000_000, rlim_max: 2_000_000_000 };
+            match libc::setrlimit(libc::RLIMIT_AS, &r) {
+                0 => Ok(()),
+                _ => Err(std::io::Error::last_os_error()),
+            }
+        });
+    }
+    let out = c.output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("needs 12.0 GiB, budget 1.") && err.contains("the address-space limit"), "{err}");
+    let ck = common::small_checkpoint(t.path(), "ck", 512);
+    let header =
+        br#"{"model.embed_tokens.weight":{"dtype":"F32","shape":[300000000],"data_offsets":[0,1200000000]}}"#;
+    let mut f = std::fs::File::create(ck.join("model.safetensors")).unwrap();
+    std::io::Write::write_all(&mut f, &(header.len() as u64).to_le_bytes()).unwrap();
+    std::io::Write::write_all(&mut f, header).unwrap();
+    f.set_len(8 + header.len() as u64 + 1_200_000_000).unwrap();
+    hefprobe()
+        .args(["--max-memory", "500M", "reference", "--tokens", "1,2", "--checkpoint"])
+        .arg(&ck)
+        .arg("-o")
+        .arg(t.path().join("r.npz"))
+        .timeout(timeout())
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains(
+            "the weights in model.safetensors: needs 1.1 GiB, budget 500.0 MiB",
+        ));
+}
+
+/// An allocation the system refuses, past every check, ends the process with exit 3 and its size
+/// and stage (the allocator's own message), never Rust's abort (signal 6).
+#[cfg(unix)]
+#[test]
+fn a_refused_allocation_is_exit_3_with_its_size_and_what_was_built() {
+    if std::env::var_os("HEFPROBE_TEST_REFUSE").is_some() {
+        let r = libc::rlimit { rlim_cur: 1 << 30, rlim_max: 1 << 30 };
+        // SAFETY: setrlimit of this child process, which only allocates after it.
+        assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_AS, &r) }, 0);
+        let _stage = hefprobe::alloc::building(&"a test's block");
+        let v = vec![7u8; 4 << 30];
+        std::hint::black_box(&v);
+        return;
+    }
+    // This test binary again, alone, as the child (through cargo's runner where there is one).
+    let exe = std::env::current_exe().unwrap();
+    let runner = std::env::vars().find(|(k, _)| k.starts_with("CARGO_TARGET_") && k.ends_with("_RUNNER"));
+    let mut words: Vec<String> =
+        runner.map(|(_, v)| v.split_whitespace().map(String::from).collect()).unwrap_or_default();
+    words.push(exe.display().to_string());
+    let out = std::process::Command::new(&words[0])
+        .args(&words[1..])
+        .args([
+            "--exact",
+            "a_refused_allocation_is_exit_3_with_its_size_and_what_was_built",
+            "--test-threads=1",
+        ])
+        .env("HEFPROBE_TEST_REFUSE", "1")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{err}");
+    assert!(err.contains("error: out of memory: 4.0 GiB for a test's block could not be allocated"), "{err}");
+}
+
+/// A loop of symbolic links among prefix HEFs is a path the user gave: exit 2 naming it, not a
+/// runtime failure.
+#[cfg(unix)]
+#[test]
+fn a_symlink_loop_among_prefix_hefs_is_exit_2_naming_the_file() {
+    let t = tempfile::tempdir().unwrap();
+    let dir = t.path().join("prefixes");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::os::unix::fs::symlink(dir.join("b.hef"), dir.join("a.hef")).unwrap();
+    std::os::unix::fs::symlink(dir.join("a.hef"), dir.join("b.hef")).unwrap();
+    hefprobe()
+        .args(["bisect", "run"])
+        .arg(&dir)
+        .args(["--synth", "tinystories", "--tokens", "5,9"])
+        .timeout(timeout())
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("a.hef").and(predicate::str::contains("symbolic links")));
 }

@@ -27,7 +27,7 @@ const LAYERS: &[&[&str]] = &[
     &["output"],
     &["files", "progress"],
     &["budget"],
-    &["error", "alloc"],
+    &["error", "alloc", "console"],
 ];
 
 fn rank(module: &str) -> Option<usize> {

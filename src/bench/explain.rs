@@ -25,7 +25,7 @@ const PLANTED: &str = "shared-softmax@layers=2";
 pub fn run(model: &CheckpointRef, profile: bool) -> Result<ExitCode> {
     let ckpt = model.load()?;
     let dir = tempfile::tempdir().map_err(|e| Error::io(std::env::temp_dir(), e))?;
-    println!(
+    crate::outln!(
         "bench --explain: {} ({} layers), simulated HEFs a16, prefill frames of 96 rows, ring 2048; 9 prompt \
          tokens, 4 decode steps",
         ckpt.source, ckpt.config.num_layers
@@ -37,7 +37,7 @@ pub fn run(model: &CheckpointRef, profile: bool) -> Result<ExitCode> {
         let run = Before::run(&probe_for(model, &hef, dir.path())?, model, Vec::new())?;
         let before = t.elapsed().as_secs_f64();
         let planted = if faults.is_empty() { "nothing planted".to_string() } else { faults.join(", ") };
-        println!("{name} HEF ({planted}): the run before explain {before:.1} s");
+        crate::outln!("{name} HEF ({planted}): the run before explain {before:.1} s");
         let (fast, secs) = run.explain(false, profile)?;
         print_explain("  explain", &fast, secs);
         if name == "planted" {
@@ -47,7 +47,7 @@ pub fn run(model: &CheckpointRef, profile: bool) -> Result<ExitCode> {
                 Ok(n) => format!("the same ranking ({n} stopped candidates rank below the contenders)"),
                 Err(e) => format!("THE RANKING DIFFERS: {e}"),
             };
-            println!("  shortcuts: {:.1}× faster; {same}", full_secs / secs.max(1e-9));
+            crate::outln!("  shortcuts: {:.1}× faster; {same}", full_secs / secs.max(1e-9));
         }
     }
     Ok(ExitCode::SUCCESS)
@@ -116,7 +116,7 @@ impl Before {
         let secs = t.elapsed().as_secs_f64();
         if let Some(times) = ops::snapshot().filter(|_| profile) {
             let times: Vec<String> = times.iter().map(|(op, s)| format!("{} {s:.1} s", op.name())).collect();
-            println!("    per op class, summed over threads: {}", times.join(", "));
+            crate::outln!("    per op class, summed over threads: {}", times.join(", "));
             ops::disable();
         }
         Ok((e.ok_or_else(|| Error::usage("explain: the observed backend did not run"))?.report, secs))
@@ -143,10 +143,10 @@ fn probe_for(model: &CheckpointRef, hef: &Path, dir: &Path) -> Result<crate::pro
 fn print_explain(what: &str, e: &ExplainReport, secs: f64) {
     let s = &e.spent;
     let runs = s.candidates + s.other;
-    println!(
+    crate::outln!(
         "{what}: {secs:.1} s, {runs} emulations ({:.2}/s); best {}",
         runs as f64 / secs.max(1e-9),
         e.rows.first().map_or("-", |r| r.fault.as_str())
     );
-    println!("    {}", s.summary());
+    crate::outln!("    {}", s.summary());
 }

@@ -132,7 +132,7 @@ pub fn check_args(a: &Settings, max_positions: Option<usize>) -> Result<()> {
 /// Say loudly, before any figure, that an emulator's figures mean nothing for a real CPU.
 pub fn warn_emulated() {
     if let Some(why) = limits::emulation() {
-        println!("note: {why}; every figure below measures the emulator, not a CPU, and means nothing");
+        crate::outln!("note: {why}; every figure below measures the emulator, not a CPU, and means nothing");
     }
 }
 
@@ -160,7 +160,7 @@ pub fn run(a: Settings) -> Result<ExitCode> {
     let c = &model.cfg;
     let prompt: Vec<u32> = (0..a.prompt_len).map(|i| ((i * 7919 + 13) % c.vocab_size) as u32).collect();
     let threads = kernels::threads();
-    println!(
+    crate::outln!(
         "bench: {name} ({:.1} M params, {} layers, hidden {}, weights {} read as stored), {threads} thread{}, loaded in {build_s:.1} s",
         c.num_params() as f64 / 1e6,
         c.num_layers,
@@ -170,7 +170,7 @@ pub fn run(a: Settings) -> Result<ExitCode> {
     );
     warn_emulated();
     let lim = limits::measure(threads);
-    println!(
+    crate::outln!(
         "limits (measured now, {threads} thread{}): sgemm {:.1} GFLOP/s, read bandwidth {:.2} GB/s",
         if threads == 1 { "" } else { "s" },
         lim.sgemm_gflops,
@@ -180,12 +180,12 @@ pub fn run(a: Settings) -> Result<ExitCode> {
     let mut off = (Vec::new(), Vec::new());
     measure(&model, &prompt, 1, &mut NoTaps)?; // warm-up
     for r in 0..reps {
-        eprint!("\rtaps off: rep {}/{reps}", r + 1);
+        crate::err!("\rtaps off: rep {}/{reps}", r + 1);
         let f = measure(&model, &prompt, a.decode, &mut NoTaps)?;
         off.0.push(f.prefill_ms);
         off.1.push(f.decode_ms);
     }
-    eprintln!();
+    crate::errln!();
     let rss_off = peak_rss_mib();
     if a.profile {
         print_profile(&model, &prompt, a.decode)?;
@@ -193,7 +193,7 @@ pub fn run(a: Settings) -> Result<ExitCode> {
     let dir = tempfile_dir()?;
     let mut on = (Vec::new(), Vec::new());
     for r in 0..reps {
-        eprint!("\rall taps: rep {}/{reps}", r + 1);
+        crate::err!("\rall taps: rep {}/{reps}", r + 1);
         let path = dir.join("bench.npz");
         let mut sink = NpzSink::create(&path, TapSelection::all())?;
         let f = measure(&model, &prompt, a.decode, &mut sink)?;
@@ -201,7 +201,7 @@ pub fn run(a: Settings) -> Result<ExitCode> {
         on.0.push(f.prefill_ms);
         on.1.push(f.decode_ms);
     }
-    eprintln!();
+    crate::errln!();
     let npz_mib = std::fs::metadata(dir.join("bench.npz")).map_or(0.0, |m| m.len() as f64 / 1048576.0);
     let _ = std::fs::remove_dir_all(&dir);
     let rss_on = peak_rss_mib();
@@ -209,11 +209,15 @@ pub fn run(a: Settings) -> Result<ExitCode> {
     let fmt_rss = |r: Option<f64>| r.map_or("n/a".to_string(), |m| format!("{m:.0} MiB"));
     let flops = limits::prefill_flops(c, a.prompt_len);
     let bytes = limits::decode_bytes(c, a.prompt_len, wbytes);
-    println!(
+    crate::outln!(
         "{:<28}{:>14}{:>22}{:>22}{:>14}",
-        "", "taps off", "all taps -> npz", "rate (taps off)", "of limit"
+        "",
+        "taps off",
+        "all taps -> npz",
+        "rate (taps off)",
+        "of limit"
     );
-    println!(
+    crate::outln!(
         "{:<28}{:>11.1} ms{:>19.1} ms{:>15.1} GFLOP/s{:>13.0}%",
         format!("prefill {} tokens", a.prompt_len),
         pre_off,
@@ -221,7 +225,7 @@ pub fn run(a: Settings) -> Result<ExitCode> {
         flops / (pre_off * 1e-3) / 1e9,
         limits::pct(prefill_limit_ms(c, a.prompt_len, &lim), pre_off)
     );
-    println!(
+    crate::outln!(
         "{:<28}{:>11.2} ms{:>19.2} ms{:>18.2} GB/s{:>13.0}%",
         "decode (per token)",
         dec_off,
@@ -229,9 +233,9 @@ pub fn run(a: Settings) -> Result<ExitCode> {
         bytes / (dec_off * 1e-3) / 1e9,
         limits::pct(decode_limit_ms(c, a.prompt_len, wbytes, &lim), dec_off)
     );
-    println!("{:<28}{:>14}{:>22}", "peak RSS (VmHWM, cumulative)", fmt_rss(rss_off), fmt_rss(rss_on));
-    println!("all-taps capture of one run: {npz_mib:.0} MiB on disk (median of {reps} runs reported)");
-    println!(
+    crate::outln!("{:<28}{:>14}{:>22}", "peak RSS (VmHWM, cumulative)", fmt_rss(rss_off), fmt_rss(rss_on));
+    crate::outln!("all-taps capture of one run: {npz_mib:.0} MiB on disk (median of {reps} runs reported)");
+    crate::outln!(
         "rate: prefill's flops per second; decode's bytes read per second (weights {wbytes:.0} bytes each, as \
          stored, and the f32 KV cache). of limit: the time the sgemm (prefill) or read-bandwidth (decode) \
          limit allows, as % of the time taken"
@@ -273,7 +277,7 @@ fn print_profile(model: &Decoder, prompt: &[u32], decode: usize) -> Result<()> {
     let _ = std::fs::remove_file(&path);
     let n = decode.max(1) as f64;
     let p = prompt.len();
-    println!(
+    crate::outln!(
         "{:<38}{:>16}{:>16}{:>16}{:>16}",
         "profile (ms)",
         format!("prefill {p}"),
@@ -284,7 +288,7 @@ fn print_profile(model: &Decoder, prompt: &[u32], decode: usize) -> Result<()> {
     let cell = |v: f64, total: f64| format!("{:.1} {:>3.0}%", v * 1e3, 100.0 * v / total);
     let cell_d = |v: f64, total: f64| format!("{:.3} {:>3.0}%", v * 1e3 / n, 100.0 * v / total);
     for (i, (op, _)) in off.0 .1.iter().enumerate() {
-        println!(
+        crate::outln!(
             "{:<38}{:>16}{:>16}{:>16}{:>16}",
             op.name(),
             cell(off.0 .1[i].1, off.0 .0),
@@ -293,7 +297,7 @@ fn print_profile(model: &Decoder, prompt: &[u32], decode: usize) -> Result<()> {
             cell_d(on.1 .1[i].1, on.1 .0)
         );
     }
-    println!(
+    crate::outln!(
         "{:<38}{:>16.1}{:>16.1}{:>16.3}{:>16.3}",
         "total (wall)",
         off.0 .0 * 1e3,
@@ -325,8 +329,8 @@ fn print_scaling(model: &Decoder, prompt: &[u32], decode: usize, at_n: &(Profile
     kernels::set_threads(n);
     let one = one?;
     let steps = decode.max(1) as f64;
-    println!();
-    println!(
+    crate::outln!();
+    crate::outln!(
         "{:<38}{:>14}{:>14}{:>9}{:>16}{:>16}{:>9}",
         format!("scaling (ms), taps off, 1 vs {n} threads"),
         "prefill @1",
@@ -340,7 +344,7 @@ fn print_scaling(model: &Decoder, prompt: &[u32], decode: usize, at_n: &(Profile
     for (i, (op, pre_n)) in at_n.0 .1.iter().enumerate() {
         let (pre_1, dec_1, dec_n) = (one.0 .1[i].1, one.1 .1[i].1, at_n.1 .1[i].1);
         let speed = |a: f64, b: f64| if b > 0.0 { a / b } else { f64::NAN };
-        println!(
+        crate::outln!(
             "{:<38}{:>14.2}{:>14.2}{:>8.2}×{:>16.3}{:>16.3}{:>8.2}×",
             op.name(),
             pre_1 * 1e3,
@@ -363,7 +367,7 @@ fn print_scaling(model: &Decoder, prompt: &[u32], decode: usize, at_n: &(Profile
             }
         }
     }
-    println!(
+    crate::outln!(
         "{:<38}{:>14.1}{:>14.1}{:>8.2}×{:>16.3}{:>16.3}{:>8.2}×",
         "total (wall)",
         one.0 .0 * 1e3,
@@ -375,7 +379,7 @@ fn print_scaling(model: &Decoder, prompt: &[u32], decode: usize, at_n: &(Profile
     );
     if n == 2 {
         let verdict = if short.is_empty() { "none".to_string() } else { short.join("; ") };
-        println!(
+        crate::outln!(
             "op classes above {:.0}% of the time below {SCALING_GOAL}× at 2 threads: {verdict}",
             SCALING_SHARE * 100.0
         );

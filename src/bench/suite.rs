@@ -80,7 +80,7 @@ pub fn run(a: &Settings) -> Result<ExitCode> {
     // each is used: a neighbour's memory traffic moved the read bandwidth by ±30% between
     // measurements minutes apart, and a limit measured in a busy moment is no limit.
     super::warn_emulated();
-    eprintln!("measuring the machine's limits ...");
+    crate::errln!("measuring the machine's limits ...");
     let mut lim = limits::measure(main);
     let mut rows = Vec::new();
     for (k, shape) in shapes.iter().enumerate() {
@@ -90,7 +90,7 @@ pub fn run(a: &Settings) -> Result<ExitCode> {
         rows.extend(shape_rows(a, shape, (&counts, main), hf_script)?);
         kernels::set_threads(all);
         let rss = peak_rss_mib().map_or("n/a".into(), |m| format!("{m:.0} MiB"));
-        eprintln!("{shape}: done, peak RSS so far {rss}");
+        crate::errln!("{shape}: done, peak RSS so far {rss}");
     }
     let lim = lim.best(&limits::measure(main));
     print_table(&rows, &lim, main);
@@ -136,7 +136,7 @@ impl Timer<'_> {
         super::measure(model, self.warm, 1, &mut NoTaps)?;
         let (mut p, mut d) = (Vec::new(), Vec::new());
         for r in 0..reps {
-            eprint!("\r{shape}: {label}, {threads} thread(s), rep {}/{reps}   ", r + 1);
+            crate::err!("\r{shape}: {label}, {threads} thread(s), rep {}/{reps}   ", r + 1);
             let mut none = NoTaps;
             let mut npz =
                 if taps { Some(NpzSink::create(&dir.join("suite.npz"), TapSelection::all())?) } else { None };
@@ -152,7 +152,7 @@ impl Timer<'_> {
             d.push(f.decode_ms);
         }
         let _ = std::fs::remove_dir_all(&dir);
-        eprintln!();
+        crate::errln!();
         Ok((median(p), median(d)))
     }
 }
@@ -165,7 +165,7 @@ fn shape_rows(
     (counts, main): (&[usize], usize),
     hf_script: &Path,
 ) -> Result<Vec<Row>> {
-    eprintln!("{shape}: synthesizing ...");
+    crate::errln!("{shape}: synthesizing ...");
     let ckpt = SynthSpec::preset(shape, 0)?.build()?;
     let model = Decoder::new(&ckpt)?;
     // The same weights held as bf16, as a published bf16 folder loads (read as stored,
@@ -281,11 +281,11 @@ fn thread_counts(list: &[usize], all: usize) -> Vec<usize> {
 /// Per row, the time at each count of the list and the speedup over the first count.
 fn print_scaling(rows: &[Row], counts: &[usize]) {
     let first = counts.first().copied().unwrap_or(1);
-    println!();
-    println!(
+    crate::outln!();
+    crate::outln!(
         "Thread scaling (each row at every count, side by side in this run; speedup over {first} thread(s)):"
     );
-    println!();
+    crate::outln!();
     let mut head = String::from("| measurement |");
     let mut rule = String::from("|---|");
     for t in counts {
@@ -296,8 +296,8 @@ fn print_scaling(rows: &[Row], counts: &[usize]) {
         head.push_str(&format!(" {t} vs {first} |"));
         rule.push_str("---:|");
     }
-    println!("{head}");
-    println!("{rule}");
+    crate::outln!("{head}");
+    crate::outln!("{rule}");
     for r in rows {
         let mut line = format!("| {} |", r.what);
         for ms in &r.by_count {
@@ -307,18 +307,18 @@ fn print_scaling(rows: &[Row], counts: &[usize]) {
         for ms in r.by_count.iter().skip(1) {
             line.push_str(&format!(" {:.2}× |", base / ms));
         }
-        println!("{line}");
+        crate::outln!("{line}");
     }
 }
 
 fn print_table(rows: &[Row], l: &Limits, main: usize) {
-    println!(
+    crate::outln!(
         "Limits (the best of the run's measurements, before each shape and at the end): sgemm {:.1} GFLOP/s, read bandwidth {:.2} GB/s ({main} thread(s)).",
         l.sgemm_gflops, l.read_gbs
     );
-    println!();
-    println!("| measurement | threads | hefprobe | rate | limit allows | of limit | HF eager f32 | HF / hefprobe (> 1: hefprobe faster) | note |");
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|---|");
+    crate::outln!();
+    crate::outln!("| measurement | threads | hefprobe | rate | limit allows | of limit | HF eager f32 | HF / hefprobe (> 1: hefprobe faster) | note |");
+    crate::outln!("|---|---:|---:|---:|---:|---:|---:|---:|---|");
     for r in rows {
         let limit = r.limit.map(|d| match d {
             Demand::Flops(f) => (f / (l.sgemm_gflops * 1e9) * 1e3, "sgemm"),
@@ -337,7 +337,7 @@ fn print_table(rows: &[Row], l: &Limits, main: usize) {
             Some(h) => (format!("{h:.2} ms"), format!("{:.2}×", h / r.ms())),
             None => ("".into(), "".into()),
         };
-        println!(
+        crate::outln!(
             "| {} | {} | {:.2} ms | {rate} | {lim} | {pct} | {hf} | {ratio} | {} |",
             r.what,
             main,
@@ -346,8 +346,8 @@ fn print_table(rows: &[Row], l: &Limits, main: usize) {
         );
     }
     let rss = peak_rss_mib().map_or("n/a".into(), |m| format!("{m:.0} MiB"));
-    println!();
-    println!("Peak RSS of the whole suite (VmHWM): {rss}. Decode: per token after a 128-token prefill, {DECODE} steps. Rate: flops per second (prefill), bytes of weights and KV cache read per second (decode; bf16 weights are read as 2 bytes).");
+    crate::outln!();
+    crate::outln!("Peak RSS of the whole suite (VmHWM): {rss}. Decode: per token after a 128-token prefill, {DECODE} steps. Rate: flops per second (prefill), bytes of weights and KV cache read per second (decode; bf16 weights are read as 2 bytes).");
 }
 
 /// Run scripts/bench-hf.py on `c`'s shape with `threads` threads; its last stdout line is a
@@ -375,7 +375,7 @@ fn run_hf(
         "tie_word_embeddings": c.tie_word_embeddings,
         "max_position_embeddings": c.max_position_embeddings,
     });
-    eprintln!("transformers: {} threads ...", threads);
+    crate::errln!("transformers: {} threads ...", threads);
     let out = std::process::Command::new(python)
         .arg(script)
         .args(["--shape", &shape.to_string()])

@@ -27,7 +27,8 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 3)]
     pub reps: usize,
     /// Threads for the decoder's kernels (default: every core). With --suite, a list
-    /// (`1,2,4`): every row is measured at each count, side by side.
+    /// (`1,2,4`) of at most 8 different counts: every row is measured at each count, side by
+    /// side (each count is a whole suite's time).
     #[arg(long, value_name = "N[,N...]", value_parser = parse_threads)]
     pub threads: Option<ThreadList>,
     /// Time the decoder per op class (prefill and decode, taps off) and print the table.
@@ -51,14 +52,25 @@ pub struct BenchArgs {
 /// The preset measured when neither --preset nor --checkpoint is given.
 const DEFAULT_PRESET: &str = "smollm2-135m";
 
-/// `--threads`: one count or a comma-separated list of counts, each at least 1 (clap turns
-/// an error into exit 2 naming the flag).
+/// The most counts `--threads` takes: each count measures the whole suite again.
+pub const MAX_COUNTS: usize = 8;
+
+/// `--threads`: one count or a comma-separated list of at most [`MAX_COUNTS`] different counts,
+/// each at least 1 (clap turns an error into exit 2 naming the flag).
 pub fn parse_threads(s: &str) -> std::result::Result<ThreadList, String> {
     let fix = "give thread counts of at least 1, one or comma-separated (e.g. `--threads 1,2,4`)";
     if s.trim().is_empty() {
         return Err(format!("--threads is empty: {fix}"));
     }
-    s.split(',')
+    // Bounded before a count is read: a list of any length was a suite's time that many times.
+    let n = s.split(',').count();
+    if n > MAX_COUNTS {
+        return Err(format!(
+            "--threads lists {n} counts; at most {MAX_COUNTS} (each is a whole suite's time): {fix}"
+        ));
+    }
+    let counts = s
+        .split(',')
         .map(|part| {
             let p = part.trim();
             match p.parse::<usize>() {
@@ -68,8 +80,11 @@ pub fn parse_threads(s: &str) -> std::result::Result<ThreadList, String> {
                 Err(_) => Err(format!("--threads {s}: `{p}` is not a number; {fix}")),
             }
         })
-        .collect::<std::result::Result<Vec<usize>, String>>()
-        .map(ThreadList)
+        .collect::<std::result::Result<Vec<usize>, String>>()?;
+    if let Some((i, t)) = counts.iter().enumerate().find(|(i, t)| counts[..*i].contains(t)) {
+        return Err(format!("--threads {s}: {t} is listed twice (count {}); {fix}", i + 1));
+    }
+    Ok(ThreadList(counts))
 }
 
 /// The counts `--threads` gave, in order (a newtype: clap reads a bare Vec as repeated flags).
@@ -115,6 +130,8 @@ mod tests {
             ("1,,2", "empty count"),
             ("1,two", "`two`"),
             ("-1", "`-1`"),
+            ("1,2,3,4,5,6,7,8,9", "at most 8"),
+            ("2,1,2", "listed twice"),
         ] {
             let e = parse_threads(bad).unwrap_err();
             assert!(

@@ -52,7 +52,7 @@ pub fn capture(a: CaptureArgs) -> Result<ExitCode> {
     };
     let captured = request.run()?;
     if captured.phases > 0 {
-        println!("{}: {} phases captured into {}", captured.description, captured.phases, out.display());
+        crate::outln!("{}: {} phases captured into {}", captured.description, captured.phases, out.display());
     }
     captured.error.map_or(Ok(ExitCode::SUCCESS), Err)
 }

@@ -40,6 +40,6 @@ pub fn run(a: DoctorArgs) -> Result<ExitCode> {
     } else {
         format!("{missing} missing: no device hefprobe can run on yet (fix the MISSING rows first)")
     });
-    print!("{}", d.terminal(false));
+    crate::out!("{}", d.terminal(false));
     Ok(if usable { ExitCode::SUCCESS } else { ExitCode::from(1) })
 }

@@ -19,6 +19,7 @@ mod synth;
 pub mod synth_hef;
 mod verify;
 
+use crate::console::Stream;
 use crate::error::{Error, Result};
 use crate::model::CheckpointRef;
 use crate::report::{Format, ReportTarget};
@@ -41,7 +42,9 @@ pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
     /// Memory the command may plan to use (512M, 23G, 8GB); sizes from files, flags and probes
-    /// that need more are refused before anything is allocated. Default: MemAvailable.
+    /// that need more are refused before anything is allocated. Default: what the process may
+    /// take (the least of MemAvailable, `ulimit -v` and a container's cgroup limit, less what
+    /// each holds); never more than a limit the kernel enforces.
     #[arg(long, global = true, value_name = "SIZE", value_parser = crate::budget::parse_size)]
     pub max_memory: Option<u64>,
 }
@@ -172,10 +175,14 @@ where
 {
     let args: Vec<std::ffi::OsString> = args.into_iter().map(Into::into).collect();
     let _ = ARGS.set(args.iter().map(|a| a.to_string_lossy().into_owned()).collect());
+    crate::console::end_process_on_failure(end);
     let cli = match Cli::try_parse_from(args) {
         Ok(c) => c,
         Err(e) => {
-            let _ = e.print();
+            if let Err(io) = e.print() {
+                let stream = if e.use_stderr() { Stream::Stderr } else { Stream::Stdout };
+                crate::console::fail(stream, &io);
+            }
             return match e.kind() {
                 clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion => 0,
                 _ => 2,
@@ -196,11 +203,18 @@ where
     }
 }
 
+/// How the command ends when stdout or stderr fails ([`crate::console`]): the spill folders
+/// removed, as on Ctrl-C, then the status.
+fn end(status: u8) -> ! {
+    crate::probe::cleanup::remove_spill_folders();
+    std::process::exit(status.into())
+}
+
 /// Print an error and the causes its own message does not already say ([`Error::causes`]).
 pub fn report_error(e: &Error) {
-    eprintln!("error: {e}");
+    crate::errln!("error: {e}");
     for cause in e.causes() {
-        eprintln!("  caused by: {cause}");
+        crate::errln!("  caused by: {cause}");
     }
 }
 
@@ -212,7 +226,7 @@ pub fn deprecated(old: &str, format: Format, path: Option<&PathBuf>) -> ReportTa
         Some(_) => (format!("{old} PATH"), format!("--report {f}=PATH")),
         None => (old.to_string(), format!("--report {f}")),
     };
-    eprintln!("note: {old} is deprecated and goes in the next release; use {new}");
+    crate::errln!("note: {old} is deprecated and goes in the next release; use {new}");
     ReportTarget { format, path: path.cloned() }
 }
 

@@ -48,8 +48,8 @@ pub fn run(a: ReduceArgs) -> Result<ExitCode> {
     );
     // With the probe on stdout, the sentence goes beside it on stderr.
     match request.out == std::path::Path::new("-") {
-        true => eprintln!("{line}"),
-        false => println!("{line}"),
+        true => crate::errln!("{line}"),
+        false => crate::outln!("{line}"),
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -40,7 +40,7 @@ pub fn run(a: ReferenceArgs) -> Result<ExitCode> {
     };
     let Referenced { ckpt, inputs, record, written, crosscheck, error, .. } = request.run()?;
     let c = &ckpt.config;
-    println!(
+    crate::outln!(
         "reference: {} ({}, {} layers, hidden {}) · {} prompt tokens, {} · {}",
         ckpt.source,
         c.arch.name(),
@@ -51,7 +51,7 @@ pub fn run(a: ReferenceArgs) -> Result<ExitCode> {
         ckpt.hash
     );
     for line in crate::report::format::config_notes(c) {
-        println!("  {line}");
+        crate::outln!("  {line}");
     }
     for ((phase, tokens, positions), argmax) in record.phases.iter().zip(&record.argmax) {
         let pos = match (positions.first(), positions.last()) {
@@ -59,20 +59,20 @@ pub fn run(a: ReferenceArgs) -> Result<ExitCode> {
             (Some(a), _) => a.to_string(),
             _ => String::new(),
         };
-        println!("  {phase:<10} {:>4} tokens  positions {pos:<10} next token {argmax}", tokens.len());
+        crate::outln!("  {phase:<10} {:>4} tokens  positions {pos:<10} next token {argmax}", tokens.len());
     }
     if let Some((steps, cos, max)) = crosscheck {
-        println!(
+        crate::outln!(
             "crosscheck vs candle-transformers: {steps} steps, worst cosine {cos:.9}, worst max |diff| {max:.3e}"
         );
     }
     match error {
         None => {
-            println!("capture: {} ({written} tensors)", a.out.display());
+            crate::outln!("capture: {} ({written} tensors)", a.out.display());
             Ok(ExitCode::SUCCESS)
         }
         Some(e) => {
-            eprintln!(
+            crate::errln!(
                 "note: {} holds the {} phases that finished ({written} tensors); the run stopped:",
                 a.out.display(),
                 record.phases.len(),

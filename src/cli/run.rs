@@ -78,7 +78,7 @@ impl ReportArgs {
 pub fn finish(mut result: ProbeRun, targets: &[ReportTarget]) -> Result<ExitCode> {
     deliver(&mut result.report, targets)?;
     if let Some(e) = result.error {
-        eprintln!("note: the run did not finish; the reports hold what did (see `incomplete`)");
+        crate::errln!("note: the run did not finish; the reports hold what did (see `incomplete`)");
         return Err(e);
     }
     Ok(if result.report.failed() { ExitCode::from(1) } else { ExitCode::SUCCESS })

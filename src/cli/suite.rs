@@ -156,13 +156,13 @@ fn report(night: Night, reports: &[ReportTarget]) -> Result<ExitCode> {
         crate::files::append(std::path::Path::new(&path), &render(&result, &markdown, false)?)?;
     }
     for line in said {
-        eprintln!("{line}");
+        crate::errln!("{line}");
     }
     for f in result.findings.iter().filter(|f| f.fails) {
-        eprintln!("{}", crate::suite::findings::sentence(f));
+        crate::errln!("{}", crate::suite::findings::sentence(f));
     }
     if let (Some(s), true) = (result.shard, result.drifts()) {
-        eprintln!(
+        crate::errln!(
             "shard {s}: {}; a shard exits 0 on drift: `hefprobe merge` of every shard judges the night (exit 1 there)",
             crate::suite::summary::counts_sentence(&result)
         );

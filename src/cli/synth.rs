@@ -90,7 +90,7 @@ pub fn run(a: SynthArgs) -> Result<ExitCode> {
         )
     };
     let c = &ckpt.config;
-    println!(
+    crate::outln!(
         "wrote {}: {} hidden={} layers={} heads={}/{} head_dim={} vocab={} ({:.1} M params, {})",
         a.out.display(),
         c.arch.name(),
@@ -103,7 +103,7 @@ pub fn run(a: SynthArgs) -> Result<ExitCode> {
         c.num_params() as f64 / 1e6,
         a.dtype
     );
-    println!("  {}", spec.describe());
-    println!("  config.json, model.safetensors, {tok}");
+    crate::outln!("  {}", spec.describe());
+    crate::outln!("  config.json, model.safetensors, {tok}");
     Ok(ExitCode::SUCCESS)
 }

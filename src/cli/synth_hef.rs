@@ -129,7 +129,7 @@ pub fn run(a: SynthHefArgs) -> Result<ExitCode> {
         tbt_faults: a.tbt_faults,
     };
     for line in request.run()?.lines() {
-        println!("{line}");
+        crate::outln!("{line}");
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -321,7 +321,7 @@ impl LlmDriver {
     fn note_context_full(&mut self) {
         if !self.context_full && self.pre.usage >= self.pre.kv {
             self.context_full = true;
-            eprintln!(
+            crate::errln!(
                 "warning: conversation context is full ({} tokens, kv_cache_size {}): like genai, generation \
                  goes on and the device's cache ring overwrites its oldest entries",
                 self.pre.usage, self.pre.kv

@@ -154,7 +154,7 @@ pub struct Emulator<'a> {
     rows: usize,
     /// No fault, emulated as every candidate is, where that is not `reference`: through a
     /// target's own emulation (a simulated HEF's frames).
-    clean: Option<Box<dyn Store>>,
+    clean: Option<Arc<dyn Store + Send>>,
     /// Reuse and stopping on; off: every candidate from its first block to its last step.
     fast: bool,
     /// Each route's clean run, once run.
@@ -340,7 +340,7 @@ impl<'a> Emulator<'a> {
             For::Candidate(bar) => bar,
             For::Check => None,
         };
-        let below = prefix.as_ref().map(|(p, _)| &p.capture);
+        let below = prefix.as_ref().map(|(p, _)| p.capture.as_ref() as &dyn Store);
         let (store, stop) = self.run_into(backend.as_mut(), (from, self.fast), bar, below)?;
         let saved = prefix.as_ref().map_or(0, |(p, b)| b * p.steps());
         self.account(why, (instrument.blocks(), saved, clean.whole), from);
@@ -349,7 +349,7 @@ impl<'a> Emulator<'a> {
         }
         Ok(Some(match prefix {
             Some((below, from)) => Box::new(Layered { below, own: store, from }),
-            None => store,
+            None => store as Box<dyn Store>,
         }))
     }
 
@@ -432,21 +432,29 @@ impl<'a> Emulator<'a> {
     /// The clean run on `route`, whole, recording its residuals (with its keys) when the
     /// shortcuts are on and they fit a quarter of the memory budget (the rest holds the
     /// model, the captures and the emulations in flight).
-    fn record(&self, route: Route) -> Result<(Box<dyn Store>, Clean)> {
+    fn record(&self, route: Route) -> Result<(Arc<dyn Store + Send>, Clean)> {
         let limit = if self.fast { crate::budget::current().bytes / 4 } else { 0 };
         let instrument = Instrument::recording(self.at.ckpt.config.num_layers, limit);
         let (_, mut backend) = self.backend(&[], &instrument, route == Route::Frames)?;
         let (store, _) = self.run_into(backend.as_mut(), (0, false), None, None)?;
         self.spent().other += 1;
-        let mut capture = Capture::default();
+        let store: Arc<dyn Store + Send> = Arc::from(store);
         let mut bytes = instrument.recorded_bytes();
-        for k in &self.keys {
-            if let Some(a) = store.get(k)? {
-                bytes = bytes.saturating_add(4 * a.len() as u64);
-                capture.insert(k.clone(), a.into_owned());
+        // A spilled run's clean capture stays in its file; one in memory keeps the keys matched.
+        let below: Arc<dyn Store + Send> = match store.file() {
+            Some(_) => store.clone(),
+            None => {
+                let mut capture = Capture::default();
+                for k in &self.keys {
+                    if let Some(a) = store.get(k)? {
+                        bytes = bytes.saturating_add(4 * a.len() as u64);
+                        capture.insert(k.clone(), a.into_owned());
+                    }
+                }
+                Arc::new(capture)
             }
-        }
-        let prefix = instrument.prefix(capture).filter(|_| bytes <= limit).map(Arc::new);
+        };
+        let prefix = instrument.prefix(below).filter(|_| bytes <= limit).map(Arc::new);
         if self.fast && prefix.is_none() && teacher_forced(&self.at.inputs.decode) {
             self.spent().note = Some(format!(
                 "no candidate started from the clean run's residuals: they and its keys take {}, over a quarter \
@@ -469,16 +477,16 @@ impl<'a> Emulator<'a> {
         b: &mut dyn Backend,
         (from, ends): (usize, bool),
         bar: Option<Match>,
-        clean: Option<&Capture>,
-    ) -> Result<(Box<dyn Store>, Option<Stop>)> {
+        clean: Option<&dyn Store>,
+    ) -> Result<(Box<dyn Store + Send>, Option<Stop>)> {
         let place = self.at.scratch.map_or(Place::Memory, |d| Place::Temporary(d.to_path_buf()));
         let mut sink = PlaceSink::create(&place, &self.taps)?;
         let expected = self.keys.iter().filter(|k| !below(k, from)).count();
         let mut sums = (0.0, 0.0, 0);
         if let (Some(clean), Some(_)) = (clean, bar) {
             for key in self.keys.iter().filter(|k| below(k, from)) {
-                if let (Some(e), Some(o)) = (clean.get(key), self.observed.get(key)?) {
-                    let p = part(key, e, &o);
+                if let (Some(e), Some(o)) = (clean.get(key)?, self.observed.get(key)?) {
+                    let p = part(key, &e, &o);
                     sums.0 += p.cosine;
                     sums.1 += p.kls.iter().sum::<f64>();
                 }

@@ -6,7 +6,7 @@
 //! emulation ([`Hooks::resume`] and the `layers.{b}.input` edit site), which counts the blocks
 //! a run computes and either records a clean run or starts each step of a candidate.
 
-use crate::capture::{Capture, Store};
+use crate::capture::Store;
 use crate::error::{Error, Result};
 use crate::fault::spec::FaultSpec;
 use crate::fault::Fault;
@@ -23,7 +23,10 @@ pub struct Prefix {
     /// Per step, per block 0..=num_layers (the last: entering the final norm): the residual at
     /// `layers.{b}.input` as it came in, before any hook edited it.
     steps: Vec<Vec<Option<Tensor>>>,
-    pub capture: Capture,
+    /// The clean run's capture: its own file where the run is spilled (read a tap at a time,
+    /// never copied into memory: a copy of the 3B all-tap run's keys held 2.8 GiB more), else
+    /// its keys explain matches, in memory.
+    pub capture: Arc<dyn Store + Send>,
     /// Blocks the clean run computed, over all its steps: what a candidate run in full costs.
     pub block_steps: usize,
 }
@@ -110,7 +113,7 @@ impl Instrument {
 
     /// What a recording run recorded, with its capture; None when it was not recording or
     /// the residuals passed its limit.
-    pub fn prefix(&self, capture: Capture) -> Option<Prefix> {
+    pub fn prefix(&self, capture: Arc<dyn Store + Send>) -> Option<Prefix> {
         let mut s = self.lock();
         let recording = matches!(s.mode, Mode::Record { .. }) && !s.over;
         let steps = std::mem::take(&mut s.recorded);
@@ -199,7 +202,7 @@ pub(super) struct Layered {
 impl Layered {
     fn side(&self, key: &Key) -> &dyn Store {
         if below(key, self.from) {
-            &self.below.capture
+            self.below.capture.as_ref()
         } else {
             self.own.as_ref()
         }
@@ -208,7 +211,7 @@ impl Layered {
 
 impl Store for Layered {
     fn keys(&self) -> Vec<Key> {
-        let under = Store::keys(&self.below.capture).into_iter().filter(|k| below(k, self.from));
+        let under = self.below.capture.keys().into_iter().filter(|k| below(k, self.from));
         let mut keys: Vec<Key> =
             under.chain(self.own.keys().into_iter().filter(|k| !below(k, self.from))).collect();
         keys.sort();

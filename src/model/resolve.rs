@@ -74,6 +74,7 @@ impl CheckpointRef {
     /// The checkpoint, loaded (refused with `strict_config` when config.json has keys hefprobe
     /// does not know).
     pub fn load(&self) -> Result<Checkpoint> {
+        let _stage = crate::alloc::building(&"the checkpoint's weights");
         match self {
             CheckpointRef::Path { strict_config, .. } => {
                 let dir = self.resolved()?.expect("a path resolves to a path");

@@ -120,6 +120,12 @@ impl Checkpoint {
             &config_path.display().to_string(),
             Some(&budget),
         )?;
+        // Held as stored (f64 narrowed to f32), so the files' tensor data is what they take.
+        crate::budget::current().check(
+            format!("{}: the weights in {}", dir.display(), budget.what),
+            crate::budget::Bytes::new(bytes),
+            "use a smaller checkpoint, or raise --max-memory (or the process's memory limits)",
+        )?;
         let mut hasher = xxhash_rust::xxh3::Xxh3::new();
         hasher.update(config_text.as_bytes());
 

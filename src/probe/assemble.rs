@@ -22,7 +22,7 @@ pub fn save(runs: &Runs, opts: &CaptureOptions) -> Result<()> {
         )
         .chain(runs.backends.iter().map(|b| (b.label.as_str(), b.capture.as_ref())));
     for (name, capture) in all {
-        crate::capture::save(capture, &dir.join(capture_file(name)), true)?;
+        crate::capture::save(capture, &dir.join(capture_file(name)), !opts.quiet)?;
     }
     Ok(())
 }

@@ -58,7 +58,7 @@ pub fn run_backends(p: &mut Prepared, opts: &CaptureOptions, open: &mut OpenBack
     let spill = p.spill.as_ref().map(|plan| SpillDir::create(plan, opts)).transpose()?;
     if let (Some(plan), Some(dir)) = (&p.spill, &spill) {
         // Said now as well as in the report: a long run fills the disk meanwhile.
-        eprintln!("{}", crate::probe::spill::spill_start(plan, dir));
+        crate::errln!("{}", crate::probe::spill::spill_start(plan, dir));
     }
     let places = Places(spill.as_ref());
     let result = run_reference(p, opts, &places).and_then(|(reference, inputs)| {
@@ -91,7 +91,7 @@ fn run_reference(
         p.inputs.decode = DecodeSpec::Forced(run.record.decode_tokens.clone());
     }
     if let Some(path) = &opts.save_inputs {
-        p.inputs.to_npz(path)?;
+        p.inputs.to_npz(path, !opts.quiet)?;
     }
     let info = InputInfo {
         prompt_tokens: p.inputs.prompt.len(),

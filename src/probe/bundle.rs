@@ -95,7 +95,7 @@ impl Manifest {
     /// Write it as `dir`'s manifest.
     pub fn write(&self, dir: &Path) -> Result<()> {
         let text = serde_json::to_string_pretty(self).expect("a manifest serializes") + "\n";
-        crate::files::write_file(dir.join(MANIFEST), text)
+        crate::files::write_file_quiet(dir.join(MANIFEST), text)
     }
 }
 
@@ -181,25 +181,85 @@ pub(super) fn options(a: &Asked, captures: CaptureOptions) -> Result<RunOptions>
     })
 }
 
-/// Run the probe as `asked` and write the bundle to `dir` (created; an existing folder must be
-/// empty). Returns the run, for the command's own reports.
+/// The folder `dir` goes in (`.` for a bare name).
+pub fn parent(dir: &Path) -> &Path {
+    dir.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."))
+}
+
+/// A bundle at `dir`, whole or not at all: `f` writes it into a temporary folder beside `dir`
+/// (`.NAME.tmp-XXXXXX`), renamed to `dir` once `f` returned whole (`true`; an empty folder at
+/// `dir` is replaced). On any failure (a full disk, a run that stopped, an interrupt) the
+/// temporary folder is removed and `dir` left as it was.
+pub fn staged<T>(dir: &Path, f: impl FnOnce(&Path) -> Result<(T, bool)>) -> Result<T> {
+    let parent = parent(dir);
+    let name = dir.file_name().map_or("bundle".into(), |n| n.to_string_lossy().into_owned());
+    let tmp = tempfile::Builder::new()
+        .prefix(&format!(".{name}.tmp-"))
+        .tempdir_in(parent)
+        .map_err(|e| Error::io(parent, e))?;
+    super::cleanup::staging(tmp.path());
+    let done = f(tmp.path()).and_then(|(out, whole)| {
+        if whole {
+            std::fs::rename(tmp.path(), dir).map_err(|e| Error::io(dir, e))?;
+            crate::files::announce(dir);
+        }
+        Ok((out, whole))
+    });
+    super::cleanup::unwatch(tmp.path());
+    if let Ok((_, true)) = &done {
+        let _ = tmp.keep();
+    }
+    done.map(|(out, _)| out)
+}
+
+/// Run the probe as `asked` and write the bundle to `dir` (a new folder, or an empty one,
+/// [`staged`]). Returns the run, for the command's own reports.
 pub fn write(asked: &Asked, command: &str, dir: &Path, cap: u64) -> Result<super::run::ProbeRun> {
+    let mut run = staged(dir, |tmp| {
+        let mut run = write_into(asked, command, (dir, tmp), cap)?;
+        let whole = run.error.is_none();
+        // A spilled run's captures went into the temporary folder: where they are once it is renamed.
+        let (from, to) = (tmp.display().to_string(), dir.display().to_string());
+        run.report.notes.iter_mut().filter(|n| n.contains(&from)).for_each(|n| *n = n.replace(&from, &to));
+        Ok((run, whole))
+    })?;
+    run.report.notes.push(match run.error {
+        None => {
+            format!("evidence bundle: {} (replay with `hefprobe verify {}`)", dir.display(), dir.display())
+        }
+        Some(_) => format!("no evidence bundle written to {}: the run did not finish", dir.display()),
+    });
+    Ok(run)
+}
+
+/// [`write`] into `tmp`, the bundle's temporary folder, its documents naming `dir`; a run that
+/// stopped is returned as it is, with nothing more written.
+fn write_into(
+    asked: &Asked,
+    command: &str,
+    (dir, tmp): (&Path, &Path),
+    cap: u64,
+) -> Result<super::run::ProbeRun> {
     let probe_path = Path::new(&asked.probe);
     let probe = Probe::load(probe_path)?;
-    let captures = dir.join("captures");
+    let captures = tmp.join("captures");
     std::fs::create_dir_all(&captures).map_err(|e| Error::io(&captures, e))?;
     let mut opts = options(
         asked,
         CaptureOptions {
             spill: true,
             save_captures: Some(captures.clone()),
-            save_inputs: Some(dir.join("inputs.npz")),
+            save_inputs: Some(tmp.join("inputs.npz")),
+            quiet: true,
             ..Default::default()
         },
     )?;
     opts.command = command.to_string();
-    let mut run = run_probe(&probe, &opts)?;
-    std::fs::copy(probe_path, dir.join("probe.toml")).map_err(|e| Error::io(probe_path, e))?;
+    let run = run_probe(&probe, &opts)?;
+    if run.error.is_some() {
+        return Ok(run);
+    }
+    std::fs::copy(probe_path, tmp.join("probe.toml")).map_err(|e| Error::io(probe_path, e))?;
     let mut pinned = Vec::new();
     let mut devices = BTreeMap::new();
     for b in &run.runs.backends {
@@ -216,18 +276,13 @@ pub fn write(asked: &Asked, command: &str, dir: &Path, cap: u64) -> Result<super
     let (mut files, left_out) = keep_captures(&captures, cap)?;
     let docs = documents(command, &run, &pinned, &devices, &dir.display().to_string())?;
     for (name, text) in &docs {
-        crate::files::write_file_quiet(dir.join(name), text)?;
+        crate::files::write_file_quiet(tmp.join(name), text)?;
     }
     for name in ["probe.toml", "inputs.npz"].into_iter().chain(docs.iter().map(|(n, _)| n.as_str())) {
-        files.insert(name.into(), hashed(&dir.join(name))?);
+        files.insert(name.into(), hashed(&tmp.join(name))?);
     }
     Manifest { asked: asked.clone(), left_out, devices, ..Manifest::new(command, dir, files, pinned) }
-        .write(dir)?;
-    run.report.notes.push(format!(
-        "evidence bundle: {} (replay with `hefprobe verify {}`)",
-        dir.display(),
-        dir.display()
-    ));
+        .write(tmp)?;
     Ok(run)
 }
 
@@ -248,14 +303,13 @@ pub fn documents(
     folder: &str,
 ) -> Result<Vec<(String, String)>> {
     let folder = Path::new(folder);
+    let mut report = run.report.clone();
+    report.notes.retain(|n| !super::spill::says_how_it_ran(n));
     let mut docs = vec![
-        ("report.json".to_string(), crate::report::json::render(&run.report)),
-        (
-            "report.md".to_string(),
-            crate::report::markdown::render(&run.report, Some(&folder.join("report.md"))),
-        ),
+        ("report.json".to_string(), crate::report::json::render(&report)),
+        ("report.md".to_string(), crate::report::markdown::render(&report, Some(&folder.join("report.md")))),
     ];
-    let svgs: Vec<(String, String)> = crate::report::svg::render(&run.report, &folder.join("figure"))?
+    let svgs: Vec<(String, String)> = crate::report::svg::render(&report, &folder.join("figure"))?
         .into_iter()
         .map(|(p, svg)| (p.file_name().unwrap_or_default().to_string_lossy().to_string(), svg))
         .collect();
@@ -349,16 +403,19 @@ pub fn write_sweep(
     markdown: &str,
     dir: &Path,
 ) -> Result<()> {
-    crate::files::write_file_quiet(dir.join("points.json"), points_json)?;
-    crate::files::write_file_quiet(dir.join("sweep.md"), markdown)?;
-    std::fs::copy(&asked.probe, dir.join("probe.toml")).map_err(|e| Error::io(&asked.probe, e))?;
-    let mut files = BTreeMap::new();
-    for name in ["points.json", "sweep.md", "probe.toml"] {
-        files.insert(name.to_string(), hashed(&dir.join(name))?);
-    }
-    let mut pinned = vec![pin("the probe", Path::new(&asked.probe))?];
-    if let Some(c) = &asked.checkpoint {
-        pinned.extend(pin_checkpoint(Path::new(c))?);
-    }
-    Manifest { sweep: Some(asked.clone()), ..Manifest::new(command, dir, files, pinned) }.write(dir)
+    staged(dir, |tmp| {
+        crate::files::write_file_quiet(tmp.join("points.json"), points_json)?;
+        crate::files::write_file_quiet(tmp.join("sweep.md"), markdown)?;
+        std::fs::copy(&asked.probe, tmp.join("probe.toml")).map_err(|e| Error::io(&asked.probe, e))?;
+        let mut files = BTreeMap::new();
+        for name in ["points.json", "sweep.md", "probe.toml"] {
+            files.insert(name.to_string(), hashed(&tmp.join(name))?);
+        }
+        let mut pinned = vec![pin("the probe", Path::new(&asked.probe))?];
+        if let Some(c) = &asked.checkpoint {
+            pinned.extend(pin_checkpoint(Path::new(c))?);
+        }
+        Manifest { sweep: Some(asked.clone()), ..Manifest::new(command, dir, files, pinned) }.write(tmp)?;
+        Ok(((), true))
+    })
 }

@@ -62,7 +62,7 @@ pub fn locate(arg: &Path) -> Result<PathBuf> {
         } else {
             "the checkout's"
         };
-        eprintln!("probe: {} is not here; using {whose} {}", arg.display(), found.display());
+        crate::errln!("probe: {} is not here; using {whose} {}", arg.display(), found.display());
         return Ok(found);
     }
     Err(Error::input(

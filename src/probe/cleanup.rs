@@ -22,6 +22,8 @@ const INTERRUPTED: i32 = 130;
 
 /// Spill folders of this process that exist now.
 static LIVE: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+/// Bundles being written (their temporary folders), which an interrupted run leaves nothing of.
+static STAGED: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
 static HANDLER: Once = Once::new();
 /// What the files written so far hold, said when interrupted.
 static LEFT: Mutex<Option<String>> = Mutex::new(None);
@@ -74,6 +76,14 @@ pub fn watch(dir: &Path) -> std::io::Result<()> {
 /// `dir` is gone (or about to be, by its owner): no longer removed on a signal.
 pub fn unwatch(dir: &Path) {
     LIVE.lock().unwrap_or_else(|e| e.into_inner()).retain(|d| d != dir);
+    STAGED.lock().unwrap_or_else(|e| e.into_inner()).retain(|d| d != dir);
+}
+
+/// Remove `dir`, a bundle's temporary folder, if the run is interrupted ([`unwatch`] it once it
+/// is renamed into place).
+pub fn staging(dir: &Path) {
+    install();
+    STAGED.lock().unwrap_or_else(|e| e.into_inner()).push(dir.to_path_buf());
 }
 
 /// Set once the handler runs: the work's own end (an error from a file removed under it, or
@@ -94,21 +104,35 @@ fn on_signal() {
     let _held = WRITING.lock().unwrap_or_else(|e| e.into_inner());
     // Nor any other file: a spilled capture's temporary file would make its folder again.
     crate::files::stop_new_files();
+    for d in std::mem::take(&mut *STAGED.lock().unwrap_or_else(|e| e.into_inner())) {
+        let _ = std::fs::remove_dir_all(&d);
+        crate::errln!("hefprobe: interrupted; removed the unfinished bundle {}", d.display());
+    }
     let dirs = std::mem::take(&mut *LIVE.lock().unwrap_or_else(|e| e.into_inner()));
     for d in &dirs {
         match std::fs::remove_dir_all(d) {
-            Ok(()) => eprintln!("hefprobe: interrupted; removed the spill folder {}", d.display()),
+            Ok(()) => crate::errln!("hefprobe: interrupted; removed the spill folder {}", d.display()),
             Err(e) => {
-                eprintln!("hefprobe: interrupted; could not remove the spill folder {}: {e}", d.display())
+                crate::errln!("hefprobe: interrupted; could not remove the spill folder {}: {e}", d.display())
             }
         }
     }
     match LEFT.lock().unwrap_or_else(|e| e.into_inner()).take() {
-        Some(note) => eprintln!("hefprobe: interrupted; {note}"),
-        None if dirs.is_empty() => eprintln!("hefprobe: interrupted"),
+        Some(note) => crate::errln!("hefprobe: interrupted; {note}"),
+        None if dirs.is_empty() => crate::errln!("hefprobe: interrupted"),
         None => {}
     }
     std::process::exit(INTERRUPTED);
+}
+
+/// Remove this process's spill folders now (the process is about to exit: its stdout went away).
+pub fn remove_spill_folders() {
+    crate::files::stop_new_files();
+    let staged = std::mem::take(&mut *STAGED.lock().unwrap_or_else(|e| e.into_inner()));
+    let dirs = std::mem::take(&mut *LIVE.lock().unwrap_or_else(|e| e.into_inner()));
+    for d in staged.iter().chain(&dirs) {
+        let _ = std::fs::remove_dir_all(d);
+    }
 }
 
 /// Remove the spill folders in `parent` left by runs on this host that no longer run; returns

@@ -19,6 +19,7 @@ pub fn explain_stage(
     explain: Option<&ExplainSpec>,
 ) -> Result<Option<Explained>> {
     let Some(explain) = explain else { return Ok(None) };
+    let _stage = crate::alloc::building(&"explain's emulations");
     let observed = match &explain.observed {
         Some(o) if !p.replaced_backends || runs.backend(o).is_some() => o.clone(),
         _ => runs.backends[0].label.clone(),

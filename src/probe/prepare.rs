@@ -48,7 +48,7 @@ pub enum ExplainChoice {
 /// config.json's unknown keys on stderr, for commands whose output has no header (sweep).
 pub fn note_unknown_keys(ckpt: &Checkpoint) {
     if let Some(line) = crate::report::format::unknown_keys_line(&ckpt.config.unknown_keys) {
-        eprintln!("{line}");
+        crate::errln!("{line}");
     }
 }
 

@@ -38,7 +38,9 @@ pub struct ProbeRun {
 /// so the command still writes its reports before it exits non-zero.
 pub fn run_probe(probe: &Probe, opts: &RunOptions) -> Result<ProbeRun> {
     let mut p = prepare(probe, opts)?;
+    let stage = crate::alloc::building(&"the backends' runs and their captures");
     let mut runs = run_backends(&mut p, &opts.captures, &mut crate::backend::make_backend)?;
+    drop(stage);
     // The stages run in order; the first to fail names itself.
     let (mut compared, mut explained) = (Vec::new(), None);
     let stopped = match compare_runs(&p, &runs, &mut compared) {

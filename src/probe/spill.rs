@@ -28,6 +28,9 @@ pub struct CaptureOptions {
     /// Write every capture (`NAME.npz`) into this folder.
     pub save_captures: Option<PathBuf>,
     pub save_inputs: Option<PathBuf>,
+    /// Save them without saying "wrote PATH" (a bundle's temporary folder: the bundle is
+    /// announced once it is renamed into place).
+    pub quiet: bool,
 }
 
 /// A run whose captures exceed the memory budget, planned with its captures on disk.
@@ -230,10 +233,21 @@ pub fn spill_note<'a>(
     )
 }
 
+/// How [`explain_note`] begins.
+const FROM_DISK: &str = "EXPLAIN READ FROM DISK";
+
+/// Whether a note of a report is one of those that say how this machine ran it ([`spill_note`],
+/// [`explain_note`]: its memory budget, the folders it wrote) rather than what it measured: a
+/// bundle's documents leave them out, as what a replay on another machine must give again
+/// character by character.
+pub fn says_how_it_ran(note: &str) -> bool {
+    note.starts_with(SPILL_NOTE) || note.starts_with(FROM_DISK)
+}
+
 /// The report's note on explain reading a spilled run from disk (emulations in `dir`).
 pub(super) fn explain_note(dir: &str) -> String {
     format!(
-        "EXPLAIN READ FROM DISK: this run's captures were spilled, so explain read the observed capture and \
+        "{FROM_DISK}: this run's captures were spilled, so explain read the observed capture and \
          the reference from their files one tap at a time, and wrote each fault's emulation to a temporary \
          file in {dir} (deleted once matched); the ranking is the one memory would give, at the cost of one \
          capture written and read back per fault"

@@ -1,12 +1,16 @@
 //! `hefprobe verify DIR`: an evidence bundle replayed. The manifest is checked (its schema, its
 //! paths inside the bundle, every hash 64 hex digits); every file's size and then its sha256 are
 //! compared (a file of another size is named without being read); then the run, suite or sweep
-//! is replayed as the bundle asked it, and everything a person reads is regenerated from the
-//! replay and compared with the bundle's: each figure by name, and every document (report.json,
-//! report.md, evidence.md, the SVGs; a suite's summary.md, a sweep's sweep.md) word by word and
-//! number by number within [`TOLERANCE`]. Where the bundle says a backend ran is checked against
-//! what its pinned HEF runs on here: only a compiled HEF recorded on a `hailo` device, with no
-//! such device here, is "not re-runnable here", and the verdict is then "unverified".
+//! is replayed as the bundle asked it, and everything is derived again from the replay and
+//! compared with the bundle's: its inputs and every capture bit for bit ([`super::rederive`]),
+//! each figure by name, and every document (report.json, report.md, evidence.md, the SVGs; a
+//! suite's summary.md, a sweep's sweep.md) character by character: the same bits give the
+//! same text on every CPU (docs/ARCHITECTURE.md, "The same bits on every CPU"), so no line is
+//! exempt and no figure may round to a neighbour. A bundle holds only what its manifest lists,
+//! and was recorded by this version of hefprobe. Where the bundle says a backend ran is checked
+//! field by field against the device its pinned HEF runs on here: only a compiled HEF recorded on
+//! a `hailo` device, with no such device here, is "not re-runnable here", and the verdict is
+//! then "unverified".
 
 use super::bundle::{options, sha256_file, Manifest, SweepAsked, BUNDLE_SCHEMA, MANIFEST};
 use super::run::{run_probe, CaptureOptions};
@@ -15,42 +19,10 @@ use crate::backend::{BackendKind, BackendSpec};
 use crate::device::DeviceFacts;
 use crate::error::{Error, Result};
 use crate::files::Kind;
-use serde::Serialize;
 use std::collections::BTreeMap;
 use std::path::Path;
 
-/// Two runs of the same probe on the same inputs agree to this much on every figure: the
-/// reference and the emulators are deterministic for a given thread count, and a figure is
-/// printed to 6 decimals (docs/METRICS.md, "Reproducibility").
-pub const TOLERANCE: f64 = 1e-6;
-
-crate::named_enum! {
-    #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
-    #[serde(rename_all = "kebab-case")]
-    pub enum Verdict {
-        Same = "same",
-        Different = "different",
-        NotHere = "not re-runnable here",
-    }
-}
-
-/// One line of `verify`: what was checked, the verdict, and why.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Check {
-    pub what: String,
-    pub verdict: Verdict,
-    pub why: String,
-}
-
-impl Check {
-    pub fn new(what: impl Into<String>, verdict: Verdict, why: impl Into<String>) -> Self {
-        Check { what: what.into(), verdict, why: why.into() }
-    }
-}
-
-pub fn same(a: f64, b: f64) -> bool {
-    (a - b).abs() <= TOLERANCE * a.abs().max(b.abs()).max(1.0)
-}
+pub use super::checks::{Check, Verdict};
 
 /// A sha256 as the manifest must hold it: 64 lowercase hex digits.
 fn is_sha256(s: &str) -> bool {
@@ -129,6 +101,26 @@ pub fn check_hashes(dir: &Path, m: &Manifest, out: &mut Vec<Check>) {
     }
 }
 
+/// What is checked before a replay: every file's size and hash ([`check_hashes`]), no file the
+/// manifest does not list ([`super::rederive::unlisted`]), and the version that recorded it
+/// (a string, equal or not: another version may print other documents from the same figures).
+pub fn check_bundle(dir: &Path, m: &Manifest, out: &mut Vec<Check>) {
+    check_hashes(dir, m, out);
+    super::rederive::unlisted(dir, m, out);
+    let this = env!("CARGO_PKG_VERSION");
+    out.push(match m.hefprobe == this {
+        true => Check::new("the bundle's hefprobe version", Verdict::Same, this),
+        false => Check::new(
+            "the bundle's hefprobe version",
+            Verdict::Different,
+            format!(
+                "recorded by hefprobe {}; this is {this}: verify it with the version that recorded it",
+                crate::error::echo(&m.hefprobe, 40)
+            ),
+        ),
+    });
+}
+
 /// How one backend (a suite's pair) of the bundle fared in the replay.
 pub enum Replayed {
     /// It ran, on this device (None: a backend without one).
@@ -190,7 +182,10 @@ pub fn judge_devices(
             }
             (Replayed::Ran(now), _) => {
                 let (verdict, why) = match (rec, now) {
-                    (Some(r), Some(n)) if r.kind == n.kind => (Verdict::Same, format!("ran on {}", r.kind)),
+                    (Some(r), Some(n)) if r.kind == n.kind => match super::rederive::device_differs(r, n) {
+                        None => (Verdict::Same, format!("ran on {}", r.kind)),
+                        Some(why) => (Verdict::Different, why),
+                    },
                     (Some(r), Some(n)) => (Verdict::Different, format!(
                         "the bundle says it ran on {}, but its pinned files run on {} (a simulated HEF runs only on \
                          the simulated device): that claim is false", r.kind, n.kind
@@ -214,128 +209,45 @@ pub fn compare_figures<T: std::fmt::Display + PartialEq>(
     out: &mut Vec<Check>,
 ) {
     let show = |v: Option<&Result<f64, T>>| match v {
-        Some(Ok(x)) => format!("{x:.6}"),
+        Some(Ok(x)) => format!("{x}"),
         Some(Err(s)) => s.to_string(),
         None => "not measured".into(),
     };
     for (owner, key, v) in then {
         let (verdict, why) = match (owners.get(owner), v, now.get(key)) {
             (Some((verdict, why)), _, _) => (*verdict, why.clone()),
-            (None, Ok(a), Some(Ok(b))) if same(*a, *b) => (Verdict::Same, format!("{a:.6}")),
+            (None, Ok(a), Some(Ok(b))) if a == b => (Verdict::Same, format!("{a}")),
             (None, Err(a), Some(Err(b))) if a == b => (Verdict::Same, a.to_string()),
-            (None, a, b) => (Verdict::Different, format!("{} in the bundle, {} now", show(Some(a)), show(b))),
+            (None, a, b) => (
+                Verdict::Different,
+                format!("{} in the bundle, {} now", crate::error::echo(&show(Some(a)), 80), show(b)),
+            ),
         };
         out.push(Check::new(key.clone(), verdict, why));
     }
 }
 
-/// Lines of a report that say how this machine ran it rather than what it measured (a spilled
-/// run's folder and memory budget): left out of the comparison of documents.
-fn measured(text: &str) -> Vec<&str> {
-    text.lines().filter(|l| !l.contains(super::spill::SPILL_NOTE)).collect()
-}
-
-/// A piece of a line: words, integers (compared exactly) and decimals (compared as figures).
-#[derive(Debug, PartialEq)]
-enum Tok<'a> {
-    Text(&'a str),
-    Int(&'a str),
-    Dec(&'a str),
-}
-
-fn tokens(line: &str) -> Vec<Tok<'_>> {
-    let b = line.as_bytes();
-    let digits = |mut i: usize| {
-        while i < b.len() && b[i].is_ascii_digit() {
-            i += 1;
-        }
-        i
-    };
-    let (mut out, mut i) = (Vec::new(), 0);
-    while i < b.len() {
-        let start = i;
-        if !b[i].is_ascii_digit() {
-            // Every boundary is an ASCII digit or the end: always a char boundary.
-            while i < b.len() && !b[i].is_ascii_digit() {
-                i += 1;
-            }
-            out.push(Tok::Text(&line[start..i]));
-            continue;
-        }
-        i = digits(i);
-        let mut decimal = false;
-        if i + 1 < b.len() && b[i] == b'.' && b[i + 1].is_ascii_digit() {
-            (i, decimal) = (digits(i + 1), true);
-        }
-        if i < b.len() && (b[i] == b'e' || b[i] == b'E') {
-            let sign = usize::from(i + 1 < b.len() && (b[i + 1] == b'-' || b[i + 1] == b'+'));
-            if i + 1 + sign < b.len() && b[i + 1 + sign].is_ascii_digit() {
-                (i, decimal) = (digits(i + 1 + sign), true);
-            }
-        }
-        out.push(if decimal { Tok::Dec(&line[start..i]) } else { Tok::Int(&line[start..i]) });
-    }
-    out
-}
-
-/// One unit of a decimal's last printed digit (`0.25` → 0.01, `4.38e0` → 0.01), 0 without a
-/// decimal point: a figure within [`TOLERANCE`] may round to a neighbour there, never further.
-fn last_digit(s: &str) -> f64 {
-    let (mantissa, exp) = s.split_once(['e', 'E']).unwrap_or((s, "0"));
-    let places = mantissa.split_once('.').map_or(0, |(_, f)| f.len());
-    if !mantissa.contains('.') {
-        return 0.0;
-    }
-    10f64.powi(exp.parse::<i32>().unwrap_or(0) - places as i32)
-}
-
-/// A token of the bundle's document against the replay's.
-fn same_token(a: &Tok, b: &Tok) -> bool {
-    match (a, b) {
-        (Tok::Dec(x), Tok::Dec(y)) if x == y => true,
-        (Tok::Dec(x), Tok::Dec(y)) => match (x.parse::<f64>(), y.parse::<f64>()) {
-            (Ok(p), Ok(q)) if p.is_finite() && q.is_finite() => {
-                // The replay's printing decides: a figure written with fewer digits in the
-                // bundle gets no coarser tolerance.
-                let unit = last_digit(y);
-                same(p, q) || (p - q).abs() <= unit * (1.0 + 1e-9)
-            }
-            _ => x == y,
-        },
-        _ => a == b,
-    }
-}
-
-/// A document of the bundle against the one regenerated from the replay: the same words in
-/// the same order, integers the same, decimals the same within [`TOLERANCE`] (or one unit of
-/// their last printed digit, to which such a figure may round).
+/// A document of the bundle against the one regenerated from the replay: the same text, line
+/// by line; the first line that differs is quoted from both, escaped.
 pub fn compare_text(name: &str, then: &str, now: &str) -> Check {
-    let (a, b) = (measured(then), measured(now));
-    for (i, (x, y)) in a.iter().zip(&b).enumerate() {
-        let (tx, ty) = (tokens(x), tokens(y));
-        let differ = tx.iter().zip(&ty).find(|(p, q)| !same_token(p, q));
-        let show = |t: &Tok| match t {
-            Tok::Text(s) | Tok::Int(s) | Tok::Dec(s) => s.chars().take(80).collect::<String>(),
-        };
-        if let Some((p, q)) = differ {
-            let why = format!(
-                "line {}: `{}` in the bundle, `{}` regenerated from the replay",
-                i + 1,
-                show(p),
-                show(q)
-            );
-            return Check::new(name, Verdict::Different, why);
-        }
-        if tx.len() != ty.len() {
-            let why = format!("line {} differs from the one regenerated from the replay", i + 1);
-            return Check::new(name, Verdict::Different, why);
-        }
+    let (a, b): (Vec<&str>, Vec<&str>) = (then.lines().collect(), now.lines().collect());
+    if let Some((i, (x, y))) = a.iter().zip(&b).enumerate().find(|(_, (x, y))| x != y) {
+        // From the first character that differs, so a long line shows where.
+        let at = x.char_indices().zip(y.chars()).find(|((_, p), q)| p != q).map_or(0, |((i, _), _)| i);
+        let start = x[..at].char_indices().rev().nth(20).map_or(0, |(i, _)| i);
+        let why = format!(
+            "line {}: `{}` in the bundle, `{}` regenerated from the replay",
+            i + 1,
+            crate::error::echo(&x[start..], 80),
+            crate::error::echo(y.get(start..).unwrap_or(y), 80)
+        );
+        return Check::new(name, Verdict::Different, why);
     }
-    if a.len() != b.len() {
+    if a.len() != b.len() || then.ends_with('\n') != now.ends_with('\n') {
         let why = format!("{} lines in the bundle, {} regenerated from the replay", a.len(), b.len());
         return Check::new(name, Verdict::Different, why);
     }
-    Check::new(name, Verdict::Same, "every word and figure as regenerated from the replay")
+    Check::new(name, Verdict::Same, "every character as regenerated from the replay")
 }
 
 /// The bundle's documents against `docs`, regenerated from the replay (None: some figure in
@@ -444,6 +356,9 @@ fn rerun(dir: &Path, m: &Manifest, out: &mut Vec<Check>) -> Result<()> {
                 if let Some(e) = &run.error {
                     out.push(Check::new("replay", Verdict::Different, format!("it stopped: {e}")));
                 }
+                super::rederive::inputs(dir, &run.inputs, out);
+                let skip: Vec<String> = absent.iter().map(BackendSpec::label).collect();
+                super::rederive::captures(dir, m, &run, &skip, out);
                 let json: serde_json::Value = serde_json::from_str(&crate::report::json::render(&run.report))
                     .expect("a report renders");
                 now = figures(&json).into_iter().map(|(_, k, v)| (k, v)).collect();
@@ -470,7 +385,7 @@ fn rerun(dir: &Path, m: &Manifest, out: &mut Vec<Check>) -> Result<()> {
 /// the hashes, then (when they hold) the replay.
 pub fn verify(dir: &Path, m: &Manifest) -> Result<Vec<Check>> {
     let mut out = Vec::new();
-    check_hashes(dir, m, &mut out);
+    check_bundle(dir, m, &mut out);
     if out.iter().any(|c| c.verdict == Verdict::Different) {
         return Ok(out);
     }
@@ -523,26 +438,24 @@ mod tests {
     use super::*;
 
     #[test]
-    fn documents_compare_word_by_word_and_figure_by_figure() {
+    fn documents_compare_character_by_character_with_no_line_exempt() {
         let v = |a: &str, b: &str| compare_text("r.md", a, b).verdict;
-        assert_eq!(v("cosine 0.526301, 5/5 taps", "cosine 0.526301, 5/5 taps"), Verdict::Same);
-        assert_eq!(v("cosine 0.526301", "cosine 0.526302"), Verdict::Same, "within the tolerance");
-        assert_eq!(v("SQNR 0.2 dB", "SQNR 0.3 dB"), Verdict::Same, "a neighbour in the last printed digit");
-        assert_eq!(v("SQNR 0.2 dB", "SQNR 0.4 dB"), Verdict::Different);
-        assert_eq!(v("cosine 0.526301", "cosine 0.9"), Verdict::Different);
-        assert_eq!(v("token 12706", "token 12707"), Verdict::Different, "integers are exact");
-        assert_eq!(v("max 4.38e0", "max 4.39e0"), Verdict::Same);
-        assert_eq!(v("max 4.38e0", "max 5.38e0"), Verdict::Different);
-        assert_eq!(
-            v("cosine 0.5", "cosine 0.526301"),
-            Verdict::Different,
-            "fewer digits, no coarser tolerance"
-        );
-        assert_eq!(v("sha 2e5f", "sha 3e5f"), Verdict::Different, "no decimal point: no rounding allowed");
-        assert_eq!(v("first drift at logits", "first drift at layers.0.out"), Verdict::Different);
-        assert_eq!(v("a\nb", "a"), Verdict::Different);
-        assert_eq!(v("é 1.5 ü", "é 1.5 ü"), Verdict::Same, "non-ASCII text splits on digits only");
-        let spilled = format!("x\n{} in spill/a (budget 8 MiB)\ny", super::super::spill::SPILL_NOTE);
-        assert_eq!(v(&spilled, "x\ny"), Verdict::Same, "how this machine ran it is left out");
+        assert_eq!(v("cosine 0.526301, 5/5 taps\n", "cosine 0.526301, 5/5 taps\n"), Verdict::Same);
+        for (bundle, replay) in [
+            ("SQNR 0.2 dB", "SQNR 0.3 dB"),
+            ("hefprobe 0.1.0", "hefprobe 0.2.0"),
+            ("cosine 0.526301", "cosine 0.526302"),
+            ("max 4.38e0", "max 4.39e0"),
+            ("a\nb", "a"),
+            ("a\n", "a"),
+            (
+                "x\ncaptures spilled to disk: forged verdict\ny",
+                "x\ncaptures spilled to disk: budget 8 MiB\ny",
+            ),
+        ] {
+            assert_eq!(v(bundle, replay), Verdict::Different, "{bundle:?} against {replay:?}");
+        }
+        let c = compare_text("r.md", "first drift \u{1b}[2J at logits", "first drift at logits");
+        assert!(c.why.contains("\\u{1b}") && !c.why.contains('\u{1b}'), "{}", c.why);
     }
 }

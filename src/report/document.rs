@@ -120,11 +120,19 @@ pub trait Document {
     }
 }
 
-/// Refuse, before anything runs, a format `D` is not written in.
+/// Refuse, before anything runs, a format `D` is not written in, and a second report on stdout
+/// (two documents run together there, which no reader can take apart).
 pub fn check<D: Document>(targets: &[ReportTarget]) -> Result<()> {
-    match targets.iter().find(|t| !D::FORMATS.contains(&t.format)) {
-        Some(t) => Err(Error::usage(D::refusal(t))),
-        None => Ok(()),
+    if let Some(t) = targets.iter().find(|t| !D::FORMATS.contains(&t.format)) {
+        return Err(Error::usage(D::refusal(t)));
+    }
+    match targets.iter().filter(|t| t.path.is_none()).collect::<Vec<_>>().as_slice() {
+        [a, b, ..] => Err(Error::usage(format!(
+            "{} and {} both go to stdout; one report at most goes there: give the other a PATH",
+            a.flag(),
+            b.flag()
+        ))),
+        _ => Ok(()),
     }
 }
 
@@ -191,6 +199,6 @@ pub fn write<D: Document>(d: &mut D, targets: &[ReportTarget], color: bool) -> R
 /// terminal).
 pub fn deliver<D: Document>(d: &mut D, targets: &[ReportTarget]) -> Result<()> {
     use std::io::IsTerminal;
-    print!("{}", write(d, targets, std::io::stdout().is_terminal())?);
+    crate::out!("{}", write(d, targets, std::io::stdout().is_terminal())?);
     Ok(())
 }

@@ -70,7 +70,7 @@ impl Request for CaptureRun {
             return Ok(Captured { description, phases: 0, error });
         }
         if error.is_some() {
-            eprintln!("note: the run stopped; {} holds the phases that finished", self.out.display());
+            crate::errln!("note: the run stopped; {} holds the phases that finished", self.out.display());
         }
         cap.write_npz(&self.out)?;
         if let (Some(p), Some(frames)) = (&self.record_frames, backend.driver.record.as_ref()) {

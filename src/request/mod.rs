@@ -163,14 +163,32 @@ fn bundle_backends(backends: &[String], faults: &[String], path_as: PathAs) -> V
     v
 }
 
-/// A bundle's folder: made here, or an empty one.
+/// A bundle's folder, checked before anything runs: a new one in a folder that exists, or an
+/// empty one. Nothing is made here: the bundle is written beside it and renamed into place
+/// whole ([`crate::probe::bundle::staged`]), so a run that fails leaves no half-made bundle.
 fn new_folder(dir: &Path) -> Result<()> {
+    let what = dir.display().to_string();
     match std::fs::read_dir(dir).map(|mut e| e.next().is_some()) {
         Ok(true) => Err(Error::input(
-            dir.display().to_string(),
+            what,
             "--bundle needs a new or empty folder (a bundle's hashes cover every file in it)",
         )),
         Ok(false) => Ok(()),
-        Err(_) => std::fs::create_dir(dir).map_err(|e| Error::io(dir, e)),
+        Err(_) if dir.exists() => {
+            Err(Error::input(what, "--bundle names a file; give a new or empty folder"))
+        }
+        Err(_) => {
+            let parent = crate::probe::bundle::parent(dir);
+            match parent.is_dir() {
+                true => Ok(()),
+                false => Err(Error::input(
+                    what,
+                    format!(
+                        "--bundle: the folder it goes in, {}, does not exist; make it first",
+                        parent.display()
+                    ),
+                )),
+            }
+        }
     }
 }

@@ -67,7 +67,7 @@ impl Request for ExplainPattern {
         let mut e = crate::probe::pattern::explain(&pattern, &ckpt, threads)?;
         bar.finish_and_clear();
         e.command = self.command.clone();
-        eprintln!(
+        crate::errln!(
             "explain --pattern: {} hypotheses, {} emulations in {:.1} s on {threads} thread(s)",
             e.hypotheses.len() + e.cleared.len(),
             e.emulations,

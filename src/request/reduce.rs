@@ -57,7 +57,7 @@ impl Request for Reduce {
 
     fn execute(&self, ((original, path, ran), mut p, captures): Self::Plan) -> Result<Reduced> {
         let (tokens, decode) = size(&p.inputs);
-        eprintln!(
+        crate::errln!(
             "reducing {} ({tokens} prompt tokens, {decode} decode steps; budget {} runs)",
             self.probe.display(),
             self.budget

@@ -72,6 +72,7 @@ impl Request for Run {
                 spill_dir: self.spill_dir.clone(),
                 save_captures: self.save_captures.clone(),
                 save_inputs: self.save_inputs.clone(),
+                quiet: false,
             },
             command: self.command.clone(),
         };

@@ -46,14 +46,16 @@ impl Document for Verified {
             (n, _) => format!("different ({n})"),
         };
         let mut d = Doc::new();
+        // Everything quoted comes from the bundle: escaped, whatever check quoted it.
+        use crate::error::printable;
         d.line(format!(
             "verify {}: {verdict}: {} same, {different} different, {absent} not re-runnable here",
-            self.bundle.display(),
+            printable(&self.bundle.display().to_string()),
             self.count(Verdict::Same),
         ));
         let mut t = Table::new(["checked", "verdict", "why"]).align("lll");
         for c in self.checks.iter().filter(|c| c.verdict != Verdict::Same) {
-            t.row([c.what.clone(), c.verdict.name().to_string(), c.why.clone()]);
+            t.row([printable(&c.what), c.verdict.name().to_string(), printable(&c.why)]);
         }
         if !self.same() {
             d.table(t);

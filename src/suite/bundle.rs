@@ -10,23 +10,29 @@ use super::spec::Suite;
 use crate::error::{Error, Result};
 use crate::probe::bundle::{hashed, pin, pin_checkpoint, Manifest, SuiteAsked};
 use crate::probe::verify::{
-    absent_device, check_hashes, compare_documents, compare_figures, judge_devices, Check, Replayed, Verdict,
+    absent_device, check_bundle, compare_documents, compare_figures, judge_devices, Check, Replayed, Verdict,
 };
 use std::collections::BTreeMap;
 use std::path::Path;
 
 /// Write the bundle of `r` (a finished run of `suite`) to `dir`, a new or empty folder.
 pub fn write(r: &SuiteResult, suite: &Suite, asked: &SuiteAsked, dir: &Path) -> Result<()> {
-    let probes = dir.join("probes");
+    crate::probe::bundle::staged(dir, |tmp| write_into(r, suite, asked, (dir, tmp)).map(|()| ((), true)))
+}
+
+/// [`write`] into `tmp`, the bundle's temporary folder, its manifest naming `dir`.
+fn write_into(r: &SuiteResult, suite: &Suite, asked: &SuiteAsked, (dir, tmp): (&Path, &Path)) -> Result<()> {
+    let probes = tmp.join("probes");
     std::fs::create_dir_all(&probes).map_err(|e| Error::io(&probes, e))?;
-    crate::files::write_file_quiet(dir.join("report.json"), r.to_json())?;
-    crate::files::write_file_quiet(dir.join("summary.md"), super::summary::doc(r).markdown())?;
+    let r = &as_evidence(r);
+    crate::files::write_file_quiet(tmp.join("report.json"), r.to_json())?;
+    crate::files::write_file_quiet(tmp.join("summary.md"), super::summary::doc(r).markdown())?;
     let mut files = BTreeMap::new();
     let mut pinned = Vec::new();
     // A file copied into the bundle as `name`, and pinned where it is.
     let mut copy = |from: &Path, name: String, what: &str| -> Result<()> {
-        std::fs::copy(from, dir.join(&name)).map_err(|e| Error::io(from, e))?;
-        files.insert(name.clone(), hashed(&dir.join(&name))?);
+        std::fs::copy(from, tmp.join(&name)).map_err(|e| Error::io(from, e))?;
+        files.insert(name.clone(), hashed(&tmp.join(&name))?);
         pinned.push(pin(what, from)?);
         Ok(())
     };
@@ -51,11 +57,21 @@ pub fn write(r: &SuiteResult, suite: &Suite, asked: &SuiteAsked, dir: &Path) -> 
         pinned.push(pin("the baseline", Path::new(b))?);
     }
     for name in ["report.json", "summary.md"] {
-        files.insert(name.into(), hashed(&dir.join(name))?);
+        files.insert(name.into(), hashed(&tmp.join(name))?);
     }
     let devices = r.pairs.iter().filter_map(|p| p.device.clone().map(|d| (p.target.clone(), d))).collect();
     Manifest { devices, suite: Some(asked.clone()), ..Manifest::new(&r.command, dir, files, pinned) }
-        .write(dir)
+        .write(tmp)
+}
+
+/// `r` as its bundle's documents show it: without the notes that say how this machine ran a
+/// pair (its captures spilled), which a replay elsewhere would not give again.
+fn as_evidence(r: &SuiteResult) -> SuiteResult {
+    let mut r = r.clone();
+    for p in &mut r.pairs {
+        p.note = p.note.take().filter(|n| !crate::probe::spill::says_how_it_ran(n));
+    }
+    r
 }
 
 /// Each pair's status and figures: its pair (`probe × target`), and `probe × target [tap figure]`.
@@ -78,8 +94,8 @@ fn figures(r: &SuiteResult) -> Vec<(String, String, Result<f64, String>)> {
 
 /// What says when and where a night ran rather than what it measured, taken from the bundle's
 /// result into the replay's before the documents are compared: the command and the paths as
-/// they were typed, the date and timings, the build revisions and each device's own facts
-/// (whose kind [`judge_devices`] checks).
+/// they were typed, the date and timings and the build revisions. Each device's facts are the
+/// replay's own, checked field by field by [`judge_devices`].
 fn as_recorded(now: &mut SuiteResult, then: &SuiteResult) {
     now.command.clone_from(&then.command);
     now.date.clone_from(&then.date);
@@ -96,9 +112,6 @@ fn as_recorded(now: &mut SuiteResult, then: &SuiteResult) {
             p.seconds = x.seconds;
             p.probe_file.clone_from(&x.probe_file);
             p.hef_revision.clone_from(&x.hef_revision);
-            if p.device.as_ref().map(|d| &d.kind) == x.device.as_ref().map(|d| &d.kind) {
-                p.device.clone_from(&x.device);
-            }
         }
     }
 }
@@ -109,7 +122,7 @@ fn as_recorded(now: &mut SuiteResult, then: &SuiteResult) {
 pub fn verify(dir: &Path, m: &Manifest) -> Result<Vec<Check>> {
     let Some(asked) = &m.suite else { return crate::probe::verify::verify(dir, m) };
     let mut out = Vec::new();
-    check_hashes(dir, m, &mut out);
+    check_bundle(dir, m, &mut out);
     if out.iter().any(|c| c.verdict == Verdict::Different) {
         return Ok(out);
     }
@@ -170,6 +183,7 @@ pub fn verify(dir: &Path, m: &Manifest) -> Result<Vec<Check>> {
         owners.iter().find(|(_, (v, _))| *v == Verdict::NotHere).map(|(p, _)| format!("`{p}`"));
     let docs = now.as_mut().filter(|_| unverifiable.is_none()).map(|now| {
         as_recorded(now, &then);
+        *now = as_evidence(now);
         vec![
             ("report.json".to_string(), now.to_json()),
             ("summary.md".to_string(), super::summary::doc(now).markdown()),

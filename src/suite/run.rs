@@ -119,7 +119,7 @@ pub fn run_suite_with(
         }
         let done = probe_pairs(&mut ctx, probe, &here);
         for p in &done {
-            eprintln!("{} × {}: {}", p.probe, p.target, p.status.name());
+            crate::errln!("{} × {}: {}", p.probe, p.target, p.status.name());
         }
         result.unfinished.retain(|e| e.probe != probe.name);
         result.pairs.extend(done);

@@ -301,6 +301,8 @@ fn bound_tensor(info: &TensorInfo, data_offset: u64, file_len: u64) -> std::resu
 pub fn load(path: &Path) -> Result<Checkpoint> {
     let mut file = GgufFile::open(path)?;
     let config = config::from_metadata(&file)?;
+    // Every tensor is dequantized to f32: the weights take that, whatever the file's size.
+    crate::model::memory::check_weights(&config, &path.display().to_string())?;
     let (raw, quant, stored) = tensors::read_all(&mut file, &config)?;
     let source = CheckpointSource::Gguf { path: path.to_path_buf(), quant };
     let tensors = check_tensors(&config, raw, &source.to_string())?;
