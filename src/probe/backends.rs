@@ -172,6 +172,7 @@ fn run_backend(
         notes: backend.notes(),
         device: backend.device(),
         inputs: followed.map(|f| f.0),
+        served: backend.served(),
     })
 }
 

@@ -39,6 +39,8 @@ pub struct BackendOutput {
     pub device: Option<crate::device::DeviceFacts>,
     /// The inputs it ran when not the probe's ([`Backend::follow_inputs`]).
     pub inputs: Option<InputSet>,
+    /// What a served model returned ([`Backend::served`]).
+    pub served: Option<crate::backend::serve::Served>,
 }
 
 /// A backend's expected quantization, emulated twice: the expected draw, and a second draw
