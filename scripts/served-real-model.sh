@@ -12,6 +12,7 @@
 #                (default ${XDG_CACHE_HOME:-$HOME/.cache}/hefprobe/llama-cpp-venv); built once,
 #                a CPU-only build that takes 10-25 minutes on 2 cores
 #   LCP_SDIST    a local llama_cpp_python-0.3.36.tar.gz to build instead of PyPI's
+#   LCP_CMAKE_ARGS  CMake flags of that build, in place of the ones below
 #   PORT         the loopback port (default 8311; hailo-ollama and llama-cpp-python both
 #                default to 8000)
 #   HEFPROBE     the hefprobe binary (default: the release build, built here)
@@ -35,7 +36,12 @@ esac
 [ -f "$dir/$GGUF" ] || { echo "error: $dir/$GGUF missing; run scripts/fetch-real-models.sh $dir" >&2; exit 2; }
 
 # 1. llama-cpp-python[server], built from its sdist: CPU only, without the multimodal
-#    library (LLAVA_BUILD, which the completion server never loads) to halve the build.
+#    library (LLAVA_BUILD, which the completion server never loads) to halve the build, and
+#    not for the build machine's own CPU: a -march=native build that picked up AMX segfaulted
+#    in its first prompt batch on a VM that lists AMX; on x86-64 AVX2/FMA/F16C are asked for
+#    instead. Not from pip's wheel cache: a cached wheel was built with other flags.
+cmake_args="-DLLAVA_BUILD=OFF -DGGML_NATIVE=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF"
+[ "$(uname -m)" = x86_64 ] && cmake_args="$cmake_args -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON"
 if ! "$venv/bin/python" -c "import llama_cpp.server" 2>/dev/null; then
   python3 -m venv "$venv"
   export PATH="$venv/bin:$PATH"
@@ -44,8 +50,55 @@ if ! "$venv/bin/python" -c "import llama_cpp.server" 2>/dev/null; then
   case "$src" in *.tar.gz) src="llama-cpp-python[server] @ file://$(cd "$(dirname "$src")" && pwd)/$(basename "$src")" ;;
                   *) src="llama-cpp-python[server]==$LCP_VERSION" ;; esac
   echo "building $src into $venv (10-25 minutes on 2 cores)" >&2
-  CMAKE_ARGS="-DLLAVA_BUILD=OFF -DGGML_NATIVE=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF" \
+  CMAKE_ARGS="${LCP_CMAKE_ARGS:-$cmake_args}" \
     CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" \
-    "$venv/bin/pip" install --no-binary llama-cpp-python "$src" >&2
+    "$venv/bin/pip" install --no-cache-dir --no-binary llama-cpp-python "$src" >&2
 fi
 [ "${INSTALL_ONLY:-0}" = 1 ] && { echo "$venv"; exit 0; }
+
+out="${2:-$(mktemp -d)}"
+mkdir -p "$out"
+out="$(cd "$out" && pwd)"
+if [ -z "${HEFPROBE:-}" ]; then
+  (cd "$repo" && cargo build --release --quiet)
+  HEFPROBE="$repo/target/release/hefprobe"
+fi
+
+# 2. The server on loopback (n_ctx 2048 holds prompt and answer), stopped however this ends.
+"$venv/bin/python" -m llama_cpp.server --model "$dir/$GGUF" --host 127.0.0.1 --port "$port" --n_ctx 2048 \
+  >"$out/server.log" 2>&1 &
+server=$!
+trap 'kill "$server" 2>/dev/null; wait "$server" 2>/dev/null' EXIT
+"$venv/bin/python" - "$port" <<'PY'
+import sys, time, urllib.request
+for _ in range(120):
+    try:
+        urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/v1/models", timeout=2)
+        sys.exit(0)
+    except OSError:
+        time.sleep(1)
+sys.exit("the server did not answer within 2 minutes; see server.log")
+PY
+
+# 3. Judged against the f32 reference of the same GGUF (dequantized), through the OpenAI dialect.
+code=0
+"$HEFPROBE" run "$repo/probes/served/greedy-answer.toml" --checkpoint "$dir/$GGUF" \
+  --backend "serve=http://127.0.0.1:$port,api=openai,logprobs=10" --no-explain \
+  --report terminal --report "markdown=$out/served.md" --report "json=$out/served.json" || code=$?
+
+# 4. The figures docs/SERVING.md quotes.
+python3 - "$out/served.json" <<'PY'
+import json, sys
+t = json.load(open(sys.argv[1]))["comparisons"][0]["tokens"]
+print(f"greedy agreement: {t['agreement']} of {t['compared']} tokens")
+d = t["divergence"]
+if d:
+    print(f"first divergence: token {d['position']}: reference {d['reference_text']!r}, served {d['served_text']!r}; "
+          f"reference top-1 margin {d['margin']:.4f}; served token rank {d['rank']}, log-prob {d['logprob']:.4f}")
+f = t["forced"]
+print(f"one-token continuations: {f['agreed']} of {f['positions']}")
+k = t["kld"]
+print(f"KLD mean {k['mean']:.6f} (max {k['max']:.6f}) over {k['positions']} positions; same top-1 {100 * k['same_top1']:.1f}%")
+PY
+echo "reports: $out/served.md $out/served.json (exit $code)"
+exit "$code"

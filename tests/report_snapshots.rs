@@ -138,6 +138,7 @@ fn fixed_report() -> Report {
         nonfinite: vec![],
         search: None,
         against: Default::default(),
+        by_tokens: false,
         spent: hefprobe::explain::Spent {
             candidates: 3,
             from_first_block: 1,

@@ -167,15 +167,17 @@ impl BackendSpec {
         let number = |k: &str, v: &str| Error::usage(format!("--backend {s}: {k} `{v}` is not a number"));
         for p in parts {
             match p.split_once('=') {
-                Some(("api", a)) => self.api = Some(
-                    crate::backend::serve::Api::from_name(a)
-                        .filter(|a| *a != crate::backend::serve::Api::Llm)
-                        .ok_or_else(|| {
-                            Error::usage(format!(
+                Some(("api", a)) => {
+                    self.api = Some(
+                        crate::backend::serve::Api::from_name(a)
+                            .filter(|a| *a != crate::backend::serve::Api::Llm)
+                            .ok_or_else(|| {
+                                Error::usage(format!(
                                 "--backend {s}: api `{a}`: ollama (hailo-ollama) or openai (/v1/completions)"
                             ))
-                        })?,
-                ),
+                            })?,
+                    )
+                }
                 Some(("model", m)) => self.model = Some(m.to_string()),
                 Some(("template", t)) => self.template = Some(PathBuf::from(t)),
                 Some(("logprobs", n)) => self.logprobs = Some(n.parse().map_err(|_| number("logprobs", n))?),

@@ -165,7 +165,15 @@ impl Metric {
     }
 }
 
-/// A token figure's value on a tap row: none ([`crate::compare::tokens::value`] reads it).
+/// The pseudo-tap a served model's token bounds are written for (`--threshold
+/// tokens:agreement=0.5`; [`crate::compare::tokens`]).
+pub const TOKENS: &str = "tokens";
+
+/// The default `token_gap` bound, in logits (nats): a served token the reference gives at
+/// least 1/e of its top-1's probability is a near-tie.
+pub const DEFAULT_TOKEN_GAP: f64 = 1.0;
+
+/// A token figure's value on a tap row: none (`compare::tokens::value` reads it).
 fn none(_: &TapRow) -> Option<f64> {
     None
 }
@@ -360,7 +368,7 @@ impl Default for Thresholds {
     /// what a softmax shared across heads does; 0.05 leaves room for 8-bit probs).
     fn default() -> Self {
         // A served model loses no token the reference's top-1 beats by more than one nat.
-        let token_gap = (Metric::TokenGap, super::tokens::DEFAULT_TOKEN_GAP);
+        let token_gap = (Metric::TokenGap, DEFAULT_TOKEN_GAP);
         let default =
             [(Metric::Cosine, 0.999), (Metric::Nonfinite, 0.0), (Metric::Flips, 0.0), token_gap].into();
         let mut probs = Rule::new("layers.*.attn.probs", &[("prob_sum_err".to_string(), 0.05)].into())
@@ -451,7 +459,7 @@ impl Thresholds {
     pub fn check_globs(&self, taps: &[String], layers: usize) -> Result<()> {
         for rule in self.rules.iter().filter(|r| !r.origin.is_empty()) {
             // `tokens`: a served model's token figures (compare::tokens), whatever the model.
-            if !taps.iter().any(|t| rule.pattern.matches(t)) && !rule.pattern.matches(super::tokens::TOKENS) {
+            if !taps.iter().any(|t| rule.pattern.matches(t)) && !rule.pattern.matches(TOKENS) {
                 return Err(Error::usage(format!(
                     "{}: glob `{}` matches no tap{}; taps look like embed, layers.0.attn.probs, \
                      layers.*.out, final_norm, logits (and a served model's `tokens`)",

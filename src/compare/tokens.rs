@@ -22,12 +22,7 @@ use crate::model::tokenizer::Tokenizer;
 use crate::tap::{Key, Phase, Tap};
 use serde::Serialize;
 
-/// The pseudo-tap token bounds are written for (`--threshold tokens:agreement=0.5`).
-pub const TOKENS: &str = "tokens";
-
-/// The default `token_gap` bound, in logits (nats): a served token the reference gives at
-/// least 1/e of its top-1's probability is a near-tie.
-pub const DEFAULT_TOKEN_GAP: f64 = 1.0;
+pub use super::thresholds::{DEFAULT_TOKEN_GAP, TOKENS};
 
 /// Where the served continuation first parts from the reference's (or a one-token
 /// continuation misses), with what the reference thought of the token the server chose.
@@ -93,6 +88,8 @@ pub struct TokenComparison {
     /// The served continuation as the checkpoint's ids, and its longest run of one token.
     pub served_tokens: Vec<u32>,
     pub served_text: String,
+    /// The reference's continuation over the tokens compared.
+    pub reference_text: String,
     pub longest_run: usize,
     pub reference_longest_run: usize,
     pub forced: Option<Forced>,
@@ -184,6 +181,7 @@ pub fn compare(
         reference_longest_run: longest_run(&reference[..stop]),
         served_tokens: served_ids,
         served_text: served.greedy.text.clone(),
+        reference_text: tok.decode(&reference[..compared.min(reference.len())]),
         divergence,
         forced,
         kld,

@@ -20,7 +20,7 @@ fn rows(reference: &[u32], others: &[(usize, u32, f32)]) -> Vec<Vec<f32>> {
         .map(|(k, &r)| {
             let mut row = vec![0f32; VOCAB];
             row[r as usize] = 4.0;
-            for &(p, t, v) in others.iter().filter(|o| o.0 == k) {
+            for &(_, t, v) in others.iter().filter(|o| o.0 == k) {
                 row[t as usize] = v;
             }
             row

@@ -217,7 +217,7 @@ fn python_method(
             "endswith" => Value::from(arg(0).is_some_and(|p| s.ends_with(p))),
             "lower" => Value::from(s.to_lowercase()),
             "upper" => Value::from(s.to_uppercase()),
-            "title" => state.apply_filter("title", &[value.clone()])?,
+            "title" => state.apply_filter("title", std::slice::from_ref(value))?,
             "replace" => match (arg(0), arg(1)) {
                 (Some(from), Some(to)) => Value::from(s.replace(from, to)),
                 _ => return unknown(),
@@ -231,7 +231,7 @@ fn python_method(
     }
     if value.kind() == ValueKind::Map {
         return match method {
-            "items" => state.apply_filter("items", &[value.clone()]),
+            "items" => state.apply_filter("items", std::slice::from_ref(value)),
             "keys" => Ok(Value::from(value.try_iter()?.collect::<Vec<_>>())),
             "values" => Ok(Value::from(
                 value.try_iter()?.map(|k| value.get_item(&k)).collect::<std::result::Result<Vec<_>, _>>()?,

@@ -248,6 +248,11 @@ fn evaluate(pair: &mut PairResult, compared: &Compared, band: &Band) {
     pair.series = taps.iter().filter_map(|t| phase_series(cmp, t)).collect();
     pair.first_drift = located.as_ref().map(|l| l.tap.to_string());
     pair.located = located.map(|l| crate::report::format::located_sentence(&l));
+    // A served model drifts at its tokens.
+    if let Some(t) = cmp.tokens.as_ref().filter(|t| !t.failures.is_empty()) {
+        pair.first_drift = Some(crate::compare::tokens::TOKENS.to_string());
+        pair.located = Some(crate::report::tokens::sentence(t));
+    }
     pair.regressions = regs;
     pair.figures = figs;
 }
