@@ -493,3 +493,21 @@ fn the_emulators_greedy_path_is_the_references() {
     assert_eq!(generated, want);
     assert!(run.record.phases.iter().any(|(p, _, _)| *p == Phase::Decode(0)));
 }
+
+#[test]
+fn a_bundle_of_a_served_run_carries_its_token_figures_and_verifies_against_the_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let ckpt = checkpoint(dir.path());
+    let (url, served) = serve(&ckpt, &["shared-softmax@layers=0"]);
+    let p = probe(dir.path(), &ckpt, "Once upon a time", &[]);
+    let bundle = dir.path().join("bundle");
+    let spec = format!("serve={url},model={MODEL}");
+    let out = hefprobe().args(["run"]).arg(&p).args(["--backend", &spec, "--no-explain", "--bundle"]).arg(&bundle).output().unwrap();
+    assert!(out.status.code().is_some_and(|c| c <= 1), "{}", String::from_utf8_lossy(&out.stderr));
+    let report: Value = serde_json::from_str(&std::fs::read_to_string(bundle.join("report.json")).unwrap()).unwrap();
+    assert!(report["comparisons"][0]["tokens"]["divergence"].is_object(), "{report:#}");
+    let out = hefprobe().args(["verify"]).arg(&bundle).output().unwrap();
+    let said = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{said}");
+    assert_eq!(served.log.lock().unwrap().len(), 2, "verify asked the server again");
+}

@@ -1,7 +1,9 @@
 """An `LLM` object (hailo_platform.genai's interface: generate, clear_context) judged as a served
-model, token by token. The stand-in yields what HailoRT's iterator yields: one piece per token
-("" for a byte held back inside a UTF-8 character), and after the tokens asked for the recovery
-token's text. Its tokens are the reference's own greedy ones, then the same with one changed."""
+model, token by token. The stand-in yields what HailoRT's iterator yields: one piece per token,
+a stop token's text last, and after the tokens asked for the recovery token's text. Its tokens
+are the reference's own greedy ones (a model of ASCII tokens), then the same with one changed."""
+
+import json
 
 import pytest
 
@@ -9,15 +11,34 @@ import hefprobe
 from hefprobe import _native
 
 
-def byte_of_id():
-    """The synth tokenizer's byte of each id: ids 3.. are GPT-2's byte-level alphabet in its
-    order (printable bytes first, then the rest)."""
+def byte_chars():
+    """GPT-2's byte-level alphabet: each byte's character in tokenizer.json (printable bytes as
+    themselves, the rest from U+0100 on)."""
     printable = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAC + 1)) + list(range(0xAE, 0xFF + 1))
-    order = printable + [b for b in range(256) if b not in printable]
-    return {3 + i: b for i, b in enumerate(order)}
+    rest = [b for b in range(256) if b not in printable]
+    return {**{b: chr(b) for b in printable}, **{b: chr(256 + n) for n, b in enumerate(rest)}}
 
 
-BYTES = byte_of_id()
+def ascii_tokenizer(vocab):
+    """hefprobe's byte-level synth tokenizer cut to `vocab` ids (as `synth_tokenizer_json_within`):
+    <unk>, <s>, </s>, then one id per byte from 0, so below 97 ids every token is ASCII text (a
+    random model's high bytes are mostly not UTF-8, which a server holds back for good)."""
+    specials = ["<unk>", "<s>", "</s>"]
+    chars = byte_chars()
+    table = {s: i for i, s in enumerate(specials)}
+    table.update({chars[b]: 3 + b for b in range(vocab - 3)})
+    level = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True}
+    added = [{"id": i, "content": s, "single_word": False, "lstrip": False, "rstrip": False, "normalized": False,
+              "special": True} for i, s in enumerate(specials)]
+    model = {"type": "BPE", "dropout": None, "unk_token": "<unk>", "continuing_subword_prefix": None,
+             "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False, "ignore_merges": False,
+             "vocab": table, "merges": []}
+    return {"version": "1.0", "truncation": None, "padding": None, "added_tokens": added, "normalizer": None,
+            "pre_tokenizer": level, "post_processor": None, "decoder": level, "model": model}
+
+
+VOCAB = 97
+BYTES = {3 + b: b for b in range(VOCAB - 3)}
 
 
 class Completion:
@@ -53,24 +74,23 @@ class FakeLLM:
         cap = hefprobe.reference(self.checkpoint, text=prompt, taps="logits", decode=n - 1)
         ids = [int(cap[k][-1].argmax()) for k in cap.keys() if k.endswith("/logits")]
         if self.flip is not None and self.flip < len(ids):
-            ids[self.flip] = 3 + list(BYTES.values()).index(ord("#")) if BYTES.get(ids[self.flip]) != ord("#") else 4
-        pieces, held = [], b""
+            ids[self.flip] = 3 + ord("#") if ids[self.flip] != 3 + ord("#") else 3 + ord("%")
+        pieces = []
         for i in ids:
-            held += bytes([BYTES[i]]) if i in BYTES else b""
-            try:
-                pieces.append(held.decode("utf-8"))
-                held = b""
-            except UnicodeDecodeError:
-                pieces.append("")
+            if i == 2:  # the HEF's stop token: its text is the last piece
+                return Completion(pieces + ["</s>"], "LLMGeneratorCompletionStatus.LOGICAL_END_OF_GENERATION")
+            pieces.append(chr(BYTES[i]) if i in BYTES else ["<unk>", "<s>"][i])
+        # After the tokens asked for, HailoRT yields the recovery sequence (the EOS).
         return Completion(pieces + ["</s>"], "LLMGeneratorCompletionStatus.MAX_TOKENS_REACHED")
 
 
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory):
-    """A 2-layer tinystories whose vocabulary is the byte-level tokenizer's: every id is text."""
+    """A 2-layer tinystories of 97 ids with the ASCII tokenizer: every token is text."""
     d = tmp_path_factory.mktemp("served") / "tiny"
-    argv = ["hefprobe", "synth", "--preset", "tinystories", "--layers", "2", "--vocab", "259", "-o", str(d)]
+    argv = ["hefprobe", "synth", "--preset", "tinystories", "--layers", "2", "--vocab", str(VOCAB), "-o", str(d)]
     assert _native.main(argv) == 0
+    (d / "tokenizer.json").write_text(json.dumps(ascii_tokenizer(VOCAB)))
     return d
 
 
@@ -79,7 +99,7 @@ def probe(tmp_path, checkpoint):
     p = tmp_path / "served.toml"
     p.write_text(
         f'version = 1\nname = "served"\nquestion = "q?"\ntaps = ["logits"]\n[checkpoint]\npath = "{checkpoint}"\n'
-        '[inputs]\ntext = "Once upon"\ndecode = 3\n[compare]\nlocal = false\nlens = false\n'
+        '[inputs]\ntext = "ONCE UPON"\ndecode = 3\n[compare]\nlocal = false\nlens = false\n'
     )
     return p
 
@@ -93,11 +113,11 @@ def test_an_llm_object_is_judged_token_by_token(probe, checkpoint):
     forced = tokens["forced"]
     assert forced["agreed"] == forced["positions"] and forced["positions"] + forced["skipped"] == 4
     prompt, kwargs = llm.calls[0]
-    assert prompt == "Once upon" and kwargs["max_generated_tokens"] == 4
+    assert prompt == "ONCE UPON" and kwargs["max_generated_tokens"] == 4
     assert kwargs["do_sample"] is False and kwargs["frequency_penalty"] == 1.0 and kwargs["seed"] == 0
     # One-token continuations of the reference's own prefixes, each a fresh context.
     assert [c[1]["max_generated_tokens"] for c in llm.calls[1:]] == [1] * forced["positions"]
-    assert all(c[0].startswith("Once upon") for c in llm.calls[1:])
+    assert all(c[0].startswith("ONCE UPON") for c in llm.calls[1:])
 
 
 def test_the_first_token_an_llm_object_changes_is_the_first_divergence(probe, checkpoint):

@@ -191,6 +191,13 @@ pub fn compare(
     if let Some(why) = &served.forced_unavailable {
         t.notes.push(why.clone());
     }
+    if let Some(n) = served.greedy.prompt_tokens.filter(|&n| n != served.prompt_tokens) {
+        t.notes.push(format!(
+            "the server read the prompt as {n} tokens where the reference has {}: it tokenized it otherwise (a BOS, \
+             special tokens read as text), so the two models did not read the same prompt",
+            served.prompt_tokens
+        ));
+    }
     judge(&mut t, thresholds);
     t
 }
@@ -287,7 +294,7 @@ fn align(reference: &[u32], g: &Generation, tok: &Tokenizer, notes: &mut Vec<Str
             }
             (true, Finish::Stop) => End::Diverged { at, token: ended_here() },
             (true, Finish::Length) => End::Ran { at },
-            (false, _) => End::Diverged { at, token: piece_at(at, &text[before..], g, tok, notes) },
+            (false, _) => End::Diverged { at, token: piece_at(at, text.get(before..).unwrap_or(""), g, tok, notes) },
         };
         retokenized(reference, agreed, text, tok, notes);
         return Aligned { agreed, end };

@@ -46,6 +46,7 @@ fn served(greedy: Generation, forced: Option<Vec<Option<Generation>>>) -> Served
         forced,
         forced_unavailable: None,
         prompt: String::new(),
+        prompt_tokens: 12,
     }
 }
 

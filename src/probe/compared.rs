@@ -41,8 +41,8 @@ pub fn compare_runs(p: &Prepared, runs: &Runs, out: &mut Vec<Compared>) -> Resul
     };
     let unbounded = p.thresholds.unbounded();
     for b in &runs.backends {
-        if let Some(served) = &b.served {
-            out.push(served_pair(p, runs, b, served)?);
+        if b.spec.kind == BackendKind::Serve {
+            out.push(served_pair(p, runs, b, b.served.as_ref())?);
             continue;
         }
         let (ref_label, reference) = b.float_reference(runs);
@@ -92,17 +92,23 @@ pub fn compare_runs(p: &Prepared, runs: &Runs, out: &mut Vec<Compared>) -> Resul
 }
 
 /// A served model against the reference, token by token: no tap rows (nothing but tokens came
-/// back), its figures in the pair's `tokens`.
-fn served_pair(p: &Prepared, runs: &Runs, b: &BackendOutput, served: &Served) -> Result<Compared> {
-    let tok = crate::model::tokenizer::Tokenizer::for_checkpoint(&p.ckpt)?;
-    let rows = tokens::reference_rows(runs.reference.as_ref(), &runs.inputs.phases)?;
+/// back), its figures in the pair's `tokens` (none when it answered nothing).
+fn served_pair(p: &Prepared, runs: &Runs, b: &BackendOutput, served: Option<&Served>) -> Result<Compared> {
+    let tokens = match served {
+        Some(served) => {
+            let tok = crate::model::tokenizer::Tokenizer::for_checkpoint(&p.ckpt)?;
+            let rows = tokens::reference_rows(runs.reference.as_ref(), &runs.inputs.phases)?;
+            Some(tokens::compare(&rows, served, &tok, &p.thresholds))
+        }
+        None => None,
+    };
     let cumulative = PairComparison {
         reference: "reference".into(),
         candidate: b.label.clone(),
         view: View::Cumulative,
         rows: Vec::new(),
         on_device: false,
-        tokens: Some(tokens::compare(&rows, served, &tok, &p.thresholds)),
+        tokens,
     };
     Ok(Compared { label: b.label.clone(), cumulative, expected: None, local: None, beside: None, lens: None })
 }

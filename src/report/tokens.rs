@@ -51,9 +51,10 @@ pub fn sentence(t: &TokenComparison) -> String {
     let mut s = match &t.divergence {
         None => format!("{} of {} compared tokens agree ({}); {}", t.agreement, t.compared, pct(t.agreement_share), t.ended),
         Some(d) => format!(
-            "greedy continuations agree for {} tokens, then part at token {}: the reference's {} (top-1 margin {}) \
+            "greedy continuations agree for {} token{}, then part at token {}: the reference's {} (top-1 margin {}) \
              where the server gave {} (rank {}, log-prob {}, {} below the top-1): {}",
             t.agreement,
+            if t.agreement == 1 { "" } else { "s" },
             d.position,
             quoted(&d.reference_text),
             num(d.margin),

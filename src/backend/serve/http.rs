@@ -52,8 +52,13 @@ impl Endpoint {
     }
 
     pub fn url(&self) -> String {
+        format!("http://{}{}", self.authority(), self.base)
+    }
+
+    /// `HOST:PORT` as a Host header and a URL write it (an IPv6 address in brackets).
+    fn authority(&self) -> String {
         let host = if self.host.contains(':') { format!("[{}]", self.host) } else { self.host.clone() };
-        format!("http://{host}:{}{}", self.port, self.base)
+        format!("{host}:{}", self.port)
     }
 }
 
@@ -137,10 +142,9 @@ pub fn open<'a>(
     stream.set_write_timeout(Some(limits.silence)).map_err(|e| failed(ep, e))?;
     let body = body.unwrap_or(&[]);
     let mut head = format!(
-        "{method} {}{path} HTTP/1.1\r\nHost: {}:{}\r\nUser-Agent: hefprobe/{}\r\nAccept: */*\r\nConnection: close\r\n",
+        "{method} {}{path} HTTP/1.1\r\nHost: {}\r\nUser-Agent: hefprobe/{}\r\nAccept: */*\r\nConnection: close\r\n",
         ep.base,
-        ep.host,
-        ep.port,
+        ep.authority(),
         env!("CARGO_PKG_VERSION")
     );
     if method == "POST" {

@@ -127,8 +127,9 @@ pub struct Served {
     /// Why there are no one-token continuations.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub forced_unavailable: Option<String>,
-    /// The prompt as the server was sent it.
+    /// The prompt as the server was sent it, and how many tokens the reference reads it as.
     pub prompt: String,
+    pub prompt_tokens: usize,
     /// How many tokens each request asked for.
     pub max_tokens: usize,
 }
@@ -147,16 +148,40 @@ impl ServeBackend {
         ServeBackend { name: name.to_string(), server, tokenizer, served: None }
     }
 
-    fn serve(&mut self, inputs: &InputSet) -> Result<Served> {
-        let forced = match &inputs.decode {
-            crate::inputs::DecodeSpec::Forced(t) => t.clone(),
+    /// The greedy answer, then the one-token continuations: what finished is kept when a
+    /// continuation fails (the error is the run's).
+    fn serve(&mut self, inputs: &InputSet) -> (Option<Served>, Option<Error>) {
+        let mut served = match self.greedy(inputs) {
+            Ok(s) => s,
+            Err(e) => return (None, Some(e)),
+        };
+        if !self.server.takes_raw() {
+            served.forced_unavailable = Some(format!(
+                "`{}` applies its chat template to every prompt, so the reference's own answer cannot be continued \
+                 token by token: no teacher-forced agreement",
+                self.name
+            ));
+            return (Some(served), None);
+        }
+        let reference = match &inputs.decode {
+            crate::inputs::DecodeSpec::Forced(t) => t.as_slice(),
+            crate::inputs::DecodeSpec::Greedy(_) => &[],
+        };
+        let mut answers = Vec::new();
+        let error = self.continuations(&inputs.prompt, reference, &mut answers).err();
+        served.forced = Some(answers);
+        (Some(served), error)
+    }
+
+    fn greedy(&mut self, inputs: &InputSet) -> Result<Served> {
+        let max_tokens = match &inputs.decode {
+            crate::inputs::DecodeSpec::Forced(t) => t.len() + 1,
             crate::inputs::DecodeSpec::Greedy(_) => {
                 return Err(Error::usage(
                     "a served model is judged on the reference's greedy tokens, resolved first",
                 ))
             }
         };
-        let max_tokens = forced.len() + 1;
         let raw = self.tokenizer.decode(&inputs.prompt);
         let (prompt, sent) = match (&inputs.message, self.server.takes_raw()) {
             (_, true) => (Prompt::Raw(raw.clone()), raw),
@@ -170,21 +195,13 @@ impl ServeBackend {
             }
         };
         let greedy = self.server.generate(&prompt, max_tokens)?;
-        let (forced, forced_unavailable) = if self.server.takes_raw() {
-            (Some(self.continuations(&inputs.prompt, &forced)?), None)
-        } else {
-            (None, Some(format!(
-                "`{}` applies its chat template to every prompt, so the reference's own answer cannot be continued \
-                 token by token: no teacher-forced agreement",
-                self.name
-            )))
-        };
         Ok(Served {
             server: self.server.describe(),
             greedy,
-            forced,
-            forced_unavailable,
+            forced: None,
+            forced_unavailable: None,
             prompt: sent,
+            prompt_tokens: inputs.prompt.len(),
             max_tokens,
         })
     }
@@ -193,10 +210,14 @@ impl ServeBackend {
     /// (each a fresh prefill: they exercise the server's prefill only). A prefix whose text
     /// ends inside a UTF-8 character cannot be sent as text: None there. Stops after the
     /// reference's first special token (its answer is over).
-    fn continuations(&mut self, prompt: &[u32], reference: &[u32]) -> Result<Vec<Option<Generation>>> {
+    fn continuations(
+        &mut self,
+        prompt: &[u32],
+        reference: &[u32],
+        out: &mut Vec<Option<Generation>>,
+    ) -> Result<()> {
         let bar =
             crate::progress::bar(reference.len() as u64 + 1, "{spinner} one-token continuations {pos}/{len}");
-        let mut out = Vec::new();
         let mut ids = prompt.to_vec();
         for k in 0..=reference.len() {
             crate::error::check_interrupt()?;
@@ -214,7 +235,7 @@ impl ServeBackend {
             ids.push(next);
         }
         bar.finish_and_clear();
-        Ok(out)
+        Ok(())
     }
 }
 
@@ -245,13 +266,9 @@ impl Backend for ServeBackend {
         if feed.is_some() {
             return super::no_feed(&self.name);
         }
-        match self.serve(inputs) {
-            Ok(s) => {
-                self.served = Some(s);
-                Ran { record: RunRecord::default(), error: None }
-            }
-            Err(e) => Ran { record: RunRecord::default(), error: Some(e) },
-        }
+        let (served, error) = self.serve(inputs);
+        self.served = served;
+        Ran { record: RunRecord::default(), error }
     }
 }
 
