@@ -73,6 +73,8 @@ pub enum Kind {
     WeightIndex,
     /// A HEF's `.rev` sidecar.
     Revision,
+    /// A chat template (Jinja text).
+    ChatTemplate,
 }
 
 impl Kind {
@@ -92,6 +94,7 @@ impl Kind {
             Kind::Config => ("a config.json", 16 * MIB),
             Kind::WeightIndex => ("a safetensors index", 64 * MIB),
             Kind::Revision => ("a revision sidecar", 4096),
+            Kind::ChatTemplate => ("a chat template", MIB),
         }
     }
 }

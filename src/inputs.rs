@@ -37,6 +37,10 @@ pub struct InputSet {
     pub start_position: usize,
     /// Whether the tokenizer added a BOS (None when token ids were given directly).
     pub bos_added: Option<bool>,
+    /// The user message `prompt` is a chat template of, when it is one: what a server that
+    /// applies its own template (hailo-ollama) is sent, where others are sent the prompt.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
 }
 
 impl InputSet {
@@ -56,6 +60,7 @@ impl InputSet {
             decode: DecodeSpec::Forced(Vec::new()),
             start_position: 0,
             bos_added: None,
+            message: None,
         }
     }
 
@@ -233,7 +238,7 @@ impl InputSet {
                 ))
             }
         };
-        let inputs = InputSet { prompt, chunk, decode, start_position: start, bos_added: None };
+        let inputs = InputSet { prompt, chunk, decode, start_position: start, ..InputSet::new(Vec::new()) };
         if inputs.end_position().is_none() {
             return Err(Error::input(&what, "start_position + prompt + decode steps overflows"));
         }

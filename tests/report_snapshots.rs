@@ -138,6 +138,7 @@ fn fixed_report() -> Report {
         nonfinite: vec![],
         search: None,
         against: Default::default(),
+        by_tokens: false,
         spent: hefprobe::explain::Spent {
             candidates: 3,
             from_first_block: 1,
@@ -187,4 +188,77 @@ fn the_fixed_comparison_locates_layer_1_probs() {
     assert_eq!((first.phase, first.tap.to_string().as_str()), (Phase::Prefill, "layers.1.attn.probs"));
     assert!(first.sentence.contains("per-head sums ≠ 1"), "{}", first.sentence);
     assert!(r.comparisons[0].rows.iter().any(|row| row.tap == "dump_only".into() && !row.checked()));
+}
+
+/// A served model parting from the reference at a confident token, with one-token
+/// continuations and the server's log-probabilities.
+fn served_report() -> Report {
+    use hefprobe::backend::serve::{Finish, Generation, Served, TokenInfo, TokenRef};
+    use hefprobe::compare::{tokens, PairComparison};
+    let tok = hefprobe::model::tokenizer::Tokenizer::synth();
+    let ids = |s: &str| tok.encode(s, false).unwrap().ids;
+    let reference = ids("Paris.");
+    let rows: Vec<Vec<f32>> = reference
+        .iter()
+        .enumerate()
+        .map(|(k, &r)| {
+            let mut row = vec![0f32; 259];
+            row[r as usize] = 4.0;
+            if k == 1 {
+                row[ids("i")[0] as usize] = 1.5; // the server's token, 2.5 below the top-1
+            }
+            row
+        })
+        .collect();
+    let one = |text: &str, top: Vec<(TokenRef, f64)>| Generation {
+        text: text.into(),
+        tokens: vec![TokenInfo { text: text.into(), id: None, top }],
+        finish: Finish::Length,
+        count: Some(1),
+        prompt_tokens: Some(12),
+    };
+    let greedy = Generation {
+        text: "Pi".into(),
+        tokens: ["P", "i"].iter().map(|t| TokenInfo { text: t.to_string(), id: None, top: vec![] }).collect(),
+        finish: Finish::Stop,
+        count: Some(2),
+        prompt_tokens: Some(12),
+    };
+    let forced = reference
+        .iter()
+        .map(|&r| Some(one(&tok.decode(&[r]), vec![(TokenRef::Id(r), -0.2), (TokenRef::Text("i".into()), -2.0)])))
+        .collect();
+    let served = Served {
+        server: "OpenAI-style server at http://127.0.0.1:8080, model m".into(),
+        greedy,
+        forced: Some(forced),
+        forced_unavailable: None,
+        prompt: "Q: capital of France?\nA:".into(),
+        prompt_tokens: 12,
+        max_tokens: reference.len(),
+    };
+    let t = tokens::compare(&rows, &served, &tok, &Thresholds::default());
+    let mut report = Report::new(ProbeInfo {
+        name: "served".into(),
+        question: "Does the served model answer as the reference does?".into(),
+        command: "hefprobe run served.toml --backend serve=http://127.0.0.1:8080,api=openai,logprobs=2".into(),
+        ..Default::default()
+    });
+    report.add_comparison(PairComparison {
+        reference: "reference".into(),
+        candidate: "serve".into(),
+        view: View::Cumulative,
+        rows: vec![],
+        on_device: false,
+        tokens: Some(t),
+    });
+    report
+}
+
+#[test]
+fn served_terminal_and_markdown_snapshots() {
+    let r = served_report();
+    assert!(r.drift(), "a confident token lost fails the default token_gap bound");
+    insta::assert_snapshot!(terminal::render(&r, false));
+    insta::assert_snapshot!(markdown::render(&r, None));
 }

@@ -260,7 +260,13 @@ fn planted_noise_fails_the_gate_as_unstable_and_a_foreign_hef_is_an_input_error(
     );
     // A baseline the noise would regress against, were the pair compared.
     let mut b = Baseline::default();
-    let perfect = Figures { argmax: Some(1.0), cosine: Some(1.0), kl: Some(0.0), sqnr_db: Some(200.0) };
+    let perfect = Figures {
+        argmax: Some(1.0),
+        cosine: Some(1.0),
+        kl: Some(0.0),
+        sqnr_db: Some(200.0),
+        agreement: None,
+    };
     b.pairs
         .entry("shared-softmax".into())
         .or_default()

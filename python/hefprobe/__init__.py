@@ -139,7 +139,9 @@ def compare(reference: Side, candidate: Side, *, thresholds=None, map=None) -> R
 def run(probe, *, backend=None, fault=None, checkpoint=None, thresholds=None, explain=True, **options) -> Report:
     """Run a probe (``hefprobe run PROBE.toml``): reference vs its backends, compared, located
     and explained. ``backend``: one spec or a list (``"hef=model.hef"``,
-    ``"emulator=shared-softmax@layers=0"``); ``fault``: fault specs for one emulator.
+    ``"emulator=shared-softmax@layers=0"``); ``fault``: fault specs for one emulator;
+    ``llm``: a served model, genai's ``LLM`` object (or anything with its ``generate`` and
+    ``clear_context``), judged token by token (docs/SERVING.md).
     Other options: revision, spill_dir, save_captures."""
     return _native.run(
         os.fspath(probe),

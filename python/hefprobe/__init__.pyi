@@ -79,6 +79,7 @@ def run(
     revision: Optional[str] = None,
     spill_dir: Optional[PathLike] = None,
     save_captures: Optional[PathLike] = None,
+    llm: Any = None,
 ) -> Report: ...
 def explain(
     probe: PathLike,

@@ -5,6 +5,7 @@
 //! the work, and Ctrl-C turned into a clean stop.
 
 mod capture;
+mod llm;
 mod progress;
 mod report;
 
@@ -175,7 +176,7 @@ where
 
 #[pyfunction]
 #[pyo3(signature = (probe, *, backend=None, fault=None, checkpoint=None, revision=None,
-    thresholds=None, explain=true, spill_dir=None, save_captures=None))]
+    thresholds=None, explain=true, spill_dir=None, save_captures=None, llm=None))]
 #[allow(clippy::too_many_arguments)]
 fn run(
     py: Python<'_>,
@@ -188,6 +189,7 @@ fn run(
     explain: bool,
     spill_dir: Option<PathBuf>,
     save_captures: Option<PathBuf>,
+    llm: Option<Bound<'_, PyAny>>,
 ) -> PyResult<PyReport> {
     let request = request::run::Run {
         command: format!("hefprobe.run({:?})", probe.display().to_string()),
@@ -201,7 +203,51 @@ fn run(
         spill_dir,
         ..Default::default()
     };
-    probe_report(py, request)
+    match llm {
+        None => probe_report(py, request),
+        Some(obj) => served_report(py, request, &obj),
+    }
+}
+
+/// A run with an `LLM` object as one more backend, a served model (`llm.rs`): the request's
+/// plan, the object's spec added, and the object handed to the run where that spec is opened.
+fn served_report(py: Python<'_>, request: request::run::Run, obj: &Bound<'_, PyAny>) -> PyResult<PyReport> {
+    use hefprobe::backend::serve::{Api, ServeBackend};
+    use hefprobe::backend::{make_backend, Backend, BackendKind, BackendSpec};
+    let server = llm::PyLlm::new(obj)?;
+    let scratch = tempfile::Builder::new()
+        .prefix("hefprobe-py-")
+        .tempdir()
+        .map_err(|e| DeviceError::new_err(format!("cannot make a temporary folder: {e}")))?;
+    let mut spec =
+        BackendSpec { name: Some("llm".into()), api: Some(Api::Llm), ..BackendSpec::new(BackendKind::Serve) };
+    if let Some(t) = server.template(py) {
+        let path = scratch.path().join("prompt_template.jinja");
+        std::fs::write(&path, t).map_err(|e| DeviceError::new_err(format!("{}: {e}", path.display())))?;
+        spec.template = Some(path);
+    }
+    let report = work(py, move || {
+        let (probe, mut opts) = request.plan()?;
+        opts.probe.backends.push(spec);
+        let mut server = Some(server);
+        let mut open = |spec: &BackendSpec, ckpt: &hefprobe::model::Checkpoint, model: &_| {
+            if spec.api != Some(Api::Llm) {
+                return make_backend(spec, ckpt, model);
+            }
+            let server =
+                server.take().ok_or_else(|| Error::usage("llm=: one LLM object serves one backend"))?;
+            let tokenizer = hefprobe::model::tokenizer::Tokenizer::for_checkpoint(ckpt)?;
+            Ok(Box::new(ServeBackend::new(&spec.label(), Box::new(server), std::sync::Arc::new(tokenizer)))
+                as Box<dyn Backend>)
+        };
+        let run = hefprobe::probe::run::run_probe_with(&probe, &opts, &mut open)?;
+        match run.error {
+            Some(e) => Err(e),
+            None => Ok(run.report),
+        }
+    })?;
+    drop(scratch);
+    Ok(PyReport::new(report))
 }
 
 #[pyfunction]

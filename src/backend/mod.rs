@@ -7,6 +7,7 @@ pub mod dump;
 pub mod hef;
 mod map;
 pub mod overrides;
+pub mod serve;
 pub mod spec;
 
 pub use spec::{BackendKind, BackendSpec};
@@ -130,6 +131,11 @@ pub trait Backend {
     fn notes(&self) -> Vec<String> {
         Vec::new()
     }
+    /// What a served model returned in the last run, token by token ([`serve::Served`]): taken
+    /// once, by the stage that compares it.
+    fn served(&mut self) -> Option<serve::Served> {
+        None
+    }
     /// Run every phase of `inputs` (decode teacher-forced: greedy is resolved beforehand) into
     /// `sink`. With `feed` (the reference's `embed` and `layers.*.out`), every layer is fed the
     /// reference's own input: only for backends whose capabilities say `overrides`.
@@ -210,6 +216,13 @@ pub fn make_backend(spec: &BackendSpec, ckpt: &Checkpoint, model: &Arc<Decoder>)
             }
             b.declare_first_layer(spec.first_layer, ckpt.config.num_layers)?;
             Box::new(b)
+        }
+        BackendKind::Serve => {
+            let what = format!("backend `{label}`");
+            spec.check_serve(&what)?;
+            let server = serve::open(spec, &what)?;
+            let tokenizer = Arc::new(crate::model::tokenizer::Tokenizer::for_checkpoint(ckpt)?);
+            Box::new(serve::ServeBackend::new(&label, server, tokenizer))
         }
     })
 }

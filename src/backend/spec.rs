@@ -21,6 +21,8 @@ crate::named_enum! {
         Dump = "dump",
         /// A HEF on a device (simulated or a real Hailo-10H).
         Hef = "hef",
+        /// A served model: hailo-ollama, an OpenAI-style server, genai's `LLM` object.
+        Serve = "serve",
     }
 }
 
@@ -67,6 +69,19 @@ pub struct BackendSpec {
     /// dump: the widths of the logits' shards, in output order (e.g. [16002, 16003]), when the
     /// dump was captured from a HEF with a sharded lm_head; a `hef` backend reads its own.
     pub shards: Option<Vec<usize>>,
+    /// serve: the server, `http://HOST:PORT`.
+    pub url: Option<String>,
+    /// serve: how it is spoken to, `ollama` (default: hailo-ollama) or `openai`.
+    pub api: Option<crate::backend::serve::Api>,
+    /// serve: the served model's name (default: the server's only one).
+    pub model: Option<String>,
+    /// serve: the chat template the server applies (a Jinja file, a tokenizer_config.json or
+    /// hailo-config.json, a .hef), when the checkpoint's is not it or it has none.
+    pub template: Option<PathBuf>,
+    /// serve (openai): how many top log-probabilities to ask for per token (KLD, same top-1).
+    pub logprobs: Option<usize>,
+    /// serve: the longest the server may stay silent, in seconds (default 60).
+    pub timeout: Option<f64>,
 }
 
 impl BackendSpec {
@@ -84,6 +99,12 @@ impl BackendSpec {
             first_layer: None,
             group: None,
             shards: None,
+            url: None,
+            api: None,
+            model: None,
+            template: None,
+            logprobs: None,
+            timeout: None,
         }
     }
 
@@ -98,14 +119,16 @@ impl BackendSpec {
 
     /// From the command line: `emulator`, `emulator=FAULT+FAULT`,
     /// `dump=PATH[,map=MAP][,hef=HEF][,shards=W+W]`,
-    /// `hef=PATH[,map=OUTPUT_MAP][,beside=DUMP][,first_layer=K][,device=sim|sim-h10][,group=NAME]`.
+    /// `hef=PATH[,map=OUTPUT_MAP][,beside=DUMP][,first_layer=K][,device=sim|sim-h10][,group=NAME]`,
+    /// `serve=URL[,api=ollama|openai][,model=NAME][,template=PATH][,logprobs=N][,timeout=S]`.
     pub fn parse_cli(s: &str) -> Result<Self> {
         let (kind_text, rest) = s.split_once('=').unwrap_or((s, ""));
         let kind = BackendKind::from_name(kind_text).ok_or_else(|| {
             Error::usage(format!(
                 "--backend `{kind_text}`: expected reference, emulator[=FAULT+FAULT], \
-                 dump=PATH[,map=MAP][,hef=HEF][,shards=W+W] or \
-                 hef=PATH[,map=OUTPUT_MAP][,beside=DUMP][,first_layer=K][,device=sim|sim-h10][,group=NAME]"
+                 dump=PATH[,map=MAP][,hef=HEF][,shards=W+W], \
+                 hef=PATH[,map=OUTPUT_MAP][,beside=DUMP][,first_layer=K][,device=sim|sim-h10][,group=NAME] or \
+                 serve=URL[,api=ollama|openai][,model=NAME][,template=PATH][,logprobs=N][,timeout=S]"
             ))
         })?;
         let mut spec = BackendSpec::new(kind);
@@ -115,6 +138,7 @@ impl BackendSpec {
                 spec.faults =
                     rest.split('+').filter(|f| !f.is_empty()).map(FaultSpec::parse).collect::<Result<_>>()?;
             }
+            BackendKind::Serve => spec.parse_serve(s, rest)?,
             BackendKind::Dump | BackendKind::Hef => {
                 let mut parts = rest.split(',');
                 let path = parts.next().filter(|p| !p.is_empty()).ok_or_else(|| {
@@ -162,6 +186,57 @@ impl BackendSpec {
         }
     }
 
+    /// `serve=URL[,api=…][,model=…][,template=…][,logprobs=N][,timeout=S]` (`s` the whole flag).
+    fn parse_serve(&mut self, s: &str, rest: &str) -> Result<()> {
+        let mut parts = rest.split(',');
+        let url = parts.next().filter(|u| !u.is_empty()).ok_or_else(|| {
+            Error::usage("--backend serve=URL: give the server's address, e.g. serve=http://127.0.0.1:8000")
+        })?;
+        self.url = Some(url.to_string());
+        let number = |k: &str, v: &str| Error::usage(format!("--backend {s}: {k} `{v}` is not a number"));
+        for p in parts {
+            match p.split_once('=') {
+                Some(("api", a)) => {
+                    self.api = Some(
+                        crate::backend::serve::Api::from_name(a)
+                            .filter(|a| *a != crate::backend::serve::Api::Llm)
+                            .ok_or_else(|| {
+                                Error::usage(format!(
+                                "--backend {s}: api `{a}`: ollama (hailo-ollama) or openai (/v1/completions)"
+                            ))
+                            })?,
+                    )
+                }
+                Some(("model", m)) => self.model = Some(m.to_string()),
+                Some(("template", t)) => self.template = Some(PathBuf::from(t)),
+                Some(("logprobs", n)) => self.logprobs = Some(n.parse().map_err(|_| number("logprobs", n))?),
+                Some(("timeout", t)) => self.timeout = Some(t.parse().map_err(|_| number("timeout", t))?),
+                _ => return Err(Error::usage(format!("--backend {s}: unknown option `{p}`"))),
+            }
+        }
+        self.check_serve(&format!("--backend {s}"))
+    }
+
+    /// A serve backend's settings, wherever they were written (`what`): bounded numbers.
+    pub fn check_serve(&self, what: &str) -> Result<()> {
+        if let Some(t) = self.timeout.filter(|t| !(t.is_finite() && *t > 0.0 && *t <= 86_400.0)) {
+            return Err(Error::usage(format!(
+                "{what}: timeout {t}: give seconds, more than 0 and at most a day"
+            )));
+        }
+        if let Some(n) = self.logprobs.filter(|n| !(1..=100).contains(n)) {
+            return Err(Error::usage(format!(
+                "{what}: logprobs {n}: ask for 1 to 100 top log-probabilities"
+            )));
+        }
+        if self.logprobs.is_some() && self.api != Some(crate::backend::serve::Api::Openai) {
+            return Err(Error::usage(format!(
+                "{what}: logprobs needs api=openai (hailo-ollama returns none)"
+            )));
+        }
+        Ok(())
+    }
+
     /// The simulated device a hef backend asks for (`device`), checked.
     pub fn sim_profile(&self) -> Result<Option<SimProfile>> {
         self.device
@@ -174,7 +249,7 @@ impl BackendSpec {
 
     /// Paths relative to `base` (the folder of the probe or suite that names them).
     pub fn relative_to(&mut self, base: &std::path::Path) {
-        for p in [&mut self.path, &mut self.map, &mut self.hef].into_iter().flatten() {
+        for p in [&mut self.path, &mut self.map, &mut self.hef, &mut self.template].into_iter().flatten() {
             if p.is_relative() {
                 *p = base.join(&*p);
             }
@@ -241,5 +316,25 @@ mod tests {
         assert!(BackendSpec::parse_cli("dump=d.npz,shards=16002").is_err());
         assert!(BackendSpec::parse_cli("dump=d.npz,shards=0+3").is_err());
         assert!(BackendSpec::parse_cli("hef=m.hef,first_layer=x").is_err());
+        let b =
+            BackendSpec::parse_cli("serve=http://127.0.0.1:8000,api=openai,model=q:1.5b,logprobs=5").unwrap();
+        assert_eq!(
+            (b.url.as_deref(), b.api, b.model.as_deref(), b.logprobs),
+            (
+                Some("http://127.0.0.1:8000"),
+                Some(crate::backend::serve::Api::Openai),
+                Some("q:1.5b"),
+                Some(5)
+            )
+        );
+        for bad in [
+            "serve=",
+            "serve=http://x:1,api=llm",
+            "serve=http://x:1,timeout=0",
+            "serve=http://x:1,logprobs=5",
+            "serve=http://x:1,path=p",
+        ] {
+            assert_eq!(BackendSpec::parse_cli(bad).unwrap_err().exit_code(), 2, "{bad}");
+        }
     }
 }

@@ -341,7 +341,7 @@ pub struct LogitsRow {
     pub delta_p: f64,
 }
 
-fn log_softmax(v: &[f32]) -> Vec<f64> {
+pub(crate) fn log_softmax(v: &[f32]) -> Vec<f64> {
     let max = v.iter().copied().filter(|x| !x.is_nan()).fold(f32::NEG_INFINITY, f32::max) as f64;
     let lse = v.iter().map(|&x| ((x as f64) - max).exp()).sum::<f64>().ln() + max;
     v.iter().map(|&x| x as f64 - lse).collect()

@@ -6,6 +6,7 @@ pub mod locate;
 pub mod metrics;
 pub mod shards;
 pub mod thresholds;
+pub mod tokens;
 
 use crate::capture::Store;
 use crate::error::{Error, Result};
@@ -141,6 +142,9 @@ pub struct PairComparison {
     /// only the reference holds can only be inferred (explain).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub on_device: bool,
+    /// A served model, token by token (a serving backend: no tap rows).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tokens: Option<tokens::TokenComparison>,
 }
 
 #[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
@@ -157,7 +161,7 @@ pub enum View {
 
 impl PairComparison {
     pub fn passed(&self) -> bool {
-        !self.rows.iter().any(TapRow::failed)
+        !self.rows.iter().any(TapRow::failed) && self.tokens.as_ref().is_none_or(|t| t.failures.is_empty())
     }
 
     pub fn failed_rows(&self) -> impl Iterator<Item = &TapRow> {
@@ -434,6 +438,7 @@ pub fn compare(
         view: s.view,
         rows,
         on_device: false,
+        tokens: None,
     })
 }
 

@@ -35,6 +35,12 @@ crate::named_enum! {
         ShardCosine = "shard_cosine",
         ShardScaleErr = "shard_scale_err",
         ShardArgmax = "shard_argmax",
+        Agreement = "agreement",
+        ForcedAgreement = "forced_agreement",
+        SameTop1 = "same_top1",
+        Kld = "kld",
+        TokenGap = "token_gap",
+        RepeatRun = "repeat_run",
     }
 }
 
@@ -111,6 +117,40 @@ impl Metric {
                     super::shards::worst(&logits(r)?.shards, ShardArgmax)
                 })
             }
+            // A served model's figures (compare::tokens, bounds on `tokens`): no tap row has them.
+            Agreement => (
+                Min,
+                "share of the greedy continuation agreeing before it parts (tokens)",
+                Range::Share,
+                none,
+            ),
+            ForcedAgreement => (
+                Min,
+                "share of one-token continuations of the reference's prefixes agreeing (tokens)",
+                Range::Share,
+                none,
+            ),
+            SameTop1 => (
+                Min,
+                "share of positions with the reference's top-1, from server logprobs (tokens)",
+                Range::Share,
+                none,
+            ),
+            Kld => (
+                Max,
+                "mean KL(reference ‖ server) from server logprobs, in nats (tokens)",
+                Range::NonNegative,
+                none,
+            ),
+            TokenGap => (
+                Max,
+                "the reference's top-1 logit minus that of the most confident token the server lost (tokens)",
+                Range::NonNegative,
+                none,
+            ),
+            RepeatRun => {
+                (Max, "longest run of one repeated token the server generated (tokens)", Range::Count, none)
+            }
         };
         Spec(dir, about, range, value)
     }
@@ -140,6 +180,19 @@ impl Metric {
             Error::usage(format!("unknown metric `{name}`{hint}; metrics: {}", names.join(", ")))
         })
     }
+}
+
+/// The pseudo-tap a served model's token bounds are written for (`--threshold
+/// tokens:agreement=0.5`; [`crate::compare::tokens`]).
+pub const TOKENS: &str = "tokens";
+
+/// The default `token_gap` bound, in logits (nats): a served token the reference gives at
+/// least 1/e of its top-1's probability is a near-tie.
+pub const DEFAULT_TOKEN_GAP: f64 = 1.0;
+
+/// A token figure's value on a tap row: none (`compare::tokens::value` reads it).
+fn none(_: &TapRow) -> Option<f64> {
+    None
 }
 
 /// A compared row's logits figures (the logits tap only).
@@ -327,7 +380,8 @@ pub struct Thresholds {
 }
 
 impl Default for Thresholds {
-    /// cosine ≥ 0.999 everywhere, no NaN or one-sided inf, no argmax flip where the
+    /// cosine ≥ 0.999 everywhere, no NaN or one-sided inf, no served token lost where the
+    /// reference's top-1 beats it by more than one nat, no argmax flip where the
     /// reference's top-1 margin exceeds 1e-3, and attention rows that sum to 1 within 0.05
     /// (cosine is blind to a head's probabilities all scaled by the same factor, which is
     /// what a softmax shared across heads does; 0.05 leaves room for 8-bit probs). Sharded
@@ -335,12 +389,14 @@ impl Default for Thresholds {
     /// is blind to a shard dequantized with another's scale, finding 12; a 16-bit output moves
     /// a shard's norm by ~1e-4).
     fn default() -> Self {
+        // A served model loses no token the reference's top-1 beats by more than one nat.
         let default = [
             (Metric::Cosine, 0.999),
             (Metric::Nonfinite, 0.0),
             (Metric::Flips, 0.0),
             (Metric::ShardCosine, 0.999),
             (Metric::ShardScaleErr, 0.01),
+            (Metric::TokenGap, DEFAULT_TOKEN_GAP),
         ]
         .into();
         let mut probs = Rule::new("layers.*.attn.probs", &[("prob_sum_err".to_string(), 0.05)].into())
@@ -430,10 +486,11 @@ impl Thresholds {
     /// `layers` sizes the suggestions.
     pub fn check_globs(&self, taps: &[String], layers: usize) -> Result<()> {
         for rule in self.rules.iter().filter(|r| !r.origin.is_empty()) {
-            if !taps.iter().any(|t| rule.pattern.matches(t)) {
+            // `tokens`: a served model's token figures (compare::tokens), whatever the model.
+            if !taps.iter().any(|t| rule.pattern.matches(t)) && !rule.pattern.matches(TOKENS) {
                 return Err(Error::usage(format!(
                     "{}: glob `{}` matches no tap{}; taps look like embed, layers.0.attn.probs, \
-                     layers.*.out, final_norm, logits",
+                     layers.*.out, final_norm, logits (and a served model's `tokens`)",
                     rule.origin,
                     rule.glob,
                     crate::tap::did_you_mean(&rule.glob, layers)
@@ -527,6 +584,16 @@ mod tests {
                 Metric::ShardCosine => (l, sh[0].cosine.min(sh[1].cosine)),
                 Metric::ShardScaleErr => (l, sh[0].scale_err().max(sh[1].scale_err())),
                 Metric::ShardArgmax => (l, sh[0].argmax_agreement.min(sh[1].argmax_agreement)),
+                // Token figures are read off a served model's comparison (tokens_tests.rs).
+                Metric::Agreement
+                | Metric::ForcedAgreement
+                | Metric::SameTop1
+                | Metric::Kld
+                | Metric::TokenGap
+                | Metric::RepeatRun => {
+                    assert!([l, p, out].iter().all(|r| metric.value(r).is_none()), "{}", metric.name());
+                    continue;
+                }
             };
             assert_eq!(metric.value(on), Some(want), "{}", metric.name());
             assert!(!metric.about().is_empty() && Metric::parse(metric.name()).unwrap() == metric);

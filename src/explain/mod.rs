@@ -7,6 +7,7 @@ pub mod matching;
 pub mod matrix;
 mod prefix;
 pub mod rank;
+pub mod tokens;
 
 pub use rank::explain;
 
@@ -90,6 +91,11 @@ pub struct ExplainReport {
     pub search: Option<String>,
     /// What the emulations cost and what reuse and stopping saved.
     pub spent: Spent,
+    /// Ranked by the tokens each fault predicts (a served model: [`tokens`]); the rows' match
+    /// is then the served tokens reproduced, their KL the served tokens' mean negative
+    /// log-probability.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub by_tokens: bool,
 }
 
 impl ExplainReport {

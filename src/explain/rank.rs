@@ -45,6 +45,7 @@ fn refuse_nonfinite(observed_name: &str, taps: Vec<TapName>, bad: &[(Key, usize)
         search: None,
         against: Baseline::default(),
         spent: Default::default(),
+        by_tokens: false,
     }
 }
 
@@ -141,6 +142,7 @@ pub fn explain(
         nonfinite: Vec::new(),
         search,
         spent: emu.spent.into_inner().expect("spent"),
+        by_tokens: false,
     })
 }
 

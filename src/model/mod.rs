@@ -3,6 +3,7 @@
 
 pub mod attention;
 pub mod cache;
+pub mod chat;
 pub mod config;
 #[cfg(feature = "crosscheck")]
 pub mod crosscheck;

@@ -58,6 +58,23 @@ impl Tokenizer {
         }
     }
 
+    /// The tokenizer a text prompt of `ckpt` is encoded with when none is named: its own, or
+    /// for a synthesized checkpoint whose vocabulary holds it, the byte-level synth one.
+    pub fn for_checkpoint(ckpt: &crate::model::Checkpoint) -> Result<Self> {
+        use crate::model::weights::CheckpointSource;
+        match &ckpt.source {
+            // A folder without one: named as missing, with the fix.
+            CheckpointSource::Dir(d) => Tokenizer::load(&d.join("tokenizer.json")),
+            CheckpointSource::Gguf { path, .. } => Tokenizer::from_gguf(path),
+            _ if ckpt.config.vocab_size >= SYNTH_TOKENIZER_VOCAB => Ok(Tokenizer::synth()),
+            _ => Err(Error::usage(format!(
+                "text needs a tokenizer: this synthesized model's vocabulary ({}) is too small for the \
+                 byte-level one; give token ids (--tokens 1,2,3, or tokens = [...] in a probe)",
+                ckpt.config.vocab_size
+            ))),
+        }
+    }
+
     /// tokenizer.json as text, as a HEF's tokenizer resource carries it.
     pub fn to_json(&self) -> Result<String> {
         self.inner.to_string(false).map_err(|e| {
@@ -101,7 +118,33 @@ impl Tokenizer {
     }
 
     pub fn decode(&self, ids: &[u32]) -> String {
-        crate::error::contained(|| self.inner.decode(ids, false)).and_then(|d| d.ok()).unwrap_or_default()
+        self.decode_with(ids, false)
+    }
+
+    /// The text of `ids`, without the special tokens' text when `skip_special`.
+    pub fn decode_with(&self, ids: &[u32], skip_special: bool) -> String {
+        crate::error::contained(|| self.inner.decode(ids, skip_special))
+            .and_then(|d| d.ok())
+            .unwrap_or_default()
+    }
+
+    /// A special token (an added token marked special: BOS, EOS, `<|im_end|>`): its text is
+    /// skipped where special tokens are, and servers end a generation on the stop ones.
+    pub fn is_special(&self, id: u32) -> bool {
+        self.decode_with(&[id], true).is_empty() && !self.decode_with(&[id], false).is_empty()
+    }
+
+    /// The ids of its special tokens (added tokens marked special), ascending.
+    pub fn special_ids(&self) -> Vec<u32> {
+        let mut ids: Vec<u32> = self
+            .inner
+            .get_added_tokens_decoder()
+            .iter()
+            .filter(|(_, t)| t.special)
+            .map(|(id, _)| *id)
+            .collect();
+        ids.sort_unstable();
+        ids
     }
 
     pub fn vocab_size(&self) -> usize {

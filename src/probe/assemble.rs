@@ -47,6 +47,13 @@ pub fn report(r: &Results) -> Report {
     if let (Some(plan), Some(dir)) = (&p.spill, &runs.spill) {
         report.notes.push(spill_note(plan, dir, runs.stores()));
     }
+    if let Some(chat) = &p.chat {
+        report.notes.push(format!(
+            "the prompt ({} tokens) is the probe's text as the user message of the chat template of {}, rendered as \
+             the served model's server renders it",
+            runs.inputs.prompt_tokens, chat.source
+        ));
+    }
     for b in &runs.backends {
         report.backends.push(BackendInfo {
             name: b.label.clone(),

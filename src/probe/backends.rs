@@ -174,6 +174,7 @@ fn run_backend(
         device: backend.device(),
         inputs: followed.map(|f| f.0),
         shards: backend.logits_shards(),
+        served: backend.served(),
     })
 }
 

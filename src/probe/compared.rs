@@ -3,9 +3,10 @@
 
 use super::prepare::Prepared;
 use super::runs::{BackendOutput, Runs};
+use crate::backend::serve::Served;
 use crate::backend::BackendKind;
 use crate::compare::lens::{self, LensRow};
-use crate::compare::{compare, locate, Beyond, PairComparison, RowStatus, Settings, View};
+use crate::compare::{compare, locate, tokens, Beyond, PairComparison, RowStatus, Settings, View};
 use crate::error::{Error, Result};
 
 /// What stage 3 found for one backend.
@@ -41,6 +42,10 @@ pub fn compare_runs(p: &Prepared, runs: &Runs, out: &mut Vec<Compared>) -> Resul
     };
     let unbounded = p.thresholds.unbounded();
     for b in &runs.backends {
+        if b.spec.kind == BackendKind::Serve {
+            out.push(served_pair(p, runs, b, b.served.as_ref())?);
+            continue;
+        }
         let (ref_label, reference) = b.float_reference(runs);
         let names = (ref_label, b.label.as_str());
         let shards = b.shards.as_deref();
@@ -86,6 +91,28 @@ pub fn compare_runs(p: &Prepared, runs: &Runs, out: &mut Vec<Compared>) -> Resul
         out.push(Compared { label: b.label.clone(), cumulative, expected, local, lens, beside });
     }
     Ok(())
+}
+
+/// A served model against the reference, token by token: no tap rows (nothing but tokens came
+/// back), its figures in the pair's `tokens` (none when it answered nothing).
+fn served_pair(p: &Prepared, runs: &Runs, b: &BackendOutput, served: Option<&Served>) -> Result<Compared> {
+    let tokens = match served {
+        Some(served) => {
+            let tok = crate::model::tokenizer::Tokenizer::for_checkpoint(&p.ckpt)?;
+            let rows = tokens::reference_rows(runs.reference.as_ref(), &runs.inputs.phases)?;
+            Some(tokens::compare(&rows, served, &tok, &p.thresholds))
+        }
+        None => None,
+    };
+    let cumulative = PairComparison {
+        reference: "reference".into(),
+        candidate: b.label.clone(),
+        view: View::Cumulative,
+        rows: Vec::new(),
+        on_device: false,
+        tokens,
+    };
+    Ok(Compared { label: b.label.clone(), cumulative, expected: None, local: None, beside: None, lens: None })
 }
 
 /// A device against the emulator dump it is set `beside`, judged on its excess over what its

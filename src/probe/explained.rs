@@ -24,6 +24,13 @@ pub fn explain_stage(
         Some(o) if !p.replaced_backends || runs.backend(o).is_some() => o.clone(),
         _ => runs.backends[0].label.clone(),
     };
+    // A served model returned tokens only: the faults are ranked by the tokens they predict.
+    let served = compared.iter().find(|c| c.label == observed).and_then(|c| c.cumulative.tokens.as_ref());
+    if let Some(t) = served {
+        let report =
+            crate::explain::tokens::explain(&p.ckpt, &p.inputs, (&observed, &t.served_tokens), explain)?;
+        return Ok(Some(Explained { report, from_disk: None }));
+    }
     // The inputs the observed backend ran (a HEF's own chunking), which explain emulates too.
     let inputs = runs.backend(&observed).and_then(|b| b.inputs.as_ref()).unwrap_or(&p.inputs);
     let (observed_capture, reference, target) = match runs.backend(&observed) {

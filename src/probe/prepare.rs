@@ -9,6 +9,7 @@ use crate::compare::thresholds::Thresholds;
 use crate::error::{Error, Result};
 use crate::explain::ExplainSpec;
 use crate::inputs::InputSet;
+use crate::model::chat::ChatTemplate;
 use crate::model::memory::{self, TapsHeld};
 use crate::model::{Checkpoint, CheckpointRef, Decoder};
 use crate::report::{CheckpointInfo, ProbeInfo};
@@ -107,6 +108,43 @@ pub struct Prepared {
     pub probe: ProbeInfo,
     /// Set when the captures do not fit the budget in memory and go to disk instead.
     pub spill: Option<SpillPlan>,
+    /// The chat template the prompt was rendered in for a served model, when it was.
+    pub chat: Option<ChatTemplate>,
+}
+
+/// The chat template a served model's server applies, which the reference's prompt is
+/// rendered in too: the first serve backend's `template`, else the checkpoint's own. None
+/// without a serve backend; refused for a server that templates by itself (hailo-ollama) when
+/// there is none, since the reference would read another prompt than the model.
+fn served_template(
+    specs: &[BackendSpec],
+    ckpt: &Checkpoint,
+    inputs: &crate::probe::schema::InputsSpec,
+) -> Result<Option<ChatTemplate>> {
+    use crate::backend::{serve::Api, BackendKind};
+    let served: Vec<&BackendSpec> = specs.iter().filter(|s| s.kind == BackendKind::Serve).collect();
+    let Some(first) = served.first() else { return Ok(None) };
+    if inputs.decode_tokens.is_some() {
+        return Err(Error::usage(format!(
+            "backend `{}`: a served model generates greedily and is judged against the reference's greedy \
+             continuation: give `decode = N` (greedy steps), not `decode_tokens`",
+            first.label()
+        )));
+    }
+    if let Some(path) = served.iter().find_map(|s| s.template.as_ref()) {
+        return ChatTemplate::load(path).map(Some);
+    }
+    let own = ChatTemplate::of_checkpoint(&ckpt.source)?;
+    if own.is_none() && served.iter().any(|s| s.api.unwrap_or(Api::Ollama) == Api::Ollama) {
+        return Err(Error::usage(format!(
+            "backend `{}`: hailo-ollama applies its model's chat template to every prompt, and the checkpoint \
+             ({}) has none: give the template the server applies (template=PATH: a .jinja, tokenizer_config.json, \
+             hailo-config.json or .hef)",
+            first.label(),
+            ckpt.source
+        )));
+    }
+    Ok(own)
 }
 
 /// Stage 1: load the checkpoint (the command line's replaces the probe's), build the InputSet,
@@ -134,7 +172,8 @@ pub fn prepare(probe: &Probe, opts: &RunOptions) -> Result<Prepared> {
         }
     };
     let layers = ckpt.config.num_layers;
-    let inputs = probe.inputs.input_set(&ckpt)?;
+    let chat = served_template(&specs, &ckpt, &probe.inputs)?;
+    let inputs = probe.inputs.input_set_in(&ckpt, chat.as_ref())?;
     let selection = TapSelection::parse(&probe.taps)?;
     selection.check_against(layers)?;
     thresholds.check_globs(&crate::tap::tap_names(layers), layers).map_err(|e| in_probe(e, &what))?;
@@ -165,6 +204,7 @@ pub fn prepare(probe: &Probe, opts: &RunOptions) -> Result<Prepared> {
             command: opts.command.clone(),
         },
         spill,
+        chat,
     })
 }
 

@@ -11,7 +11,7 @@
 //! through [`Store`](crate::capture::Store), one tap of each side at a time, whichever they are.
 
 use super::assemble::{report, save, Results};
-use super::backends::run_backends;
+use super::backends::{run_backends, OpenBackend};
 use super::compared::compare_runs;
 use super::explained::explain_stage;
 use super::prepare::prepare;
@@ -37,9 +37,15 @@ pub struct ProbeRun {
 /// report: the run returns it with what finished, the failure in `incomplete` and in `error`,
 /// so the command still writes its reports before it exits non-zero.
 pub fn run_probe(probe: &Probe, opts: &RunOptions) -> Result<ProbeRun> {
+    run_probe_with(probe, opts, &mut crate::backend::make_backend)
+}
+
+/// [`run_probe`], each backend made by `open` (the Python module hands over an `LLM` object
+/// as a served model this way).
+pub fn run_probe_with(probe: &Probe, opts: &RunOptions, open: &mut OpenBackend) -> Result<ProbeRun> {
     let mut p = prepare(probe, opts)?;
     let stage = crate::alloc::building(&"the backends' runs and their captures");
-    let mut runs = run_backends(&mut p, &opts.captures, &mut crate::backend::make_backend)?;
+    let mut runs = run_backends(&mut p, &opts.captures, open)?;
     drop(stage);
     // The stages run in order; the first to fail names itself.
     let (mut compared, mut explained) = (Vec::new(), None);

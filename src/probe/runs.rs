@@ -41,6 +41,8 @@ pub struct BackendOutput {
     pub inputs: Option<InputSet>,
     /// Its lm_head shard widths ([`Backend::logits_shards`]).
     pub shards: Option<Vec<usize>>,
+    /// What a served model returned ([`Backend::served`]).
+    pub served: Option<crate::backend::serve::Served>,
 }
 
 /// A backend's expected quantization, emulated twice: the expected draw, and a second draw

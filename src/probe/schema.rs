@@ -5,8 +5,9 @@
 use crate::backend::BackendSpec;
 use crate::error::{Error, Result};
 use crate::inputs::{DecodeSpec, InputSet};
+use crate::model::chat::ChatTemplate;
 use crate::model::synth::SynthOverrides;
-use crate::model::tokenizer::{Tokenizer, SYNTH_TOKENIZER_VOCAB};
+use crate::model::tokenizer::Tokenizer;
 use crate::model::Checkpoint;
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -176,27 +177,26 @@ pub struct InputsSpec {
 impl InputsSpec {
     /// The tokenizer of a text prompt: the one named, the checkpoint's, or the synth one.
     fn tokenizer(&self, ckpt: &Checkpoint) -> Result<Tokenizer> {
-        use crate::model::weights::CheckpointSource;
-        match (&self.tokenizer, &ckpt.source) {
-            (Some(p), _) => Tokenizer::load(p),
-            // A folder without one: named as missing, with the fix.
-            (None, CheckpointSource::Dir(d)) => Tokenizer::load(&d.join("tokenizer.json")),
-            (None, CheckpointSource::Gguf { path, .. }) => Tokenizer::from_gguf(path),
-            (None, _) if ckpt.config.vocab_size >= SYNTH_TOKENIZER_VOCAB => Ok(Tokenizer::synth()),
-            (None, _) => Err(Error::usage(format!(
-                "text needs a tokenizer: this synthesized model's vocabulary ({}) is too small for the \
-                 byte-level one; give token ids (--tokens 1,2,3, or tokens = [...] in a probe)",
-                ckpt.config.vocab_size
-            ))),
+        match &self.tokenizer {
+            Some(p) => Tokenizer::load(p),
+            None => Tokenizer::for_checkpoint(ckpt),
         }
     }
 
     /// The InputSet these inputs state (the command line's prompt flags build the same spec).
     pub fn input_set(&self, ckpt: &Checkpoint) -> Result<InputSet> {
+        self.input_set_in(ckpt, None)
+    }
+
+    /// [`InputsSpec::input_set`], with `text` as the user message of `chat` when given: the
+    /// prompt is the template rendered around it, tokenized as the server tokenizes it (token
+    /// ids are taken as they are).
+    pub fn input_set_in(&self, ckpt: &Checkpoint, chat: Option<&ChatTemplate>) -> Result<InputSet> {
         let (prompt, bos_added) = match (&self.tokens, &self.text) {
             (Some(t), _) => (t.clone(), None),
             (None, Some(text)) => {
-                let enc = self.tokenizer(ckpt)?.encode(text, self.add_special_tokens)?;
+                let templated = chat.map(|c| c.render_user(text)).transpose()?;
+                let enc = self.tokenizer(ckpt)?.encode(templated.as_deref().unwrap_or(text), self.add_special_tokens)?;
                 (enc.ids, Some(enc.bos_added))
             }
             (None, None) => {
@@ -210,8 +210,15 @@ impl InputsSpec {
             (None, Some(n)) => DecodeSpec::Greedy(n),
             (None, None) => DecodeSpec::Forced(Vec::new()),
         };
-        let inputs =
-            InputSet { prompt, chunk: self.chunk, decode, start_position: self.start_position, bos_added };
+        let message = self.text.clone().filter(|_| chat.is_some() && self.tokens.is_none());
+        let inputs = InputSet {
+            prompt,
+            chunk: self.chunk,
+            decode,
+            start_position: self.start_position,
+            bos_added,
+            message,
+        };
         if let Some(m) = inputs.past_positions(ckpt.config.max_position_embeddings) {
             return Err(Error::usage(format!(
                 "{m}: shorten the prompt, or give fewer decode steps (--decode / decode) or a lower start \

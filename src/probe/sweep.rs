@@ -63,15 +63,7 @@ fn logits_drift(t: &Thresholds, cos: f64, kl: f64, agree: f64) -> Vec<String> {
     out
 }
 
-/// Longest run of one repeated token.
-pub fn longest_run(tokens: &[u32]) -> usize {
-    let (mut best, mut run) = (0, 0);
-    for (i, t) in tokens.iter().enumerate() {
-        run = if i > 0 && tokens[i - 1] == *t { run + 1 } else { 1 };
-        best = best.max(run);
-    }
-    best
-}
+pub use crate::compare::tokens::longest_run;
 
 pub fn distinct_ratio(tokens: &[u32]) -> f64 {
     if tokens.is_empty() {

@@ -98,6 +98,11 @@ fn facts(report: &Report) -> Table {
 
 fn pair_section(report: &Report, i: usize, pair: &PairComparison, d: &mut Doc) {
     d.blank().heading(2, format!("{} vs {}", pair.reference, pair.candidate));
+    if let Some(t) = &pair.tokens {
+        d.line(format!("{}.", super::tokens::sentence(t))).blank();
+        d.append(super::tokens::section(t, true));
+        return;
+    }
     let located = &report.located[i];
     if located.is_empty() {
         d.line("No drift beyond thresholds.").blank();
@@ -129,12 +134,20 @@ fn pair_section(report: &Report, i: usize, pair: &PairComparison, d: &mut Doc) {
 
 fn explain_section(e: &ExplainReport, d: &mut Doc) {
     d.blank().heading(2, Text::from("Explain: which fault reproduces ").and(Text::code(&e.observed)));
-    d.line(format!(
-        "Ranked by mean cosine between each emulation and the observation, {}.",
-        taps_summary(&e.taps)
-    ))
+    if e.by_tokens {
+        d.line(
+            "Ranked by the tokens each fault predicts: each emulated teacher-forced on the prompt and the served \
+             continuation, by how many served tokens its top-1 reproduces before it parts, then by the served \
+             tokens' mean negative log-probability (NLL).",
+        )
+    } else {
+        d.line(format!(
+            "Ranked by mean cosine between each emulation and the observation, {}.",
+            taps_summary(&e.taps)
+        ))
+    }
     .blank();
-    d.table(tables::explain(&e.rows, usize::MAX, e.baseline.as_ref(), "baseline"));
+    d.table(tables::explain(&e.rows, usize::MAX, e.baseline.as_ref(), ("baseline", e.by_tokens)));
     if let Some(s) = &e.search {
         d.blank().line(format!("{s}."));
     }

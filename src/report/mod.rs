@@ -17,6 +17,7 @@ pub mod matrix;
 pub mod svg;
 mod tables;
 pub mod terminal;
+pub mod tokens;
 
 use crate::compare::lens::LensRow;
 use crate::compare::locate::Located;
@@ -250,6 +251,9 @@ impl Report {
     /// The one-sentence summary of a comparison: its earliest drift, or that it passed.
     pub fn headline(&self, index: usize) -> String {
         let pair = &self.comparisons[index];
+        if let Some(t) = &pair.tokens {
+            return format!("{} vs {}: {}", pair.reference, pair.candidate, tokens::sentence(t));
+        }
         let checked = pair.rows.iter().filter(|r| r.checked()).count();
         let unchecked = pair.rows.len() - checked;
         let unchecked = if unchecked > 0 { format!(", {unchecked} unchecked") } else { String::new() };

@@ -131,14 +131,20 @@ pub fn shards(pair: &PairComparison) -> Option<Table> {
 }
 
 /// Ranked faults: the first `limit`, then the clean reference's row ranked `baseline_rank`.
+/// Ranked by the tokens each fault predicts (`tokens`): the served tokens each reproduces, the
+/// positions whose top-1 is the served token, the served tokens' mean negative log-probability.
 pub fn explain(
     rows: &[ExplainRow],
     limit: usize,
     baseline: Option<&ExplainRow>,
-    baseline_rank: &str,
+    (baseline_rank, tokens): (&str, bool),
 ) -> Table {
-    let mut t = Table::new(["rank", "fault", "finding", "match cosine", "argmax agree", "KL mean", "note"])
-        .align("rlrrrrl");
+    let header = if tokens {
+        ["rank", "fault", "finding", "served tokens reproduced", "top-1 = served", "served NLL", "note"]
+    } else {
+        ["rank", "fault", "finding", "match cosine", "argmax agree", "KL mean", "note"]
+    };
+    let mut t = Table::new(header).align("rlrrrrl");
     let ranked = rows.iter().take(limit).map(|r| (r, r.rank.to_string()));
     for (r, rank) in ranked.chain(baseline.map(|b| (b, baseline_rank.to_string()))) {
         let mut note = r.note.clone().unwrap_or_default();
@@ -149,7 +155,7 @@ pub fn explain(
             rank.into(),
             Cell::from(Text::code(&r.fault)),
             r.finding.map_or("-".into(), |f| f.to_string()).into(),
-            cos(Some(r.match_cosine)).into(),
+            if tokens { pct(r.match_cosine) } else { cos(Some(r.match_cosine)) }.into(),
             pct(r.argmax_agreement).into(),
             if r.kl_mean.is_nan() { "-".to_string() } else { num(r.kl_mean) }.into(),
             note.into(),

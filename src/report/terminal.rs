@@ -16,6 +16,10 @@ pub fn doc(report: &Report) -> Doc {
     let mut d = header(report);
     for (i, pair) in report.cumulative() {
         d.blank().line(report.headline(i));
+        if let Some(t) = &pair.tokens {
+            d.append(super::tokens::section(t, false));
+            continue;
+        }
         if let Some((_, layers)) = report.blame.iter().find(|(c, _)| *c == pair.candidate) {
             d.line(blame_sentence(layers));
         }
@@ -85,8 +89,12 @@ fn header(report: &Report) -> Doc {
 
 fn explain(e: &ExplainReport) -> Doc {
     let mut d = Doc::new();
-    d.line(format!("explain: which fault reproduces {} ({})", e.observed, taps_summary(&e.taps)));
-    d.table(tables::explain(&e.rows, EXPLAIN_ROWS, e.baseline.as_ref(), "base"));
+    if e.by_tokens {
+        d.line(format!("explain: which fault predicts the tokens `{}` served", e.observed));
+    } else {
+        d.line(format!("explain: which fault reproduces {} ({})", e.observed, taps_summary(&e.taps)));
+    }
+    d.table(tables::explain(&e.rows, EXPLAIN_ROWS, e.baseline.as_ref(), ("base", e.by_tokens)));
     if let n @ 1.. = e.rows.len().saturating_sub(EXPLAIN_ROWS) {
         d.note(format!("{n} more ranked faults in the Markdown and JSON reports"));
     }

@@ -190,7 +190,8 @@ mod tests {
     #[test]
     fn the_file_is_pretty_sorted_and_round_trips() {
         let mut b = Baseline::default();
-        let fig = Figures { argmax: Some(1.0), cosine: Some(0.5), kl: None, sqnr_db: Some(40.0) };
+        let fig =
+            Figures { argmax: Some(1.0), cosine: Some(0.5), kl: None, sqnr_db: Some(40.0), agreement: None };
         b.pairs
             .entry("z-probe".into())
             .or_default()

@@ -82,7 +82,7 @@ fn figures(r: &SuiteResult) -> Vec<(String, String, Result<f64, String>)> {
         let pair = format!("{} × {}", p.probe, p.target);
         out.push((pair.clone(), format!("{pair} status"), Err(p.status.name().to_string())));
         for (tap, f) in &p.figures {
-            for fig in [Figure::Cosine, Figure::SqnrDb, Figure::Kl, Figure::Argmax] {
+            for fig in Figure::ALL {
                 if let Some(v) = fig.get(f) {
                     out.push((pair.clone(), format!("{pair} {tap} {}", fig.name()), Ok(v)));
                 }

@@ -39,6 +39,7 @@ pub fn figures(what: &str, f: &Figures) -> Result<()> {
     let checks = [
         ("cosine", f.cosine, -1.0 - E, 1.0 + E, "a cosine"),
         ("argmax", f.argmax, -E, 1.0 + E, "an agreement fraction"),
+        ("agreement", f.agreement, -E, 1.0 + E, "an agreement fraction"),
         ("kl", f.kl, -E, f64::MAX, "a KL divergence"),
         ("sqnr_db", f.sqnr_db, -1e4, 1e4, "an SQNR in dB"),
     ];

@@ -19,6 +19,9 @@ pub const SQNR_CAP_DB: f64 = 200.0;
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Figures {
+    /// A served model's greedy agreement (the `tokens` pseudo-tap only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agreement: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub argmax: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -38,6 +41,7 @@ crate::named_enum! {
         SqnrDb = "sqnr_db",
         Kl = "kl",
         Argmax = "argmax",
+        Agreement = "agreement",
     }
 }
 
@@ -49,6 +53,7 @@ impl Figure {
             Figure::SqnrDb => "SQNR dB",
             Figure::Kl => "KL",
             Figure::Argmax => "argmax agreement",
+            Figure::Agreement => "greedy agreement",
         }
     }
 
@@ -76,6 +81,7 @@ impl Figure {
             Figure::SqnrDb => &mut f.sqnr_db,
             Figure::Kl => &mut f.kl,
             Figure::Argmax => &mut f.argmax,
+            Figure::Agreement => &mut f.agreement,
         }
     }
 
@@ -136,6 +142,7 @@ fn row_figures(row: &TapRow) -> Figures {
     let m = row.metrics.as_ref();
     let l = row.logits.as_ref();
     Figures {
+        agreement: None,
         argmax: l.and_then(|l| finite(l.argmax_agreement)),
         cosine: m.and_then(|m| finite(m.cosine)),
         kl: l.and_then(|l| finite(l.kl_mean)),
@@ -144,12 +151,25 @@ fn row_figures(row: &TapRow) -> Figures {
 }
 
 /// Per tap, the worst figures over the phases of one comparison (cumulative view). Taps that
-/// were not compared (present on one side only) have none and are left out.
+/// were not compared (present on one side only) have none and are left out. A served model's
+/// are under `tokens`: its greedy agreement, the share of positions with the reference's top-1
+/// (from its log-probabilities, else its one-token continuations) and its KLD.
 pub fn figures(pair: &PairComparison) -> BTreeMap<String, Figures> {
     let mut out: BTreeMap<String, Figures> = BTreeMap::new();
     for row in pair.rows.iter().filter(|r| r.metrics.is_some()) {
         let f = row_figures(row);
         out.entry(row.tap.to_string()).and_modify(|e| e.widen(&f)).or_insert(f);
+    }
+    if let Some(t) = &pair.tokens {
+        use crate::compare::{thresholds::Metric, tokens};
+        let top1 = tokens::value(Metric::SameTop1, t).or(tokens::value(Metric::ForcedAgreement, t));
+        let f = Figures {
+            agreement: finite(t.agreement_share),
+            argmax: top1.and_then(finite),
+            kl: tokens::value(Metric::Kld, t).and_then(finite),
+            ..Figures::default()
+        };
+        out.insert(tokens::TOKENS.to_string(), f);
     }
     out
 }
@@ -203,7 +223,8 @@ impl Band {
             Figure::Cosine => self.cosine,
             Figure::SqnrDb => self.sqnr_for(base),
             Figure::Kl => self.kl,
-            Figure::Argmax => self.argmax,
+            // A share of tokens, as argmax agreement is a share of positions.
+            Figure::Argmax | Figure::Agreement => self.argmax,
         }
     }
 }
@@ -266,7 +287,13 @@ mod tests {
     use super::*;
 
     fn f(cosine: f64, sqnr: f64, kl: f64, argmax: f64) -> Figures {
-        Figures { argmax: Some(argmax), cosine: Some(cosine), kl: Some(kl), sqnr_db: Some(sqnr) }
+        Figures {
+            argmax: Some(argmax),
+            cosine: Some(cosine),
+            kl: Some(kl),
+            sqnr_db: Some(sqnr),
+            agreement: None,
+        }
     }
 
     #[test]
@@ -278,7 +305,7 @@ mod tests {
         let worse = BTreeMap::from([("logits".to_string(), f(0.9990, 40.0, 1e-2, 0.5))]);
         let r = regressions(&worse, &base, &band);
         let names: Vec<Figure> = r.iter().map(|r| r.figure).collect();
-        assert_eq!(names, Figure::ALL.to_vec());
+        assert_eq!(names, Figure::ALL[..4].to_vec(), "a tap row has no greedy agreement");
         let better = BTreeMap::from([("logits".to_string(), f(1.0, 60.0, 0.0, 1.0))]);
         assert!(regressions(&better, &base, &band).is_empty());
     }
@@ -299,7 +326,13 @@ mod tests {
     #[test]
     fn the_ratchet_only_takes_improvements() {
         let old = f(0.999, 50.0, 1e-3, 1.0);
-        let new = Figures { argmax: Some(0.9), cosine: Some(0.9999), kl: Some(1e-2), sqnr_db: None };
+        let new = Figures {
+            argmax: Some(0.9),
+            cosine: Some(0.9999),
+            kl: Some(1e-2),
+            sqnr_db: None,
+            agreement: None,
+        };
         assert_eq!(old.ratchet(&new), f(0.9999, 50.0, 1e-3, 1.0));
     }
 }

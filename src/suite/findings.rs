@@ -52,7 +52,7 @@ impl Claim {
             if Figure::parse(&m.figure).is_none() {
                 return Err(Error::input(
                     key("metric.figure"),
-                    format!("`{}`: cosine, sqnr_db, kl or argmax", m.figure),
+                    format!("`{}`: cosine, sqnr_db, kl, argmax or (tap `tokens`) agreement", m.figure),
                 ));
             }
             match (m.below, m.above) {
@@ -72,7 +72,9 @@ impl Claim {
             ("first_drift", self.first_drift.as_deref()),
             ("metric.tap", self.metric.as_ref().map(|m| m.tap.as_str())),
         ];
-        for (k, name) in taps.into_iter().filter_map(|(k, n)| Some((k, n?))) {
+        // `tokens`: a served model's token figures, whatever the model.
+        let named = taps.into_iter().filter_map(|(k, n)| Some((k, n?)));
+        for (k, name) in named.filter(|(_, n)| *n != crate::compare::tokens::TOKENS) {
             let hint = crate::tap::did_you_mean(name, layers.unwrap_or(1));
             let Some(tap) = Tap::parse(name) else {
                 return Err(Error::input(key(k), format!("`{name}` is not a tap{hint}")));

@@ -253,6 +253,11 @@ fn evaluate(pair: &mut PairResult, compared: &Compared, band: &Band, baseline: O
         f.clone().find(|f| f.metric != "prob_sum_err").or(f.next()).map(crate::report::format::failure_short)
     });
     pair.located = located.map(|l| crate::report::format::located_sentence(&l));
+    // A served model drifts at its tokens.
+    if let Some(t) = cmp.tokens.as_ref().filter(|t| !t.failures.is_empty()) {
+        pair.first_drift = Some(crate::compare::tokens::TOKENS.to_string());
+        pair.located = Some(crate::report::tokens::sentence(t));
+    }
     pair.regressions = regs;
     pair.figures = figs;
 }

@@ -12,7 +12,7 @@ use crate::report::format::{cos, num, pct};
 pub fn show(f: Figure, v: f64) -> String {
     match f {
         Figure::Cosine => cos(Some(v)),
-        Figure::Argmax => pct(v),
+        Figure::Argmax | Figure::Agreement => pct(v),
         _ => num(v),
     }
 }
