@@ -2,7 +2,7 @@
 //! first by `explain` among the whole catalog (ties only with faults identical on the input).
 
 use hefprobe::backend::decoder::DecoderBackend;
-use hefprobe::explain::matrix::{cases, matrix_model, run_case};
+use hefprobe::explain::matrix::{cases, matrix_model, run_matrix};
 use hefprobe::explain::rank::{explain, Setting};
 use hefprobe::explain::ExplainSpec;
 use hefprobe::fault::catalog::REGISTRY;
@@ -15,10 +15,10 @@ fn fs(text: &str) -> hefprobe::fault::spec::FaultSpec {
 
 #[test]
 fn every_fault_is_located_and_ranked_first() {
-    let (ckpt, inputs) = matrix_model().unwrap();
     let mut failures = Vec::new();
-    for (spec, expected) in cases() {
-        let row = run_case(&ckpt, &inputs, spec, expected).unwrap();
+    // The narrow model's cases, then the width faults' on the wide one.
+    for row in run_matrix().unwrap() {
+        let (spec, expected) = (&row.fault, &row.expected);
         eprintln!(
             "{spec:<36} located {:<34} rank {:?} match {:.6} ties {:?}",
             format!("{:?}", row.located),

@@ -1523,7 +1523,14 @@ fn verify_rederives_inputs_captures_and_versions_never_trusting_a_rehashed_manif
     hefprobe()
         .arg("run")
         .arg(t.path().join("tiny.toml"))
-        .args(["--backend", "emulator=shared-softmax@layers=0", "--no-explain", "--bundle-cap", "1", "--bundle"])
+        .args([
+            "--backend",
+            "emulator=shared-softmax@layers=0",
+            "--no-explain",
+            "--bundle-cap",
+            "1",
+            "--bundle",
+        ])
         .arg(&capped)
         .timeout(timeout())
         .assert()

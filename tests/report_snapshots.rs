@@ -226,7 +226,9 @@ fn served_report() -> Report {
     };
     let forced = reference
         .iter()
-        .map(|&r| Some(one(&tok.decode(&[r]), vec![(TokenRef::Id(r), -0.2), (TokenRef::Text("i".into()), -2.0)])))
+        .map(|&r| {
+            Some(one(&tok.decode(&[r]), vec![(TokenRef::Id(r), -0.2), (TokenRef::Text("i".into()), -2.0)]))
+        })
         .collect();
     let served = Served {
         server: "OpenAI-style server at http://127.0.0.1:8080, model m".into(),
@@ -241,7 +243,8 @@ fn served_report() -> Report {
     let mut report = Report::new(ProbeInfo {
         name: "served".into(),
         question: "Does the served model answer as the reference does?".into(),
-        command: "hefprobe run served.toml --backend serve=http://127.0.0.1:8080,api=openai,logprobs=2".into(),
+        command: "hefprobe run served.toml --backend serve=http://127.0.0.1:8080,api=openai,logprobs=2"
+            .into(),
         ..Default::default()
     });
     report.add_comparison(PairComparison {

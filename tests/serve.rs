@@ -502,9 +502,16 @@ fn a_bundle_of_a_served_run_carries_its_token_figures_and_verifies_against_the_s
     let p = probe(dir.path(), &ckpt, "Once upon a time", &[]);
     let bundle = dir.path().join("bundle");
     let spec = format!("serve={url},model={MODEL}");
-    let out = hefprobe().args(["run"]).arg(&p).args(["--backend", &spec, "--no-explain", "--bundle"]).arg(&bundle).output().unwrap();
+    let out = hefprobe()
+        .args(["run"])
+        .arg(&p)
+        .args(["--backend", &spec, "--no-explain", "--bundle"])
+        .arg(&bundle)
+        .output()
+        .unwrap();
     assert!(out.status.code().is_some_and(|c| c <= 1), "{}", String::from_utf8_lossy(&out.stderr));
-    let report: Value = serde_json::from_str(&std::fs::read_to_string(bundle.join("report.json")).unwrap()).unwrap();
+    let report: Value =
+        serde_json::from_str(&std::fs::read_to_string(bundle.join("report.json")).unwrap()).unwrap();
     assert!(report["comparisons"][0]["tokens"]["divergence"].is_object(), "{report:#}");
     let out = hefprobe().args(["verify"]).arg(&bundle).output().unwrap();
     let said = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);

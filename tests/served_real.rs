@@ -20,7 +20,8 @@ use std::path::PathBuf;
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
-const NEEDS: &str = "needs HEFPROBE_REAL_MODELS=DIR (scripts/fetch-real-models.sh) and HEFPROBE_LLAMA_CPP_VENV=VENV \
+const NEEDS: &str =
+    "needs HEFPROBE_REAL_MODELS=DIR (scripts/fetch-real-models.sh) and HEFPROBE_LLAMA_CPP_VENV=VENV \
                      (INSTALL_ONLY=1 scripts/served-real-model.sh DIR)";
 const GGUF: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
 
@@ -42,7 +43,16 @@ impl Drop for Server {
 fn start(venv: &std::path::Path, gguf: &std::path::Path) -> (Server, u16) {
     let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let child = Command::new(venv.join("bin/python"))
-        .args(["-m", "llama_cpp.server", "--host", "127.0.0.1", "--port", &port.to_string(), "--n_ctx", "2048"])
+        .args([
+            "-m",
+            "llama_cpp.server",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            &port.to_string(),
+            "--n_ctx",
+            "2048",
+        ])
         .arg("--model")
         .arg(gguf)
         .stdout(std::process::Stdio::null())

@@ -294,7 +294,9 @@ fn align(reference: &[u32], g: &Generation, tok: &Tokenizer, notes: &mut Vec<Str
             }
             (true, Finish::Stop) => End::Diverged { at, token: ended_here() },
             (true, Finish::Length) => End::Ran { at },
-            (false, _) => End::Diverged { at, token: piece_at(at, text.get(before..).unwrap_or(""), g, tok, notes) },
+            (false, _) => {
+                End::Diverged { at, token: piece_at(at, text.get(before..).unwrap_or(""), g, tok, notes) }
+            }
         };
         retokenized(reference, agreed, text, tok, notes);
         return Aligned { agreed, end };

@@ -82,7 +82,16 @@ fn matches(expected: &str, got: &str) -> bool {
     }
 }
 
-pub fn run_case(ckpt: &Checkpoint, inputs: &InputSet, spec: &str, expected: &str) -> Result<MatrixRow> {
+/// One case: `spec` injected, located by `run`, ranked by `explain` over the catalog grid and
+/// `extra` (the width cases, which the grid searches only on models wider than
+/// [`crate::fault::catalog::width::SEARCHED_ABOVE`]).
+pub fn run_case(
+    ckpt: &Checkpoint,
+    inputs: &InputSet,
+    spec: &str,
+    expected: &str,
+    extra: &[FaultSpec],
+) -> Result<MatrixRow> {
     let model = Arc::new(Decoder::new(ckpt)?);
     let all = TapSelection::all();
     let reference = collect(&mut DecoderBackend::reference(model), inputs, &all, None);
@@ -96,8 +105,13 @@ pub fn run_case(ckpt: &Checkpoint, inputs: &InputSet, spec: &str, expected: &str
         compare(&reference.capture, &observed.capture, ("reference", spec), &Settings::new(&thresholds))?;
     let located = locate::locate(&pair).first().map(|l| format!("{}/{}", l.phase, l.tap));
     let at = crate::explain::rank::Setting { ckpt, inputs, scratch: None, target: None };
-    let report =
-        crate::explain::explain(&at, &reference.capture, (spec, &observed.capture), &ExplainSpec::default())?;
+    let mut how = ExplainSpec::default();
+    if !extra.is_empty() {
+        let mut faults = crate::fault::catalog::grid(&ckpt.config);
+        faults.extend(extra.iter().filter(|e| !faults.contains(e)).cloned().collect::<Vec<_>>());
+        how.faults = Some(faults);
+    }
+    let report = crate::explain::explain(&at, &reference.capture, (spec, &observed.capture), &how)?;
     let pos = report.rows.iter().position(|r| r.fault == spec || r.ties.iter().any(|t| t == spec));
     let row = pos.map(|i| &report.rows[i]);
     let name = spec.split([':', '@']).next().unwrap_or("");
@@ -147,13 +161,15 @@ fn run_cases(ckpt: &Checkpoint, inputs: &InputSet, cases: Vec<(&str, &str)>) -> 
         }
         inputs.decode = DecodeSpec::Forced(run.record.decode_tokens);
     }
-    cases.into_iter().map(|(spec, expected)| run_case(ckpt, &inputs, spec, expected)).collect()
+    let extra = wide_cases().into_iter().map(|(s, _)| FaultSpec::parse(s)).collect::<Result<Vec<_>>>()?;
+    cases.into_iter().map(|(spec, expected)| run_case(ckpt, &inputs, spec, expected, &extra)).collect()
 }
 
 /// What the matrix ran on, for the document: the synthesized matrix model's sentence.
 pub fn synth_setup() -> String {
     "a synthesized llama (hidden 64, 3 layers, 4 heads, 2 kv heads, vocab 512; 12 prompt tokens, \
-     3 teacher-forced decode steps; the width faults on the same at hidden 128, wider than their 64-wide tile)"
+     3 teacher-forced decode steps; the width faults on the same at hidden 128, wider than their 64-wide tile, \
+     each ranked over the grid and the four width cases)"
         .to_string()
 }
 

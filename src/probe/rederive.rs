@@ -42,7 +42,8 @@ pub fn unlisted(dir: &Path, m: &Manifest, out: &mut Vec<Check>) {
                 }
                 Some(t) if t.is_dir() && holds_listed => stack.push((e.path(), format!("{name}/"))),
                 // A folder left empty holds nothing (`captures/` when every capture was past the cap).
-                Some(t) if t.is_dir() && std::fs::read_dir(e.path()).is_ok_and(|mut d| d.next().is_none()) => {}
+                Some(t)
+                    if t.is_dir() && std::fs::read_dir(e.path()).is_ok_and(|mut d| d.next().is_none()) => {}
                 _ if listed || (prefix.is_empty() && name == MANIFEST) => {}
                 _ => {
                     let why =
