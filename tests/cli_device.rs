@@ -293,10 +293,9 @@ fn diagnose_passes_a_clean_hef_and_fails_the_cache_layout_one_on_sim_and_sim_h10
         .stdout(predicate::str::contains("cache diff: unavailable on this device (HailoRT 5.2 RPC)"))
         .stdout(predicate::str::contains("unavailable: unavailable on this device (HailoRT 5.2 RPC)"))
         .stdout(predicate::str::contains("repeatability: 3 runs"));
-    diagnose(&faulty, "sim-h10")
-        .assert()
-        .code(1)
-        .stdout(predicate::str::contains("tbt drifts; the cache could not be rewritten"));
+    diagnose(&faulty, "sim-h10").assert().code(1).stdout(predicate::str::contains(
+        "drifts over the cache: what tbt reads from the cache prefill wrote is wrong",
+    ));
     // doctor on the same HEFs: the simulator is the device; sim-h10 limits the cache diagnostics.
     hefprobe()
         .arg("doctor")
@@ -577,6 +576,19 @@ fn the_exporters_base_scope_group_runs_by_name_and_a_fault_through_it_ranks_firs
     let out = run(&clean, "group=hefprobe_sim").arg("--no-explain").assert().code(0);
     let text = String::from_utf8_lossy(&out.get_output().stdout).to_string();
     assert!(text.contains("decode.5"), "every step compared: {text}");
+    // The group also generates on its own, token by token against the reference: the clean HEF
+    // agrees on all 7 (the last prompt row's and 6 steps'); the faulty one's tokens are judged.
+    let tokens = |h: &Path| {
+        let out = run(h, "group=hefprobe_sim").args(["--no-explain", "--report", "json=-"]).output().unwrap();
+        let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        json["comparisons"][0]["tokens"].clone()
+    };
+    let c = tokens(&clean);
+    assert_eq!((c["compared"].as_u64(), c["agreement"].as_u64()), (Some(7), Some(7)), "{c:#}");
+    assert_eq!(c["served_tokens"].as_array().map(Vec::len), Some(7), "{c:#}");
+    assert_eq!(c["forced"]["positions"].as_u64(), Some(7), "{c:#}");
+    let f = tokens(&faulty);
+    assert!(f["longest_run"].as_u64().is_some() && f["compared"].as_u64().is_some(), "{f:#}");
     let explained = t.path().join("explained.toml");
     let text = std::fs::read_to_string(&probe).unwrap() + "[explain]\nobserved = \"hef\"\n";
     std::fs::write(&explained, text).unwrap();

@@ -390,9 +390,8 @@ fn run_with_budget(probe: &Path, budget: &str, tmp: &Path, json: &Path, extra: &
     serde_json::from_str(&std::fs::read_to_string(json).unwrap()).unwrap()
 }
 
-/// The explain sections of a run held in memory and one spilled: the same, but for what explain
-/// spent (the spilled run's budget leaves no room to reuse the clean run's blocks, which it
-/// says); which candidates it emulated and stopped does not differ.
+/// The explain sections of a run held in memory and one spilled: the same, and so is what
+/// explain spent on which candidates (emulated, started from the clean run, stopped).
 fn same_explain(held: &serde_json::Value, spilled: &serde_json::Value) {
     let (mut e_held, mut e_spilled) = (held["explain"].clone(), spilled["explain"].clone());
     let (s_held, s_spilled) = (e_held["spent"].take(), e_spilled["spent"].take());
@@ -400,9 +399,11 @@ fn same_explain(held: &serde_json::Value, spilled: &serde_json::Value) {
     for part in ["candidates", "stopped_early", "other"] {
         assert_eq!(s_held[part], s_spilled[part], "{part}: {s_held} vs {s_spilled}");
     }
-    assert!(s_held["note"].is_null(), "{s_held}");
-    let note = s_spilled["note"].as_str().unwrap_or_default();
-    assert!(note.contains("over a quarter of the memory budget"), "{s_spilled}");
+    // A spilled run's clean capture stays in its file, so its candidates start from the clean
+    // run's residuals as the held run's do (they once read a copy of every key in memory and,
+    // past a quarter of the budget, gave the shortcut up).
+    assert!(s_held["note"].is_null() && s_spilled["note"].is_null(), "{s_held} vs {s_spilled}");
+    assert_eq!(s_held["from_prefix"], s_spilled["from_prefix"], "{s_held} vs {s_spilled}");
 }
 
 #[test]

@@ -369,5 +369,7 @@ fn sim_h10_parity_still_catches_the_cache_layout_fault_without_the_cache() {
     let model = Decoder::new(&ckpt).unwrap();
     let mut dev = backend_h10(&h);
     let p = diag::parity(&mut dev.driver, &h, &model, &prompt(24)).unwrap();
-    assert_eq!(p.verdict, ParityVerdict::TbtDriftsCacheUnavailable, "{p:?}");
+    // (c) is unavailable over RPC; the cache-free control (d) runs there and clears the tbt
+    // graph, so the drift is put on what tbt reads from the cache.
+    assert_eq!(p.verdict, ParityVerdict::TbtCacheReadDrifts, "{p:?}");
 }

@@ -72,7 +72,7 @@ fn probe_names_resolve_in_a_checkout_and_stay_inside_the_catalog() {
         .assert()
         .code(2)
         .stderr(
-            predicate::str::contains("using the catalog's")
+            predicate::str::contains("using the checkout's")
                 .and(predicate::str::contains("shared-softmax.toml")),
         )
         .stderr(predicate::str::contains("no-such.hef"));

@@ -169,7 +169,7 @@ fn figures_are_judged_in_their_band_and_some_hypotheses_fall_without_a_run() {
     let base = e.hypotheses.iter().find(|j| matches!(j.hypothesis, Hypothesis::Baseline)).unwrap();
     assert_eq!(base.results[0].status, Status::Missed);
     assert!(
-        base.results[0].figures.contains("shard 0 cosine 0.9")
+        base.results[0].figures.contains("shard 0 cosine 1.0000 beyond the recipe's")
             && base.results[0].figures.contains("(off the record)"),
         "{}",
         base.results[0].figures

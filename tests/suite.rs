@@ -205,8 +205,8 @@ fn the_catalog_against_simulated_hefs() {
     for f in &failures {
         let message = f.attribute("message").unwrap();
         assert_eq!(f.attribute("type"), Some("regressed"));
-        assert!(message.contains("first drift at logits"), "the located tap: {message}");
-        assert!(message.contains("best explanation: shared-softmax@layers=0"), "the explanation: {message}");
+        assert!(message.contains(": logits cosine"), "the located tap: {message}");
+        assert!(message.contains("best explanation shared-softmax@layers=0"), "the explanation: {message}");
         assert_eq!(f.parent().unwrap().attribute("classname"), Some("hefprobe.tonight"));
     }
     assert_eq!(junit.descendants().filter(|n| n.has_tag_name("testcase")).count(), 2 * probes);
@@ -215,7 +215,7 @@ fn the_catalog_against_simulated_hefs() {
     assert_eq!(json["schema"], "hefprobe.suite/1");
     assert_eq!(json["counts"]["regressed"], probes - 1);
     assert!(
-        out["markdown"].contains("**REGRESSED**") && out["markdown"].contains("noise band"),
+        out["markdown"].contains("<summary>REGRESSED ") && out["markdown"].contains("noise band"),
         "{}",
         out["markdown"]
     );

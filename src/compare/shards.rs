@@ -90,16 +90,6 @@ pub fn figures(r: &[f32], x: &[f32], vocab: usize, widths: &[usize]) -> Option<V
     Some(out)
 }
 
-/// The worst shard's figure for a row's metric: the lowest cosine or argmax agreement, the
-/// largest scale error.
-pub fn worst(shards: &[ShardFigures], m: Metric) -> Option<f64> {
-    let values = shards.iter().filter_map(|s| s.value(m));
-    match m.dir() {
-        Dir::Min => values.reduce(f64::min),
-        Dir::Max => values.reduce(f64::max),
-    }
-}
-
 /// Mark each shard that fails a shard bound of `tap` (`beyond`: the same shards of the
 /// expected quantization and its spread, each judged on its excess over them).
 pub fn judge(
@@ -151,7 +141,7 @@ mod tests {
         // Local argmaxes are token ids: shard 1's largest at the last position is column 3.
         assert_eq!((s[1].reference_argmax, s[1].candidate_argmax), (3, 3));
         assert_eq!(s[0].argmax_agreement, 1.0);
-        assert_eq!(worst(&s, Metric::ShardScaleErr), Some(1.0));
+        assert_eq!(s.iter().map(|f| f.scale_err()).reduce(f64::max), Some(1.0));
         let mut t = Thresholds::default();
         t.default.insert(Metric::ShardScaleErr, 0.05);
         let mut s = s;

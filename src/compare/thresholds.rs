@@ -104,17 +104,17 @@ impl Metric {
                 |r| Some(probs(r)?.mask_leak as f64),
             ),
             ShardCosine => (Min, "cosine of the worst lm_head shard (sharded logits)", Range::Cosine, |r| {
-                super::shards::worst(&logits(r)?.shards, ShardCosine)
+                logits(r)?.shards.iter().map(|s| s.cosine).reduce(f64::min)
             }),
             ShardScaleErr => (
                 Max,
                 "largest |‖x‖/‖r‖ − 1| of an lm_head shard: a shard's scale, to which its cosine is blind",
                 Range::NonNegative,
-                |r| super::shards::worst(&logits(r)?.shards, ShardScaleErr),
+                |r| logits(r)?.shards.iter().map(|s| s.scale_err()).reduce(f64::max),
             ),
             ShardArgmax => {
                 (Min, "argmax agreement within the worst lm_head shard (sharded logits)", Range::Share, |r| {
-                    super::shards::worst(&logits(r)?.shards, ShardArgmax)
+                    logits(r)?.shards.iter().map(|s| s.argmax_agreement).reduce(f64::min)
                 })
             }
             // A served model's figures (compare::tokens, bounds on `tokens`): no tap row has them.

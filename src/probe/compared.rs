@@ -66,6 +66,12 @@ pub fn compare_runs(p: &Prepared, runs: &Runs, out: &mut Vec<Compared>) -> Resul
         let judged = Settings { beyond, shards, ..settings(View::Cumulative, &p.selection) };
         let mut cumulative = compare(reference, b.capture.as_ref(), names, &judged)?;
         cumulative.on_device = b.spec.kind == BackendKind::Hef;
+        // A base-scope group's own greedy generation, token by token.
+        if let Some(served) = &b.served {
+            let tok = crate::model::tokenizer::Tokenizer::for_checkpoint(&p.ckpt)?;
+            let rows = tokens::reference_rows(reference, &runs.inputs.phases)?;
+            cumulative.tokens = Some(tokens::compare(&rows, served, &tok, &p.thresholds));
+        }
         if b.spec.kind == BackendKind::Dump {
             refuse_misaligned(&b.label, &cumulative)?;
         }

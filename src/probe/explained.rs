@@ -24,8 +24,12 @@ pub fn explain_stage(
         Some(o) if !p.replaced_backends || runs.backend(o).is_some() => o.clone(),
         _ => runs.backends[0].label.clone(),
     };
-    // A served model returned tokens only: the faults are ranked by the tokens they predict.
-    let served = compared.iter().find(|c| c.label == observed).and_then(|c| c.cumulative.tokens.as_ref());
+    // A served model returned tokens only: the faults are ranked by the tokens they predict (a
+    // base-scope HEF's tokens sit beside its logits, which explain ranks by as any HEF's).
+    let served = compared
+        .iter()
+        .find(|c| c.label == observed && c.cumulative.rows.is_empty())
+        .and_then(|c| c.cumulative.tokens.as_ref());
     if let Some(t) = served {
         let report =
             crate::explain::tokens::explain(&p.ckpt, &p.inputs, (&observed, &t.served_tokens), explain)?;

@@ -98,7 +98,7 @@ fn facts(report: &Report) -> Table {
 
 fn pair_section(report: &Report, i: usize, pair: &PairComparison, d: &mut Doc) {
     d.blank().heading(2, format!("{} vs {}", pair.reference, pair.candidate));
-    if let Some(t) = &pair.tokens {
+    if let Some(t) = pair.tokens.as_ref().filter(|_| pair.rows.is_empty()) {
         d.line(format!("{}.", super::tokens::sentence(t))).blank();
         d.append(super::tokens::section(t, true));
         return;
@@ -129,6 +129,10 @@ fn pair_section(report: &Report, i: usize, pair: &PairComparison, d: &mut Doc) {
     if let Some(t) = tables::shards(pair) {
         d.blank().line("lm_head shards (the logits at the HEF's own column boundaries):");
         d.blank().table(t);
+    }
+    if let Some(t) = &pair.tokens {
+        d.blank().line(format!("Greedy on its own: {}.", super::tokens::sentence(t))).blank();
+        d.append(super::tokens::section(t, true));
     }
 }
 

@@ -251,7 +251,7 @@ impl Report {
     /// The one-sentence summary of a comparison: its earliest drift, or that it passed.
     pub fn headline(&self, index: usize) -> String {
         let pair = &self.comparisons[index];
-        if let Some(t) = &pair.tokens {
+        if let Some(t) = pair.tokens.as_ref().filter(|_| pair.rows.is_empty()) {
             return format!("{} vs {}: {}", pair.reference, pair.candidate, tokens::sentence(t));
         }
         let checked = pair.rows.iter().filter(|r| r.checked()).count();

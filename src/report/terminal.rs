@@ -16,7 +16,7 @@ pub fn doc(report: &Report) -> Doc {
     let mut d = header(report);
     for (i, pair) in report.cumulative() {
         d.blank().line(report.headline(i));
-        if let Some(t) = &pair.tokens {
+        if let Some(t) = pair.tokens.as_ref().filter(|_| pair.rows.is_empty()) {
             d.append(super::tokens::section(t, false));
             continue;
         }
@@ -43,6 +43,10 @@ pub fn doc(report: &Report) -> Doc {
         if let Some(t) = tables::shards(pair) {
             d.line("lm_head shards (the logits at the HEF's own column boundaries):");
             d.table(t);
+        }
+        if let Some(t) = &pair.tokens {
+            d.line(format!("greedy on its own: {}", super::tokens::sentence(t)));
+            d.append(super::tokens::section(t, false));
         }
     }
     if let Some(e) = &report.explain {

@@ -52,6 +52,8 @@ pub struct HefBackend {
     pub first_layer: usize,
     /// The network group named on the backend (`group=NAME`), or None for genai's choice.
     pub group: Option<String>,
+    /// A base-scope group's own greedy generation in the last run ([`HefBackend::greedy`]).
+    served: Option<crate::backend::serve::Served>,
     /// Kept alive for the driver's configured models.
     _device: Box<dyn Device>,
 }
@@ -160,6 +162,7 @@ impl HefBackend {
             output_map: None,
             first_layer,
             group: None,
+            served: None,
             _device: opened.device,
         }
     }
@@ -353,6 +356,57 @@ impl HefBackend {
         Ok(())
     }
 
+    /// A base-scope group generating on its own, as the exporter's `generate_base_scope.py` runs it
+    /// (@6cf9164a): the prompt, then each step's argmax appended and the whole prefix re-run, for
+    /// as many tokens as the reference predicts (the last prompt row's and each decode step's).
+    /// Beside it, the teacher-forced run's argmaxes (`record`) are the one-token continuations of
+    /// the reference's own prefixes. Compared token by token with the reference (compare::tokens).
+    fn greedy(&mut self, inputs: &InputSet, record: &RunRecord) -> Result<crate::backend::serve::Served> {
+        use crate::backend::serve::{Finish, Generation, Served, TokenInfo};
+        let steps = inputs.decode.steps();
+        let frames_kept = self.driver.record.take();
+        self.driver.new_conversation()?;
+        let mut logits = self.driver.prefill(&inputs.prompt)?.pop().unwrap_or_default();
+        let mut ids = Vec::with_capacity(steps + 1);
+        for k in 0..=steps {
+            let t = crate::model::decoder::argmax(&logits) as u32;
+            ids.push(t);
+            if k < steps {
+                logits = self.driver.step(t)?;
+            }
+        }
+        self.driver.take_exposed();
+        self.driver.record = frames_kept;
+        let one = |id: u32| Generation {
+            text: String::new(),
+            tokens: vec![TokenInfo { text: String::new(), id: Some(id), top: Vec::new() }],
+            finish: Finish::Length,
+            count: Some(1),
+            prompt_tokens: None,
+        };
+        let forced =
+            record.argmax[record.argmax.len().saturating_sub(steps + 1)..].iter().map(|&t| Some(one(t)));
+        let group = self.driver.prefill_group().to_string();
+        Ok(Served {
+            server: format!("base-scope group `{group}` of `{}`, greedy on the device", self.name),
+            greedy: Generation {
+                text: String::new(),
+                tokens: ids
+                    .iter()
+                    .map(|&id| TokenInfo { text: String::new(), id: Some(id), top: Vec::new() })
+                    .collect(),
+                finish: Finish::Length,
+                count: Some(ids.len()),
+                prompt_tokens: None,
+            },
+            forced: Some(forced.collect()),
+            forced_unavailable: None,
+            prompt: String::new(),
+            prompt_tokens: inputs.prompt.len(),
+            max_tokens: steps + 1,
+        })
+    }
+
     /// A compiled suffix HEF's first block, as declared (`first_layer`); a simulated HEF's own
     /// range must agree with a declaration.
     pub fn declare_first_layer(&mut self, k: Option<usize>, layers: usize) -> Result<()> {
@@ -493,6 +547,10 @@ impl Backend for HefBackend {
         vec![self.outputs_note()]
     }
 
+    fn served(&mut self) -> Option<crate::backend::serve::Served> {
+        self.served.take()
+    }
+
     fn logits_shards(&self) -> Option<Vec<usize>> {
         let widths = self.driver.logits_widths();
         (widths.len() > 1).then_some(widths)
@@ -514,7 +572,13 @@ impl Backend for HefBackend {
                 Err(e) => return Ran { record, error: Some(e) },
             },
         }
-        let error = self.drive(inputs, taps, sink, &mut record).err();
+        let mut error = self.drive(inputs, taps, sink, &mut record).err();
+        if error.is_none() && self.driver.base_scope_frame().is_some() && inputs.decode.steps() > 0 {
+            match self.greedy(inputs, &record) {
+                Ok(served) => self.served = Some(served),
+                Err(e) => error = Some(e),
+            }
+        }
         Ran { record, error }
     }
 }
