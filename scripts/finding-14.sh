@@ -1,6 +1,7 @@
 #!/bin/sh
-# reports/finding-14.md and .svg: `explain --pattern probes/findings/14.toml` on the real
-# SmolLM2-135M,
+# reports/finding-14.md and .svg: `explain --pattern probes/findings/14.toml` with the real
+# SmolLM2-135M given (no observation of finding 14 has its shape, so each runs on a synthesized
+# stand-in of its own: Qwen2.5-0.5B's 896 wide with five shards, TinyStories-25M, tinyllama-15M),
 # and the deciding experiment. Needs the GGUF scripts/fetch-real-models.sh fetches:
 #
 #     scripts/finding-14.sh DIR        (from the repository root; HEFPROBE=BIN to use a built binary)

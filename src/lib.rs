@@ -4,29 +4,8 @@
 //! backend runs it into a [`capture::Capture`] (`PHASE/TAP` → tensor), pure functions in
 //! [`compare`] turn pairs of captures into located, explained drift, and [`report`] renders it.
 
-/// An enum whose variants each have one name (what files, flags and reports spell): the enum
-/// as declared, `ALL` in declaration order, `name()` and its inverse `from_name()`.
-macro_rules! named_enum {
-    ($(#[$meta:meta])* $vis:vis enum $enum:ident {
-        $($(#[$vmeta:meta])* $variant:ident = $name:literal,)+
-    }) => {
-        $(#[$meta])*
-        $vis enum $enum { $($(#[$vmeta])* $variant,)+ }
-
-        impl $enum {
-            pub const ALL: [$enum; [$($name),+].len()] = [$($enum::$variant),+];
-
-            pub fn name(self) -> &'static str {
-                match self { $($enum::$variant => $name,)+ }
-            }
-
-            pub fn from_name(s: &str) -> Option<$enum> {
-                Self::ALL.into_iter().find(|v| v.name() == s)
-            }
-        }
-    };
-}
-pub(crate) use named_enum;
+mod named;
+pub(crate) use named::named_enum;
 
 pub mod alloc;
 pub mod backend;

@@ -27,7 +27,7 @@ const LAYERS: &[&[&str]] = &[
     &["output"],
     &["files", "progress"],
     &["budget"],
-    &["error", "alloc", "console"],
+    &["error", "alloc", "console", "named"],
 ];
 
 fn rank(module: &str) -> Option<usize> {
