@@ -49,8 +49,9 @@ run() { # hef -> the run's terminal report, timed
   echo "(Q4_1 GGUF, dequantized) holding \`hefprobe_sim__prefill\`, \`hefprobe_sim__tbt\` and the"
   echo "cache-less \`hefprobe_sim\` of 24 positions, over the exporter's RoPE input map, run as"
   echo "\`--backend hef=X.hef,group=hefprobe_sim\`: every step re-runs the whole conversation"
-  echo "right-aligned in the one frame (zero-embedding padding first), greedy on the reference's"
-  echo "tokens. Audit of the clean HEF:"
+  echo "right-aligned in the one frame (zero-embedding padding first), teacher-forced on the"
+  echo "reference's greedy tokens for the logits of every step, then generating on its own (each"
+  echo "step's argmax appended) for the token figures. Audit of the clean HEF:"
   echo
   echo '```text'
   "$HEFPROBE" audit base-scope/clean.hef --checkpoint "$GGUF" 2>&1 | grep -E '^(ERROR|WARNING|INFO)|error\(s\)' | cut -c1-160

@@ -587,6 +587,7 @@ fn the_exporters_base_scope_group_runs_by_name_and_a_fault_through_it_ranks_firs
     assert_eq!((c["compared"].as_u64(), c["agreement"].as_u64()), (Some(7), Some(7)), "{c:#}");
     assert_eq!(c["served_tokens"].as_array().map(Vec::len), Some(7), "{c:#}");
     assert_eq!(c["forced"]["positions"].as_u64(), Some(7), "{c:#}");
+    assert!(c["served_text"].as_str().is_some_and(|t| !t.is_empty()), "decoded from the ids: {c:#}");
     let f = tokens(&faulty);
     assert!(f["longest_run"].as_u64().is_some() && f["compared"].as_u64().is_some(), "{f:#}");
     let explained = t.path().join("explained.toml");

@@ -1818,10 +1818,9 @@ fn the_budget_is_the_least_of_the_limits_the_process_has_and_weights_are_checked
 #[cfg(unix)]
 #[test]
 fn a_refused_allocation_is_exit_3_with_its_size_and_what_was_built() {
+    use std::os::unix::process::CommandExt;
     if std::env::var_os("HEFPROBE_TEST_REFUSE").is_some() {
-        let r = libc::rlimit { rlim_cur: 1 << 30, rlim_max: 1 << 30 };
-        // SAFETY: setrlimit of this child process, which only allocates after it.
-        assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_AS, &r) }, 0);
+        // The parent limited this process to 1 GiB of address space before exec.
         let _stage = hefprobe::alloc::building(&"a test's block");
         let v = vec![7u8; 4 << 30];
         std::hint::black_box(&v);
@@ -1833,16 +1832,28 @@ fn a_refused_allocation_is_exit_3_with_its_size_and_what_was_built() {
     let mut words: Vec<String> =
         runner.map(|(_, v)| v.split_whitespace().map(String::from).collect()).unwrap_or_default();
     words.push(exe.display().to_string());
-    let out = std::process::Command::new(&words[0])
+    let mut child = std::process::Command::new(&words[0]);
+    child
         .args(&words[1..])
         .args([
             "--exact",
             "a_refused_allocation_is_exit_3_with_its_size_and_what_was_built",
             "--test-threads=1",
         ])
-        .env("HEFPROBE_TEST_REFUSE", "1")
-        .output()
-        .unwrap();
+        .env("HEFPROBE_TEST_REFUSE", "1");
+    // The limit is set before exec, on the runner too: qemu-user ignores a guest's own
+    // setrlimit(RLIMIT_AS) (it would bind qemu's allocations), so the child could not set it.
+    // SAFETY: setrlimit in the child before exec; it touches nothing of the parent's.
+    unsafe {
+        child.pre_exec(|| {
+            let r = libc::rlimit { rlim_cur: 1 << 30, rlim_max: 1 << 30 };
+            match libc::setrlimit(libc::RLIMIT_AS, &r) {
+                0 => Ok(()),
+                _ => Err(std::io::Error::last_os_error()),
+            }
+        });
+    }
+    let out = child.output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(3), "{err}");
     assert!(err.contains("error: out of memory: 4.0 GiB for a test's block could not be allocated"), "{err}");

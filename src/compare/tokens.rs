@@ -108,6 +108,26 @@ impl TokenComparison {
     }
 }
 
+/// `served` with every token's text decoded from its id where it came without one (a device's
+/// own greedy tokens are ids only), and the generation's text the decoded whole.
+pub fn with_texts(served: &Served, tok: &Tokenizer) -> Served {
+    let mut s = served.clone();
+    let fill = |g: &mut Generation| {
+        for t in &mut g.tokens {
+            if let (Some(id), true) = (t.id, t.text.is_empty()) {
+                t.text = tok.decode(&[id]);
+            }
+        }
+        if g.text.is_empty() {
+            let ids: Vec<u32> = g.tokens.iter().filter_map(|t| t.id).collect();
+            g.text = tok.decode(&ids);
+        }
+    };
+    fill(&mut s.greedy);
+    s.forced.iter_mut().flatten().flatten().for_each(fill);
+    s
+}
+
 /// Longest run of one repeated token.
 pub fn longest_run(tokens: &[u32]) -> usize {
     let (mut best, mut run) = (0, 0);

@@ -70,7 +70,8 @@ pub fn compare_runs(p: &Prepared, runs: &Runs, out: &mut Vec<Compared>) -> Resul
         if let Some(served) = &b.served {
             let tok = crate::model::tokenizer::Tokenizer::for_checkpoint(&p.ckpt)?;
             let rows = tokens::reference_rows(reference, &runs.inputs.phases)?;
-            cumulative.tokens = Some(tokens::compare(&rows, served, &tok, &p.thresholds));
+            let served = tokens::with_texts(served, &tok);
+            cumulative.tokens = Some(tokens::compare(&rows, &served, &tok, &p.thresholds));
         }
         if b.spec.kind == BackendKind::Dump {
             refuse_misaligned(&b.label, &cumulative)?;
