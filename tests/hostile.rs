@@ -1767,6 +1767,32 @@ fn a_bundle_is_written_whole_or_not_at_all() {
         .stderr(predicate::str::contains("No space left").and(predicate::str::contains("ZipWriter").not()));
 }
 
+/// `program` under an address-space limit of `bytes`. Under cargo's runner (qemu-aarch64 for
+/// the arm64 tier) the limit is set by the host's `prlimit` on the runner itself: qemu-user
+/// ignores a guest's setrlimit(RLIMIT_AS), which a `pre_exec` in this (guest) process would be.
+#[cfg(unix)]
+fn address_limited(program: &Path, bytes: u64) -> std::process::Command {
+    use std::os::unix::process::CommandExt;
+    let runner = std::env::vars().find(|(k, _)| k.starts_with("CARGO_TARGET_") && k.ends_with("_RUNNER"));
+    if let Some((_, words)) = runner {
+        let mut c = std::process::Command::new("prlimit");
+        c.arg(format!("--as={bytes}")).arg("--").args(words.split_whitespace()).arg(program);
+        return c;
+    }
+    let mut c = std::process::Command::new(program);
+    // SAFETY: setrlimit in the child before exec; it touches nothing of the parent's.
+    unsafe {
+        c.pre_exec(move || {
+            let r = libc::rlimit { rlim_cur: bytes, rlim_max: bytes };
+            match libc::setrlimit(libc::RLIMIT_AS, &r) {
+                0 => Ok(()),
+                _ => Err(std::io::Error::last_os_error()),
+            }
+        });
+    }
+    c
+}
+
 /// The memory budget is the least of what the process may take: under an address-space limit
 /// (`prlimit --as=2000000000`), a 3B reference is refused with the figure and the limit, exit 2,
 /// never a signal; `--max-memory 500M` refuses a 1.1 GiB checkpoint before it is read (its
@@ -1774,21 +1800,9 @@ fn a_bundle_is_written_whole_or_not_at_all() {
 #[cfg(unix)]
 #[test]
 fn the_budget_is_the_least_of_the_limits_the_process_has_and_weights_are_checked_before_reading() {
-    use assert_cmd::cargo::CommandCargoExt;
-    use std::os::unix::process::CommandExt;
     let t = tempfile::tempdir().unwrap();
-    let mut c = std::process::Command::cargo_bin("hefprobe").unwrap();
+    let mut c = address_limited(&assert_cmd::cargo::cargo_bin("hefprobe"), 2_000_000_000);
     c.args(["reference", "--synth", "llama3.2-3b", "--tokens", "1,2,3", "-o"]).arg(t.path().join("r.npz"));
-    // SAFETY: setrlimit in the child before exec; it touches nothing of the parent's.
-    unsafe {
-        c.pre_exec(|| {
-            let r = libc::rlimit { rlim_cur: 2_000_000_000, rlim_max: 2_000_000_000 };
-            match libc::setrlimit(libc::RLIMIT_AS, &r) {
-                0 => Ok(()),
-                _ => Err(std::io::Error::last_os_error()),
-            }
-        });
-    }
     let out = c.output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
@@ -1818,7 +1832,6 @@ fn the_budget_is_the_least_of_the_limits_the_process_has_and_weights_are_checked
 #[cfg(unix)]
 #[test]
 fn a_refused_allocation_is_exit_3_with_its_size_and_what_was_built() {
-    use std::os::unix::process::CommandExt;
     if std::env::var_os("HEFPROBE_TEST_REFUSE").is_some() {
         // The parent limited this process to 1 GiB of address space before exec.
         let _stage = hefprobe::alloc::building(&"a test's block");
@@ -1826,33 +1839,15 @@ fn a_refused_allocation_is_exit_3_with_its_size_and_what_was_built() {
         std::hint::black_box(&v);
         return;
     }
-    // This test binary again, alone, as the child (through cargo's runner where there is one).
-    let exe = std::env::current_exe().unwrap();
-    let runner = std::env::vars().find(|(k, _)| k.starts_with("CARGO_TARGET_") && k.ends_with("_RUNNER"));
-    let mut words: Vec<String> =
-        runner.map(|(_, v)| v.split_whitespace().map(String::from).collect()).unwrap_or_default();
-    words.push(exe.display().to_string());
-    let mut child = std::process::Command::new(&words[0]);
+    // This test binary again, alone, as the child, limited to 1 GiB of address space.
+    let mut child = address_limited(&std::env::current_exe().unwrap(), 1 << 30);
     child
-        .args(&words[1..])
         .args([
             "--exact",
             "a_refused_allocation_is_exit_3_with_its_size_and_what_was_built",
             "--test-threads=1",
         ])
         .env("HEFPROBE_TEST_REFUSE", "1");
-    // The limit is set before exec, on the runner too: qemu-user ignores a guest's own
-    // setrlimit(RLIMIT_AS) (it would bind qemu's allocations), so the child could not set it.
-    // SAFETY: setrlimit in the child before exec; it touches nothing of the parent's.
-    unsafe {
-        child.pre_exec(|| {
-            let r = libc::rlimit { rlim_cur: 1 << 30, rlim_max: 1 << 30 };
-            match libc::setrlimit(libc::RLIMIT_AS, &r) {
-                0 => Ok(()),
-                _ => Err(std::io::Error::last_os_error()),
-            }
-        });
-    }
     let out = child.output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(3), "{err}");
