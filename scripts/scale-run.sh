@@ -13,14 +13,14 @@
 #     scripts/scale-run.sh qwen2.5-1.5b          # one
 #     HEFPROBE=old/hefprobe scripts/scale-run.sh llama3.2-3b   # another build's binary
 #
-# On a shared machine run it alone: `flock /tmp/hefprobe-cargo.lock scripts/scale-run.sh ...`
+# Run it alone on its machine (no build or test beside it: they share its cores and memory)
 # (the 3B run holds ~8 GiB and both cores for most of an hour).
 #
 # Each run gets the memory budget its target names (`--max-memory`: 10G for the 1.5B shape,
 # 16G for the 3B one), so the captures that do not fit are spilled to disk as a user with
 # that much memory would see.
 #
-# Needs ~10 GB free in the system's temp folder (or set TMPDIR) for the folders and spilled
+# Needs ~20 GB free in the system's temp folder (or set TMPDIR) for the folders and spilled
 # captures. Exit 1 from a run is the planted drift, which is the point.
 set -eu
 PRESETS=${*:-"qwen2.5-1.5b llama3.2-3b"}

@@ -15,7 +15,6 @@
 use hefprobe::capture::{Capture, MemorySink};
 use hefprobe::compare::metrics;
 use hefprobe::explain::matrix::{cases, run_case};
-use hefprobe::fault::spec::FaultSpec;
 use hefprobe::inputs::{DecodeSpec, InputSet};
 use hefprobe::model::hooks::NoHooks;
 use hefprobe::model::run::{run_inputs, RunRecord};
@@ -285,11 +284,12 @@ fn every_catalog_fault_is_located_and_ranked_first_on_real_weights() {
     let mut inputs = InputSet::new(ids(&g["prompt_ids"]));
     inputs.decode = DecodeSpec::Forced(ids(&g["greedy_tokens"])[..3].to_vec());
     let mut failures = Vec::new();
-    let extra: Vec<_> =
-        hefprobe::explain::matrix::wide_cases().iter().map(|(s, _)| FaultSpec::parse(s).unwrap()).collect();
-    for (spec, expected) in [cases(), hefprobe::explain::matrix::wide_cases()].concat() {
+    let width = hefprobe::explain::matrix::width_candidates().unwrap();
+    let narrow = cases().into_iter().map(|c| (c, &[][..]));
+    let wide = hefprobe::explain::matrix::wide_cases().into_iter().map(|c| (c, &width[..]));
+    for ((spec, expected), extra) in narrow.chain(wide) {
         let t0 = std::time::Instant::now();
-        let row = run_case(ckpt(), &inputs, spec, expected, &extra).unwrap();
+        let row = run_case(ckpt(), &inputs, spec, expected, extra).unwrap();
         // A tie is reported, never hidden: the injected fault is rank 1 either as the row's
         // fault or among its ties, and the ties are printed.
         eprintln!(

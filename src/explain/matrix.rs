@@ -136,10 +136,15 @@ pub fn run_case(
 /// faults' on the wide one.
 pub fn run_matrix() -> Result<Vec<MatrixRow>> {
     let (ckpt, inputs) = matrix_model()?;
-    let mut rows = run_cases(&ckpt, &inputs, cases())?;
+    let mut rows = run_cases(&ckpt, &inputs, cases(), &[])?;
     let (wide, inputs) = matrix_model_wide()?;
-    rows.extend(run_cases(&wide, &inputs, wide_cases())?);
+    rows.extend(run_cases(&wide, &inputs, wide_cases(), &width_candidates()?)?);
     Ok(rows)
+}
+
+/// The width cases' specs, ranked beside the grid for a width case ([`run_case`]'s `extra`).
+pub fn width_candidates() -> Result<Vec<FaultSpec>> {
+    wide_cases().into_iter().map(|(s, _)| FaultSpec::parse(s)).collect()
 }
 
 /// The matrix on any checkpoint and inputs (e.g. a real trained model, `faults --matrix
@@ -147,10 +152,17 @@ pub fn run_matrix() -> Result<Vec<MatrixRow>> {
 /// them as no-ops). A greedy decode is resolved by the clean model first and then
 /// teacher-forced, so reference and faulty runs see the same tokens.
 pub fn run_matrix_on(ckpt: &Checkpoint, inputs: &InputSet) -> Result<Vec<MatrixRow>> {
-    run_cases(ckpt, inputs, [cases(), wide_cases()].concat())
+    let mut rows = run_cases(ckpt, inputs, cases(), &[])?;
+    rows.extend(run_cases(ckpt, inputs, wide_cases(), &width_candidates()?)?);
+    Ok(rows)
 }
 
-fn run_cases(ckpt: &Checkpoint, inputs: &InputSet, cases: Vec<(&str, &str)>) -> Result<Vec<MatrixRow>> {
+fn run_cases(
+    ckpt: &Checkpoint,
+    inputs: &InputSet,
+    cases: Vec<(&str, &str)>,
+    extra: &[FaultSpec],
+) -> Result<Vec<MatrixRow>> {
     let mut inputs = inputs.clone();
     if let DecodeSpec::Greedy(_) = inputs.decode {
         let model = Arc::new(Decoder::new(ckpt)?);
@@ -161,8 +173,7 @@ fn run_cases(ckpt: &Checkpoint, inputs: &InputSet, cases: Vec<(&str, &str)>) -> 
         }
         inputs.decode = DecodeSpec::Forced(run.record.decode_tokens);
     }
-    let extra = wide_cases().into_iter().map(|(s, _)| FaultSpec::parse(s)).collect::<Result<Vec<_>>>()?;
-    cases.into_iter().map(|(spec, expected)| run_case(ckpt, &inputs, spec, expected, &extra)).collect()
+    cases.into_iter().map(|(spec, expected)| run_case(ckpt, &inputs, spec, expected, extra)).collect()
 }
 
 /// What the matrix ran on, for the document: the synthesized matrix model's sentence.

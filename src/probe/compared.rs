@@ -68,10 +68,7 @@ pub fn compare_runs(p: &Prepared, runs: &Runs, out: &mut Vec<Compared>) -> Resul
         cumulative.on_device = b.spec.kind == BackendKind::Hef;
         // A base-scope group's own greedy generation, token by token.
         if let Some(served) = &b.served {
-            let tok = crate::model::tokenizer::Tokenizer::for_checkpoint(&p.ckpt)?;
-            let rows = tokens::reference_rows(reference, &runs.inputs.phases)?;
-            let served = tokens::with_texts(served, &tok);
-            cumulative.tokens = Some(tokens::compare(&rows, &served, &tok, &p.thresholds));
+            cumulative.tokens = Some(token_figures(p, runs, reference, served, true)?);
         }
         if b.spec.kind == BackendKind::Dump {
             refuse_misaligned(&b.label, &cumulative)?;
@@ -100,17 +97,25 @@ pub fn compare_runs(p: &Prepared, runs: &Runs, out: &mut Vec<Compared>) -> Resul
     Ok(())
 }
 
+/// `served` against `reference` token by token; `ids_only`: its tokens came as ids (a device's
+/// own greedy generation), their texts decoded with the checkpoint's tokenizer.
+fn token_figures(
+    p: &Prepared,
+    runs: &Runs,
+    reference: &dyn crate::capture::Store,
+    served: &Served,
+    ids_only: bool,
+) -> Result<tokens::TokenComparison> {
+    let tok = crate::model::tokenizer::Tokenizer::for_checkpoint(&p.ckpt)?;
+    let rows = tokens::reference_rows(reference, &runs.inputs.phases)?;
+    let decoded = ids_only.then(|| tokens::with_texts(served, &tok));
+    Ok(tokens::compare(&rows, decoded.as_ref().unwrap_or(served), &tok, &p.thresholds))
+}
+
 /// A served model against the reference, token by token: no tap rows (nothing but tokens came
 /// back), its figures in the pair's `tokens` (none when it answered nothing).
 fn served_pair(p: &Prepared, runs: &Runs, b: &BackendOutput, served: Option<&Served>) -> Result<Compared> {
-    let tokens = match served {
-        Some(served) => {
-            let tok = crate::model::tokenizer::Tokenizer::for_checkpoint(&p.ckpt)?;
-            let rows = tokens::reference_rows(runs.reference.as_ref(), &runs.inputs.phases)?;
-            Some(tokens::compare(&rows, served, &tok, &p.thresholds))
-        }
-        None => None,
-    };
+    let tokens = served.map(|s| token_figures(p, runs, runs.reference.as_ref(), s, false)).transpose()?;
     let cumulative = PairComparison {
         reference: "reference".into(),
         candidate: b.label.clone(),

@@ -377,28 +377,23 @@ impl HefBackend {
         }
         self.driver.take_exposed();
         self.driver.record = frames_kept;
-        let one = |id: u32| Generation {
+        // Ids only: their texts are decoded where the checkpoint's tokenizer is (compare::tokens).
+        let of = |ids: &[u32]| Generation {
             text: String::new(),
-            tokens: vec![TokenInfo { text: String::new(), id: Some(id), top: Vec::new() }],
+            tokens: ids
+                .iter()
+                .map(|&id| TokenInfo { text: String::new(), id: Some(id), top: Vec::new() })
+                .collect(),
             finish: Finish::Length,
-            count: Some(1),
+            count: Some(ids.len()),
             prompt_tokens: None,
         };
         let forced =
-            record.argmax[record.argmax.len().saturating_sub(steps + 1)..].iter().map(|&t| Some(one(t)));
+            record.argmax[record.argmax.len().saturating_sub(steps + 1)..].iter().map(|t| Some(of(&[*t])));
         let group = self.driver.prefill_group().to_string();
         Ok(Served {
             server: format!("base-scope group `{group}` of `{}`, greedy on the device", self.name),
-            greedy: Generation {
-                text: String::new(),
-                tokens: ids
-                    .iter()
-                    .map(|&id| TokenInfo { text: String::new(), id: Some(id), top: Vec::new() })
-                    .collect(),
-                finish: Finish::Length,
-                count: Some(ids.len()),
-                prompt_tokens: None,
-            },
+            greedy: of(&ids),
             forced: Some(forced.collect()),
             forced_unavailable: None,
             prompt: String::new(),
