@@ -178,10 +178,13 @@ impl BackendSpec {
     /// The logits' shard widths a dump declares, checked (`shards`).
     pub fn shard_widths(&self) -> Result<Option<Vec<usize>>> {
         match &self.shards {
-            Some(w) if w.len() < 2 || w.contains(&0) => Err(Error::usage(format!(
-                "backend `{}`: shards = {w:?}: give the width of each of 2 or more shards, in output order",
-                self.label()
-            ))),
+            Some(w) if w.len() < 2 || w.len() > MAX_SHARDS || w.contains(&0) || shards_total(w).is_none() => {
+                Err(Error::usage(format!(
+                    "backend `{}`: shards = {w:?}: give the width of each of 2 to {MAX_SHARDS} shards, in output \
+                     order, adding up to the vocabulary",
+                    self.label()
+                )))
+            }
             w => Ok(w.clone()),
         }
     }
@@ -279,7 +282,15 @@ pub fn parse_shards(text: &str) -> Result<Vec<usize>> {
             "shards `{text}`: give 2 to {MAX_SHARDS} widths in output order, e.g. 16002+16003"
         )));
     }
+    if shards_total(&widths).is_none() {
+        return Err(Error::usage(format!("shards `{text}`: the widths add up past any vocabulary")));
+    }
     Ok(widths)
+}
+
+/// The columns shard widths cover together; None where the sum overflows (widths from input).
+pub fn shards_total(widths: &[usize]) -> Option<usize> {
+    widths.iter().try_fold(0usize, |t, &w| t.checked_add(w))
 }
 
 /// The most shards a logits vector is split into (Qwen's 151936 columns take 5 at the
@@ -315,6 +326,10 @@ mod tests {
         );
         assert!(BackendSpec::parse_cli("dump=d.npz,shards=16002").is_err());
         assert!(BackendSpec::parse_cli("dump=d.npz,shards=0+3").is_err());
+        assert!(BackendSpec::parse_cli("dump=d.npz,shards=18446744073709551615+1").is_err());
+        let mut toml = BackendSpec::parse_cli("dump=d.npz").unwrap();
+        toml.shards = Some(vec![usize::MAX, 1]);
+        assert_eq!(toml.shard_widths().unwrap_err().exit_code(), 2, "a probe's shards past usize");
         assert!(BackendSpec::parse_cli("hef=m.hef,first_layer=x").is_err());
         let b =
             BackendSpec::parse_cli("serve=http://127.0.0.1:8000,api=openai,model=q:1.5b,logprobs=5").unwrap();

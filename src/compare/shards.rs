@@ -48,7 +48,8 @@ impl ShardFigures {
 /// Each shard of `widths` (in output order; they must add up to `vocab`) over the rows of
 /// `r` and `x` (positions × vocab, row-major). None when the widths do not cover the row.
 pub fn figures(r: &[f32], x: &[f32], vocab: usize, widths: &[usize]) -> Option<Vec<ShardFigures>> {
-    if widths.len() < 2 || widths.iter().sum::<usize>() != vocab || vocab == 0 || r.len() != x.len() {
+    let tiles = crate::backend::spec::shards_total(widths) == Some(vocab);
+    if widths.len() < 2 || !tiles || vocab == 0 || r.len() != x.len() {
         return None;
     }
     let rows = r.len() / vocab;

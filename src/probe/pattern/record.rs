@@ -487,7 +487,9 @@ impl Observation {
             if w.is_empty() || w.len() > 64 || w.contains(&0) {
                 return bad("shards", format!("{w:?}: give each shard's width, 1..=64 shards"));
             }
-            let total: usize = w.iter().sum();
+            let Some(total) = crate::backend::spec::shards_total(w) else {
+                return bad("shards", format!("{w:?}: the widths add up past any vocabulary"));
+            };
             if self.vocab.is_some_and(|v| v != total) {
                 return bad(
                     "shards",
