@@ -38,7 +38,10 @@ for deb in "$@"; do
   done < <(find "$doc" -name '*.md')
   run=("$root/usr/bin/hefprobe")
   [ "$arch" = arm64 ] && [ "$(uname -m)" != aarch64 ] && run=(qemu-aarch64 -L /usr/aarch64-linux-gnu "${run[@]}")
-  "${run[@]}" --help | grep -q '^Usage: hefprobe' || { echo "error: $arch binary: no usage" >&2; exit 1; }
+  # Read whole, then searched: `grep -q` leaves at the first match and the binary's next line
+  # then meets a closed pipe, which hefprobe ends with 141 (console.rs), failing the pipeline.
+  usage="$("${run[@]}" --help)"
+  grep -q '^Usage: hefprobe' <<<"$usage" || { echo "error: $arch binary: no usage" >&2; exit 1; }
   # Outside any checkout: `shared-softmax` is found in the package's own catalog.
   set +e
   out="$(cd "$root" && "${run[@]}" run shared-softmax --no-explain 2>&1)"
