@@ -860,13 +860,13 @@ fn crafted_bundles_findings_and_reductions_are_refused_by_name() {
         std::fs::write(b.join("bundle.json"), text).unwrap();
         b
     };
-    let m = r#"{"schema": "SCHEMA", "hefprobe": "0", "command": "", "asked": {"probe": "p.toml", "backends": [],
-        "checkpoint": null, "revision": "main", "thresholds": [], "no_explain": false}, "folder": "b",
+    let m = r#"{"schema": "SCHEMA", "hefprobe": "0", "command": "", "asked": {"run": {"probe": "p.toml",
+        "backends": [], "checkpoint": null, "thresholds": [], "no_explain": false}}, "folder": "b",
         "files": {FILES}, "left_out": [], "pinned": [], "devices": {}}"#;
     verify(&manifest(&m.replace("SCHEMA", "hefprobe.bundle/9").replace("FILES", "")))
         .stderr(predicate::str::contains("key `schema`"));
     verify(&manifest(
-        &m.replace("SCHEMA", "hefprobe.bundle/2")
+        &m.replace("SCHEMA", "hefprobe.bundle/3")
             .replace("FILES", r#""../../etc/passwd": {"sha256": "00", "bytes": 2}"#),
     ))
     .stderr(predicate::str::contains("not a path inside the bundle"));
@@ -1111,7 +1111,7 @@ fn an_edited_suite_bundle_names_what_its_replay_ran_and_why_it_failed() {
         .code(0);
     let gone = d.join("gone.hef");
     edit_manifest(&d.join("night"), |m| {
-        m["suite"]["backends"] = serde_json::json!([format!("hef={}", gone.display())])
+        m["asked"]["suite"]["backends"] = serde_json::json!([format!("hef={}", gone.display())])
     });
     verify(&d.join("night"))
         .code(1)

@@ -750,7 +750,7 @@ fn a_suite_bundle_replays_the_same_and_names_an_edited_probe() {
     hefprobe().arg("suite").arg(&suite).args(["--bundle", "night"]).assert().code(1);
     let m: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(d.join("night/bundle.json")).unwrap()).unwrap();
-    assert!(m["suite"]["inputs"][0].as_str().unwrap().ends_with("S.toml"), "{m}");
+    assert!(m["asked"]["suite"]["inputs"][0].as_str().unwrap().ends_with("S.toml"), "{m}");
     for f in ["suite.toml", "report.json", "summary.md", "probes/small-0.toml"] {
         assert!(m["files"][f]["sha256"].is_string() && m["files"][f]["bytes"].is_u64(), "{f}: {m}");
     }

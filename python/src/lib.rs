@@ -145,7 +145,7 @@ fn compare(
         .tempdir()
         .map_err(|e| DeviceError::new_err(format!("cannot make a temporary folder: {e}")))?;
     let (r, c) = (side(reference, "reference")?, side(candidate, "candidate")?);
-    let bounds = thresholds.unwrap_or_default();
+    let bounds = bounds(thresholds)?;
     let report = work(py, || {
         let names = ("reference", "candidate");
         let (r, c) = (open(&r, None, scratch.path())?, open(&c, map.as_deref(), scratch.path())?);
@@ -157,6 +157,11 @@ fn compare(
         Ok(report)
     })?;
     Ok(PyReport::new(report))
+}
+
+/// The `thresholds=` bounds, read as `--threshold` reads them.
+fn bounds(thresholds: Option<Vec<String>>) -> PyResult<Vec<hefprobe::compare::thresholds::Bound>> {
+    hefprobe::compare::thresholds::Bound::parse_all(&thresholds.unwrap_or_default()).map_err(to_py)
 }
 
 /// A probe run's report, or its error (the report of a run that stopped is not returned).
@@ -191,14 +196,17 @@ fn run(
     save_captures: Option<PathBuf>,
     llm: Option<Bound<'_, PyAny>>,
 ) -> PyResult<PyReport> {
+    let backends =
+        hefprobe::backend::BackendSpec::from_flags(&backend.unwrap_or_default(), &fault.unwrap_or_default());
     let request = request::run::Run {
         command: format!("hefprobe.run({:?})", probe.display().to_string()),
-        probe,
-        backends: backend.unwrap_or_default(),
-        faults: fault.unwrap_or_default(),
-        checkpoint: checkpoint_ref(checkpoint, revision),
-        thresholds: thresholds.unwrap_or_default(),
-        no_explain: !explain,
+        record: hefprobe::probe::record::RunRecord {
+            probe,
+            backends: backends.map_err(to_py)?,
+            checkpoint: checkpoint_ref(checkpoint, revision),
+            thresholds: bounds(thresholds)?,
+            no_explain: !explain,
+        },
         save_captures,
         spill_dir,
         ..Default::default()
@@ -283,13 +291,17 @@ fn explain(
         observed,
         map,
         hef,
-        backend,
-        faults: faults.unwrap_or_default(),
+        backend: backend
+            .as_deref()
+            .map(hefprobe::backend::BackendSpec::parse_cli)
+            .transpose()
+            .map_err(to_py)?,
+        faults: hefprobe::fault::spec::parse_all(&faults.unwrap_or_default()).map_err(to_py)?,
         pairs,
-        quant,
+        quant: quant.as_deref().map(hefprobe::fault::spec::quantization).transpose().map_err(to_py)?,
         exhaustive,
         checkpoint: checkpoint_ref(checkpoint, revision),
-        thresholds: thresholds.unwrap_or_default(),
+        thresholds: bounds(thresholds)?,
         spill_dir,
         reports: Vec::new(),
     };

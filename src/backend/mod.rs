@@ -208,7 +208,7 @@ pub fn make_backend(spec: &BackendSpec, ckpt: &Checkpoint, model: &Arc<Decoder>)
             Box::new(d)
         }
         BackendKind::Hef => {
-            let mut b = hef::open(&label, spec.path()?, (spec.sim_profile()?, spec.group.as_deref()), ckpt)?;
+            let mut b = hef::open(&label, spec.path()?, (spec.device, spec.group.as_deref()), ckpt)?;
             b.declared = spec.quant.clone();
             if let Some(m) = &spec.map {
                 b.set_output_map(m)?;

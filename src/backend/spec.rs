@@ -53,7 +53,8 @@ pub struct BackendSpec {
     #[serde(alias = "output_map")]
     pub map: Option<PathBuf>,
     /// hef: the simulated device for a simulated HEF, `sim` (default) or `sim-h10`.
-    pub device: Option<String>,
+    #[serde(default, deserialize_with = "de_sim_profile")]
+    pub device: Option<SimProfile>,
     /// hef: the label of a dump backend of the same probe holding the DFC emulator's inference
     /// of this HEF: the device is also compared with it, so its excess over the emulator shows.
     pub beside: Option<String>,
@@ -156,8 +157,7 @@ impl BackendSpec {
                             })?)
                         }
                         Some(("device", d)) if kind == BackendKind::Hef => {
-                            SimProfile::parse(d)?;
-                            spec.device = Some(d.to_string());
+                            spec.device = Some(SimProfile::parse(d)?)
                         }
                         Some(("group", g)) if kind == BackendKind::Hef && !g.is_empty() => {
                             spec.group = Some(g.to_string())
@@ -240,19 +240,27 @@ impl BackendSpec {
         Ok(())
     }
 
-    /// The simulated device a hef backend asks for (`device`), checked.
-    pub fn sim_profile(&self) -> Result<Option<SimProfile>> {
-        self.device
-            .as_deref()
-            .map(|d| {
-                SimProfile::parse(d).map_err(|e| Error::usage(format!("backend `{}`: {e}", self.label())))
-            })
-            .transpose()
+    /// The backends a command line gives: `--backend SPEC`s, then one emulator with the
+    /// `--fault`s when there are any (the command line's and the Python module's door).
+    pub fn from_flags(backends: &[String], faults: &[String]) -> Result<Vec<BackendSpec>> {
+        let mut specs: Vec<BackendSpec> =
+            backends.iter().map(|b| Self::parse_cli(b)).collect::<Result<_>>()?;
+        if !faults.is_empty() {
+            let mut b = BackendSpec::new(BackendKind::Emulator);
+            b.faults = crate::fault::spec::parse_all(faults)?;
+            specs.push(b);
+        }
+        Ok(specs)
+    }
+
+    /// Every path the spec names, to rewrite in place (a bundle records them absolute).
+    pub fn paths_mut(&mut self) -> impl Iterator<Item = &mut PathBuf> {
+        [&mut self.path, &mut self.map, &mut self.hef, &mut self.template].into_iter().flatten()
     }
 
     /// Paths relative to `base` (the folder of the probe or suite that names them).
     pub fn relative_to(&mut self, base: &std::path::Path) {
-        for p in [&mut self.path, &mut self.map, &mut self.hef, &mut self.template].into_iter().flatten() {
+        for p in self.paths_mut() {
             if p.is_relative() {
                 *p = base.join(&*p);
             }
@@ -265,6 +273,71 @@ impl BackendSpec {
             Error::usage(format!("backend `{}`: a {} backend needs `path`", self.label(), self.kind))
         })
     }
+}
+
+/// The spec as `--backend` writes it ([`BackendSpec::parse_cli`] reads it back the same; a
+/// probe's `name` and an emulator's `quant` have no words there and are left out).
+impl fmt::Display for BackendSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.kind)?;
+        let path = |p: &Option<PathBuf>| p.as_ref().map(|p| p.display().to_string());
+        let head = match self.kind {
+            BackendKind::Reference => None,
+            BackendKind::Emulator => {
+                Some(crate::fault::spec::join(&self.faults, "+")).filter(|f| !f.is_empty())
+            }
+            BackendKind::Dump | BackendKind::Hef => path(&self.path),
+            BackendKind::Serve => self.url.clone(),
+        };
+        let words = [
+            ("map", path(&self.map)),
+            ("hef", path(&self.hef)),
+            (
+                "shards",
+                self.shards.as_ref().map(|w| w.iter().map(ToString::to_string).collect::<Vec<_>>().join("+")),
+            ),
+            ("beside", self.beside.clone()),
+            ("first_layer", self.first_layer.map(|k| k.to_string())),
+            ("device", self.device.map(|d| d.name().to_string())),
+            ("group", self.group.clone()),
+            ("api", self.api.map(|a| a.name().to_string())),
+            ("model", self.model.clone()),
+            ("template", path(&self.template)),
+            ("logprobs", self.logprobs.map(|n| n.to_string())),
+            ("timeout", self.timeout.map(|t| t.to_string())),
+        ];
+        if let Some(h) = head {
+            write!(f, "={h}")?;
+        }
+        for (k, v) in words.iter().filter_map(|(k, v)| Some((k, v.as_ref()?))) {
+            write!(f, ",{k}={v}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Backend specs as text (`--backend`'s words), for a bundle's record: one parser reads them.
+pub mod as_text {
+    use super::BackendSpec;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(specs: &[BackendSpec], s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(specs.iter().map(ToString::to_string))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<BackendSpec>, D::Error> {
+        let texts = Vec::<String>::deserialize(d)?;
+        texts.iter().map(|t| BackendSpec::parse_cli(t).map_err(serde::de::Error::custom)).collect()
+    }
+}
+
+/// A probe's `device = "sim-h10"`, named as `--backend ...,device=` names it when wrong.
+fn de_sim_profile<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> std::result::Result<Option<SimProfile>, D::Error> {
+    Option::<String>::deserialize(d)?
+        .map(|s| SimProfile::parse(&s).map_err(serde::de::Error::custom))
+        .transpose()
 }
 
 /// Shard widths as a command line writes them: `16002+16003` or `16002,16003`.
@@ -310,7 +383,7 @@ mod tests {
         assert_eq!((b.path.unwrap(), b.map.unwrap()), (PathBuf::from("d.npz"), PathBuf::from("m.toml")));
         assert!(BackendSpec::parse_cli("gpu").is_err());
         let b = BackendSpec::parse_cli("hef=m.hef,device=sim-h10").unwrap();
-        assert_eq!(b.sim_profile().unwrap(), Some(SimProfile::SimH10));
+        assert_eq!(b.device, Some(SimProfile::SimH10));
         assert!(BackendSpec::parse_cli("hef=m.hef,device=h8").is_err());
         assert!(BackendSpec::parse_cli("dump=d.npz,device=sim").is_err());
         assert_eq!(BackendSpec::parse_cli("hef=m.hef,first_layer=4").unwrap().first_layer, Some(4));
@@ -342,6 +415,17 @@ mod tests {
                 Some(5)
             )
         );
+        // What `--backend` writes, the spec writes back word for word (a bundle records it so).
+        for text in [
+            "reference",
+            "emulator",
+            "emulator=shared-softmax+rope:interleaved@layers=1",
+            "dump=d.npz,map=m.toml,hef=m.hef,shards=16002+16003",
+            "hef=m.hef,map=o.toml,beside=dfc,first_layer=4,device=sim-h10,group=ts__prefill",
+            "serve=http://127.0.0.1:8000,api=openai,model=q:1.5b,template=t.jinja,logprobs=5,timeout=2.5",
+        ] {
+            assert_eq!(BackendSpec::parse_cli(text).unwrap().to_string(), text);
+        }
         for bad in [
             "serve=",
             "serve=http://x:1,api=llm",

@@ -40,7 +40,7 @@ pub fn run(a: CompareArgs) -> Result<ExitCode> {
         candidate: a.candidate,
         map: a.map,
         shards: a.shards.map(|w| w.0),
-        thresholds: a.out.thresholds.clone(),
+        thresholds: a.out.bounds()?,
         reports: a.out.targets(),
         command: command_line(),
     };

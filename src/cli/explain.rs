@@ -2,6 +2,7 @@
 //! observed capture (a device capture, a dump, or any backend).
 
 use super::run::{command_line, finish, ReportArgs};
+use crate::backend::BackendSpec;
 use crate::error::Result;
 use crate::report::deliver;
 use crate::request::pattern::ExplainPattern;
@@ -76,13 +77,13 @@ pub fn run(a: ExplainArgs) -> Result<ExitCode> {
         observed: a.observed,
         map: a.map,
         hef: a.hef,
-        backend: a.backend,
-        faults: a.faults,
+        backend: a.backend.as_deref().map(BackendSpec::parse_cli).transpose()?,
+        faults: crate::fault::spec::parse_all(&a.faults)?,
         pairs: a.pairs,
-        quant: a.quant,
+        quant: a.quant.as_deref().map(crate::fault::spec::quantization).transpose()?,
         exhaustive: a.exhaustive,
         checkpoint: a.checkpoint.to_ref(),
-        thresholds: a.out.thresholds.clone(),
+        thresholds: a.out.bounds()?,
         spill_dir: a.spill_dir,
         reports: a.out.targets(),
         command: command_line(),

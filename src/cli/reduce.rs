@@ -29,8 +29,7 @@ pub struct ReduceArgs {
 pub fn run(a: ReduceArgs) -> Result<ExitCode> {
     let request = Reduce {
         probe: a.probe,
-        backends: a.backend.backends,
-        faults: a.backend.faults,
+        backends: a.backend.specs()?,
         budget: a.budget,
         out: a.out,
         checkpoint: a.checkpoint.to_ref(),

@@ -1,6 +1,9 @@
 //! `hefprobe run PROBE.toml`: run a probe, compare, locate, explain, report.
 
+use crate::backend::BackendSpec;
+use crate::compare::thresholds::Bound;
 use crate::error::Result;
+use crate::probe::record::RunRecord;
 use crate::probe::run::ProbeRun;
 use crate::report::{deliver, ReportTarget};
 use crate::request::run::Run;
@@ -70,6 +73,18 @@ impl ReportArgs {
     pub fn targets(&self) -> Vec<ReportTarget> {
         ReportTarget::or(self.reports.clone(), crate::report::Format::Terminal)
     }
+
+    /// The `--threshold`s, read.
+    pub fn bounds(&self) -> Result<Vec<Bound>> {
+        Bound::parse_all(&self.thresholds)
+    }
+}
+
+impl BackendArgs {
+    /// The `--backend`s, then one emulator with the `--fault`s, read.
+    pub fn specs(&self) -> Result<Vec<BackendSpec>> {
+        BackendSpec::from_flags(&self.backends, &self.faults)
+    }
 }
 
 /// Write the reports of a probe run, then end it: the reports first, whatever happened, so a
@@ -102,23 +117,25 @@ pub fn command_line() -> String {
 }
 
 pub fn run(a: RunArgs) -> Result<ExitCode> {
-    let request = request(a);
+    let request = request(a)?;
     finish(request.run()?, &request.reports)
 }
 
-pub(super) fn request(a: RunArgs) -> Run {
-    Run {
-        backends: a.backend.backends,
-        faults: a.backend.faults,
+pub(super) fn request(a: RunArgs) -> Result<Run> {
+    let record = RunRecord {
+        probe: a.probe,
+        backends: a.backend.specs()?,
         checkpoint: a.checkpoint.to_ref(),
-        thresholds: a.out.thresholds.clone(),
+        thresholds: a.out.bounds()?,
         no_explain: a.no_explain,
+    };
+    Ok(Run {
+        record,
         reports: a.out.targets(),
         save_inputs: a.save_inputs,
         save_captures: a.save_captures,
         spill_dir: a.spill_dir,
         bundle: a.bundle.map(|d| (d, a.bundle_cap.unwrap_or(crate::probe::bundle::DEFAULT_CAP))),
         command: command_line(),
-        probe: a.probe,
-    }
+    })
 }

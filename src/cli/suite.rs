@@ -1,6 +1,7 @@
 //! `hefprobe suite` (probes × targets against a baseline, for nightly jobs), `hefprobe merge`
 //! (shards back into one result) and `hefprobe trend` (a figure over the history's runs).
 
+use crate::backend::BackendSpec;
 use crate::error::Result;
 use crate::report::{deliver, render, Format, ReportTarget};
 use crate::request::suite::{Merge, Night, SuiteOutputs, SuiteRun};
@@ -171,14 +172,14 @@ fn report(night: Night, reports: &[ReportTarget]) -> Result<ExitCode> {
 }
 
 pub fn suite(a: SuiteArgs) -> Result<ExitCode> {
-    let request = request(a);
+    let request = request(a)?;
     report(request.run()?, &request.out.reports)
 }
 
-pub(super) fn request(a: SuiteArgs) -> SuiteRun {
-    SuiteRun {
+pub(super) fn request(a: SuiteArgs) -> Result<SuiteRun> {
+    Ok(SuiteRun {
         inputs: a.inputs,
-        backends: a.backends,
+        backends: a.backends.iter().map(|b| BackendSpec::parse_cli(b)).collect::<Result<_>>()?,
         shard: a.shard,
         shard_total: a.shard_total,
         hef_revision: a.hef_revision,
@@ -188,7 +189,7 @@ pub(super) fn request(a: SuiteArgs) -> SuiteRun {
         out: a.out.outputs(),
         bundle: a.bundle,
         command: whole_command(),
-    }
+    })
 }
 
 pub fn merge(a: MergeArgs) -> Result<ExitCode> {

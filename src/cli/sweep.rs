@@ -3,6 +3,7 @@
 use super::deprecated;
 use super::run::command_line;
 use crate::error::Result;
+use crate::probe::record::SweepRecord;
 use crate::report::{deliver, Format, ReportTarget};
 use crate::request::sweep::Sweep;
 use crate::request::Request;
@@ -57,8 +58,7 @@ impl SweepArgs {
 pub fn run(a: SweepArgs) -> Result<ExitCode> {
     let request = Sweep {
         reports: a.targets(),
-        probe: a.probe,
-        checkpoint: a.checkpoint.to_ref(),
+        record: SweepRecord { probe: a.probe, checkpoint: a.checkpoint.to_ref() },
         bundle: a.bundle,
         command: command_line(),
     };

@@ -4,9 +4,9 @@ use super::run::request;
 use super::Command;
 use crate::error::Result;
 use crate::probe::bundle::Manifest;
+use crate::probe::record::{Record, SweepRecord};
 use crate::probe::verify::{Check, Verdict};
 use crate::report::{deliver, ReportTarget};
-use crate::request::sweep::Sweep;
 use crate::request::verify::{command_asks, Verify};
 use crate::request::Request;
 use clap::{Args, Parser};
@@ -33,34 +33,28 @@ pub fn run(a: VerifyArgs) -> Result<ExitCode> {
 /// A bundle's command line read back as this command line reads it, and checked against what
 /// the bundle replays ([`crate::request::verify::command_asks`]): its paths as typed.
 fn recorded_command(m: &Manifest) -> Check {
-    let as_typed = |p: &str| p.to_string();
-    let parsed = super::Cli::try_parse_from(unquote(&m.command)).map(|c| c.command);
-    let (recorded, typed, folder) = match (parsed, &m.suite, &m.sweep) {
-        (Ok(Command::Run(a)), None, None) => {
-            let folder = a.bundle.clone();
-            (value(&m.asked), value(&request(a).asked(&as_typed)), folder)
+    let typed = match super::Cli::try_parse_from(unquote(&m.command)).map(|c| c.command) {
+        Ok(Command::Run(a)) => (a.bundle.clone(), request(a).map(|r| Record::Run(r.record))),
+        Ok(Command::Suite(a)) => {
+            (a.bundle.clone(), super::suite::request(a).map(|r| Record::Suite(r.record())))
         }
-        (Ok(Command::Suite(a)), Some(s), None) => {
-            let folder = a.bundle.clone();
-            (value(s), value(&super::suite::request(a).asked(&as_typed)), folder)
+        Ok(Command::Sweep(a)) => {
+            (a.bundle, Ok(Record::Sweep(SweepRecord { probe: a.probe, checkpoint: a.checkpoint.to_ref() })))
         }
-        (Ok(Command::Sweep(a)), None, Some(s)) => {
-            let sweep = Sweep { probe: a.probe, checkpoint: a.checkpoint.to_ref(), ..Default::default() };
-            (value(s), value(&sweep.asked(&as_typed)), a.bundle)
+        _ => (None, Err(crate::error::Error::usage("not a bundle's"))),
+    };
+    match typed {
+        (folder, Ok(typed)) if std::mem::discriminant(&typed) == std::mem::discriminant(&m.asked) => {
+            command_asks(&m.asked, &typed, (&m.folder, folder.as_deref()))
         }
         _ => {
             let why = format!(
                 "`{}` is not the command of a bundle of this kind",
                 crate::error::echo(&m.command, 120)
             );
-            return Check::new("the command", Verdict::Different, why);
+            Check::new("the command", Verdict::Different, why)
         }
-    };
-    command_asks(&recorded, &typed, (&m.folder, folder.as_deref()))
-}
-
-fn value<T: serde::Serialize>(asked: &T) -> serde_json::Value {
-    serde_json::to_value(asked).expect("what a bundle asked serializes")
+    }
 }
 
 /// The words of a command line as [`super::run::command_line`] quoted them.

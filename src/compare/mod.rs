@@ -453,12 +453,12 @@ pub fn captures(
     reference: &dyn Store,
     candidate: &dyn Store,
     (names, sources): ((&str, &str), (&str, &str)),
-    bounds: &[String],
+    bounds: &[thresholds::Bound],
     shards: Option<&[usize]>,
 ) -> Result<PairComparison> {
     let mut thresholds = Thresholds::default();
-    for t in bounds {
-        thresholds.add_cli(t)?;
+    for b in bounds {
+        thresholds.add(b);
     }
     let mut taps: Vec<String> = reference
         .keys()

@@ -5,6 +5,7 @@ use super::TapRow;
 use crate::error::{Error, Result};
 use serde::Serialize;
 use std::collections::BTreeMap;
+use std::fmt;
 
 crate::named_enum! {
     /// The metrics a bound can name, each with its direction (`min` bounds pass when value ≥
@@ -406,6 +407,76 @@ impl Default for Thresholds {
     }
 }
 
+/// A bound as a command line gives it, `METRIC=VALUE` or `GLOB:METRIC=VALUE`: checked when
+/// read (`--threshold`, the Python module's `thresholds`), written back as it was given.
+#[derive(Debug, Clone)]
+pub struct Bound {
+    text: String,
+    metric: Metric,
+    value: f64,
+    /// The rule a glob makes of it (None: everywhere).
+    glob: Option<Rule>,
+}
+
+impl PartialEq for Bound {
+    fn eq(&self, other: &Self) -> bool {
+        self.text == other.text
+    }
+}
+
+impl fmt::Display for Bound {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
+impl Bound {
+    pub fn parse(spec: &str) -> Result<Bound> {
+        let (glob, rest) = match spec.rsplit_once(':') {
+            Some((g, r)) => (Some(g), r),
+            None => (None, spec),
+        };
+        let (metric, value) = rest.split_once('=').ok_or_else(|| {
+            Error::usage(format!("--threshold `{spec}`: expected METRIC=VALUE or GLOB:METRIC=VALUE"))
+        })?;
+        let value: f64 = value
+            .trim()
+            .parse()
+            .map_err(|_| Error::usage(format!("--threshold `{spec}`: `{value}` is not a number")))?;
+        let name = metric.trim();
+        let metric =
+            check_bound(name, value).map_err(|e| Error::usage(format!("--threshold `{spec}`: {e}")))?;
+        let glob = glob
+            .map(|g| {
+                let mut rule = Rule::new(g, &[(name.to_string(), value)].into())?;
+                rule.origin = format!("--threshold `{spec}`");
+                Ok::<_, Error>(rule)
+            })
+            .transpose()?;
+        Ok(Bound { text: spec.to_string(), metric, value, glob })
+    }
+
+    /// Bounds as text (the command line's words), for a bundle's record.
+    pub fn parse_all(specs: &[String]) -> Result<Vec<Bound>> {
+        specs.iter().map(|s| Bound::parse(s)).collect()
+    }
+}
+
+/// Bounds as text in a bundle's record: [`Bound::parse`] reads them back.
+pub mod as_text {
+    use super::Bound;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(bounds: &[Bound], s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(bounds.iter().map(ToString::to_string))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Bound>, D::Error> {
+        let texts = Vec::<String>::deserialize(d)?;
+        texts.iter().map(|t| Bound::parse(t).map_err(serde::de::Error::custom)).collect()
+    }
+}
+
 impl Thresholds {
     /// No bound at all (the same flip margin): figures shown beside a judged comparison, never
     /// judged themselves.
@@ -451,32 +522,19 @@ impl Thresholds {
         out.into_iter().map(|(k, (v, g, _))| (k, (v, g))).collect()
     }
 
-    /// Parse a command-line bound: `cosine=0.99` or `GLOB:metric=value`.
-    pub fn add_cli(&mut self, spec: &str) -> Result<()> {
-        let (glob, rest) = match spec.rsplit_once(':') {
-            Some((g, r)) => (Some(g), r),
-            None => (None, spec),
-        };
-        let (metric, value) = rest.split_once('=').ok_or_else(|| {
-            Error::usage(format!("--threshold `{spec}`: expected METRIC=VALUE or GLOB:METRIC=VALUE"))
-        })?;
-        let value: f64 = value
-            .trim()
-            .parse()
-            .map_err(|_| Error::usage(format!("--threshold `{spec}`: `{value}` is not a number")))?;
-        let name = metric.trim();
-        let metric =
-            check_bound(name, value).map_err(|e| Error::usage(format!("--threshold `{spec}`: {e}")))?;
-        match glob {
+    /// Add a bound a command line gave ([`Bound`]): everywhere, or as a rule for its glob.
+    pub fn add(&mut self, b: &Bound) {
+        match &b.glob {
             None => {
-                self.default.insert(metric, value);
+                self.default.insert(b.metric, b.value);
             }
-            Some(g) => {
-                let mut rule = Rule::new(g, &[(name.to_string(), value)].into())?;
-                rule.origin = format!("--threshold `{spec}`");
-                self.rules.push(rule);
-            }
+            Some(rule) => self.rules.push(rule.clone()),
         }
+    }
+
+    /// [`Bound::parse`], then [`Thresholds::add`].
+    pub fn add_cli(&mut self, spec: &str) -> Result<()> {
+        self.add(&Bound::parse(spec)?);
         Ok(())
     }
 

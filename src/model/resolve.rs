@@ -9,7 +9,7 @@ use crate::output::Outputs;
 use std::path::{Path, PathBuf};
 
 /// Where a checkpoint comes from.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum CheckpointRef {
     /// A HF folder, a `.gguf` file, or a model id (ORG/NAME) in the local hub cache at
     /// `revision`; `strict_config`: config.json keys hefprobe does not know are an error.

@@ -4,7 +4,8 @@
 //! it), the device facts, and the sha256 and size of every file in it, of the HEFs and of the
 //! checkpoint's files. [`super::verify`] replays one.
 
-use super::run::{run_probe, CaptureOptions, ExplainChoice, ProbeOverrides, RunOptions};
+use super::record::{Record, RunRecord, SweepRecord};
+use super::run::{run_probe, CaptureOptions};
 use super::schema::Probe;
 use crate::device::DeviceFacts;
 use crate::error::{Error, Result};
@@ -13,8 +14,9 @@ use sha2::Digest;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-/// Version 2 gave every file of the bundle its size, checked before it is hashed.
-pub const BUNDLE_SCHEMA: &str = "hefprobe.bundle/2";
+/// Version 2 gave every file of the bundle its size, checked before it is hashed; version 3
+/// records what was asked as one record of its command ([`Record`]).
+pub const BUNDLE_SCHEMA: &str = "hefprobe.bundle/3";
 pub const MANIFEST: &str = "bundle.json";
 /// Captures past this many bytes in all are left out, only their hashes kept.
 pub const DEFAULT_CAP: u64 = 256 << 20;
@@ -37,26 +39,14 @@ pub struct Pinned {
     pub bytes: u64,
 }
 
-/// How the run was asked for, so `verify` asks the same.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Asked {
-    /// The probe file as given (its relative paths are relative to it).
-    pub probe: String,
-    pub backends: Vec<String>,
-    pub checkpoint: Option<String>,
-    pub revision: String,
-    pub thresholds: Vec<String>,
-    pub no_explain: bool,
-}
-
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Manifest {
     pub schema: String,
     pub hefprobe: String,
     pub command: String,
-    pub asked: Asked,
+    /// What the command asked, as it ran (its paths absolute).
+    pub asked: Record,
     /// The bundle's folder as the recording command named it (the evidence's replay line).
     pub folder: String,
     /// sha256 and size of every file in the bundle, by its path in it.
@@ -66,29 +56,26 @@ pub struct Manifest {
     pub pinned: Vec<Pinned>,
     /// The device each HEF backend ran on.
     pub devices: BTreeMap<String, DeviceFacts>,
-    /// A suite's bundle (`suite --bundle`): how the suite was asked for; `asked` is then unused.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub suite: Option<SuiteAsked>,
-    /// A sweep's bundle (`sweep --bundle`): the probe and the checkpoint it replaced.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub sweep: Option<SweepAsked>,
 }
 
 impl Manifest {
-    /// A manifest of this hefprobe, with no captures left out, no devices and no suite or sweep.
-    pub fn new(command: &str, dir: &Path, files: BTreeMap<String, Hashed>, pinned: Vec<Pinned>) -> Manifest {
+    /// A manifest of this hefprobe, with no captures left out and no devices.
+    pub fn new(
+        (command, asked): (&str, Record),
+        dir: &Path,
+        files: BTreeMap<String, Hashed>,
+        pinned: Vec<Pinned>,
+    ) -> Manifest {
         Manifest {
             schema: BUNDLE_SCHEMA.into(),
             hefprobe: env!("CARGO_PKG_VERSION").into(),
             command: command.into(),
-            asked: Asked::default(),
+            asked,
             folder: dir.display().to_string(),
             files,
             left_out: Vec::new(),
             pinned,
             devices: BTreeMap::new(),
-            suite: None,
-            sweep: None,
         }
     }
 
@@ -97,28 +84,6 @@ impl Manifest {
         let text = serde_json::to_string_pretty(self).expect("a manifest serializes") + "\n";
         crate::files::write_file_quiet(dir.join(MANIFEST), text)
     }
-}
-
-/// How a sweep was asked for.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct SweepAsked {
-    pub probe: String,
-    pub checkpoint: Option<String>,
-    pub revision: String,
-}
-
-/// How a suite was asked for, so `verify` asks the same.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct SuiteAsked {
-    /// The suite file or the probe files, absolute.
-    pub inputs: Vec<String>,
-    pub backends: Vec<String>,
-    pub checkpoint: Option<String>,
-    pub revision: String,
-    pub baseline: Option<String>,
-    pub no_explain: bool,
 }
 
 pub fn sha256_file(path: &Path) -> Result<(String, u64)> {
@@ -156,29 +121,16 @@ pub fn checkpoint_files(source: &crate::model::weights::CheckpointSource) -> Vec
 }
 
 /// The files of the checkpoint a command line named (a folder's or a `.gguf`), pinned; none
-/// for a hub id, which is not a path here.
-pub fn pin_checkpoint(path: &Path) -> Result<Vec<Pinned>> {
+/// for a hub id, which is not a path here, or none named.
+pub fn pin_checkpoint(checkpoint: Option<&crate::model::CheckpointRef>) -> Result<Vec<Pinned>> {
     use crate::model::weights::CheckpointSource as S;
+    let Some(crate::model::CheckpointRef::Path { path, .. }) = checkpoint else { return Ok(Vec::new()) };
     let source = if path.is_dir() {
         S::Dir(path.to_path_buf())
     } else {
         S::Gguf { path: path.to_path_buf(), quant: String::new() }
     };
     checkpoint_files(&source).iter().filter(|f| f.is_file()).map(|f| pin("a checkpoint file", f)).collect()
-}
-
-pub(super) fn options(a: &Asked, captures: CaptureOptions) -> Result<RunOptions> {
-    use crate::backend::BackendSpec;
-    Ok(RunOptions {
-        probe: ProbeOverrides {
-            backends: a.backends.iter().map(|b| BackendSpec::parse_cli(b)).collect::<Result<_>>()?,
-            checkpoint: a.checkpoint.as_ref().map(|c| crate::model::CheckpointRef::at(c, &a.revision)),
-            thresholds: a.thresholds.clone(),
-            explain: if a.no_explain { ExplainChoice::Off } else { ExplainChoice::AsProbe },
-        },
-        captures,
-        command: String::new(),
-    })
 }
 
 /// The folder `dir` goes in (`.` for a bare name).
@@ -212,11 +164,16 @@ pub fn staged<T>(dir: &Path, f: impl FnOnce(&Path) -> Result<(T, bool)>) -> Resu
     done.map(|(out, _)| out)
 }
 
-/// Run the probe as `asked` and write the bundle to `dir` (a new folder, or an empty one,
-/// [`staged`]). Returns the run, for the command's own reports.
-pub fn write(asked: &Asked, command: &str, dir: &Path, cap: u64) -> Result<super::run::ProbeRun> {
+/// Run `probe` as `asked` (its paths absolute) and write the bundle to `dir` (a new folder, or
+/// an empty one, [`staged`]). Returns the run, for the command's own reports.
+pub fn write(
+    (probe, asked): (&Probe, &RunRecord),
+    command: &str,
+    dir: &Path,
+    cap: u64,
+) -> Result<super::run::ProbeRun> {
     let mut run = staged(dir, |tmp| {
-        let mut run = write_into(asked, command, (dir, tmp), cap)?;
+        let mut run = write_into((probe, asked), command, (dir, tmp), cap)?;
         let whole = run.error.is_none();
         // A spilled run's captures went into the temporary folder: where they are once it is renamed.
         let (from, to) = (tmp.display().to_string(), dir.display().to_string());
@@ -235,27 +192,22 @@ pub fn write(asked: &Asked, command: &str, dir: &Path, cap: u64) -> Result<super
 /// [`write`] into `tmp`, the bundle's temporary folder, its documents naming `dir`; a run that
 /// stopped is returned as it is, with nothing more written.
 fn write_into(
-    asked: &Asked,
+    (probe, asked): (&Probe, &RunRecord),
     command: &str,
     (dir, tmp): (&Path, &Path),
     cap: u64,
 ) -> Result<super::run::ProbeRun> {
-    let probe_path = Path::new(&asked.probe);
-    let probe = Probe::load(probe_path)?;
+    let probe_path = probe.path.as_path();
     let captures = tmp.join("captures");
     std::fs::create_dir_all(&captures).map_err(|e| Error::io(&captures, e))?;
-    let mut opts = options(
-        asked,
-        CaptureOptions {
-            spill: true,
-            save_captures: Some(captures.clone()),
-            save_inputs: Some(tmp.join("inputs.npz")),
-            quiet: true,
-            ..Default::default()
-        },
-    )?;
-    opts.command = command.to_string();
-    let run = run_probe(&probe, &opts)?;
+    let keep = CaptureOptions {
+        spill: true,
+        save_captures: Some(captures.clone()),
+        save_inputs: Some(tmp.join("inputs.npz")),
+        quiet: true,
+        ..Default::default()
+    };
+    let run = run_probe(probe, &asked.options(keep, command))?;
     if run.error.is_some() {
         return Ok(run);
     }
@@ -281,8 +233,8 @@ fn write_into(
     for name in ["probe.toml", "inputs.npz"].into_iter().chain(docs.iter().map(|(n, _)| n.as_str())) {
         files.insert(name.into(), hashed(&tmp.join(name))?);
     }
-    Manifest { asked: asked.clone(), left_out, devices, ..Manifest::new(command, dir, files, pinned) }
-        .write(tmp)?;
+    let asked = Record::Run(asked.clone());
+    Manifest { left_out, devices, ..Manifest::new((command, asked), dir, files, pinned) }.write(tmp)?;
     Ok(run)
 }
 
@@ -397,7 +349,7 @@ fn evidence(
 /// Write a sweep's bundle: the probe (copied and pinned), its points (`points.json`), the
 /// Markdown table, the checkpoint's files by sha256.
 pub fn write_sweep(
-    asked: &SweepAsked,
+    asked: &SweepRecord,
     command: &str,
     points_json: &str,
     markdown: &str,
@@ -411,11 +363,10 @@ pub fn write_sweep(
         for name in ["points.json", "sweep.md", "probe.toml"] {
             files.insert(name.to_string(), hashed(&tmp.join(name))?);
         }
-        let mut pinned = vec![pin("the probe", Path::new(&asked.probe))?];
-        if let Some(c) = &asked.checkpoint {
-            pinned.extend(pin_checkpoint(Path::new(c))?);
-        }
-        Manifest { sweep: Some(asked.clone()), ..Manifest::new(command, dir, files, pinned) }.write(tmp)?;
+        let mut pinned = vec![pin("the probe", &asked.probe)?];
+        pinned.extend(pin_checkpoint(asked.checkpoint.as_ref())?);
+        let asked = Record::Sweep(asked.clone());
+        Manifest::new((command, asked), dir, files, pinned).write(tmp)?;
         Ok(((), true))
     })
 }

@@ -12,6 +12,7 @@ pub mod compared;
 pub mod explained;
 pub mod pattern;
 pub mod prepare;
+pub mod record;
 pub mod rederive;
 pub mod reduce;
 pub mod run;

@@ -32,8 +32,8 @@ pub struct ProbeOverrides {
     pub backends: Vec<BackendSpec>,
     /// Replace the probe's `[checkpoint]` (`--checkpoint`).
     pub checkpoint: Option<CheckpointRef>,
-    /// Extra bounds, `METRIC=V` or `GLOB:METRIC=V`.
-    pub thresholds: Vec<String>,
+    /// Extra bounds (`--threshold`).
+    pub thresholds: Vec<crate::compare::thresholds::Bound>,
     pub explain: ExplainChoice,
 }
 
@@ -155,8 +155,8 @@ pub fn prepare(probe: &Probe, opts: &RunOptions) -> Result<Prepared> {
     let over = &opts.probe;
     // Thresholds first: a bad `--threshold` is refused before a model is built.
     let mut thresholds: Thresholds = probe.thresholds.build()?;
-    for t in &over.thresholds {
-        thresholds.add_cli(t)?;
+    for b in &over.thresholds {
+        thresholds.add(b);
     }
     let specs: Vec<BackendSpec> =
         if over.backends.is_empty() { probe.backends.clone() } else { over.backends.clone() };

@@ -262,7 +262,7 @@ impl Ran {
                 for (k, p) in [("path", &b.path), ("map", &b.map), ("hef", &b.hef)] {
                     bt.extend(p.as_deref().map(|p| (k.to_string(), abs(p))));
                 }
-                bt.extend(b.device.clone().map(|d| ("device".to_string(), Value::String(d))));
+                bt.extend(b.device.map(|d| ("device".to_string(), Value::String(d.name().to_string()))));
                 bt.extend(b.beside.clone().map(|d| ("beside".to_string(), Value::String(d))));
                 bt.extend(b.first_layer.map(|k| ("first_layer".to_string(), Value::Integer(k as i64))));
                 tables.push(Value::Table(bt));

@@ -12,7 +12,8 @@
 //! a `hailo` device, with no such device here, is "not re-runnable here", and the verdict is
 //! then "unverified".
 
-use super::bundle::{options, sha256_file, Manifest, SweepAsked, BUNDLE_SCHEMA, MANIFEST};
+use super::bundle::{sha256_file, Manifest, BUNDLE_SCHEMA, MANIFEST};
+use super::record::{Record, RunRecord, SweepRecord};
 use super::run::{run_probe, CaptureOptions};
 use super::schema::Probe;
 use crate::backend::{BackendKind, BackendSpec};
@@ -323,12 +324,11 @@ fn read_json(dir: &Path, name: &str) -> Result<serde_json::Value> {
 
 /// Re-run the probe as the bundle asked it (a backend whose device is absent left out) and
 /// compare every figure and document.
-fn rerun(dir: &Path, m: &Manifest, out: &mut Vec<Check>) -> Result<()> {
+fn rerun(dir: &Path, (m, asked): (&Manifest, &RunRecord), out: &mut Vec<Check>) -> Result<()> {
     let text = crate::files::read_text(dir.join("probe.toml"), Kind::Probe)?;
     // The bundle's copy, read as if it were at the probe's own place (its relative paths).
-    let probe = Probe::parse(&text, Path::new(&m.asked.probe))?;
-    let mut opts = options(&m.asked, CaptureOptions { spill: true, ..Default::default() })?;
-    opts.command = m.command.clone();
+    let probe = Probe::parse(&text, &asked.probe)?;
+    let mut opts = asked.options(CaptureOptions { spill: true, ..Default::default() }, &m.command);
     let specs =
         if opts.probe.backends.is_empty() { probe.backends.clone() } else { opts.probe.backends.clone() };
     let mut replay = BTreeMap::new();
@@ -389,9 +389,13 @@ pub fn verify(dir: &Path, m: &Manifest) -> Result<Vec<Check>> {
     if out.iter().any(|c| c.verdict == Verdict::Different) {
         return Ok(out);
     }
-    match &m.sweep {
-        Some(asked) => rerun_sweep(dir, m, asked, &mut out)?,
-        None => rerun(dir, m, &mut out)?,
+    match &m.asked {
+        Record::Sweep(asked) => rerun_sweep(dir, m, asked, &mut out)?,
+        Record::Run(asked) => rerun(dir, (m, asked), &mut out)?,
+        // `suite::bundle::verify` replays a suite's, and hands the others here.
+        Record::Suite(_) => {
+            return Err(Error::input(dir.display().to_string(), "a suite's bundle: replay it as one"))
+        }
     }
     Ok(out)
 }
@@ -410,11 +414,10 @@ fn numbers(v: &serde_json::Value, at: String, out: &mut Vec<(String, String, Res
 
 /// A sweep bundle replayed: the sweep run again, every number of its points and its table
 /// compared.
-fn rerun_sweep(dir: &Path, m: &Manifest, asked: &SweepAsked, out: &mut Vec<Check>) -> Result<()> {
+fn rerun_sweep(dir: &Path, m: &Manifest, asked: &SweepRecord, out: &mut Vec<Check>) -> Result<()> {
     let text = crate::files::read_text(dir.join("probe.toml"), Kind::Probe)?;
-    let probe = Probe::parse(&text, Path::new(&asked.probe))?;
-    let checkpoint = asked.checkpoint.as_ref().map(|c| crate::model::CheckpointRef::at(c, &asked.revision));
-    let points = super::sweep::run_sweep(&probe, checkpoint.as_ref(), |_| {})?;
+    let probe = Probe::parse(&text, &asked.probe)?;
+    let points = super::sweep::run_sweep(&probe, asked.checkpoint.as_ref(), |_| {})?;
     let named = |v: &serde_json::Value| {
         let mut all = Vec::new();
         numbers(v, "point".into(), &mut all);

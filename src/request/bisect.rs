@@ -5,7 +5,7 @@
 //! when they are compiled on demand.
 
 use super::Request;
-use crate::backend::BackendSpec;
+use crate::backend::{BackendKind, BackendSpec};
 use crate::compare::View;
 use crate::device::synth_hef::sim_spec;
 use crate::error::{Error, Result};
@@ -199,7 +199,10 @@ impl Bisect {
     fn drifts(&self, probe: &Probe, path: &Path) -> Result<(bool, String)> {
         let opts = RunOptions {
             probe: ProbeOverrides {
-                backends: vec![BackendSpec::parse_cli(&format!("hef={}", path.display()))?],
+                backends: vec![BackendSpec {
+                    path: Some(path.to_path_buf()),
+                    ..BackendSpec::new(BackendKind::Hef)
+                }],
                 checkpoint: self.model.clone(),
                 thresholds: Vec::new(),
                 explain: ExplainChoice::Off,

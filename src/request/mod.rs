@@ -68,18 +68,6 @@ pub fn register_checkpoint(checkpoint: Option<&CheckpointRef>, outs: &mut Output
     checkpoint.map_or(Ok(()), |c| c.register("the checkpoint", outs))
 }
 
-/// The backend specs of `--backend SPEC`s and a `--fault` list (one emulator with those faults).
-pub fn backend_specs(backends: &[String], faults: &[String]) -> Result<Vec<BackendSpec>> {
-    let mut specs: Vec<BackendSpec> =
-        backends.iter().map(|b| BackendSpec::parse_cli(b)).collect::<Result<_>>()?;
-    if !faults.is_empty() {
-        let mut b = BackendSpec::parse_cli("emulator")?;
-        b.faults = crate::fault::spec::parse_all(faults)?;
-        specs.push(b);
-    }
-    Ok(specs)
-}
-
 /// What a probe run reads: the probe, its checkpoint (the given `checkpoint` in its place) and
 /// tokenizer, every backend's HEF, dump, name map and the HEF a dump came from (the probe's and
 /// the given ones).
@@ -115,52 +103,6 @@ pub fn probe_inputs(
         }
     }
     Ok(())
-}
-
-/// How a bundle records a path the command line named: [`absolute`] when it records, as typed
-/// when `verify` reads the recorded command back ([`verify::command_asks`] compares the two).
-pub type PathAs<'a> = &'a dyn Fn(&str) -> String;
-
-/// `path` made absolute when it names something here (a hub id or a fault stays as it is), so
-/// a bundle replays from any folder. Links are not followed: the recorded path ends in the path
-/// as typed, which is how `verify` checks that a bundle's command asks what it replays.
-pub fn absolute(path: &str) -> String {
-    let p = Path::new(path);
-    match p.exists().then(|| std::path::absolute(p)) {
-        Some(Ok(abs)) => abs.display().to_string(),
-        _ => path.to_string(),
-    }
-}
-
-/// The checkpoint a bundle asks for, as its path recorded by `path_as`, with its revision.
-fn asked_checkpoint(checkpoint: Option<&CheckpointRef>, path_as: PathAs) -> (Option<String>, String) {
-    match checkpoint {
-        Some(CheckpointRef::Path { path, revision, .. }) => {
-            (Some(path_as(&path.display().to_string())), revision.clone())
-        }
-        _ => (None, crate::model::hub::DEFAULT_REVISION.to_string()),
-    }
-}
-
-/// The backends a bundle asks for, as `--backend` specs with their paths recorded by `path_as`
-/// (a `--fault` is an emulator's).
-fn bundle_backends(backends: &[String], faults: &[String], path_as: PathAs) -> Vec<String> {
-    let mut v: Vec<String> = backends
-        .iter()
-        .map(|spec| {
-            spec.split(',')
-                .map(|part| match part.split_once('=') {
-                    Some((k, v)) if ["hef", "dump", "map"].contains(&k) => format!("{k}={}", path_as(v)),
-                    _ => part.to_string(),
-                })
-                .collect::<Vec<_>>()
-                .join(",")
-        })
-        .collect();
-    if !faults.is_empty() {
-        v.push(format!("emulator={}", faults.join("+")));
-    }
-    v
 }
 
 /// A bundle's folder, checked before anything runs: a new one in a folder that exists, or an

@@ -2,7 +2,8 @@
 //! minimal probe (`probe::reduce`). The file is rewritten after each smaller reproduction, so
 //! Ctrl-C keeps the best found so far.
 
-use super::{backend_specs, probe_inputs, Request};
+use super::{probe_inputs, Request};
+use crate::backend::BackendSpec;
 use crate::error::Result;
 use crate::model::CheckpointRef;
 use crate::output::Outputs;
@@ -16,8 +17,8 @@ use std::path::{Path, PathBuf};
 pub struct Reduce {
     /// The probe whose drift to reduce (it needs an [explain] table).
     pub probe: PathBuf,
-    pub backends: Vec<String>,
-    pub faults: Vec<String>,
+    /// In place of the probe's backends.
+    pub backends: Vec<BackendSpec>,
     /// The most runs the search may spend.
     pub budget: usize,
     /// Where the minimal probe goes (`-`: stdout, once the search ends).
@@ -36,7 +37,7 @@ impl Request for Reduce {
         let path = crate::probe::catalog::locate(&self.probe)?;
         let probe = crate::probe::schema::Probe::load(&path)?;
         let original = crate::files::read_text(&path, crate::files::Kind::Probe)?;
-        let backends = backend_specs(&self.backends, &self.faults)?;
+        let backends = self.backends.clone();
         let mut outs = Outputs::new();
         probe_inputs(&probe, self.checkpoint.as_ref(), &backends, &mut outs)?;
         outs.file("--out", &self.out);

@@ -1,15 +1,16 @@
 //! The three requests whose result is a probe report: `run` (a probe: reference vs backends),
 //! `explain` (the fault catalog ranked against an observation) and `compare` (two captures).
 
-use super::{
-    absolute, asked_checkpoint, backend_specs, bundle_backends, new_folder, probe_inputs, PathAs, Request,
-};
+use super::{new_folder, probe_inputs, Request};
 use crate::backend::{BackendKind, BackendSpec};
 use crate::capture::{CaptureFile, Store};
+use crate::compare::thresholds::Bound;
 use crate::error::{Error, Result};
 use crate::explain::ExplainSpec;
+use crate::fault::spec::FaultSpec;
 use crate::model::CheckpointRef;
 use crate::output::Outputs;
+use crate::probe::record::{Paths, RunRecord};
 use crate::probe::run::{run_probe, CaptureOptions, ExplainChoice, ProbeOverrides, ProbeRun, RunOptions};
 use crate::probe::schema::Probe;
 use crate::report::{ProbeInfo, Report, ReportTarget};
@@ -18,16 +19,9 @@ use std::path::PathBuf;
 /// `hefprobe run PROBE.toml`.
 #[derive(Debug, Clone, Default)]
 pub struct Run {
-    pub probe: PathBuf,
-    /// Backend specs in place of the probe's (`emulator[=FAULT+FAULT]`, `dump=PATH`, `hef=PATH`).
-    pub backends: Vec<String>,
-    /// Faults of one more emulator backend.
-    pub faults: Vec<String>,
-    /// In place of the probe's checkpoint.
-    pub checkpoint: Option<CheckpointRef>,
-    /// Extra bounds: `METRIC=VALUE` or `GLOB:METRIC=VALUE`.
-    pub thresholds: Vec<String>,
-    pub no_explain: bool,
+    /// What decides the numbers: the probe, and what replaces its backends, checkpoint and
+    /// bounds (a bundle records it).
+    pub record: RunRecord,
     pub reports: Vec<ReportTarget>,
     pub save_inputs: Option<PathBuf>,
     pub save_captures: Option<PathBuf>,
@@ -43,10 +37,10 @@ impl Request for Run {
     type Output = ProbeRun;
 
     fn plan(&self) -> Result<(Probe, RunOptions)> {
-        let probe = crate::probe::catalog::open(&self.probe)?;
-        let backends = backend_specs(&self.backends, &self.faults)?;
+        let r = &self.record;
+        let probe = crate::probe::catalog::open(&r.probe)?;
         let mut outs = Outputs::new();
-        probe_inputs(&probe, self.checkpoint.as_ref(), &backends, &mut outs)?;
+        probe_inputs(&probe, r.checkpoint.as_ref(), &r.backends, &mut outs)?;
         crate::report::register::<Report>(&self.reports, &mut outs)?;
         if let Some(p) = &self.save_inputs {
             outs.binary("--save-inputs", p);
@@ -60,43 +54,20 @@ impl Request for Run {
         if let Some((dir, _)) = &self.bundle {
             new_folder(dir)?;
         }
-        let opts = RunOptions {
-            probe: ProbeOverrides {
-                backends,
-                checkpoint: self.checkpoint.clone(),
-                thresholds: self.thresholds.clone(),
-                explain: if self.no_explain { ExplainChoice::Off } else { ExplainChoice::AsProbe },
-            },
-            captures: CaptureOptions {
-                spill: true,
-                spill_dir: self.spill_dir.clone(),
-                save_captures: self.save_captures.clone(),
-                save_inputs: self.save_inputs.clone(),
-                quiet: false,
-            },
-            command: self.command.clone(),
+        let captures = CaptureOptions {
+            spill: true,
+            spill_dir: self.spill_dir.clone(),
+            save_captures: self.save_captures.clone(),
+            save_inputs: self.save_inputs.clone(),
+            quiet: false,
         };
-        Ok((probe, opts))
+        Ok((probe, r.options(captures, &self.command)))
     }
 
     fn execute(&self, (probe, opts): (Probe, RunOptions)) -> Result<ProbeRun> {
         let Some((dir, cap)) = &self.bundle else { return run_probe(&probe, &opts) };
-        crate::probe::bundle::write(&self.asked(&absolute), &self.command, dir, *cap)
-    }
-}
-
-impl Run {
-    /// What a bundle of this run records it asked for, its paths as `path_as` gives them.
-    pub fn asked(&self, path_as: PathAs) -> crate::probe::bundle::Asked {
-        let (checkpoint, revision) = asked_checkpoint(self.checkpoint.as_ref(), path_as);
-        crate::probe::bundle::Asked {
-            probe: path_as(&self.probe.display().to_string()),
-            backends: bundle_backends(&self.backends, &self.faults, path_as),
-            checkpoint,
-            revision,
-            thresholds: self.thresholds.clone(),
-            no_explain: self.no_explain,
-        }
+        let asked = self.record.clone().absolute();
+        crate::probe::bundle::write((&probe, &asked), &self.command, dir, *cap)
     }
 }
 
@@ -108,15 +79,15 @@ pub struct Explain {
     pub observed: Option<PathBuf>,
     pub map: Option<PathBuf>,
     pub hef: Option<PathBuf>,
-    pub backend: Option<String>,
+    pub backend: Option<BackendSpec>,
     /// Faults to rank (default: the whole catalog grid, narrowed per layer).
-    pub faults: Vec<String>,
+    pub faults: Vec<FaultSpec>,
     pub pairs: bool,
-    pub quant: Option<String>,
+    pub quant: Option<FaultSpec>,
     /// Every candidate emulated in full: explain's shortcuts (reuse, early stops) off.
     pub exhaustive: bool,
     pub checkpoint: Option<CheckpointRef>,
-    pub thresholds: Vec<String>,
+    pub thresholds: Vec<Bound>,
     pub spill_dir: Option<PathBuf>,
     pub reports: Vec<ReportTarget>,
     pub command: String,
@@ -132,7 +103,7 @@ impl Explain {
                 hef: self.hef.clone(),
                 ..BackendSpec::new(BackendKind::Dump)
             },
-            (None, Some(b)) => BackendSpec::parse_cli(b)?,
+            (None, Some(b)) => b.clone(),
             (None, None) => probe.backends.first().cloned().ok_or_else(|| {
                 Error::usage("give --observed NPZ or --backend SPEC: the probe has no backend to observe")
             })?,
@@ -156,11 +127,9 @@ impl Request for Explain {
         outs.check()?;
         let spec = ExplainSpec {
             observed: Some(observed.label()),
-            faults: (!self.faults.is_empty())
-                .then(|| crate::fault::spec::parse_all(&self.faults))
-                .transpose()?,
+            faults: (!self.faults.is_empty()).then(|| self.faults.clone()),
             pairs: self.pairs,
-            quant: self.quant.as_deref().map(crate::fault::spec::quantization).transpose()?,
+            quant: self.quant.clone(),
             exhaustive: self.exhaustive,
         };
         let opts = RunOptions {
@@ -190,7 +159,7 @@ pub struct Compare {
     pub reference: PathBuf,
     pub candidate: PathBuf,
     pub map: Option<PathBuf>,
-    pub thresholds: Vec<String>,
+    pub thresholds: Vec<Bound>,
     /// The candidate's lm_head shard widths, in output order (`--shards`).
     pub shards: Option<Vec<usize>>,
     pub reports: Vec<ReportTarget>,

@@ -2,10 +2,12 @@
 //! (shards back into one result): the night's result, its baseline ratcheted and its history
 //! appended as asked.
 
-use super::{absolute, bundle_backends, new_folder, probe_inputs, PathAs, Request};
+use super::{new_folder, probe_inputs, Request};
+use crate::backend::BackendSpec;
 use crate::error::{Error, Result};
 use crate::model::CheckpointRef;
 use crate::output::Outputs;
+use crate::probe::record::{Paths, SuiteRecord};
 use crate::report::ReportTarget;
 use crate::suite::result::SuiteResult;
 use crate::suite::run::{run_suite_with, Clock, SuiteOptions};
@@ -33,7 +35,7 @@ pub struct SuiteRun {
     /// A SUITE.toml, or probe files.
     pub inputs: Vec<PathBuf>,
     /// Targets instead of the suite's (or each probe's own backends).
-    pub backends: Vec<String>,
+    pub backends: Vec<BackendSpec>,
     /// Shard `K/N`, and the shard count when the index comes from the environment.
     pub shard: Option<String>,
     pub shard_total: Option<usize>,
@@ -216,23 +218,20 @@ impl Request for SuiteRun {
     fn execute(&self, (suite, opts): Self::Plan) -> Result<Night> {
         let result = run_suite_with(&suite, &opts, &mut partial_reports(&self.out))?;
         if let Some(dir) = &self.bundle {
-            crate::suite::bundle::write(&result, &suite, &self.asked(&absolute), dir)?;
+            crate::suite::bundle::write(&result, &suite, &self.record().absolute(), dir)?;
         }
         self.out.finish(result)
     }
 }
 
 impl SuiteRun {
-    /// What a bundle of this night records it asked for, its paths as `path_as` gives them.
-    pub fn asked(&self, path_as: PathAs) -> crate::probe::bundle::SuiteAsked {
-        let path = |p: &std::path::Path| path_as(&p.display().to_string());
-        let (checkpoint, revision) = super::asked_checkpoint(self.checkpoint.as_ref(), path_as);
-        crate::probe::bundle::SuiteAsked {
-            inputs: self.inputs.iter().map(|p| path(p)).collect(),
-            backends: bundle_backends(&self.backends, &[], path_as),
-            checkpoint,
-            revision,
-            baseline: self.out.baseline.as_deref().map(path),
+    /// What a bundle of this night records it asked for: what decides its pairs' figures.
+    pub fn record(&self) -> SuiteRecord {
+        SuiteRecord {
+            inputs: self.inputs.clone(),
+            backends: self.backends.clone(),
+            checkpoint: self.checkpoint.clone(),
+            baseline: self.out.baseline.clone(),
             no_explain: self.no_explain,
         }
     }

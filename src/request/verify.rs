@@ -4,10 +4,10 @@
 use super::Request;
 use crate::error::Result;
 use crate::probe::bundle::Manifest;
+use crate::probe::record::Record;
 use crate::probe::verify::{Check, Verdict};
 use crate::report::doc::{Doc, Table};
 use crate::report::{Document, Format};
-use serde_json::Value;
 use std::path::{Path, PathBuf};
 
 #[derive(Debug, Clone, Default)]
@@ -80,16 +80,13 @@ impl Request for Verify {
 
 /// `verify`'s check of a bundle's command line, the one claim of a manifest its replay does not
 /// re-run: what the command asks (`typed`, its paths as typed) against what the manifest replays
-/// (`recorded`, those paths made absolute: [`super::absolute`]), and the bundle folder it names
-/// against the one recorded. Every value must be equal, except that a recorded path need only end
-/// in the typed one. A command that names another probe, backend, fault, checkpoint or bound than
-/// what ran is a forged claim.
-pub fn command_asks(recorded: &Value, typed: &Value, folder: (&str, Option<&Path>)) -> Check {
+/// ([`Record::differs`]), and the bundle folder it names against the one recorded. A command
+/// that names another probe, backend, fault, checkpoint or bound than what ran is a forged claim.
+pub fn command_asks(recorded: &Record, typed: &Record, folder: (&str, Option<&Path>)) -> Check {
     let named = folder.1.map_or("none".into(), |f| f.display().to_string());
-    let wrong = if named != folder.0 {
-        Some(format!("it names the bundle folder {named}, the bundle records {}", folder.0))
-    } else {
-        differs("", recorded, typed)
+    let wrong = match named == folder.0 {
+        false => Some(format!("it names the bundle folder {named}, the bundle records {}", folder.0)),
+        true => recorded.differs(typed),
     };
     match wrong {
         None => Check::new("the command", Verdict::Same, ""),
@@ -97,73 +94,16 @@ pub fn command_asks(recorded: &Value, typed: &Value, folder: (&str, Option<&Path
     }
 }
 
-/// The first value of `typed` that is not `recorded`'s, said; `key` is where it is.
-fn differs(key: &str, recorded: &Value, typed: &Value) -> Option<String> {
-    match (recorded, typed) {
-        (Value::Object(r), Value::Object(t)) => {
-            r.iter().find_map(|(k, v)| differs(k, v, t.get(k).unwrap_or(&Value::Null)))
-        }
-        (Value::Array(r), Value::Array(t)) if r.len() == t.len() => {
-            r.iter().zip(t).find_map(|(r, t)| differs(key, r, t))
-        }
-        (Value::String(r), Value::String(t)) if same_words(r, t) => None,
-        _ if recorded == typed => None,
-        _ => Some(format!(
-            "`{key}`: the command asks `{}`, the bundle replays `{}`",
-            shown(typed),
-            shown(recorded)
-        )),
-    }
-}
-
-/// A value of a bundle's manifest or its command, for a message ([`crate::error::echo`]).
-fn shown(v: &Value) -> String {
-    crate::error::echo(&v.as_str().map_or_else(|| v.to_string(), String::from), 120)
-}
-
-/// A recorded value and a typed one: the same words (split at `,` and `=`, as a backend spec
-/// is), each equal or a recorded absolute path that ends in the typed one.
-fn same_words(recorded: &str, typed: &str) -> bool {
-    let (r, t): (Vec<&str>, Vec<&str>) =
-        (recorded.split([',', '=']).collect(), typed.split([',', '=']).collect());
-    r.len() == t.len()
-        && r.iter().zip(&t).all(|(r, t)| {
-            let tail: std::path::PathBuf =
-                Path::new(t).components().filter(|c| *c != std::path::Component::CurDir).collect();
-            r == t
-                || (Path::new(r).is_absolute()
-                    && !tail.as_os_str().is_empty()
-                    && Path::new(r).ends_with(&tail))
-        })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
-
-    fn asked(probe: &str, backends: &[&str]) -> Value {
-        json!({"probe": probe, "backends": backends, "checkpoint": null, "thresholds": []})
-    }
 
     #[test]
-    fn a_command_asks_what_the_bundle_replays_when_each_recorded_path_ends_in_the_typed_one() {
-        let recorded = asked("/w/probes/p.toml", &["hef=/w/m.hef,map=/w/x/n.json", "emulator=rope-stride:2"]);
-        let typed = asked("./probes/p.toml", &["hef=m.hef,map=x/n.json", "emulator=rope-stride:2"]);
-        let folder = Some(Path::new("out"));
-        assert_eq!(command_asks(&recorded, &typed, ("out", folder)).verdict, Verdict::Same);
-        for (typed, wrong) in [
-            (asked("probes/q.toml", &["hef=m.hef,map=x/n.json", "emulator=rope-stride:2"]), "`probe`"),
-            (asked("probes/p.toml", &["hef=other.hef,map=x/n.json", "emulator=rope-stride:2"]), "`backends`"),
-            (asked("probes/p.toml", &["hef=m.hef,map=x/n.json", "emulator=rope-stride:3"]), "`backends`"),
-            (asked("probes/p.toml", &["hef=m.hef,map=x/n.json"]), "`backends`"),
-            (asked("obes/p.toml", &["hef=m.hef,map=x/n.json", "emulator=rope-stride:2"]), "`probe`"),
-        ] {
-            let check = command_asks(&recorded, &typed, ("out", folder));
-            assert_eq!(check.verdict, Verdict::Different, "{typed}");
-            assert!(check.why.starts_with(wrong), "{}", check.why);
-        }
-        let elsewhere = command_asks(&recorded, &recorded, ("out", Some(Path::new("other"))));
+    fn a_command_that_names_another_bundle_folder_is_named() {
+        let r =
+            Record::Sweep(crate::probe::record::SweepRecord { probe: "/w/p.toml".into(), checkpoint: None });
+        assert_eq!(command_asks(&r, &r, ("out", Some(Path::new("out")))).verdict, Verdict::Same);
+        let elsewhere = command_asks(&r, &r, ("out", Some(Path::new("other"))));
         assert!(elsewhere.why.contains("bundle folder other"), "{}", elsewhere.why);
     }
 }

@@ -8,7 +8,8 @@ use super::result::SuiteResult;
 use super::run::{run_suite, SuiteOptions};
 use super::spec::Suite;
 use crate::error::{Error, Result};
-use crate::probe::bundle::{hashed, pin, pin_checkpoint, Manifest, SuiteAsked};
+use crate::probe::bundle::{hashed, pin, pin_checkpoint, Manifest};
+use crate::probe::record::{Record, SuiteRecord};
 use crate::probe::verify::{
     absent_device, check_bundle, compare_documents, compare_figures, judge_devices, Check, Replayed, Verdict,
 };
@@ -16,12 +17,12 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 /// Write the bundle of `r` (a finished run of `suite`) to `dir`, a new or empty folder.
-pub fn write(r: &SuiteResult, suite: &Suite, asked: &SuiteAsked, dir: &Path) -> Result<()> {
+pub fn write(r: &SuiteResult, suite: &Suite, asked: &SuiteRecord, dir: &Path) -> Result<()> {
     crate::probe::bundle::staged(dir, |tmp| write_into(r, suite, asked, (dir, tmp)).map(|()| ((), true)))
 }
 
 /// [`write`] into `tmp`, the bundle's temporary folder, its manifest naming `dir`.
-fn write_into(r: &SuiteResult, suite: &Suite, asked: &SuiteAsked, (dir, tmp): (&Path, &Path)) -> Result<()> {
+fn write_into(r: &SuiteResult, suite: &Suite, asked: &SuiteRecord, (dir, tmp): (&Path, &Path)) -> Result<()> {
     let probes = tmp.join("probes");
     std::fs::create_dir_all(&probes).map_err(|e| Error::io(&probes, e))?;
     let r = &as_evidence(r);
@@ -50,18 +51,16 @@ fn write_into(r: &SuiteResult, suite: &Suite, asked: &SuiteAsked, (dir, tmp): (&
             pinned.push(pin(&format!("the checkpoint of `{}`", t.label), c)?);
         }
     }
-    if let Some(c) = &asked.checkpoint {
-        pinned.extend(pin_checkpoint(Path::new(c))?);
-    }
+    pinned.extend(pin_checkpoint(asked.checkpoint.as_ref())?);
     if let Some(b) = &asked.baseline {
-        pinned.push(pin("the baseline", Path::new(b))?);
+        pinned.push(pin("the baseline", b)?);
     }
     for name in ["report.json", "summary.md"] {
         files.insert(name.into(), hashed(&tmp.join(name))?);
     }
     let devices = r.pairs.iter().filter_map(|p| p.device.clone().map(|d| (p.target.clone(), d))).collect();
-    Manifest { devices, suite: Some(asked.clone()), ..Manifest::new(&r.command, dir, files, pinned) }
-        .write(tmp)
+    let asked = Record::Suite(asked.clone());
+    Manifest { devices, ..Manifest::new((&r.command, asked), dir, files, pinned) }.write(tmp)
 }
 
 /// `r` as its bundle's documents show it: without the notes that say how this machine ran a
@@ -120,7 +119,7 @@ fn as_recorded(now: &mut SuiteResult, then: &SuiteResult) {
 /// the hashes, then the suite run again as it was asked, every pair's status and figures and
 /// both documents (report.json, summary.md) compared.
 pub fn verify(dir: &Path, m: &Manifest) -> Result<Vec<Check>> {
-    let Some(asked) = &m.suite else { return crate::probe::verify::verify(dir, m) };
+    let Record::Suite(asked) = &m.asked else { return crate::probe::verify::verify(dir, m) };
     let mut out = Vec::new();
     check_bundle(dir, m, &mut out);
     if out.iter().any(|c| c.verdict == Verdict::Different) {
@@ -131,16 +130,16 @@ pub fn verify(dir: &Path, m: &Manifest) -> Result<Vec<Check>> {
         serde_json::from_str(&crate::files::read_text(&what, crate::files::Kind::Report)?)
             .map_err(|e| Error::input(&what, e.to_string()))?;
     let mut suite = match asked.inputs.as_slice() {
-        [one] if super::spec::is_suite_file(Path::new(one))? => Suite::load(Path::new(one))?,
-        many => Suite::from_probes(&many.iter().map(std::path::PathBuf::from).collect::<Vec<_>>())?,
+        [one] if super::spec::is_suite_file(one)? => Suite::load(one)?,
+        many => Suite::from_probes(many)?,
     };
     if !asked.backends.is_empty() {
         suite.set_cli_targets(&asked.backends)?;
     }
     let opts = SuiteOptions {
-        baseline: asked.baseline.as_ref().map(std::path::PathBuf::from),
+        baseline: asked.baseline.clone(),
         no_explain: asked.no_explain,
-        checkpoint: asked.checkpoint.as_ref().map(|c| crate::model::CheckpointRef::at(c, &asked.revision)),
+        checkpoint: asked.checkpoint.clone(),
         command: then.command.clone(),
         ..SuiteOptions::default()
     };

@@ -26,7 +26,7 @@ pub type OpenDevice = Rc<RefCell<HefBackend>>;
 /// one otherwise. A HEF built for another architecture is an input error, never a regression.
 pub fn open(target: &Target) -> Result<OpenDevice> {
     let spec = &target.spec;
-    let mut hef = open_hef(&target.label, spec.path()?, spec.sim_profile()?, spec.group.as_deref())?;
+    let mut hef = open_hef(&target.label, spec.path()?, spec.device, spec.group.as_deref())?;
     hef.declared = target.spec.quant.clone();
     if let Some(m) = &target.spec.map {
         hef.set_output_map(m)?;

@@ -212,7 +212,7 @@ pub struct Suite {
     pub gate: GateSpec,
     pub floors: BandFloors,
     pub explain: ExplainSettings,
-    pub thresholds: Vec<String>,
+    pub thresholds: Vec<crate::compare::thresholds::Bound>,
     pub findings: Vec<Claim>,
 }
 
@@ -268,7 +268,8 @@ impl Suite {
             gate: f.gate,
             floors: f.band,
             explain: f.explain,
-            thresholds: f.thresholds,
+            thresholds: crate::compare::thresholds::Bound::parse_all(&f.thresholds)
+                .map_err(|e| Error::input(format!("{what} key `thresholds`"), e.to_string()))?,
             findings: f.findings,
         };
         suite.check(&what)?;
@@ -285,8 +286,8 @@ impl Suite {
     }
 
     /// Replace the targets with the command line's `--backend` specs.
-    pub fn set_cli_targets(&mut self, specs: &[String]) -> Result<()> {
-        self.targets = specs.iter().map(|s| target_from_cli(s)).collect::<Result<_>>()?;
+    pub fn set_cli_targets(&mut self, specs: &[BackendSpec]) -> Result<()> {
+        self.targets = specs.iter().cloned().map(target_from_cli).collect();
         self.check("--backend")?;
         self.check_findings("--backend")
     }
@@ -456,7 +457,6 @@ fn expand(globs: &[String], exclude: &[String], base: &Path, what: &str) -> Resu
 fn target_from_file(t: &TargetSpec, base: &Path) -> Result<Target> {
     let mut spec = t.spec.clone();
     spec.relative_to(base);
-    spec.sim_profile()?;
     if matches!(spec.kind, BackendKind::Hef | BackendKind::Dump) {
         spec.path()?;
     }
@@ -468,9 +468,8 @@ fn target_from_file(t: &TargetSpec, base: &Path) -> Result<Target> {
     Ok(Target { label, spec, revision: t.revision.clone(), checkpoint })
 }
 
-fn target_from_cli(s: &str) -> Result<Target> {
-    let spec = BackendSpec::parse_cli(s)?;
-    Ok(Target { label: default_label(&spec), spec, revision: None, checkpoint: None })
+fn target_from_cli(spec: BackendSpec) -> Target {
+    Target { label: default_label(&spec), spec, revision: None, checkpoint: None }
 }
 
 /// A file's stem for HEFs and dumps (`model.hef` → `model`): nightly builds keep their file
@@ -533,9 +532,11 @@ mod tests {
         let e = Suite::load(&none).unwrap_err().to_string();
         assert!(e.contains("matches no file"), "{e}");
         let mut s = Suite::from_probes(&[dir.path().join("a.toml")]).unwrap();
-        let e = s.set_cli_targets(&["hef=x/m.hef".into(), "hef=y/m.hef".into()]).unwrap_err().to_string();
+        let cli =
+            |specs: &[&str]| specs.iter().map(|s| BackendSpec::parse_cli(s).unwrap()).collect::<Vec<_>>();
+        let e = s.set_cli_targets(&cli(&["hef=x/m.hef", "hef=y/m.hef"])).unwrap_err().to_string();
         assert!(e.contains("two targets are labelled `m`"), "{e}");
-        s.set_cli_targets(&["hef=x/tonight.hef".into(), "emulator=shared-softmax".into()]).unwrap();
+        s.set_cli_targets(&cli(&["hef=x/tonight.hef", "emulator=shared-softmax"])).unwrap();
         let labels: Vec<&str> = s.targets.iter().map(|t| t.label.as_str()).collect();
         assert_eq!(labels, ["tonight", "emulator[shared-softmax]"]);
     }
