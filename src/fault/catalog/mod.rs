@@ -3,7 +3,7 @@
 //!
 //! [`REGISTRY`] lists one [`Entry`] per fault; everything here (parsing, the grid `explain`
 //! ranks, which faults it narrows per layer, the findings) reads it. Adding a fault is one
-//! [`Mechanism`] with its `ENTRY`, and its line in [`REGISTRY`].
+//! [`Mechanism`] with its `ENTRY`, its hooks on a [`Run`](super::Run), and its line in [`REGISTRY`].
 
 pub mod attention;
 pub mod cache;

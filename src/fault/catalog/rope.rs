@@ -3,7 +3,7 @@
 
 use crate::error::{Error, Result};
 use crate::fault::spec::{Choice, FaultSpec};
-use crate::fault::{parse_boxed, Entry, Mechanism, OnDevice, Proof};
+use crate::fault::{parse_boxed, Entry, Mechanism, OnDevice, Proof, Run};
 use crate::model::config::ModelConfig;
 use crate::model::hooks::{Hooks, Qk, StepCtx};
 use crate::model::rope::{rotate, Rope, RopeLayout};
@@ -79,13 +79,7 @@ impl Mechanism for RopeFault {
         }
         Ok(RopeFault { variant, target, shift })
     }
-
-    fn hooks<'a>(&'a self, spec: &'a FaultSpec) -> Box<dyn Hooks + 'a> {
-        Box::new(RopeHooks(self, spec))
-    }
 }
-
-struct RopeHooks<'a>(&'a RopeFault, &'a FaultSpec);
 
 fn shifted(positions: &[usize], k: i64) -> Result<Vec<usize>> {
     positions
@@ -100,7 +94,7 @@ fn shifted(positions: &[usize], k: i64) -> Result<Vec<usize>> {
         .collect()
 }
 
-impl Hooks for RopeHooks<'_> {
+impl Hooks for Run<'_, RopeFault> {
     fn needs_explicit_attention(&self, _layer: usize) -> bool {
         false
     }
@@ -113,13 +107,13 @@ impl Hooks for RopeHooks<'_> {
         x: &Tensor,
         rope: &Rope,
     ) -> Result<Option<Tensor>> {
-        let f = self.0;
+        let f = self.fault;
         let hit = match f.target {
             RopeTarget::Q => which == Qk::Q,
             RopeTarget::K => which == Qk::K,
             RopeTarget::Both => true,
         };
-        if !hit || !self.1.applies(layer) {
+        if !hit || !self.spec.applies(layer) {
             return Ok(None);
         }
         let out = match f.variant {
@@ -173,15 +167,9 @@ impl Mechanism for PositionShift {
         };
         Ok(PositionShift { k, from_chunk })
     }
-
-    fn hooks<'a>(&'a self, _spec: &'a FaultSpec) -> Box<dyn Hooks + 'a> {
-        Box::new(PositionShiftHooks(self))
-    }
 }
 
-struct PositionShiftHooks<'a>(&'a PositionShift);
-
-impl Hooks for PositionShiftHooks<'_> {
+impl Hooks for Run<'_, PositionShift> {
     fn needs_explicit_attention(&self, _layer: usize) -> bool {
         false
     }
@@ -194,7 +182,7 @@ impl Hooks for PositionShiftHooks<'_> {
         x: &Tensor,
         rope: &Rope,
     ) -> Result<Option<Tensor>> {
-        let affected = match (ctx.phase, self.0.from_chunk) {
+        let affected = match (ctx.phase, self.fault.from_chunk) {
             (Phase::Decode(_), _) => true,
             (Phase::PrefillChunk(c), Some(from)) => c >= from,
             _ => false,
@@ -202,6 +190,6 @@ impl Hooks for PositionShiftHooks<'_> {
         if !affected {
             return Ok(None);
         }
-        Ok(Some(rope.apply(x, &shifted(&ctx.positions, self.0.k)?, RopeLayout::Half)?))
+        Ok(Some(rope.apply(x, &shifted(&ctx.positions, self.fault.k)?, RopeLayout::Half)?))
     }
 }
