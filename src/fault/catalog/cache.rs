@@ -2,15 +2,16 @@
 //! simulator realizes it in its cache ring (`parse_as::<CacheLayout>`), the emulator here.
 
 use crate::error::Result;
-use crate::fault::spec::{Choice, FaultSpec};
+use crate::fault::spec::FaultSpec;
 use crate::fault::{parse_boxed, Entry, Mechanism, OnDevice, Proof, Run};
 use crate::model::config::ModelConfig;
 use crate::model::hooks::{Hooks, StepCtx};
 use crate::tap::Phase;
 use candle_core::{Device, Tensor};
 
-crate::fault::spec::choice! {
+crate::named_enum! {
     /// The `layout` decode reads prefill's cache entries in.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
     pub enum CacheLayoutKind {
         Transpose = "transpose",
         Interleave = "interleave",
@@ -60,9 +61,9 @@ impl Mechanism for CacheLayout {
             ("cache-layout:interleave", "decode.0/layers.0.attn.scores"),
         ]),
         grid: |cfg| {
-            let mut g = vec![CacheLayoutKind::Interleave.word().to_string()];
+            let mut g = vec![CacheLayoutKind::Interleave.name().to_string()];
             if cfg.num_kv_heads >= 2 {
-                g.push(CacheLayoutKind::Transpose.word().to_string());
+                g.push(CacheLayoutKind::Transpose.name().to_string());
             }
             g
         },

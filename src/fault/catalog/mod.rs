@@ -64,11 +64,10 @@ pub enum LogitsClaim {
 
 /// The claim `spec` makes about the logits, if any.
 pub fn logits_claim(spec: &FaultSpec) -> Option<LogitsClaim> {
-    use crate::fault::spec::Choice as _;
     if is::<output::NoLmHead>(spec) {
         return Some(LogitsClaim::NotVocabulary);
     }
-    let shard0 = spec.get("scale", None) == Some(output::ShardScale::Shard0.word());
+    let shard0 = spec.get("scale", None) == Some(output::ShardScale::Shard0.name());
     (is::<output::LmHeadShards>(spec) && shard0).then_some(LogitsClaim::FirstShardExact)
 }
 

@@ -2,7 +2,7 @@
 
 use super::bare;
 use crate::error::Result;
-use crate::fault::spec::{Choice, FaultSpec};
+use crate::fault::spec::FaultSpec;
 use crate::fault::{parse_boxed, Entry, Mechanism, OnDevice, Proof, Run};
 use crate::model::config::ModelConfig;
 use crate::model::hooks::{Hooks, StepCtx};
@@ -87,8 +87,9 @@ impl Hooks for Run<'_, FirstSlot> {
     }
 }
 
-crate::fault::spec::choice! {
+crate::named_enum! {
     /// The `scale` lm-head-shards dequantizes each shard with.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
     pub enum ShardScale {
         /// Each shard's own scale.
         Own = "own",
@@ -120,7 +121,7 @@ impl Mechanism for LmHeadShards {
         on_output: true,
         device: OnDevice::Frames,
         proof: Proof::Matrix(&[("lm-head-shards:3,scale=shard0", "prefill/logits")]),
-        grid: |_| [2, 3, 4].map(|n| format!("{n},scale={}", ShardScale::Shard0.word())).to_vec(),
+        grid: |_| [2, 3, 4].map(|n| format!("{n},scale={}", ShardScale::Shard0.name())).to_vec(),
         parse: parse_boxed::<Self>,
     };
 

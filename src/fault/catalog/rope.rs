@@ -2,7 +2,7 @@
 //! positions.
 
 use crate::error::{Error, Result};
-use crate::fault::spec::{Choice, FaultSpec};
+use crate::fault::spec::FaultSpec;
 use crate::fault::{parse_boxed, Entry, Mechanism, OnDevice, Proof, Run};
 use crate::model::config::ModelConfig;
 use crate::model::hooks::{Hooks, Qk, StepCtx};
@@ -10,8 +10,9 @@ use crate::model::rope::{rotate, Rope, RopeLayout};
 use crate::tap::Phase;
 use candle_core::Tensor;
 
-crate::fault::spec::choice! {
+crate::named_enum! {
     /// The `variant` of the rope fault.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
     pub enum RopeVariant {
         Interleaved = "interleaved",
         SinSign = "sin-sign",
@@ -19,8 +20,9 @@ crate::fault::spec::choice! {
     }
 }
 
-crate::fault::spec::choice! {
+crate::named_enum! {
     /// The `target` of the rope fault: what the variant rotates.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
     pub enum RopeTarget {
         Both = "both",
         Q = "q",
@@ -56,12 +58,12 @@ impl Mechanism for RopeFault {
         ]),
         grid: |_| {
             let mut g = Vec::new();
-            for variant in RopeVariant::all() {
-                for target in RopeTarget::all() {
+            for variant in RopeVariant::ALL {
+                for target in RopeTarget::ALL {
                     if variant == RopeVariant::Shift && target == RopeTarget::Both {
                         continue; // the same shift on both sides changes nothing under RoPE
                     }
-                    g.push(format!("{},target={}", variant.word(), target.word()));
+                    g.push(format!("{},target={}", variant.name(), target.name()));
                 }
             }
             g

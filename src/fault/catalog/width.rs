@@ -94,15 +94,17 @@ pub struct TileSum {
     hidden: usize,
 }
 
-crate::fault::spec::choice! {
+crate::named_enum! {
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
     pub enum SumMode {
         Requant = "requant",
         Saturate = "saturate",
     }
 }
 
-crate::fault::spec::choice! {
-    enum SumTarget {
+crate::named_enum! {
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum SumTarget {
         Hidden = "hidden",
         All = "all",
     }
@@ -232,8 +234,9 @@ pub struct NormAcc {
     hidden: usize,
 }
 
-crate::fault::spec::choice! {
-    enum AccTarget {
+crate::named_enum! {
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum AccTarget {
         Norm = "norm",
         Softmax = "softmax",
     }
@@ -364,8 +367,9 @@ pub struct NormWidth {
     hidden: usize,
 }
 
-crate::fault::spec::choice! {
-    enum WidthVariant {
+crate::named_enum! {
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum WidthVariant {
         First = "first",
         Pad = "pad",
     }
