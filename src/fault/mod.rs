@@ -2,8 +2,9 @@
 //! emulator can reproduce (and `explain` can rank) what a device does.
 //!
 //! A fault of the catalog is a [`Mechanism`]: its typed parameters, parsed once from the spec,
-//! and the hooks they drive. Its [`Entry`] (name, finding, summary, parameters, grid, per-layer
-//! rule) is the one place that says everything else about it; [`catalog::REGISTRY`] lists them.
+//! and the hooks they drive (on a [`Run`]). Its [`Entry`] (name, finding, summary, parameters,
+//! grid, per-layer rule) is the one place that says everything else about it;
+//! [`catalog::REGISTRY`] lists them.
 
 pub mod catalog;
 pub mod expected;
@@ -15,6 +16,7 @@ use crate::inputs::InputSet;
 use crate::model::config::ModelConfig;
 use crate::model::hooks::Hooks;
 use crate::model::Decoder;
+use candle_core::Tensor;
 use spec::FaultSpec;
 
 /// A fault model. `hooks` is called once per run, so stateful hooks start fresh.
@@ -37,16 +39,15 @@ pub trait Fault: Send + Sync {
     }
 }
 
-/// A fault of the catalog: [`Fault`] less `spec()`, which [`Parsed`] answers from the spec it
-/// keeps, so no fault stores or returns its own spec.
+/// A fault of the catalog: its typed parameters and what they change, less `spec()`, which
+/// [`Parsed`] answers from the spec it keeps, so no fault stores or returns its own spec. Its
+/// hooks are the model's [`Hooks`], implemented on [`Run`] (`impl Hooks for Run<'_, TileSum>`).
 pub trait Mechanism: Send + Sync + Sized + 'static {
     /// Everything the catalog says about this fault.
     const ENTRY: Entry;
     /// The typed parameters of a spec naming this fault; the registry has already refused
     /// unknown keys and layers it does not take ([`Entry::keys`], [`Entry::per_layer`]).
     fn parse(spec: &FaultSpec, cfg: &ModelConfig) -> Result<Self>;
-    /// The hooks for one run; `spec` says which layers the fault applies to.
-    fn hooks<'a>(&'a self, spec: &'a FaultSpec) -> Box<dyn Hooks + 'a>;
     fn transform_weights(&self, _model: &mut Decoder) -> Result<()> {
         Ok(())
     }
@@ -56,6 +57,17 @@ pub trait Mechanism: Send + Sync + Sized + 'static {
     fn notes(&self) -> Vec<String> {
         Vec::new()
     }
+}
+
+/// One run of the catalog fault `M`, made fresh for each ([`Fault::hooks`]): every fault
+/// implements the model's [`Hooks`] on it.
+pub struct Run<'a, M> {
+    pub fault: &'a M,
+    /// The spec it was parsed from: which layers it applies to ([`FaultSpec::applies`]).
+    pub spec: &'a FaultSpec,
+    /// A tensor kept from one tap for a later one of the step (no-lm-head: the final norm, for
+    /// the logits).
+    pub kept: Option<Tensor>,
 }
 
 /// One registry entry: what the catalog says about one fault.
@@ -145,11 +157,17 @@ impl<M: Mechanism> Parsed<M> {
 }
 
 /// [`Entry::parse`] of every mechanism.
-pub fn parse_boxed<M: Mechanism>(spec: FaultSpec, cfg: &ModelConfig) -> Result<Box<dyn Fault>> {
+pub fn parse_boxed<M: Mechanism>(spec: FaultSpec, cfg: &ModelConfig) -> Result<Box<dyn Fault>>
+where
+    for<'a> Run<'a, M>: Hooks,
+{
     Ok(Box::new(Parsed::<M>::new(spec, cfg)?))
 }
 
-impl<M: Mechanism> Fault for Parsed<M> {
+impl<M: Mechanism> Fault for Parsed<M>
+where
+    for<'a> Run<'a, M>: Hooks,
+{
     fn spec(&self) -> &FaultSpec {
         &self.spec
     }
@@ -160,7 +178,7 @@ impl<M: Mechanism> Fault for Parsed<M> {
         self.mechanism.prepare(model, inputs)
     }
     fn hooks(&self) -> Box<dyn Hooks + '_> {
-        self.mechanism.hooks(&self.spec)
+        Box::new(Run { fault: &self.mechanism, spec: &self.spec, kept: None })
     }
     fn notes(&self) -> Vec<String> {
         self.mechanism.notes()

@@ -31,7 +31,7 @@
 //! Points: block-input, norm, qkv, scores, probs, attn-out, mlp-act, mlp-out, logits.
 
 use super::spec::FaultSpec;
-use super::{parse_boxed, Entry, Mechanism, OnDevice, Proof};
+use super::{parse_boxed, Entry, Mechanism, OnDevice, Proof, Run};
 use crate::capture::NoTaps;
 use crate::error::Result;
 use crate::inputs::InputSet;
@@ -346,20 +346,18 @@ impl Hooks for Calibrate<'_> {
     }
 }
 
-struct QuantHooks<'a>(&'a QuantFault);
-
-impl QuantHooks<'_> {
+impl QuantFault {
     fn rope_table(&self, t: &Tensor) -> Result<Tensor> {
         // Runtime input quantization (quantization.hpp): clip to limvals [-1, 1], round half
         // to even in the input's affine steps.
-        let q = Affine::calibrate(-1.0, 1.0, self.0.rope_bits, false);
+        let q = Affine::calibrate(-1.0, 1.0, self.rope_bits, false);
         let v: Vec<f32> = t.flatten_all()?.to_vec1()?;
         let v: Vec<f32> = v.into_iter().map(|x| q.apply(x.clamp(-1.0, 1.0)).0).collect();
         Ok(Tensor::from_vec(v, t.dims(), &Device::Cpu)?)
     }
 }
 
-impl Hooks for QuantHooks<'_> {
+impl Hooks for Run<'_, QuantFault> {
     /// Each value through its site's quantizer, calibrated before the run (only the clip
     /// counts of the notes follow the rows computed).
     fn rows_apart(&self) -> bool {
@@ -367,7 +365,7 @@ impl Hooks for QuantHooks<'_> {
     }
 
     fn edit(&mut self, _ctx: &StepCtx, tap: Tap, t: Tensor) -> Result<Tensor> {
-        let f = self.0;
+        let f = self.fault;
         let ch = Channels::of(tap, t.dims());
         let (q, ch) = if tap == Tap::Embed && f.runtime_inputs {
             let (lo, hi) = f.embed_range.lock().expect("lock").unwrap_or((-1.0, 1.0));
@@ -405,11 +403,12 @@ impl Hooks for QuantHooks<'_> {
         x: &Tensor,
         rope: &Rope,
     ) -> Result<Option<Tensor>> {
-        if !self.0.runtime_inputs {
+        let f = self.fault;
+        if !f.runtime_inputs {
             return Ok(None);
         }
         let (cos, sin) = rope.tables(&ctx.positions)?;
-        Ok(Some(rotate(x, &self.rope_table(&cos)?, &self.rope_table(&sin)?, RopeLayout::Half)?))
+        Ok(Some(rotate(x, &f.rope_table(&cos)?, &f.rope_table(&sin)?, RopeLayout::Half)?))
     }
 }
 
@@ -538,10 +537,6 @@ impl Mechanism for QuantFault {
             )?;
         }
         Ok(())
-    }
-
-    fn hooks<'a>(&'a self, _spec: &'a FaultSpec) -> Box<dyn Hooks + 'a> {
-        Box::new(QuantHooks(self))
     }
 
     fn notes(&self) -> Vec<String> {

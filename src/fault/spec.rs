@@ -2,6 +2,7 @@
 //! `rope:interleaved,target=q`, `position-shift:1`, `lm-head-shards:3,scale=shard0`.
 
 use crate::error::{Error, Result};
+use crate::named::Named;
 
 /// A fault spec, parsed once where it is written (a probe, a suite, the command line) and
 /// carried typed from there; shown as it was written.
@@ -198,11 +199,12 @@ impl FaultSpec {
             .ok_or_else(|| self.err(format!("`{key}` = `{v}` is not valid; valid: {}", options.join(", "))))
     }
 
-    /// A parameter that takes one of the words of `C`, as its typed value.
-    pub fn pick<C: Choice>(&self, key: &str, positional: Option<usize>, default: C) -> Result<C> {
-        let words: Vec<&str> = C::WORDS.iter().map(|w| w.0).collect();
-        let word = self.choice(key, positional, default.word(), &words)?;
-        Ok(C::WORDS.iter().find(|w| w.0 == word).map_or(default, |w| w.1))
+    /// A parameter whose value is one of a few words (`rope:sin-sign`, `target=q`), as the
+    /// variant of `C` named so; errors list them in `C`'s order.
+    pub(crate) fn pick<C: Named>(&self, key: &str, positional: Option<usize>, default: C) -> Result<C> {
+        let words: Vec<&str> = C::ALL.iter().map(|c| c.name()).collect();
+        let word = self.choice(key, positional, default.name(), &words)?;
+        Ok(C::ALL.iter().copied().find(|c| c.name() == word).unwrap_or(default))
     }
 
     pub fn applies(&self, layer: usize) -> bool {
@@ -221,35 +223,6 @@ impl FaultSpec {
         }
     }
 }
-
-/// A parameter whose value is one of a few words (`rope:sin-sign`, `target=q`), as an enum.
-pub trait Choice: Copy + PartialEq + 'static {
-    /// Every value with its word, in the order errors list them and grids use them.
-    const WORDS: &'static [(&'static str, Self)];
-
-    fn word(self) -> &'static str {
-        Self::WORDS.iter().find(|w| w.1 == self).map(|w| w.0).expect("every value of a Choice has a word")
-    }
-
-    fn all() -> impl Iterator<Item = Self> {
-        Self::WORDS.iter().map(|w| w.1)
-    }
-}
-
-/// A [`Choice`] declared with its words: `choice! { pub enum Mode { Fast = "fast", ... } }`, the
-/// variants in the order errors list them and grids use them.
-macro_rules! choice {
-    ($(#[$meta:meta])* $vis:vis enum $enum:ident { $($(#[$vmeta:meta])* $variant:ident = $word:literal,)+ }) => {
-        $(#[$meta])*
-        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-        $vis enum $enum { $($(#[$vmeta])* $variant,)+ }
-
-        impl $crate::fault::spec::Choice for $enum {
-            const WORDS: &'static [(&'static str, Self)] = &[$(($word, $enum::$variant)),+];
-        }
-    };
-}
-pub(crate) use choice;
 
 /// More layers than any model has: a range past it is refused at parse time, before a list of
 /// its layers is made (the model's own count is checked when the fault is built).

@@ -3,7 +3,7 @@
 use super::bare;
 use crate::error::Result;
 use crate::fault::spec::FaultSpec;
-use crate::fault::{parse_boxed, Entry, Mechanism, OnDevice, Proof};
+use crate::fault::{parse_boxed, Entry, Mechanism, OnDevice, Proof, Run};
 use crate::model::config::ModelConfig;
 use crate::model::hooks::{Hooks, StepCtx};
 use candle_core::{Device, Tensor};
@@ -37,17 +37,11 @@ impl Mechanism for SharedSoftmax {
         }
         Ok(SharedSoftmax)
     }
-
-    fn hooks<'a>(&'a self, spec: &'a FaultSpec) -> Box<dyn Hooks + 'a> {
-        Box::new(SharedSoftmaxHooks(spec))
-    }
 }
 
-struct SharedSoftmaxHooks<'a>(&'a FaultSpec);
-
-impl Hooks for SharedSoftmaxHooks<'_> {
+impl Hooks for Run<'_, SharedSoftmax> {
     fn needs_explicit_attention(&self, layer: usize) -> bool {
-        self.0.applies(layer)
+        self.spec.applies(layer)
     }
 
     fn rows_apart(&self) -> bool {
@@ -55,7 +49,7 @@ impl Hooks for SharedSoftmaxHooks<'_> {
     }
 
     fn softmax(&mut self, _ctx: &StepCtx, layer: usize, scores: &Tensor) -> Result<Option<Tensor>> {
-        if !self.0.applies(layer) {
+        if !self.spec.applies(layer) {
             return Ok(None);
         }
         let (h, t, s) = scores.dims3()?;
@@ -93,17 +87,11 @@ impl Mechanism for MaskRepeat {
         }
         Ok(MaskRepeat)
     }
-
-    fn hooks<'a>(&'a self, spec: &'a FaultSpec) -> Box<dyn Hooks + 'a> {
-        Box::new(MaskRepeatHooks(spec))
-    }
 }
 
-struct MaskRepeatHooks<'a>(&'a FaultSpec);
-
-impl Hooks for MaskRepeatHooks<'_> {
+impl Hooks for Run<'_, MaskRepeat> {
     fn needs_explicit_attention(&self, layer: usize) -> bool {
-        self.0.applies(layer)
+        self.spec.applies(layer)
     }
 
     fn mask(
@@ -113,7 +101,7 @@ impl Hooks for MaskRepeatHooks<'_> {
         allowed: &[Vec<bool>],
         heads: usize,
     ) -> Result<Option<Tensor>> {
-        if !self.0.applies(layer) {
+        if !self.spec.applies(layer) {
             return Ok(None);
         }
         let t = allowed.len();

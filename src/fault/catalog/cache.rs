@@ -2,15 +2,16 @@
 //! simulator realizes it in its cache ring (`parse_as::<CacheLayout>`), the emulator here.
 
 use crate::error::Result;
-use crate::fault::spec::{Choice, FaultSpec};
-use crate::fault::{parse_boxed, Entry, Mechanism, OnDevice, Proof};
+use crate::fault::spec::FaultSpec;
+use crate::fault::{parse_boxed, Entry, Mechanism, OnDevice, Proof, Run};
 use crate::model::config::ModelConfig;
 use crate::model::hooks::{Hooks, StepCtx};
 use crate::tap::Phase;
 use candle_core::{Device, Tensor};
 
-crate::fault::spec::choice! {
+crate::named_enum! {
     /// The `layout` decode reads prefill's cache entries in.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
     pub enum CacheLayoutKind {
         Transpose = "transpose",
         Interleave = "interleave",
@@ -60,9 +61,9 @@ impl Mechanism for CacheLayout {
             ("cache-layout:interleave", "decode.0/layers.0.attn.scores"),
         ]),
         grid: |cfg| {
-            let mut g = vec![CacheLayoutKind::Interleave.word().to_string()];
+            let mut g = vec![CacheLayoutKind::Interleave.name().to_string()];
             if cfg.num_kv_heads >= 2 {
-                g.push(CacheLayoutKind::Transpose.word().to_string());
+                g.push(CacheLayoutKind::Transpose.name().to_string());
             }
             g
         },
@@ -79,20 +80,14 @@ impl Mechanism for CacheLayout {
         }
         Ok(CacheLayout { layout, perm: layout.permutation(cfg.num_kv_heads, cfg.head_dim) })
     }
-
-    fn hooks<'a>(&'a self, spec: &'a FaultSpec) -> Box<dyn Hooks + 'a> {
-        Box::new(CacheLayoutHooks(self, spec))
-    }
 }
 
-struct CacheLayoutHooks<'a>(&'a CacheLayout, &'a FaultSpec);
-
-impl CacheLayoutHooks<'_> {
+impl CacheLayout {
     /// Permute the features of the entries `from_prefill` marks, [KV, S, D] in and out.
     fn permute(&self, x: &Tensor, from_prefill: &[bool]) -> Result<Tensor> {
         let (kv, s, d) = x.dims3()?;
         let entries = x.transpose(0, 1)?.contiguous()?.reshape((s, kv * d))?;
-        let perm = Tensor::new(self.0.perm.as_slice(), &Device::Cpu)?;
+        let perm = Tensor::new(self.perm.as_slice(), &Device::Cpu)?;
         let permuted = entries.index_select(&perm, 1)?;
         let pick: Vec<u8> = from_prefill.iter().map(|&p| u8::from(p)).collect();
         let pick = Tensor::new(pick.as_slice(), &Device::Cpu)?.reshape((s, 1))?.broadcast_as((s, kv * d))?;
@@ -101,7 +96,7 @@ impl CacheLayoutHooks<'_> {
     }
 }
 
-impl Hooks for CacheLayoutHooks<'_> {
+impl Hooks for Run<'_, CacheLayout> {
     fn needs_explicit_attention(&self, _layer: usize) -> bool {
         false
     }
@@ -119,14 +114,14 @@ impl Hooks for CacheLayoutHooks<'_> {
         v: Tensor,
         written_in: &[Phase],
     ) -> Result<(Tensor, Tensor)> {
-        if !ctx.phase.is_decode() || !self.1.applies(layer) {
+        if !ctx.phase.is_decode() || !self.spec.applies(layer) {
             return Ok((k, v));
         }
         let from_prefill: Vec<bool> = written_in.iter().map(|p| !p.is_decode()).collect();
         if !from_prefill.contains(&true) {
             return Ok((k, v));
         }
-        Ok((self.permute(&k, &from_prefill)?, self.permute(&v, &from_prefill)?))
+        Ok((self.fault.permute(&k, &from_prefill)?, self.fault.permute(&v, &from_prefill)?))
     }
 }
 

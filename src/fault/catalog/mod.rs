@@ -3,7 +3,7 @@
 //!
 //! [`REGISTRY`] lists one [`Entry`] per fault; everything here (parsing, the grid `explain`
 //! ranks, which faults it narrows per layer, the findings) reads it. Adding a fault is one
-//! [`Mechanism`] with its `ENTRY`, and its line in [`REGISTRY`].
+//! [`Mechanism`] with its `ENTRY`, its hooks on a [`Run`](super::Run), and its line in [`REGISTRY`].
 
 pub mod attention;
 pub mod cache;
@@ -64,11 +64,10 @@ pub enum LogitsClaim {
 
 /// The claim `spec` makes about the logits, if any.
 pub fn logits_claim(spec: &FaultSpec) -> Option<LogitsClaim> {
-    use crate::fault::spec::Choice as _;
     if is::<output::NoLmHead>(spec) {
         return Some(LogitsClaim::NotVocabulary);
     }
-    let shard0 = spec.get("scale", None) == Some(output::ShardScale::Shard0.word());
+    let shard0 = spec.get("scale", None) == Some(output::ShardScale::Shard0.name());
     (is::<output::LmHeadShards>(spec) && shard0).then_some(LogitsClaim::FirstShardExact)
 }
 

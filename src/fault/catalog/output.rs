@@ -2,8 +2,8 @@
 
 use super::bare;
 use crate::error::Result;
-use crate::fault::spec::{Choice, FaultSpec};
-use crate::fault::{parse_boxed, Entry, Mechanism, OnDevice, Proof};
+use crate::fault::spec::FaultSpec;
+use crate::fault::{parse_boxed, Entry, Mechanism, OnDevice, Proof, Run};
 use crate::model::config::ModelConfig;
 use crate::model::hooks::{Hooks, StepCtx};
 use crate::tap::Tap;
@@ -31,15 +31,9 @@ impl Mechanism for NoLmHead {
     fn parse(_spec: &FaultSpec, _cfg: &ModelConfig) -> Result<Self> {
         Ok(NoLmHead)
     }
-
-    fn hooks<'a>(&'a self, _spec: &'a FaultSpec) -> Box<dyn Hooks + 'a> {
-        Box::new(NoLmHeadHooks(None))
-    }
 }
 
-struct NoLmHeadHooks(Option<Tensor>);
-
-impl Hooks for NoLmHeadHooks {
+impl Hooks for Run<'_, NoLmHead> {
     fn needs_explicit_attention(&self, _layer: usize) -> bool {
         false
     }
@@ -47,10 +41,10 @@ impl Hooks for NoLmHeadHooks {
     fn edit(&mut self, _ctx: &StepCtx, tap: Tap, t: Tensor) -> Result<Tensor> {
         match tap {
             Tap::FinalNorm => {
-                self.0 = Some(t.clone());
+                self.kept = Some(t.clone());
                 Ok(t)
             }
-            Tap::Logits => Ok(self.0.take().unwrap_or(t)),
+            Tap::Logits => Ok(self.kept.take().unwrap_or(t)),
             _ => Ok(t),
         }
     }
@@ -78,15 +72,9 @@ impl Mechanism for FirstSlot {
     fn parse(_spec: &FaultSpec, _cfg: &ModelConfig) -> Result<Self> {
         Ok(FirstSlot)
     }
-
-    fn hooks<'a>(&'a self, _spec: &'a FaultSpec) -> Box<dyn Hooks + 'a> {
-        Box::new(FirstSlotHooks)
-    }
 }
 
-struct FirstSlotHooks;
-
-impl Hooks for FirstSlotHooks {
+impl Hooks for Run<'_, FirstSlot> {
     fn needs_explicit_attention(&self, _layer: usize) -> bool {
         false
     }
@@ -99,8 +87,9 @@ impl Hooks for FirstSlotHooks {
     }
 }
 
-crate::fault::spec::choice! {
+crate::named_enum! {
     /// The `scale` lm-head-shards dequantizes each shard with.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
     pub enum ShardScale {
         /// Each shard's own scale.
         Own = "own",
@@ -132,7 +121,7 @@ impl Mechanism for LmHeadShards {
         on_output: true,
         device: OnDevice::Frames,
         proof: Proof::Matrix(&[("lm-head-shards:3,scale=shard0", "prefill/logits")]),
-        grid: |_| [2, 3, 4].map(|n| format!("{n},scale={}", ShardScale::Shard0.word())).to_vec(),
+        grid: |_| [2, 3, 4].map(|n| format!("{n},scale={}", ShardScale::Shard0.name())).to_vec(),
         parse: parse_boxed::<Self>,
     };
 
@@ -145,15 +134,9 @@ impl Mechanism for LmHeadShards {
         let bits = spec.int("bits", None, 8, 2..=16)? as u32;
         Ok(LmHeadShards { n, scale, bits })
     }
-
-    fn hooks<'a>(&'a self, _spec: &'a FaultSpec) -> Box<dyn Hooks + 'a> {
-        Box::new(LmHeadShardsHooks(self))
-    }
 }
 
-struct LmHeadShardsHooks<'a>(&'a LmHeadShards);
-
-impl Hooks for LmHeadShardsHooks<'_> {
+impl Hooks for Run<'_, LmHeadShards> {
     fn needs_explicit_attention(&self, _layer: usize) -> bool {
         false
     }
@@ -162,7 +145,7 @@ impl Hooks for LmHeadShardsHooks<'_> {
         if tap != Tap::Logits {
             return Ok(t);
         }
-        let f = self.0;
+        let f = self.fault;
         let (rows, vocab) = t.dims2()?;
         let mut x: Vec<f32> = t.flatten_all()?.to_vec1()?;
         // Split as the exporter's HEFs are (narrower shards first: 16002 + 16003 for 32005).

@@ -2,16 +2,17 @@
 //! positions.
 
 use crate::error::{Error, Result};
-use crate::fault::spec::{Choice, FaultSpec};
-use crate::fault::{parse_boxed, Entry, Mechanism, OnDevice, Proof};
+use crate::fault::spec::FaultSpec;
+use crate::fault::{parse_boxed, Entry, Mechanism, OnDevice, Proof, Run};
 use crate::model::config::ModelConfig;
 use crate::model::hooks::{Hooks, Qk, StepCtx};
 use crate::model::rope::{rotate, Rope, RopeLayout};
 use crate::tap::Phase;
 use candle_core::Tensor;
 
-crate::fault::spec::choice! {
+crate::named_enum! {
     /// The `variant` of the rope fault.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
     pub enum RopeVariant {
         Interleaved = "interleaved",
         SinSign = "sin-sign",
@@ -19,8 +20,9 @@ crate::fault::spec::choice! {
     }
 }
 
-crate::fault::spec::choice! {
+crate::named_enum! {
     /// The `target` of the rope fault: what the variant rotates.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
     pub enum RopeTarget {
         Both = "both",
         Q = "q",
@@ -56,12 +58,12 @@ impl Mechanism for RopeFault {
         ]),
         grid: |_| {
             let mut g = Vec::new();
-            for variant in RopeVariant::all() {
-                for target in RopeTarget::all() {
+            for variant in RopeVariant::ALL {
+                for target in RopeTarget::ALL {
                     if variant == RopeVariant::Shift && target == RopeTarget::Both {
                         continue; // the same shift on both sides changes nothing under RoPE
                     }
-                    g.push(format!("{},target={}", variant.word(), target.word()));
+                    g.push(format!("{},target={}", variant.name(), target.name()));
                 }
             }
             g
@@ -79,13 +81,7 @@ impl Mechanism for RopeFault {
         }
         Ok(RopeFault { variant, target, shift })
     }
-
-    fn hooks<'a>(&'a self, spec: &'a FaultSpec) -> Box<dyn Hooks + 'a> {
-        Box::new(RopeHooks(self, spec))
-    }
 }
-
-struct RopeHooks<'a>(&'a RopeFault, &'a FaultSpec);
 
 fn shifted(positions: &[usize], k: i64) -> Result<Vec<usize>> {
     positions
@@ -100,7 +96,7 @@ fn shifted(positions: &[usize], k: i64) -> Result<Vec<usize>> {
         .collect()
 }
 
-impl Hooks for RopeHooks<'_> {
+impl Hooks for Run<'_, RopeFault> {
     fn needs_explicit_attention(&self, _layer: usize) -> bool {
         false
     }
@@ -113,13 +109,13 @@ impl Hooks for RopeHooks<'_> {
         x: &Tensor,
         rope: &Rope,
     ) -> Result<Option<Tensor>> {
-        let f = self.0;
+        let f = self.fault;
         let hit = match f.target {
             RopeTarget::Q => which == Qk::Q,
             RopeTarget::K => which == Qk::K,
             RopeTarget::Both => true,
         };
-        if !hit || !self.1.applies(layer) {
+        if !hit || !self.spec.applies(layer) {
             return Ok(None);
         }
         let out = match f.variant {
@@ -173,15 +169,9 @@ impl Mechanism for PositionShift {
         };
         Ok(PositionShift { k, from_chunk })
     }
-
-    fn hooks<'a>(&'a self, _spec: &'a FaultSpec) -> Box<dyn Hooks + 'a> {
-        Box::new(PositionShiftHooks(self))
-    }
 }
 
-struct PositionShiftHooks<'a>(&'a PositionShift);
-
-impl Hooks for PositionShiftHooks<'_> {
+impl Hooks for Run<'_, PositionShift> {
     fn needs_explicit_attention(&self, _layer: usize) -> bool {
         false
     }
@@ -194,7 +184,7 @@ impl Hooks for PositionShiftHooks<'_> {
         x: &Tensor,
         rope: &Rope,
     ) -> Result<Option<Tensor>> {
-        let affected = match (ctx.phase, self.0.from_chunk) {
+        let affected = match (ctx.phase, self.fault.from_chunk) {
             (Phase::Decode(_), _) => true,
             (Phase::PrefillChunk(c), Some(from)) => c >= from,
             _ => false,
@@ -202,6 +192,6 @@ impl Hooks for PositionShiftHooks<'_> {
         if !affected {
             return Ok(None);
         }
-        Ok(Some(rope.apply(x, &shifted(&ctx.positions, self.0.k)?, RopeLayout::Half)?))
+        Ok(Some(rope.apply(x, &shifted(&ctx.positions, self.fault.k)?, RopeLayout::Half)?))
     }
 }

@@ -4,7 +4,7 @@
 
 use super::*;
 use crate::fault::catalog::cache::CacheLayout;
-use crate::fault::spec::Choice;
+use crate::named::Named;
 
 /// Whether the spec written `text` names the entry `e`.
 fn is_named(e: &Entry, text: &str) -> bool {
@@ -213,10 +213,10 @@ fn refusals_keep_their_messages() {
 
 #[test]
 fn every_word_picks_its_value() {
-    fn round_trip<C: Choice + std::fmt::Debug>(key: &str) {
-        for c in C::all() {
-            let spec = FaultSpec::parse(&format!("x:{key}={}", c.word())).unwrap();
-            assert_eq!(spec.pick(key, None, C::WORDS[0].1).unwrap(), c);
+    fn round_trip<C: Named + PartialEq + std::fmt::Debug>(key: &str) {
+        for &c in C::ALL {
+            let spec = FaultSpec::parse(&format!("x:{key}={}", c.name())).unwrap();
+            assert_eq!(spec.pick(key, None, C::ALL[0]).unwrap(), c);
         }
     }
     round_trip::<rope::RopeVariant>("variant");

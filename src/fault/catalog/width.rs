@@ -9,7 +9,7 @@
 
 use crate::error::Result;
 use crate::fault::spec::FaultSpec;
-use crate::fault::{parse_boxed, Entry, Mechanism, OnDevice, Proof};
+use crate::fault::{parse_boxed, Entry, Mechanism, OnDevice, Proof, Run};
 use crate::model::config::ModelConfig;
 use crate::model::hooks::{Hooks, NormSite, Projection, StepCtx};
 use crate::model::kernels;
@@ -94,15 +94,17 @@ pub struct TileSum {
     hidden: usize,
 }
 
-crate::fault::spec::choice! {
+crate::named_enum! {
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
     pub enum SumMode {
         Requant = "requant",
         Saturate = "saturate",
     }
 }
 
-crate::fault::spec::choice! {
-    enum SumTarget {
+crate::named_enum! {
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum SumTarget {
         Hidden = "hidden",
         All = "all",
     }
@@ -133,17 +135,11 @@ impl Mechanism for TileSum {
         let all = spec.pick("target", None, SumTarget::Hidden)? == SumTarget::All;
         Ok(TileSum { w, bits: bits as u32, mode, all, hidden: cfg.hidden_size })
     }
-
-    fn hooks<'a>(&'a self, spec: &'a FaultSpec) -> Box<dyn Hooks + 'a> {
-        Box::new(TileSumHooks(self, spec))
-    }
 }
 
-struct TileSumHooks<'a>(&'a TileSum, &'a FaultSpec);
-
-impl Hooks for TileSumHooks<'_> {
+impl Hooks for Run<'_, TileSum> {
     fn projects(&self, layer: Option<usize>) -> bool {
-        self.0.hidden > self.0.w && applies(self.1, layer)
+        self.fault.hidden > self.fault.w && applies(self.spec, layer)
     }
 
     fn project(
@@ -154,9 +150,9 @@ impl Hooks for TileSumHooks<'_> {
         x: &Tensor,
         lin: &kernels::Proj,
     ) -> Result<Option<Tensor>> {
-        let f = self.0;
+        let f = self.fault;
         let k = x.dims().last().copied().unwrap_or(0);
-        if !applies(self.1, layer) || k <= f.w || !(f.all || k == f.hidden) {
+        if !applies(self.spec, layer) || k <= f.w || !(f.all || k == f.hidden) {
             return Ok(None);
         }
         tile_sum(x, lin, f).map(Some)
@@ -238,8 +234,9 @@ pub struct NormAcc {
     hidden: usize,
 }
 
-crate::fault::spec::choice! {
-    enum AccTarget {
+crate::named_enum! {
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum AccTarget {
         Norm = "norm",
         Softmax = "softmax",
     }
@@ -279,15 +276,9 @@ impl Mechanism for NormAcc {
         let softmax = spec.pick("target", None, AccTarget::Norm)? == AccTarget::Softmax;
         Ok(NormAcc { cap: (1i64 << (bits - 1)) - 1, softmax, hidden: cfg.hidden_size })
     }
-
-    fn hooks<'a>(&'a self, spec: &'a FaultSpec) -> Box<dyn Hooks + 'a> {
-        Box::new(NormAccHooks(self, spec))
-    }
 }
 
-struct NormAccHooks<'a>(&'a NormAcc, &'a FaultSpec);
-
-impl Hooks for NormAccHooks<'_> {
+impl Hooks for Run<'_, NormAcc> {
     fn norm(
         &mut self,
         _ctx: &StepCtx,
@@ -296,8 +287,8 @@ impl Hooks for NormAccHooks<'_> {
         w: &Tensor,
         eps: f32,
     ) -> Result<Option<Tensor>> {
-        let f = self.0;
-        if f.softmax || !applies(self.1, site.layer()) || (f.hidden as i64) * 127 * 127 <= f.cap {
+        let f = self.fault;
+        if f.softmax || !applies(self.spec, site.layer()) || (f.hidden as i64) * 127 * 127 <= f.cap {
             return Ok(None);
         }
         let (xs, n, dims) = rows_of(x)?;
@@ -330,8 +321,8 @@ impl Hooks for NormAccHooks<'_> {
     }
 
     fn softmax(&mut self, _ctx: &StepCtx, layer: usize, scores: &Tensor) -> Result<Option<Tensor>> {
-        let f = self.0;
-        if !f.softmax || !self.1.applies(layer) {
+        let f = self.fault;
+        if !f.softmax || !self.spec.applies(layer) {
             return Ok(None);
         }
         let p = crate::model::attention::softmax(scores)?;
@@ -357,7 +348,7 @@ impl Hooks for NormAccHooks<'_> {
     }
 
     fn needs_explicit_attention(&self, layer: usize) -> bool {
-        self.0.softmax && self.1.applies(layer)
+        self.fault.softmax && self.spec.applies(layer)
     }
 
     fn rows_apart(&self) -> bool {
@@ -376,8 +367,9 @@ pub struct NormWidth {
     hidden: usize,
 }
 
-crate::fault::spec::choice! {
-    enum WidthVariant {
+crate::named_enum! {
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum WidthVariant {
         First = "first",
         Pad = "pad",
     }
@@ -412,15 +404,9 @@ impl Mechanism for NormWidth {
         let pad = spec.pick("variant", Some(1), WidthVariant::First)? == WidthVariant::Pad;
         Ok(NormWidth { w, pad, hidden: cfg.hidden_size })
     }
-
-    fn hooks<'a>(&'a self, spec: &'a FaultSpec) -> Box<dyn Hooks + 'a> {
-        Box::new(NormWidthHooks(self, spec))
-    }
 }
 
-struct NormWidthHooks<'a>(&'a NormWidth, &'a FaultSpec);
-
-impl Hooks for NormWidthHooks<'_> {
+impl Hooks for Run<'_, NormWidth> {
     fn norm(
         &mut self,
         _ctx: &StepCtx,
@@ -429,9 +415,9 @@ impl Hooks for NormWidthHooks<'_> {
         w: &Tensor,
         eps: f32,
     ) -> Result<Option<Tensor>> {
-        let f = self.0;
+        let f = self.fault;
         let h = f.hidden;
-        if h <= f.w || (f.pad && h.is_multiple_of(f.w)) || !applies(self.1, site.layer()) {
+        if h <= f.w || (f.pad && h.is_multiple_of(f.w)) || !applies(self.spec, site.layer()) {
             return Ok(None);
         }
         let (xs, n, dims) = rows_of(x)?;
@@ -486,13 +472,7 @@ impl Mechanism for TileScale {
     fn parse(spec: &FaultSpec, cfg: &ModelConfig) -> Result<Self> {
         Ok(TileScale { w: width(spec)?, hidden: cfg.hidden_size })
     }
-
-    fn hooks<'a>(&'a self, spec: &'a FaultSpec) -> Box<dyn Hooks + 'a> {
-        Box::new(TileScaleHooks(self, spec))
-    }
 }
-
-struct TileScaleHooks<'a>(&'a TileScale, &'a FaultSpec);
 
 /// x'_i = x_i · (s_0 / s_t) per row and W-wide tile t (see [`TileScale`]).
 pub fn tile_scale_rows(xs: &mut [f32], n: usize, w: usize) {
@@ -511,15 +491,15 @@ pub fn tile_scale_rows(xs: &mut [f32], n: usize, w: usize) {
     }
 }
 
-impl Hooks for TileScaleHooks<'_> {
+impl Hooks for Run<'_, TileScale> {
     fn edit(&mut self, _ctx: &StepCtx, tap: Tap, t: Tensor) -> Result<Tensor> {
-        let f = self.0;
+        let f = self.fault;
         let site = match tap {
             Tap::Layer(l, LayerTap::AttnNorm | LayerTap::MlpNorm) => Some(l),
             Tap::FinalNorm => None,
             _ => return Ok(t),
         };
-        if f.hidden <= f.w || !applies(self.1, site) {
+        if f.hidden <= f.w || !applies(self.spec, site) {
             return Ok(t);
         }
         let (mut xs, n, dims) = rows_of(&t)?;
