@@ -341,8 +341,8 @@ fn synth_hef<'py>(
     expose_quant: String,
     layers: Option<(usize, usize)>,
 ) -> PyResult<Bound<'py, PyAny>> {
+    use hefprobe::device::synth_hef::Calibrate;
     use hefprobe::device::synth_hef::ExposeQuant;
-    use request::synth_hef::Calibrate;
     let Some(expose_quant) = ExposeQuant::from_name(&expose_quant) else {
         let names = ExposeQuant::ALL.map(ExposeQuant::name).join(", ");
         return Err(InputError::new_err(format!(

@@ -2,9 +2,10 @@
 //! prefix HEFs (`request::bisect`).
 
 use super::ModelArgs;
+use crate::diagnose::bisect::Bisected;
 use crate::error::Result;
 use crate::report::{deliver, Format, ReportTarget};
-use crate::request::bisect::{Bisect, BisectPlan, Bisected};
+use crate::request::bisect::{Bisect, BisectPlan};
 use crate::request::Request;
 use clap::{Args, Subcommand};
 use std::path::PathBuf;

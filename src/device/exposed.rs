@@ -10,7 +10,7 @@
 //! cache ring's slots in the mask's column order.
 
 use crate::error::{Error, Result};
-use crate::tap::Tap;
+use crate::tap::{Tap, TapSelection};
 use ndarray::{ArrayD, Axis};
 
 /// Whether `tap` can come back as an output ([`Tap::exposable`]).
@@ -110,6 +110,30 @@ pub fn for_capture(
         }
         _ => Ok(a),
     }
+}
+
+/// The taps `--expose` selects on a model of `layers` blocks, in execution order: each glob
+/// must select one that a HEF can output.
+pub fn selected(globs: &str, layers: usize, range: Option<(usize, usize)>) -> Result<Vec<Tap>> {
+    let (first, last) = range.unwrap_or((0, layers.saturating_sub(1)));
+    let mut taps = Vec::new();
+    for g in globs.split(',').map(str::trim).filter(|g| !g.is_empty()) {
+        let sel = TapSelection::parse(&[g.to_string()])?;
+        let hit: Vec<Tap> = Tap::all(layers)
+            .into_iter()
+            .filter(|&t| crate::device::exposed::exposable(t) && sel.matches(&t.to_string()))
+            .filter(|t| t.layer().map_or(last + 1 == layers, |l| (first..=last).contains(&l)))
+            .collect();
+        if hit.is_empty() {
+            return Err(Error::usage(format!(
+                "--expose `{g}` selects no tap a HEF of blocks {first}..={last} of this {layers}-layer model can \
+                 output (layers.I.out, layers.I.attn.probs, ..., final_norm; not embed or logits)"
+            )));
+        }
+        taps.extend(hit.into_iter().filter(|t| !taps.contains(t)).collect::<Vec<_>>());
+    }
+    taps.sort();
+    Ok(taps)
 }
 
 #[cfg(test)]

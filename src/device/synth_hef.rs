@@ -27,7 +27,7 @@ use std::path::PathBuf;
 mod calibrate;
 use calibrate::{calibrate, Ranges};
 pub use calibrate::{
-    u16_quant, Calibration, CALIBRATION_TEXT, MAX_CALIBRATION_PROMPTS, MAX_CALIBRATION_TOKENS,
+    u16_quant, Calibrate, Calibration, CALIBRATION_TEXT, MAX_CALIBRATION_PROMPTS, MAX_CALIBRATION_TOKENS,
 };
 
 /// The resource naming what the simulated device runs.

@@ -12,6 +12,7 @@
 //! - **cache diff**: the device's cache entries against the reference's keys and values, per
 //!   layer and head, in quantization steps (LSB).
 
+pub mod bisect;
 pub mod diagnosis;
 
 use crate::backend::hef::HefBackend;

@@ -2,30 +2,14 @@
 //! with the taps to expose and the calibration set chosen here.
 
 use super::Request;
+pub use crate::device::synth_hef::Calibrate;
 use crate::device::synth_hef::{
     synth_hef, Calibration, ExposeQuant, Mistake, SimCheckpoint, SimNoise, SynthHefOptions,
-    MAX_CALIBRATION_PROMPTS,
 };
 use crate::error::{Error, Result};
-use crate::model::tokenizer::{Tokenizer, SYNTH_TOKENIZER_VOCAB};
 use crate::model::{Checkpoint, CheckpointRef};
-use crate::tap::{Tap, TapSelection};
+use crate::tap::Tap;
 use std::path::PathBuf;
-
-/// Where the calibration set comes from.
-#[derive(Debug, Clone, Default)]
-pub enum Calibrate {
-    /// hefprobe's calibration text through the checkpoint's own tokenizer, or 4 seeded random
-    /// prompts when it has none.
-    #[default]
-    Default,
-    /// These prompts (token ids).
-    Tokens(Vec<Vec<u32>>),
-    /// One prompt per paragraph of this text file, through the checkpoint's tokenizer.
-    Text(PathBuf),
-    /// 4 seeded random prompts of 64 token ids.
-    Random,
-}
 
 #[derive(Debug, Clone)]
 pub struct SynthHef {
@@ -157,98 +141,6 @@ impl Written {
     }
 }
 
-/// The taps `--expose` selects on a model of `layers` blocks, in execution order: each glob
-/// must select one that a HEF can output.
-fn exposed(globs: &str, layers: usize, range: Option<(usize, usize)>) -> Result<Vec<Tap>> {
-    let (first, last) = range.unwrap_or((0, layers.saturating_sub(1)));
-    let mut taps = Vec::new();
-    for g in globs.split(',').map(str::trim).filter(|g| !g.is_empty()) {
-        let sel = TapSelection::parse(&[g.to_string()])?;
-        let hit: Vec<Tap> = Tap::all(layers)
-            .into_iter()
-            .filter(|&t| crate::device::exposed::exposable(t) && sel.matches(&t.to_string()))
-            .filter(|t| t.layer().map_or(last + 1 == layers, |l| (first..=last).contains(&l)))
-            .collect();
-        if hit.is_empty() {
-            return Err(Error::usage(format!(
-                "--expose `{g}` selects no tap a HEF of blocks {first}..={last} of this {layers}-layer model can \
-                 output (layers.I.out, layers.I.attn.probs, ..., final_norm; not embed or logits)"
-            )));
-        }
-        taps.extend(hit.into_iter().filter(|t| !taps.contains(t)).collect::<Vec<_>>());
-    }
-    taps.sort();
-    Ok(taps)
-}
-
-/// The calibration set asked for (the default when none is), cut to the model's positions:
-/// what was cut is said in the second value.
-fn calibration(how: &Calibrate, ckpt: &Checkpoint) -> Result<(Calibration, Option<String>)> {
-    fit_positions(asked_calibration(how, ckpt)?, ckpt.config.max_position_embeddings)
-}
-
-/// A calibration prompt whose run (its tokens, then its greedy steps) passes the model's
-/// positions is cut into consecutive windows that fit: every token is still calibrated on, in
-/// order, and no run asks for a position the model does not have (hefprobe's calibration text
-/// through a byte-level tokenizer is 298 tokens a paragraph, past a 256-position model).
-fn fit_positions(mut cal: Calibration, positions: usize) -> Result<(Calibration, Option<String>)> {
-    let steps = cal.inputs().first().map_or(0, |i| i.decode.steps());
-    let room = positions.saturating_sub(steps);
-    if room == 0 {
-        return Err(Error::usage(format!(
-            "the model has {positions} positions (max_position_embeddings), too few for a calibration prompt and \
-             its {steps} greedy steps"
-        )));
-    }
-    let long = cal.prompts.iter().filter(|p| p.len() > room).count();
-    if long == 0 {
-        return Ok((cal, None));
-    }
-    let before = cal.prompts.len();
-    cal.prompts = cal.prompts.iter().flat_map(|p| p.chunks(room).map(<[u32]>::to_vec)).collect();
-    if cal.prompts.len() > MAX_CALIBRATION_PROMPTS {
-        return Err(Error::usage(format!(
-            "{}: cut to the model's {positions} positions it is {} prompts, more than a calibration set's \
-             {MAX_CALIBRATION_PROMPTS}; give fewer or shorter prompts",
-            cal.source,
-            cal.prompts.len()
-        )));
-    }
-    let note = format!(
-        "{}; {long} of its {before} prompts, longer than the model's {positions} positions less {steps} greedy \
-         steps, cut into windows of at most {room} tokens: {} prompts",
-        cal.source,
-        cal.prompts.len()
-    );
-    cal.source = format!("{}, cut into windows of at most {room} tokens", cal.source);
-    Ok((cal, Some(note)))
-}
-
-/// The calibration set a flag asks for.
-fn asked_calibration(how: &Calibrate, ckpt: &Checkpoint) -> Result<Calibration> {
-    let path = match how {
-        Calibrate::Default => return Calibration::default_for(ckpt),
-        Calibrate::Random => return Ok(Calibration::random(ckpt.config.vocab_size)),
-        Calibrate::Tokens(prompts) => {
-            let source = format!("--calib-tokens: {} prompts", prompts.len());
-            return Ok(Calibration { source, prompts: prompts.clone() });
-        }
-        Calibrate::Text(path) => path,
-    };
-    let tok = match Tokenizer::of_checkpoint(ckpt)? {
-        Some(t) => t,
-        None if ckpt.config.vocab_size >= SYNTH_TOKENIZER_VOCAB => Tokenizer::synth(),
-        None => {
-            return Err(Error::usage(format!(
-                "--calib-text {}: the checkpoint has no tokenizer to read it with; give --calib-tokens",
-                path.display()
-            )))
-        }
-    };
-    let what = path.display().to_string();
-    Calibration::from_text(&crate::files::read_text(path, crate::files::Kind::Calibration)?, &tok, &what)
-}
-
 impl Request for SynthHef {
     type Plan = (Checkpoint, SimCheckpoint, SynthHefOptions, Option<String>);
     type Output = Written;
@@ -271,7 +163,7 @@ impl Request for SynthHef {
             }
             CheckpointRef::Synth(s) => SimCheckpoint::Synth(s.clone()),
         };
-        let (calibration, calibration_note) = calibration(&self.calibration, &ckpt)?;
+        let (calibration, calibration_note) = Calibration::asked(&self.calibration, &ckpt)?;
         let opts = SynthHefOptions {
             prefill_tokens: self.prefill_tokens,
             kv_cache_size: self.kv_cache_size,
@@ -282,10 +174,9 @@ impl Request for SynthHef {
             mistakes: self.mistakes.iter().map(|m| Mistake::parse(m)).collect::<Result<_>>()?,
             calibration: Some(calibration),
             noise: self.noise.map(|(std, seed)| SimNoise { std, seed }),
-            expose: self
-                .expose
-                .as_deref()
-                .map_or(Ok(Vec::new()), |g| exposed(g, ckpt.config.num_layers, self.layers))?,
+            expose: self.expose.as_deref().map_or(Ok(Vec::new()), |g| {
+                crate::device::exposed::selected(g, ckpt.config.num_layers, self.layers)
+            })?,
             expose_quant: self.expose_quant,
             layers: self.layers,
             base_scope: self.base_scope,

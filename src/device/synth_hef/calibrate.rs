@@ -3,6 +3,7 @@
 //! keys and values, and per exposed tap one range per feature.
 
 use super::*;
+use crate::model::tokenizer::{Tokenizer, SYNTH_TOKENIZER_VOCAB};
 
 /// The prompts a compiled graph is calibrated on (each followed by 16 greedy steps, as a DFC
 /// calibration set of full conversations would be), and where they came from.
@@ -227,4 +228,89 @@ impl crate::capture::TapSink for Explicit<'_> {
     fn put_array(&mut self, _: crate::tap::Key, _: ndarray::ArrayD<f32>) -> Result<()> {
         Ok(())
     }
+}
+
+/// Where the calibration set comes from.
+#[derive(Debug, Clone, Default)]
+pub enum Calibrate {
+    /// hefprobe's calibration text through the checkpoint's own tokenizer, or 4 seeded random
+    /// prompts when it has none.
+    #[default]
+    Default,
+    /// These prompts (token ids).
+    Tokens(Vec<Vec<u32>>),
+    /// One prompt per paragraph of this text file, through the checkpoint's tokenizer.
+    Text(PathBuf),
+    /// 4 seeded random prompts of 64 token ids.
+    Random,
+}
+
+/// The calibration set asked for (the default when none is), cut to the model's positions:
+/// what was cut is said in the second value.
+impl Calibration {
+    pub fn asked(how: &Calibrate, ckpt: &Checkpoint) -> Result<(Calibration, Option<String>)> {
+        fit_positions(asked(how, ckpt)?, ckpt.config.max_position_embeddings)
+    }
+}
+
+/// A calibration prompt whose run (its tokens, then its greedy steps) passes the model's
+/// positions is cut into consecutive windows that fit: every token is still calibrated on, in
+/// order, and no run asks for a position the model does not have (hefprobe's calibration text
+/// through a byte-level tokenizer is 298 tokens a paragraph, past a 256-position model).
+fn fit_positions(mut cal: Calibration, positions: usize) -> Result<(Calibration, Option<String>)> {
+    let steps = cal.inputs().first().map_or(0, |i| i.decode.steps());
+    let room = positions.saturating_sub(steps);
+    if room == 0 {
+        return Err(Error::usage(format!(
+            "the model has {positions} positions (max_position_embeddings), too few for a calibration prompt and \
+             its {steps} greedy steps"
+        )));
+    }
+    let long = cal.prompts.iter().filter(|p| p.len() > room).count();
+    if long == 0 {
+        return Ok((cal, None));
+    }
+    let before = cal.prompts.len();
+    cal.prompts = cal.prompts.iter().flat_map(|p| p.chunks(room).map(<[u32]>::to_vec)).collect();
+    if cal.prompts.len() > MAX_CALIBRATION_PROMPTS {
+        return Err(Error::usage(format!(
+            "{}: cut to the model's {positions} positions it is {} prompts, more than a calibration set's \
+             {MAX_CALIBRATION_PROMPTS}; give fewer or shorter prompts",
+            cal.source,
+            cal.prompts.len()
+        )));
+    }
+    let note = format!(
+        "{}; {long} of its {before} prompts, longer than the model's {positions} positions less {steps} greedy \
+         steps, cut into windows of at most {room} tokens: {} prompts",
+        cal.source,
+        cal.prompts.len()
+    );
+    cal.source = format!("{}, cut into windows of at most {room} tokens", cal.source);
+    Ok((cal, Some(note)))
+}
+
+/// The calibration set a flag asks for.
+fn asked(how: &Calibrate, ckpt: &Checkpoint) -> Result<Calibration> {
+    let path = match how {
+        Calibrate::Default => return Calibration::default_for(ckpt),
+        Calibrate::Random => return Ok(Calibration::random(ckpt.config.vocab_size)),
+        Calibrate::Tokens(prompts) => {
+            let source = format!("--calib-tokens: {} prompts", prompts.len());
+            return Ok(Calibration { source, prompts: prompts.clone() });
+        }
+        Calibrate::Text(path) => path,
+    };
+    let tok = match Tokenizer::of_checkpoint(ckpt)? {
+        Some(t) => t,
+        None if ckpt.config.vocab_size >= SYNTH_TOKENIZER_VOCAB => Tokenizer::synth(),
+        None => {
+            return Err(Error::usage(format!(
+                "--calib-text {}: the checkpoint has no tokenizer to read it with; give --calib-tokens",
+                path.display()
+            )))
+        }
+    };
+    let what = path.display().to_string();
+    Calibration::from_text(&crate::files::read_text(path, crate::files::Kind::Calibration)?, &tok, &what)
 }
