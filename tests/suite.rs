@@ -13,11 +13,12 @@ use hefprobe::model::synth::SynthSpec;
 use hefprobe::report::ReportTarget;
 use hefprobe::suite::baseline::Baseline;
 use hefprobe::suite::figures::Figures;
+use hefprobe::suite::outputs::{ratchet, SuiteOutputs};
 use hefprobe::suite::result::{ErrorKind, Status, SuiteResult};
 use hefprobe::suite::run::{run_suite, Clock, SuiteOptions};
 use hefprobe::suite::shard::Shard;
 use hefprobe::suite::spec::Suite;
-use hefprobe::suite::{finish, history, merge, Finish};
+use hefprobe::suite::{history, merge};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -150,19 +151,20 @@ fn the_catalog_against_simulated_hefs() {
     };
     let baseline = d.join("baseline.json");
     let history_file = d.join("history.jsonl");
-    let finish_with = |update| Finish {
+    let finish_with = |update| SuiteOutputs {
         baseline: Some(baseline.clone()),
         update_baseline: update,
         accept: false,
         known: Vec::new(),
         history: Some(history_file.clone()),
+        reports: Vec::new(),
     };
 
     // Night 1: both targets are the clean HEF; the first baseline is written.
     let s1 = Suite::load(&write(d, "night1.toml", &suite_text(&clean))).unwrap();
     let probes = s1.probes.len();
     let n1 = run_suite(&s1, &opts(Some(&baseline), true)).unwrap();
-    finish(&n1, &finish_with(true)).unwrap();
+    ratchet(&n1, &finish_with(true)).unwrap();
     let sweeps = n1.pairs.iter().filter(|p| p.status == Status::Skipped).count();
     assert_eq!(sweeps, 2, "the sweep probe is skipped against each target");
     assert_eq!(n1.counts.pass, 2 * probes - sweeps, "{}", outputs(&n1, d, "n1")["terminal"]);
@@ -180,7 +182,7 @@ fn the_catalog_against_simulated_hefs() {
     // Night 2: tonight's HEF shares the softmax in layer 0.
     let s2 = Suite::load(&write(d, "night2.toml", &suite_text(&faulted))).unwrap();
     let n2 = run_suite(&s2, &opts(Some(&baseline), false)).unwrap();
-    finish(&n2, &finish_with(false)).unwrap();
+    ratchet(&n2, &finish_with(false)).unwrap();
     let out = outputs(&n2, d, "n2");
     for p in n2.pairs.iter().filter(|p| p.status != Status::Skipped) {
         if p.target == "release" {
@@ -333,9 +335,14 @@ fn three_shards_merge_to_the_unsharded_result_byte_for_byte() {
     let r1 = run_suite(&night1, &opts(Some(&baseline), true)).unwrap();
     assert_eq!((r1.counts.pass, r1.counts.failed), (6, 3), "no baseline yet: the stand-in fails");
     let known = (0..3).map(|i| format!("small-{i}/stand-in")).collect();
-    finish(
+    ratchet(
         &r1,
-        &Finish { baseline: Some(baseline.clone()), update_baseline: true, known, ..Finish::default() },
+        &SuiteOutputs {
+            baseline: Some(baseline.clone()),
+            update_baseline: true,
+            known,
+            ..SuiteOutputs::default()
+        },
     )
     .unwrap();
     let frozen = std::fs::read_to_string(&baseline).unwrap();
@@ -369,13 +376,13 @@ fn three_shards_merge_to_the_unsharded_result_byte_for_byte() {
     // History and the baseline update come out the same too.
     for (tag, r) in [("whole", &whole), ("merged", &merged)] {
         std::fs::write(&baseline, &frozen).unwrap();
-        let f = Finish {
+        let f = SuiteOutputs {
             baseline: Some(baseline.clone()),
             update_baseline: true,
             history: Some(d.join(format!("{tag}.jsonl"))),
-            ..Finish::default()
+            ..SuiteOutputs::default()
         };
-        finish(r, &f).unwrap();
+        ratchet(r, &f).unwrap();
         std::fs::rename(&baseline, d.join(format!("{tag}-baseline.json"))).unwrap();
     }
     let read = |p: &str| std::fs::read_to_string(d.join(p)).unwrap();

@@ -4,9 +4,10 @@
 use crate::backend::BackendSpec;
 use crate::error::Result;
 use crate::report::{deliver, render, Format, ReportTarget};
-use crate::request::suite::{Merge, Night, SuiteOutputs, SuiteRun};
+use crate::request::suite::{Merge, SuiteRun};
 use crate::request::trend::Trend;
 use crate::request::Request;
+use crate::suite::outputs::{Night, SuiteOutputs};
 use clap::Args;
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -5,9 +5,9 @@ use super::Command;
 use crate::error::Result;
 use crate::probe::bundle::Manifest;
 use crate::probe::record::{Record, SweepRecord};
-use crate::probe::verify::{Check, Verdict};
+use crate::probe::verify::{command_asks, Check, Verdict};
 use crate::report::{deliver, ReportTarget};
-use crate::request::verify::{command_asks, Verify};
+use crate::request::verify::Verify;
 use crate::request::Request;
 use clap::{Args, Parser};
 use std::path::PathBuf;
@@ -31,7 +31,7 @@ pub fn run(a: VerifyArgs) -> Result<ExitCode> {
 }
 
 /// A bundle's command line read back as this command line reads it, and checked against what
-/// the bundle replays ([`crate::request::verify::command_asks`]): its paths as typed.
+/// the bundle replays ([`crate::probe::verify::command_asks`]): its paths as typed.
 fn recorded_command(m: &Manifest) -> Check {
     let typed = match super::Cli::try_parse_from(unquote(&m.command)).map(|c| c.command) {
         Ok(Command::Run(a)) => (a.bundle.clone(), request(a).map(|r| Record::Run(r.record))),

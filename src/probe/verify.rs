@@ -436,6 +436,22 @@ fn rerun_sweep(dir: &Path, m: &Manifest, asked: &SweepRecord, out: &mut Vec<Chec
     compare_documents(dir, m, Some(docs), None, out)
 }
 
+/// `verify`'s check of a bundle's command line, the one claim of a manifest its replay does not
+/// re-run: what the command asks (`typed`, its paths as typed) against what the manifest replays
+/// ([`Record::differs`]), and the bundle folder it names against the one recorded. A command
+/// that names another probe, backend, fault, checkpoint or bound than what ran is a forged claim.
+pub fn command_asks(recorded: &Record, typed: &Record, folder: (&str, Option<&Path>)) -> Check {
+    let named = folder.1.map_or("none".into(), |f| f.display().to_string());
+    let wrong = match named == folder.0 {
+        false => Some(format!("it names the bundle folder {named}, the bundle records {}", folder.0)),
+        true => recorded.differs(typed),
+    };
+    match wrong {
+        None => Check::new("the command", Verdict::Same, ""),
+        Some(why) => Check::new("the command", Verdict::Different, why),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -460,5 +476,14 @@ mod tests {
         }
         let c = compare_text("r.md", "first drift \u{1b}[2J at logits", "first drift at logits");
         assert!(c.why.contains("\\u{1b}") && !c.why.contains('\u{1b}'), "{}", c.why);
+    }
+
+    #[test]
+    fn a_command_that_names_another_bundle_folder_is_named() {
+        let r =
+            Record::Sweep(crate::probe::record::SweepRecord { probe: "/w/p.toml".into(), checkpoint: None });
+        assert_eq!(command_asks(&r, &r, ("out", Some(Path::new("out")))).verdict, Verdict::Same);
+        let elsewhere = command_asks(&r, &r, ("out", Some(Path::new("other"))));
+        assert!(elsewhere.why.contains("bundle folder other"), "{}", elsewhere.why);
     }
 }

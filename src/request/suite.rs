@@ -8,27 +8,12 @@ use crate::error::{Error, Result};
 use crate::model::CheckpointRef;
 use crate::output::Outputs;
 use crate::probe::record::{Paths, SuiteRecord};
-use crate::report::ReportTarget;
+use crate::suite::outputs::{partial_reports, Night, SuiteOutputs};
 use crate::suite::result::SuiteResult;
 use crate::suite::run::{run_suite_with, Clock, SuiteOptions};
 use crate::suite::shard::Shard;
 use crate::suite::spec::{is_suite_file, Suite};
-use crate::suite::{finish, history, Finish};
 use std::path::PathBuf;
-
-/// Baseline, history and reports: what `suite` and `merge` both write.
-#[derive(Debug, Clone, Default)]
-pub struct SuiteOutputs {
-    pub baseline: Option<PathBuf>,
-    /// Write this run's figures into the baseline where they improved (everywhere with `accept`).
-    pub update_baseline: bool,
-    pub accept: bool,
-    /// Failing pairs a person accepts as known, by name (`PROBE/TARGET`).
-    pub known: Vec<String>,
-    /// Append one JSON line per pair to this history.
-    pub history: Option<PathBuf>,
-    pub reports: Vec<ReportTarget>,
-}
 
 #[derive(Debug, Clone, Default)]
 pub struct SuiteRun {
@@ -56,82 +41,6 @@ pub struct SuiteRun {
 pub struct Merge {
     pub shards: Vec<PathBuf>,
     pub out: SuiteOutputs,
-}
-
-/// A finished night: the result (findings annotated from the history), and what updating the
-/// baseline and the history said.
-pub struct Night {
-    pub result: SuiteResult,
-    pub said: Vec<String>,
-}
-
-impl SuiteOutputs {
-    /// Refuse, before anything runs, a format a suite does not write and an output that is a
-    /// file the command reads (`outs` lists them): a report or the history written over the
-    /// suite, a probe, a target's HEF or checkpoint, the baseline or a shard (`./p/../x` is `x`).
-    /// The baseline is written only by `update_baseline`, which is what it asks for.
-    fn check(&self, mut outs: Outputs) -> Result<()> {
-        if let Some(b) = &self.baseline {
-            outs.input("the baseline (--baseline)", b);
-        }
-        crate::report::register::<SuiteResult>(&self.reports, &mut outs)?;
-        if let Some(h) = &self.history {
-            outs.file("--history", h);
-        }
-        outs.check()?;
-        // The history a run appends to is read now, so a damaged one fails before the night's work.
-        match &self.history {
-            Some(h) => history::check(h),
-            None => Ok(()),
-        }
-    }
-
-    /// Ratchet the baseline and append the history, as asked; then annotate the findings: a
-    /// finding's last reproduction and the date its status began come from the history, this
-    /// run's lines included.
-    fn finish(&self, mut result: SuiteResult) -> Result<Night> {
-        let f = Finish {
-            baseline: self.baseline.clone(),
-            update_baseline: self.update_baseline,
-            accept: self.accept,
-            known: self.known.clone(),
-            history: self.history.clone(),
-        };
-        let said = finish(&result, &f)?;
-        if let (Some(h), false) = (&self.history, result.findings.is_empty()) {
-            history::annotate(&mut result.findings, &history::read(h)?);
-        }
-        Ok(Night { result, said })
-    }
-}
-
-/// After each probe of a run still going: the file reports rewritten with what finished, and
-/// what they hold said if the run is interrupted (stdout and $GITHUB_STEP_SUMMARY get the
-/// finished run only; the history and baseline are written at the end).
-fn partial_reports(out: &SuiteOutputs) -> impl FnMut(&SuiteResult) -> Result<()> {
-    use crate::probe::cleanup;
-    cleanup::install();
-    let files: Vec<ReportTarget> = out.reports.iter().filter(|t| t.path.is_some()).cloned().collect();
-    move |r| {
-        if r.unfinished.is_empty() {
-            return Ok(()); // the finished run's reports follow at once
-        }
-        let mut note = format!("{} not run", r.unfinished.len());
-        if !files.is_empty() {
-            cleanup::writing(|| -> Result<()> {
-                for (t, path) in files.iter().filter_map(|t| Some((t, t.path.as_ref()?))) {
-                    // Quiet: "wrote" is said once, for the finished run's files.
-                    crate::files::write_file_quiet(path, crate::report::render(r, t, false)?)?;
-                }
-                Ok(())
-            })?;
-            let names: Vec<String> =
-                files.iter().filter_map(|t| t.path.as_ref()).map(|p| p.display().to_string()).collect();
-            note = format!("{} hold the {} pairs that finished ({note})", names.join(", "), r.pairs.len());
-        }
-        cleanup::leave(format!("{note}; no history appended, the baseline unchanged"));
-        Ok(())
-    }
 }
 
 impl SuiteRun {

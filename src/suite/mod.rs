@@ -22,73 +22,23 @@ pub mod html;
 pub mod junit;
 pub mod merge;
 pub mod options;
+pub mod outputs;
 pub mod result;
 pub mod run;
 pub mod shard;
 pub mod spec;
 pub mod summary;
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::report::doc::Doc;
 use crate::report::{Document, Format, ReportTarget};
 use result::SuiteResult;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// Why a suite refuses `--report svg` (before it runs, and when it renders).
 pub const SVG_INLINE: &str =
     "--report svg: a suite's plots are inline in its HTML report (--report html=PATH); `hefprobe trend` \
      writes SVG";
-
-/// What a finished result updates besides its reports.
-#[derive(Debug, Clone, Default)]
-pub struct Finish {
-    pub baseline: Option<PathBuf>,
-    pub update_baseline: bool,
-    pub accept: bool,
-    /// Failing pairs a person accepts as known (`--known PROBE/TARGET`).
-    pub known: Vec<String>,
-    pub history: Option<PathBuf>,
-}
-
-/// Ratchet the baseline and append the history, as asked; returns the lines to print.
-pub fn finish(r: &SuiteResult, f: &Finish) -> Result<Vec<String>> {
-    let mut said = Vec::new();
-    if f.update_baseline {
-        let path =
-            f.baseline.as_ref().ok_or_else(|| Error::usage("--update-baseline needs --baseline FILE"))?;
-        let mut b = baseline::Baseline::load_or_new(path, true)?;
-        let keys: Vec<(String, String)> = r.pairs.iter().map(|p| p.key()).collect();
-        let known = f.known.iter().map(|n| baseline::known_pair(n, &keys)).collect::<Result<Vec<_>>>()?;
-        let u = b.update(&r.pairs, f.accept, &known);
-        b.save(path)?;
-        let how = if f.accept { "accepted as they are" } else { "ratcheted: improvements only" };
-        let known_said = if u.known > 0 {
-            format!("; {} failing pairs accepted as known", u.known)
-        } else {
-            String::new()
-        };
-        said.push(format!(
-            "baseline {}: {} pairs added, {} changed, {} with worse figures kept as they were ({how}){known_said}",
-            path.display(),
-            u.added,
-            u.changed,
-            u.held
-        ));
-        let failing = r.pairs.iter().filter(|p| p.status.is_failure()).count();
-        if failing > 0 && !f.accept && known.is_empty() {
-            said.push(format!(
-                "baseline {}: tonight's {failing} failing pairs stay failures on later nights (exit 1) until fixed \
-                 or accepted with --known PROBE/TARGET",
-                path.display()
-            ));
-        }
-    }
-    if let Some(h) = &f.history {
-        let n = history::append(h, r)?;
-        said.push(format!("history {}: {n} lines appended", h.display()));
-    }
-    Ok(said)
-}
 
 impl Document for SuiteResult {
     const COMMAND: &'static str = "suite";
