@@ -122,6 +122,7 @@ fn reference(
         start_position,
     };
     let taps = taps.unwrap_or_else(|| vec!["*".into()]);
+    let taps = hefprobe::tap::TapSelection::parse(&taps).map_err(to_py)?;
     let r = request::reference::Reference { model, inputs, taps, out: None, crosscheck: false };
     let done = work(py, || r.run())?;
     if let Some(e) = done.error {

@@ -31,7 +31,7 @@ pub fn run(a: ReferenceArgs) -> Result<ExitCode> {
     let request = Reference {
         model: a.model.to_ref()?,
         inputs: a.prompt.spec(),
-        taps: a.taps,
+        taps: crate::tap::TapSelection::parse(&a.taps)?,
         out: Some(a.out.clone()),
         #[cfg(feature = "crosscheck")]
         crosscheck: a.crosscheck,

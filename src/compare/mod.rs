@@ -1,6 +1,7 @@
 //! Comparison: pure functions from two captures to rows of figures, verdicts and the
 //! located first drift (the Polygraphy split: run everything first, compare second).
 
+pub mod crosscheck;
 pub mod lens;
 pub mod locate;
 pub mod metrics;

@@ -17,8 +17,8 @@ use std::path::PathBuf;
 pub struct Reference {
     pub model: CheckpointRef,
     pub inputs: InputsSpec,
-    /// Taps to record, as globs.
-    pub taps: Vec<String>,
+    /// Taps to record.
+    pub taps: TapSelection,
     /// The capture file the taps stream into; None holds them in memory.
     pub out: Option<PathBuf>,
     /// Also run candle-transformers' own model on the same weights (an independent check).
@@ -56,7 +56,7 @@ impl Request for Reference {
             }
             outs.binary("-o", o).check()?;
         }
-        let selection = TapSelection::parse(&self.taps)?;
+        let selection = self.taps.clone();
         let ckpt = self.model.load()?;
         let inputs = self.inputs.input_set(&ckpt)?;
         if self.crosscheck && inputs.start_position != 0 {
@@ -86,53 +86,9 @@ impl Request for Reference {
             }
         };
         let crosscheck = match (self.crosscheck, &error) {
-            (true, None) => Some(crosscheck(&ckpt, &model, &inputs, &record)?),
+            (true, None) => Some(crate::compare::crosscheck::logits(&ckpt, &model, &inputs, &record)?),
             _ => None,
         };
         Ok(Referenced { ckpt, inputs, record, capture, written, crosscheck, error })
     }
-}
-
-/// Last-position logits of every phase against candle-transformers' model on the same weights.
-#[cfg(feature = "crosscheck")]
-fn crosscheck(
-    ckpt: &Checkpoint,
-    model: &Decoder,
-    inputs: &InputSet,
-    record: &RunRecord,
-) -> Result<(usize, f64, f64)> {
-    use crate::capture::NoTaps;
-    use crate::compare::metrics;
-    use crate::model::cache::FullCache;
-    use crate::model::decoder::StepInput;
-    use crate::tap::Phase;
-    let theirs =
-        crate::model::crosscheck::candle_transformers_logits(ckpt, &inputs.prompt, &record.decode_tokens)?;
-    let mut cache = FullCache::new(model.cfg.num_layers);
-    let mut ours = Vec::new();
-    let steps = std::iter::once(inputs.prompt.clone()).chain(record.decode_tokens.iter().map(|&t| vec![t]));
-    let mut pos = inputs.start_position;
-    for (k, tokens) in steps.enumerate() {
-        let phase = if k == 0 { Phase::Prefill } else { Phase::Decode(k - 1) };
-        let input = StepInput {
-            phase,
-            embeds: model.embed_tokens(&tokens)?,
-            positions: (pos..pos + tokens.len()).collect(),
-            frame: None,
-        };
-        pos += tokens.len();
-        let l = model.step(&input, &mut cache, &mut NoTaps, &mut NoHooks)?;
-        ours.push(l.get(tokens.len() - 1)?.to_vec1::<f32>()?);
-    }
-    let (cos, max) = ours
-        .iter()
-        .zip(&theirs)
-        .map(|(a, b)| metrics::compute(b, a, None))
-        .fold((1f64, 0f64), |(c, m), x| (c.min(x.cosine), m.max(x.max_abs)));
-    Ok((ours.len(), cos, max))
-}
-
-#[cfg(not(feature = "crosscheck"))]
-fn crosscheck(_: &Checkpoint, _: &Decoder, _: &InputSet, _: &RunRecord) -> Result<(usize, f64, f64)> {
-    Err(Error::usage("--crosscheck needs hefprobe built with the `crosscheck` feature"))
 }
