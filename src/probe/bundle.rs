@@ -138,6 +138,36 @@ pub fn parent(dir: &Path) -> &Path {
     dir.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."))
 }
 
+/// A bundle's folder, checked before anything runs: a new one in a folder that exists, or an
+/// empty one. Nothing is made here: the bundle is written beside it and renamed into place
+/// whole ([`staged`]), so a run that fails leaves no half-made bundle.
+pub fn check_new_folder(dir: &Path) -> Result<()> {
+    let what = dir.display().to_string();
+    match std::fs::read_dir(dir).map(|mut e| e.next().is_some()) {
+        Ok(true) => Err(Error::input(
+            what,
+            "--bundle needs a new or empty folder (a bundle's hashes cover every file in it)",
+        )),
+        Ok(false) => Ok(()),
+        Err(_) if dir.exists() => {
+            Err(Error::input(what, "--bundle names a file; give a new or empty folder"))
+        }
+        Err(_) => {
+            let parent = parent(dir);
+            match parent.is_dir() {
+                true => Ok(()),
+                false => Err(Error::input(
+                    what,
+                    format!(
+                        "--bundle: the folder it goes in, {}, does not exist; make it first",
+                        parent.display()
+                    ),
+                )),
+            }
+        }
+    }
+}
+
 /// A bundle at `dir`, whole or not at all: `f` writes it into a temporary folder beside `dir`
 /// (`.NAME.tmp-XXXXXX`), renamed to `dir` once `f` returned whole (`true`; an empty folder at
 /// `dir` is replaced). On any failure (a full disk, a run that stopped, an interrupt) the

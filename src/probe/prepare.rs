@@ -12,6 +12,7 @@ use crate::inputs::InputSet;
 use crate::model::chat::ChatTemplate;
 use crate::model::memory::{self, TapsHeld};
 use crate::model::{Checkpoint, CheckpointRef, Decoder};
+use crate::output::Outputs;
 use crate::report::{CheckpointInfo, ProbeInfo};
 use crate::tap::TapSelection;
 use std::sync::Arc;
@@ -231,4 +232,41 @@ fn plan_memory(
     }
     let run = crate::probe::spill::Planned { ckpt, inputs, ref_taps: &ref_taps, specs };
     spill_plan(&run, (probe.compare.local, explain), (in_memory, budget), opts).map(Some)
+}
+
+/// What a probe run reads: the probe, its checkpoint (the given `checkpoint` in its place) and
+/// tokenizer, every backend's HEF, dump, name map and the HEF a dump came from (the probe's and
+/// the given ones).
+pub fn register_inputs(
+    probe: &Probe,
+    checkpoint: Option<&CheckpointRef>,
+    backends: &[BackendSpec],
+    outs: &mut Outputs,
+) -> Result<()> {
+    outs.input("the probe", &probe.path);
+    // A checkpoint that does not resolve is the run's to report, naming it.
+    let _ = match checkpoint {
+        Some(c) => c.register("the checkpoint", outs),
+        None => probe.checkpoint.to_ref()?.register("the checkpoint", outs),
+    };
+    if let Some(t) = &probe.inputs.tokenizer {
+        outs.input("the tokenizer", t);
+    }
+    if let Some(sw) = &probe.sweep {
+        for ck in &sw.checkpoints {
+            outs.checkpoint("a [sweep] checkpoint", ck);
+        }
+    }
+    for b in probe.backends.iter().chain(backends) {
+        if let Some(p) = &b.path {
+            outs.input(&format!("backend `{}`'s input", b.label()), p);
+        }
+        if let Some(m) = &b.map {
+            outs.input(&format!("backend `{}`'s name map", b.label()), m);
+        }
+        if let Some(h) = &b.hef {
+            outs.input(&format!("backend `{}`'s HEF", b.label()), h);
+        }
+    }
+    Ok(())
 }

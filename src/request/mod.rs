@@ -19,12 +19,9 @@ pub mod synth_hef;
 pub mod trend;
 pub mod verify;
 
-use crate::backend::BackendSpec;
 use crate::error::{Error, Result};
 use crate::model::{Checkpoint, CheckpointRef};
 use crate::output::Outputs;
-use crate::probe::schema::Probe;
-use std::path::Path;
 
 /// One command's work: checked, then done.
 pub trait Request {
@@ -66,71 +63,4 @@ pub fn model(checkpoint: Option<CheckpointRef>, synth: Option<&str>, seed: u64) 
 /// Register a checkpoint, when one is given, with the output checks.
 pub fn register_checkpoint(checkpoint: Option<&CheckpointRef>, outs: &mut Outputs) -> Result<()> {
     checkpoint.map_or(Ok(()), |c| c.register("the checkpoint", outs))
-}
-
-/// What a probe run reads: the probe, its checkpoint (the given `checkpoint` in its place) and
-/// tokenizer, every backend's HEF, dump, name map and the HEF a dump came from (the probe's and
-/// the given ones).
-pub fn probe_inputs(
-    probe: &Probe,
-    checkpoint: Option<&CheckpointRef>,
-    backends: &[BackendSpec],
-    outs: &mut Outputs,
-) -> Result<()> {
-    outs.input("the probe", &probe.path);
-    // A checkpoint that does not resolve is the run's to report, naming it.
-    let _ = match checkpoint {
-        Some(c) => c.register("the checkpoint", outs),
-        None => probe.checkpoint.to_ref()?.register("the checkpoint", outs),
-    };
-    if let Some(t) = &probe.inputs.tokenizer {
-        outs.input("the tokenizer", t);
-    }
-    if let Some(sw) = &probe.sweep {
-        for ck in &sw.checkpoints {
-            outs.checkpoint("a [sweep] checkpoint", ck);
-        }
-    }
-    for b in probe.backends.iter().chain(backends) {
-        if let Some(p) = &b.path {
-            outs.input(&format!("backend `{}`'s input", b.label()), p);
-        }
-        if let Some(m) = &b.map {
-            outs.input(&format!("backend `{}`'s name map", b.label()), m);
-        }
-        if let Some(h) = &b.hef {
-            outs.input(&format!("backend `{}`'s HEF", b.label()), h);
-        }
-    }
-    Ok(())
-}
-
-/// A bundle's folder, checked before anything runs: a new one in a folder that exists, or an
-/// empty one. Nothing is made here: the bundle is written beside it and renamed into place
-/// whole ([`crate::probe::bundle::staged`]), so a run that fails leaves no half-made bundle.
-fn new_folder(dir: &Path) -> Result<()> {
-    let what = dir.display().to_string();
-    match std::fs::read_dir(dir).map(|mut e| e.next().is_some()) {
-        Ok(true) => Err(Error::input(
-            what,
-            "--bundle needs a new or empty folder (a bundle's hashes cover every file in it)",
-        )),
-        Ok(false) => Ok(()),
-        Err(_) if dir.exists() => {
-            Err(Error::input(what, "--bundle names a file; give a new or empty folder"))
-        }
-        Err(_) => {
-            let parent = crate::probe::bundle::parent(dir);
-            match parent.is_dir() {
-                true => Ok(()),
-                false => Err(Error::input(
-                    what,
-                    format!(
-                        "--bundle: the folder it goes in, {}, does not exist; make it first",
-                        parent.display()
-                    ),
-                )),
-            }
-        }
-    }
 }

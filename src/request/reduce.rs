@@ -2,7 +2,7 @@
 //! minimal probe (`probe::reduce`). The file is rewritten after each smaller reproduction, so
 //! Ctrl-C keeps the best found so far.
 
-use super::{probe_inputs, Request};
+use super::Request;
 use crate::backend::BackendSpec;
 use crate::error::Result;
 use crate::model::CheckpointRef;
@@ -39,7 +39,7 @@ impl Request for Reduce {
         let original = crate::files::read_text(&path, crate::files::Kind::Probe)?;
         let backends = self.backends.clone();
         let mut outs = Outputs::new();
-        probe_inputs(&probe, self.checkpoint.as_ref(), &backends, &mut outs)?;
+        crate::probe::prepare::register_inputs(&probe, self.checkpoint.as_ref(), &backends, &mut outs)?;
         outs.file("--out", &self.out);
         outs.check()?;
         let ran = Ran { backends: backends.clone(), checkpoint: self.checkpoint.clone() };

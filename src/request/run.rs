@@ -1,7 +1,7 @@
 //! The three requests whose result is a probe report: `run` (a probe: reference vs backends),
 //! `explain` (the fault catalog ranked against an observation) and `compare` (two captures).
 
-use super::{new_folder, probe_inputs, Request};
+use super::Request;
 use crate::backend::{BackendKind, BackendSpec};
 use crate::capture::{CaptureFile, Store};
 use crate::compare::thresholds::Bound;
@@ -40,7 +40,7 @@ impl Request for Run {
         let r = &self.record;
         let probe = crate::probe::catalog::open(&r.probe)?;
         let mut outs = Outputs::new();
-        probe_inputs(&probe, r.checkpoint.as_ref(), &r.backends, &mut outs)?;
+        crate::probe::prepare::register_inputs(&probe, r.checkpoint.as_ref(), &r.backends, &mut outs)?;
         crate::report::register::<Report>(&self.reports, &mut outs)?;
         if let Some(p) = &self.save_inputs {
             outs.binary("--save-inputs", p);
@@ -52,7 +52,7 @@ impl Request for Run {
         }
         outs.check()?;
         if let Some((dir, _)) = &self.bundle {
-            new_folder(dir)?;
+            crate::probe::bundle::check_new_folder(dir)?;
         }
         let captures = CaptureOptions {
             spill: true,
@@ -119,7 +119,12 @@ impl Request for Explain {
         let probe = crate::probe::catalog::open(&self.probe)?;
         let observed = self.observed(&probe)?;
         let mut outs = Outputs::new();
-        probe_inputs(&probe, self.checkpoint.as_ref(), std::slice::from_ref(&observed), &mut outs)?;
+        crate::probe::prepare::register_inputs(
+            &probe,
+            self.checkpoint.as_ref(),
+            std::slice::from_ref(&observed),
+            &mut outs,
+        )?;
         crate::report::register::<Report>(&self.reports, &mut outs)?;
         if let Some(d) = &self.spill_dir {
             outs.dir("--spill-dir", d);

@@ -2,7 +2,7 @@
 //! (shards back into one result): the night's result, its baseline ratcheted and its history
 //! appended as asked.
 
-use super::{new_folder, probe_inputs, Request};
+use super::Request;
 use crate::backend::BackendSpec;
 use crate::error::{Error, Result};
 use crate::model::CheckpointRef;
@@ -74,7 +74,7 @@ impl SuiteRun {
         let specs: Vec<_> = suite.targets.iter().map(|t| t.spec.clone()).collect();
         for p in &suite.probes {
             outs.input("a probe", &p.path); // named as one of many (probe_inputs says "the probe")
-            probe_inputs(p, self.checkpoint.as_ref(), &specs, &mut outs)?;
+            crate::probe::prepare::register_inputs(p, self.checkpoint.as_ref(), &specs, &mut outs)?;
         }
         for t in &suite.targets {
             if let Some(c) = &t.checkpoint {
@@ -119,7 +119,7 @@ impl Request for SuiteRun {
             checkpoint: self.checkpoint.clone(),
         };
         if let Some(dir) = &self.bundle {
-            new_folder(dir)?;
+            crate::probe::bundle::check_new_folder(dir)?;
         }
         Ok((suite, opts))
     }

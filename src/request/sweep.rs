@@ -1,6 +1,6 @@
 //! `hefprobe sweep PROBE.toml`: a probe across its [sweep] grid into one table and plot.
 
-use super::{new_folder, probe_inputs, Request};
+use super::Request;
 use crate::error::Result;
 use crate::output::Outputs;
 use crate::probe::record::{Paths, SweepRecord};
@@ -28,11 +28,11 @@ impl Request for Sweep {
         crate::report::check::<Swept>(&self.reports)?;
         let probe = crate::probe::catalog::open(&self.record.probe)?;
         let mut outs = Outputs::new();
-        probe_inputs(&probe, self.record.checkpoint.as_ref(), &[], &mut outs)?;
+        crate::probe::prepare::register_inputs(&probe, self.record.checkpoint.as_ref(), &[], &mut outs)?;
         crate::report::register::<Swept>(&self.reports, &mut outs)?;
         outs.check()?;
         if let Some(dir) = &self.bundle {
-            new_folder(dir)?;
+            crate::probe::bundle::check_new_folder(dir)?;
         }
         Ok(probe)
     }
