@@ -373,14 +373,7 @@ impl Decoder {
         cache: &mut dyn KvStore,
     ) -> Result<Tensor> {
         let (l, ctx, b) = (run.l, run.ctx, &self.blocks[run.l]);
-        let h = norm_at(
-            (&mut *run.hooks, ctx),
-            NormSite::Attn(l),
-            x,
-            &b.attn_norm,
-            self.cfg.rms_norm_eps,
-            in_layer(l, "input_layernorm"),
-        )?;
+        let h = run.norm(NormSite::Attn(l), x, &b.attn_norm, self.cfg.rms_norm_eps, "input_layernorm")?;
         let h = run.emit(LayerTap::AttnNorm, h)?;
         let [q, k, v] = self.qkv(run, rope, (&h, x.dim(0)?))?;
 
@@ -418,20 +411,13 @@ impl Decoder {
             let _s = span(Op::FusedAttention);
             attention::fused(&q, &k_all, &v_all, &allowed, scale).ctx(in_layer(l, "attention"))?
         };
-        let o = project(
-            (&mut *run.hooks, ctx),
-            (Some(l), Projection::O),
-            &attn,
-            &b.o,
-            Op::Linear,
-            in_layer(l, "o_proj"),
-        )?;
+        let o = run.project(Projection::O, &attn, &b.o, "o_proj")?;
         run.emit(LayerTap::AttnOut, o)
     }
 
     /// This step's q, k (normed per head where the model does, rotated) and v, [heads, T, D].
     fn qkv(&self, run: &mut LayerRun, rope: Rotation, (h, t_len): (&Tensor, usize)) -> Result<[Tensor; 3]> {
-        let (l, ctx, cfg, b) = (run.l, run.ctx, &self.cfg, &self.blocks[run.l]);
+        let (l, cfg, b) = (run.l, &self.cfg, &self.blocks[run.l]);
         let d = cfg.head_dim;
         // [T, heads*D] -> [heads, T, D]
         let heads = |y: Tensor, n: usize| {
@@ -439,17 +425,11 @@ impl Decoder {
             y.reshape((t_len, n, d))?.transpose(0, 1)?.contiguous()
         };
         let [q, k, v] = if run.hooks.projects(Some(l)) {
-            let mut one = |which, lin| {
-                project(
-                    (&mut *run.hooks, ctx),
-                    (Some(l), which),
-                    h,
-                    lin,
-                    Op::Linear,
-                    in_layer(l, "q/k/v_proj"),
-                )
-            };
-            [one(Projection::Q, &b.q)?, one(Projection::K, &b.k)?, one(Projection::V, &b.v)?]
+            [
+                run.project(Projection::Q, h, &b.q, "q/k/v_proj")?,
+                run.project(Projection::K, h, &b.k, "q/k/v_proj")?,
+                run.project(Projection::V, h, &b.v, "q/k/v_proj")?,
+            ]
         } else {
             forward_all(h, [&b.q, &b.k, &b.v]).ctx(in_layer(l, "q/k/v_proj"))?
         };
@@ -483,41 +463,21 @@ impl Decoder {
 
     /// The MLP of block `run.l` on the residual `x`: its norm, gate/up, SiLU and down_proj.
     fn mlp(&self, run: &mut LayerRun, x: &Tensor) -> Result<Tensor> {
-        let (l, ctx, b) = (run.l, run.ctx, &self.blocks[run.l]);
-        let h = norm_at(
-            (&mut *run.hooks, ctx),
-            NormSite::Mlp(l),
-            x,
-            &b.mlp_norm,
-            self.cfg.rms_norm_eps,
-            in_layer(l, "post_attention_layernorm"),
-        )?;
+        let (l, b) = (run.l, &self.blocks[run.l]);
+        let h =
+            run.norm(NormSite::Mlp(l), x, &b.mlp_norm, self.cfg.rms_norm_eps, "post_attention_layernorm")?;
         let h = run.emit(LayerTap::MlpNorm, h)?;
         let [gate, up] = if run.hooks.projects(Some(l)) {
-            let mut one = |which, lin| {
-                project(
-                    (&mut *run.hooks, ctx),
-                    (Some(l), which),
-                    &h,
-                    lin,
-                    Op::Linear,
-                    in_layer(l, "gate/up_proj"),
-                )
-            };
-            [one(Projection::Gate, &b.gate)?, one(Projection::Up, &b.up)?]
+            [
+                run.project(Projection::Gate, &h, &b.gate, "gate/up_proj")?,
+                run.project(Projection::Up, &h, &b.up, "gate/up_proj")?,
+            ]
         } else {
             forward_all(&h, [&b.gate, &b.up]).ctx(in_layer(l, "gate/up_proj"))?
         };
         let act = timed!(Op::Elementwise, kernels::silu_mul(&gate, &up).ctx(in_layer(l, "silu"))?);
         let act = run.emit(LayerTap::MlpAct, act)?;
-        let m = project(
-            (&mut *run.hooks, ctx),
-            (Some(l), Projection::Down),
-            &act,
-            &b.down,
-            Op::Linear,
-            in_layer(l, "down_proj"),
-        )?;
+        let m = run.project(Projection::Down, &act, &b.down, "down_proj")?;
         run.emit(LayerTap::MlpOut, m)
     }
 }
@@ -533,6 +493,30 @@ struct LayerRun<'r> {
 impl LayerRun<'_> {
     fn emit(&mut self, tap: LayerTap, t: Tensor) -> Result<Tensor> {
         emit(self.ctx, Tap::Layer(self.l, tap), t, &mut *self.hooks, &mut *self.sink)
+    }
+
+    /// RMSNorm at `site` of this layer ([`norm_at`]).
+    fn norm(
+        &mut self,
+        site: NormSite,
+        x: &Tensor,
+        w: &Tensor,
+        eps: f64,
+        what: &'static str,
+    ) -> Result<Tensor> {
+        norm_at((&mut *self.hooks, self.ctx), site, x, w, eps, in_layer(self.l, what))
+    }
+
+    /// Projection `which` of this layer ([`project`]).
+    fn project(&mut self, which: Projection, x: &Tensor, lin: &Linear, what: &'static str) -> Result<Tensor> {
+        project(
+            (&mut *self.hooks, self.ctx),
+            (Some(self.l), which),
+            x,
+            lin,
+            Op::Linear,
+            in_layer(self.l, what),
+        )
     }
 }
 
