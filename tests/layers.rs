@@ -305,12 +305,8 @@ fn starts_fn(line: &str) -> bool {
         }
         .trim_start();
     }
-    loop {
-        let Some(rest) =
-            ["const ", "async ", "unsafe ", "extern \"C\" "].iter().find_map(|q| t.strip_prefix(q))
-        else {
-            break;
-        };
+    let qualifiers = ["const ", "async ", "unsafe ", "extern \"C\" "];
+    while let Some(rest) = qualifiers.iter().find_map(|q| t.strip_prefix(q)) {
         t = rest;
     }
     t.starts_with("fn ")
