@@ -295,50 +295,91 @@ fn production_lines_leave_out_test_items_only() {
     assert_eq!(production(code), ["fn a() {}", "fn b() {}", "fn d() {}"]);
 }
 
-/// Short functions where the stages of a run live, and no function that needs clippy's leave
-/// to take too many arguments anywhere (group them by the stage that uses them).
+/// Whether a line (trimmed) starts a function: `fn`, after any visibility and qualifiers.
+fn starts_fn(line: &str) -> bool {
+    let mut t = line;
+    if let Some(rest) = t.strip_prefix("pub") {
+        t = match rest.strip_prefix('(') {
+            Some(r) => r.split_once(')').map_or("", |(_, r)| r),
+            None => rest,
+        }
+        .trim_start();
+    }
+    let qualifiers = ["const ", "async ", "unsafe ", "extern \"C\" "];
+    while let Some(rest) = qualifiers.iter().find_map(|q| t.strip_prefix(q)) {
+        t = rest;
+    }
+    t.starts_with("fn ")
+}
+
+/// Every function of `code` over 80 lines, counted from its `fn` line to its closing brace:
+/// (line, length, the `fn` line).
+fn long_functions(code: &str) -> Vec<(usize, usize, String)> {
+    let lines: Vec<&str> = code.lines().collect();
+    let mut out = Vec::new();
+    for (i, l) in lines.iter().enumerate() {
+        let t = l.trim_start();
+        if !starts_fn(t) {
+            continue;
+        }
+        let (mut depth, mut opened, mut end) = (0i32, false, i);
+        for (j, body) in lines.iter().enumerate().skip(i) {
+            let body = body.split("//").next().unwrap_or("");
+            depth += body.matches('{').count() as i32 - body.matches('}').count() as i32;
+            opened |= body.contains('{');
+            if !opened && body.trim_end().ends_with(';') || opened && depth <= 0 {
+                end = j;
+                break;
+            }
+        }
+        if end + 1 - i > 80 {
+            out.push((i + 1, end + 1 - i, t.to_string()));
+        }
+    }
+    out
+}
+
+/// No function over 80 lines in any production file under `src/` and `python/src/` (a file of
+/// tests is left out: its long tables of cases are read, not run through), and no function
+/// under `src/` that needs clippy's leave to take too many arguments (group them by the step
+/// that uses them).
 #[test]
-fn stage_functions_stay_short_and_take_grouped_arguments() {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+fn no_function_is_over_80_lines_and_none_takes_ungrouped_arguments() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut files = Vec::new();
-    walk(&src, &mut files);
+    walk(&root.join("src"), &mut files);
+    walk(&root.join("python/src"), &mut files);
+    files.sort();
     let mut wrong = Vec::new();
     for f in &files {
         let code = std::fs::read_to_string(f).unwrap();
-        let rel = f.strip_prefix(&src).unwrap().display().to_string();
-        if code.contains(&["allow(clippy::", "too_many_arguments)"].concat()) {
-            wrong.push(format!("src/{rel}: allows too_many_arguments"));
+        let rel = f.strip_prefix(root).unwrap().display().to_string();
+        // A Python function's arguments are its keyword arguments: python/src may list them.
+        if rel.starts_with("src/") && code.contains(&["allow(clippy::", "too_many_arguments)"].concat()) {
+            wrong.push(format!("{rel}: allows too_many_arguments"));
         }
-        let rooms = ["probe/", "explain/", "suite/", "backend/", "device/"];
-        // A file of tests is no stage: its long tables of cases are read, not run through.
-        if !rooms.iter().any(|d| rel.starts_with(d)) || test_file(f) {
+        if test_file(f) {
             continue;
         }
-        let lines: Vec<&str> = code.lines().collect();
-        for (i, l) in lines.iter().enumerate() {
-            let t = l.trim_start();
-            let is_fn = ["fn ", "pub fn ", "pub(crate) fn ", "pub(super) fn ", "unsafe fn "]
-                .iter()
-                .any(|p| t.starts_with(p));
-            if !is_fn {
-                continue;
-            }
-            let (mut depth, mut opened, mut end) = (0i32, false, i);
-            for (j, body) in lines.iter().enumerate().skip(i) {
-                let body = body.split("//").next().unwrap_or("");
-                depth += body.matches('{').count() as i32 - body.matches('}').count() as i32;
-                opened |= body.contains('{');
-                if !opened && body.trim_end().ends_with(';') || opened && depth <= 0 {
-                    end = j;
-                    break;
-                }
-            }
-            if end + 1 - i > 80 {
-                wrong.push(format!("src/{rel}:{}: {} lines: {}", i + 1, end + 1 - i, t));
-            }
+        for (line, n, t) in long_functions(&code) {
+            wrong.push(format!("{rel}:{line}: {n} lines: {t}"));
         }
     }
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+#[test]
+fn the_length_checker_sees_every_kind_of_fn() {
+    for head in
+        ["fn f() {", "pub fn f() {", "pub(crate) fn f() {", "pub(super) unsafe fn f() {", "const fn f() {"]
+    {
+        let code = format!("{head}\n{}}}\n", "    x();\n".repeat(79));
+        assert_eq!(long_functions(&code), [(1, 81, head.to_string())], "{head}");
+        let code = format!("{head}\n{}}}\n", "    x();\n".repeat(78));
+        assert!(long_functions(&code).is_empty(), "{head}");
+    }
+    assert!(!starts_fn("let fn_name = 1;"));
+    assert!(!starts_fn("// fn f() {"));
 }
 
 /// The Python module builds the library's requests; it never names the command line's types.

@@ -9,13 +9,14 @@ pub mod suite;
 use crate::capture::{NoTaps, NpzSink, TapSink};
 use crate::error::{Error, Result};
 use crate::model::cache::FullCache;
+use crate::model::config::ModelConfig;
 use crate::model::decoder::{Decoder, StepInput};
 use crate::model::hooks::NoHooks;
 use crate::model::kernels;
 use crate::model::CheckpointRef;
 use crate::tap::{Phase, TapSelection};
 use limits::Limits;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Instant;
 
@@ -147,18 +148,46 @@ pub fn run(a: Settings) -> Result<ExitCode> {
     if a.explain {
         return explain::run(&a.model, a.profile);
     }
+    let (ckpt, model) = load(&a)?;
+    let c = &model.cfg;
+    let prompt: Vec<u32> = (0..a.prompt_len).map(|i| ((i * 7919 + 13) % c.vocab_size) as u32).collect();
+    warn_emulated();
+    let threads = kernels::threads();
+    let lim = limits::measure(threads);
+    crate::outln!(
+        "limits (measured now, {threads} thread{}): sgemm {:.1} GFLOP/s, read bandwidth {:.2} GB/s",
+        if threads == 1 { "" } else { "s" },
+        lim.sgemm_gflops,
+        lim.read_gbs
+    );
+    measure(&model, &prompt, 1, &mut NoTaps)?; // warm-up
+    let off = repeat(&model, &prompt, &a, None)?;
+    let rss_off = peak_rss_mib();
+    if a.profile {
+        print_profile(&model, &prompt, a.decode)?;
+    }
+    let dir = tempfile_dir()?;
+    let on = repeat(&model, &prompt, &a, Some(&dir.join("bench.npz")))?;
+    let npz_mib = std::fs::metadata(dir.join("bench.npz")).map_or(0.0, |m| m.len() as f64 / 1048576.0);
+    let _ = std::fs::remove_dir_all(&dir);
+    let measured = Measured { off, on, rss: (rss_off, peak_rss_mib()), npz_mib };
+    print_figures(&a, (c, weight_bytes(&ckpt)), &lim, measured);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The checkpoint and its decoder, `--prompt-len` and `--decode` checked against it, and the
+/// line naming what is measured.
+fn load(a: &Settings) -> Result<(crate::model::Checkpoint, Decoder)> {
     let t = Instant::now();
     let name = match &a.model {
         CheckpointRef::Path { path, .. } => path.display().to_string(),
         CheckpointRef::Synth(s) => s.preset.clone().unwrap_or_default(),
     };
     let ckpt = a.model.load()?;
-    let wbytes = weight_bytes(&ckpt);
     let model = Decoder::new(&ckpt)?;
-    check_args(&a, Some(model.cfg.max_position_embeddings))?;
+    check_args(a, Some(model.cfg.max_position_embeddings))?;
     let build_s = t.elapsed().as_secs_f64();
     let c = &model.cfg;
-    let prompt: Vec<u32> = (0..a.prompt_len).map(|i| ((i * 7919 + 13) % c.vocab_size) as u32).collect();
     let threads = kernels::threads();
     crate::outln!(
         "bench: {name} ({:.1} M params, {} layers, hidden {}, weights {} read as stored), {threads} thread{}, loaded in {build_s:.1} s",
@@ -168,44 +197,46 @@ pub fn run(a: Settings) -> Result<ExitCode> {
         ckpt.stored_dtype,
         if threads == 1 { "" } else { "s" }
     );
-    warn_emulated();
-    let lim = limits::measure(threads);
-    crate::outln!(
-        "limits (measured now, {threads} thread{}): sgemm {:.1} GFLOP/s, read bandwidth {:.2} GB/s",
-        if threads == 1 { "" } else { "s" },
-        lim.sgemm_gflops,
-        lim.read_gbs
-    );
-    let reps = a.reps;
-    let mut off = (Vec::new(), Vec::new());
-    measure(&model, &prompt, 1, &mut NoTaps)?; // warm-up
-    for r in 0..reps {
-        crate::err!("\rtaps off: rep {}/{reps}", r + 1);
-        let f = measure(&model, &prompt, a.decode, &mut NoTaps)?;
-        off.0.push(f.prefill_ms);
-        off.1.push(f.decode_ms);
+    Ok((ckpt, model))
+}
+
+/// Prefill and decode times (ms) of `--reps` runs, with taps off, or with every tap written
+/// to a fresh npz at `npz`.
+fn repeat(model: &Decoder, prompt: &[u32], a: &Settings, npz: Option<&Path>) -> Result<(Vec<f64>, Vec<f64>)> {
+    let mut times = (Vec::new(), Vec::new());
+    for r in 0..a.reps {
+        let f = match npz {
+            None => {
+                crate::err!("\rtaps off: rep {}/{}", r + 1, a.reps);
+                measure(model, prompt, a.decode, &mut NoTaps)?
+            }
+            Some(path) => {
+                crate::err!("\rall taps: rep {}/{}", r + 1, a.reps);
+                let mut sink = NpzSink::create(path, TapSelection::all())?;
+                let f = measure(model, prompt, a.decode, &mut sink)?;
+                sink.finish()?;
+                f
+            }
+        };
+        times.0.push(f.prefill_ms);
+        times.1.push(f.decode_ms);
     }
     crate::errln!();
-    let rss_off = peak_rss_mib();
-    if a.profile {
-        print_profile(&model, &prompt, a.decode)?;
-    }
-    let dir = tempfile_dir()?;
-    let mut on = (Vec::new(), Vec::new());
-    for r in 0..reps {
-        crate::err!("\rall taps: rep {}/{reps}", r + 1);
-        let path = dir.join("bench.npz");
-        let mut sink = NpzSink::create(&path, TapSelection::all())?;
-        let f = measure(&model, &prompt, a.decode, &mut sink)?;
-        sink.finish()?;
-        on.0.push(f.prefill_ms);
-        on.1.push(f.decode_ms);
-    }
-    crate::errln!();
-    let npz_mib = std::fs::metadata(dir.join("bench.npz")).map_or(0.0, |m| m.len() as f64 / 1048576.0);
-    let _ = std::fs::remove_dir_all(&dir);
-    let rss_on = peak_rss_mib();
-    let (pre_off, dec_off) = (median(off.0), median(off.1));
+    Ok(times)
+}
+
+/// What the runs measured: prefill and decode times with taps off and with all taps, the
+/// peak RSS after each, and the size of one all-taps capture.
+struct Measured {
+    off: (Vec<f64>, Vec<f64>),
+    on: (Vec<f64>, Vec<f64>),
+    rss: (Option<f64>, Option<f64>),
+    npz_mib: f64,
+}
+
+/// The table of medians beside the limits, of a model `c` whose weights are `wbytes` wide.
+fn print_figures(a: &Settings, (c, wbytes): (&ModelConfig, f64), lim: &Limits, m: Measured) {
+    let (pre_off, dec_off) = (median(m.off.0), median(m.off.1));
     let fmt_rss = |r: Option<f64>| r.map_or("n/a".to_string(), |m| format!("{m:.0} MiB"));
     let flops = limits::prefill_flops(c, a.prompt_len);
     let bytes = limits::decode_bytes(c, a.prompt_len, wbytes);
@@ -221,26 +252,29 @@ pub fn run(a: Settings) -> Result<ExitCode> {
         "{:<28}{:>11.1} ms{:>19.1} ms{:>15.1} GFLOP/s{:>13.0}%",
         format!("prefill {} tokens", a.prompt_len),
         pre_off,
-        median(on.0),
+        median(m.on.0),
         flops / (pre_off * 1e-3) / 1e9,
-        limits::pct(prefill_limit_ms(c, a.prompt_len, &lim), pre_off)
+        limits::pct(prefill_limit_ms(c, a.prompt_len, lim), pre_off)
     );
     crate::outln!(
         "{:<28}{:>11.2} ms{:>19.2} ms{:>18.2} GB/s{:>13.0}%",
         "decode (per token)",
         dec_off,
-        median(on.1),
+        median(m.on.1),
         bytes / (dec_off * 1e-3) / 1e9,
-        limits::pct(decode_limit_ms(c, a.prompt_len, wbytes, &lim), dec_off)
+        limits::pct(decode_limit_ms(c, a.prompt_len, wbytes, lim), dec_off)
     );
-    crate::outln!("{:<28}{:>14}{:>22}", "peak RSS (VmHWM, cumulative)", fmt_rss(rss_off), fmt_rss(rss_on));
-    crate::outln!("all-taps capture of one run: {npz_mib:.0} MiB on disk (median of {reps} runs reported)");
+    crate::outln!("{:<28}{:>14}{:>22}", "peak RSS (VmHWM, cumulative)", fmt_rss(m.rss.0), fmt_rss(m.rss.1));
+    crate::outln!(
+        "all-taps capture of one run: {:.0} MiB on disk (median of {} runs reported)",
+        m.npz_mib,
+        a.reps
+    );
     crate::outln!(
         "rate: prefill's flops per second; decode's bytes read per second (weights {wbytes:.0} bytes each, as \
          stored, and the f32 KV cache). of limit: the time the sgemm (prefill) or read-bandwidth (decode) \
          limit allows, as % of the time taken"
     );
-    Ok(ExitCode::SUCCESS)
 }
 
 /// The fastest a `t`-token prefill could be at the measured sgemm rate, in ms.

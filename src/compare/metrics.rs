@@ -4,6 +4,7 @@
 //! counted and reported, never averaged in.
 
 use serde::Serialize;
+use std::mem::MaybeUninit;
 
 /// Tolerances of the close fraction: numpy.isclose's defaults.
 pub const CLOSE_RTOL: f64 = 1e-5;
@@ -208,10 +209,7 @@ fn compute_into(
     rel: &mut Vec<f64>,
 ) -> Metrics {
     let mut m = Metrics::default();
-    // Sums in 8 lanes (element i in lane i mod 8), so a block of 8 finite, unmasked elements
-    // vectorizes; a block with a masked or non-finite element goes element by element.
-    let (mut dot, mut rr, mut xx, mut dd, mut close) =
-        ([0f64; 8], [0f64; 8], [0f64; 8], [0f64; 8], [0usize; 8]);
+    let mut sums = Lanes::default();
     // Written in place of pushes (a push per element kept the loop from vectorizing), into
     // the lists' spare capacity: `compute` reserved r.len() for each.
     let (ab_all, rl_all) =
@@ -225,46 +223,17 @@ fn compute_into(
         if clean {
             let (ab, rl) = (&mut ab_all[n..n + 8], &mut rl_all[n..n + 8]);
             for j in 0..8 {
-                let (a, b) = (rc[j] as f64, xc[j] as f64);
-                let d = a - b;
-                dot[j] += a * b;
-                rr[j] += a * a;
-                xx[j] += b * b;
-                dd[j] += d * d;
-                ab[j].write(d.abs());
-                rl[j].write(d.abs() / a.abs().max(REL_EPS));
-                close[j] += usize::from(d.abs() <= CLOSE_ATOL + CLOSE_RTOL * a.abs());
+                sums.add(j, (rc[j] as f64, xc[j] as f64), (&mut ab[j], &mut rl[j]));
             }
             n += 8;
             continue;
         }
         for j in 0..rc.len() {
-            if mk.is_some_and(|mk| mk[j]) {
-                m.excluded += 1;
-                continue;
-            }
             let (a, b) = (rc[j] as f64, xc[j] as f64);
-            if a.is_nan() || b.is_nan() {
-                m.nan_ref += usize::from(a.is_nan());
-                m.nan_cand += usize::from(b.is_nan());
+            if m.leaves_out(mk.is_some_and(|mk| mk[j]), a, b) {
                 continue;
             }
-            if a.is_infinite() || b.is_infinite() {
-                if a == b {
-                    m.excluded += 1;
-                } else {
-                    m.inf_mismatch += 1;
-                }
-                continue;
-            }
-            let d = a - b;
-            dot[j] += a * b;
-            rr[j] += a * a;
-            xx[j] += b * b;
-            dd[j] += d * d;
-            ab_all[n].write(d.abs());
-            rl_all[n].write(d.abs() / a.abs().max(REL_EPS));
-            close[j] += usize::from(d.abs() <= CLOSE_ATOL + CLOSE_RTOL * a.abs());
+            sums.add(j, (a, b), (&mut ab_all[n], &mut rl_all[n]));
             n += 1;
         }
     }
@@ -274,29 +243,89 @@ fn compute_into(
         abs.set_len(n);
         rel.set_len(n);
     }
-    let lanes = |v: [f64; 8]| ((v[0] + v[4]) + (v[2] + v[6])) + ((v[1] + v[5]) + (v[3] + v[7]));
-    let (dot, rr, xx, dd, close) = (lanes(dot), lanes(rr), lanes(xx), lanes(dd), close.iter().sum::<usize>());
     m.n = abs.len();
-    if m.n == 0 && m.nonfinite() > 0 {
-        // Nothing finite to compare: "both zero → 1" must not turn an all-NaN tensor into a
-        // perfect match. NaN here means "no figure" (cosine_opt / sqnr_opt give None).
-        m.cosine = f64::NAN;
-        m.sqnr_db = f64::NAN;
-    } else {
-        m.cosine = cosine_from(dot, rr, xx);
-        m.sqnr_db = sqnr_from(rr, dd);
-    }
-    if m.n > 0 {
-        m.max_abs = abs.iter().copied().fold(0.0, f64::max);
-        m.mean_abs = abs.iter().sum::<f64>() / m.n as f64;
-        m.p99_abs = quantile(abs, 0.99);
-        m.rel_max = rel.iter().copied().fold(0.0, f64::max);
-        m.rel_median = quantile(rel, 0.5);
-        m.close_frac = close as f64 / m.n as f64;
-    } else {
-        m.close_frac = 1.0;
-    }
+    sums.finish(&mut m, abs, rel);
     m
+}
+
+/// The sums of [`compute`] in 8 lanes (element i in lane i mod 8), so a block of 8 finite,
+/// unmasked elements vectorizes; a block with a masked or non-finite element goes element by
+/// element.
+#[derive(Default)]
+struct Lanes {
+    dot: [f64; 8],
+    rr: [f64; 8],
+    xx: [f64; 8],
+    dd: [f64; 8],
+    close: [usize; 8],
+}
+
+impl Lanes {
+    /// Element (a, b) into lane `j`, its |r − x| and relative error written to `ab` and `rl`.
+    #[inline(always)]
+    fn add(
+        &mut self,
+        j: usize,
+        (a, b): (f64, f64),
+        (ab, rl): (&mut MaybeUninit<f64>, &mut MaybeUninit<f64>),
+    ) {
+        let d = a - b;
+        self.dot[j] += a * b;
+        self.rr[j] += a * a;
+        self.xx[j] += b * b;
+        self.dd[j] += d * d;
+        ab.write(d.abs());
+        rl.write(d.abs() / a.abs().max(REL_EPS));
+        self.close[j] += usize::from(d.abs() <= CLOSE_ATOL + CLOSE_RTOL * a.abs());
+    }
+
+    /// The figures of `m` from the lanes and the `m.n` differences and relative errors.
+    fn finish(self, m: &mut Metrics, abs: &mut [f64], rel: &mut [f64]) {
+        let lanes = |v: [f64; 8]| ((v[0] + v[4]) + (v[2] + v[6])) + ((v[1] + v[5]) + (v[3] + v[7]));
+        let (dot, rr, xx, dd) = (lanes(self.dot), lanes(self.rr), lanes(self.xx), lanes(self.dd));
+        let close = self.close.iter().sum::<usize>();
+        if m.n == 0 && m.nonfinite() > 0 {
+            // Nothing finite to compare: "both zero → 1" must not turn an all-NaN tensor into a
+            // perfect match. NaN here means "no figure" (cosine_opt / sqnr_opt give None).
+            m.cosine = f64::NAN;
+            m.sqnr_db = f64::NAN;
+        } else {
+            m.cosine = cosine_from(dot, rr, xx);
+            m.sqnr_db = sqnr_from(rr, dd);
+        }
+        if m.n > 0 {
+            m.max_abs = abs.iter().copied().fold(0.0, f64::max);
+            m.mean_abs = abs.iter().sum::<f64>() / m.n as f64;
+            m.p99_abs = quantile(abs, 0.99);
+            m.rel_max = rel.iter().copied().fold(0.0, f64::max);
+            m.rel_median = quantile(rel, 0.5);
+            m.close_frac = close as f64 / m.n as f64;
+        } else {
+            m.close_frac = 1.0;
+        }
+    }
+}
+
+impl Metrics {
+    /// Whether an element is left out of the sums: masked or same-sign inf on both sides
+    /// (excluded), or NaN or one-sided inf (counted).
+    fn leaves_out(&mut self, masked: bool, a: f64, b: f64) -> bool {
+        if masked {
+            self.excluded += 1;
+        } else if a.is_nan() || b.is_nan() {
+            self.nan_ref += usize::from(a.is_nan());
+            self.nan_cand += usize::from(b.is_nan());
+        } else if a.is_infinite() || b.is_infinite() {
+            if a == b {
+                self.excluded += 1;
+            } else {
+                self.inf_mismatch += 1;
+            }
+        } else {
+            return false;
+        }
+        true
+    }
 }
 
 /// Cosine of [T, F] rows with the `k` channels of largest reference RMS removed: the

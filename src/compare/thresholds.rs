@@ -11,7 +11,7 @@ crate::named_enum! {
     /// The metrics a bound can name, each with its direction (`min` bounds pass when value ≥
     /// bound, `max` when ≤), what it is, the values a bound may take (checked when the bound is
     /// read, so `cosine=nan` or `flips=-1` is refused instead of silently passing or failing
-    /// everything) and how it is read off a row: one arm of [`Metric::spec`] each, so a metric
+    /// everything) and how it is read off a row: one row of [`SPECS`] each, so a metric
     /// without a value does not compile. Ordered by name, as bounds are listed.
     #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
     pub enum Metric {
@@ -49,126 +49,153 @@ crate::named_enum! {
 type Value = fn(&TapRow) -> Option<f64>;
 
 /// What a metric is: its direction, its description, the bounds it admits, its value on a row.
-struct Spec(Dir, &'static str, Range, Value);
+type Spec = (Metric, Dir, &'static str, Range, Value);
+
+/// Each metric's [`Spec`], one row per metric in declaration order (checked when compiling).
+const SPECS: [Spec; Metric::ALL.len()] = {
+    use Dir::{Max, Min};
+    use Metric::*;
+    [
+        (Cosine, Min, "cosine similarity", Range::Cosine, |r| r.metrics.as_ref()?.cosine_opt()),
+        (CosineNoOutliers, Min, "cosine without the 4 largest reference channels", Range::Cosine, |r| {
+            r.metrics.as_ref().and(r.cosine_no_outliers)
+        }),
+        (Sqnr, Min, "SQNR in dB", Range::Finite, |r| r.metrics.as_ref()?.sqnr_opt()),
+        (MaxAbs, Max, "max |r - x|", Range::NonNegative, |r| Some(r.metrics.as_ref()?.max_abs)),
+        (MeanAbs, Max, "mean |r - x|", Range::NonNegative, |r| Some(r.metrics.as_ref()?.mean_abs)),
+        (P99Abs, Max, "99th percentile of |r - x|", Range::NonNegative, |r| {
+            Some(r.metrics.as_ref()?.p99_abs)
+        }),
+        (RelMax, Max, "max relative error", Range::NonNegative, |r| Some(r.metrics.as_ref()?.rel_max)),
+        (RelMedian, Max, "median relative error", Range::NonNegative, |r| {
+            Some(r.metrics.as_ref()?.rel_median)
+        }),
+        (Close, Min, "share of elements within numpy.isclose tolerances", Range::Share, |r| {
+            Some(r.metrics.as_ref()?.close_frac)
+        }),
+        (Nonfinite, Max, "NaN or one-sided inf entries", Range::Count, |r| {
+            Some(r.metrics.as_ref()?.nonfinite() as f64)
+        }),
+        (Argmax, Min, "share of positions with the reference's argmax (logits)", Range::Share, |r| {
+            Some(logits(r)?.argmax_agreement)
+        }),
+        (Topk, Min, "mean top-5 overlap (logits)", Range::Share, |r| Some(logits(r)?.topk_overlap)),
+        (KlMean, Max, "mean KL divergence in nats (logits)", Range::NonNegative, |r| {
+            Some(logits(r)?.kl_mean)
+        }),
+        (KlMax, Max, "max KL divergence (logits)", Range::NonNegative, |r| Some(logits(r)?.kl_max)),
+        (KlP99, Max, "99th percentile KL (logits)", Range::NonNegative, |r| Some(logits(r)?.kl_p99)),
+        (
+            Flips,
+            Max,
+            "argmax flips where the reference top-1 margin exceeds flip_margin (logits)",
+            Range::Count,
+            |r| Some(logits(r)?.flips_above_margin as f64),
+        ),
+        (
+            ProbSumErr,
+            Max,
+            "max |sum over keys - 1| of a head's probs (attn.probs)",
+            Range::NonNegative,
+            |r| Some(probs(r)?.sum_err_max),
+        ),
+        (
+            MaskLeak,
+            Max,
+            "probability mass entries > 1e-6 where the reference masks (attn.probs)",
+            Range::Count,
+            |r| Some(probs(r)?.mask_leak as f64),
+        ),
+        (ShardCosine, Min, "cosine of the worst lm_head shard (sharded logits)", Range::Cosine, |r| {
+            logits(r)?.shards.iter().map(|s| s.cosine).reduce(f64::min)
+        }),
+        (
+            ShardScaleErr,
+            Max,
+            "largest |‖x‖/‖r‖ − 1| of an lm_head shard: a shard's scale, to which its cosine is blind",
+            Range::NonNegative,
+            |r| logits(r)?.shards.iter().map(|s| s.scale_err()).reduce(f64::max),
+        ),
+        (
+            ShardArgmax,
+            Min,
+            "argmax agreement within the worst lm_head shard (sharded logits)",
+            Range::Share,
+            |r| logits(r)?.shards.iter().map(|s| s.argmax_agreement).reduce(f64::min),
+        ),
+        // A served model's figures (compare::tokens, bounds on `tokens`): no tap row has them.
+        (
+            Agreement,
+            Min,
+            "share of the greedy continuation agreeing before it parts (tokens)",
+            Range::Share,
+            none,
+        ),
+        (
+            ForcedAgreement,
+            Min,
+            "share of one-token continuations of the reference's prefixes agreeing (tokens)",
+            Range::Share,
+            none,
+        ),
+        (
+            SameTop1,
+            Min,
+            "share of positions with the reference's top-1, from server logprobs (tokens)",
+            Range::Share,
+            none,
+        ),
+        (
+            Kld,
+            Max,
+            "mean KL(reference ‖ server) from server logprobs, in nats (tokens)",
+            Range::NonNegative,
+            none,
+        ),
+        (
+            TokenGap,
+            Max,
+            "the reference's top-1 logit minus that of the most confident token the server lost (tokens)",
+            Range::NonNegative,
+            none,
+        ),
+        (
+            RepeatRun,
+            Max,
+            "longest run of one repeated token the server generated (tokens)",
+            Range::Count,
+            none,
+        ),
+    ]
+};
+
+// A row out of place does not compile (a missing one does not either: SPECS has one per metric).
+const _: () = {
+    let mut i = 0;
+    while i < SPECS.len() {
+        assert!(SPECS[i].0 as usize == i, "SPECS lists the metrics in declaration order");
+        i += 1;
+    }
+};
 
 impl Metric {
-    fn spec(self) -> Spec {
-        use Dir::{Max, Min};
-        use Metric::*;
-        let (dir, about, range, value): (Dir, &str, Range, Value) = match self {
-            Cosine => (Min, "cosine similarity", Range::Cosine, |r| r.metrics.as_ref()?.cosine_opt()),
-            CosineNoOutliers => {
-                (Min, "cosine without the 4 largest reference channels", Range::Cosine, |r| {
-                    r.metrics.as_ref().and(r.cosine_no_outliers)
-                })
-            }
-            Sqnr => (Min, "SQNR in dB", Range::Finite, |r| r.metrics.as_ref()?.sqnr_opt()),
-            MaxAbs => (Max, "max |r - x|", Range::NonNegative, |r| Some(r.metrics.as_ref()?.max_abs)),
-            MeanAbs => (Max, "mean |r - x|", Range::NonNegative, |r| Some(r.metrics.as_ref()?.mean_abs)),
-            P99Abs => {
-                (Max, "99th percentile of |r - x|", Range::NonNegative, |r| Some(r.metrics.as_ref()?.p99_abs))
-            }
-            RelMax => (Max, "max relative error", Range::NonNegative, |r| Some(r.metrics.as_ref()?.rel_max)),
-            RelMedian => {
-                (Max, "median relative error", Range::NonNegative, |r| Some(r.metrics.as_ref()?.rel_median))
-            }
-            Close => (Min, "share of elements within numpy.isclose tolerances", Range::Share, |r| {
-                Some(r.metrics.as_ref()?.close_frac)
-            }),
-            Nonfinite => (Max, "NaN or one-sided inf entries", Range::Count, |r| {
-                Some(r.metrics.as_ref()?.nonfinite() as f64)
-            }),
-            Argmax => (Min, "share of positions with the reference's argmax (logits)", Range::Share, |r| {
-                Some(logits(r)?.argmax_agreement)
-            }),
-            Topk => (Min, "mean top-5 overlap (logits)", Range::Share, |r| Some(logits(r)?.topk_overlap)),
-            KlMean => {
-                (Max, "mean KL divergence in nats (logits)", Range::NonNegative, |r| Some(logits(r)?.kl_mean))
-            }
-            KlMax => (Max, "max KL divergence (logits)", Range::NonNegative, |r| Some(logits(r)?.kl_max)),
-            KlP99 => (Max, "99th percentile KL (logits)", Range::NonNegative, |r| Some(logits(r)?.kl_p99)),
-            Flips => (
-                Max,
-                "argmax flips where the reference top-1 margin exceeds flip_margin (logits)",
-                Range::Count,
-                |r| Some(logits(r)?.flips_above_margin as f64),
-            ),
-            ProbSumErr => {
-                (Max, "max |sum over keys - 1| of a head's probs (attn.probs)", Range::NonNegative, |r| {
-                    Some(probs(r)?.sum_err_max)
-                })
-            }
-            MaskLeak => (
-                Max,
-                "probability mass entries > 1e-6 where the reference masks (attn.probs)",
-                Range::Count,
-                |r| Some(probs(r)?.mask_leak as f64),
-            ),
-            ShardCosine => (Min, "cosine of the worst lm_head shard (sharded logits)", Range::Cosine, |r| {
-                logits(r)?.shards.iter().map(|s| s.cosine).reduce(f64::min)
-            }),
-            ShardScaleErr => (
-                Max,
-                "largest |‖x‖/‖r‖ − 1| of an lm_head shard: a shard's scale, to which its cosine is blind",
-                Range::NonNegative,
-                |r| logits(r)?.shards.iter().map(|s| s.scale_err()).reduce(f64::max),
-            ),
-            ShardArgmax => {
-                (Min, "argmax agreement within the worst lm_head shard (sharded logits)", Range::Share, |r| {
-                    logits(r)?.shards.iter().map(|s| s.argmax_agreement).reduce(f64::min)
-                })
-            }
-            // A served model's figures (compare::tokens, bounds on `tokens`): no tap row has them.
-            Agreement => (
-                Min,
-                "share of the greedy continuation agreeing before it parts (tokens)",
-                Range::Share,
-                none,
-            ),
-            ForcedAgreement => (
-                Min,
-                "share of one-token continuations of the reference's prefixes agreeing (tokens)",
-                Range::Share,
-                none,
-            ),
-            SameTop1 => (
-                Min,
-                "share of positions with the reference's top-1, from server logprobs (tokens)",
-                Range::Share,
-                none,
-            ),
-            Kld => (
-                Max,
-                "mean KL(reference ‖ server) from server logprobs, in nats (tokens)",
-                Range::NonNegative,
-                none,
-            ),
-            TokenGap => (
-                Max,
-                "the reference's top-1 logit minus that of the most confident token the server lost (tokens)",
-                Range::NonNegative,
-                none,
-            ),
-            RepeatRun => {
-                (Max, "longest run of one repeated token the server generated (tokens)", Range::Count, none)
-            }
-        };
-        Spec(dir, about, range, value)
+    fn spec(self) -> &'static Spec {
+        &SPECS[self as usize]
     }
 
     pub fn dir(self) -> Dir {
-        self.spec().0
+        self.spec().1
     }
 
     /// What it measures, in a few words.
     pub fn about(self) -> &'static str {
-        self.spec().1
+        self.spec().2
     }
 
     /// Its value on a compared row, when the row has it (logits figures on the logits tap,
     /// probability figures on attention probs).
     pub fn value(self, row: &TapRow) -> Option<f64> {
-        (self.spec().3)(row)
+        (self.spec().4)(row)
     }
 
     /// The metric named `name`, or a refusal listing them (with the nearest name).
@@ -325,7 +352,7 @@ pub fn allowed_angle(expected: f64, spread: Option<f64>) -> f64 {
 /// the valid range.
 pub fn check_bound(name: &str, value: f64) -> Result<Metric> {
     let metric = Metric::parse(name)?;
-    let range = metric.spec().2;
+    let range = metric.spec().3;
     if range.admits(value) {
         Ok(metric)
     } else {

@@ -135,17 +135,6 @@ impl Diagnosis {
     }
 
     fn build(&self, spaced: bool) -> Doc {
-        let space = |d: &mut Doc| {
-            if spaced {
-                d.blank();
-            }
-        };
-        // A line after a table, when the table is the last thing so far.
-        let after_table = |d: &mut Doc| {
-            if matches!(d.blocks.last(), Some(Block::Table(_))) {
-                space(d);
-            }
-        };
         let mut d = Doc::new();
         let rep = &self.repeatability;
         d.blank().line(format!(
@@ -154,11 +143,38 @@ impl Diagnosis {
             num(rep.max_abs),
             rep.worst_key.as_ref().map(|k| format!(" (at {k})")).unwrap_or_default()
         ));
+        self.parity_section(&mut d, spaced);
+        match &self.cache_unavailable {
+            Some(why) => {
+                d.blank().line(format!("cache diff: {why}"));
+            }
+            None => self.cache_section(&mut d, spaced),
+        }
+        let rpc = self.cache_unavailable.as_deref() == Some(UNAVAILABLE_OVER_RPC)
+            || self.parity.rows.iter().any(|r| r.unavailable.as_deref() == Some(UNAVAILABLE_OVER_RPC));
+        if rpc {
+            after_table(&mut d, spaced);
+            d.line(format!("({})", crate::device::RPC_CACHE_UNSUPPORTED));
+        }
+        let problems = self.problems();
+        if problems.is_empty() {
+            d.blank().line("no problem found");
+        } else {
+            d.blank().line("problems:");
+            for p in &problems {
+                d.line(format!("- {}", p.sentence()));
+            }
+        }
+        d
+    }
+
+    /// The parity table of each path and its verdict.
+    fn parity_section(&self, d: &mut Doc, spaced: bool) {
         d.blank().line(format!(
             "prefill/decode parity at position {} (logits vs the reference):",
             self.parity.position
         ));
-        space(&mut d);
+        space(d, spaced);
         let mut t = Table::new(["path", "cosine", "KL", "argmax"]);
         for r in &self.parity.rows {
             match &r.unavailable {
@@ -172,63 +188,47 @@ impl Diagnosis {
             }
         }
         d.table(t);
-        space(&mut d);
+        space(d, spaced);
         d.line(self.parity.verdict.sentence());
-        if let Some(why) = &self.cache_unavailable {
-            d.blank().line(format!("cache diff: {why}"));
-        } else {
-            d.blank().line(format!(
-                "cache diff after prefilling {} tokens (LSB = one quantization step of the cache layer):",
-                self.cache_tokens
-            ));
-            space(&mut d);
-            let mut t = Table::new([
-                "layer",
-                "k/v",
-                "max LSB",
-                "tolerance",
-                "mean LSB",
-                "worst kv head (max LSB)",
-                "clipped",
+    }
+
+    /// The cache diff's table of layers, and the clipped values when there are any.
+    fn cache_section(&self, d: &mut Doc, spaced: bool) {
+        d.blank().line(format!(
+            "cache diff after prefilling {} tokens (LSB = one quantization step of the cache layer):",
+            self.cache_tokens
+        ));
+        space(d, spaced);
+        let mut t = Table::new([
+            "layer",
+            "k/v",
+            "max LSB",
+            "tolerance",
+            "mean LSB",
+            "worst kv head (max LSB)",
+            "clipped",
+        ]);
+        for r in &self.cache {
+            t.row([
+                r.layer.to_string(),
+                r.kind.to_string(),
+                r.max_lsb.to_string(),
+                self.tolerance(r).to_string(),
+                format!("{:.2}", r.mean_lsb),
+                format!("{} ({})", r.worst_head, r.worst_head_max_lsb),
+                r.clipped.to_string(),
             ]);
-            for r in &self.cache {
-                t.row([
-                    r.layer.to_string(),
-                    r.kind.to_string(),
-                    r.max_lsb.to_string(),
-                    self.tolerance(r).to_string(),
-                    format!("{:.2}", r.mean_lsb),
-                    format!("{} ({})", r.worst_head, r.worst_head_max_lsb),
-                    r.clipped.to_string(),
-                ]);
-            }
-            d.table(t);
-            let clipped: usize = self.cache.iter().map(|r| r.clipped).sum();
-            if clipped > 0 {
-                after_table(&mut d);
-                d.line(format!(
-                    "({clipped} reference values lie outside their cache layer's calibrated range: the cache \
-                     clips them, and every later layer attends over the clipped entries; the HEF's cache \
-                     calibration is narrower than this prompt)"
-                ));
-            }
         }
-        let rpc = self.cache_unavailable.as_deref() == Some(UNAVAILABLE_OVER_RPC)
-            || self.parity.rows.iter().any(|r| r.unavailable.as_deref() == Some(UNAVAILABLE_OVER_RPC));
-        if rpc {
-            after_table(&mut d);
-            d.line(format!("({})", crate::device::RPC_CACHE_UNSUPPORTED));
+        d.table(t);
+        let clipped: usize = self.cache.iter().map(|r| r.clipped).sum();
+        if clipped > 0 {
+            after_table(d, spaced);
+            d.line(format!(
+                "({clipped} reference values lie outside their cache layer's calibrated range: the cache \
+                 clips them, and every later layer attends over the clipped entries; the HEF's cache \
+                 calibration is narrower than this prompt)"
+            ));
         }
-        let problems = self.problems();
-        if problems.is_empty() {
-            d.blank().line("no problem found");
-        } else {
-            d.blank().line("problems:");
-            for p in &problems {
-                d.line(format!("- {}", p.sentence()));
-            }
-        }
-        d
     }
 
     /// Every figure, schema `hefprobe.diagnose/1`, and the problems' sentences (empty: none
@@ -244,6 +244,20 @@ impl Diagnosis {
             "problems": problems,
         });
         serde_json::to_string_pretty(&v).expect("json") + "\n"
+    }
+}
+
+/// A blank line in the Markdown document (which needs one around a table), none in the terminal's.
+fn space(d: &mut Doc, spaced: bool) {
+    if spaced {
+        d.blank();
+    }
+}
+
+/// [`space`] before a line after a table, when the table is the last thing so far.
+fn after_table(d: &mut Doc, spaced: bool) {
+    if matches!(d.blocks.last(), Some(Block::Table(_))) {
+        space(d, spaced);
     }
 }
 

@@ -248,6 +248,68 @@ impl<'a> Reader<'a> {
         }
     }
 
+    /// The dimensions, each at least 1 and consistent with the others.
+    fn dims(&mut self) -> Result<size::Dims> {
+        let hidden_size = self.dim("hidden_size")?;
+        let intermediate_size = self.dim("intermediate_size")?;
+        let num_layers = self.dim("num_hidden_layers")?;
+        let num_heads = self.dim("num_attention_heads")?;
+        let vocab_size = self.dim("vocab_size")?;
+        (self.heads, self.hidden) = (num_heads, hidden_size);
+        let num_kv_heads = self.int("num_key_value_heads")?;
+        let head_dim = self.int("head_dim")?;
+        for (key, v) in [
+            ("hidden_size", hidden_size),
+            ("intermediate_size", intermediate_size),
+            ("num_hidden_layers", num_layers),
+            ("num_attention_heads", num_heads),
+            ("num_key_value_heads", num_kv_heads),
+            ("head_dim", head_dim),
+            ("vocab_size", vocab_size),
+        ] {
+            if v == 0 {
+                return Err(self.err(key, "must be at least 1"));
+            }
+        }
+        if num_heads % num_kv_heads != 0 {
+            return Err(self.err(
+                "num_key_value_heads",
+                format!("{num_kv_heads} does not divide num_attention_heads = {num_heads}"),
+            ));
+        }
+        if head_dim % 2 != 0 {
+            return Err(
+                self.err("head_dim", format!("{head_dim} is odd; rotate-half RoPE needs an even head_dim"))
+            );
+        }
+        Ok(size::Dims {
+            hidden: hidden_size,
+            intermediate: intermediate_size,
+            layers: num_layers,
+            heads: num_heads,
+            kv_heads: num_kv_heads,
+            head_dim,
+            vocab: vocab_size,
+            tied: self.flag("tie_word_embeddings")?,
+        })
+    }
+
+    /// Projection biases (qkv, o, mlp), as the table's attention_bias/mlp_bias rows say.
+    fn biases(&mut self) -> Result<(bool, bool, bool)> {
+        Ok(match self.arch {
+            Arch::Llama => {
+                let a = self.flag("attention_bias")?;
+                (a, a, self.flag("mlp_bias")?)
+            }
+            Arch::Qwen3 => {
+                let a = self.flag("attention_bias")?;
+                (a, a, false)
+            }
+            Arch::Qwen2 => (true, false, false),
+            Arch::Mistral => (false, false, false),
+        })
+    }
+
     /// Every key of the file against the table: refusals and unknown keys.
     fn check_keys(&self) -> Result<Vec<UnknownKey>> {
         let mut unknown = Vec::new();
@@ -280,6 +342,15 @@ fn short(v: &Value) -> String {
         s
     } else {
         format!("{}…", s.chars().take(59).collect::<String>())
+    }
+}
+
+/// A special token id: a number, or the first of a list (transformers keeps several eos ids).
+fn token_id(obj: &Map<String, Value>, key: &str) -> Option<u32> {
+    match obj.get(key) {
+        Some(Value::Number(n)) => n.as_u64().and_then(|n| u32::try_from(n).ok()),
+        Some(Value::Array(a)) => a.first().and_then(|v| v.as_u64()).and_then(|n| u32::try_from(n).ok()),
+        _ => None,
     }
 }
 
@@ -316,92 +387,25 @@ impl ModelConfig {
         let mut r = Reader { file: file.to_string(), obj, arch, defaults: Vec::new(), heads: 0, hidden: 0 };
         let unknown_keys = r.check_keys()?;
 
-        let hidden_size = r.dim("hidden_size")?;
-        let intermediate_size = r.dim("intermediate_size")?;
-        let num_layers = r.dim("num_hidden_layers")?;
-        let num_heads = r.dim("num_attention_heads")?;
-        let vocab_size = r.dim("vocab_size")?;
-        (r.heads, r.hidden) = (num_heads, hidden_size);
-        let num_kv_heads = r.int("num_key_value_heads")?;
-        let head_dim = r.int("head_dim")?;
-        for (key, v) in [
-            ("hidden_size", hidden_size),
-            ("intermediate_size", intermediate_size),
-            ("num_hidden_layers", num_layers),
-            ("num_attention_heads", num_heads),
-            ("num_key_value_heads", num_kv_heads),
-            ("head_dim", head_dim),
-            ("vocab_size", vocab_size),
-        ] {
-            if v == 0 {
-                return Err(r.err(key, "must be at least 1"));
-            }
-        }
-        if num_heads % num_kv_heads != 0 {
-            return Err(r.err(
-                "num_key_value_heads",
-                format!("{num_kv_heads} does not divide num_attention_heads = {num_heads}"),
-            ));
-        }
-        if head_dim % 2 != 0 {
-            return Err(
-                r.err("head_dim", format!("{head_dim} is odd; rotate-half RoPE needs an even head_dim"))
-            );
-        }
-        let tie_word_embeddings = r.flag("tie_word_embeddings")?;
-        let dims = size::Dims {
-            hidden: hidden_size,
-            intermediate: intermediate_size,
-            layers: num_layers,
-            heads: num_heads,
-            kv_heads: num_kv_heads,
-            head_dim,
-            vocab: vocab_size,
-            tied: tie_word_embeddings,
-        };
+        let dims = r.dims()?;
         size::check_size(&r, &dims, budget)?;
 
         let rms_norm_eps = r.float("rms_norm_eps")?;
         let max_position_embeddings = r.int("max_position_embeddings")?;
         let default_theta = 10000.0; // RotaryEmbeddingConfigMixin.default_theta
-        let rope = rope::read_rope(&mut r, default_theta, head_dim, max_position_embeddings)?;
-
-        // Projection biases, as the table's attention_bias/mlp_bias rows say.
-        let (qkv_bias, o_bias, mlp_bias) = match arch {
-            Arch::Llama => {
-                let a = r.flag("attention_bias")?;
-                (a, a, r.flag("mlp_bias")?)
-            }
-            Arch::Qwen3 => {
-                let a = r.flag("attention_bias")?;
-                (a, a, false)
-            }
-            Arch::Qwen2 => (true, false, false),
-            Arch::Mistral => (false, false, false),
-        };
-
-        let sliding_window = window::read_sliding_window(&mut r, arch, num_layers)?;
-        let token_id = |key: &str| -> Option<u32> {
-            match obj.get(key) {
-                Some(Value::Number(n)) => n.as_u64().and_then(|n| u32::try_from(n).ok()),
-                Some(Value::Array(a)) => {
-                    a.first().and_then(|v| v.as_u64()).and_then(|n| u32::try_from(n).ok())
-                }
-                _ => None,
-            }
-        };
-        let bos_token_id = token_id("bos_token_id");
-        let eos_token_id = token_id("eos_token_id");
+        let rope = rope::read_rope(&mut r, default_theta, dims.head_dim, max_position_embeddings)?;
+        let (qkv_bias, o_bias, mlp_bias) = r.biases()?;
+        let sliding_window = window::read_sliding_window(&mut r, arch, dims.layers)?;
 
         Ok(ModelConfig {
             arch,
-            hidden_size,
-            intermediate_size,
-            num_layers,
-            num_heads,
-            num_kv_heads,
-            head_dim,
-            vocab_size,
+            hidden_size: dims.hidden,
+            intermediate_size: dims.intermediate,
+            num_layers: dims.layers,
+            num_heads: dims.heads,
+            num_kv_heads: dims.kv_heads,
+            head_dim: dims.head_dim,
+            vocab_size: dims.vocab,
             rms_norm_eps,
             rope,
             max_position_embeddings,
@@ -409,10 +413,10 @@ impl ModelConfig {
             o_bias,
             mlp_bias,
             qk_norm: arch == Arch::Qwen3,
-            tie_word_embeddings,
+            tie_word_embeddings: dims.tied,
             sliding_window,
-            bos_token_id,
-            eos_token_id,
+            bos_token_id: token_id(obj, "bos_token_id"),
+            eos_token_id: token_id(obj, "eos_token_id"),
             defaults_applied: r.defaults,
             unknown_keys,
         })

@@ -3,7 +3,7 @@
 //! Agreement here guards the reference against a shared misreading of HF's code.
 
 use crate::error::{Error, Result};
-use crate::model::config::{Arch, RopeScaling};
+use crate::model::config::{Arch, ModelConfig, RopeScaling};
 use crate::model::Checkpoint;
 use candle_core::{DType, Device, Tensor};
 use candle_nn::VarBuilder;
@@ -31,92 +31,103 @@ pub fn candle_transformers_logits(
         .map(|(n, t)| Ok((n.clone(), t.to_dtype(DType::F32)?)))
         .collect::<candle_core::Result<_>>()?;
     let vb = VarBuilder::from_tensors(tensors, DType::F32, &dev);
-    let input = |ids: &[u32]| Tensor::new(ids, &dev).and_then(|t| t.unsqueeze(0));
-    let flat = |t: Tensor| t.flatten_all().and_then(|t| t.to_vec1::<f32>());
-    let mut out = Vec::new();
     match c.arch {
         Arch::Llama if !c.qkv_bias => {
             use candle_transformers::models::llama;
-            let rope_scaling = match &c.rope.scaling {
-                RopeScaling::Default => None,
-                RopeScaling::Llama3 {
-                    factor,
-                    low_freq_factor,
-                    high_freq_factor,
-                    original_max_position_embeddings,
-                } => Some(llama::Llama3RopeConfig {
-                    factor: *factor as f32,
-                    low_freq_factor: *low_freq_factor as f32,
-                    high_freq_factor: *high_freq_factor as f32,
-                    original_max_position_embeddings: *original_max_position_embeddings,
-                    rope_type: llama::Llama3RopeType::Llama3,
-                }),
-                RopeScaling::Linear { .. } | RopeScaling::Yarn { .. } => {
-                    return Err(Error::Unsupported(
-                        "candle-transformers' llama implements default and llama3 RoPE only".into(),
-                    ))
-                }
-            };
-            let cfg = llama::Config {
-                hidden_size: c.hidden_size,
-                intermediate_size: c.intermediate_size,
-                vocab_size: c.vocab_size,
-                num_hidden_layers: c.num_layers,
-                num_attention_heads: c.num_heads,
-                num_key_value_heads: c.num_kv_heads,
-                use_flash_attn: false,
-                rms_norm_eps: c.rms_norm_eps,
-                // candle's LlamaConfig only reads a top-level rope_theta (transformers 5 puts it
-                // in rope_parameters), so the value is passed explicitly.
-                rope_theta: c.rope.theta as f32,
-                bos_token_id: None,
-                eos_token_id: None,
-                rope_scaling,
-                max_position_embeddings: c.max_position_embeddings,
-                tie_word_embeddings: c.tie_word_embeddings,
-            };
-            if c.head_dim * c.num_heads != c.hidden_size {
-                return Err(Error::Unsupported(
-                    "candle-transformers' llama needs head_dim = hidden / heads".into(),
-                ));
-            }
+            let cfg = llama_config(c)?;
             let model = llama::Llama::load(vb, &cfg)?;
             let mut cache = llama::Cache::new(true, DType::F32, &cfg, &dev)?;
-            out.push(flat(model.forward(&input(prompt)?, 0, &mut cache)?)?);
-            for (k, &t) in decode.iter().enumerate() {
-                out.push(flat(model.forward(&input(&[t])?, prompt.len() + k, &mut cache)?)?);
-            }
+            teacher_forced(prompt, decode, |x, pos| model.forward(x, pos, &mut cache))
         }
         Arch::Qwen2 if matches!(c.rope.scaling, RopeScaling::Default) => {
-            use candle_transformers::models::qwen2;
-            let cfg = qwen2::Config {
-                vocab_size: c.vocab_size,
-                hidden_size: c.hidden_size,
-                intermediate_size: c.intermediate_size,
-                num_hidden_layers: c.num_layers,
-                num_attention_heads: c.num_heads,
-                num_key_value_heads: c.num_kv_heads,
-                max_position_embeddings: c.max_position_embeddings,
-                sliding_window: c.max_position_embeddings,
-                max_window_layers: c.num_layers,
-                tie_word_embeddings: c.tie_word_embeddings,
-                rope_theta: c.rope.theta,
-                rms_norm_eps: c.rms_norm_eps,
-                use_sliding_window: false,
-                hidden_act: candle_nn::Activation::Silu,
-            };
-            let mut model = qwen2::ModelForCausalLM::new(&cfg, vb)?;
-            out.push(flat(model.forward(&input(prompt)?, 0)?)?);
-            for (k, &t) in decode.iter().enumerate() {
-                out.push(flat(model.forward(&input(&[t])?, prompt.len() + k)?)?);
-            }
+            let mut model = candle_transformers::models::qwen2::ModelForCausalLM::new(&qwen2_config(c), vb)?;
+            teacher_forced(prompt, decode, |x, pos| model.forward(x, pos))
         }
-        _ => {
-            return Err(Error::Unsupported(format!(
-                "no candle-transformers cross-check for this {} configuration",
-                c.arch.name()
-            )))
-        }
+        _ => Err(Error::Unsupported(format!(
+            "no candle-transformers cross-check for this {} configuration",
+            c.arch.name()
+        ))),
+    }
+}
+
+/// The last-position logits of `forward` (input [1, T], first position) over the prompt, then
+/// over each decode token in turn.
+fn teacher_forced(
+    prompt: &[u32],
+    decode: &[u32],
+    mut forward: impl FnMut(&Tensor, usize) -> candle_core::Result<Tensor>,
+) -> Result<Vec<Vec<f32>>> {
+    let input = |ids: &[u32]| Tensor::new(ids, &Device::Cpu).and_then(|t| t.unsqueeze(0));
+    let flat = |t: Tensor| t.flatten_all().and_then(|t| t.to_vec1::<f32>());
+    let mut out = vec![flat(forward(&input(prompt)?, 0)?)?];
+    for (k, &t) in decode.iter().enumerate() {
+        out.push(flat(forward(&input(&[t])?, prompt.len() + k)?)?);
     }
     Ok(out)
+}
+
+/// candle-transformers' llama config of `c`: default and llama3 RoPE, head_dim = hidden / heads.
+fn llama_config(c: &ModelConfig) -> Result<candle_transformers::models::llama::Config> {
+    use candle_transformers::models::llama;
+    let rope_scaling = match &c.rope.scaling {
+        RopeScaling::Default => None,
+        RopeScaling::Llama3 {
+            factor,
+            low_freq_factor,
+            high_freq_factor,
+            original_max_position_embeddings,
+        } => Some(llama::Llama3RopeConfig {
+            factor: *factor as f32,
+            low_freq_factor: *low_freq_factor as f32,
+            high_freq_factor: *high_freq_factor as f32,
+            original_max_position_embeddings: *original_max_position_embeddings,
+            rope_type: llama::Llama3RopeType::Llama3,
+        }),
+        RopeScaling::Linear { .. } | RopeScaling::Yarn { .. } => {
+            return Err(Error::Unsupported(
+                "candle-transformers' llama implements default and llama3 RoPE only".into(),
+            ))
+        }
+    };
+    if c.head_dim * c.num_heads != c.hidden_size {
+        return Err(Error::Unsupported("candle-transformers' llama needs head_dim = hidden / heads".into()));
+    }
+    Ok(llama::Config {
+        hidden_size: c.hidden_size,
+        intermediate_size: c.intermediate_size,
+        vocab_size: c.vocab_size,
+        num_hidden_layers: c.num_layers,
+        num_attention_heads: c.num_heads,
+        num_key_value_heads: c.num_kv_heads,
+        use_flash_attn: false,
+        rms_norm_eps: c.rms_norm_eps,
+        // candle's LlamaConfig only reads a top-level rope_theta (transformers 5 puts it
+        // in rope_parameters), so the value is passed explicitly.
+        rope_theta: c.rope.theta as f32,
+        bos_token_id: None,
+        eos_token_id: None,
+        rope_scaling,
+        max_position_embeddings: c.max_position_embeddings,
+        tie_word_embeddings: c.tie_word_embeddings,
+    })
+}
+
+/// candle-transformers' qwen2 config of `c`, with no sliding window.
+fn qwen2_config(c: &ModelConfig) -> candle_transformers::models::qwen2::Config {
+    candle_transformers::models::qwen2::Config {
+        vocab_size: c.vocab_size,
+        hidden_size: c.hidden_size,
+        intermediate_size: c.intermediate_size,
+        num_hidden_layers: c.num_layers,
+        num_attention_heads: c.num_heads,
+        num_key_value_heads: c.num_kv_heads,
+        max_position_embeddings: c.max_position_embeddings,
+        sliding_window: c.max_position_embeddings,
+        max_window_layers: c.num_layers,
+        tie_word_embeddings: c.tie_word_embeddings,
+        rope_theta: c.rope.theta,
+        rms_norm_eps: c.rms_norm_eps,
+        use_sliding_window: false,
+        hidden_act: candle_nn::Activation::Silu,
+    }
 }

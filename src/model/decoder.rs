@@ -289,16 +289,6 @@ impl Decoder {
         hooks: &mut dyn Hooks,
     ) -> Result<Tensor> {
         let ctx = StepCtx { phase: input.phase, positions: input.positions.clone() };
-        let phase = input.phase;
-        let emit = |tap: Tap, t: Tensor, hooks: &mut dyn Hooks, sink: &mut dyn TapSink| -> Result<Tensor> {
-            let _s = span(Op::Taps);
-            let t = hooks.edit(&ctx, tap, t)?;
-            if sink.wants(tap) {
-                let seen = hooks.observe(&ctx, tap, &t)?;
-                sink.put(phase, tap, seen.as_ref().unwrap_or(&t))?;
-            }
-            Ok(t)
-        };
         // The RoPE tables depend on the positions only: computed once per step, not per layer
         // and projection (they were 3% of a prefill).
         let tables;
@@ -314,19 +304,19 @@ impl Decoder {
             input.frame.as_ref().and_then(|f| f.layers).unwrap_or((0, self.blocks.len().saturating_sub(1)));
         let (start, mut x) = match hooks.resume(&ctx)? {
             Some((b, x)) => (self.check_resume(b, (first, last))?, frame_rows(x, input)?),
-            None if first == 0 => (0, emit(Tap::Embed, input.embeds.clone(), hooks, sink)?),
+            None if first == 0 => (0, emit(&ctx, Tap::Embed, input.embeds.clone(), hooks, sink)?),
             None => (first, input.embeds.clone()),
         };
         for l in start..=last.min(self.blocks.len().saturating_sub(1)) {
             crate::error::check_interrupt()?;
-            x = emit(Tap::Layer(l, LayerTap::Input), x, hooks, sink)?;
+            x = emit(&ctx, Tap::Layer(l, LayerTap::Input), x, hooks, sink)?;
             x = self.block(l, (&ctx, rope), x, cache, sink, hooks)?;
         }
         if last + 1 < self.blocks.len() {
             return Ok(x);
         }
         let l_end = self.blocks.len();
-        x = emit(Tap::Layer(l_end, LayerTap::Input), x, hooks, sink)?;
+        x = emit(&ctx, Tap::Layer(l_end, LayerTap::Input), x, hooks, sink)?;
         let rows = x.dim(0)?;
         if let Some(r) = input.frame.as_ref().and_then(|f| f.head_rows).filter(|&r| r < rows) {
             x = x.narrow(0, rows - r, r)?;
@@ -334,12 +324,12 @@ impl Decoder {
         let h = norm_at((&mut *hooks, &ctx), NormSite::Final, &x, &self.norm, self.cfg.rms_norm_eps, || {
             "final norm".into()
         })?;
-        let h = emit(Tap::FinalNorm, h, hooks, sink)?;
+        let h = emit(&ctx, Tap::FinalNorm, h, hooks, sink)?;
         let logits =
             project((&mut *hooks, &ctx), (None, Projection::LmHead), &h, &self.lm_head, Op::LmHead, || {
                 "lm_head".into()
             })?;
-        emit(Tap::Logits, logits, hooks, sink)
+        emit(&ctx, Tap::Logits, logits, hooks, sink)
     }
 
     /// A step may resume at a block it runs, or after the last block of the model.
@@ -353,6 +343,7 @@ impl Decoder {
         )))
     }
 
+    /// Block `l` over this step's rows: attention, then the MLP, each added to the residual.
     fn block(
         &self,
         l: usize,
@@ -362,76 +353,33 @@ impl Decoder {
         sink: &mut dyn TapSink,
         hooks: &mut dyn Hooks,
     ) -> Result<Tensor> {
-        let (cfg, b) = (&self.cfg, &self.blocks[l]);
-        let (t_len, h_n, kv_n, d) = (x.dim(0)?, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim);
         let explicit = hooks.needs_explicit_attention(l)
             || sink.wants(Tap::Layer(l, LayerTap::Scores))
             || sink.wants(Tap::Layer(l, LayerTap::Probs));
-        let c = |what: &'static str| move || format!("layer {l} {what}");
-        let mut emit = |tap: LayerTap, t: Tensor, hooks: &mut dyn Hooks| -> Result<Tensor> {
-            let _s = span(Op::Taps);
-            let tap = Tap::Layer(l, tap);
-            let t = hooks.edit(ctx, tap, t)?;
-            if sink.wants(tap) {
-                let seen = hooks.observe(ctx, tap, &t)?;
-                sink.put(ctx.phase, tap, seen.as_ref().unwrap_or(&t))?;
-            }
-            Ok(t)
-        };
+        let mut run = LayerRun { l, ctx, sink, hooks };
+        let o = self.attention(&mut run, (rope, explicit), &x, cache)?;
+        let x = timed!(Op::Elementwise, kernels::add(&x, &o).ctx(in_layer(l, "residual add"))?);
+        let m = self.mlp(&mut run, &x)?;
+        let x = timed!(Op::Elementwise, kernels::add(&x, &m).ctx(in_layer(l, "residual add"))?);
+        run.emit(LayerTap::Out, x)
+    }
 
-        let h = norm_at(
-            (&mut *hooks, ctx),
-            NormSite::Attn(l),
-            &x,
-            &b.attn_norm,
-            cfg.rms_norm_eps,
-            c("input_layernorm"),
-        )?;
-        let h = emit(LayerTap::AttnNorm, h, hooks)?;
-
-        // [T, heads*D] -> [heads, T, D]
-        let heads = |y: Tensor, n: usize| {
-            let _s = span(Op::Layout);
-            y.reshape((t_len, n, d))?.transpose(0, 1)?.contiguous()
-        };
-        let [q, k, v] = if hooks.projects(Some(l)) {
-            let mut one = |which, lin| {
-                project((&mut *hooks, ctx), (Some(l), which), &h, lin, Op::Linear, c("q/k/v_proj"))
-            };
-            [one(Projection::Q, &b.q)?, one(Projection::K, &b.k)?, one(Projection::V, &b.v)?]
-        } else {
-            forward_all(&h, [&b.q, &b.k, &b.v]).ctx(c("q/k/v_proj"))?
-        };
-        let mut q = heads(q, h_n).ctx(c("q_proj"))?;
-        let mut k = heads(k, kv_n).ctx(c("k_proj"))?;
-        let v = heads(v, kv_n).ctx(c("v_proj"))?;
-        if let (Some(qn), Some(kn)) = (&b.q_norm, &b.k_norm) {
-            q = rms_norm(&q, qn, cfg.rms_norm_eps).ctx(c("q_norm"))?;
-            k = rms_norm(&k, kn, cfg.rms_norm_eps).ctx(c("k_norm"))?;
-        }
-        let rope_span = span(Op::Rope);
-        let q = match (hooks.rope(ctx, l, Qk::Q, &q, &self.rope)?, rope) {
-            (Some(q), _) => q,
-            (None, Rotation::Frame(f)) => {
-                rotate_with_tables(&q, &f.rope_q.0, &f.rope_q.1).ctx(c("rope q"))?
-            }
-            (None, Rotation::Tables((cos, sin))) => rotate(&q, cos, sin, RopeLayout::Half)?,
-        };
-        let k = match (hooks.rope(ctx, l, Qk::K, &k, &self.rope)?, rope) {
-            (Some(k), _) => k,
-            (None, Rotation::Frame(f)) => {
-                rotate_with_tables(&k, &f.rope_k.0, &f.rope_k.1).ctx(c("rope k"))?
-            }
-            (None, Rotation::Tables((cos, sin))) => rotate(&k, cos, sin, RopeLayout::Half)?,
-        };
-        drop(rope_span);
-        let q = emit(LayerTap::Q, q, hooks)?;
-        let k = emit(LayerTap::K, k, hooks)?;
-        let v = emit(LayerTap::V, v, hooks)?;
+    /// The attention half of block `run.l`: its norm, q/k/v, the cache, attention and o_proj.
+    fn attention(
+        &self,
+        run: &mut LayerRun,
+        (rope, explicit): (Rotation, bool),
+        x: &Tensor,
+        cache: &mut dyn KvStore,
+    ) -> Result<Tensor> {
+        let (l, ctx, b) = (run.l, run.ctx, &self.blocks[run.l]);
+        let h = run.norm(NormSite::Attn(l), x, &b.attn_norm, self.cfg.rms_norm_eps, "input_layernorm")?;
+        let h = run.emit(LayerTap::AttnNorm, h)?;
+        let [q, k, v] = self.qkv(run, rope, (&h, x.dim(0)?))?;
 
         cache.append(l, &k, &v, &ctx.positions, ctx.phase)?;
         let CacheView { k: k_all, v: v_all, positions: key_pos, writers } = cache.read(l)?;
-        let (k_all, v_all) = hooks.cache_read(ctx, l, k_all, v_all, &writers)?;
+        let (k_all, v_all) = run.hooks.cache_read(ctx, l, k_all, v_all, &writers)?;
 
         let allowed: Cow<[Vec<bool>]> = match rope {
             Rotation::Frame(f) => Cow::Borrowed(&f.allowed),
@@ -439,65 +387,153 @@ impl Decoder {
         };
         // softmax(q·kᵀ / √D + mask)·v; GQA without copies (query head h reads key head
         // h / n_rep, HF's repeat_kv). Materialized only when a tap or a hook needs it.
-        let scale = (1.0 / (d as f64).sqrt()) as f32;
+        let scale = (1.0 / (self.cfg.head_dim as f64).sqrt()) as f32;
         let attn = if explicit {
             let scores = {
                 let _s = span(Op::ScoresSoftmax);
-                match hooks.mask(ctx, l, &allowed, h_n)? {
+                match run.hooks.mask(ctx, l, &allowed, self.cfg.num_heads)? {
                     Some(m) => attention::scores(&q, &k_all, None, scale).and_then(|s| s.broadcast_add(&m)),
                     None => attention::scores(&q, &k_all, Some(&allowed), scale),
                 }
-                .ctx(c("scores"))?
+                .ctx(in_layer(l, "scores"))?
             };
-            let scores = emit(LayerTap::Scores, scores, hooks)?;
+            let scores = run.emit(LayerTap::Scores, scores)?;
             let probs = {
                 let _s = span(Op::ScoresSoftmax);
-                match hooks.softmax(ctx, l, &scores)? {
+                match run.hooks.softmax(ctx, l, &scores)? {
                     Some(p) => p,
-                    None => attention::softmax(&scores).ctx(c("softmax"))?,
+                    None => attention::softmax(&scores).ctx(in_layer(l, "softmax"))?,
                 }
             };
-            let probs = emit(LayerTap::Probs, probs, hooks)?;
-            timed!(Op::ProbsV, attention::probs_v(&probs, &v_all).ctx(c("probs @ v"))?)
+            let probs = run.emit(LayerTap::Probs, probs)?;
+            timed!(Op::ProbsV, attention::probs_v(&probs, &v_all).ctx(in_layer(l, "probs @ v"))?)
         } else {
             let _s = span(Op::FusedAttention);
-            attention::fused(&q, &k_all, &v_all, &allowed, scale).ctx(c("attention"))?
+            attention::fused(&q, &k_all, &v_all, &allowed, scale).ctx(in_layer(l, "attention"))?
         };
-        let o = project((&mut *hooks, ctx), (Some(l), Projection::O), &attn, &b.o, Op::Linear, c("o_proj"))?;
-        let o = emit(LayerTap::AttnOut, o, hooks)?;
-        let x = timed!(Op::Elementwise, kernels::add(&x, &o).ctx(c("residual add"))?);
-
-        let h = norm_at(
-            (&mut *hooks, ctx),
-            NormSite::Mlp(l),
-            &x,
-            &b.mlp_norm,
-            cfg.rms_norm_eps,
-            c("post_attention_layernorm"),
-        )?;
-        let h = emit(LayerTap::MlpNorm, h, hooks)?;
-        let [gate, up] = if hooks.projects(Some(l)) {
-            let mut one = |which, lin| {
-                project((&mut *hooks, ctx), (Some(l), which), &h, lin, Op::Linear, c("gate/up_proj"))
-            };
-            [one(Projection::Gate, &b.gate)?, one(Projection::Up, &b.up)?]
-        } else {
-            forward_all(&h, [&b.gate, &b.up]).ctx(c("gate/up_proj"))?
-        };
-        let act = timed!(Op::Elementwise, kernels::silu_mul(&gate, &up).ctx(c("silu"))?);
-        let act = emit(LayerTap::MlpAct, act, hooks)?;
-        let m = project(
-            (&mut *hooks, ctx),
-            (Some(l), Projection::Down),
-            &act,
-            &b.down,
-            Op::Linear,
-            c("down_proj"),
-        )?;
-        let m = emit(LayerTap::MlpOut, m, hooks)?;
-        let x = timed!(Op::Elementwise, kernels::add(&x, &m).ctx(c("residual add"))?);
-        emit(LayerTap::Out, x, hooks)
+        let o = run.project(Projection::O, &attn, &b.o, "o_proj")?;
+        run.emit(LayerTap::AttnOut, o)
     }
+
+    /// This step's q, k (normed per head where the model does, rotated) and v, [heads, T, D].
+    fn qkv(&self, run: &mut LayerRun, rope: Rotation, (h, t_len): (&Tensor, usize)) -> Result<[Tensor; 3]> {
+        let (l, cfg, b) = (run.l, &self.cfg, &self.blocks[run.l]);
+        let d = cfg.head_dim;
+        // [T, heads*D] -> [heads, T, D]
+        let heads = |y: Tensor, n: usize| {
+            let _s = span(Op::Layout);
+            y.reshape((t_len, n, d))?.transpose(0, 1)?.contiguous()
+        };
+        let [q, k, v] = if run.hooks.projects(Some(l)) {
+            [
+                run.project(Projection::Q, h, &b.q, "q/k/v_proj")?,
+                run.project(Projection::K, h, &b.k, "q/k/v_proj")?,
+                run.project(Projection::V, h, &b.v, "q/k/v_proj")?,
+            ]
+        } else {
+            forward_all(h, [&b.q, &b.k, &b.v]).ctx(in_layer(l, "q/k/v_proj"))?
+        };
+        let mut q = heads(q, cfg.num_heads).ctx(in_layer(l, "q_proj"))?;
+        let mut k = heads(k, cfg.num_kv_heads).ctx(in_layer(l, "k_proj"))?;
+        let v = heads(v, cfg.num_kv_heads).ctx(in_layer(l, "v_proj"))?;
+        if let (Some(qn), Some(kn)) = (&b.q_norm, &b.k_norm) {
+            q = rms_norm(&q, qn, cfg.rms_norm_eps).ctx(in_layer(l, "q_norm"))?;
+            k = rms_norm(&k, kn, cfg.rms_norm_eps).ctx(in_layer(l, "k_norm"))?;
+        }
+        let rope_span = span(Op::Rope);
+        let q = self.rotated(run, (Qk::Q, q), rope)?;
+        let k = self.rotated(run, (Qk::K, k), rope)?;
+        drop(rope_span);
+        Ok([run.emit(LayerTap::Q, q)?, run.emit(LayerTap::K, k)?, run.emit(LayerTap::V, v)?])
+    }
+
+    /// q or k rotated: as `hooks` rotate it when one answers, else by the frame's or the
+    /// step's tables.
+    fn rotated(&self, run: &mut LayerRun, (which, x): (Qk, Tensor), rope: Rotation) -> Result<Tensor> {
+        Ok(match (run.hooks.rope(run.ctx, run.l, which, &x, &self.rope)?, rope) {
+            (Some(y), _) => y,
+            (None, Rotation::Frame(f)) => {
+                let ((cos, sin), what) =
+                    if which == Qk::Q { (&f.rope_q, "rope q") } else { (&f.rope_k, "rope k") };
+                rotate_with_tables(&x, cos, sin).ctx(in_layer(run.l, what))?
+            }
+            (None, Rotation::Tables((cos, sin))) => rotate(&x, cos, sin, RopeLayout::Half)?,
+        })
+    }
+
+    /// The MLP of block `run.l` on the residual `x`: its norm, gate/up, SiLU and down_proj.
+    fn mlp(&self, run: &mut LayerRun, x: &Tensor) -> Result<Tensor> {
+        let (l, b) = (run.l, &self.blocks[run.l]);
+        let h =
+            run.norm(NormSite::Mlp(l), x, &b.mlp_norm, self.cfg.rms_norm_eps, "post_attention_layernorm")?;
+        let h = run.emit(LayerTap::MlpNorm, h)?;
+        let [gate, up] = if run.hooks.projects(Some(l)) {
+            [
+                run.project(Projection::Gate, &h, &b.gate, "gate/up_proj")?,
+                run.project(Projection::Up, &h, &b.up, "gate/up_proj")?,
+            ]
+        } else {
+            forward_all(&h, [&b.gate, &b.up]).ctx(in_layer(l, "gate/up_proj"))?
+        };
+        let act = timed!(Op::Elementwise, kernels::silu_mul(&gate, &up).ctx(in_layer(l, "silu"))?);
+        let act = run.emit(LayerTap::MlpAct, act)?;
+        let m = run.project(Projection::Down, &act, &b.down, "down_proj")?;
+        run.emit(LayerTap::MlpOut, m)
+    }
+}
+
+/// One block's run: which block, the step, and what watches and edits its taps.
+struct LayerRun<'r> {
+    l: usize,
+    ctx: &'r StepCtx,
+    sink: &'r mut dyn TapSink,
+    hooks: &'r mut dyn Hooks,
+}
+
+impl LayerRun<'_> {
+    fn emit(&mut self, tap: LayerTap, t: Tensor) -> Result<Tensor> {
+        emit(self.ctx, Tap::Layer(self.l, tap), t, &mut *self.hooks, &mut *self.sink)
+    }
+
+    /// RMSNorm at `site` of this layer ([`norm_at`]).
+    fn norm(
+        &mut self,
+        site: NormSite,
+        x: &Tensor,
+        w: &Tensor,
+        eps: f64,
+        what: &'static str,
+    ) -> Result<Tensor> {
+        norm_at((&mut *self.hooks, self.ctx), site, x, w, eps, in_layer(self.l, what))
+    }
+
+    /// Projection `which` of this layer ([`project`]).
+    fn project(&mut self, which: Projection, x: &Tensor, lin: &Linear, what: &'static str) -> Result<Tensor> {
+        project(
+            (&mut *self.hooks, self.ctx),
+            (Some(self.l), which),
+            x,
+            lin,
+            Op::Linear,
+            in_layer(self.l, what),
+        )
+    }
+}
+
+/// An error's context in layer `l`.
+fn in_layer(l: usize, what: &'static str) -> impl FnOnce() -> String {
+    move || format!("layer {l} {what}")
+}
+
+/// `t` at `tap` as `hooks` edit it, put to `sink` (as `hooks` see it) when it wants the tap.
+fn emit(ctx: &StepCtx, tap: Tap, t: Tensor, hooks: &mut dyn Hooks, sink: &mut dyn TapSink) -> Result<Tensor> {
+    let _s = span(Op::Taps);
+    let t = hooks.edit(ctx, tap, t)?;
+    if sink.wants(tap) {
+        let seen = hooks.observe(ctx, tap, &t)?;
+        sink.put(ctx.phase, tap, seen.as_ref().unwrap_or(&t))?;
+    }
+    Ok(t)
 }
 
 /// A residual resumed for a whole device frame, cut to the rows this step computes (its last

@@ -52,18 +52,24 @@ pub(super) fn read_rope(
     head_dim: usize,
     max_positions: usize,
 ) -> Result<RopeConfig> {
-    // Both forms are read; if both give a theta they must agree. transformers lets
-    // rope_scaling win over rope_parameters (`rope_scaling or self.rope_parameters`); two
-    // blocks in one file are refused instead.
-    let params = r.present("rope_parameters");
-    let legacy_scaling = r.present("rope_scaling");
     let top_theta = match r.present("rope_theta") {
         Some(v) => {
             Some(v.as_f64().ok_or_else(|| r.err("rope_theta", format!("expected a number, found {v}")))?)
         }
         None => None,
     };
-    let (key, scaling_obj) = match (params, legacy_scaling) {
+    let (key, obj) = rope_block(r)?;
+    let theta = read_theta(r, (key, obj), top_theta, default_theta)?;
+    let rope_type = read_rope_type(r, (key, obj), head_dim)?;
+    let scaling = Params { r, key, obj, rope_type, max_positions }.scaling()?;
+    Ok(RopeConfig { theta, scaling })
+}
+
+/// The rope block and the key it is under. Both forms are read; if both give a theta they
+/// must agree. transformers lets rope_scaling win over rope_parameters (`rope_scaling or
+/// self.rope_parameters`); two blocks in one file are refused instead.
+fn rope_block<'a>(r: &Reader<'a>) -> Result<(&'static str, Option<&'a Map<String, Value>>)> {
+    let (key, scaling_obj) = match (r.present("rope_parameters"), r.present("rope_scaling")) {
         (Some(p), None) => ("rope_parameters", Some(p)),
         (None, Some(s)) => ("rope_scaling", Some(s)),
         (None, None) => ("rope_parameters", None),
@@ -74,11 +80,20 @@ pub(super) fn read_rope(
             ))
         }
     };
-    let obj = match scaling_obj {
-        None => None,
-        Some(Value::Object(o)) => Some(o),
-        Some(v) => return Err(r.err(key, format!("expected an object, found {v}"))),
-    };
+    match scaling_obj {
+        None => Ok((key, None)),
+        Some(Value::Object(o)) => Ok((key, Some(o))),
+        Some(v) => Err(r.err(key, format!("expected an object, found {v}"))),
+    }
+}
+
+/// rope_theta: the block's, the top-level one (they must agree), else the default (noted).
+fn read_theta(
+    r: &mut Reader,
+    (key, obj): (&str, Option<&Map<String, Value>>),
+    top_theta: Option<f64>,
+    default_theta: f64,
+) -> Result<f64> {
     let param_theta = match obj.and_then(|o| o.get("rope_theta")) {
         Some(v) => {
             Some(v.as_f64().ok_or_else(|| r.err(key, format!("rope_theta: expected a number, found {v}")))?)
@@ -98,6 +113,15 @@ pub(super) fn read_rope(
     if theta <= 0.0 {
         return Err(r.err("rope_theta", format!("{theta} must be positive")));
     }
+    Ok(theta)
+}
+
+/// The block's rope type, refused unless hefprobe computes it, with every key it reads known.
+fn read_rope_type<'a>(
+    r: &Reader,
+    (key, obj): (&str, Option<&'a Map<String, Value>>),
+    head_dim: usize,
+) -> Result<&'a str> {
     // standardize_rope_params: `rope_type` defaults to `type`, then to "default".
     let rope_type = obj
         .and_then(|o| o.get("rope_type").or_else(|| o.get("type")))
@@ -126,84 +150,108 @@ pub(super) fn read_rope(
     if let Some(o) = obj {
         check_keys(r, key, rope_type, o, allowed)?;
     }
-    let get = |name: &str| obj.and_then(|o| o.get(name)).filter(|v| !v.is_null());
-    let num = |name: &str| -> Result<f64> {
-        get(name)
-            .and_then(|v| v.as_f64())
-            .filter(|x| x.is_finite())
-            .ok_or_else(|| r.err(key, format!("rope_type {rope_type} needs a numeric `{name}`")))
-    };
-    let opt_num = |name: &str| -> Result<Option<f64>> { get(name).map(|_| num(name)).transpose() };
-    // standardize_rope_params fills a missing original_max_position_embeddings of llama3 and
-    // yarn with max_position_embeddings, and lets a top-level one win (the Phi3 exception; the
-    // second standardize call inside `_compute_*_parameters` sees it as an attribute).
-    let original = |r: &Reader| -> Result<usize> {
-        if let Some(v) = r.present("original_max_position_embeddings") {
-            return r.as_usize("original_max_position_embeddings", v);
+    Ok(rope_type)
+}
+
+/// The block's values as its rope type reads them.
+struct Params<'r, 'a> {
+    r: &'r Reader<'a>,
+    key: &'static str,
+    obj: Option<&'a Map<String, Value>>,
+    rope_type: &'a str,
+    max_positions: usize,
+}
+
+impl Params<'_, '_> {
+    fn get(&self, name: &str) -> Option<&Value> {
+        self.obj.and_then(|o| o.get(name)).filter(|v| !v.is_null())
+    }
+
+    fn num(&self, name: &str) -> Result<f64> {
+        self.get(name).and_then(|v| v.as_f64()).filter(|x| x.is_finite()).ok_or_else(|| {
+            self.r.err(self.key, format!("rope_type {} needs a numeric `{name}`", self.rope_type))
+        })
+    }
+
+    fn opt_num(&self, name: &str) -> Result<Option<f64>> {
+        self.get(name).map(|_| self.num(name)).transpose()
+    }
+
+    fn positive(&self, name: &str, x: f64) -> Result<f64> {
+        if x > 0.0 {
+            Ok(x)
+        } else {
+            Err(self.r.err(self.key, format!("`{name}` {x} must be positive")))
         }
-        match get("original_max_position_embeddings") {
+    }
+
+    /// standardize_rope_params fills a missing original_max_position_embeddings of llama3 and
+    /// yarn with max_position_embeddings, and lets a top-level one win (the Phi3 exception; the
+    /// second standardize call inside `_compute_*_parameters` sees it as an attribute).
+    fn original(&self) -> Result<usize> {
+        if let Some(v) = self.r.present("original_max_position_embeddings") {
+            return self.r.as_usize("original_max_position_embeddings", v);
+        }
+        match self.get("original_max_position_embeddings") {
             // A whole number written as 2048.0 is what HF computes with too.
             Some(v) => v
                 .as_f64()
                 .filter(|x| *x >= 1.0 && x.fract() == 0.0 && *x < 1e15)
                 .map(|x| x as usize)
                 .ok_or_else(|| {
-                    r.err(
-                        key,
+                    self.r.err(
+                        self.key,
                         format!("original_max_position_embeddings: expected a positive integer, found {v}"),
                     )
                 }),
-            None => Ok(max_positions),
+            None => Ok(self.max_positions),
         }
-    };
-    let positive = |name: &str, x: f64| -> Result<f64> {
-        if x > 0.0 {
-            Ok(x)
-        } else {
-            Err(r.err(key, format!("`{name}` {x} must be positive")))
+    }
+
+    fn scaling(&self) -> Result<RopeScaling> {
+        Ok(match self.rope_type {
+            "default" => RopeScaling::Default,
+            // _compute_linear_scaling_rope_parameters: inv_freq /= factor.
+            "linear" => RopeScaling::Linear { factor: self.positive("factor", self.num("factor")?)? },
+            "llama3" => RopeScaling::Llama3 {
+                factor: self.num("factor")?,
+                low_freq_factor: self.num("low_freq_factor")?,
+                high_freq_factor: self.num("high_freq_factor")?,
+                original_max_position_embeddings: self.original()?,
+            },
+            "yarn" => self.yarn()?,
+            _ => unreachable!("allowed_keys is empty for every other type"),
+        })
+    }
+
+    fn yarn(&self) -> Result<RopeScaling> {
+        let original_max_position_embeddings = self.original()?;
+        if original_max_position_embeddings == 0 {
+            return Err(self.r.err("original_max_position_embeddings", "must be at least 1"));
         }
-    };
-    let scaling = match rope_type {
-        "default" => RopeScaling::Default,
-        // _compute_linear_scaling_rope_parameters: inv_freq /= factor.
-        "linear" => RopeScaling::Linear { factor: positive("factor", num("factor")?)? },
-        "llama3" => RopeScaling::Llama3 {
-            factor: num("factor")?,
-            low_freq_factor: num("low_freq_factor")?,
-            high_freq_factor: num("high_freq_factor")?,
-            original_max_position_embeddings: original(r)?,
-        },
-        "yarn" => {
-            let original_max_position_embeddings = original(r)?;
-            if original_max_position_embeddings == 0 {
-                return Err(r.err("original_max_position_embeddings", "must be at least 1"));
-            }
-            // `_validate_yarn_rope_parameters` requires the key; an explicit null means
-            // max_position_embeddings / original_max_position_embeddings (`_compute_yarn_parameters`).
-            let factor = match obj.and_then(|o| o.get("factor")) {
-                Some(Value::Null) => max_positions as f64 / original_max_position_embeddings as f64,
-                _ => num("factor")?,
-            };
-            let truncate = match get("truncate") {
-                None => true, // `config.rope_parameters.get("truncate", True)`
-                Some(v) => v
-                    .as_bool()
-                    .ok_or_else(|| r.err(key, format!("truncate: expected true or false, found {v}")))?,
-            };
-            RopeScaling::Yarn {
-                factor: positive("factor", factor)?,
-                original_max_position_embeddings,
-                attention_factor: opt_num("attention_factor")?,
-                beta_fast: opt_num("beta_fast")?,
-                beta_slow: opt_num("beta_slow")?,
-                mscale: opt_num("mscale")?,
-                mscale_all_dim: opt_num("mscale_all_dim")?,
-                truncate,
-            }
-        }
-        _ => unreachable!("allowed_keys is empty for every other type"),
-    };
-    Ok(RopeConfig { theta, scaling })
+        // `_validate_yarn_rope_parameters` requires the key; an explicit null means
+        // max_position_embeddings / original_max_position_embeddings (`_compute_yarn_parameters`).
+        let factor = match self.obj.and_then(|o| o.get("factor")) {
+            Some(Value::Null) => self.max_positions as f64 / original_max_position_embeddings as f64,
+            _ => self.num("factor")?,
+        };
+        let truncate = match self.get("truncate") {
+            None => true, // `config.rope_parameters.get("truncate", True)`
+            Some(v) => v.as_bool().ok_or_else(|| {
+                self.r.err(self.key, format!("truncate: expected true or false, found {v}"))
+            })?,
+        };
+        Ok(RopeScaling::Yarn {
+            factor: self.positive("factor", factor)?,
+            original_max_position_embeddings,
+            attention_factor: self.opt_num("attention_factor")?,
+            beta_fast: self.opt_num("beta_fast")?,
+            beta_slow: self.opt_num("beta_slow")?,
+            mscale: self.opt_num("mscale")?,
+            mscale_all_dim: self.opt_num("mscale_all_dim")?,
+            truncate,
+        })
+    }
 }
 
 /// A key inside the rope block that its type does not read: transformers only warns

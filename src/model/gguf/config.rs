@@ -119,71 +119,10 @@ fn json(file: &GgufFile, key: &str) -> Result<Value> {
 /// The normalized config of a GGUF file: the config.json map transformers would build, read
 /// by [`ModelConfig::from_map`].
 pub fn from_metadata(file: &GgufFile) -> Result<ModelConfig> {
-    let arch_name = file
-        .string("general.architecture")?
-        .ok_or_else(|| {
-            Error::input(file.what("general.architecture"), "missing; every GGUF names its architecture")
-        })?
-        .to_string();
-    let mut arch = arch_of(&arch_name).ok_or_else(|| {
-        Error::input(
-            file.what("general.architecture"),
-            format!("`{arch_name}` is not supported; hefprobe reads llama, qwen2 and qwen3 GGUF files"),
-        )
-    })?;
-    // load_gguf_checkpoint tests `"mistral" in model_name` where model_name is a one-element
-    // list, so only a `general.name` of exactly "mistral" makes a llama file a Mistral config.
-    if arch == Arch::Llama && file.string("general.name")? == Some("mistral") {
-        arch = Arch::Mistral;
-    }
-    if let Some(n) = file.uint("split.count")? {
-        if n > 1 {
-            return Err(Error::input(
-                file.what("split.count"),
-                format!("this is one part of a {n}-part split GGUF; merge the parts first (llama-gguf-split --merge)"),
-            ));
-        }
-    }
+    let (arch_name, arch) = architecture(file)?;
     let mut m = Map::new();
     m.insert("model_type".into(), arch.name().into());
-    let prefix = format!("{arch_name}.");
-    let mut checks: Vec<(String, u64, &'static str)> = Vec::new();
-    let mut keys: Vec<&String> = file.content.metadata.keys().filter(|k| k.starts_with(&prefix)).collect();
-    keys.sort();
-    for key in keys {
-        let suffix = &key[prefix.len()..];
-        let rule = KEYS.iter().find(|(k, _)| *k == suffix).map(|(_, r)| *r).ok_or_else(|| {
-            Error::input(
-                file.what(key),
-                "hefprobe does not know whether this key changes the forward pass, and transformers \
-                 ignores it, so it refuses to guess",
-            )
-        })?;
-        match rule {
-            Rule::Mapped(to) => {
-                m.insert(to.into(), json(file, key)?);
-            }
-            Rule::RopeDims if matches!(arch, Arch::Llama | Arch::Mistral) => {
-                m.insert("head_dim".into(), json(file, key)?);
-            }
-            Rule::RopeDims => checks.push((key.clone(), file.uint(key)?.unwrap_or(0), "rotary dimensions")),
-            Rule::HeadDim => checks.push((key.clone(), file.uint(key)?.unwrap_or(0), "head dimension")),
-            Rule::Refused { neutral: n, why } => {
-                let v = json(file, key)?;
-                if !neutral(&v, n) {
-                    return Err(Error::input(
-                        file.what(key),
-                        format!(
-                            "{v} asks for {why}, which transformers' GGUF loader ignores (its model would \
-                             differ from llama.cpp's) and hefprobe does not implement for GGUF files; \
-                             load the original HF checkpoint folder instead"
-                        ),
-                    ));
-                }
-            }
-            Rule::Harmless => {}
-        }
-    }
+    let checks = map_arch_keys(file, (&arch_name, arch), &mut m)?;
     for (gguf_key, to) in [
         ("tokenizer.ggml.bos_token_id", "bos_token_id"),
         ("tokenizer.ggml.eos_token_id", "eos_token_id"),
@@ -231,4 +170,84 @@ pub fn from_metadata(file: &GgufFile) -> Result<ModelConfig> {
         }
     }
     Ok(cfg)
+}
+
+/// `general.architecture` and the config class transformers picks for it; a part of a split
+/// file is refused.
+fn architecture(file: &GgufFile) -> Result<(String, Arch)> {
+    let arch_name = file
+        .string("general.architecture")?
+        .ok_or_else(|| {
+            Error::input(file.what("general.architecture"), "missing; every GGUF names its architecture")
+        })?
+        .to_string();
+    let mut arch = arch_of(&arch_name).ok_or_else(|| {
+        Error::input(
+            file.what("general.architecture"),
+            format!("`{arch_name}` is not supported; hefprobe reads llama, qwen2 and qwen3 GGUF files"),
+        )
+    })?;
+    // load_gguf_checkpoint tests `"mistral" in model_name` where model_name is a one-element
+    // list, so only a `general.name` of exactly "mistral" makes a llama file a Mistral config.
+    if arch == Arch::Llama && file.string("general.name")? == Some("mistral") {
+        arch = Arch::Mistral;
+    }
+    if let Some(n) = file.uint("split.count")? {
+        if n > 1 {
+            return Err(Error::input(
+                file.what("split.count"),
+                format!("this is one part of a {n}-part split GGUF; merge the parts first (llama-gguf-split --merge)"),
+            ));
+        }
+    }
+    Ok((arch_name, arch))
+}
+
+/// Every `{arch}.*` key by its [`Rule`]: the mapped ones into `m`, a refused one at another
+/// value than its neutral one an error. Returns the keys that must equal the head_dim HF
+/// derives (key, value, what it is), checked once the config is built.
+fn map_arch_keys(
+    file: &GgufFile,
+    (arch_name, arch): (&str, Arch),
+    m: &mut Map<String, Value>,
+) -> Result<Vec<(String, u64, &'static str)>> {
+    let prefix = format!("{arch_name}.");
+    let mut checks = Vec::new();
+    let mut keys: Vec<&String> = file.content.metadata.keys().filter(|k| k.starts_with(&prefix)).collect();
+    keys.sort();
+    for key in keys {
+        let suffix = &key[prefix.len()..];
+        let rule = KEYS.iter().find(|(k, _)| *k == suffix).map(|(_, r)| *r).ok_or_else(|| {
+            Error::input(
+                file.what(key),
+                "hefprobe does not know whether this key changes the forward pass, and transformers \
+                 ignores it, so it refuses to guess",
+            )
+        })?;
+        match rule {
+            Rule::Mapped(to) => {
+                m.insert(to.into(), json(file, key)?);
+            }
+            Rule::RopeDims if matches!(arch, Arch::Llama | Arch::Mistral) => {
+                m.insert("head_dim".into(), json(file, key)?);
+            }
+            Rule::RopeDims => checks.push((key.clone(), file.uint(key)?.unwrap_or(0), "rotary dimensions")),
+            Rule::HeadDim => checks.push((key.clone(), file.uint(key)?.unwrap_or(0), "head dimension")),
+            Rule::Refused { neutral: n, why } => {
+                let v = json(file, key)?;
+                if !neutral(&v, n) {
+                    return Err(Error::input(
+                        file.what(key),
+                        format!(
+                            "{v} asks for {why}, which transformers' GGUF loader ignores (its model would \
+                             differ from llama.cpp's) and hefprobe does not implement for GGUF files; \
+                             load the original HF checkpoint folder instead"
+                        ),
+                    ));
+                }
+            }
+            Rule::Harmless => {}
+        }
+    }
+    Ok(checks)
 }

@@ -76,81 +76,21 @@ fn added(id: usize, content: &str, special: bool) -> Value {
 
 /// The tokenizer.json transformers would build for this file.
 pub fn tokenizer_json(file: &GgufFile) -> Result<Value> {
-    let model = file.string("tokenizer.ggml.model")?.unwrap_or("(none)");
-    if model != "gpt2" {
-        return Err(Error::Unsupported(format!(
-            "{}: tokenizer.ggml.model `{model}`: hefprobe rebuilds only byte-level BPE (`gpt2`) tokenizers \
-             from GGUF metadata; give a tokenizer.json with --tokenizer (or `tokenizer` in a probe), or token ids",
-            file.path.display()
-        )));
-    }
-    let tokens = file.strings("tokenizer.ggml.tokens")?.ok_or_else(|| {
-        Error::input(file.what("tokenizer.ggml.tokens"), "missing; the file has no vocabulary")
-    })?;
-    let types = file.ints("tokenizer.ggml.token_type")?.unwrap_or_default();
-    let merges = file.strings("tokenizer.ggml.merges")?.ok_or_else(|| {
-        Error::input(file.what("tokenizer.ggml.merges"), "missing; a byte-level BPE file lists its merges")
-    })?;
+    let (tokens, types, merges) = read_lists(file)?;
     let alphabet = byte_level_alphabet();
-    let in_alphabet = |t: &str| t.chars().all(|c| alphabet.contains(&c));
     let mut vocab = Map::new();
     for (i, t) in tokens.iter().enumerate() {
-        let spelled =
-            if in_alphabet(t) { t.to_string() } else { t.bytes().map(|b| alphabet[b as usize]).collect() };
+        let spelled = if in_alphabet(&alphabet, t) {
+            t.to_string()
+        } else {
+            t.bytes().map(|b| alphabet[b as usize]).collect()
+        };
         vocab.insert(spelled, Value::from(i));
     }
     let merges: Vec<Value> = merges.iter().map(|m| Value::from(m.split(' ').collect::<Vec<_>>())).collect();
-
-    let mut added_tokens: Vec<Value> = Vec::new();
-    let mut seen: Vec<String> = Vec::new();
-    for (i, (t, ty)) in tokens.iter().zip(&types).enumerate() {
-        if *ty == CONTROL && in_alphabet(t) {
-            added_tokens.push(added(i, t, true));
-            seen.push(t.to_string());
-        }
-    }
-    for (i, (t, ty)) in tokens.iter().zip(&types).enumerate() {
-        if *ty == USER_DEFINED && vocab.contains_key(*t) && !seen.iter().any(|s| s == t) {
-            added_tokens.push(added(vocab[*t].as_u64().unwrap_or(i as u64) as usize, t, false));
-            seen.push(t.to_string());
-        }
-    }
-    let special_id = |key: &str| -> Result<Option<(usize, String)>> {
-        Ok(match file.uint(key)? {
-            Some(id) => {
-                let t = tokens.get(id as usize).ok_or_else(|| {
-                    Error::input(
-                        file.what(key),
-                        format!("{id} is past the vocabulary ({} tokens)", tokens.len()),
-                    )
-                })?;
-                Some((id as usize, t.to_string()))
-            }
-            None => None,
-        })
-    };
-    let bos = special_id("tokenizer.ggml.bos_token_id")?;
-    let eos = special_id("tokenizer.ggml.eos_token_id")?;
-    let mut named: Vec<String> = vec!["<|endoftext|>".into()];
-    for key in [
-        "tokenizer.ggml.bos_token_id",
-        "tokenizer.ggml.eos_token_id",
-        "tokenizer.ggml.unknown_token_id",
-        "tokenizer.ggml.padding_token_id",
-    ] {
-        if let Some((_, t)) = special_id(key)? {
-            named.push(t);
-        }
-    }
-    for t in named {
-        if !seen.contains(&t) {
-            if let Some(id) = vocab.get(&t).and_then(Value::as_u64) {
-                added_tokens.push(added(id as usize, &t, true));
-                seen.push(t);
-            }
-        }
-    }
-
+    let added_tokens = added_tokens(file, (&tokens, &types), &vocab, &alphabet)?;
+    let bos = special_id(file, &tokens, "tokenizer.ggml.bos_token_id")?;
+    let eos = special_id(file, &tokens, "tokenizer.ggml.eos_token_id")?;
     let pre = file.string("tokenizer.ggml.pre")?.unwrap_or("default");
     let pre_tokenizer = match SPLITS.iter().find(|(names, _)| names.contains(&pre)) {
         Some((_, regex)) => json!({"type": "Sequence", "pretokenizers": [
@@ -176,6 +116,88 @@ pub fn tokenizer_json(file: &GgufFile) -> Result<Value> {
                   "end_of_word_suffix": "", "fuse_unk": false, "byte_fallback": false,
                   "ignore_merges": false, "vocab": vocab, "merges": merges}
     }))
+}
+
+/// The tokens, their types and the merges of a byte-level BPE file; any other model refused.
+fn read_lists(file: &GgufFile) -> Result<(Vec<&str>, Vec<i64>, Vec<&str>)> {
+    let model = file.string("tokenizer.ggml.model")?.unwrap_or("(none)");
+    if model != "gpt2" {
+        return Err(Error::Unsupported(format!(
+            "{}: tokenizer.ggml.model `{model}`: hefprobe rebuilds only byte-level BPE (`gpt2`) tokenizers \
+             from GGUF metadata; give a tokenizer.json with --tokenizer (or `tokenizer` in a probe), or token ids",
+            file.path.display()
+        )));
+    }
+    let tokens = file.strings("tokenizer.ggml.tokens")?.ok_or_else(|| {
+        Error::input(file.what("tokenizer.ggml.tokens"), "missing; the file has no vocabulary")
+    })?;
+    let types = file.ints("tokenizer.ggml.token_type")?.unwrap_or_default();
+    let merges = file.strings("tokenizer.ggml.merges")?.ok_or_else(|| {
+        Error::input(file.what("tokenizer.ggml.merges"), "missing; a byte-level BPE file lists its merges")
+    })?;
+    Ok((tokens, types, merges))
+}
+
+/// Whether `t` is spelled in the byte-level alphabet already.
+fn in_alphabet(alphabet: &[char], t: &str) -> bool {
+    t.chars().all(|c| alphabet.contains(&c))
+}
+
+/// The id and token of the special token `key` names, if the file names one.
+fn special_id(file: &GgufFile, tokens: &[&str], key: &str) -> Result<Option<(usize, String)>> {
+    Ok(match file.uint(key)? {
+        Some(id) => {
+            let t = tokens.get(id as usize).ok_or_else(|| {
+                Error::input(file.what(key), format!("{id} is past the vocabulary ({} tokens)", tokens.len()))
+            })?;
+            Some((id as usize, t.to_string()))
+        }
+        None => None,
+    })
+}
+
+/// The added tokens, in transformers' order: CONTROL tokens, USER_DEFINED ones, then the
+/// named special tokens not added yet.
+fn added_tokens(
+    file: &GgufFile,
+    (tokens, types): (&[&str], &[i64]),
+    vocab: &Map<String, Value>,
+    alphabet: &[char],
+) -> Result<Vec<Value>> {
+    let mut added_tokens: Vec<Value> = Vec::new();
+    let mut seen: Vec<String> = Vec::new();
+    for (i, (t, ty)) in tokens.iter().zip(types).enumerate() {
+        if *ty == CONTROL && in_alphabet(alphabet, t) {
+            added_tokens.push(added(i, t, true));
+            seen.push(t.to_string());
+        }
+    }
+    for (i, (t, ty)) in tokens.iter().zip(types).enumerate() {
+        if *ty == USER_DEFINED && vocab.contains_key(*t) && !seen.iter().any(|s| s == t) {
+            added_tokens.push(added(vocab[*t].as_u64().unwrap_or(i as u64) as usize, t, false));
+            seen.push(t.to_string());
+        }
+    }
+    let mut named: Vec<String> = vec!["<|endoftext|>".into()];
+    for key in [
+        "tokenizer.ggml.bos_token_id",
+        "tokenizer.ggml.eos_token_id",
+        "tokenizer.ggml.unknown_token_id",
+        "tokenizer.ggml.padding_token_id",
+    ] {
+        if let Some((_, t)) = special_id(file, tokens, key)? {
+            named.push(t);
+        }
+    }
+    for t in named {
+        if !seen.contains(&t) {
+            if let Some(id) = vocab.get(&t).and_then(Value::as_u64) {
+                added_tokens.push(added(id as usize, &t, true));
+                seen.push(t);
+            }
+        }
+    }
+    Ok(added_tokens)
 }
 
 /// `TokenizersBackend.update_post_processor`: `[bos] $A [eos]` with the pair form likewise.
