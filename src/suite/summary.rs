@@ -176,14 +176,6 @@ pub fn headline(p: &PairResult) -> Option<(String, f64, Option<f64>)> {
     Some((tap, value, base))
 }
 
-/// The headline figure as the pair tables show it: `logits 0.999990 (0.999999)`, or "-".
-pub fn headline_text(p: &PairResult) -> String {
-    headline(p).map_or("-".to_string(), |(tap, v, base)| {
-        let base = base.map(|b| format!(" ({})", cos(Some(b)))).unwrap_or_default();
-        format!("{tap} {}{base}", cos(Some(v)))
-    })
-}
-
 /// Each target's device, one line each, in the order the pairs name them.
 pub fn devices(r: &SuiteResult) -> Vec<(String, String)> {
     let mut devices: Vec<(String, String)> = Vec::new();
