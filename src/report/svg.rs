@@ -1,7 +1,7 @@
 //! SVG plots (plotters): cosine and SQNR per layer (one line per backend and view), and a
 //! layer × head heatmap of attention-probs cosine.
 
-use super::Report;
+use super::run::Report;
 use crate::compare::{PairComparison, View};
 use crate::error::{Error, Result};
 use crate::tap::{LayerTap, Tap};
