@@ -83,6 +83,8 @@ pub trait Document {
     /// Its figures are several files: `svg=r.svg` is the main one, `svg=NAME` a prefix
     /// (`NAME-layers.svg`, ...); see `report::svg::layers_path`.
     const FIGURE_PREFIX: bool = false;
+    /// JUnit XML and one HTML page: a suite's alone.
+    const SUITE_PAGES: Option<SuitePages<Self>> = None;
 
     /// Why `target` is refused: the formats [`Document::COMMAND`] writes.
     fn refusal(target: &ReportTarget) -> String {
@@ -108,16 +110,13 @@ pub trait Document {
     fn figures(&mut self, _path: &Path) -> Result<()> {
         Ok(())
     }
+}
 
-    /// JUnit XML: a suite's alone.
-    fn junit(&self) -> Result<String> {
-        Err(Error::usage(Self::refusal(&ReportTarget { format: Format::Junit, path: None })))
-    }
-
-    /// One HTML page: a suite's alone.
-    fn html(&self) -> Result<String> {
-        Err(Error::usage(Self::refusal(&ReportTarget { format: Format::Html, path: None })))
-    }
+/// The pages only a suite writes (`hefprobe suite` and `merge`): its renderers, in `suite/`
+/// above this layer.
+pub struct SuitePages<D: ?Sized> {
+    pub junit: fn(&D) -> String,
+    pub html: fn(&D) -> Result<String>,
 }
 
 /// Refuse, before anything runs, a format `D` is not written in, and a second report on stdout
@@ -168,8 +167,15 @@ pub fn render<D: Document>(d: &D, target: &ReportTarget, color: bool) -> Result<
         }
         Format::Markdown => d.markdown(to).markdown(),
         Format::Json => d.json(),
-        Format::Junit => d.junit()?,
-        Format::Html => d.html()?,
+        Format::Junit | Format::Html => {
+            let refused = || Error::usage(D::refusal(&ReportTarget { format: target.format, path: None }));
+            let pages = D::SUITE_PAGES.ok_or_else(refused)?;
+            if target.format == Format::Junit {
+                (pages.junit)(d)
+            } else {
+                (pages.html)(d)?
+            }
+        }
         Format::Svg => {
             return Err(Error::usage(format!("{}: figures are written, not printed", target.flag())))
         }
@@ -201,4 +207,39 @@ pub fn deliver<D: Document>(d: &mut D, targets: &[ReportTarget]) -> Result<()> {
     use std::io::IsTerminal;
     crate::out!("{}", write(d, targets, std::io::stdout().is_terminal())?);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Plain;
+    impl Document for Plain {
+        const COMMAND: &'static str = "plain";
+        const FORMATS: &'static [Format] = &[Format::Terminal];
+        fn doc(&self, _to: Option<&Path>) -> Doc {
+            Doc::new()
+        }
+    }
+
+    struct Paged;
+    impl Document for Paged {
+        const COMMAND: &'static str = "paged";
+        const FORMATS: &'static [Format] = &[Format::Junit, Format::Html];
+        const SUITE_PAGES: Option<SuitePages<Self>> =
+            Some(SuitePages { junit: |_| "<testsuites/>".into(), html: |_| Ok("<html>".into()) });
+        fn doc(&self, _to: Option<&Path>) -> Doc {
+            Doc::new()
+        }
+    }
+
+    #[test]
+    fn junit_and_html_are_a_suite_pages_alone() {
+        let to = |format| ReportTarget { format, path: Some(PathBuf::from("x")) };
+        let refused = render(&Plain, &to(Format::Junit), false).unwrap_err().to_string();
+        assert!(refused.contains("--report junit: `plain` writes terminal"), "{refused}");
+        assert!(render(&Plain, &to(Format::Html), false).unwrap_err().to_string().contains("--report html:"));
+        assert_eq!(render(&Paged, &to(Format::Junit), false).unwrap(), "<testsuites/>");
+        assert_eq!(render(&Paged, &to(Format::Html), false).unwrap(), "<html>");
+    }
 }

@@ -22,7 +22,7 @@ pub mod tokens;
 
 pub use crate::explain::{AttributionRow, ExplainReport, ExplainRow};
 pub use doc::relative_to;
-pub use document::{check, deliver, register, render, write, Document, Format, ReportTarget};
+pub use document::{check, deliver, register, render, write, Document, Format, ReportTarget, SuitePages};
 pub use run::{
     compact, expected_label, worst_per_tap, BackendInfo, BackendStatus, CheckpointInfo, ConfigInfo,
     InputInfo, LocatedDrift, ProbeInfo, Report, ToolInfo, REPORT_SCHEMA,
