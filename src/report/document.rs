@@ -30,6 +30,17 @@ crate::named_enum! {
     }
 }
 
+impl Format {
+    /// `formats`' names as a sentence lists them: `terminal, markdown or json`.
+    pub fn listed(formats: &[Format]) -> String {
+        let names: Vec<&str> = formats.iter().map(|f| f.name()).collect();
+        match names.split_last() {
+            Some((last, rest)) if !rest.is_empty() => format!("{} or {last}", rest.join(", ")),
+            _ => names.concat(),
+        }
+    }
+}
+
 impl ReportTarget {
     /// `targets`, or `format` on stdout when none was asked for.
     pub fn or(mut targets: Vec<ReportTarget>, format: Format) -> Vec<ReportTarget> {
@@ -49,9 +60,8 @@ impl ReportTarget {
         let format = match f {
             "table" => Format::Terminal,
             "md" => Format::Markdown,
-            _ => Format::from_name(f).ok_or_else(|| {
-                format!("report format `{f}`: expected terminal, markdown, json, svg, junit or html")
-            })?,
+            _ => Format::from_name(f)
+                .ok_or_else(|| format!("report format `{f}`: expected {}", Format::listed(&Format::ALL)))?,
         };
         if format == Format::Svg && p == "-" {
             return Err(
@@ -241,5 +251,18 @@ mod tests {
         assert!(render(&Plain, &to(Format::Html), false).unwrap_err().to_string().contains("--report html:"));
         assert_eq!(render(&Paged, &to(Format::Junit), false).unwrap(), "<testsuites/>");
         assert_eq!(render(&Paged, &to(Format::Html), false).unwrap(), "<html>");
+    }
+
+    #[test]
+    fn format_lists_are_made_from_the_formats() {
+        let unknown = ReportTarget::parse("pdf").unwrap_err();
+        assert_eq!(unknown, "report format `pdf`: expected terminal, markdown, json, svg, junit or html");
+        let run = crate::report::Report::refusal(&ReportTarget { format: Format::Junit, path: None });
+        assert_eq!(
+            run,
+            "--report junit: JUnit and HTML reports are written by `hefprobe suite` and `hefprobe merge`; \
+             a single run writes terminal, markdown, json or svg"
+        );
+        assert_eq!(Format::listed(&[Format::Json]), "json");
     }
 }

@@ -37,8 +37,9 @@ impl Document for Report {
     fn refusal(t: &ReportTarget) -> String {
         format!(
             "--report {}: JUnit and HTML reports are written by `hefprobe suite` and `hefprobe merge`; \
-             a single run writes terminal, markdown, json or svg",
-            t.format.name()
+             a single run writes {}",
+            t.format.name(),
+            Format::listed(Self::FORMATS)
         )
     }
 
