@@ -507,7 +507,6 @@ const TANGLED: &[&str] = &[
     "device/hailo",
     "device/sim",
     "device/synth_hef",
-    "fault/catalog",
     "model/config",
     "model/gguf",
     "model/kernels",
