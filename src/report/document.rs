@@ -232,25 +232,12 @@ mod tests {
         }
     }
 
-    struct Paged;
-    impl Document for Paged {
-        const COMMAND: &'static str = "paged";
-        const FORMATS: &'static [Format] = &[Format::Junit, Format::Html];
-        const SUITE_PAGES: Option<SuitePages<Self>> =
-            Some(SuitePages { junit: |_| "<testsuites/>".into(), html: |_| Ok("<html>".into()) });
-        fn doc(&self, _to: Option<&Path>) -> Doc {
-            Doc::new()
-        }
-    }
-
     #[test]
-    fn junit_and_html_are_a_suite_pages_alone() {
+    fn junit_and_html_are_refused_without_suite_pages() {
         let to = |format| ReportTarget { format, path: Some(PathBuf::from("x")) };
         let refused = render(&Plain, &to(Format::Junit), false).unwrap_err().to_string();
         assert!(refused.contains("--report junit: `plain` writes terminal"), "{refused}");
         assert!(render(&Plain, &to(Format::Html), false).unwrap_err().to_string().contains("--report html:"));
-        assert_eq!(render(&Paged, &to(Format::Junit), false).unwrap(), "<testsuites/>");
-        assert_eq!(render(&Paged, &to(Format::Html), false).unwrap(), "<html>");
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! layer × head heatmap of attention-probs cosine.
 
 use super::run::Report;
-use crate::compare::{PairComparison, View};
+use crate::compare::{PairComparison, TapRow, View};
 use crate::error::{Error, Result};
 use crate::tap::{LayerTap, Tap};
 use plotters::coord::types::RangedCoordf64;
@@ -20,11 +20,7 @@ pub(super) const PALETTE: [RGBColor; 6] = [
 ];
 
 /// Worst (lowest) value over phases of `f(row)` for `layers.I.<tap>`, per layer.
-fn per_layer(
-    pair: &PairComparison,
-    tap: LayerTap,
-    f: impl Fn(&crate::compare::TapRow) -> Option<f64>,
-) -> Vec<(usize, f64)> {
+fn per_layer(pair: &PairComparison, tap: LayerTap, f: impl Fn(&TapRow) -> Option<f64>) -> Vec<(usize, f64)> {
     let mut out: Vec<(usize, f64)> = Vec::new();
     for row in &pair.rows {
         let Some(Tap::Layer(l, t)) = row.tap.canonical() else { continue };
@@ -111,7 +107,7 @@ pub struct LinePanel<'a> {
 }
 
 /// `panels` in one SVG of `size`: one fills it, two share it, top and bottom.
-pub fn line_plot(size: (u32, u32), panels: &[LinePanel]) -> std::result::Result<String, String> {
+pub fn line_plot(size: (u32, u32), panels: &[LinePanel]) -> Drawn<String> {
     let draw = |area: &Area, p: &LinePanel| {
         framed(area, p, ((18, 32, 70), &int_label), |chart| {
             let mut series = p.series.iter().enumerate();
@@ -129,6 +125,8 @@ pub fn line_plot(size: (u32, u32), panels: &[LinePanel]) -> std::result::Result<
     })
 }
 
+/// A drawing, or what plotters said went wrong.
+pub(super) type Drawn<T = ()> = std::result::Result<T, String>;
 type Area<'a> = DrawingArea<SVGBackend<'a>, plotters::coord::Shift>;
 pub(super) type Chart<'a, 'b> = ChartContext<'a, SVGBackend<'b>, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
 /// A frame's caption font size, its label areas' below the x axis and left of the y axis, and
@@ -144,10 +142,7 @@ fn int_label(x: &f64) -> String {
 }
 
 /// One SVG of `size`: a white page that `draw` draws on.
-pub(super) fn page(
-    size: (u32, u32),
-    draw: impl FnOnce(&Area) -> std::result::Result<(), String>,
-) -> std::result::Result<String, String> {
+pub(super) fn page(size: (u32, u32), draw: impl FnOnce(&Area) -> Drawn) -> Drawn<String> {
     let mut svg = String::new();
     {
         let root = SVGBackend::with_string(&mut svg, size).into_drawing_area();
@@ -165,8 +160,8 @@ pub(super) fn framed(
     area: &Area,
     panel: &LinePanel,
     ((caption, below, left), x_label): Look,
-    series: impl FnOnce(&mut Chart) -> std::result::Result<(), String>,
-) -> std::result::Result<(), String> {
+    series: impl FnOnce(&mut Chart) -> Drawn,
+) -> Drawn {
     let mut chart = ChartBuilder::on(area)
         .caption(panel.caption, ("sans-serif", caption))
         .margin(12)
@@ -197,12 +192,7 @@ pub(super) fn framed(
 
 /// Series `i` of a plot in its palette colour: the line through `pts`, its legend entry when it
 /// has a `label`, a dot at each point.
-pub(super) fn line(
-    chart: &mut Chart,
-    i: usize,
-    label: Option<&String>,
-    pts: &[(f64, f64)],
-) -> std::result::Result<(), String> {
+pub(super) fn line(chart: &mut Chart, i: usize, label: Option<&String>, pts: &[(f64, f64)]) -> Drawn {
     let color = PALETTE[i % PALETTE.len()];
     let drawn = chart.draw_series(LineSeries::new(pts.to_vec(), color.stroke_width(2))).map_err(text)?;
     if let Some(label) = label {
@@ -214,7 +204,7 @@ pub(super) fn line(
     Ok(())
 }
 
-fn layers_plot(report: &Report) -> std::result::Result<Option<String>, String> {
+fn layers_plot(report: &Report) -> Drawn<Option<String>> {
     let points = |v: Vec<(usize, f64)>| -> Vec<(f64, f64)> {
         v.into_iter().filter(|(_, y)| y.is_finite()).map(|(l, y)| (l as f64, y)).collect()
     };
@@ -278,7 +268,7 @@ fn heat(c: f64, lo: f64) -> RGBColor {
     RGBColor(lerp(120, 255), lerp(0, 245), lerp(20, 200))
 }
 
-fn heads_plot(pair: &PairComparison) -> std::result::Result<Option<String>, String> {
+fn heads_plot(pair: &PairComparison) -> Drawn<Option<String>> {
     let mut cells: Vec<(usize, usize, f64)> = Vec::new();
     for row in &pair.rows {
         let Some(Tap::Layer(l, LayerTap::Probs)) = row.tap.canonical() else { continue };
