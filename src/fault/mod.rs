@@ -138,6 +138,11 @@ impl Entry {
             .map(|text| FaultSpec::parse(&text).expect("the registry's grid specs parse"))
             .collect()
     }
+
+    /// The grid of a fault whose bare name is its only setting.
+    fn bare(_: &ModelConfig) -> Vec<String> {
+        vec![String::new()]
+    }
 }
 
 /// A catalog fault as parsed: the spec it came from and its typed mechanism.

@@ -4,7 +4,7 @@
 use serde_json::Value;
 
 use super::doc::{Doc, Table, Text};
-use super::{Document, Format};
+use super::document::{Document, Format};
 use crate::hef::audit::{AuditReport, CacheRow, GroupReport, LayerRow, QuantRow};
 use crate::hef::diff::{value_text, Difference};
 use crate::hef::finding::{Finding, Severity};

@@ -2,7 +2,7 @@
 //! accepted band shaded behind it: a suite's failing pair against its baseline, a figure's
 //! trend over runs. Rendered to a string, so a page can inline it and a command can write it.
 
-use super::svg::PALETTE;
+use super::svg::{framed, line, page, text, LinePanel, PALETTE};
 use plotters::prelude::*;
 
 #[derive(Debug, Clone, PartialEq)]
@@ -43,75 +43,45 @@ fn y_range(plot: &BandPlot) -> (f64, f64) {
 
 /// The plot as an SVG document.
 pub fn render(plot: &BandPlot) -> Result<String, String> {
-    let e = |x: &dyn std::fmt::Display| x.to_string();
-    let mut out = String::new();
-    {
-        let n = plot.steps.len().max(1);
-        let width = (360 + 48 * n as u32).clamp(520, 1100);
-        let root = SVGBackend::with_string(&mut out, (width, 360)).into_drawing_area();
-        root.fill(&WHITE).map_err(|x| e(&x))?;
-        let (y0, y1) = y_range(plot);
-        let mut chart = ChartBuilder::on(&root)
-            .caption(&plot.caption, ("sans-serif", 16))
-            .margin(12)
-            .x_label_area_size(36)
-            .y_label_area_size(80)
-            .build_cartesian_2d(-0.5f64..n as f64 - 0.5, y0..y1)
-            .map_err(|x| e(&x))?;
-        let steps = plot.steps.clone();
-        let step_label = move |x: &f64| {
-            let i = x.round();
-            if (x - i).abs() < 1e-6 && i >= 0.0 {
-                steps.get(i as usize).cloned().unwrap_or_default()
-            } else {
-                String::new()
-            }
-        };
-        chart
-            .configure_mesh()
-            .x_desc(plot.x_desc.as_str())
-            .y_desc(plot.y_desc.as_str())
-            .x_labels(n.min(24))
-            .x_label_formatter(&step_label)
-            .draw()
-            .map_err(|x| e(&x))?;
-        for (i, s) in plot.series.iter().enumerate() {
-            let color = PALETTE[i % PALETTE.len()];
-            if let Some((lo, hi)) = s.band.filter(|(lo, hi)| lo.is_finite() && hi.is_finite()) {
-                chart
-                    .draw_series(std::iter::once(Rectangle::new(
-                        [(-0.5, lo), (n as f64 - 0.5, hi)],
-                        color.mix(0.15).filled(),
-                    )))
-                    .map_err(|x| e(&x))?;
-                chart
-                    .draw_series(LineSeries::new(
-                        [(-0.5, hi), (n as f64 - 0.5, hi)],
-                        color.mix(0.6).stroke_width(1),
-                    ))
-                    .map_err(|x| e(&x))?;
-            }
-            let pts: Vec<(f64, f64)> =
-                s.points.iter().filter(|p| p.1.is_finite()).map(|&(x, y)| (x as f64, y)).collect();
-            chart
-                .draw_series(LineSeries::new(pts.clone(), color.stroke_width(2)))
-                .map_err(|x| e(&x))?
-                .label(s.label.clone())
-                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2)));
-            chart.draw_series(pts.iter().map(|p| Circle::new(*p, 3, color.filled()))).map_err(|x| e(&x))?;
+    let n = plot.steps.len().max(1);
+    let (x0, x1) = (-0.5, n as f64 - 0.5);
+    let (y0, y1) = y_range(plot);
+    let step_label = |x: &f64| {
+        let i = x.round();
+        if (x - i).abs() < 1e-6 && i >= 0.0 {
+            plot.steps.get(i as usize).cloned().unwrap_or_default()
+        } else {
+            String::new()
         }
-        if !plot.series.is_empty() {
-            chart
-                .configure_series_labels()
-                .position(SeriesLabelPosition::LowerLeft)
-                .background_style(WHITE.mix(0.85))
-                .border_style(BLACK)
-                .draw()
-                .map_err(|x| e(&x))?;
-        }
-        root.present().map_err(|x| e(&x))?;
-    }
-    Ok(out)
+    };
+    let axes = LinePanel {
+        caption: &plot.caption,
+        x_desc: &plot.x_desc,
+        y_desc: &plot.y_desc,
+        x: x0..x1,
+        y: y0..y1,
+        x_labels: n.min(24),
+        series: Vec::new(),
+        legend: !plot.series.is_empty(),
+    };
+    let width = (360 + 48 * n as u32).clamp(520, 1100);
+    page((width, 360), |root| {
+        framed(root, &axes, ((16, 36, 80), &step_label), |chart| {
+            for (i, s) in plot.series.iter().enumerate() {
+                let color = PALETTE[i % PALETTE.len()];
+                if let Some((lo, hi)) = s.band.filter(|(lo, hi)| lo.is_finite() && hi.is_finite()) {
+                    let strip = Rectangle::new([(x0, lo), (x1, hi)], color.mix(0.15).filled());
+                    chart.draw_series(std::iter::once(strip)).map_err(text)?;
+                    let top = LineSeries::new([(x0, hi), (x1, hi)], color.mix(0.6).stroke_width(1));
+                    chart.draw_series(top).map_err(text)?;
+                }
+                let pts: Vec<(f64, f64)> =
+                    s.points.iter().filter(|p| p.1.is_finite()).map(|&(x, y)| (x as f64, y)).collect();
+                line(chart, i, Some(&s.label), &pts)?;
+            }
+            Ok(())
+        })
+    })
 }
 
 #[cfg(test)]

@@ -15,6 +15,7 @@
 use comfy_table::{presets, Cell as ComfyCell, Color, ContentArrangement, Table as ComfyTable};
 use serde::Serialize;
 use std::fmt::Write;
+use std::path::Path;
 
 /// Schema of [`Doc::json`].
 pub const DOC_SCHEMA: &str = "hefprobe.doc/1";
@@ -460,6 +461,15 @@ fn markdown_blocks(blocks: &[Block], o: &mut String) {
             }
             Block::Blank => writeln!(o),
         };
+    }
+}
+
+/// Path of `target` relative to the folder `from` is in (for Markdown links).
+pub fn relative_to(target: &Path, from: Option<&Path>) -> String {
+    let dir = from.and_then(Path::parent).unwrap_or(Path::new(""));
+    match target.strip_prefix(dir) {
+        Ok(rel) => rel.display().to_string(),
+        Err(_) => target.display().to_string(),
     }
 }
 

@@ -30,6 +30,17 @@ crate::named_enum! {
     }
 }
 
+impl Format {
+    /// `formats`' names as a sentence lists them: `terminal, markdown or json`.
+    pub fn listed(formats: &[Format]) -> String {
+        let names: Vec<&str> = formats.iter().map(|f| f.name()).collect();
+        match names.split_last() {
+            Some((last, rest)) if !rest.is_empty() => format!("{} or {last}", rest.join(", ")),
+            _ => names.concat(),
+        }
+    }
+}
+
 impl ReportTarget {
     /// `targets`, or `format` on stdout when none was asked for.
     pub fn or(mut targets: Vec<ReportTarget>, format: Format) -> Vec<ReportTarget> {
@@ -49,9 +60,8 @@ impl ReportTarget {
         let format = match f {
             "table" => Format::Terminal,
             "md" => Format::Markdown,
-            _ => Format::from_name(f).ok_or_else(|| {
-                format!("report format `{f}`: expected terminal, markdown, json, svg, junit or html")
-            })?,
+            _ => Format::from_name(f)
+                .ok_or_else(|| format!("report format `{f}`: expected {}", Format::listed(&Format::ALL)))?,
         };
         if format == Format::Svg && p == "-" {
             return Err(
@@ -83,6 +93,8 @@ pub trait Document {
     /// Its figures are several files: `svg=r.svg` is the main one, `svg=NAME` a prefix
     /// (`NAME-layers.svg`, ...); see `report::svg::layers_path`.
     const FIGURE_PREFIX: bool = false;
+    /// JUnit XML and one HTML page: a suite's alone.
+    const SUITE_PAGES: Option<SuitePages<Self>> = None;
 
     /// Why `target` is refused: the formats [`Document::COMMAND`] writes.
     fn refusal(target: &ReportTarget) -> String {
@@ -108,16 +120,13 @@ pub trait Document {
     fn figures(&mut self, _path: &Path) -> Result<()> {
         Ok(())
     }
+}
 
-    /// JUnit XML: a suite's alone.
-    fn junit(&self) -> Result<String> {
-        Err(Error::usage(Self::refusal(&ReportTarget { format: Format::Junit, path: None })))
-    }
-
-    /// One HTML page: a suite's alone.
-    fn html(&self) -> Result<String> {
-        Err(Error::usage(Self::refusal(&ReportTarget { format: Format::Html, path: None })))
-    }
+/// The pages only a suite writes (`hefprobe suite` and `merge`): its renderers, in `suite/`
+/// above this layer.
+pub struct SuitePages<D: ?Sized> {
+    pub junit: fn(&D) -> String,
+    pub html: fn(&D) -> Result<String>,
 }
 
 /// Refuse, before anything runs, a format `D` is not written in, and a second report on stdout
@@ -168,8 +177,15 @@ pub fn render<D: Document>(d: &D, target: &ReportTarget, color: bool) -> Result<
         }
         Format::Markdown => d.markdown(to).markdown(),
         Format::Json => d.json(),
-        Format::Junit => d.junit()?,
-        Format::Html => d.html()?,
+        Format::Junit | Format::Html => {
+            let refused = || Error::usage(D::refusal(&ReportTarget { format: target.format, path: None }));
+            let pages = D::SUITE_PAGES.ok_or_else(refused)?;
+            if target.format == Format::Junit {
+                (pages.junit)(d)
+            } else {
+                (pages.html)(d)?
+            }
+        }
         Format::Svg => {
             return Err(Error::usage(format!("{}: figures are written, not printed", target.flag())))
         }
@@ -201,4 +217,39 @@ pub fn deliver<D: Document>(d: &mut D, targets: &[ReportTarget]) -> Result<()> {
     use std::io::IsTerminal;
     crate::out!("{}", write(d, targets, std::io::stdout().is_terminal())?);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Plain;
+    impl Document for Plain {
+        const COMMAND: &'static str = "plain";
+        const FORMATS: &'static [Format] = &[Format::Terminal];
+        fn doc(&self, _to: Option<&Path>) -> Doc {
+            Doc::new()
+        }
+    }
+
+    #[test]
+    fn junit_and_html_are_refused_without_suite_pages() {
+        let to = |format| ReportTarget { format, path: Some(PathBuf::from("x")) };
+        let refused = render(&Plain, &to(Format::Junit), false).unwrap_err().to_string();
+        assert!(refused.contains("--report junit: `plain` writes terminal"), "{refused}");
+        assert!(render(&Plain, &to(Format::Html), false).unwrap_err().to_string().contains("--report html:"));
+    }
+
+    #[test]
+    fn format_lists_are_made_from_the_formats() {
+        let unknown = ReportTarget::parse("pdf").unwrap_err();
+        assert_eq!(unknown, "report format `pdf`: expected terminal, markdown, json, svg, junit or html");
+        let run = crate::report::Report::refusal(&ReportTarget { format: Format::Junit, path: None });
+        assert_eq!(
+            run,
+            "--report junit: JUnit and HTML reports are written by `hefprobe suite` and `hefprobe merge`; \
+             a single run writes terminal, markdown, json or svg"
+        );
+        assert_eq!(Format::listed(&[Format::Json]), "json");
+    }
 }

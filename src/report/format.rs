@@ -178,28 +178,6 @@ pub fn lens_sentence(rows: &[crate::compare::lens::LensRow]) -> String {
     )
 }
 
-/// Where `candidate` is judged on its excess over its expected quantization: the logits cosine
-/// of each with the reference, at the worst phase.
-pub fn expected_sentence(report: &super::Report, candidate: &str) -> Option<String> {
-    let expected = report.expected_of(candidate)?;
-    let judged = report
-        .comparisons
-        .iter()
-        .find(|p| p.candidate == candidate && p.view == crate::compare::View::Cumulative)?;
-    let logits = |p: &crate::compare::PairComparison| {
-        p.rows
-            .iter()
-            .filter(|r| r.tap.is(crate::tap::Tap::Logits))
-            .filter_map(|r| r.cosine())
-            .min_by(f64::total_cmp)
-    };
-    Some(format!(
-        "judged on the excess over its expected quantization: logits cosine {} for the expected quantization, {} for {candidate}",
-        cos(logits(expected)),
-        cos(logits(judged))
-    ))
-}
-
 /// "logits" or "63 taps: embed … logits".
 pub fn taps_summary(taps: &[crate::tap::TapName]) -> String {
     match taps {

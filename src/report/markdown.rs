@@ -1,10 +1,12 @@
 //! Markdown, ready to paste into a findings page: the question, the exact command that
 //! reproduces the result, versions, checkpoint hash, the tables and the located drift.
 
-use super::doc::{Cell, Doc, Table, Text};
-use super::format::{blame_sentence, expected_sentence, lens_sentence, phase_span, taps_summary};
-use super::{compact, relative_to, tables, worst_per_tap, ExplainReport, Report};
+use super::doc::{relative_to, Cell, Doc, Table, Text};
+use super::format::{blame_sentence, lens_sentence, phase_span, taps_summary};
+use super::run::{compact, worst_per_tap, Report};
+use super::tables;
 use crate::compare::PairComparison;
+use crate::explain::ExplainReport;
 use std::path::Path;
 
 /// `path` is where the Markdown goes, so plot links are relative to it.
@@ -113,7 +115,7 @@ fn pair_section(report: &Report, i: usize, pair: &PairComparison, d: &mut Doc) {
     if let Some((_, layers)) = report.blame.iter().find(|(c, _)| *c == pair.candidate) {
         d.fact(blame_sentence(layers));
     }
-    if let Some(s) = expected_sentence(report, &pair.candidate) {
+    if let Some(s) = report.expected_sentence(&pair.candidate) {
         d.fact(s);
     }
     let beside = report.beside(&pair.candidate);

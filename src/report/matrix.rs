@@ -1,8 +1,8 @@
 //! The fault-localization matrix (`hefprobe faults --matrix`) as a document.
 
 use super::doc::{Cell, Doc, Table, Text};
+use super::document::{Document, Format};
 use super::format::cos;
-use super::{Document, Format};
 use crate::explain::matrix::MatrixRow;
 
 /// What `hefprobe faults` writes: the catalog, or the matrix and whether a fault was not located

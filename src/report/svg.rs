@@ -1,10 +1,11 @@
 //! SVG plots (plotters): cosine and SQNR per layer (one line per backend and view), and a
 //! layer × head heatmap of attention-probs cosine.
 
-use super::Report;
-use crate::compare::{PairComparison, View};
+use super::run::Report;
+use crate::compare::{PairComparison, TapRow, View};
 use crate::error::{Error, Result};
 use crate::tap::{LayerTap, Tap};
+use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
 use std::path::{Path, PathBuf};
 
@@ -19,11 +20,7 @@ pub(super) const PALETTE: [RGBColor; 6] = [
 ];
 
 /// Worst (lowest) value over phases of `f(row)` for `layers.I.<tap>`, per layer.
-fn per_layer(
-    pair: &PairComparison,
-    tap: LayerTap,
-    f: impl Fn(&crate::compare::TapRow) -> Option<f64>,
-) -> Vec<(usize, f64)> {
+fn per_layer(pair: &PairComparison, tap: LayerTap, f: impl Fn(&TapRow) -> Option<f64>) -> Vec<(usize, f64)> {
     let mut out: Vec<(usize, f64)> = Vec::new();
     for row in &pair.rows {
         let Some(Tap::Layer(l, t)) = row.tap.canonical() else { continue };
@@ -88,8 +85,7 @@ pub fn render(report: &Report, prefix: &Path) -> Result<Vec<(PathBuf, String)>> 
             .map(|c| if c.is_alphanumeric() || c == '-' { c } else { '_' })
             .collect();
         let path: PathBuf = prefix.with_file_name(format!("{name}-heads-{safe}.svg"));
-        let mut svg = String::new();
-        if heads_plot(pair, &mut svg).map_err(err(&path))? {
+        if let Some(svg) = heads_plot(pair).map_err(err(&path))? {
             out.push((path, svg));
         }
     }
@@ -111,60 +107,77 @@ pub struct LinePanel<'a> {
 }
 
 /// `panels` in one SVG of `size`: one fills it, two share it, top and bottom.
-pub fn line_plot(size: (u32, u32), panels: &[LinePanel]) -> std::result::Result<String, String> {
+pub fn line_plot(size: (u32, u32), panels: &[LinePanel]) -> Drawn<String> {
+    let draw = |area: &Area, p: &LinePanel| {
+        framed(area, p, ((18, 32, 70), &int_label), |chart| {
+            let mut series = p.series.iter().enumerate();
+            series.try_for_each(|(i, (name, pts))| line(chart, i, (!name.is_empty()).then_some(name), pts))
+        })
+    };
+    page(size, |root| {
+        if let [top, bottom] = panels {
+            let (a, b) = root.split_vertically(size.1 / 2);
+            draw(&a, top)?;
+            draw(&b, bottom)
+        } else {
+            panels.iter().try_for_each(|p| draw(root, p))
+        }
+    })
+}
+
+/// A drawing, or what plotters said went wrong.
+pub(super) type Drawn<T = ()> = std::result::Result<T, String>;
+type Area<'a> = DrawingArea<SVGBackend<'a>, plotters::coord::Shift>;
+pub(super) type Chart<'a, 'b> = ChartContext<'a, SVGBackend<'b>, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
+/// A frame's caption font size, its label areas' below the x axis and left of the y axis, and
+/// how its x ticks read.
+pub(super) type Look<'a> = ((u32, u32, u32), &'a dyn Fn(&f64) -> String);
+
+pub(super) fn text(x: impl std::fmt::Display) -> String {
+    x.to_string()
+}
+
+fn int_label(x: &f64) -> String {
+    format!("{}", x.round() as i64)
+}
+
+/// One SVG of `size`: a white page that `draw` draws on.
+pub(super) fn page(size: (u32, u32), draw: impl FnOnce(&Area) -> Drawn) -> Drawn<String> {
     let mut svg = String::new();
     {
         let root = SVGBackend::with_string(&mut svg, size).into_drawing_area();
-        root.fill(&WHITE).map_err(|x| x.to_string())?;
-        if let [top, bottom] = panels {
-            let (a, b) = root.split_vertically(size.1 / 2);
-            draw_lines(&a, top)?;
-            draw_lines(&b, bottom)?;
-        } else {
-            for p in panels {
-                draw_lines(&root, p)?;
-            }
-        }
-        root.present().map_err(|x| x.to_string())?;
+        root.fill(&WHITE).map_err(text)?;
+        draw(&root)?;
+        root.present().map_err(text)?;
     }
     Ok(svg)
 }
 
-/// Draw `panel` into `area`.
-fn draw_lines<DB: DrawingBackend>(
-    area: &DrawingArea<DB, plotters::coord::Shift>,
+/// The frame every hefprobe line plot is drawn in (here and in band.rs): `panel`'s caption, its
+/// axes over x × y with their descriptions and ticks, the series `series` draws (not the
+/// panel's own), and the legend if it has one.
+pub(super) fn framed(
+    area: &Area,
     panel: &LinePanel,
-) -> std::result::Result<(), String>
-where
-    DB::ErrorType: 'static,
-{
-    let e = |x: &dyn std::fmt::Display| x.to_string();
+    ((caption, below, left), x_label): Look,
+    series: impl FnOnce(&mut Chart) -> Drawn,
+) -> Drawn {
     let mut chart = ChartBuilder::on(area)
-        .caption(panel.caption, ("sans-serif", 18))
+        .caption(panel.caption, ("sans-serif", caption))
         .margin(12)
-        .x_label_area_size(32)
-        .y_label_area_size(70)
+        .x_label_area_size(below)
+        .y_label_area_size(left)
         .build_cartesian_2d(panel.x.clone(), panel.y.clone())
-        .map_err(|x| e(&x))?;
-    let int_label = |x: &f64| format!("{}", x.round() as i64);
+        .map_err(text)?;
     chart
         .configure_mesh()
         .x_desc(panel.x_desc)
         .y_desc(panel.y_desc)
         .x_labels(panel.x_labels)
-        .x_label_formatter(&int_label)
+        .x_label_formatter(x_label)
         .draw()
-        .map_err(|x| e(&x))?;
-    for (i, (name, pts)) in panel.series.iter().enumerate() {
-        let color = PALETTE[i % PALETTE.len()];
-        let line =
-            chart.draw_series(LineSeries::new(pts.clone(), color.stroke_width(2))).map_err(|x| e(&x))?;
-        if !name.is_empty() {
-            line.label(name.clone())
-                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2)));
-        }
-        chart.draw_series(pts.iter().map(|p| Circle::new(*p, 3, color.filled()))).map_err(|x| e(&x))?;
-    }
+        .map_err(text)?;
+    series(&mut chart)?;
     if panel.legend {
         chart
             .configure_series_labels()
@@ -172,12 +185,26 @@ where
             .background_style(WHITE.mix(0.85))
             .border_style(BLACK)
             .draw()
-            .map_err(|x| e(&x))?;
+            .map_err(text)?;
     }
     Ok(())
 }
 
-fn layers_plot(report: &Report) -> std::result::Result<Option<String>, String> {
+/// Series `i` of a plot in its palette colour: the line through `pts`, its legend entry when it
+/// has a `label`, a dot at each point.
+pub(super) fn line(chart: &mut Chart, i: usize, label: Option<&String>, pts: &[(f64, f64)]) -> Drawn {
+    let color = PALETTE[i % PALETTE.len()];
+    let drawn = chart.draw_series(LineSeries::new(pts.to_vec(), color.stroke_width(2))).map_err(text)?;
+    if let Some(label) = label {
+        drawn
+            .label(label.clone())
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2)));
+    }
+    chart.draw_series(pts.iter().map(|p| Circle::new(*p, 3, color.filled()))).map_err(text)?;
+    Ok(())
+}
+
+fn layers_plot(report: &Report) -> Drawn<Option<String>> {
     let points = |v: Vec<(usize, f64)>| -> Vec<(f64, f64)> {
         v.into_iter().filter(|(_, y)| y.is_finite()).map(|(l, y)| (l as f64, y)).collect()
     };
@@ -241,7 +268,7 @@ fn heat(c: f64, lo: f64) -> RGBColor {
     RGBColor(lerp(120, 255), lerp(0, 245), lerp(20, 200))
 }
 
-fn heads_plot(pair: &PairComparison, svg: &mut String) -> std::result::Result<bool, String> {
+fn heads_plot(pair: &PairComparison) -> Drawn<Option<String>> {
     let mut cells: Vec<(usize, usize, f64)> = Vec::new();
     for row in &pair.rows {
         let Some(Tap::Layer(l, LayerTap::Probs)) = row.tap.canonical() else { continue };
@@ -253,41 +280,39 @@ fn heads_plot(pair: &PairComparison, svg: &mut String) -> std::result::Result<bo
         }
     }
     if cells.is_empty() {
-        return Ok(false);
+        return Ok(None);
     }
     let layers = cells.iter().map(|c| c.0).max().unwrap_or(0) + 1;
     let heads = cells.iter().map(|c| c.1).max().unwrap_or(0) + 1;
     let lo = cells.iter().map(|c| c.2).fold(1.0f64, f64::min).min(0.999);
-    let e = |x: &dyn std::fmt::Display| x.to_string();
-    let root = SVGBackend::with_string(svg, (360.max(120 + 40 * heads as u32), 110 + 26 * layers as u32))
-        .into_drawing_area();
-    root.fill(&WHITE).map_err(|x| e(&x))?;
     let caption = format!("attn.probs cosine, {} (worst phase): dark {lo:.3}, light 1", label(pair));
-    let mut chart = ChartBuilder::on(&root)
-        .caption(caption, ("sans-serif", 13))
-        .margin(10)
-        .x_label_area_size(28)
-        .y_label_area_size(50)
-        .build_cartesian_2d(-0.5f64..heads as f64 - 0.5, -0.5f64..layers as f64 - 0.5)
-        .map_err(|x| e(&x))?;
-    let int_label = |x: &f64| format!("{}", x.round() as i64);
-    chart
-        .configure_mesh()
-        .disable_mesh()
-        .x_desc("head")
-        .y_desc("layer")
-        .x_labels(heads)
-        .y_labels(layers)
-        .x_label_formatter(&int_label)
-        .y_label_formatter(&int_label)
-        .draw()
-        .map_err(|x| e(&x))?;
-    chart
-        .draw_series(cells.iter().map(|&(l, h, c)| {
-            let (x, y) = (h as f64, l as f64);
-            Rectangle::new([(x - 0.5, y - 0.5), (x + 0.5, y + 0.5)], heat(c, lo).filled())
-        }))
-        .map_err(|x| e(&x))?;
-    root.present().map_err(|x| e(&x))?;
-    Ok(true)
+    let size = (360.max(120 + 40 * heads as u32), 110 + 26 * layers as u32);
+    page(size, |root| {
+        let mut chart = ChartBuilder::on(root)
+            .caption(caption, ("sans-serif", 13))
+            .margin(10)
+            .x_label_area_size(28)
+            .y_label_area_size(50)
+            .build_cartesian_2d(-0.5f64..heads as f64 - 0.5, -0.5f64..layers as f64 - 0.5)
+            .map_err(text)?;
+        chart
+            .configure_mesh()
+            .disable_mesh()
+            .x_desc("head")
+            .y_desc("layer")
+            .x_labels(heads)
+            .y_labels(layers)
+            .x_label_formatter(&int_label)
+            .y_label_formatter(&int_label)
+            .draw()
+            .map_err(text)?;
+        chart
+            .draw_series(cells.iter().map(|&(l, h, c)| {
+                let (x, y) = (h as f64, l as f64);
+                Rectangle::new([(x - 0.5, y - 0.5), (x + 0.5, y + 0.5)], heat(c, lo).filled())
+            }))
+            .map_err(text)?;
+        Ok(())
+    })
+    .map(Some)
 }

@@ -4,8 +4,8 @@
 
 use super::doc::{Cell, Table, Text, Tone};
 use super::format::{cos, num, pct, row_cos, row_sqnr, sci, verdict};
-use super::{AttributionRow, ExplainRow};
 use crate::compare::{PairComparison, TapRow};
+use crate::explain::{AttributionRow, ExplainRow};
 use crate::tap::Phase;
 
 /// A name as code, unless it is the "-" of a missing one.

@@ -2,8 +2,10 @@
 //! phase), then one row per phase. Colour only on a terminal.
 
 use super::doc::Doc;
-use super::format::{blame_sentence, expected_sentence, lens_sentence, phase_span, taps_summary};
-use super::{compact, tables, worst_per_tap, ExplainReport, Report};
+use super::format::{blame_sentence, lens_sentence, phase_span, taps_summary};
+use super::run::{compact, worst_per_tap, Report};
+use super::tables;
+use crate::explain::ExplainReport;
 
 /// Ranked faults shown on a terminal (the rest are in Markdown and JSON).
 const EXPLAIN_ROWS: usize = 10;
@@ -23,7 +25,7 @@ pub fn doc(report: &Report) -> Doc {
         if let Some((_, layers)) = report.blame.iter().find(|(c, _)| *c == pair.candidate) {
             d.line(blame_sentence(layers));
         }
-        if let Some(s) = expected_sentence(report, &pair.candidate) {
+        if let Some(s) = report.expected_sentence(&pair.candidate) {
             d.line(s);
         }
         let all = worst_per_tap(pair);

@@ -31,7 +31,7 @@ pub mod summary;
 
 use crate::error::Result;
 use crate::report::doc::Doc;
-use crate::report::{Document, Format, ReportTarget};
+use crate::report::{Document, Format, ReportTarget, SuitePages};
 use result::SuiteResult;
 use std::path::Path;
 
@@ -44,6 +44,8 @@ impl Document for SuiteResult {
     const COMMAND: &'static str = "suite";
     const FORMATS: &'static [Format] =
         &[Format::Terminal, Format::Markdown, Format::Json, Format::Junit, Format::Html];
+    const SUITE_PAGES: Option<SuitePages<Self>> =
+        Some(SuitePages { junit: junit::render, html: html::render });
 
     /// Only SVG is refused: a suite's plots are in its HTML.
     fn refusal(_: &ReportTarget) -> String {
@@ -56,13 +58,5 @@ impl Document for SuiteResult {
 
     fn json(&self) -> String {
         self.to_json()
-    }
-
-    fn junit(&self) -> Result<String> {
-        Ok(junit::render(self))
-    }
-
-    fn html(&self) -> Result<String> {
-        html::render(self)
     }
 }

@@ -1,6 +1,5 @@
 //! Faults of the attention probabilities: the softmax's grouping and the mask's broadcast.
 
-use super::bare;
 use crate::error::Result;
 use crate::fault::spec::FaultSpec;
 use crate::fault::{parse_boxed, Entry, Mechanism, OnDevice, Proof, Run};
@@ -25,7 +24,7 @@ impl Mechanism for SharedSoftmax {
         on_output: false,
         device: OnDevice::Frames,
         proof: Proof::Matrix(&[("shared-softmax@layers=1", "prefill/layers.1.attn.probs")]),
-        grid: |cfg| if cfg.num_heads > 1 { bare(cfg) } else { Vec::new() },
+        grid: |cfg| if cfg.num_heads > 1 { Entry::bare(cfg) } else { Vec::new() },
         parse: parse_boxed::<Self>,
     };
 
@@ -75,7 +74,7 @@ impl Mechanism for MaskRepeat {
         on_output: false,
         device: OnDevice::Frames,
         proof: Proof::Matrix(&[("mask-repeat@layers=1", "prefill/layers.1.attn.scores")]),
-        grid: |cfg| if cfg.num_heads > 1 { bare(cfg) } else { Vec::new() },
+        grid: |cfg| if cfg.num_heads > 1 { Entry::bare(cfg) } else { Vec::new() },
         parse: parse_boxed::<Self>,
     };
 

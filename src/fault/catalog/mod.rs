@@ -140,10 +140,5 @@ pub fn first_block(spec: &FaultSpec, cfg: &ModelConfig) -> usize {
     }
 }
 
-/// A grid entry for faults whose bare name is their only setting.
-fn bare(_: &ModelConfig) -> Vec<String> {
-    vec![String::new()]
-}
-
 #[cfg(test)]
 mod tests;

@@ -1,6 +1,5 @@
 //! Faults of the output: which tensor, which position, and how the logits are quantized.
 
-use super::bare;
 use crate::error::Result;
 use crate::fault::spec::FaultSpec;
 use crate::fault::{parse_boxed, Entry, Mechanism, OnDevice, Proof, Run};
@@ -24,7 +23,7 @@ impl Mechanism for NoLmHead {
         on_output: true,
         device: OnDevice::Graph,
         proof: Proof::Matrix(&[("no-lm-head", "prefill/logits")]),
-        grid: bare,
+        grid: Entry::bare,
         parse: parse_boxed::<Self>,
     };
 
@@ -65,7 +64,7 @@ impl Mechanism for FirstSlot {
         on_output: true,
         device: OnDevice::Frames,
         proof: Proof::Matrix(&[("first-slot-output", "prefill/logits")]),
-        grid: bare,
+        grid: Entry::bare,
         parse: parse_boxed::<Self>,
     };
 
