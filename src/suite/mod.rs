@@ -29,7 +29,6 @@ pub mod shard;
 pub mod spec;
 pub mod summary;
 
-use crate::error::Result;
 use crate::report::doc::Doc;
 use crate::report::{Document, Format, ReportTarget, SuitePages};
 use result::SuiteResult;
