@@ -7,7 +7,7 @@
 //! threads (scripts/bench-hf.py), so every ratio comes from one run on one machine.
 
 use super::limits::{self, Limits};
-use super::{median, peak_rss_mib, Settings};
+use super::measure::{self, median, peak_rss_mib, Settings};
 use crate::capture::{NoTaps, NpzSink, TapSink};
 use crate::error::{Error, Result};
 use crate::model::config::ModelConfig;
@@ -79,7 +79,7 @@ pub fn run(a: &Settings) -> Result<ExitCode> {
     // The limits are measured before every shape and once more at the end, and the best of
     // each is used: a neighbour's memory traffic moved the read bandwidth by ±30% between
     // measurements minutes apart, and a limit measured in a busy moment is no limit.
-    super::warn_emulated();
+    measure::warn_emulated();
     crate::errln!("measuring the machine's limits ...");
     let mut lim = limits::measure(main);
     let mut rows = Vec::new();
@@ -132,8 +132,8 @@ impl Timer<'_> {
     ) -> Result<(f64, f64)> {
         let (shape, reps) = (self.shape, self.reps);
         kernels::set_threads(threads);
-        let dir = super::tempfile_dir()?;
-        super::measure(model, self.warm, 1, &mut NoTaps)?;
+        let dir = measure::tempfile_dir()?;
+        measure::measure(model, self.warm, 1, &mut NoTaps)?;
         let (mut p, mut d) = (Vec::new(), Vec::new());
         for r in 0..reps {
             crate::err!("\r{shape}: {label}, {threads} thread(s), rep {}/{reps}   ", r + 1);
@@ -144,7 +144,7 @@ impl Timer<'_> {
                 Some(s) => s,
                 None => &mut none,
             };
-            let f = super::measure(model, prompt, decode, sink)?;
+            let f = measure::measure(model, prompt, decode, sink)?;
             if let Some(s) = npz.as_mut() {
                 s.finish()?;
             }
