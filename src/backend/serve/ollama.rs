@@ -17,7 +17,7 @@
 //! penalty (1.0 is strong): judge it with `api=openai` on its `/v1/completions`.
 
 use super::http::{self, Endpoint, Limits};
-use super::{json_object, max_body, Finish, Generation, Prompt, Server, TokenInfo, SEED};
+use super::server::{json_object, max_body, Finish, Generation, Prompt, Server, TokenInfo, SEED};
 use crate::error::{Error, Result};
 use serde_json::{json, Value};
 use std::time::Duration;
@@ -137,7 +137,7 @@ impl Server for Ollama {
                 self.ep.url(),
                 x.status,
                 if x.content_type.is_empty() { "no content type" } else { &x.content_type },
-                super::excerpt(&rest[..n])
+                super::server::excerpt(&rest[..n])
             )));
         }
         let mut stream = Stream { tokens: Vec::new(), done: None, line: 0, max_tokens, error: None };
