@@ -7,10 +7,12 @@
 //!
 //! `ring`: the cache ring; `model`: a configured group (frames, outputs, sim-h10's RPC rules).
 
+mod core;
 mod model;
 mod ring;
 mod trim;
 
+use self::core::{Core, Faults, Noise};
 use super::synth_hef::{sim_spec, Mistake, SimSpec, MAX_CALIBRATION_PROMPTS, MAX_CALIBRATION_TOKENS};
 use super::{configured_streams, ConfiguredModel, Device, DeviceFacts, SimProfile};
 use crate::error::{Error, Result};
@@ -26,38 +28,6 @@ use std::cell::RefCell;
 use std::path::Path;
 use std::rc::Rc;
 use std::sync::Arc;
-
-/// Faults whose hooks go ahead of the device's own (explain's instrument).
-type Faults = Vec<Box<dyn Fault>>;
-
-type Noise = Option<(rand_chacha::ChaCha8Rng, rand_distr::Normal<f32>)>;
-
-struct Core {
-    model: Decoder,
-    faults: Vec<Box<dyn Fault>>,
-    /// The tbt group's own model and extra faults, when the HEF plants some there
-    /// (`SimSpec::tbt_faults`): a tbt graph compiled otherwise than prefill.
-    tbt: Option<(Decoder, Faults)>,
-    /// The last base-scope frame's real rows and its step, to tell a conversation's next step
-    /// (the same rows and one more) from a new conversation.
-    base_run: Option<(Vec<u8>, usize)>,
-    ring: Ring,
-    tbt_steps: usize,
-    spec: SimSpec,
-    profile: SimProfile,
-    /// sim-h10: the first failed run, after which every call on the configured models fails
-    /// (one server-side shutdown takes both groups' rings with it in this model).
-    poisoned: Option<String>,
-    /// The planted noise's stream (SimSpec::noise), continued across runs.
-    noise: Noise,
-    /// The taps the graph also outputs (SimSpec::expose).
-    exposed: Vec<Tap>,
-    /// The blocks the graph runs, first and last (SimSpec::layers).
-    layers: (usize, usize),
-    /// Leave out the frame rows nothing reads where every bit of the rest stays (`trim`):
-    /// explain's emulations, with its shortcuts on.
-    trim: bool,
-}
 
 pub struct SimDevice {
     /// Shared with the backend that drives it, and with explain's emulations of it.

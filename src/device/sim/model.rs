@@ -3,9 +3,9 @@
 //! the emulator over the ring, returns float32 outputs through the HEF's output quant infos,
 //! and keeps sim-h10's RPC rules.
 
+use super::core::Core;
 use super::ring::RingStep;
 use super::trim::Plan;
-use super::Core;
 use crate::capture::MemorySink;
 use crate::device::exposed::Layout;
 use crate::device::synth_hef::Mistake;
