@@ -11,7 +11,7 @@
 //! would run a different model from the one llama.cpp runs, and hefprobe will not pick one
 //! silently (finding 5). Keys it cannot classify are refused too, for the same reason.
 
-use super::GgufFile;
+use super::file::GgufFile;
 use crate::error::{Error, Result};
 use crate::model::config::{Arch, ModelConfig};
 use serde_json::{Map, Value};

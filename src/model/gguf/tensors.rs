@@ -10,7 +10,7 @@
 //! `general.architecture`, and only "llama" has this one: qwen2 and qwen3 files are written in
 //! HF's layout (llama.cpp runs them with NEOX-style RoPE) and are read unchanged.
 
-use super::GgufFile;
+use super::file::GgufFile;
 use crate::error::{Error, Result};
 use crate::model::config::ModelConfig;
 use candle_core::Tensor;

@@ -3,6 +3,7 @@
 //! back: the loader must return the checkpoint it started from.
 
 use super::*;
+use std::path::PathBuf;
 use crate::model::config::Arch;
 use crate::model::synth::SynthSpec;
 use candle_core::quantized::gguf_file::Value;

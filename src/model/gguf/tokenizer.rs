@@ -23,7 +23,7 @@
 //! new id past the vocabulary when the file has no such token; hefprobe leaves it out (no
 //! embedding row exists for it).
 
-use super::GgufFile;
+use super::file::GgufFile;
 use crate::error::{Error, Result};
 use serde_json::{json, Map, Value};
 use std::path::Path;
