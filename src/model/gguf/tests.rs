@@ -3,12 +3,12 @@
 //! back: the loader must return the checkpoint it started from.
 
 use super::*;
-use std::path::PathBuf;
 use crate::model::config::Arch;
 use crate::model::synth::SynthSpec;
 use candle_core::quantized::gguf_file::Value;
 use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::Tensor;
+use std::path::PathBuf;
 
 fn synth(arch: Arch) -> Checkpoint {
     let mut s = SynthSpec::preset("tinystories", 3).unwrap();
