@@ -483,7 +483,7 @@ impl Bound {
         Ok(Bound { text: spec.to_string(), metric, value, glob })
     }
 
-    /// Bounds as text (the command line's words), for a bundle's record.
+    /// Each of `specs` read ([`Bound::parse`]), the first bad one refused.
     pub fn parse_all(specs: &[String]) -> Result<Vec<Bound>> {
         specs.iter().map(|s| Bound::parse(s)).collect()
     }
@@ -559,7 +559,8 @@ impl Thresholds {
         }
     }
 
-    /// [`Bound::parse`], then [`Thresholds::add`].
+    /// [`Bound::parse`], then [`Thresholds::add`] (the tests' shorthand).
+    #[cfg(test)]
     pub fn add_cli(&mut self, spec: &str) -> Result<()> {
         self.add(&Bound::parse(spec)?);
         Ok(())
