@@ -776,3 +776,25 @@ fn the_cache_free_tbt_control_tells_the_cache_from_the_tbt_graph_on_sim_h10() {
     assert!(v.contains("the tbt graph itself"), "{v}");
     assert_eq!(d, false);
 }
+
+/// A bundle records the probe file that ran, absolute: one named by a relative path verifies
+/// from another folder, and one named by its catalog name (`shared-softmax`) verifies too (the
+/// report's `file` is the same in the bundle and in the replay).
+#[test]
+fn a_bundle_of_a_relative_or_catalog_named_probe_verifies_the_same() {
+    let t = tempfile::tempdir().unwrap();
+    let w = t.path().join("w");
+    std::fs::create_dir_all(w.join("probes")).unwrap();
+    std::fs::copy(shared_softmax_probe(), w.join("probes/s.toml")).unwrap();
+    for (cwd, probe, bundle) in [(&w, "probes/s.toml", "../rel"), (&w, "shared-softmax", "../named")] {
+        hefprobe().current_dir(cwd).args(["run", probe, "--no-explain", "--bundle", bundle]).assert().code(1);
+    }
+    for (cwd, bundle) in [(t.path(), "rel"), (&w, "../rel"), (t.path(), "named")] {
+        hefprobe()
+            .current_dir(cwd)
+            .args(["verify", bundle])
+            .assert()
+            .code(0)
+            .stdout(predicate::str::contains("all same: "));
+    }
+}

@@ -4,7 +4,7 @@ use super::run::request;
 use super::Command;
 use crate::error::Result;
 use crate::probe::bundle::Manifest;
-use crate::probe::record::{Record, SweepRecord};
+use crate::probe::record::{ends_in, Record, RunRecord, SweepRecord};
 use crate::probe::verify::{command_asks, Check, Verdict};
 use crate::report::{deliver, ReportTarget};
 use crate::request::verify::Verify;
@@ -31,15 +31,29 @@ pub fn run(a: VerifyArgs) -> Result<ExitCode> {
 }
 
 /// A bundle's command line read back as this command line reads it, and checked against what
-/// the bundle replays ([`crate::probe::verify::command_asks`]): its paths as typed.
+/// the bundle replays ([`crate::probe::verify::command_asks`]): its paths as typed, a probe
+/// named by its catalog name as the file that name finds here.
 fn recorded_command(m: &Manifest) -> Check {
+    let recorded = match &m.asked {
+        Record::Run(r) => Some(&r.probe),
+        Record::Sweep(s) => Some(&s.probe),
+        Record::Suite(_) => None,
+    };
+    let located = |p: PathBuf| match recorded {
+        Some(r) if !ends_in(r, &p) => crate::probe::catalog::locate(&p).unwrap_or(p),
+        _ => p,
+    };
     let typed = match super::Cli::try_parse_from(unquote(&m.command)).map(|c| c.command) {
-        Ok(Command::Run(a)) => (a.bundle.clone(), request(a).map(|r| Record::Run(r.record))),
+        Ok(Command::Run(a)) => (
+            a.bundle.clone(),
+            request(a).map(|r| Record::Run(RunRecord { probe: located(r.record.probe.clone()), ..r.record })),
+        ),
         Ok(Command::Suite(a)) => {
             (a.bundle.clone(), super::suite::request(a).map(|r| Record::Suite(r.record())))
         }
         Ok(Command::Sweep(a)) => {
-            (a.bundle, Ok(Record::Sweep(SweepRecord { probe: a.probe, checkpoint: a.checkpoint.to_ref() })))
+            let probe = located(a.probe);
+            (a.bundle, Ok(Record::Sweep(SweepRecord { probe, checkpoint: a.checkpoint.to_ref() })))
         }
         _ => (None, Err(crate::error::Error::usage("not a bundle's"))),
     };

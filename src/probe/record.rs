@@ -175,7 +175,7 @@ impl Record {
 }
 
 /// A recorded absolute path that ends in the typed one (`./` left out of it), or the same.
-fn ends_in(recorded: &Path, typed: &Path) -> bool {
+pub fn ends_in(recorded: &Path, typed: &Path) -> bool {
     let tail: PathBuf = typed.components().filter(|c| *c != std::path::Component::CurDir).collect();
     recorded == typed || (recorded.is_absolute() && !tail.as_os_str().is_empty() && recorded.ends_with(&tail))
 }

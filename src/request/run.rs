@@ -38,7 +38,10 @@ impl Request for Run {
 
     fn plan(&self) -> Result<(Probe, RunOptions)> {
         let r = &self.record;
-        let probe = crate::probe::catalog::open(&r.probe)?;
+        let at = crate::probe::catalog::locate(&r.probe)?;
+        // A bundled run reads the probe where the bundle records it (absolute), as its replay does.
+        let at = if self.bundle.is_some() { std::path::absolute(&at).unwrap_or(at) } else { at };
+        let probe = Probe::load(&at)?;
         let mut outs = Outputs::new();
         crate::probe::prepare::register_inputs(&probe, r.checkpoint.as_ref(), &r.backends, &mut outs)?;
         crate::report::register::<Report>(&self.reports, &mut outs)?;
@@ -66,7 +69,8 @@ impl Request for Run {
 
     fn execute(&self, (probe, opts): (Probe, RunOptions)) -> Result<ProbeRun> {
         let Some((dir, cap)) = &self.bundle else { return run_probe(&probe, &opts) };
-        let asked = self.record.clone().absolute();
+        // The probe file that ran (a catalog name is recorded as the file it named).
+        let asked = RunRecord { probe: probe.path.clone(), ..self.record.clone() }.absolute();
         crate::probe::bundle::write((&probe, &asked), &self.command, dir, *cap)
     }
 }

@@ -46,7 +46,7 @@ impl Request for Sweep {
         if let Some(dir) = &self.bundle {
             let md = doc(&swept.probe, &swept.points, &self.command, None).markdown();
             crate::probe::bundle::write_sweep(
-                &self.record.clone().absolute(),
+                &SweepRecord { probe: swept.probe.path.clone(), ..self.record.clone() }.absolute(),
                 &self.command,
                 &swept.json(),
                 &md,
