@@ -549,17 +549,35 @@ const TANGLED: &str = "backend backend/hef cli compare device/hailo \
 fn no_import_circle_anywhere() {
     let modules = modules();
     let name = |m: &[String]| if m.is_empty() { "lib".to_string() } else { m.join("/") };
-    let resolve = |path: &[String]| {
+    let children_of = |me: &Vec<String>| -> Vec<String> {
+        modules.keys().filter(|m| m.len() == me.len() + 1 && m.starts_with(me)).map(|m| m[me.len()].clone()).collect()
+    };
+    let module_of = |path: &[String]| {
         (1..=path.len()).rev().map(|n| path[..n].to_vec()).find(|p| modules.contains_key(p))
+    };
+    // What each module re-exports from its own children, by name: `crate::a::X` names the
+    // child that defines `X`, not `a` (a circle through a re-export is still a circle).
+    let mut reexported_names: BTreeMap<Vec<String>, BTreeMap<String, Vec<String>>> = BTreeMap::new();
+    for (me, code) in &modules {
+        let (_, reexports) = split_reexports(code);
+        for path in named_paths(&reexports, me, &children_of(me)) {
+            if let Some(target) = module_of(&path).filter(|t| t.len() > me.len() && t.starts_with(me)) {
+                let name = path.last().cloned().unwrap_or_default();
+                reexported_names.entry(me.clone()).or_default().insert(name, target);
+            }
+        }
+    }
+    let resolve = |path: &[String]| {
+        let mut m = module_of(path)?;
+        while let Some(t) = path.get(m.len()).and_then(|n| reexported_names.get(&m)?.get(n)) {
+            m = t.clone();
+        }
+        Some(m)
     };
     // Every edge, and every edge but a TANGLED module's to its children (`strict`).
     let (mut edges, mut strict) = (BTreeMap::new(), BTreeMap::new());
     for (me, code) in &modules {
-        let children: Vec<String> = modules
-            .keys()
-            .filter(|m| m.len() == me.len() + 1 && m.starts_with(me))
-            .map(|m| m[me.len()].clone())
-            .collect();
+        let children = children_of(me);
         let (rest, reexports) = split_reexports(code);
         let reexported = named_paths(&reexports, me, &children).into_iter().filter_map(|p| resolve(&p));
         let targets: Vec<Vec<String>> = named_paths(&rest, me, &children)
