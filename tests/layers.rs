@@ -550,7 +550,11 @@ fn no_import_circle_anywhere() {
     let modules = modules();
     let name = |m: &[String]| if m.is_empty() { "lib".to_string() } else { m.join("/") };
     let children_of = |me: &Vec<String>| -> Vec<String> {
-        modules.keys().filter(|m| m.len() == me.len() + 1 && m.starts_with(me)).map(|m| m[me.len()].clone()).collect()
+        modules
+            .keys()
+            .filter(|m| m.len() == me.len() + 1 && m.starts_with(me))
+            .map(|m| m[me.len()].clone())
+            .collect()
     };
     let module_of = |path: &[String]| {
         (1..=path.len()).rev().map(|n| path[..n].to_vec()).find(|p| modules.contains_key(p))
@@ -569,8 +573,11 @@ fn no_import_circle_anywhere() {
     }
     let resolve = |path: &[String]| {
         let mut m = module_of(path)?;
-        while let Some(t) = path.get(m.len()).and_then(|n| reexported_names.get(&m)?.get(n)) {
-            m = t.clone();
+        // The name after the module, followed down a chain of re-exports (each one deeper).
+        if let Some(n) = path.get(m.len()) {
+            while let Some(t) = reexported_names.get(&m).and_then(|names| names.get(n)) {
+                m = t.clone();
+            }
         }
         Some(m)
     };
