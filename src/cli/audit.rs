@@ -1,7 +1,7 @@
 //! `hefprobe audit FILE.hef [--against B.hef]`: structural checks a HEF shows on its face
 //! (findings 1, 2, 3, 5, 12), and a structural diff against a reference HEF.
 
-use super::{deprecated, ModelArgs};
+use super::args::{deprecated, ModelArgs};
 use crate::error::Result;
 use crate::report::{deliver, Format, ReportTarget};
 use crate::request::audit::Audit;

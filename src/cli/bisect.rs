@@ -1,7 +1,7 @@
 //! `hefprobe bisect plan | run | next`: locate the first drifting layer on the device with
 //! prefix HEFs (`request::bisect`).
 
-use super::ModelArgs;
+use super::args::ModelArgs;
 use crate::diagnose::bisect::Bisected;
 use crate::error::Result;
 use crate::report::{deliver, Format, ReportTarget};
@@ -46,7 +46,7 @@ pub struct SearchArgs {
     pub model: ModelArgs,
     /// The prompt instead of the probe's inputs, as `reference` takes it.
     #[command(flatten)]
-    pub prompt: super::PromptArgs,
+    pub prompt: super::args::PromptArgs,
 }
 
 pub fn run(a: BisectArgs) -> Result<ExitCode> {
@@ -70,7 +70,7 @@ fn search(a: SearchArgs, next: bool) -> Result<Bisected> {
         model: a.model.given().then(|| a.model.to_ref()).transpose()?,
         inputs: a.prompt.given().then(|| a.prompt.spec()),
         next,
-        command: super::run::command_line(),
+        command: super::args::command_line(),
     };
     request.run()
 }

@@ -1,6 +1,6 @@
 //! `hefprobe compare A.npz B.npz`: compare two captures recorded anywhere.
 
-use super::run::{command_line, ReportArgs};
+use super::{args::command_line, run::ReportArgs};
 use crate::error::Result;
 use crate::report::deliver;
 use crate::request::run::Compare;

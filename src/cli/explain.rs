@@ -1,7 +1,10 @@
 //! `hefprobe explain PROBE.toml`: rank the fault catalog by how well each fault reproduces an
 //! observed capture (a device capture, a dump, or any backend).
 
-use super::run::{command_line, finish, ReportArgs};
+use super::{
+    args::command_line,
+    run::{finish, ReportArgs},
+};
 use crate::backend::BackendSpec;
 use crate::error::Result;
 use crate::report::deliver;
@@ -50,7 +53,7 @@ pub struct ExplainArgs {
     pub exhaustive: bool,
     /// Run on this checkpoint instead of the probe's.
     #[command(flatten)]
-    pub checkpoint: super::CheckpointArgs,
+    pub checkpoint: super::args::CheckpointArgs,
     /// Where captures go when they do not fit the memory budget (--max-memory): a temporary
     /// folder made in DIR and deleted when done. Default: the system's temporary folder.
     #[arg(long, value_name = "DIR")]

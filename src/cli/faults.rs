@@ -1,8 +1,8 @@
 //! `hefprobe faults`: the fault catalog, and with `--matrix` the proof that each fault is
 //! located and ranked first (reports/fault-localization.md is its output).
 
-use super::deprecated;
-use super::run::command_line;
+use super::args::command_line;
+use super::args::deprecated;
 use crate::error::Result;
 use crate::model::CheckpointRef;
 use crate::report::{deliver, Format, ReportTarget};

@@ -23,7 +23,7 @@ pub struct ReduceArgs {
     #[arg(short = 'o', long = "out", value_name = "MIN.toml")]
     pub out: PathBuf,
     #[command(flatten)]
-    pub checkpoint: super::CheckpointArgs,
+    pub checkpoint: super::args::CheckpointArgs,
 }
 
 pub fn run(a: ReduceArgs) -> Result<ExitCode> {
@@ -33,7 +33,7 @@ pub fn run(a: ReduceArgs) -> Result<ExitCode> {
         budget: a.budget,
         out: a.out,
         checkpoint: a.checkpoint.to_ref(),
-        command: super::run::command_line(),
+        command: super::args::command_line(),
     };
     let r = request.run()?;
     let (t, d) = size(&r.inputs);

@@ -1,6 +1,6 @@
 //! `hefprobe reference`: run the float32 reference and stream its taps into a capture.
 
-use super::{ModelArgs, PromptArgs};
+use super::args::{ModelArgs, PromptArgs};
 use crate::error::Result;
 use crate::request::reference::{Reference, Referenced};
 use crate::request::Request;

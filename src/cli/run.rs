@@ -1,5 +1,6 @@
 //! `hefprobe run PROBE.toml`: run a probe, compare, locate, explain, report.
 
+use super::args::command_line;
 use crate::backend::BackendSpec;
 use crate::compare::thresholds::Bound;
 use crate::error::Result;
@@ -36,7 +37,7 @@ pub struct RunArgs {
     pub no_explain: bool,
     /// Run on this checkpoint instead of the probe's.
     #[command(flatten)]
-    pub checkpoint: super::CheckpointArgs,
+    pub checkpoint: super::args::CheckpointArgs,
     /// Write an evidence bundle to this new (or empty) folder: the command, probe, InputSet,
     /// reports, captures, device facts and sha256 of every file (`hefprobe verify DIR` replays it).
     #[arg(long, value_name = "DIR", conflicts_with_all = ["save_inputs", "save_captures"])]
@@ -97,23 +98,6 @@ pub fn finish(mut result: ProbeRun, targets: &[ReportTarget]) -> Result<ExitCode
         return Err(e);
     }
     Ok(if result.report.failed() { ExitCode::from(1) } else { ExitCode::SUCCESS })
-}
-
-/// The command line as typed, quoted where needed, for the Markdown report.
-pub fn command_line() -> String {
-    let args = super::ARGS.get().cloned().unwrap_or_else(|| std::env::args().collect());
-    args.into_iter()
-        .enumerate()
-        .map(|(i, a)| {
-            let a = if i == 0 { "hefprobe".to_string() } else { a };
-            if a.chars().any(|c| c.is_whitespace() || "\"'$`|&;<>()".contains(c)) {
-                format!("'{}'", a.replace('\'', "'\\''"))
-            } else {
-                a
-            }
-        })
-        .collect::<Vec<_>>()
-        .join(" ")
 }
 
 pub fn run(a: RunArgs) -> Result<ExitCode> {

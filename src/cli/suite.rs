@@ -71,7 +71,7 @@ pub struct SuiteArgs {
     pub spill_dir: Option<PathBuf>,
     /// Every probe runs on this checkpoint instead of its own (the catalog on your model).
     #[command(flatten)]
-    pub checkpoint: super::CheckpointArgs,
+    pub checkpoint: super::args::CheckpointArgs,
     #[command(flatten)]
     pub out: SuiteOutputArgs,
     /// Write an evidence bundle of the night to this new (or empty) folder: the reports, the
@@ -115,7 +115,7 @@ pub struct TrendArgs {
 /// The command line without `--shard`: the command that runs the whole suite, the same in
 /// every shard and in the merge.
 fn whole_command() -> String {
-    let line = super::run::command_line();
+    let line = super::args::command_line();
     let mut out: Vec<&str> = Vec::new();
     let mut skip = false;
     for w in line.split(' ') {

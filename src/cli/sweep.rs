@@ -1,7 +1,7 @@
 //! `hefprobe sweep PROBE.toml`: run a probe across its [sweep] grid into one table and plot.
 
-use super::deprecated;
-use super::run::command_line;
+use super::args::command_line;
+use super::args::deprecated;
 use crate::error::Result;
 use crate::probe::record::SweepRecord;
 use crate::report::{deliver, Format, ReportTarget};
@@ -31,7 +31,7 @@ pub struct SweepArgs {
     /// Run on this checkpoint instead of the probe's; it also replaces the sweep's model axis
     /// (`hidden`, `checkpoints`).
     #[command(flatten)]
-    pub checkpoint: super::CheckpointArgs,
+    pub checkpoint: super::args::CheckpointArgs,
     /// Write an evidence bundle to this new (or empty) folder: the probe, every point, the
     /// table, the checkpoint's files by sha256 (`hefprobe verify DIR` replays it).
     #[arg(long, value_name = "DIR")]

@@ -1,6 +1,6 @@
 //! `hefprobe synth-hef`: write a simulated LLM HEF for a checkpoint (see device::synth_hef).
 
-use super::{parse_ids, Ids, ModelArgs};
+use super::args::{parse_ids, Ids, ModelArgs};
 use crate::device::synth_hef::ExposeQuant;
 use crate::error::Result;
 use crate::request::synth_hef::{Calibrate, InputMap, SynthHef};

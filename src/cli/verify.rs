@@ -1,7 +1,5 @@
 //! `hefprobe verify DIR`: replay an evidence bundle, and read its command line back.
 
-use super::run::request;
-use super::Command;
 use crate::error::Result;
 use crate::probe::bundle::Manifest;
 use crate::probe::record::{ends_in, Record, RunRecord, SweepRecord};
@@ -9,9 +7,12 @@ use crate::probe::verify::{command_asks, Check, Verdict};
 use crate::report::{deliver, ReportTarget};
 use crate::request::verify::Verify;
 use crate::request::Request;
-use clap::{Args, Parser};
+use clap::Args;
 use std::path::PathBuf;
 use std::process::ExitCode;
+
+/// How a recorded command line reads here: its record and `--bundle` folder (`cli::asked`).
+pub type Asked = fn(&str) -> (Option<PathBuf>, Result<Record>);
 
 #[derive(Args, Debug)]
 pub struct VerifyArgs {
@@ -22,9 +23,9 @@ pub struct VerifyArgs {
 /// `hefprobe verify DIR`: 0 when everything is the same; 1 when anything differs (a changed
 /// file, a swapped HEF, a figure, a document, a device claim, a replay that failed), and 1 when
 /// some figures cannot be re-run here: "unverified (N figures)", never "all same".
-pub fn run(a: VerifyArgs) -> Result<ExitCode> {
+pub fn run(a: VerifyArgs, asked: Asked) -> Result<ExitCode> {
     let mut verified = Verify { bundle: a.bundle }.run()?;
-    let command = recorded_command(&verified.manifest);
+    let command = recorded_command(&verified.manifest, asked);
     verified.checks.push(command);
     deliver(&mut verified, &ReportTarget::or(Vec::new(), crate::report::Format::Terminal))?;
     Ok(if verified.same() { ExitCode::SUCCESS } else { ExitCode::from(1) })
@@ -33,7 +34,7 @@ pub fn run(a: VerifyArgs) -> Result<ExitCode> {
 /// A bundle's command line read back as this command line reads it, and checked against what
 /// the bundle replays ([`crate::probe::verify::command_asks`]): its paths as typed, a probe
 /// named by its catalog name as the file that name finds here.
-fn recorded_command(m: &Manifest) -> Check {
+fn recorded_command(m: &Manifest, asked: Asked) -> Check {
     let recorded = match &m.asked {
         Record::Run(r) => Some(&r.probe),
         Record::Sweep(s) => Some(&s.probe),
@@ -43,22 +44,12 @@ fn recorded_command(m: &Manifest) -> Check {
         Some(r) if !ends_in(r, &p) => crate::probe::catalog::locate(&p).unwrap_or(p),
         _ => p,
     };
-    let typed = match super::Cli::try_parse_from(unquote(&m.command)).map(|c| c.command) {
-        Ok(Command::Run(a)) => (
-            a.bundle.clone(),
-            request(a).map(|r| Record::Run(RunRecord { probe: located(r.record.probe.clone()), ..r.record })),
-        ),
-        Ok(Command::Suite(a)) => {
-            (a.bundle.clone(), super::suite::request(a).map(|r| Record::Suite(r.record())))
-        }
-        Ok(Command::Sweep(a)) => {
-            let probe = located(a.probe);
-            (a.bundle, Ok(Record::Sweep(SweepRecord { probe, checkpoint: a.checkpoint.to_ref() })))
-        }
-        _ => (None, Err(crate::error::Error::usage("not a bundle's"))),
-    };
+    let (folder, mut typed) = asked(&m.command);
+    if let Ok(Record::Run(RunRecord { probe, .. }) | Record::Sweep(SweepRecord { probe, .. })) = &mut typed {
+        *probe = located(std::mem::take(probe));
+    }
     match typed {
-        (folder, Ok(typed)) if std::mem::discriminant(&typed) == std::mem::discriminant(&m.asked) => {
+        Ok(typed) if std::mem::discriminant(&typed) == std::mem::discriminant(&m.asked) => {
             command_asks(&m.asked, &typed, (&m.folder, folder.as_deref()))
         }
         _ => {
@@ -68,38 +59,5 @@ fn recorded_command(m: &Manifest) -> Check {
             );
             Check::new("the command", Verdict::Different, why)
         }
-    }
-}
-
-/// The words of a command line as [`super::run::command_line`] quoted them.
-fn unquote(line: &str) -> Vec<String> {
-    let (mut words, mut word, mut quoted, mut started) = (Vec::new(), String::new(), false, false);
-    let mut chars = line.chars();
-    while let Some(c) = chars.next() {
-        match c {
-            '\'' => (quoted, started) = (!quoted, true),
-            '\\' if !quoted => word.extend(chars.next()),
-            ' ' if !quoted => {
-                if started || !word.is_empty() {
-                    words.push(std::mem::take(&mut word));
-                }
-                started = false;
-            }
-            c => word.push(c),
-        }
-    }
-    if started || !word.is_empty() {
-        words.push(word);
-    }
-    words
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn a_quoted_command_line_reads_back_word_for_word() {
-        let line = r"hefprobe run 'my probes/p.toml' --threshold 'it'\''s' '' --fault a";
-        let words = super::unquote(line);
-        assert_eq!(words, ["hefprobe", "run", "my probes/p.toml", "--threshold", "it's", "", "--fault", "a"]);
     }
 }
