@@ -24,10 +24,9 @@ pub struct Audit {
 }
 
 impl Request for Audit {
-    type Plan = Expectations;
     type Output = Audited;
 
-    fn plan(&self) -> Result<Expectations> {
+    fn run(&self) -> Result<Audited> {
         let mut outs = Outputs::new();
         outs.input("the HEF", &self.hef);
         if let Some(o) = &self.against {
@@ -46,10 +45,6 @@ impl Request for Audit {
             expect.num_key_value_heads = Some(c.num_kv_heads as u32);
             expect.head_dim = Some(c.head_dim as u32);
         }
-        Ok(expect)
-    }
-
-    fn execute(&self, expect: Expectations) -> Result<Audited> {
         if let Some(other) = &self.against {
             let diffs = diff(&Hef::read(&self.hef)?, &Hef::read(other)?);
             let json = serde_json::to_string_pretty(&diffs).expect("json");

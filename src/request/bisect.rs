@@ -7,7 +7,6 @@ use crate::diagnose::bisect::{cut_points, prefixes, Bisected, Search};
 use crate::error::{Error, Result};
 use crate::model::CheckpointRef;
 use crate::probe::schema::{InputsSpec, Probe};
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 /// `bisect plan`: the cut points of the search for a model, and how to compile each prefix.
@@ -33,14 +32,10 @@ pub struct Bisect {
 }
 
 impl Request for BisectPlan {
-    type Plan = crate::model::Checkpoint;
     type Output = Bisected;
 
-    fn plan(&self) -> Result<Self::Plan> {
-        super::load_noting(&self.model)
-    }
-
-    fn execute(&self, ckpt: Self::Plan) -> Result<Bisected> {
+    fn run(&self) -> Result<Bisected> {
+        let ckpt = super::load_noting(&self.model)?;
         Ok(cut_points(&ckpt))
     }
 }
@@ -68,10 +63,9 @@ impl Bisect {
 }
 
 impl Request for Bisect {
-    type Plan = (Probe, usize, BTreeMap<usize, PathBuf>);
     type Output = Bisected;
 
-    fn plan(&self) -> Result<Self::Plan> {
+    fn run(&self) -> Result<Bisected> {
         let probe = self.probe()?;
         let ckpt = match &self.model {
             Some(c) => c.load()?,
@@ -79,10 +73,6 @@ impl Request for Bisect {
         };
         let l = ckpt.config.num_layers;
         let have = prefixes(&self.dir, l)?;
-        Ok((probe, l, have))
-    }
-
-    fn execute(&self, (probe, l, have): Self::Plan) -> Result<Bisected> {
         let search = Search {
             dir: &self.dir,
             probe: &probe,

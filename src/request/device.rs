@@ -41,10 +41,9 @@ pub struct Captured {
 }
 
 impl Request for CaptureRun {
-    type Plan = (InputSet, HefBackend);
     type Output = Captured;
 
-    fn plan(&self) -> Result<Self::Plan> {
+    fn run(&self) -> Result<Captured> {
         let mut outs = Outputs::new();
         outs.input("the HEF", &self.hef).input("--inputs", &self.inputs).binary("-o", &self.out);
         if let Some(p) = &self.record_frames {
@@ -56,10 +55,6 @@ impl Request for CaptureRun {
         if self.record_frames.is_some() {
             backend.driver.record = Some(Vec::new());
         }
-        Ok((inputs, backend))
-    }
-
-    fn execute(&self, (inputs, mut backend): Self::Plan) -> Result<Captured> {
         let mut sink = MemorySink::new(TapSelection::all());
         let result = backend.drive(&inputs, &TapSelection::all(), &mut sink, &mut Default::default());
         let (cap, error) = (sink.capture, result.err());
@@ -98,10 +93,9 @@ pub struct Diagnose {
 }
 
 impl Request for Diagnose {
-    type Plan = (InputSet, Decoder, HefBackend);
     type Output = Diagnosed;
 
-    fn plan(&self) -> Result<Self::Plan> {
+    fn run(&self) -> Result<Diagnosed> {
         let mut outs = Outputs::new();
         outs.input("the HEF", &self.hef);
         self.model.register("the checkpoint", &mut outs)?;
@@ -114,11 +108,7 @@ impl Request for Diagnose {
         let mut inputs = self.inputs.input_set(&ckpt)?;
         inputs.chunk = None;
         let model = Decoder::new(&ckpt)?;
-        let backend = open("device", &self.hef, (self.device, self.group.as_deref()), &ckpt)?;
-        Ok((inputs, model, backend))
-    }
-
-    fn execute(&self, (inputs, model, mut backend): Self::Plan) -> Result<Diagnosed> {
+        let mut backend = open("device", &self.hef, (self.device, self.group.as_deref()), &ckpt)?;
         let device = backend.description.clone();
         let HefBackend { driver, hef, .. } = &mut backend;
         let parity = diag::parity(driver, hef, &model, &inputs.prompt)?;

@@ -39,17 +39,13 @@ fn catalog() -> Doc {
 }
 
 impl Request for FaultList {
-    type Plan = ();
     type Output = Faults;
 
-    fn plan(&self) -> Result<()> {
+    fn run(&self) -> Result<Faults> {
         let mut outs = Outputs::new();
         super::register_checkpoint(self.checkpoint.as_ref(), &mut outs)?;
         crate::report::register::<Faults>(&self.reports, &mut outs)?;
-        outs.check()
-    }
-
-    fn execute(&self, (): ()) -> Result<Faults> {
+        outs.check()?;
         if !self.matrix {
             return Ok(Faults { doc: catalog(), failed: false });
         }

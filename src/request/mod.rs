@@ -1,9 +1,8 @@
 //! Requests: what each command is asked to do, apart from how it was asked. `cli/` builds them
 //! from flags, the Python module from keyword arguments; nothing below sees either. Each checks
-//! its inputs and outputs in [`Request::plan`], before any compute, and returns typed results
-//! from [`Request::execute`]: a result a command writes is a [`crate::report::Document`], which
-//! `cli/` hands to [`crate::report::deliver`] and turns into an exit code, and Python into
-//! objects (Polygraphy's split of its comparator from the flags that drive it).
+//! its inputs and outputs before any compute, and returns typed results from [`Request::run`]:
+//! a result a command writes is a [`crate::report::Document`], which `cli/` hands to
+//! [`crate::report::deliver`] and turns into an exit code, and Python into objects (Polygraphy's split of its comparator from the flags that drive it).
 
 pub mod audit;
 pub mod bisect;
@@ -23,22 +22,13 @@ use crate::error::{Error, Result};
 use crate::model::{Checkpoint, CheckpointRef};
 use crate::output::Outputs;
 
-/// One command's work: checked, then done.
+/// One command's work: every input and output checked before anything is computed or
+/// written, then done.
 pub trait Request {
-    /// What [`Request::plan`] checked and resolved, for [`Request::execute`].
-    type Plan;
     /// What the command returns: a document, a capture, what it wrote.
     type Output;
 
-    /// Check every input and output, before anything is computed or written.
-    fn plan(&self) -> Result<Self::Plan>;
-
-    fn execute(&self, plan: Self::Plan) -> Result<Self::Output>;
-
-    /// [`Request::plan`], then [`Request::execute`].
-    fn run(&self) -> Result<Self::Output> {
-        self.execute(self.plan()?)
-    }
+    fn run(&self) -> Result<Self::Output>;
 }
 
 /// The model, with config.json's unknown keys noted on stderr (stdout may be JSON).

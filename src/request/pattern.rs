@@ -5,7 +5,7 @@
 use super::Request;
 use crate::error::Result;
 use crate::model::synth::SynthSpec;
-use crate::model::{Checkpoint, CheckpointRef};
+use crate::model::CheckpointRef;
 use crate::output::Outputs;
 use crate::probe::pattern::doc::Explained;
 use crate::probe::pattern::Pattern;
@@ -38,10 +38,9 @@ pub fn default_checkpoint(p: &Pattern) -> CheckpointRef {
 }
 
 impl Request for ExplainPattern {
-    type Plan = (Pattern, Checkpoint);
     type Output = Explained;
 
-    fn plan(&self) -> Result<(Pattern, Checkpoint)> {
+    fn run(&self) -> Result<Explained> {
         crate::report::check::<Explained>(&self.reports)?;
         // A record not here is looked for in the installed catalog, as a probe is.
         let record = crate::probe::catalog::locate(&self.pattern)?;
@@ -55,10 +54,6 @@ impl Request for ExplainPattern {
         let pattern = Pattern::load(&record)?;
         let ckpt =
             super::load_noting(&self.checkpoint.clone().unwrap_or_else(|| default_checkpoint(&pattern)))?;
-        Ok((pattern, ckpt))
-    }
-
-    fn execute(&self, (pattern, ckpt): (Pattern, Checkpoint)) -> Result<Explained> {
         let threads =
             self.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
         let started = std::time::Instant::now();

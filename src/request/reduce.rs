@@ -8,7 +8,7 @@ use crate::error::Result;
 use crate::model::CheckpointRef;
 use crate::output::Outputs;
 use crate::probe::cleanup;
-use crate::probe::prepare::{prepare, ExplainChoice, Prepared, ProbeOverrides, RunOptions};
+use crate::probe::prepare::{prepare, ExplainChoice, ProbeOverrides, RunOptions};
 use crate::probe::reduce::{probe_toml, reduce, size, Ran, Reduced};
 use crate::probe::spill::CaptureOptions;
 use std::path::{Path, PathBuf};
@@ -28,12 +28,9 @@ pub struct Reduce {
 }
 
 impl Request for Reduce {
-    /// The probe file's text and where it was found, what runs in its place, the run prepared,
-    /// and its capture options.
-    type Plan = ((String, PathBuf, Ran), Prepared, CaptureOptions);
     type Output = Reduced;
 
-    fn plan(&self) -> Result<Self::Plan> {
+    fn run(&self) -> Result<Reduced> {
         let path = crate::probe::catalog::locate(&self.probe)?;
         let probe = crate::probe::schema::Probe::load(&path)?;
         let original = crate::files::read_text(&path, crate::files::Kind::Probe)?;
@@ -53,10 +50,7 @@ impl Request for Reduce {
             captures: CaptureOptions { spill: true, ..Default::default() },
             command: self.command.clone(),
         };
-        Ok(((original, path, ran), prepare(&probe, &opts)?, opts.captures))
-    }
-
-    fn execute(&self, ((original, path, ran), mut p, captures): Self::Plan) -> Result<Reduced> {
+        let (mut p, captures) = (prepare(&probe, &opts)?, opts.captures);
         let (tokens, decode) = size(&p.inputs);
         crate::errln!(
             "reducing {} ({tokens} prompt tokens, {decode} decode steps; budget {} runs)",

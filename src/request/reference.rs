@@ -42,12 +42,9 @@ pub struct Referenced {
 }
 
 impl Request for Reference {
-    /// The checkpoint, its inputs, the taps selected (checked against its layers, and against
-    /// the memory budget) and the decoder, before any weight is read into it.
-    type Plan = (Checkpoint, InputSet, TapSelection, Decoder);
     type Output = Referenced;
 
-    fn plan(&self) -> Result<Self::Plan> {
+    fn run(&self) -> Result<Referenced> {
         if let Some(o) = &self.out {
             let mut outs = Outputs::new();
             self.model.register("the checkpoint", &mut outs)?;
@@ -65,11 +62,7 @@ impl Request for Reference {
         selection.check_against(ckpt.config.num_layers)?;
         let held = if self.out.is_some() { TapsHeld::Streamed } else { TapsHeld::InMemory { captures: 1 } };
         memory::check_run(&ckpt, &inputs, &selection, held)?;
-        let decoder = Decoder::new(&ckpt)?;
-        Ok((ckpt, inputs, selection, decoder))
-    }
-
-    fn execute(&self, (ckpt, inputs, selection, model): Self::Plan) -> Result<Referenced> {
+        let model = Decoder::new(&ckpt)?;
         let mut record = RunRecord::default();
         let (capture, written, error) = match &self.out {
             Some(path) => {

@@ -32,11 +32,10 @@ pub struct Run {
     pub command: String,
 }
 
-impl Request for Run {
-    type Plan = (Probe, RunOptions);
-    type Output = ProbeRun;
-
-    fn plan(&self) -> Result<(Probe, RunOptions)> {
+impl Run {
+    /// The probe and its options, every input and output checked (the Python module adds a
+    /// served model's backend to them before it runs).
+    pub fn plan(&self) -> Result<(Probe, RunOptions)> {
         let r = &self.record;
         let at = crate::probe::catalog::locate(&r.probe)?;
         // A bundled run reads the probe where the bundle records it (absolute), as its replay does.
@@ -66,8 +65,13 @@ impl Request for Run {
         };
         Ok((probe, r.options(captures, &self.command)))
     }
+}
 
-    fn execute(&self, (probe, opts): (Probe, RunOptions)) -> Result<ProbeRun> {
+impl Request for Run {
+    type Output = ProbeRun;
+
+    fn run(&self) -> Result<ProbeRun> {
+        let (probe, opts) = self.plan()?;
         let Some((dir, cap)) = &self.bundle else { return run_probe(&probe, &opts) };
         // The probe file that ran (a catalog name is recorded as the file it named).
         let asked = RunRecord { probe: probe.path.clone(), ..self.record.clone() }.absolute();
@@ -116,10 +120,9 @@ impl Explain {
 }
 
 impl Request for Explain {
-    type Plan = (Probe, RunOptions);
     type Output = ProbeRun;
 
-    fn plan(&self) -> Result<(Probe, RunOptions)> {
+    fn run(&self) -> Result<ProbeRun> {
         let probe = crate::probe::catalog::open(&self.probe)?;
         let observed = self.observed(&probe)?;
         let mut outs = Outputs::new();
@@ -153,10 +156,6 @@ impl Request for Explain {
             captures: CaptureOptions { spill: true, spill_dir: self.spill_dir.clone(), ..Default::default() },
             command: self.command.clone(),
         };
-        Ok((probe, opts))
-    }
-
-    fn execute(&self, (probe, opts): (Probe, RunOptions)) -> Result<ProbeRun> {
         run_probe(&probe, &opts)
     }
 }
@@ -176,20 +175,16 @@ pub struct Compare {
 }
 
 impl Request for Compare {
-    type Plan = ();
     type Output = Report;
 
-    fn plan(&self) -> Result<()> {
+    fn run(&self) -> Result<Report> {
         let mut outs = Outputs::new();
         outs.input("the reference capture", &self.reference).input("the candidate capture", &self.candidate);
         if let Some(m) = &self.map {
             outs.input("the name map", m);
         }
         crate::report::register::<Report>(&self.reports, &mut outs)?;
-        outs.check()
-    }
-
-    fn execute(&self, (): ()) -> Result<Report> {
+        outs.check()?;
         let label = |p: &std::path::Path| {
             p.file_stem().map_or_else(|| p.display().to_string(), |s| s.to_string_lossy().to_string())
         };

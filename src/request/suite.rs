@@ -90,10 +90,9 @@ impl SuiteRun {
 }
 
 impl Request for SuiteRun {
-    type Plan = (Suite, SuiteOptions);
     type Output = Night;
 
-    fn plan(&self) -> Result<Self::Plan> {
+    fn run(&self) -> Result<Night> {
         crate::report::check::<SuiteResult>(&self.out.reports)?;
         let suite = self.suite()?;
         self.out.check(self.inputs(&suite)?)?;
@@ -121,10 +120,6 @@ impl Request for SuiteRun {
         if let Some(dir) = &self.bundle {
             crate::probe::bundle::check_new_folder(dir)?;
         }
-        Ok((suite, opts))
-    }
-
-    fn execute(&self, (suite, opts): Self::Plan) -> Result<Night> {
         let result = run_suite_with(&suite, &opts, &mut partial_reports(&self.out))?;
         if let Some(dir) = &self.bundle {
             crate::suite::bundle::write(&result, &suite, &self.record().absolute(), dir)?;
@@ -147,19 +142,15 @@ impl SuiteRun {
 }
 
 impl Request for Merge {
-    type Plan = ();
     type Output = Night;
 
-    fn plan(&self) -> Result<()> {
+    fn run(&self) -> Result<Night> {
         crate::report::check::<SuiteResult>(&self.out.reports)?;
         let mut outs = Outputs::new();
         for s in &self.shards {
             outs.input("a shard", s);
         }
-        self.out.check(outs)
-    }
-
-    fn execute(&self, (): ()) -> Result<Night> {
+        self.out.check(outs)?;
         let result = crate::suite::merge::merge_files(&self.shards, self.out.baseline.as_deref())?;
         self.out.finish(result)
     }

@@ -4,7 +4,6 @@ use super::Request;
 use crate::error::Result;
 use crate::output::Outputs;
 use crate::probe::record::{Paths, SweepRecord};
-use crate::probe::schema::Probe;
 use crate::probe::sweep::{doc, run_sweep, Swept};
 use crate::report::{Document, ReportTarget};
 use std::path::PathBuf;
@@ -21,10 +20,9 @@ pub struct Sweep {
 }
 
 impl Request for Sweep {
-    type Plan = Probe;
     type Output = Swept;
 
-    fn plan(&self) -> Result<Probe> {
+    fn run(&self) -> Result<Swept> {
         crate::report::check::<Swept>(&self.reports)?;
         let probe = crate::probe::catalog::open(&self.record.probe)?;
         let mut outs = Outputs::new();
@@ -34,10 +32,6 @@ impl Request for Sweep {
         if let Some(dir) = &self.bundle {
             crate::probe::bundle::check_new_folder(dir)?;
         }
-        Ok(probe)
-    }
-
-    fn execute(&self, probe: Probe) -> Result<Swept> {
         let bar = crate::progress::spinner();
         let checkpoint = self.record.checkpoint.as_ref();
         let points = run_sweep(&probe, checkpoint, |label| bar.set_message(label.to_string()))?;

@@ -7,7 +7,7 @@ use crate::device::synth_hef::{
     synth_hef, Calibration, ExposeQuant, Mistake, SimCheckpoint, SimNoise, SynthHefOptions,
 };
 use crate::error::{Error, Result};
-use crate::model::{Checkpoint, CheckpointRef};
+use crate::model::CheckpointRef;
 use crate::tap::Tap;
 use std::path::PathBuf;
 
@@ -142,10 +142,9 @@ impl Written {
 }
 
 impl Request for SynthHef {
-    type Plan = (Checkpoint, SimCheckpoint, SynthHefOptions, Option<String>);
     type Output = Written;
 
-    fn plan(&self) -> Result<Self::Plan> {
+    fn run(&self) -> Result<Written> {
         let mut outs = crate::output::Outputs::new();
         self.model.register("the checkpoint", &mut outs)?;
         if let Calibrate::Text(t) = &self.calibration {
@@ -184,10 +183,6 @@ impl Request for SynthHef {
             tbt_faults: crate::fault::spec::parse_all(&self.tbt_faults)?,
             ..Default::default()
         };
-        Ok((ckpt, source, opts, calibration_note))
-    }
-
-    fn execute(&self, (ckpt, source, opts, calibration_note): Self::Plan) -> Result<Written> {
         let hef = synth_hef(&ckpt, source, &opts)?;
         crate::files::write_file(&self.out, hef.to_bytes())?;
         Ok(Written {

@@ -24,10 +24,9 @@ pub struct Trend {
 }
 
 impl Request for Trend {
-    type Plan = Figure;
     type Output = Trended;
 
-    fn plan(&self) -> Result<Figure> {
+    fn run(&self) -> Result<Trended> {
         let figure = Figure::parse(&self.figure).ok_or_else(|| {
             Error::usage(format!("--figure `{}`: expected cosine, sqnr_db, kl or argmax", self.figure))
         })?;
@@ -35,10 +34,6 @@ impl Request for Trend {
         outs.input("the history", &self.history);
         crate::report::register::<Trended>(&self.reports, &mut outs)?;
         outs.check()?;
-        Ok(figure)
-    }
-
-    fn execute(&self, figure: Figure) -> Result<Trended> {
         let lines = history::read(&self.history)?;
         let what = self.history.display().to_string();
         if let Some(id) = self.finding {

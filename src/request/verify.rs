@@ -3,7 +3,6 @@
 
 use super::Request;
 use crate::error::Result;
-use crate::probe::bundle::Manifest;
 use crate::probe::checks::Verified;
 use std::path::PathBuf;
 
@@ -13,14 +12,10 @@ pub struct Verify {
 }
 
 impl Request for Verify {
-    type Plan = Manifest;
     type Output = Verified;
 
-    fn plan(&self) -> Result<Manifest> {
-        crate::probe::verify::read_manifest(&self.bundle)
-    }
-
-    fn execute(&self, manifest: Manifest) -> Result<Verified> {
+    fn run(&self) -> Result<Verified> {
+        let manifest = crate::probe::verify::read_manifest(&self.bundle)?;
         let checks = crate::suite::bundle::verify(&self.bundle, &manifest)?;
         Ok(Verified { bundle: self.bundle.clone(), checks, manifest })
     }
