@@ -464,6 +464,11 @@ impl TapSelection {
         self.patterns.is_empty()
     }
 
+    /// Each glob, parsed, in the order given.
+    pub fn patterns(&self) -> &[TapGlob] {
+        &self.patterns
+    }
+
     pub fn matches(&self, tap: &str) -> bool {
         self.patterns.iter().any(|p| p.matches(tap))
     }

@@ -366,13 +366,18 @@ fn synth_hef<'py>(
         prefill_tokens,
         kv_cache_size,
         tbt,
-        faults: fault.unwrap_or_default(),
+        faults: hefprobe::fault::spec::parse_all(&fault.unwrap_or_default()).map_err(to_py)?,
         quant,
         lm_head_shards,
-        mistakes: mistakes.unwrap_or_default(),
+        mistakes: mistakes
+            .unwrap_or_default()
+            .iter()
+            .map(|m| hefprobe::device::synth_hef::Mistake::parse(m))
+            .collect::<hefprobe::error::Result<_>>()
+            .map_err(to_py)?,
         calibration,
         noise: None,
-        expose: expose.map(|globs| globs.join(",")),
+        expose: expose.map(|globs| hefprobe::tap::TapSelection::parse(&globs)).transpose().map_err(to_py)?,
         expose_quant,
         layers,
         ..request::synth_hef::SynthHef::options()

@@ -1,10 +1,11 @@
 //! `hefprobe synth-hef`: write a simulated LLM HEF for a checkpoint (see device::synth_hef).
 
 use super::args::{parse_ids, Ids, ModelArgs};
-use crate::device::synth_hef::ExposeQuant;
+use crate::device::synth_hef::{ExposeQuant, Mistake};
 use crate::error::Result;
 use crate::request::synth_hef::{Calibrate, InputMap, SynthHef};
 use crate::request::Request;
+use crate::tap::TapSelection;
 use clap::Args;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -115,18 +116,18 @@ pub fn run(a: SynthHefArgs) -> Result<ExitCode> {
         prefill_tokens: a.prefill_tokens,
         kv_cache_size: a.kv_cache_size,
         tbt: !a.no_tbt,
-        faults: a.faults,
+        faults: crate::fault::spec::parse_all(&a.faults)?,
         quant: a.quant,
         lm_head_shards: a.lm_head_shards,
-        mistakes: a.mistakes,
+        mistakes: a.mistakes.iter().map(|m| Mistake::parse(m)).collect::<Result<_>>()?,
         calibration,
         noise: a.noise.map(|std| (std, a.noise_seed)),
-        expose: a.expose,
+        expose: a.expose.map(|g| TapSelection::parse(&[g])).transpose()?,
         expose_quant: a.expose_quant,
         layers: a.layers,
         base_scope: a.base_scope,
         input_map: a.input_map,
-        tbt_faults: a.tbt_faults,
+        tbt_faults: crate::fault::spec::parse_all(&a.tbt_faults)?,
     };
     for line in request.run()?.lines() {
         crate::outln!("{line}");

@@ -114,14 +114,14 @@ pub fn for_capture(
 
 /// The taps `--expose` selects on a model of `layers` blocks, in execution order: each glob
 /// must select one that a HEF can output.
-pub fn selected(globs: &str, layers: usize, range: Option<(usize, usize)>) -> Result<Vec<Tap>> {
+pub fn selected(globs: &TapSelection, layers: usize, range: Option<(usize, usize)>) -> Result<Vec<Tap>> {
     let (first, last) = range.unwrap_or((0, layers.saturating_sub(1)));
     let mut taps = Vec::new();
-    for g in globs.split(',').map(str::trim).filter(|g| !g.is_empty()) {
-        let sel = TapSelection::parse(&[g.to_string()])?;
+    for glob in globs.patterns() {
+        let g = glob.as_str();
         let hit: Vec<Tap> = Tap::all(layers)
             .into_iter()
-            .filter(|&t| crate::device::exposed::exposable(t) && sel.matches(&t.to_string()))
+            .filter(|&t| crate::device::exposed::exposable(t) && glob.matches(&t.to_string()))
             .filter(|t| t.layer().map_or(last + 1 == layers, |l| (first..=last).contains(&l)))
             .collect();
         if hit.is_empty() {

@@ -7,8 +7,9 @@ use crate::device::synth_hef::{
     synth_hef, Calibration, ExposeQuant, Mistake, SimCheckpoint, SimNoise, SynthHefOptions,
 };
 use crate::error::{Error, Result};
+use crate::fault::spec::FaultSpec;
 use crate::model::CheckpointRef;
-use crate::tap::Tap;
+use crate::tap::{Tap, TapSelection};
 use std::path::PathBuf;
 
 #[derive(Debug, Clone)]
@@ -19,16 +20,16 @@ pub struct SynthHef {
     pub kv_cache_size: usize,
     pub tbt: bool,
     /// Faults the device computes.
-    pub faults: Vec<String>,
+    pub faults: Vec<FaultSpec>,
     /// Quantization of the compiled graph (`a16`, `w8a16`, ..., `none`).
     pub quant: String,
     pub lm_head_shards: usize,
-    pub mistakes: Vec<String>,
+    pub mistakes: Vec<Mistake>,
     pub calibration: Calibrate,
     /// Run-to-run noise in the logits: its standard deviation and seed.
     pub noise: Option<(f32, u64)>,
-    /// Taps output beside the logits (comma-separated globs).
-    pub expose: Option<String>,
+    /// Taps output beside the logits.
+    pub expose: Option<TapSelection>,
     pub expose_quant: ExposeQuant,
     /// Only blocks A..=B.
     pub layers: Option<(usize, usize)>,
@@ -37,7 +38,7 @@ pub struct SynthHef {
     /// Which input is which: genai's default suffixes, or the exporter's map.
     pub input_map: InputMap,
     /// Faults only the tbt group computes.
-    pub tbt_faults: Vec<String>,
+    pub tbt_faults: Vec<FaultSpec>,
 }
 
 crate::named_enum! {
@@ -167,20 +168,20 @@ impl Request for SynthHef {
             prefill_tokens: self.prefill_tokens,
             kv_cache_size: self.kv_cache_size,
             tbt: self.tbt,
-            faults: crate::fault::spec::parse_all(&self.faults)?,
+            faults: self.faults.clone(),
             quant: self.quant.clone(),
             lm_head_shards: self.lm_head_shards,
-            mistakes: self.mistakes.iter().map(|m| Mistake::parse(m)).collect::<Result<_>>()?,
+            mistakes: self.mistakes.clone(),
             calibration: Some(calibration),
             noise: self.noise.map(|(std, seed)| SimNoise { std, seed }),
-            expose: self.expose.as_deref().map_or(Ok(Vec::new()), |g| {
+            expose: self.expose.as_ref().map_or(Ok(Vec::new()), |g| {
                 crate::device::exposed::selected(g, ckpt.config.num_layers, self.layers)
             })?,
             expose_quant: self.expose_quant,
             layers: self.layers,
             base_scope: self.base_scope,
             inputs: self.input_map.suffixes(),
-            tbt_faults: crate::fault::spec::parse_all(&self.tbt_faults)?,
+            tbt_faults: self.tbt_faults.clone(),
             ..Default::default()
         };
         let hef = synth_hef(&ckpt, source, &opts)?;
