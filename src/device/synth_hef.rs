@@ -6,28 +6,23 @@
 //! device runs, and, on request, the structural mistakes of the findings table so `audit` can be
 //! tested against them.
 
-use crate::device::exposed::Layout;
 use crate::error::{Error, Result};
 use crate::fault::quant::Affine;
 use crate::fault::{catalog, OnDevice};
 use crate::hef::llm_config;
 use crate::hef::synth::{LlmInput, LlmQuant, LlmResources, LlmSpec};
 use crate::hef::{Hef, QuantInfo, Resource};
-use crate::inputs::{DecodeSpec, InputSet};
-use crate::model::hooks::{Hooks, StepCtx};
-use crate::model::run::{run_inputs, RunRecord};
 use crate::model::synth::SynthSpec;
 use crate::model::{Checkpoint, Decoder};
 use crate::tap::{LayerTap, Tap};
-use candle_core::Tensor;
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 mod calibrate;
 use calibrate::{calibrate, Ranges};
 pub use calibrate::{
-    u16_quant, Calibrate, Calibration, CALIBRATION_TEXT, MAX_CALIBRATION_PROMPTS, MAX_CALIBRATION_TOKENS,
+    u16_quant, Calibrate, Calibration, ExposeQuant, CALIBRATION_TEXT, MAX_CALIBRATION_PROMPTS,
+    MAX_CALIBRATION_TOKENS,
 };
 
 /// The resource naming what the simulated device runs.
@@ -170,19 +165,6 @@ pub struct SynthHefOptions {
     pub expose_quant: ExposeQuant,
     /// The blocks of a graph cut from the model (`--layers A..=B`; see [`SimSpec::layers`]).
     pub layers: Option<(usize, usize)>,
-}
-
-crate::named_enum! {
-    /// How `synth-hef --expose` quantizes an exposed output's uint16 values.
-    #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-    pub enum ExposeQuant {
-        /// One quant info per feature (OUTPUT_SCALE_PER_FEATURE), calibrated per feature (per head
-        /// for attention scores and probabilities).
-        #[default]
-        PerFeature = "per-feature",
-        /// One quant info for the whole output.
-        PerTensor = "per-tensor",
-    }
 }
 
 impl Default for SynthHefOptions {

@@ -15,109 +15,24 @@
 //! Every dimension is bounded before anything is sized by it: the parameters the config
 //! implies cannot take more bytes than the weight files hold ([`WeightBudget`]).
 
+mod arch;
 mod keys;
+mod reader;
 mod rope;
 mod size;
 #[cfg(test)]
 mod tests;
 mod window;
 
+pub use arch::Arch;
+pub use keys::UnknownKey;
+pub use rope::{RopeConfig, RopeScaling};
+pub use size::WeightBudget;
+
 use crate::error::{Error, Result};
-use keys::{Dflt, Read, Unknown};
+use reader::Reader;
 use serde_json::{Map, Value};
 use std::path::Path;
-
-crate::named_enum! {
-    #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-    #[serde(rename_all = "lowercase")]
-    pub enum Arch {
-        Llama = "llama",
-        Mistral = "mistral",
-        Qwen2 = "qwen2",
-        Qwen3 = "qwen3",
-    }
-}
-
-impl Arch {
-    /// The HF class name written in `architectures`.
-    pub fn hf_class(self) -> &'static str {
-        match self {
-            Arch::Llama => "LlamaForCausalLM",
-            Arch::Mistral => "MistralForCausalLM",
-            Arch::Qwen2 => "Qwen2ForCausalLM",
-            Arch::Qwen3 => "Qwen3ForCausalLM",
-        }
-    }
-
-    /// The transformers configuration class that reads config.json.
-    pub fn hf_config_class(self) -> &'static str {
-        match self {
-            Arch::Llama => "LlamaConfig",
-            Arch::Mistral => "MistralConfig",
-            Arch::Qwen2 => "Qwen2Config",
-            Arch::Qwen3 => "Qwen3Config",
-        }
-    }
-}
-
-/// Rotary embedding as configured (`rope_parameters` in transformers 5, `rope_theta` +
-/// `rope_scaling` before).
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
-pub struct RopeConfig {
-    pub theta: f64,
-    pub scaling: RopeScaling,
-}
-
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
-#[serde(tag = "rope_type", rename_all = "lowercase")]
-pub enum RopeScaling {
-    Default,
-    /// transformers `_compute_linear_scaling_rope_parameters`: every frequency divided by `factor`.
-    Linear {
-        factor: f64,
-    },
-    /// transformers `_compute_llama3_parameters`.
-    Llama3 {
-        factor: f64,
-        low_freq_factor: f64,
-        high_freq_factor: f64,
-        original_max_position_embeddings: usize,
-    },
-    /// transformers `_compute_yarn_parameters`, with the optional keys as written (`None` =
-    /// absent; the defaults are applied where HF applies them, in `model::rope`).
-    Yarn {
-        factor: f64,
-        original_max_position_embeddings: usize,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        attention_factor: Option<f64>,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        beta_fast: Option<f64>,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        beta_slow: Option<f64>,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        mscale: Option<f64>,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        mscale_all_dim: Option<f64>,
-        /// Written only when false.
-        #[serde(skip_serializing_if = "is_true")]
-        truncate: bool,
-    },
-}
-
-fn is_true(b: &bool) -> bool {
-    *b
-}
-
-/// A config.json key hefprobe does not know and accepted because its name gives no hint that
-/// it changes the forward pass: transformers keeps such a key as an attribute nobody reads.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
-pub struct UnknownKey {
-    pub key: String,
-    /// The value as JSON, shortened to 60 characters.
-    pub value: String,
-    /// Who writes it, or why it is harmless.
-    pub note: String,
-}
 
 /// The normalized configuration the decoder runs.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -149,200 +64,6 @@ pub struct ModelConfig {
     pub defaults_applied: Vec<(String, String)>,
     /// Keys hefprobe does not know, accepted (see [`UnknownKey`]).
     pub unknown_keys: Vec<UnknownKey>,
-}
-
-/// What the weight files hold, to bound the dimensions config.json claims before anything is
-/// sized by them (a 2 KB config.json saying `num_hidden_layers: 1000000000` must not abort).
-#[derive(Debug, Clone)]
-pub struct WeightBudget {
-    /// Total bytes of the weight files.
-    pub bytes: u64,
-    /// Names them in messages ("the weight files", "model.gguf").
-    pub what: String,
-}
-
-struct Reader<'a> {
-    file: String,
-    obj: &'a Map<String, Value>,
-    arch: Arch,
-    defaults: Vec<(String, String)>,
-    /// `num_attention_heads` and `hidden_size`, for the defaults derived from them.
-    heads: usize,
-    hidden: usize,
-}
-
-impl<'a> Reader<'a> {
-    fn err(&self, key: &str, msg: impl std::fmt::Display) -> Error {
-        Error::input(format!("{} key `{key}`", self.file), msg.to_string())
-    }
-
-    fn present(&self, key: &str) -> Option<&'a Value> {
-        self.obj.get(key).filter(|v| !v.is_null())
-    }
-
-    fn as_usize(&self, key: &str, v: &Value) -> Result<usize> {
-        v.as_u64()
-            .and_then(|n| usize::try_from(n).ok())
-            .ok_or_else(|| self.err(key, format!("expected a non-negative integer, found {v}")))
-    }
-
-    fn read(&self, key: &str) -> Read {
-        keys::row(key, self.arch).map(|k| k.read).expect("every key read by name has a row for every arch")
-    }
-
-    /// A required positive dimension.
-    fn dim(&self, key: &str) -> Result<usize> {
-        debug_assert!(matches!(self.read(key), Read::Dim));
-        match self.present(key) {
-            None => Err(self.err(key, "missing; a checkpoint config must give it")),
-            Some(v) => self.as_usize(key, v),
-        }
-    }
-
-    fn resolve(&self, d: Dflt) -> usize {
-        match d {
-            Dflt::Int(n) => n,
-            Dflt::Heads => self.heads,
-            Dflt::HiddenOverHeads => self.hidden.checked_div(self.heads).unwrap_or(0),
-        }
-    }
-
-    fn int(&mut self, key: &str) -> Result<usize> {
-        let Read::Int { default, noted, null } = self.read(key) else {
-            unreachable!("{key} is not an Int row")
-        };
-        match self.obj.get(key) {
-            Some(Value::Null) if null.is_some() => Ok(self.resolve(null.expect("checked"))),
-            Some(v) if !v.is_null() => self.as_usize(key, v),
-            _ => {
-                let n = self.resolve(default);
-                if noted {
-                    self.defaults.push((key.into(), n.to_string()));
-                }
-                Ok(n)
-            }
-        }
-    }
-
-    fn float(&mut self, key: &str) -> Result<f64> {
-        let Read::Float { default } = self.read(key) else { unreachable!("{key} is not a Float row") };
-        match self.present(key) {
-            Some(v) => v.as_f64().ok_or_else(|| self.err(key, format!("expected a number, found {v}"))),
-            None => {
-                self.defaults.push((key.into(), format!("{default:e}")));
-                Ok(default)
-            }
-        }
-    }
-
-    fn flag(&mut self, key: &str) -> Result<bool> {
-        let Read::Flag { default, noted } = self.read(key) else { unreachable!("{key} is not a Flag row") };
-        match self.present(key) {
-            Some(v) => v.as_bool().ok_or_else(|| self.err(key, format!("expected true or false, found {v}"))),
-            None => {
-                if noted {
-                    self.defaults.push((key.into(), default.to_string()));
-                }
-                Ok(default)
-            }
-        }
-    }
-
-    /// The dimensions, each at least 1 and consistent with the others.
-    fn dims(&mut self) -> Result<size::Dims> {
-        let hidden_size = self.dim("hidden_size")?;
-        let intermediate_size = self.dim("intermediate_size")?;
-        let num_layers = self.dim("num_hidden_layers")?;
-        let num_heads = self.dim("num_attention_heads")?;
-        let vocab_size = self.dim("vocab_size")?;
-        (self.heads, self.hidden) = (num_heads, hidden_size);
-        let num_kv_heads = self.int("num_key_value_heads")?;
-        let head_dim = self.int("head_dim")?;
-        for (key, v) in [
-            ("hidden_size", hidden_size),
-            ("intermediate_size", intermediate_size),
-            ("num_hidden_layers", num_layers),
-            ("num_attention_heads", num_heads),
-            ("num_key_value_heads", num_kv_heads),
-            ("head_dim", head_dim),
-            ("vocab_size", vocab_size),
-        ] {
-            if v == 0 {
-                return Err(self.err(key, "must be at least 1"));
-            }
-        }
-        if num_heads % num_kv_heads != 0 {
-            return Err(self.err(
-                "num_key_value_heads",
-                format!("{num_kv_heads} does not divide num_attention_heads = {num_heads}"),
-            ));
-        }
-        if head_dim % 2 != 0 {
-            return Err(
-                self.err("head_dim", format!("{head_dim} is odd; rotate-half RoPE needs an even head_dim"))
-            );
-        }
-        Ok(size::Dims {
-            hidden: hidden_size,
-            intermediate: intermediate_size,
-            layers: num_layers,
-            heads: num_heads,
-            kv_heads: num_kv_heads,
-            head_dim,
-            vocab: vocab_size,
-            tied: self.flag("tie_word_embeddings")?,
-        })
-    }
-
-    /// Projection biases (qkv, o, mlp), as the table's attention_bias/mlp_bias rows say.
-    fn biases(&mut self) -> Result<(bool, bool, bool)> {
-        Ok(match self.arch {
-            Arch::Llama => {
-                let a = self.flag("attention_bias")?;
-                (a, a, self.flag("mlp_bias")?)
-            }
-            Arch::Qwen3 => {
-                let a = self.flag("attention_bias")?;
-                (a, a, false)
-            }
-            Arch::Qwen2 => (true, false, false),
-            Arch::Mistral => (false, false, false),
-        })
-    }
-
-    /// Every key of the file against the table: refusals and unknown keys.
-    fn check_keys(&self) -> Result<Vec<UnknownKey>> {
-        let mut unknown = Vec::new();
-        for (name, value) in self.obj {
-            let note = match keys::row(name, self.arch).map(|k| k.read) {
-                Some(Read::Only { ok, msg }) => {
-                    if !value.is_null() && !ok(value) {
-                        let msg = msg.replace("{v}", &short(value)).replace("{arch}", self.arch.name());
-                        return Err(self.err(name, msg));
-                    }
-                    continue;
-                }
-                Some(Read::Foreign(note)) => note.to_string(),
-                Some(_) => continue,
-                None => match keys::classify_unknown(name, self.arch) {
-                    Unknown::Report(note) => note,
-                    Unknown::Refuse(msg) => return Err(self.err(name, msg)),
-                },
-            };
-            unknown.push(UnknownKey { key: name.clone(), value: short(value), note });
-        }
-        Ok(unknown)
-    }
-}
-
-/// A JSON value for a message, at most 60 characters.
-fn short(v: &Value) -> String {
-    let s = v.to_string();
-    if s.chars().count() <= 60 {
-        s
-    } else {
-        format!("{}…", s.chars().take(59).collect::<String>())
-    }
 }
 
 /// A special token id: a number, or the first of a list (transformers keeps several eos ids).

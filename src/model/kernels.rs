@@ -2,9 +2,6 @@
 //! for a few rows), RMSNorm, silu·up with a vectorized exp, RoPE, the residual adds, and the
 //! thread choice shared by every kernel.
 //!
-//! Threads come from one persistent pool ([`crate::model::pool`]); the calling thread takes
-//! chunks too, so a step never waits for a thread to be spawned or woken.
-//!
 //! Each kernel is a plain function over slices with a fixed order of operations, compiled twice
 //! (AVX2 and baseline) by [`simd!`]: no fused multiply-add is formed (Rust never contracts
 //! `a * b + c`), so both builds give identical bits, and so does aarch64 (NEON is its baseline).
@@ -17,148 +14,27 @@
 //! of gemm's horizontal kernels, so the reference gives the same bits on every CPU, at every
 //! thread count and every cut into tiles (tests/cross_isa.rs: x86_64 against aarch64).
 
-use crate::model::pool;
-use candle_core::{CpuStorage, Layout, Storage, Tensor};
-use std::borrow::Cow;
-use std::ops::Range;
+use candle_core::Tensor;
 
+mod data;
 mod dot;
+mod parts;
+mod simd;
 mod tiles;
 
-/// Below this many multiply-adds an op runs on one thread: measured on a 2-core Zen 3 guest,
-/// handing chunks of a 576×192 matrix-vector product (110 k) to the pool's spinning worker
-/// still pays off, a few thousand does not.
-const MIN_PARALLEL_WORK: usize = 32 * 1024;
-
-/// Fewest parts an op is cut into (two a thread on more threads): enough that a thread that
-/// starts late or is descheduled leaves little for the others to wait on. No kernel's result
-/// depends on where parts are cut.
-const PARTS: usize = 8;
-
-/// Run kernels on `n` threads (the caller included), at most the pool's size; the first call
-/// before any kernel runs fixes that size (`hefprobe bench --threads`).
-pub fn set_threads(n: usize) {
-    pool::configure(n);
-}
-
-/// Threads a kernel may use now.
-pub fn threads() -> usize {
-    pool::pool().threads()
-}
-
-/// Call `f` on disjoint parts of `0..n_items` (part boundaries on multiples of `align`), in
-/// parallel when `work` (multiply-adds or element ops) is worth a second thread.
-pub fn for_parts(n_items: usize, align: usize, work: usize, f: impl Fn(Range<usize>) + Sync) {
-    let align = align.max(1);
-    let threads = if work >= MIN_PARALLEL_WORK { threads() } else { 1 };
-    let chunk = n_items.div_ceil(PARTS.max(2 * threads)).div_ceil(align).max(1) * align;
-    if threads <= 1 {
-        return pool::in_chunks(n_items, chunk, &f);
-    }
-    pool::pool().run(n_items, chunk, &f);
-}
-
-/// Call `f` on one part of `0..n_items` per thread (boundaries on multiples of `align`), in
-/// parallel when `work` is worth a second thread: for work whose results do not depend on where
-/// the parts are cut (each output row computed alone, as [`matvec`] does), where fewer, longer
-/// parts read faster (measured on a 2-core Zen guest, bf16 decode: 4% faster than [`PARTS`]
-/// parts, each part's first bytes being read before the prefetchers catch up).
-pub fn for_rows(n_items: usize, align: usize, work: usize, f: impl Fn(Range<usize>) + Sync) {
-    let align = align.max(1);
-    let threads = if work >= MIN_PARALLEL_WORK { threads() } else { 1 };
-    let chunk = n_items.div_ceil(threads).div_ceil(align).max(1) * align;
-    if threads <= 1 {
-        return pool::in_chunks(n_items, chunk, &f);
-    }
-    pool::pool().run(n_items, chunk, &f);
-}
-
-/// A destination several threads write disjoint parts of.
-#[derive(Clone, Copy)]
-pub struct SharedOut(*mut f32);
-// SAFETY: every user writes only the part of the buffer its `for_parts` range owns, and the
-// buffer outlives the `for_parts` call (it returns after every part finished).
-unsafe impl Send for SharedOut {}
-unsafe impl Sync for SharedOut {}
-
-impl SharedOut {
-    pub fn new(v: &mut [f32]) -> Self {
-        SharedOut(v.as_mut_ptr())
-    }
-    /// # Safety
-    /// `start..start + len` lies in the buffer and no other part touches it.
-    // The buffer is shared through a raw pointer on purpose: each thread borrows its own part.
-    #[allow(clippy::mut_from_ref)]
-    pub unsafe fn slice(&self, start: usize, len: usize) -> &mut [f32] {
-        std::slice::from_raw_parts_mut(self.0.add(start), len)
-    }
-    pub fn ptr(&self) -> *mut f32 {
-        self.0
-    }
-    /// The same buffer seen from element `n` on (the caller keeps within it).
-    pub fn offset(&self, n: usize) -> SharedOut {
-        SharedOut(self.0.wrapping_add(n))
-    }
-}
-
-/// `t` as an f32 CPU tensor whose last dimension is contiguous (a copy only when needed).
-pub fn f32_rows(t: &Tensor) -> candle_core::Result<Tensor> {
-    let t =
-        if t.dtype() == candle_core::DType::F32 { t.clone() } else { t.to_dtype(candle_core::DType::F32)? };
-    let last_unit = t.layout().stride().last().is_none_or(|&s| s == 1);
-    if last_unit {
-        Ok(t)
-    } else {
-        t.contiguous()
-    }
-}
-
-/// Borrow the f32 data of a CPU tensor with its layout.
-pub fn with_data<R>(t: &Tensor, f: impl FnOnce(&[f32], &Layout) -> R) -> candle_core::Result<R> {
-    let (storage, layout) = t.storage_and_layout();
-    match &*storage {
-        Storage::Cpu(CpuStorage::F32(v)) => Ok(f(v, layout)),
-        _ => candle_core::bail!("decoder kernels run on f32 CPU tensors, got {:?}", t.dtype()),
-    }
-}
-
-/// A weight matrix's data as stored: f32, or bf16 / f16 widened to f32 inside the kernels
-/// (both widenings are exact, so every product equals the one on weights widened up front).
-#[derive(Clone, Copy)]
-pub enum WeightData<'a> {
-    F32(&'a [f32]),
-    BF16(&'a [half::bf16]),
-    F16(&'a [half::f16]),
-}
-
-impl WeightData<'_> {
-    /// Elements `range` as f32 into `out` (its length).
-    fn widen(&self, range: Range<usize>, out: &mut [f32]) {
-        use half::slice::HalfFloatSliceExt;
-        match self {
-            WeightData::F32(v) => out.copy_from_slice(&v[range]),
-            WeightData::BF16(v) => v[range].convert_to_f32_slice(out),
-            WeightData::F16(v) => v[range].convert_to_f32_slice(out),
-        }
-    }
-}
-
-/// A storage's data in its stored float dtype, from the layout's start offset.
-fn weight_data<'a>(storage: &'a Storage, layout: &Layout) -> candle_core::Result<WeightData<'a>> {
-    let o = layout.start_offset();
-    match storage {
-        Storage::Cpu(CpuStorage::F32(v)) => Ok(WeightData::F32(&v[o..])),
-        Storage::Cpu(CpuStorage::BF16(v)) => Ok(WeightData::BF16(&v[o..])),
-        Storage::Cpu(CpuStorage::F16(v)) => Ok(WeightData::F16(&v[o..])),
-        _ => {
-            candle_core::bail!("decoder weights are f32, bf16 or f16 CPU tensors, got {:?}", storage.dtype())
-        }
-    }
-}
-
+pub use data::{f32_rows, with_data, WeightData};
 #[cfg(target_arch = "x86_64")]
 pub use dot::PREFETCH_BYTES;
+pub use parts::{for_parts, for_rows, set_threads, threads, SharedOut};
+#[cfg(target_arch = "x86_64")]
+pub use simd::has_avx2;
+pub use simd::quantize_row;
+pub(crate) use simd::simd;
+pub use tiles::{gemm_fixed, gemm_main, GEMM_HORIZONTAL, PANEL_BYTES};
+
+use data::weight_data;
 use dot::*;
+use tiles::*;
 
 /// Rows of x up to which a projection is a matrix-vector product ([`matvec`]: W read once in
 /// its stored dtype) rather than gemm calls on widened panels.
@@ -170,22 +46,6 @@ const MATVEC_ROWS: usize = 4;
 pub fn rows_alike(a: usize, b: usize, widths: &[usize]) -> bool {
     let kernel = |t: usize, n: usize| (t <= MATVEC_ROWS, gemm_main(t, n.min(MIN_TILE_COLS), 3, true));
     widths.iter().all(|&n| kernel(a, n) == kernel(b, n))
-}
-
-// Widened f32 of the weight rows one gemm call reads, per thread and reused across calls.
-thread_local! {
-    static WIDE: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
-}
-
-/// Bytes of f32 weight rows one gemm call reads: a panel that stays in L2 (2 MiB a core on
-/// the machines measured) between being widened and being read by gemm.
-pub const PANEL_BYTES: usize = 2 << 20;
-
-/// Output rows (rows of W) one gemm call covers, from K alone: never from the dtype or the
-/// thread count, so an f32 weight read in place and a bf16 one widened into a buffer make the
-/// same gemm calls with the same dims, hence the same bits.
-fn rows_per_call(k: usize) -> usize {
-    (PANEL_BYTES / 4 / k.max(1)).max(16) / 16 * 16
 }
 
 /// One projection as the kernels read it: W [N, K] (checkpoint layout, f32, bf16 or f16), an
@@ -268,84 +128,6 @@ pub fn linears(x: &Tensor, ps: &[Proj]) -> candle_core::Result<Vec<Tensor>> {
             }
         })
         .collect()
-}
-
-/// Rows `rows` of x Wᵀ for the few rows of x, into the [t, n] destination `out`.
-fn matvec_rows(
-    xs: &[f32],
-    t: usize,
-    k: usize,
-    (ws, weight_bits): (WeightData, Option<u32>),
-    rows: Range<usize>,
-    out: &SharedOut,
-    n: usize,
-) {
-    match (ws, weight_bits) {
-        (WeightData::F32(v), None) => matvec(xs, t, v, k, rows, out, n),
-        (WeightData::BF16(v), None) => matvec(xs, t, v, k, rows, out, n),
-        (WeightData::F16(v), None) => matvec(xs, t, v, k, rows, out, n),
-        // Quantized as read: each row widened and quantized into a buffer, then the f32
-        // product, as an f32 weight holding those values gives.
-        (_, Some(bits)) => WIDE.with_borrow_mut(|buf| {
-            buf.resize(k, 0.0);
-            for j in rows {
-                ws.widen(j * k..(j + 1) * k, buf);
-                quantize_row(buf, bits);
-                matvec(xs, t, buf.as_slice(), k, 0..1, &out.offset(j), n);
-            }
-        }),
-    }
-}
-
-use tiles::*;
-pub use tiles::{gemm_fixed, gemm_main, GEMM_HORIZONTAL};
-
-/// Compile `fn name(args) -> ret { body }` for AVX2 (chosen at run time) and for the baseline;
-/// the body is the same code, so results are bit-identical (no FMA is formed).
-macro_rules! simd {
-    ($(#[$m:meta])* $vis:vis fn $name:ident($($arg:ident : $ty:ty),* $(,)?) $(-> $ret:ty)? $body:block) => {
-        $(#[$m])*
-        $vis fn $name($($arg: $ty),*) $(-> $ret)? {
-            #[inline(always)]
-            fn body($($arg: $ty),*) $(-> $ret)? $body
-            #[cfg(target_arch = "x86_64")]
-            {
-                #[target_feature(enable = "avx2,fma")]
-                unsafe fn avx2($($arg: $ty),*) $(-> $ret)? { body($($arg),*) }
-                if $crate::model::kernels::has_avx2() {
-                    // SAFETY: the CPU has AVX2 and FMA (checked at run time).
-                    return unsafe { avx2($($arg),*) };
-                }
-            }
-            body($($arg),*)
-        }
-    };
-}
-pub(crate) use simd;
-
-simd! {
-    /// Symmetric round-to-nearest-even of one output channel (a row of W) to `bits`, in place:
-    /// scale max|w| / (2^(bits-1) − 1), an all-zero row kept (scale 1). The weight quantization
-    /// of `quant:w8` / `quant:w4` (docs/QUANTIZATION.md), applied as each row is read; in AVX2
-    /// where the CPU has it (a third of `explain --pattern`'s time on SmolLM2 in SSE2).
-    pub fn quantize_row(row: &mut [f32], bits: u32) {
-        let qmax = ((1u32 << (bits - 1)) - 1) as f32;
-        let m = row.iter().fold(0f32, |a, &b| a.max(b.abs()));
-        let s = if m == 0.0 { 1.0 } else { m / qmax };
-        // |x / s| ≤ qmax < 2^22: adding and taking away 1.5·2^23 rounds half to even, the bits of
-        // `round_ties_even` (fault::quant's `round_ties_even`, tested there), without libm's
-        // `rintf` per weight on baseline x86-64: it was 70% of a `quant:w8` prefill's time.
-        const MAGIC: f32 = 12_582_912.0;
-        for x in row.iter_mut() {
-            let y = *x / s;
-            *x = ((y + MAGIC) - MAGIC).copysign(y).clamp(-qmax, qmax) * s;
-        }
-    }
-}
-
-#[cfg(target_arch = "x86_64")]
-pub fn has_avx2() -> bool {
-    std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma")
 }
 
 /// Lanes of every vectorized loop: one AVX2 register of f32.

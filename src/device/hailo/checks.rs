@@ -3,9 +3,14 @@
 
 use hailort_sys::hailo_device_architecture_t;
 
-use super::{CHECKED_VERSION, REQUIRED_MAJOR};
 use crate::device::{FormatType, StreamInfo, RPC_CACHE_UNSUPPORTED};
 use crate::error::{Error, Result};
+
+/// The HailoRT major version the shim is written for; the API it uses (`set_enable_kv_cache`,
+/// the cache calls, `create_infer_model(path, name)`) is 5.x only.
+pub const REQUIRED_MAJOR: u32 = 5;
+/// The HailoRT release whose headers the shim was type-checked against (scripts/check-shim.sh).
+pub const CHECKED_VERSION: &str = "5.2.0";
 
 /// The shim is written for HailoRT 5.x: refuse anything else before touching a device.
 pub fn check_library_version(major: u32, minor: u32, revision: u32) -> Result<()> {

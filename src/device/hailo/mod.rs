@@ -35,17 +35,12 @@ mod tests;
 
 pub use checks::{
     architecture_name, check_cache_access, check_cache_snapshot, check_input_frames, check_library_version,
+    CHECKED_VERSION, REQUIRED_MAJOR,
 };
 pub use status::{cache_write_error, status_error, status_label, status_message, CallContext};
 
 use checks::format_type;
 use ffi::{c_chars_to_string, c_string, call, path_c_string};
-
-/// The HailoRT major version the shim is written for; the API it uses (`set_enable_kv_cache`,
-/// the cache calls, `create_infer_model(path, name)`) is 5.x only.
-pub const REQUIRED_MAJOR: u32 = 5;
-/// The HailoRT release whose headers the shim was type-checked against (scripts/check-shim.sh).
-pub const CHECKED_VERSION: &str = "5.2.0";
 
 /// `hailo_get_library_version` (hailort.h:1762); hailort-sys declares it with the same
 /// signature and `hailo_version_t {major, minor, revision}` layout.

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use hailort_sys::{hailo_device_architecture_t, hailo_status};
 
-use super::{CHECKED_VERSION, REQUIRED_MAJOR};
+use super::checks::{CHECKED_VERSION, REQUIRED_MAJOR};
 use crate::error::Error;
 
 /// `REQUEST_PROTO_MAX_SIZE` (hrpc/client.cpp:16): every RPC request, cache writes included, is

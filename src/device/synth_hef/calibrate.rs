@@ -2,8 +2,20 @@
 //! ids, seeded random prompts), and the ranges it sees there: logits, final norm, each layer's
 //! keys and values, and per exposed tap one range per feature.
 
-use super::*;
+use crate::device::exposed::Layout;
+use crate::error::{Error, Result};
+use crate::fault::quant::Affine;
+use crate::hef::QuantInfo;
+use crate::inputs::{DecodeSpec, InputSet};
+use crate::model::hooks::{Hooks, StepCtx};
+use crate::model::run::{run_inputs, RunRecord};
 use crate::model::tokenizer::{Tokenizer, SYNTH_TOKENIZER_VOCAB};
+use crate::model::{Checkpoint, Decoder};
+use crate::tap::{LayerTap, Tap};
+use candle_core::Tensor;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
 
 /// The prompts a compiled graph is calibrated on (each followed by 16 greedy steps, as a DFC
 /// calibration set of full conversations would be), and where they came from.
@@ -227,6 +239,19 @@ impl crate::capture::TapSink for Explicit<'_> {
     }
     fn put_array(&mut self, _: crate::tap::Key, _: ndarray::ArrayD<f32>) -> Result<()> {
         Ok(())
+    }
+}
+
+crate::named_enum! {
+    /// How `synth-hef --expose` quantizes an exposed output's uint16 values.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+    pub enum ExposeQuant {
+        /// One quant info per feature (OUTPUT_SCALE_PER_FEATURE), calibrated per feature (per head
+        /// for attention scores and probabilities).
+        #[default]
+        PerFeature = "per-feature",
+        /// One quant info for the whole output.
+        PerTensor = "per-tensor",
     }
 }
 

@@ -8,7 +8,7 @@
 //! refused, because guessing would change the numbers silently; any other is accepted and
 //! reported, since transformers stores it as a plain attribute that its modeling code never reads.
 
-use super::Arch;
+use super::arch::Arch;
 use crate::tap::closest;
 use serde_json::Value;
 
@@ -384,6 +384,17 @@ pub(super) fn row(name: &str, arch: Arch) -> Option<&'static Key> {
 fn hint(name: &str) -> Option<&'static str> {
     let lower = name.to_ascii_lowercase();
     lower.split(['_', '-', '.']).find_map(|seg| HINTS.split(' ').find(|h| seg.starts_with(h)))
+}
+
+/// A config.json key hefprobe does not know and accepted because its name gives no hint that
+/// it changes the forward pass: transformers keeps such a key as an attribute nobody reads.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct UnknownKey {
+    pub key: String,
+    /// The value as JSON, shortened to 60 characters.
+    pub value: String,
+    /// Who writes it, or why it is harmless.
+    pub note: String,
 }
 
 /// What to do with a key that has no row.

@@ -3,10 +3,58 @@
 //! {rope_type, rope_theta, ...} in the transformers 5 form, top-level `rope_theta` plus
 //! `rope_scaling` {rope_type|type, ...} in the transformers 4 form.
 
-use super::{Reader, RopeConfig, RopeScaling};
+use super::reader::Reader;
 use crate::error::Result;
 use crate::tap::closest;
 use serde_json::{Map, Value};
+
+/// Rotary embedding as configured (`rope_parameters` in transformers 5, `rope_theta` +
+/// `rope_scaling` before).
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct RopeConfig {
+    pub theta: f64,
+    pub scaling: RopeScaling,
+}
+
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[serde(tag = "rope_type", rename_all = "lowercase")]
+pub enum RopeScaling {
+    Default,
+    /// transformers `_compute_linear_scaling_rope_parameters`: every frequency divided by `factor`.
+    Linear {
+        factor: f64,
+    },
+    /// transformers `_compute_llama3_parameters`.
+    Llama3 {
+        factor: f64,
+        low_freq_factor: f64,
+        high_freq_factor: f64,
+        original_max_position_embeddings: usize,
+    },
+    /// transformers `_compute_yarn_parameters`, with the optional keys as written (`None` =
+    /// absent; the defaults are applied where HF applies them, in `model::rope`).
+    Yarn {
+        factor: f64,
+        original_max_position_embeddings: usize,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        attention_factor: Option<f64>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        beta_fast: Option<f64>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        beta_slow: Option<f64>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        mscale: Option<f64>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        mscale_all_dim: Option<f64>,
+        /// Written only when false.
+        #[serde(skip_serializing_if = "is_true")]
+        truncate: bool,
+    },
+}
+
+fn is_true(b: &bool) -> bool {
+    *b
+}
 
 /// The rope types hefprobe computes, for messages.
 const SUPPORTED: &str = "default, linear, llama3, yarn";

@@ -2,8 +2,18 @@
 //! parameters they imply cannot take more bytes than the weight files hold (issue 11: a 2 KB
 //! config.json saying `num_hidden_layers: 1000000000` aborted on allocation).
 
-use super::{Reader, WeightBudget};
+use super::reader::Reader;
 use crate::error::Result;
+
+/// What the weight files hold, to bound the dimensions config.json claims before anything is
+/// sized by them (a 2 KB config.json saying `num_hidden_layers: 1000000000` must not abort).
+#[derive(Debug, Clone)]
+pub struct WeightBudget {
+    /// Total bytes of the weight files.
+    pub bytes: u64,
+    /// Names them in messages ("the weight files", "model.gguf").
+    pub what: String,
+}
 
 /// The smallest number of bytes a parameter takes in a file hefprobe reads (f16/bf16).
 const MIN_BYTES_PER_PARAM: u128 = 2;
@@ -78,6 +88,54 @@ impl Dims {
             .min_by_key(|(_, _, shrunk)| shrunk.params().unwrap_or(u128::MAX))
             .map(|(k, v, _)| (k, v))
             .expect("seven candidates")
+    }
+}
+
+impl Reader<'_> {
+    /// The dimensions, each at least 1 and consistent with the others.
+    pub(super) fn dims(&mut self) -> Result<Dims> {
+        let hidden_size = self.dim("hidden_size")?;
+        let intermediate_size = self.dim("intermediate_size")?;
+        let num_layers = self.dim("num_hidden_layers")?;
+        let num_heads = self.dim("num_attention_heads")?;
+        let vocab_size = self.dim("vocab_size")?;
+        (self.heads, self.hidden) = (num_heads, hidden_size);
+        let num_kv_heads = self.int("num_key_value_heads")?;
+        let head_dim = self.int("head_dim")?;
+        for (key, v) in [
+            ("hidden_size", hidden_size),
+            ("intermediate_size", intermediate_size),
+            ("num_hidden_layers", num_layers),
+            ("num_attention_heads", num_heads),
+            ("num_key_value_heads", num_kv_heads),
+            ("head_dim", head_dim),
+            ("vocab_size", vocab_size),
+        ] {
+            if v == 0 {
+                return Err(self.err(key, "must be at least 1"));
+            }
+        }
+        if num_heads % num_kv_heads != 0 {
+            return Err(self.err(
+                "num_key_value_heads",
+                format!("{num_kv_heads} does not divide num_attention_heads = {num_heads}"),
+            ));
+        }
+        if head_dim % 2 != 0 {
+            return Err(
+                self.err("head_dim", format!("{head_dim} is odd; rotate-half RoPE needs an even head_dim"))
+            );
+        }
+        Ok(Dims {
+            hidden: hidden_size,
+            intermediate: intermediate_size,
+            layers: num_layers,
+            heads: num_heads,
+            kv_heads: num_kv_heads,
+            head_dim,
+            vocab: vocab_size,
+            tied: self.flag("tie_word_embeddings")?,
+        })
     }
 }
 

@@ -1,7 +1,8 @@
 //! Which layers attend through a sliding window, as each architecture's transformers config
 //! and modeling code decide it.
 
-use super::{Arch, Reader};
+use super::arch::Arch;
+use super::reader::Reader;
 use crate::error::Result;
 use serde_json::Value;
 

@@ -2,7 +2,11 @@
 //! pairwise, then the tail in order) in its baseline, AVX-512, AVX2 and NEON builds, over the
 //! stored dtypes widened exactly (f32, bf16, f16), and the product of a few rows of x with W.
 
-use super::*;
+use super::data::{WeightData, WIDE};
+use super::parts::SharedOut;
+use super::simd::quantize_row;
+use std::borrow::Cow;
+use std::ops::Range;
 
 /// A stored weight element, widened to f32 exactly by bit operations that vectorize (bf16: the
 /// top half of an f32; f16: exponent rebiased by a multiply by 2^112, subnormals included).
@@ -528,5 +532,32 @@ pub(super) fn matvec<W: DotWeight>(
             }
         }
         j += take;
+    }
+}
+
+/// Rows `rows` of x Wᵀ for the few rows of x, into the [t, n] destination `out`.
+pub(super) fn matvec_rows(
+    xs: &[f32],
+    t: usize,
+    k: usize,
+    (ws, weight_bits): (WeightData, Option<u32>),
+    rows: Range<usize>,
+    out: &SharedOut,
+    n: usize,
+) {
+    match (ws, weight_bits) {
+        (WeightData::F32(v), None) => matvec(xs, t, v, k, rows, out, n),
+        (WeightData::BF16(v), None) => matvec(xs, t, v, k, rows, out, n),
+        (WeightData::F16(v), None) => matvec(xs, t, v, k, rows, out, n),
+        // Quantized as read: each row widened and quantized into a buffer, then the f32
+        // product, as an f32 weight holding those values gives.
+        (_, Some(bits)) => WIDE.with_borrow_mut(|buf| {
+            buf.resize(k, 0.0);
+            for j in rows {
+                ws.widen(j * k..(j + 1) * k, buf);
+                quantize_row(buf, bits);
+                matvec(xs, t, buf.as_slice(), k, 0..1, &out.offset(j), n);
+            }
+        }),
     }
 }

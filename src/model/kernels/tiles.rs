@@ -2,7 +2,11 @@
 //! panel of W widened once (in L2) times a block of rows of x, every gemm call one depth block
 //! of a size fixed by K and clear of gemm's horizontal kernels (the same bits on every CPU).
 
-use super::*;
+use super::data::{WeightData, WIDE};
+use super::dot::matvec_rows;
+use super::parts::{for_parts, for_rows, threads, SharedOut};
+use super::simd::quantize_row;
+use std::ops::Range;
 
 /// Tiles of fewer rows are computed into a column-major buffer ([`TILE`]) and copied out. gemm
 /// computes a row-major product as its transpose, packing the panel of W (a scalar gather, every
@@ -95,6 +99,17 @@ pub(super) fn gemm_tiles(
             }
         }
     })
+}
+
+/// Bytes of f32 weight rows one gemm call reads: a panel that stays in L2 (2 MiB a core on
+/// the machines measured) between being widened and being read by gemm.
+pub const PANEL_BYTES: usize = 2 << 20;
+
+/// Output rows (rows of W) one gemm call covers, from K alone: never from the dtype or the
+/// thread count, so an f32 weight read in place and a bf16 one widened into a buffer make the
+/// same gemm calls with the same dims, hence the same bits.
+fn rows_per_call(k: usize) -> usize {
+    (PANEL_BYTES / 4 / k.max(1)).max(16) / 16 * 16
 }
 
 /// How a [t, n] product is cut into tiles: columns (rows of W) in panels of at most
