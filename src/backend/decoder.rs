@@ -2,7 +2,7 @@
 //! reference) and, for the local view, overrides.
 
 use super::overrides::Overrides;
-use super::{Backend, Capabilities, Ran};
+use super::runner::{Backend, Capabilities, Ran};
 use crate::capture::{Store, TapSink};
 use crate::error::Result;
 use crate::fault::spec::FaultSpec;

@@ -13,7 +13,7 @@
 //! Transforms apply in the order squeeze (drop size-1 axes), permute, reshape (-1 allowed).
 
 use super::map::{plan, Entry};
-use super::{no_feed, Backend, Capabilities, Ran};
+use super::runner::{no_feed, Backend, Capabilities, Ran};
 use crate::capture::npz::NpzFile;
 use crate::capture::{Capture, Store, TapSink};
 use crate::error::Result;
@@ -46,7 +46,7 @@ pub struct DumpBackend {
 pub fn mapped(path: &Path, map: &Path, scratch: &Path) -> Result<Box<dyn Store>> {
     let mut d = DumpBackend::open("candidate", path, Some(map))?;
     let place = crate::capture::Place::Temporary(scratch.to_path_buf());
-    let run = super::run_to(&mut d, &InputSet::new(vec![0]), &TapSelection::all(), None, &place)?;
+    let run = super::runner::run_to(&mut d, &InputSet::new(vec![0]), &TapSelection::all(), None, &place)?;
     run.error.map_or(Ok(run.capture), Err)
 }
 
@@ -128,7 +128,7 @@ impl Backend for DumpBackend {
     }
 
     /// A dump captured from a HEF is emulated as that HEF computes (its frames).
-    fn emulation(&self) -> Option<super::Emulation> {
+    fn emulation(&self) -> Option<super::runner::Emulation> {
         self.quantized_as.as_deref().and_then(Backend::emulation)
     }
 

@@ -32,6 +32,21 @@ impl fmt::Display for BackendKind {
     }
 }
 
+crate::named_enum! {
+    /// How a server is spoken to.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
+    #[serde(rename_all = "lowercase")]
+    pub enum Api {
+        /// hailo-ollama's `/api/generate` (streamed NDJSON; it applies its chat template).
+        Ollama = "ollama",
+        /// `/v1/completions` of llama.cpp's server, llama-cpp-python's, vLLM (a raw prompt;
+        /// top log-probabilities).
+        Openai = "openai",
+        /// An object with genai `LLM`'s `generate`/`tokenize`/`clear_context`, from Python.
+        Llm = "llm",
+    }
+}
+
 /// A backend as a probe names it.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
@@ -73,7 +88,7 @@ pub struct BackendSpec {
     /// serve: the server, `http://HOST:PORT`.
     pub url: Option<String>,
     /// serve: how it is spoken to, `ollama` (default: hailo-ollama) or `openai`.
-    pub api: Option<crate::backend::serve::Api>,
+    pub api: Option<Api>,
     /// serve: the served model's name (default: the server's only one).
     pub model: Option<String>,
     /// serve: the chat template the server applies (a Jinja file, a tokenizer_config.json or
@@ -200,15 +215,11 @@ impl BackendSpec {
         for p in parts {
             match p.split_once('=') {
                 Some(("api", a)) => {
-                    self.api = Some(
-                        crate::backend::serve::Api::from_name(a)
-                            .filter(|a| *a != crate::backend::serve::Api::Llm)
-                            .ok_or_else(|| {
-                                Error::usage(format!(
-                                "--backend {s}: api `{a}`: ollama (hailo-ollama) or openai (/v1/completions)"
-                            ))
-                            })?,
-                    )
+                    self.api = Some(Api::from_name(a).filter(|a| *a != Api::Llm).ok_or_else(|| {
+                        Error::usage(format!(
+                            "--backend {s}: api `{a}`: ollama (hailo-ollama) or openai (/v1/completions)"
+                        ))
+                    })?)
                 }
                 Some(("model", m)) => self.model = Some(m.to_string()),
                 Some(("template", t)) => self.template = Some(PathBuf::from(t)),
@@ -232,7 +243,7 @@ impl BackendSpec {
                 "{what}: logprobs {n}: ask for 1 to 100 top log-probabilities"
             )));
         }
-        if self.logprobs.is_some() && self.api != Some(crate::backend::serve::Api::Openai) {
+        if self.logprobs.is_some() && self.api != Some(Api::Openai) {
             return Err(Error::usage(format!(
                 "{what}: logprobs needs api=openai (hailo-ollama returns none)"
             )));

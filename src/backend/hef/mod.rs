@@ -2,7 +2,7 @@
 //! the real Hailo-10H otherwise (feature `hailo`). It captures what a device returns: the
 //! logits of each phase's last position ([1, vocab]), as HailoRT's server reads them.
 
-use super::{no_feed, Backend, Capabilities, Ran};
+use super::runner::{no_feed, Backend, Capabilities, Ran};
 use crate::capture::{Store, TapSink};
 use crate::device::driver::LlmDriver;
 use crate::device::open::Opened;
@@ -22,7 +22,15 @@ use std::path::Path;
 use std::sync::Arc;
 
 mod outputs;
-use outputs::TapOutput;
+
+/// An output beyond the logits and the tap it is.
+#[derive(Clone)]
+struct TapOutput {
+    output: String,
+    tap: Tap,
+    /// From an output map entry: the wire array [h, w, f] to the capture layout of a frame.
+    transform: Option<crate::backend::map::Transform>,
+}
 
 /// A HEF open on its device: the driver ready, what the device says about itself, and (for a
 /// HEF hefprobe simulates) the checkpoint it was made from.
@@ -53,7 +61,7 @@ pub struct HefBackend {
     /// The network group named on the backend (`group=NAME`), or None for genai's choice.
     pub group: Option<String>,
     /// A base-scope group's own greedy generation in the last run ([`HefBackend::greedy`]).
-    served: Option<crate::backend::serve::Served>,
+    served: Option<super::generation::Served>,
     /// Kept alive for the driver's configured models.
     _device: Box<dyn Device>,
 }
@@ -361,8 +369,8 @@ impl HefBackend {
     /// as many tokens as the reference predicts (the last prompt row's and each decode step's).
     /// Beside it, the teacher-forced run's argmaxes (`record`) are the one-token continuations of
     /// the reference's own prefixes. Compared token by token with the reference (compare::tokens).
-    fn greedy(&mut self, inputs: &InputSet, record: &RunRecord) -> Result<crate::backend::serve::Served> {
-        use crate::backend::serve::{Finish, Generation, Served, TokenInfo};
+    fn greedy(&mut self, inputs: &InputSet, record: &RunRecord) -> Result<super::generation::Served> {
+        use super::generation::{Finish, Generation, Served, TokenInfo};
         let steps = inputs.decode.steps();
         let frames_kept = self.driver.record.take();
         self.driver.new_conversation()?;
@@ -529,20 +537,20 @@ impl Backend for HefBackend {
         HefBackend::expected(self, ckpt).map(Some)
     }
 
-    fn emulation(&self) -> Option<super::Emulation> {
+    fn emulation(&self) -> Option<super::runner::Emulation> {
         let frames = self.frames()?;
         let outputs = self.tap_outputs.iter().map(|t| t.tap).collect();
         let make = move |ckpt: &Checkpoint, faults: &[FaultSpec], first, trim| {
             Ok(frames.backend(ckpt, faults, (first, trim))?.map(|b| Box::new(b) as Box<dyn Backend>))
         };
-        Some(super::Emulation::new(Arc::new(make), outputs))
+        Some(super::runner::Emulation::new(Arc::new(make), outputs))
     }
 
     fn notes(&self) -> Vec<String> {
         vec![self.outputs_note()]
     }
 
-    fn served(&mut self) -> Option<crate::backend::serve::Served> {
+    fn served(&mut self) -> Option<super::generation::Served> {
         self.served.take()
     }
 

@@ -2,22 +2,13 @@
 //! `<group>/<tap>` naming convention or an output map), each checked against the frame it comes
 //! in, and how a frame's exposed outputs become capture arrays.
 
-use super::HefBackend;
+use super::{HefBackend, TapOutput};
 use crate::device::driver::Exposed;
 use crate::device::exposed::for_capture;
 use crate::error::{Error, Result};
 use crate::tap::{Phase, Tap, TapSelection};
 use ndarray::{ArrayD, IxDyn};
 use std::path::Path;
-
-/// An output beyond the logits and the tap it is.
-#[derive(Clone)]
-pub(super) struct TapOutput {
-    pub(super) output: String,
-    pub(super) tap: Tap,
-    /// From an output map entry: the wire array [h, w, f] to the capture layout of a frame.
-    transform: Option<crate::backend::map::Transform>,
-}
 
 /// Whether an exposed output's [rows, values] are what the tap comes as: the frame's rows (or
 /// only the last) of `width` values.

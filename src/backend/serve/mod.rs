@@ -17,52 +17,19 @@ mod ollama;
 mod openai;
 mod server;
 
+pub use super::generation::{Finish, Generation, Served, TokenInfo, TokenRef};
+pub use super::spec::Api;
 pub use http::Endpoint;
-pub use server::{Finish, Generation, Prompt, Server, TokenInfo, TokenRef, SEED};
+pub use server::{Prompt, Server, SEED};
 
-use super::{Backend, Capabilities, Ran};
+use super::runner::{Backend, Capabilities, Ran};
 use crate::capture::{Store, TapSink};
 use crate::error::{Error, Result};
 use crate::inputs::InputSet;
 use crate::model::run::RunRecord;
 use crate::model::tokenizer::Tokenizer;
 use crate::tap::TapSelection;
-use serde::Serialize;
 use std::sync::Arc;
-
-crate::named_enum! {
-    /// How a server is spoken to.
-    #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, Serialize)]
-    #[serde(rename_all = "lowercase")]
-    pub enum Api {
-        /// hailo-ollama's `/api/generate` (streamed NDJSON; it applies its chat template).
-        Ollama = "ollama",
-        /// `/v1/completions` of llama.cpp's server, llama-cpp-python's, vLLM (a raw prompt;
-        /// top log-probabilities).
-        Openai = "openai",
-        /// An object with genai `LLM`'s `generate`/`tokenize`/`clear_context`, from Python.
-        Llm = "llm",
-    }
-}
-
-/// What a served model returned for one probe: its greedy continuation, and the one-token
-/// continuations of the reference's prefixes where it takes a raw prompt (`forced[k]`
-/// continues the prompt and the reference's first k tokens; None where the prefix could not
-/// be sent as text).
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Served {
-    pub server: String,
-    pub greedy: Generation,
-    pub forced: Option<Vec<Option<Generation>>>,
-    /// Why there are no one-token continuations.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub forced_unavailable: Option<String>,
-    /// The prompt as the server was sent it, and how many tokens the reference reads it as.
-    pub prompt: String,
-    pub prompt_tokens: usize,
-    /// How many tokens each request asked for.
-    pub max_tokens: usize,
-}
 
 /// The serving backend: a [`Server`] and the tokenizer that turns the reference's ids into
 /// the text it is sent.
@@ -194,7 +161,7 @@ impl Backend for ServeBackend {
         _sink: &mut dyn TapSink,
     ) -> Ran {
         if feed.is_some() {
-            return super::no_feed(&self.name);
+            return super::runner::no_feed(&self.name);
         }
         let (served, error) = self.serve(inputs);
         self.served = served;
@@ -203,7 +170,7 @@ impl Backend for ServeBackend {
 }
 
 /// The HTTP server a `serve` spec names, in its dialect.
-pub fn open(spec: &super::BackendSpec, what: &str) -> Result<Box<dyn Server>> {
+pub fn open(spec: &super::spec::BackendSpec, what: &str) -> Result<Box<dyn Server>> {
     let url = spec
         .url
         .as_deref()

@@ -17,7 +17,8 @@
 //! penalty (1.0 is strong): judge it with `api=openai` on its `/v1/completions`.
 
 use super::http::{self, Endpoint, Limits};
-use super::server::{json_object, max_body, Finish, Generation, Prompt, Server, TokenInfo, SEED};
+use super::server::{json_object, max_body, Prompt, Server, SEED};
+use crate::backend::generation::{Finish, Generation, TokenInfo};
 use crate::error::{Error, Result};
 use serde_json::{json, Value};
 use std::time::Duration;

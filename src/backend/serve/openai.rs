@@ -15,7 +15,8 @@
 //! the server says it used.
 
 use super::http::{self, Endpoint, Limits};
-use super::server::{json_object, max_body, Finish, Generation, Prompt, Server, TokenInfo, TokenRef, SEED};
+use super::server::{json_object, max_body, Prompt, Server, SEED};
+use crate::backend::generation::{Finish, Generation, TokenInfo, TokenRef};
 use crate::error::{Error, Result};
 use serde_json::{json, Map, Value};
 use std::time::Duration;

@@ -1,57 +1,12 @@
-//! What every dialect of served model speaks: a prompt sent, a generation with its tokens and
-//! how it ended, the seed, and the bounds and JSON checks each answer goes through.
+//! What every dialect of served model speaks: a prompt sent, a generation back (its tokens and
+//! how it ended: `generation`), the seed, and the bounds and JSON checks each answer goes through.
 
+use crate::backend::generation::Generation;
 use crate::error::Result;
-use serde::Serialize;
 
 /// The seed every request sends (greedy decoding does not draw, but a server that samples
 /// anyway then draws the same).
 pub const SEED: u32 = 0;
-
-/// How a served generation ended.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Finish {
-    /// A stop token (the server does not return its text, except genai's `LLM`).
-    Stop,
-    /// The number of tokens asked for.
-    Length,
-}
-
-/// A token as a server names it in its log-probabilities: by id (llama.cpp) or by its text
-/// (llama-cpp-python's legacy shape).
-#[derive(Debug, Clone, PartialEq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum TokenRef {
-    Id(u32),
-    Text(String),
-}
-
-/// One generated token as the server reported it.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct TokenInfo {
-    /// Its text as the server sent it: "" for a token it held back (an incomplete UTF-8
-    /// character: hailo-ollama sends the held tokens' text with the token that completes it).
-    pub text: String,
-    pub id: Option<u32>,
-    /// The server's top log-probabilities at its position, best first (empty without them).
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub top: Vec<(TokenRef, f64)>,
-}
-
-/// One generation: its text and, where the server says how it cut it, its tokens.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Generation {
-    pub text: String,
-    /// One per generated token when the server reports them one by one (a stream's pieces,
-    /// log-probability entries); empty otherwise.
-    pub tokens: Vec<TokenInfo>,
-    pub finish: Finish,
-    /// How many tokens the server says it generated (`eval_count`, `completion_tokens`).
-    pub count: Option<usize>,
-    /// How many tokens the server says the prompt was (`usage.prompt_tokens`).
-    pub prompt_tokens: Option<usize>,
-}
 
 /// What a prompt is sent as.
 #[derive(Debug, Clone, PartialEq)]
