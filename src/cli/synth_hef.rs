@@ -1,9 +1,9 @@
 //! `hefprobe synth-hef`: write a simulated LLM HEF for a checkpoint (see device::synth_hef).
 
 use super::args::{parse_ids, Ids, ModelArgs};
-use crate::device::synth_hef::{ExposeQuant, Mistake};
+use crate::device::synth_hef::{ExposeQuant, InputMap, Mistake};
 use crate::error::Result;
-use crate::request::synth_hef::{Calibrate, InputMap, SynthHef};
+use crate::request::synth_hef::{Calibrate, SynthHef};
 use crate::request::Request;
 use crate::tap::TapSelection;
 use clap::Args;

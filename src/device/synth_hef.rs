@@ -16,7 +16,7 @@ use crate::model::synth::SynthSpec;
 use crate::model::{Checkpoint, Decoder};
 use crate::tap::{LayerTap, Tap};
 use serde::{Deserialize, Serialize};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 mod calibrate;
 use calibrate::{calibrate, Ranges};
@@ -507,6 +507,103 @@ impl SimCheckpoint {
                 Ok(c)
             }
         }
+    }
+}
+
+crate::named_enum! {
+    /// Which input carries what (`--input-map`): genai's default suffixes, or the map the
+    /// exporter writes into hailo-config.json (RoPE inputs in another order: finding 51's HEFs).
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+    pub enum InputMap {
+        #[default]
+        Genai = "genai",
+        Exporter = "exporter",
+    }
+}
+
+impl InputMap {
+    pub fn suffixes(self) -> crate::hef::llm_config::InputSuffixes {
+        match self {
+            InputMap::Genai => crate::hef::llm_config::InputSuffixes::genai(),
+            InputMap::Exporter => crate::hef::llm_config::InputSuffixes::exporter(),
+        }
+    }
+}
+
+/// What `synth-hef` wrote: the facts its summary lines give (the command line prints them; the
+/// Python module's `synth_hef` returns them).
+#[derive(Debug, serde::Serialize)]
+pub struct Written {
+    pub path: PathBuf,
+    pub groups: Vec<String>,
+    pub checkpoint: String,
+    pub hash: String,
+    pub prefill_tokens: usize,
+    pub kv_cache_size: usize,
+    pub quant: String,
+    pub faults: Vec<String>,
+    pub mistakes: Vec<String>,
+    pub exposed: Vec<String>,
+    pub expose_quant: String,
+    /// What calibrating had to change to fit the model (prompts cut to its positions), if anything.
+    pub calibration_note: Option<String>,
+}
+
+impl Written {
+    /// What writing `hef` (for `ckpt`, with `opts`) to `path` says.
+    pub fn of(
+        path: &Path,
+        hef: &Hef,
+        ckpt: &Checkpoint,
+        opts: &SynthHefOptions,
+        note: Option<String>,
+    ) -> Self {
+        Written {
+            path: path.to_path_buf(),
+            groups: hef.groups.iter().map(|g| g.name.clone()).collect(),
+            checkpoint: ckpt.source.to_string(),
+            hash: ckpt.hash.clone(),
+            prefill_tokens: opts.prefill_tokens,
+            kv_cache_size: opts.kv_cache_size,
+            quant: opts.quant.clone(),
+            faults: opts.faults.iter().map(|f| f.text.clone()).collect(),
+            mistakes: opts.mistakes.iter().map(|m| m.name().to_string()).collect(),
+            exposed: opts.expose.iter().map(Tap::to_string).collect(),
+            expose_quant: opts.expose_quant.name().to_string(),
+            calibration_note: note,
+        }
+    }
+
+    /// The summary lines `synth-hef` prints.
+    pub fn lines(&self) -> Vec<String> {
+        let listed = |what: &str, v: &[String]| {
+            if v.is_empty() {
+                String::new()
+            } else {
+                format!(", {what} {}", v.join(", "))
+            }
+        };
+        let mut lines = vec![format!(
+            "wrote {}: {} for {} ({}), prefill {} rows, kv cache {} slots, quant {}{}{}",
+            self.path.display(),
+            self.groups.join(" + "),
+            self.checkpoint,
+            self.hash,
+            self.prefill_tokens,
+            self.kv_cache_size,
+            self.quant,
+            listed("faults", &self.faults),
+            listed("mistakes", &self.mistakes),
+        )];
+        if !self.exposed.is_empty() {
+            lines.push(format!(
+                "exposed outputs ({} quant infos): {}",
+                self.expose_quant,
+                self.exposed.join(", ")
+            ));
+        }
+        lines.extend(self.calibration_note.as_ref().map(|n| format!("calibration: {n}")));
+        lines
     }
 }
 
