@@ -1,7 +1,8 @@
 //! Locate: where drift starts (first failing tap in execution order, per phase), which heads
 //! and positions are worst there, and where the token decision first flips.
 
-use super::{Failure, Flip, PairComparison, RowStatus, TapRow};
+use super::pair::PairComparison;
+use super::row::{Failure, Flip, RowStatus, TapRow};
 use crate::tap::Phase;
 
 /// The first failing tap of a phase with the figures that say why; `report` words them.

@@ -5,174 +5,23 @@ pub mod crosscheck;
 pub mod lens;
 pub mod locate;
 pub mod metrics;
+mod pair;
+mod row;
 pub mod shards;
 pub mod thresholds;
 pub mod tokens;
 
+pub use pair::{PairComparison, View};
+pub use row::{Failure, Flip, LogitsSummary, ProbsSummary, RowStatus, TapRow};
+
 use crate::capture::Store;
 use crate::error::{Error, Result};
-use crate::tap::{Key, LayerTap, Phase, Tap, TapName, TapSelection};
-use metrics::{Basic, LogitsRow, Metrics};
+use crate::tap::{Key, LayerTap, Tap, TapSelection};
+use metrics::{Basic, LogitsRow};
 use ndarray::ArrayD;
-use serde::Serialize;
+use row::Dir;
 use std::borrow::Cow;
-use thresholds::{Dir, Metric, Thresholds};
-
-/// Why a row has no figures.
-#[derive(Debug, Clone, Serialize, PartialEq)]
-#[serde(rename_all = "kebab-case")]
-pub enum RowStatus {
-    Compared,
-    /// Present in the reference only (the candidate cannot produce it, or lost it).
-    OnlyInReference,
-    /// Present in the candidate only (no reference value to judge it by).
-    OnlyInCandidate,
-    /// Shapes cannot be aligned: reported, and a failure.
-    ShapeMismatch,
-}
-
-/// One bound that failed.
-#[derive(Debug, Clone, Serialize, PartialEq)]
-pub struct Failure {
-    pub metric: String,
-    pub dir: Dir,
-    pub bound: f64,
-    pub value: f64,
-    /// The glob whose bound applied ("default" when none matched).
-    pub rule: String,
-    /// Judged on the excess over an expected quantization: its own value of the metric, and
-    /// the excess the bound applied to ([`thresholds::excess`]).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub expected: Option<(f64, f64)>,
-}
-
-/// Logits figures of one tap (docs/METRICS.md: argmax agreement, top-k, KL, margins, Δp).
-#[derive(Debug, Clone, Serialize, PartialEq)]
-pub struct LogitsSummary {
-    pub positions: usize,
-    pub argmax_agreement: f64,
-    pub topk_overlap: f64,
-    pub kl_mean: f64,
-    pub kl_max: f64,
-    pub kl_p99: f64,
-    /// Positions where the argmax differs, with the reference's top-1 margin there.
-    pub flips: Vec<Flip>,
-    /// Flips whose margin exceeds the threshold set's `flip_margin`.
-    pub flips_above_margin: usize,
-    pub rows: Vec<LogitsRow>,
-    /// Shard by shard, when the candidate's logits come from a sharded lm_head.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub shards: Vec<shards::ShardFigures>,
-}
-
-#[derive(Debug, Clone, Serialize, PartialEq)]
-pub struct Flip {
-    pub position: usize,
-    pub margin: f64,
-    pub reference_token: usize,
-    pub candidate_token: usize,
-}
-
-/// Attention-probability figures only the probs tap has.
-#[derive(Debug, Clone, Serialize, PartialEq)]
-pub struct ProbsSummary {
-    /// Per head: max over query rows of |Σ_keys p − 1| in the candidate.
-    pub sum_err_per_head: Vec<f64>,
-    pub sum_err_max: f64,
-    /// Candidate entries > 1e-6 where the reference masks.
-    pub mask_leak: usize,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct TapRow {
-    pub phase: Phase,
-    pub tap: TapName,
-    pub status: RowStatus,
-    pub ref_shape: Vec<usize>,
-    pub cand_shape: Vec<usize>,
-    /// How shapes were aligned when they differ (e.g. a device's single logits row).
-    pub aligned: Option<String>,
-    pub metrics: Option<Metrics>,
-    pub cosine_no_outliers: Option<f64>,
-    pub per_head: Vec<Basic>,
-    pub per_position: Vec<Basic>,
-    pub logits: Option<LogitsSummary>,
-    pub probs: Option<ProbsSummary>,
-    pub failures: Vec<Failure>,
-}
-
-impl TapRow {
-    pub fn key(&self) -> String {
-        format!("{}/{}", self.phase, self.tap)
-    }
-
-    /// A row passes when it was compared and no bound failed; unchecked rows neither pass
-    /// nor fail.
-    pub fn failed(&self) -> bool {
-        !self.failures.is_empty()
-    }
-
-    pub fn checked(&self) -> bool {
-        matches!(self.status, RowStatus::Compared | RowStatus::ShapeMismatch)
-    }
-
-    /// The cosine; None when the row was not compared or had nothing finite to compare.
-    pub fn cosine(&self) -> Option<f64> {
-        self.metrics.as_ref().and_then(|m| m.cosine_opt())
-    }
-
-    /// True when the row holds NaN or one-sided inf values (counted, not averaged in): a
-    /// ranking or a verdict must not treat its figures as a measurement of the finite data.
-    pub fn has_nonfinite(&self) -> bool {
-        self.metrics.as_ref().is_some_and(|m| m.nonfinite() > 0)
-    }
-
-    pub fn layer(&self) -> Option<usize> {
-        self.tap.layer()
-    }
-}
-
-/// Reference vs one candidate, in one view (cumulative, or local with overrides).
-#[derive(Debug, Clone, Serialize)]
-pub struct PairComparison {
-    pub reference: String,
-    pub candidate: String,
-    pub view: View,
-    pub rows: Vec<TapRow>,
-    /// The candidate is a HEF on a device: a tap it holds was measured there (an output), one
-    /// only the reference holds can only be inferred (explain).
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
-    pub on_device: bool,
-    /// A served model, token by token (a serving backend: no tap rows).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub tokens: Option<tokens::TokenComparison>,
-}
-
-#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
-#[serde(rename_all = "lowercase")]
-pub enum View {
-    /// Every layer fed by the candidate's own previous layer: errors accumulate.
-    Cumulative,
-    /// Every layer fed the reference's input (overrides): each layer's own error.
-    Local,
-    /// The float reference against the emulation of what a candidate computes when nothing is
-    /// wrong (its quantization): the noise the candidate is judged beyond; shown, never judged.
-    Expected,
-}
-
-impl PairComparison {
-    pub fn passed(&self) -> bool {
-        !self.rows.iter().any(TapRow::failed) && self.tokens.as_ref().is_none_or(|t| t.failures.is_empty())
-    }
-
-    pub fn failed_rows(&self) -> impl Iterator<Item = &TapRow> {
-        self.rows.iter().filter(|r| r.failed())
-    }
-
-    pub fn row(&self, phase: Phase, tap: &TapName) -> Option<&TapRow> {
-        self.rows.iter().find(|r| r.phase == phase && r.tap == *tap)
-    }
-}
+use thresholds::{Metric, Thresholds};
 
 /// Reference and candidate values, flat and of equal length, and how they were aligned.
 pub type Aligned<'a> = (Cow<'a, [f32]>, Cow<'a, [f32]>, Option<String>);

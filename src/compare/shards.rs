@@ -5,36 +5,11 @@
 //! each shard also gets its scale ‖x‖ / ‖r‖, as the probs get their sums (`prob_sum_err`).
 
 use super::metrics;
-use super::thresholds::{excess, Dir, Metric, Thresholds};
-use serde::Serialize;
-
-/// One shard's figures over every position of a logits tap.
-#[derive(Debug, Clone, Serialize, PartialEq)]
-pub struct ShardFigures {
-    /// Its columns, [start, end).
-    pub start: usize,
-    pub end: usize,
-    pub cosine: f64,
-    pub sqnr_db: f64,
-    /// ‖x‖ / ‖r‖ over its columns: 1 when its logits carry the right scale.
-    pub scale: f64,
-    /// Share of positions whose largest logit within the shard is the same column.
-    pub argmax_agreement: f64,
-    /// At the last position, the largest logit within the shard (a token id): the reference's
-    /// and the candidate's.
-    pub reference_argmax: usize,
-    pub candidate_argmax: usize,
-    /// Whether it fails the row's shard bounds (`shard_cosine`, `shard_scale_err`), judged as
-    /// the row is (on the excess over an expected quantization where there is one).
-    pub failed: bool,
-}
+use super::row::Dir;
+pub use super::row::ShardFigures;
+use super::thresholds::{excess, Metric, Thresholds};
 
 impl ShardFigures {
-    /// |scale − 1|.
-    pub fn scale_err(&self) -> f64 {
-        (self.scale - 1.0).abs()
-    }
-
     fn value(&self, m: Metric) -> Option<f64> {
         match m {
             Metric::ShardCosine => Some(self.cosine),

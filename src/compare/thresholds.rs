@@ -1,7 +1,8 @@
 //! Thresholds: bounds per metric, per tap glob, with a default. By default the most specific
 //! glob that bounds a metric wins; a probe may ask for the tightest matching bound instead.
 
-use super::TapRow;
+pub use super::row::Dir;
+use super::row::{LogitsSummary, ProbsSummary, TapRow};
 use crate::error::{Error, Result};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -224,12 +225,12 @@ fn none(_: &TapRow) -> Option<f64> {
 }
 
 /// A compared row's logits figures (the logits tap only).
-fn logits(r: &TapRow) -> Option<&super::LogitsSummary> {
+fn logits(r: &TapRow) -> Option<&LogitsSummary> {
     r.metrics.as_ref().and(r.logits.as_ref())
 }
 
 /// A compared row's attention-probability figures (the probs taps only).
-fn probs(r: &TapRow) -> Option<&super::ProbsSummary> {
+fn probs(r: &TapRow) -> Option<&ProbsSummary> {
     r.metrics.as_ref().and(r.probs.as_ref())
 }
 
@@ -287,13 +288,6 @@ impl Range {
             Range::Finite => "a finite number",
         }
     }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Dir {
-    Min,
-    Max,
 }
 
 /// How many times the spread between two draws of the expected quantization a candidate may
@@ -491,7 +485,7 @@ impl Bound {
 
 /// Bounds as text in a bundle's record: [`Bound::parse`] reads them back.
 pub mod as_text {
-    use super::Bound;
+    use crate::compare::thresholds::Bound;
     use serde::{Deserialize, Deserializer, Serializer};
 
     pub fn serialize<S: Serializer>(bounds: &[Bound], s: S) -> Result<S::Ok, S::Error> {

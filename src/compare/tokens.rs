@@ -13,8 +13,8 @@
 //! is ambiguous (pieces holding several tokens, retokenized text whose ids are not the
 //! reference's) the comparison says so in its notes.
 
+use super::row::{Dir, Failure};
 use super::thresholds::{Metric, Thresholds};
-use super::Failure;
 use crate::backend::serve::{Finish, Generation, Served, TokenRef};
 use crate::capture::Store;
 use crate::error::Result;
@@ -246,8 +246,8 @@ pub fn judge(t: &mut TokenComparison, thresholds: &Thresholds) {
     for (metric, (bound, rule)) in bounds {
         let Some(value) = value(metric, t) else { continue };
         let ok = match metric.dir() {
-            super::thresholds::Dir::Min => value >= bound,
-            super::thresholds::Dir::Max => value <= bound,
+            Dir::Min => value >= bound,
+            Dir::Max => value <= bound,
         };
         if !ok {
             let (metric, dir) = (metric.name().to_string(), metric.dir());

@@ -7,9 +7,9 @@
 //! reference's and the recipe's greedy tokens, and the reference's logits at the figures'
 //! positions.
 
-use super::{At, Observation, Outcome, Pattern, Scope};
+use super::record::{At, Observation, Outcome, Pattern, Scope, MAX_COST};
 use crate::backend::decoder::DecoderBackend;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::fault::spec::FaultSpec;
 use crate::inputs::{DecodeSpec, InputSet};
 use crate::model::synth::SynthSpec;
@@ -101,6 +101,51 @@ pub fn macs_per_row(o: &Observation) -> f64 {
     let (h, kv) = (s.hidden as f64, (s.kv_heads * s.head_dim.unwrap_or(1)) as f64);
     let mlp = crate::model::synth::default_intermediate(s.hidden) as f64;
     s.layers as f64 * (2.0 * h * h + 2.0 * h * kv + 3.0 * h * mlp) + h * s.vocab.unwrap_or(0) as f64
+}
+
+impl Pattern {
+    /// Multiply-adds the record asks for with `hypotheses` hypotheses: per observation, its
+    /// stand-in's multiply-adds per row times the rows its judge runs (base scope re-runs the
+    /// growing conversation at every step; figures one prefill), once per hypothesis and once more
+    /// for its reference and recipe runs.
+    pub fn cost(&self, hypotheses: usize) -> f64 {
+        self.observations
+            .iter()
+            .map(|o| {
+                let per_row = macs_per_row(o);
+                let p = o.prompt(&self.defaults).len() as f64;
+                let rows = match o.outcome {
+                    Outcome::Figures => p,
+                    _ => (0..o.tokens(&self.defaults)).map(|k| p + k as f64).sum::<f64>() + p,
+                };
+                per_row * rows * (hypotheses as f64 + 2.0)
+            })
+            .sum()
+    }
+
+    /// The record's cost against [`MAX_COST`], refused up front naming its dearest observation.
+    pub fn check_cost(&self, hypotheses: usize, what: &str) -> Result<()> {
+        let cost = self.cost(hypotheses);
+        if cost <= MAX_COST {
+            return Ok(());
+        }
+        let dearest = (0..self.observations.len())
+            .max_by(|&a, &b| {
+                let one =
+                    |i: usize| Pattern { observations: vec![self.observations[i].clone()], ..self.clone() };
+                one(a).cost(hypotheses).total_cmp(&one(b).cost(hypotheses))
+            })
+            .expect("a record has observations");
+        Err(Error::input(
+            what,
+            format!(
+                "judging its {hypotheses} hypotheses asks for {cost:.2e} multiply-adds, past the bound of {MAX_COST:.0e} \
+                 (about 20 min on 2 cores); the dearest is {}: record fewer tokens, a shorter prompt or fewer \
+                 observations",
+                self.observation_name(dearest)
+            ),
+        ))
+    }
 }
 
 /// Whether `ckpt` has `o`'s shape: every recorded dimension its own.

@@ -5,7 +5,7 @@
 //! at hidden sizes the record does not hold yet (a size on record is already answered).
 
 use super::judge::{noop_at, Hypothesis, Judged, Verdict};
-use super::{Outcome, Pattern};
+use super::record::{Outcome, Pattern};
 use crate::fault::spec::FaultSpec;
 use serde::Serialize;
 

@@ -4,7 +4,7 @@
 
 use super::decide::Experiment;
 use super::judge::{Decided, Judged, Status, Verdict};
-use super::Pattern;
+use super::record::{Defaults, Observation, Pattern, Scope};
 use crate::error::{Error, Result};
 use crate::report::doc::{Cell, Doc, Table, Text};
 use crate::report::Format;
@@ -16,8 +16,8 @@ pub struct Explained {
     pub summary: String,
     pub record: String,
     pub checkpoint: String,
-    pub defaults: super::Defaults,
-    pub observations: Vec<super::Observation>,
+    pub defaults: Defaults,
+    pub observations: Vec<Observation>,
     /// What stood in for each observation's checkpoint, and how strong that evidence is.
     pub stood_in: Vec<super::bed::StoodIn>,
     pub grid: String,
@@ -181,10 +181,10 @@ fn record(e: &Explained, d: &mut Doc) {
     let dflt = &e.defaults;
     for (i, o) in e.observations.iter().enumerate() {
         let scope = match o.scope(dflt) {
-            super::Scope::Base => {
+            Scope::Base => {
                 format!("base scope, frame {}", o.frame.or(dflt.frame).map_or("?".into(), |f| f.to_string()))
             }
-            super::Scope::Prefill => "prefill".to_string(),
+            Scope::Prefill => "prefill".to_string(),
         };
         let recipe = o.recipe(dflt).map_or("float".to_string(), |r| r.to_string());
         let prompt = match (&o.prompt_text, &o.prompt) {
@@ -205,8 +205,8 @@ fn record(e: &Explained, d: &mut Doc) {
             format!("{} ({})", o.checkpoint.as_deref().unwrap_or("not named"), o.source).into(),
             o.shape().into(),
             match o.scope(dflt) {
-                super::Scope::Base => format!("{recipe}, {scope}, {prompt}, {} tokens", o.tokens(dflt)),
-                super::Scope::Prefill => format!("{recipe}, {scope}, {prompt}"),
+                Scope::Base => format!("{recipe}, {scope}, {prompt}, {} tokens", o.tokens(dflt)),
+                Scope::Prefill => format!("{recipe}, {scope}, {prompt}"),
             }
             .into(),
             o.outcome_text(dflt).into(),

@@ -15,7 +15,7 @@
 //! the finding cleared are judged as predictions from the recorded shapes.
 
 use super::bed::{self, Bed, StoodIn};
-use super::{At, Cause, Figure, Metric, Observation, Outcome, Pattern};
+use super::record::{At, Cause, Figure, Metric, Observation, Outcome, Pattern};
 use crate::error::Result;
 use crate::fault::catalog::width::{acc_can_saturate, SEARCHED_WIDTHS};
 use crate::fault::catalog::LogitsClaim;

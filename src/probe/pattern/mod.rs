@@ -15,21 +15,12 @@ pub mod doc;
 pub mod judge;
 mod record;
 
-pub use record::{At, Cause, Cleared, Defaults, Figure, Metric, Observation, Outcome, Pattern, Scope};
+pub use record::{
+    At, Cause, Cleared, Defaults, Figure, Metric, Observation, Outcome, Pattern, Scope, MAX_COST,
+    MAX_OBSERVATIONS, MAX_PROMPT, MAX_TOKENS, PATTERN_VERSION,
+};
 
 use crate::error::{Error, Result};
-
-pub const PATTERN_VERSION: u32 = 2;
-/// The most observations one record holds.
-pub const MAX_OBSERVATIONS: usize = 64;
-/// The longest generation a record may ask for (base scope re-runs the sequence per token).
-pub const MAX_TOKENS: usize = 256;
-/// The longest prompt.
-pub const MAX_PROMPT: usize = 512;
-/// The most multiply-adds a record may ask for, over every hypothesis and observation, counted
-/// up front from the shapes ([`record::Pattern::cost`]): 4·10^13, about 20 minutes of one
-/// release build on 2 cores (the committed record of finding 16 asks for 1.3·10^13).
-pub const MAX_COST: f64 = 4e13;
 
 /// Judge every hypothesis of the catalog and every cleared cause against `p` (observations of
 /// the checkpoint's shape on `ckpt`, the others on synthesized stand-ins), on `threads` threads,
