@@ -535,12 +535,6 @@ fn split_reexports(code: &str) -> (String, String) {
     (rest, reexports)
 }
 
-/// Modules whose own code still calls into the children that import them back (issue 56
-/// untangles them): their uses of their children are left out below. An entry that no longer
-/// closes a circle fails the test, so this list only shrinks.
-const TANGLED: &str = "compare \
-    probe/pattern";
-
 /// No import circle anywhere: a module (one file) never reaches itself through the modules its
 /// code names. A module declaring and re-exporting its own children (`mod x;`, `pub use
 /// x::Y;`) is structure, not an import, and is left out; any other use of a child (an import
@@ -581,8 +575,7 @@ fn no_import_circle_anywhere() {
         }
         Some(m)
     };
-    // Every edge, and every edge but a TANGLED module's to its children (`strict`).
-    let (mut edges, mut strict) = (BTreeMap::new(), BTreeMap::new());
+    let mut edges = BTreeMap::new();
     for (me, code) in &modules {
         let children = children_of(me);
         let (rest, reexports) = split_reexports(code);
@@ -593,12 +586,10 @@ fn no_import_circle_anywhere() {
             .filter(|t| t != me)
             .chain(reexported.filter(|t| !t.starts_with(me)))
             .collect();
-        let tangled = TANGLED.split_whitespace().any(|t| t == name(me));
-        strict.insert(me, targets.iter().filter(|t| !(tangled && t.starts_with(me))).cloned().collect());
         edges.insert(me, targets);
     }
     // Depth-first from `start`, keeping the path: every way back to `start`.
-    let circles_from = |start: &Vec<String>, edges: &BTreeMap<&Vec<String>, Vec<Vec<String>>>| {
+    let circles_from = |start: &Vec<String>| {
         let mut circles = Vec::new();
         let mut todo = vec![(start.clone(), vec![name(start)])];
         let mut seen = std::collections::BTreeSet::new();
@@ -613,23 +604,10 @@ fn no_import_circle_anywhere() {
         }
         circles
     };
-    let mut circles: Vec<String> = modules.keys().flat_map(|m| circles_from(m, &strict)).collect();
+    let mut circles: Vec<String> = modules.keys().flat_map(circles_from).collect();
     circles.sort();
     circles.dedup();
     assert!(circles.is_empty(), "import circles:\n{}", circles.join("\n"));
-    let untangled: Vec<&str> = TANGLED
-        .split_whitespace()
-        .filter(|t| {
-            let Some(m) = modules.keys().find(|m| name(m) == *t) else { return true };
-            let mut own = strict.clone();
-            own.insert(m, edges[m].clone());
-            circles_from(m, &own).is_empty()
-        })
-        .collect();
-    assert!(
-        untangled.is_empty(),
-        "no longer in a circle with their children; take them off TANGLED: {untangled:?}"
-    );
 }
 
 #[test]
