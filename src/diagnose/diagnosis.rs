@@ -2,6 +2,10 @@
 //! typed values that decide the exit code, and the document that prints them.
 
 use super::{CacheDiffRow, Parity, ParityVerdict, Repeatability, UNAVAILABLE_OVER_RPC};
+use crate::backend::hef::HefBackend;
+use crate::error::{Error, Result};
+use crate::inputs::InputSet;
+use crate::model::Decoder;
 use crate::report::doc::{Block, Doc, Table, Text};
 use crate::report::format::{cos, num};
 use crate::report::{Document, Format};
@@ -258,6 +262,40 @@ fn space(d: &mut Doc, spaced: bool) {
 fn after_table(d: &mut Doc, spaced: bool) {
     if matches!(d.blocks.last(), Some(Block::Table(_))) {
         space(d, spaced);
+    }
+}
+
+impl Diagnosis {
+    /// Every diagnostic of `backend` against `model` on `inputs`: prefill/decode parity, the
+    /// cache diff, and `repeat` runs of the repeatability gate.
+    pub fn of(
+        backend: &mut HefBackend,
+        model: &Decoder,
+        inputs: &InputSet,
+        repeat: usize,
+        lsb_tolerance: Option<u32>,
+    ) -> Result<Self> {
+        let HefBackend { driver, hef, .. } = backend;
+        let parity = super::parity(driver, hef, model, &inputs.prompt)?;
+        let cache_tokens = inputs.prompt.len() - 1;
+        // The cache diff never stops diagnose: over RPC it is unavailable, and any other failure is
+        // reported beside the figures the other diagnostics have.
+        let (cache, cache_unavailable, cache_failed) =
+            match super::cache_diff(driver, hef, model, &inputs.prompt[..cache_tokens]) {
+                Ok(rows) => (rows, None, false),
+                Err(e @ Error::Unsupported(_)) => (Vec::new(), Some(super::unavailable(&e)), false),
+                Err(e) => (Vec::new(), Some(e.to_string()), true),
+            };
+        let repeatability = super::repeatability(backend, inputs, repeat)?;
+        Ok(Diagnosis {
+            repeatability,
+            parity,
+            cache_tokens,
+            cache,
+            cache_unavailable,
+            cache_failed,
+            lsb_tolerance,
+        })
     }
 }
 

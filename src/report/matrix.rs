@@ -74,3 +74,16 @@ pub fn doc(rows: &[MatrixRow], command: &str, setup: &str, candidates: usize) ->
     d.blank().line(format!("{ok} of {} faults located at the expected tap and ranked first.", rows.len()));
     d
 }
+
+/// The catalog as a table, and how a spec is written.
+pub fn catalog() -> Doc {
+    let mut t = Table::new(["fault", "finding", "what it computes"]);
+    for f in crate::fault::catalog::REGISTRY {
+        t.row([f.name.to_string(), f.finding.map_or("-".into(), |f| f.to_string()), f.summary.to_string()]);
+    }
+    let mut d = Doc::new();
+    d.table(t).line(
+        "spec: NAME[:PARAMS][@layers=RANGE], e.g. shared-softmax@layers=0, rope:interleaved,target=q, position-shift:1",
+    );
+    d
+}

@@ -2,11 +2,10 @@
 //! HEF returns) and `diagnose` (repeatability, prefill/decode parity, cache diff).
 
 use super::Request;
-use crate::backend::hef::{open, open_hef, HefBackend};
+use crate::backend::hef::{open, open_hef};
 use crate::capture::MemorySink;
 use crate::device::driver::write_frames;
 use crate::device::SimProfile;
-use crate::diagnose as diag;
 use crate::diagnose::diagnosis::{Diagnosed, Diagnosis};
 use crate::error::{Error, Result};
 use crate::inputs::InputSet;
@@ -110,27 +109,7 @@ impl Request for Diagnose {
         let model = Decoder::new(&ckpt)?;
         let mut backend = open("device", &self.hef, (self.device, self.group.as_deref()), &ckpt)?;
         let device = backend.description.clone();
-        let HefBackend { driver, hef, .. } = &mut backend;
-        let parity = diag::parity(driver, hef, &model, &inputs.prompt)?;
-        let cache_tokens = inputs.prompt.len() - 1;
-        // The cache diff never stops diagnose: over RPC it is unavailable, and any other failure is
-        // reported beside the figures the other diagnostics have.
-        let (cache, cache_unavailable, cache_failed) =
-            match diag::cache_diff(driver, hef, &model, &inputs.prompt[..cache_tokens]) {
-                Ok(rows) => (rows, None, false),
-                Err(e @ Error::Unsupported(_)) => (Vec::new(), Some(diag::unavailable(&e)), false),
-                Err(e) => (Vec::new(), Some(e.to_string()), true),
-            };
-        let repeatability = diag::repeatability(&mut backend, &inputs, self.repeat)?;
-        let diagnosis = Diagnosis {
-            repeatability,
-            parity,
-            cache_tokens,
-            cache,
-            cache_unavailable,
-            cache_failed,
-            lsb_tolerance: self.lsb_tolerance,
-        };
+        let diagnosis = Diagnosis::of(&mut backend, &model, &inputs, self.repeat, self.lsb_tolerance)?;
         Ok(Diagnosed { diagnosis, device, hef: self.hef.clone(), command: self.command.clone() })
     }
 }

@@ -4,12 +4,10 @@
 use super::Request;
 use crate::error::Result;
 use crate::explain::matrix::{run_matrix, run_matrix_on, setup_of, synth_setup};
-use crate::fault::catalog::REGISTRY;
 use crate::model::CheckpointRef;
 use crate::output::Outputs;
 use crate::probe::schema::InputsSpec;
-use crate::report::doc::{Doc, Table};
-use crate::report::matrix::{doc, Faults};
+use crate::report::matrix::{catalog, doc, Faults};
 use crate::report::ReportTarget;
 
 #[derive(Debug, Clone, Default)]
@@ -23,19 +21,6 @@ pub struct FaultList {
     pub decode: usize,
     pub reports: Vec<ReportTarget>,
     pub command: String,
-}
-
-/// The catalog as a table, and how a spec is written.
-fn catalog() -> Doc {
-    let mut t = Table::new(["fault", "finding", "what it computes"]);
-    for f in REGISTRY {
-        t.row([f.name.to_string(), f.finding.map_or("-".into(), |f| f.to_string()), f.summary.to_string()]);
-    }
-    let mut d = Doc::new();
-    d.table(t).line(
-        "spec: NAME[:PARAMS][@layers=RANGE], e.g. shared-softmax@layers=0, rope:interleaved,target=q, position-shift:1",
-    );
-    d
 }
 
 impl Request for FaultList {
