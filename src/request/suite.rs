@@ -4,7 +4,7 @@
 
 use super::Request;
 use crate::backend::BackendSpec;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::model::CheckpointRef;
 use crate::output::Outputs;
 use crate::probe::record::{Paths, SuiteRecord};
@@ -12,7 +12,7 @@ use crate::suite::outputs::{partial_reports, Night, SuiteOutputs};
 use crate::suite::result::SuiteResult;
 use crate::suite::run::{run_suite_with, Clock, SuiteOptions};
 use crate::suite::shard::Shard;
-use crate::suite::spec::{is_suite_file, Suite};
+use crate::suite::spec::Suite;
 use std::path::PathBuf;
 
 #[derive(Debug, Clone, Default)]
@@ -43,59 +43,13 @@ pub struct Merge {
     pub out: SuiteOutputs,
 }
 
-impl SuiteRun {
-    fn suite(&self) -> Result<Suite> {
-        let mut suite = match self.inputs.as_slice() {
-            [one] if is_suite_file(one)? => Suite::load(one)?,
-            many => {
-                if let Some(s) = many.iter().find(|p| is_suite_file(p).unwrap_or(false)) {
-                    return Err(Error::usage(format!(
-                        "{} is a suite file: give it alone, or give probe files only",
-                        s.display()
-                    )));
-                }
-                Suite::from_probes(many)?
-            }
-        };
-        if !self.backends.is_empty() {
-            suite.set_cli_targets(&self.backends)?;
-        }
-        Ok(suite)
-    }
-
-    /// Everything a suite run reads: the suite file, each probe's inputs, each target's files and
-    /// checkpoint, the given checkpoint. A checkpoint that does not resolve is left to the run,
-    /// which reports it on its pairs.
-    fn inputs(&self, suite: &Suite) -> Result<Outputs> {
-        let mut outs = Outputs::new();
-        if let Some(f) = &suite.file {
-            outs.input("the suite", f);
-        }
-        let specs: Vec<_> = suite.targets.iter().map(|t| t.spec.clone()).collect();
-        for p in &suite.probes {
-            outs.input("a probe", &p.path); // named as one of many (probe_inputs says "the probe")
-            crate::probe::prepare::register_inputs(p, self.checkpoint.as_ref(), &specs, &mut outs)?;
-        }
-        for t in &suite.targets {
-            if let Some(c) = &t.checkpoint {
-                let c = CheckpointRef::at(c, crate::model::hub::DEFAULT_REVISION);
-                let _ = c.register(&format!("the checkpoint of target `{}`", t.label), &mut outs);
-            }
-        }
-        if let Some(d) = &self.spill_dir {
-            outs.dir("--spill-dir", d);
-        }
-        Ok(outs)
-    }
-}
-
 impl Request for SuiteRun {
     type Output = Night;
 
     fn run(&self) -> Result<Night> {
         crate::report::check::<SuiteResult>(&self.out.reports)?;
-        let suite = self.suite()?;
-        self.out.check(self.inputs(&suite)?)?;
+        let suite = Suite::open(&self.inputs, &self.backends)?;
+        self.out.check(suite.inputs(self.checkpoint.as_ref(), self.spill_dir.as_deref())?)?;
         // A typo in --known is refused before the night's work, not after it.
         let labels = crate::suite::run::labels(&suite);
         let pairs: Vec<(String, String)> =

@@ -37,6 +37,7 @@
 use crate::backend::{BackendKind, BackendSpec};
 use crate::error::{Error, Result};
 use crate::model::CheckpointRef;
+use crate::output::Outputs;
 use crate::probe::schema::Probe;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
@@ -278,6 +279,52 @@ impl Suite {
     }
 
     /// The probes given on the command line, as a suite with default settings.
+    /// The suite a run is given: one SUITE.toml, or probe files, with `backends` (when given)
+    /// as its targets.
+    pub fn open(inputs: &[PathBuf], backends: &[BackendSpec]) -> Result<Suite> {
+        let mut suite = match inputs {
+            [one] if is_suite_file(one)? => Suite::load(one)?,
+            many => {
+                if let Some(s) = many.iter().find(|p| is_suite_file(p).unwrap_or(false)) {
+                    return Err(Error::usage(format!(
+                        "{} is a suite file: give it alone, or give probe files only",
+                        s.display()
+                    )));
+                }
+                Suite::from_probes(many)?
+            }
+        };
+        if !backends.is_empty() {
+            suite.set_cli_targets(backends)?;
+        }
+        Ok(suite)
+    }
+
+    /// Everything a suite run reads: the suite file, each probe's inputs, each target's files and
+    /// checkpoint, the given checkpoint. A checkpoint that does not resolve is left to the run,
+    /// which reports it on its pairs.
+    pub fn inputs(&self, checkpoint: Option<&CheckpointRef>, spill_dir: Option<&Path>) -> Result<Outputs> {
+        let mut outs = Outputs::new();
+        if let Some(f) = &self.file {
+            outs.input("the suite", f);
+        }
+        let specs: Vec<_> = self.targets.iter().map(|t| t.spec.clone()).collect();
+        for p in &self.probes {
+            outs.input("a probe", &p.path); // named as one of many (probe_inputs says "the probe")
+            crate::probe::prepare::register_inputs(p, checkpoint, &specs, &mut outs)?;
+        }
+        for t in &self.targets {
+            if let Some(c) = &t.checkpoint {
+                let c = CheckpointRef::at(c, crate::model::hub::DEFAULT_REVISION);
+                let _ = c.register(&format!("the checkpoint of target `{}`", t.label), &mut outs);
+            }
+        }
+        if let Some(d) = spill_dir {
+            outs.dir("--spill-dir", d);
+        }
+        Ok(outs)
+    }
+
     pub fn from_probes(paths: &[PathBuf]) -> Result<Suite> {
         let probes = paths.iter().map(|p| crate::probe::catalog::open(p)).collect::<Result<Vec<_>>>()?;
         let suite = Suite { name: "probes".into(), probes, ..Suite::default() };
