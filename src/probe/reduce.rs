@@ -13,6 +13,7 @@ use super::prepare::Prepared;
 use super::spill::CaptureOptions;
 use crate::error::{Error, Result};
 use crate::inputs::{DecodeSpec, InputSet};
+use std::path::Path;
 
 /// What must still hold: the first drifting tap, and the best explanation when there is one.
 #[derive(Debug, Clone, PartialEq)]
@@ -305,6 +306,36 @@ impl Ran {
         }
         Ok(())
     }
+}
+
+/// [`reduce`] writing its probe: `out` is rewritten after each smaller reproduction, so Ctrl-C
+/// keeps the best found so far, and holds the minimal probe at the end (`-`: stdout, once).
+/// `from` is the probe file's text, where it was found, and what ran in its place.
+pub fn reduce_into(
+    p: &mut Prepared,
+    io: &CaptureOptions,
+    budget: usize,
+    (original, path, ran): (&str, &Path, &Ran),
+    out: &Path,
+) -> Result<Reduced> {
+    super::cleanup::install();
+    let mut keep = |r: &Reduced| -> Result<()> {
+        if out == Path::new("-") {
+            return Ok(()); // stdout gets the final probe only
+        }
+        let text = probe_toml(original, path, out, r, ran)?;
+        super::cleanup::writing(|| crate::files::write_file_quiet(out, text))?;
+        let (t, d) = size(&r.inputs);
+        super::cleanup::leave(format!(
+            "{} holds the smallest reproduction found so far ({t} tokens, {d} decode steps, after {} runs)",
+            out.display(),
+            r.runs
+        ));
+        Ok(())
+    };
+    let r = reduce(p, io, budget, &mut keep)?;
+    crate::files::write_file(out, probe_toml(original, path, out, &r, ran)?)?;
+    Ok(r)
 }
 
 /// The probe file rewritten for `inputs`: its `[inputs]` replaced by token ids (decode steps,

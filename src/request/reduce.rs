@@ -7,11 +7,10 @@ use crate::backend::BackendSpec;
 use crate::error::Result;
 use crate::model::CheckpointRef;
 use crate::output::Outputs;
-use crate::probe::cleanup;
 use crate::probe::prepare::{prepare, ExplainChoice, ProbeOverrides, RunOptions};
-use crate::probe::reduce::{probe_toml, reduce, size, Ran, Reduced};
+use crate::probe::reduce::{reduce_into, size, Ran, Reduced};
 use crate::probe::spill::CaptureOptions;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 #[derive(Debug, Clone, Default)]
 pub struct Reduce {
@@ -57,24 +56,6 @@ impl Request for Reduce {
             self.probe.display(),
             self.budget
         );
-        cleanup::install();
-        let out = &self.out;
-        let mut keep = |r: &Reduced| -> Result<()> {
-            if out == Path::new("-") {
-                return Ok(()); // stdout gets the final probe only
-            }
-            let text = probe_toml(&original, &path, out, r, &ran)?;
-            cleanup::writing(|| crate::files::write_file_quiet(out, text))?;
-            let (t, d) = size(&r.inputs);
-            cleanup::leave(format!(
-                "{} holds the smallest reproduction found so far ({t} tokens, {d} decode steps, after {} runs)",
-                out.display(),
-                r.runs
-            ));
-            Ok(())
-        };
-        let r = reduce(&mut p, &captures, self.budget, &mut keep)?;
-        crate::files::write_file(out, probe_toml(&original, &path, out, &r, &ran)?)?;
-        Ok(r)
+        reduce_into(&mut p, &captures, self.budget, (&original, &path, &ran), &self.out)
     }
 }
