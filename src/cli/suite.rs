@@ -202,7 +202,12 @@ pub fn trend(a: TrendArgs) -> Result<ExitCode> {
     let request = Trend {
         history: a.history,
         reports: ReportTarget::or(a.reports, Format::Terminal),
-        figure: a.figure,
+        figure: crate::suite::figures::Figure::parse(&a.figure).ok_or_else(|| {
+            crate::error::Error::usage(format!(
+                "--figure `{}`: expected cosine, sqnr_db, kl or argmax",
+                a.figure
+            ))
+        })?,
         tap: a.tap,
         pairs: a.pairs,
         finding: a.finding,

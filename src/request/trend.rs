@@ -9,12 +9,11 @@ use crate::suite::figures::Figure;
 use crate::suite::history::{self, TrendSpec, Trended};
 use std::path::PathBuf;
 
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct Trend {
     pub history: PathBuf,
     pub reports: Vec<ReportTarget>,
-    /// cosine, sqnr_db, kl or argmax.
-    pub figure: String,
+    pub figure: Figure,
     /// The tap whose figure is plotted.
     pub tap: String,
     /// Only these pairs, `PROBE/TARGET`.
@@ -27,9 +26,6 @@ impl Request for Trend {
     type Output = Trended;
 
     fn run(&self) -> Result<Trended> {
-        let figure = Figure::parse(&self.figure).ok_or_else(|| {
-            Error::usage(format!("--figure `{}`: expected cosine, sqnr_db, kl or argmax", self.figure))
-        })?;
         let mut outs = Outputs::new();
         outs.input("the history", &self.history);
         crate::report::register::<Trended>(&self.reports, &mut outs)?;
@@ -42,6 +38,7 @@ impl Request for Trend {
             })?;
             return Ok(Trended { doc, plot: history::trend_plot(&lines, id), finding: Some(id) });
         }
+        let figure = self.figure;
         let spec = TrendSpec { figure, tap: self.tap.clone(), pairs: self.pairs.clone() };
         let trends = history::trends(&lines, &spec);
         if trends.is_empty() {
