@@ -13,7 +13,7 @@ use capture::{open, side, PyCapture};
 use hefprobe::error::Error;
 use hefprobe::model::CheckpointRef;
 use hefprobe::probe::schema::InputsSpec;
-use hefprobe::request::{self, Request};
+use hefprobe::request;
 use pyo3::exceptions::{PyException, PyKeyboardInterrupt};
 use pyo3::prelude::*;
 use report::{json_value, PyAudit, PyReport};
@@ -166,12 +166,12 @@ fn bounds(thresholds: Option<Vec<String>>) -> PyResult<Vec<hefprobe::compare::th
 }
 
 /// A probe run's report, or its error (the report of a run that stopped is not returned).
-fn probe_report<R>(py: Python<'_>, request: R) -> PyResult<PyReport>
-where
-    R: Request<Output = hefprobe::probe::run::ProbeRun> + Send,
-{
+fn probe_report(
+    py: Python<'_>,
+    run: impl FnOnce() -> hefprobe::error::Result<hefprobe::probe::run::ProbeRun> + Send,
+) -> PyResult<PyReport> {
     let report = work(py, move || {
-        let run = request.run()?;
+        let run = run()?;
         match run.error {
             Some(e) => Err(e),
             None => Ok(run.report),
@@ -213,7 +213,7 @@ fn run(
         ..Default::default()
     };
     match llm {
-        None => probe_report(py, request),
+        None => probe_report(py, move || request.run()),
         Some(obj) => served_report(py, request, &obj),
     }
 }
@@ -306,7 +306,7 @@ fn explain(
         spill_dir,
         reports: Vec::new(),
     };
-    probe_report(py, request)
+    probe_report(py, move || request.run())
 }
 
 #[pyfunction]

@@ -5,7 +5,6 @@ use super::args::{deprecated, ModelArgs};
 use crate::error::Result;
 use crate::report::{deliver, Format, ReportTarget};
 use crate::request::audit::Audit;
-use crate::request::Request;
 use clap::Args;
 use std::path::PathBuf;
 use std::process::ExitCode;

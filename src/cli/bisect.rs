@@ -6,7 +6,6 @@ use crate::diagnose::bisect::Bisected;
 use crate::error::Result;
 use crate::report::{deliver, Format, ReportTarget};
 use crate::request::bisect::{Bisect, BisectPlan};
-use crate::request::Request;
 use clap::{Args, Subcommand};
 use std::path::PathBuf;
 use std::process::ExitCode;

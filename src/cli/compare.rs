@@ -4,7 +4,6 @@ use super::{args::command_line, run::ReportArgs};
 use crate::error::Result;
 use crate::report::deliver;
 use crate::request::run::Compare;
-use crate::request::Request;
 use clap::Args;
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -8,7 +8,6 @@ use crate::device::SimProfile;
 use crate::error::Result;
 use crate::report::{deliver, Format, ReportTarget};
 use crate::request::device::{CaptureRun, Diagnose};
-use crate::request::Request;
 use clap::Args;
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -10,7 +10,6 @@ use crate::error::Result;
 use crate::report::deliver;
 use crate::request::pattern::ExplainPattern;
 use crate::request::run::Explain;
-use crate::request::Request;
 use clap::Args;
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -7,7 +7,6 @@ use crate::error::Result;
 use crate::model::CheckpointRef;
 use crate::report::{deliver, Format, ReportTarget};
 use crate::request::faults::FaultList;
-use crate::request::Request;
 use clap::Args;
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -4,7 +4,6 @@
 use crate::error::Result;
 use crate::probe::reduce::size;
 use crate::request::reduce::Reduce;
-use crate::request::Request;
 use clap::Args;
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -3,7 +3,6 @@
 use super::args::{ModelArgs, PromptArgs};
 use crate::error::Result;
 use crate::request::reference::{Reference, Referenced};
-use crate::request::Request;
 use clap::Args;
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -8,7 +8,6 @@ use crate::probe::record::RunRecord;
 use crate::probe::run::ProbeRun;
 use crate::report::{deliver, ReportTarget};
 use crate::request::run::Run;
-use crate::request::Request;
 use clap::Args;
 use std::path::PathBuf;
 use std::process::ExitCode;

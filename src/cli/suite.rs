@@ -6,7 +6,6 @@ use crate::error::Result;
 use crate::report::{deliver, render, Format, ReportTarget};
 use crate::request::suite::{Merge, SuiteRun};
 use crate::request::trend::Trend;
-use crate::request::Request;
 use crate::suite::outputs::{Night, SuiteOutputs};
 use clap::Args;
 use std::path::PathBuf;
@@ -181,7 +180,7 @@ pub(super) fn request(a: SuiteArgs) -> Result<SuiteRun> {
     Ok(SuiteRun {
         inputs: a.inputs,
         backends: a.backends.iter().map(|b| BackendSpec::parse_cli(b)).collect::<Result<_>>()?,
-        shard: a.shard,
+        shard: a.shard.as_deref().map(crate::suite::shard::Shard::parse).transpose()?,
         shard_total: a.shard_total,
         hef_revision: a.hef_revision,
         no_explain: a.no_explain,

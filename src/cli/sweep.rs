@@ -6,7 +6,6 @@ use crate::error::Result;
 use crate::probe::record::SweepRecord;
 use crate::report::{deliver, Format, ReportTarget};
 use crate::request::sweep::Sweep;
-use crate::request::Request;
 use clap::Args;
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -4,7 +4,6 @@ use super::args::{parse_ids, Ids, ModelArgs};
 use crate::device::synth_hef::{ExposeQuant, InputMap, Mistake};
 use crate::error::Result;
 use crate::request::synth_hef::{Calibrate, SynthHef};
-use crate::request::Request;
 use crate::tap::TapSelection;
 use clap::Args;
 use std::path::PathBuf;

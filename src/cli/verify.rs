@@ -6,7 +6,6 @@ use crate::probe::record::{ends_in, Record, RunRecord, SweepRecord};
 use crate::probe::verify::{command_asks, Check, Verdict};
 use crate::report::{deliver, ReportTarget};
 use crate::request::verify::Verify;
-use crate::request::Request;
 use clap::Args;
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -66,6 +66,22 @@ pub enum SimCheckpoint {
     Path { path: PathBuf, hash: String },
 }
 
+impl SimCheckpoint {
+    /// How the device re-creates `model` (loaded as `ckpt`): its preset, or its folder's absolute
+    /// path and hash.
+    pub fn of(model: &crate::model::CheckpointRef, ckpt: &Checkpoint) -> Result<Self> {
+        use crate::model::CheckpointRef;
+        Ok(match model {
+            c @ CheckpointRef::Path { .. } => {
+                let dir = c.resolved()?.expect("a path");
+                let path = std::fs::canonicalize(&dir).map_err(|e| Error::io(&dir, e))?;
+                SimCheckpoint::Path { path, hash: ckpt.hash.clone() }
+            }
+            CheckpointRef::Synth(s) => SimCheckpoint::Synth(s.clone()),
+        })
+    }
+}
+
 /// `hefprobe-sim.json`.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]

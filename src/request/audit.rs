@@ -1,7 +1,6 @@
 //! `hefprobe audit FILE.hef [--against B.hef]`: structural checks a HEF shows on its face
 //! (findings 1, 2, 3, 5, 12), or a structural diff against a reference HEF.
 
-use super::Request;
 use crate::error::Result;
 use crate::hef::{audit_file, diff, Expectations, Hef, Severity};
 use crate::model::CheckpointRef;
@@ -23,10 +22,8 @@ pub struct Audit {
     pub reports: Vec<ReportTarget>,
 }
 
-impl Request for Audit {
-    type Output = Audited;
-
-    fn run(&self) -> Result<Audited> {
+impl Audit {
+    pub fn run(&self) -> Result<Audited> {
         let mut outs = Outputs::new();
         outs.input("the HEF", &self.hef);
         if let Some(o) = &self.against {

@@ -2,7 +2,6 @@
 //! prefix HEFs ([`crate::diagnose::bisect`]); `next` names the one to compile when they are
 //! compiled on demand.
 
-use super::Request;
 use crate::diagnose::bisect::{cut_points, prefixes, Bisected, Search};
 use crate::error::{Error, Result};
 use crate::model::CheckpointRef;
@@ -31,10 +30,8 @@ pub struct Bisect {
     pub command: String,
 }
 
-impl Request for BisectPlan {
-    type Output = Bisected;
-
-    fn run(&self) -> Result<Bisected> {
+impl BisectPlan {
+    pub fn run(&self) -> Result<Bisected> {
         let ckpt = super::load_noting(&self.model)?;
         Ok(cut_points(&ckpt))
     }
@@ -60,12 +57,8 @@ impl Bisect {
         }
         Ok(probe)
     }
-}
 
-impl Request for Bisect {
-    type Output = Bisected;
-
-    fn run(&self) -> Result<Bisected> {
+    pub fn run(&self) -> Result<Bisected> {
         let probe = self.probe()?;
         let ckpt = match &self.model {
             Some(c) => c.load()?,

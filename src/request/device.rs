@@ -1,7 +1,6 @@
 //! The device-side requests: `capture` (replay an InputSet on a device host and record what the
 //! HEF returns) and `diagnose` (repeatability, prefill/decode parity, cache diff).
 
-use super::Request;
 use crate::backend::hef::{open, open_hef};
 use crate::capture::MemorySink;
 use crate::device::driver::write_frames;
@@ -39,10 +38,8 @@ pub struct Captured {
     pub error: Option<Error>,
 }
 
-impl Request for CaptureRun {
-    type Output = Captured;
-
-    fn run(&self) -> Result<Captured> {
+impl CaptureRun {
+    pub fn run(&self) -> Result<Captured> {
         let mut outs = Outputs::new();
         outs.input("the HEF", &self.hef).input("--inputs", &self.inputs).binary("-o", &self.out);
         if let Some(p) = &self.record_frames {
@@ -91,10 +88,8 @@ pub struct Diagnose {
     pub command: String,
 }
 
-impl Request for Diagnose {
-    type Output = Diagnosed;
-
-    fn run(&self) -> Result<Diagnosed> {
+impl Diagnose {
+    pub fn run(&self) -> Result<Diagnosed> {
         let mut outs = Outputs::new();
         outs.input("the HEF", &self.hef);
         self.model.register("the checkpoint", &mut outs)?;

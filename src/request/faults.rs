@@ -1,7 +1,6 @@
 //! `hefprobe faults`: the fault catalog, and with `matrix` the proof that each fault is located
 //! and ranked first (reports/fault-localization.md is its output).
 
-use super::Request;
 use crate::error::Result;
 use crate::explain::matrix::{run_matrix, run_matrix_on, setup_of, synth_setup};
 use crate::model::CheckpointRef;
@@ -23,10 +22,8 @@ pub struct FaultList {
     pub command: String,
 }
 
-impl Request for FaultList {
-    type Output = Faults;
-
-    fn run(&self) -> Result<Faults> {
+impl FaultList {
+    pub fn run(&self) -> Result<Faults> {
         let mut outs = Outputs::new();
         super::register_checkpoint(self.checkpoint.as_ref(), &mut outs)?;
         crate::report::register::<Faults>(&self.reports, &mut outs)?;

@@ -1,8 +1,9 @@
 //! Requests: what each command is asked to do, apart from how it was asked. `cli/` builds them
-//! from flags, the Python module from keyword arguments; nothing below sees either. Each checks
-//! its inputs and outputs before any compute, and returns typed results from [`Request::run`]:
-//! a result a command writes is a [`crate::report::Document`], which `cli/` hands to
-//! [`crate::report::deliver`] and turns into an exit code, and Python into objects (Polygraphy's split of its comparator from the flags that drive it).
+//! from flags, the Python module from keyword arguments; nothing below sees either. Each has one
+//! `run`, which checks every input and output before anything is computed or written and returns
+//! typed results: a result a command writes is a [`crate::report::Document`], which `cli/` hands
+//! to [`crate::report::deliver`] and turns into an exit code, and Python into objects
+//! (Polygraphy's split of its comparator from the flags that drive it).
 
 pub mod audit;
 pub mod bisect;
@@ -21,15 +22,6 @@ pub mod verify;
 use crate::error::{Error, Result};
 use crate::model::{Checkpoint, CheckpointRef};
 use crate::output::Outputs;
-
-/// One command's work: every input and output checked before anything is computed or
-/// written, then done.
-pub trait Request {
-    /// What the command returns: a document, a capture, what it wrote.
-    type Output;
-
-    fn run(&self) -> Result<Self::Output>;
-}
 
 /// The model, with config.json's unknown keys noted on stderr (stdout may be JSON).
 pub fn load_noting(model: &CheckpointRef) -> Result<Checkpoint> {

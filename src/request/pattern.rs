@@ -2,7 +2,6 @@
 //! ranked by how much of a finding's record it reproduces (`probe::pattern`), and the
 //! experiment that decides between the survivors.
 
-use super::Request;
 use crate::error::Result;
 use crate::model::synth::SynthSpec;
 use crate::model::CheckpointRef;
@@ -37,10 +36,8 @@ pub fn default_checkpoint(p: &Pattern) -> CheckpointRef {
     CheckpointRef::Synth(spec)
 }
 
-impl Request for ExplainPattern {
-    type Output = Explained;
-
-    fn run(&self) -> Result<Explained> {
+impl ExplainPattern {
+    pub fn run(&self) -> Result<Explained> {
         crate::report::check::<Explained>(&self.reports)?;
         // A record not here is looked for in the installed catalog, as a probe is.
         let record = crate::probe::catalog::locate(&self.pattern)?;

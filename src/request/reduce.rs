@@ -2,7 +2,6 @@
 //! minimal probe (`probe::reduce`). The file is rewritten after each smaller reproduction, so
 //! Ctrl-C keeps the best found so far.
 
-use super::Request;
 use crate::backend::BackendSpec;
 use crate::error::Result;
 use crate::model::CheckpointRef;
@@ -26,10 +25,8 @@ pub struct Reduce {
     pub command: String,
 }
 
-impl Request for Reduce {
-    type Output = Reduced;
-
-    fn run(&self) -> Result<Reduced> {
+impl Reduce {
+    pub fn run(&self) -> Result<Reduced> {
         let path = crate::probe::catalog::locate(&self.probe)?;
         let probe = crate::probe::schema::Probe::load(&path)?;
         let original = crate::files::read_text(&path, crate::files::Kind::Probe)?;

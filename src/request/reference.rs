@@ -1,6 +1,5 @@
 //! `hefprobe reference`: the float32 reference's taps, streamed into a capture file or held.
 
-use super::Request;
 use crate::capture::{Capture, MemorySink, NpzSink};
 use crate::error::{Error, Result};
 use crate::inputs::InputSet;
@@ -41,10 +40,8 @@ pub struct Referenced {
     pub error: Option<Error>,
 }
 
-impl Request for Reference {
-    type Output = Referenced;
-
-    fn run(&self) -> Result<Referenced> {
+impl Reference {
+    pub fn run(&self) -> Result<Referenced> {
         if let Some(o) = &self.out {
             let mut outs = Outputs::new();
             self.model.register("the checkpoint", &mut outs)?;

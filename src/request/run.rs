@@ -1,9 +1,7 @@
 //! The three requests whose result is a probe report: `run` (a probe: reference vs backends),
 //! `explain` (the fault catalog ranked against an observation) and `compare` (two captures).
 
-use super::Request;
 use crate::backend::{BackendKind, BackendSpec};
-use crate::capture::{CaptureFile, Store};
 use crate::compare::thresholds::Bound;
 use crate::error::{Error, Result};
 use crate::explain::ExplainSpec;
@@ -65,12 +63,8 @@ impl Run {
         };
         Ok((probe, r.options(captures, &self.command)))
     }
-}
 
-impl Request for Run {
-    type Output = ProbeRun;
-
-    fn run(&self) -> Result<ProbeRun> {
+    pub fn run(&self) -> Result<ProbeRun> {
         let (probe, opts) = self.plan()?;
         let Some((dir, cap)) = &self.bundle else { return run_probe(&probe, &opts) };
         // The probe file that ran (a catalog name is recorded as the file it named).
@@ -117,12 +111,8 @@ impl Explain {
             })?,
         })
     }
-}
 
-impl Request for Explain {
-    type Output = ProbeRun;
-
-    fn run(&self) -> Result<ProbeRun> {
+    pub fn run(&self) -> Result<ProbeRun> {
         let probe = crate::probe::catalog::open(&self.probe)?;
         let observed = self.observed(&probe)?;
         let mut outs = Outputs::new();
@@ -174,10 +164,8 @@ pub struct Compare {
     pub command: String,
 }
 
-impl Request for Compare {
-    type Output = Report;
-
-    fn run(&self) -> Result<Report> {
+impl Compare {
+    pub fn run(&self) -> Result<Report> {
         let mut outs = Outputs::new();
         outs.input("the reference capture", &self.reference).input("the candidate capture", &self.candidate);
         if let Some(m) = &self.map {
@@ -185,23 +173,9 @@ impl Request for Compare {
         }
         crate::report::register::<Report>(&self.reports, &mut outs)?;
         outs.check()?;
-        let label = |p: &std::path::Path| {
-            p.file_stem().map_or_else(|| p.display().to_string(), |s| s.to_string_lossy().to_string())
-        };
-        let (rl, cl) = (label(&self.reference), label(&self.candidate));
-        // A dump through a name map is mapped into a temporary `.npz` one array at a time; then
-        // both sides are read tap by tap, one tap of each side in memory per thread.
-        let reference = CaptureFile::open(&self.reference)?;
-        let candidate: Box<dyn Store> = match &self.map {
-            None => Box::new(CaptureFile::open(&self.candidate)?),
-            Some(m) => crate::backend::dump::mapped(&self.candidate, m, &std::env::temp_dir())?,
-        };
-        let sources = (self.reference.display().to_string(), self.candidate.display().to_string());
-        let names = ((rl.as_str(), cl.as_str()), (sources.0.as_str(), sources.1.as_str()));
         let pair = crate::compare::captures(
-            &reference,
-            candidate.as_ref(),
-            names,
+            (&self.reference, &self.candidate),
+            self.map.as_deref(),
             &self.thresholds,
             self.shards.as_deref(),
         )?;

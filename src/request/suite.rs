@@ -2,7 +2,6 @@
 //! (shards back into one result): the night's result, its baseline ratcheted and its history
 //! appended as asked.
 
-use super::Request;
 use crate::backend::BackendSpec;
 use crate::error::Result;
 use crate::model::CheckpointRef;
@@ -22,7 +21,7 @@ pub struct SuiteRun {
     /// Targets instead of the suite's (or each probe's own backends).
     pub backends: Vec<BackendSpec>,
     /// Shard `K/N`, and the shard count when the index comes from the environment.
-    pub shard: Option<String>,
+    pub shard: Option<Shard>,
     pub shard_total: Option<usize>,
     pub hef_revision: Option<String>,
     pub no_explain: bool,
@@ -43,10 +42,8 @@ pub struct Merge {
     pub out: SuiteOutputs,
 }
 
-impl Request for SuiteRun {
-    type Output = Night;
-
-    fn run(&self) -> Result<Night> {
+impl SuiteRun {
+    pub fn run(&self) -> Result<Night> {
         crate::report::check::<SuiteResult>(&self.out.reports)?;
         let suite = Suite::open(&self.inputs, &self.backends)?;
         self.out.check(suite.inputs(self.checkpoint.as_ref(), self.spill_dir.as_deref())?)?;
@@ -63,7 +60,7 @@ impl Request for SuiteRun {
         let opts = SuiteOptions {
             baseline: self.out.baseline.clone(),
             update_baseline: self.out.update_baseline,
-            shard: Shard::resolve(self.shard.as_deref(), self.shard_total, &env)?,
+            shard: Shard::resolve(self.shard, self.shard_total, &env)?,
             hef_revision: self.hef_revision.clone(),
             command: self.command.clone(),
             clock: Clock::System,
@@ -80,9 +77,7 @@ impl Request for SuiteRun {
         }
         self.out.finish(result)
     }
-}
 
-impl SuiteRun {
     /// What a bundle of this night records it asked for: what decides its pairs' figures.
     pub fn record(&self) -> SuiteRecord {
         SuiteRecord {
@@ -95,10 +90,8 @@ impl SuiteRun {
     }
 }
 
-impl Request for Merge {
-    type Output = Night;
-
-    fn run(&self) -> Result<Night> {
+impl Merge {
+    pub fn run(&self) -> Result<Night> {
         crate::report::check::<SuiteResult>(&self.out.reports)?;
         let mut outs = Outputs::new();
         for s in &self.shards {

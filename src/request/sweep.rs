@@ -1,6 +1,5 @@
 //! `hefprobe sweep PROBE.toml`: a probe across its [sweep] grid into one table and plot.
 
-use super::Request;
 use crate::error::Result;
 use crate::output::Outputs;
 use crate::probe::record::{Paths, SweepRecord};
@@ -19,10 +18,8 @@ pub struct Sweep {
     pub command: String,
 }
 
-impl Request for Sweep {
-    type Output = Swept;
-
-    fn run(&self) -> Result<Swept> {
+impl Sweep {
+    pub fn run(&self) -> Result<Swept> {
         crate::report::check::<Swept>(&self.reports)?;
         let probe = crate::probe::catalog::open(&self.record.probe)?;
         let mut outs = Outputs::new();

@@ -1,6 +1,5 @@
 //! `hefprobe synth-hef`: write a simulated LLM HEF for a checkpoint (see device::synth_hef).
 
-use super::Request;
 pub use crate::device::synth_hef::Calibrate;
 use crate::device::synth_hef::{
     synth_hef, Calibration, ExposeQuant, InputMap, Mistake, SimCheckpoint, SimNoise, SynthHefOptions, Written,
@@ -66,12 +65,8 @@ impl SynthHef {
             tbt_faults: Vec::new(),
         }
     }
-}
 
-impl Request for SynthHef {
-    type Output = Written;
-
-    fn run(&self) -> Result<Written> {
+    pub fn run(&self) -> Result<Written> {
         let mut outs = crate::output::Outputs::new();
         self.model.register("the checkpoint", &mut outs)?;
         if let Calibrate::Text(t) = &self.calibration {
@@ -79,16 +74,7 @@ impl Request for SynthHef {
         }
         outs.binary("-o", &self.out).check()?;
         let ckpt = super::load_noting(&self.model)?;
-        let source = match &self.model {
-            c @ CheckpointRef::Path { .. } => {
-                let dir = c.resolved()?.expect("a path");
-                SimCheckpoint::Path {
-                    path: std::fs::canonicalize(&dir).map_err(|e| Error::io(&dir, e))?,
-                    hash: ckpt.hash.clone(),
-                }
-            }
-            CheckpointRef::Synth(s) => SimCheckpoint::Synth(s.clone()),
-        };
+        let source = SimCheckpoint::of(&self.model, &ckpt)?;
         let (calibration, calibration_note) = Calibration::asked(&self.calibration, &ckpt)?;
         let opts = SynthHefOptions {
             prefill_tokens: self.prefill_tokens,

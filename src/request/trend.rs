@@ -1,7 +1,6 @@
 //! `hefprobe trend`: a figure of one tap over the runs of a suite history, with its baseline
 //! band, or a finding's status over the runs.
 
-use super::Request;
 use crate::error::{Error, Result};
 use crate::output::Outputs;
 use crate::report::ReportTarget;
@@ -22,10 +21,8 @@ pub struct Trend {
     pub finding: Option<u32>,
 }
 
-impl Request for Trend {
-    type Output = Trended;
-
-    fn run(&self) -> Result<Trended> {
+impl Trend {
+    pub fn run(&self) -> Result<Trended> {
         let mut outs = Outputs::new();
         outs.input("the history", &self.history);
         crate::report::register::<Trended>(&self.reports, &mut outs)?;

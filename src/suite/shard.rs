@@ -85,7 +85,7 @@ impl Shard {
 
     /// The flag, else the environment.
     pub fn resolve(
-        flag: Option<&str>,
+        flag: Option<Shard>,
         total: Option<usize>,
         get: &dyn Fn(&str) -> Option<String>,
     ) -> Result<Option<Shard>> {
@@ -97,7 +97,7 @@ impl Shard {
             return Err(Error::usage("HEFPROBE_SHARD_TOTAL=0: give the number of shards, at least 1"));
         }
         match flag {
-            Some(s) => Shard::parse(s).map(Some),
+            Some(s) => Ok(Some(s)),
             None => Shard::from_env(get, total),
         }
     }
@@ -133,7 +133,8 @@ mod tests {
     #[test]
     fn every_ci_convention_names_the_same_shard() {
         let none = env(&[]);
-        assert_eq!(Shard::resolve(Some("2/3"), None, &none).unwrap(), Some(Shard { index: 2, total: 3 }));
+        let flag = |s: &str| Some(Shard::parse(s).unwrap());
+        assert_eq!(Shard::resolve(flag("2/3"), None, &none).unwrap(), Some(Shard { index: 2, total: 3 }));
         let gitlab = env(&[("CI_NODE_INDEX", "2"), ("CI_NODE_TOTAL", "3")]);
         assert_eq!(Shard::resolve(None, None, &gitlab).unwrap(), Some(Shard { index: 2, total: 3 }));
         let k8s = env(&[("JOB_COMPLETION_INDEX", "1"), ("HEFPROBE_SHARD_TOTAL", "3")]);
@@ -145,7 +146,7 @@ mod tests {
         assert_eq!(Shard::resolve(None, None, &single).unwrap(), None);
         assert_eq!(Shard::resolve(None, None, &none).unwrap(), None);
         // The flag wins over the environment.
-        assert_eq!(Shard::resolve(Some("1/2"), None, &gitlab).unwrap(), Some(Shard { index: 1, total: 2 }));
+        assert_eq!(Shard::resolve(flag("1/2"), None, &gitlab).unwrap(), Some(Shard { index: 1, total: 2 }));
     }
 
     #[test]
@@ -154,7 +155,7 @@ mod tests {
         for (flag, want) in
             [("0/3", "1 ≤ K ≤ N"), ("4/3", "1 ≤ K ≤ N"), ("x/3", "whole number"), ("3", "K/N")]
         {
-            let e = Shard::resolve(Some(flag), None, &none).unwrap_err().to_string();
+            let e = Shard::parse(flag).unwrap_err().to_string();
             assert!(e.contains("--shard") && e.contains(want), "{flag}: {e}");
         }
         let e = Shard::resolve(None, None, &env(&[("JOB_COMPLETION_INDEX", "0")])).unwrap_err().to_string();
