@@ -21,7 +21,6 @@ use metrics::{Basic, LogitsRow};
 use ndarray::ArrayD;
 use row::Dir;
 use std::borrow::Cow;
-use std::path::Path;
 use thresholds::{Metric, Thresholds};
 
 /// Reference and candidate values, flat and of equal length, and how they were aligned.
@@ -295,30 +294,18 @@ pub fn compare(
 
 /// Compare two captures recorded anywhere (`hefprobe compare`, the Python module's `compare`),
 /// with the command line's extra `bounds` (METRIC=VALUE or GLOB:METRIC=VALUE): their globs are
-/// checked against the taps the captures hold (no model here). The two sides are labelled by
-/// their file stems, and errors name their paths; `map` names a dump's tensors; `shards` the
+/// checked against the taps the captures hold (no model here). `names` are the two sides'
+/// labels, `sources` what they were read from (the errors name them); `shards` the
 /// candidate's lm_head shard widths (`--shards`), whose sum must be its logits width. Two
 /// captures that share no key, or a tap whose shapes cannot be aligned, are input errors
 /// naming the candidate.
 pub fn captures(
-    (reference, candidate): (&Path, &Path),
-    map: Option<&Path>,
+    reference: &dyn Store,
+    candidate: &dyn Store,
+    (names, sources): ((&str, &str), (&str, &str)),
     bounds: &[thresholds::Bound],
     shards: Option<&[usize]>,
 ) -> Result<PairComparison> {
-    let label =
-        |p: &Path| p.file_stem().map_or_else(|| p.display().to_string(), |s| s.to_string_lossy().to_string());
-    let (rl, cl) = (label(reference), label(candidate));
-    let sources = (reference.display().to_string(), candidate.display().to_string());
-    let (names, sources) = ((rl.as_str(), cl.as_str()), (sources.0.as_str(), sources.1.as_str()));
-    // A dump through a name map is mapped into a temporary `.npz` one array at a time; then
-    // both sides are read tap by tap, one tap of each side in memory per thread.
-    let reference = crate::capture::CaptureFile::open(reference)?;
-    let candidate: Box<dyn Store> = match map {
-        None => Box::new(crate::capture::CaptureFile::open(candidate)?),
-        Some(m) => crate::backend::dump::mapped(candidate, m, &std::env::temp_dir())?,
-    };
-    let (reference, candidate) = (&reference, candidate.as_ref());
     let mut thresholds = Thresholds::default();
     for b in bounds {
         thresholds.add(b);

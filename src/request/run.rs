@@ -2,6 +2,7 @@
 //! `explain` (the fault catalog ranked against an observation) and `compare` (two captures).
 
 use crate::backend::{BackendKind, BackendSpec};
+use crate::capture::{CaptureFile, Store};
 use crate::compare::thresholds::Bound;
 use crate::error::{Error, Result};
 use crate::explain::ExplainSpec;
@@ -173,9 +174,23 @@ impl Compare {
         }
         crate::report::register::<Report>(&self.reports, &mut outs)?;
         outs.check()?;
+        let label = |p: &std::path::Path| {
+            p.file_stem().map_or_else(|| p.display().to_string(), |s| s.to_string_lossy().to_string())
+        };
+        let (rl, cl) = (label(&self.reference), label(&self.candidate));
+        // A dump through a name map is mapped into a temporary `.npz` one array at a time; then
+        // both sides are read tap by tap, one tap of each side in memory per thread.
+        let reference = CaptureFile::open(&self.reference)?;
+        let candidate: Box<dyn Store> = match &self.map {
+            None => Box::new(CaptureFile::open(&self.candidate)?),
+            Some(m) => crate::backend::dump::mapped(&self.candidate, m, &std::env::temp_dir())?,
+        };
+        let sources = (self.reference.display().to_string(), self.candidate.display().to_string());
+        let names = ((rl.as_str(), cl.as_str()), (sources.0.as_str(), sources.1.as_str()));
         let pair = crate::compare::captures(
-            (&self.reference, &self.candidate),
-            self.map.as_deref(),
+            &reference,
+            candidate.as_ref(),
+            names,
             &self.thresholds,
             self.shards.as_deref(),
         )?;

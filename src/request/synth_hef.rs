@@ -4,7 +4,7 @@ pub use crate::device::synth_hef::Calibrate;
 use crate::device::synth_hef::{
     synth_hef, Calibration, ExposeQuant, InputMap, Mistake, SimCheckpoint, SimNoise, SynthHefOptions, Written,
 };
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::fault::spec::FaultSpec;
 use crate::model::CheckpointRef;
 use crate::tap::TapSelection;

@@ -151,7 +151,6 @@ mod tests {
 
     #[test]
     fn bad_shards_are_usage_errors_naming_the_source() {
-        let none = env(&[]);
         for (flag, want) in
             [("0/3", "1 ≤ K ≤ N"), ("4/3", "1 ≤ K ≤ N"), ("x/3", "whole number"), ("3", "K/N")]
         {
