@@ -110,7 +110,8 @@ fn reference(
     add_special_tokens: bool,
 ) -> PyResult<PyCapture> {
     let model =
-        request::model(checkpoint_ref(checkpoint, revision), synth.as_deref(), seed).map_err(to_py)?;
+        hefprobe::model::CheckpointRef::given(checkpoint_ref(checkpoint, revision), synth.as_deref(), seed)
+            .map_err(to_py)?;
     let inputs = InputsSpec {
         tokens,
         text,
@@ -289,13 +290,7 @@ fn explain(
     let request = request::run::Explain {
         command: format!("hefprobe.explain({:?})", probe.display().to_string()),
         probe,
-        observed,
-        map,
-        hef,
-        backend: backend
-            .as_deref()
-            .map(hefprobe::backend::BackendSpec::parse_cli)
-            .transpose()
+        observed: hefprobe::backend::BackendSpec::observed(observed, map, hef, backend.as_deref())
             .map_err(to_py)?,
         faults: hefprobe::fault::spec::parse_all(&faults.unwrap_or_default()).map_err(to_py)?,
         pairs,
@@ -359,7 +354,8 @@ fn synth_hef<'py>(
         (None, None) => Calibrate::Default,
     };
     let model =
-        request::model(checkpoint_ref(checkpoint, revision), synth.as_deref(), seed).map_err(to_py)?;
+        hefprobe::model::CheckpointRef::given(checkpoint_ref(checkpoint, revision), synth.as_deref(), seed)
+            .map_err(to_py)?;
     let request = request::synth_hef::SynthHef {
         model,
         out,
@@ -380,7 +376,9 @@ fn synth_hef<'py>(
         expose: expose.map(|globs| hefprobe::tap::TapSelection::parse(&globs)).transpose().map_err(to_py)?,
         expose_quant,
         layers,
-        ..request::synth_hef::SynthHef::options()
+        base_scope: None,
+        input_map: Default::default(),
+        tbt_faults: Vec::new(),
     };
     let written = work(py, || request.run())?;
     json_value(py, &written)

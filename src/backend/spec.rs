@@ -264,6 +264,26 @@ impl BackendSpec {
         Ok(specs)
     }
 
+    /// What explain observes (its door): a capture recorded anywhere (`observed`, with its name
+    /// map and the HEF it came from), else a `--backend` spec, else nothing given.
+    pub fn observed(
+        observed: Option<PathBuf>,
+        map: Option<PathBuf>,
+        hef: Option<PathBuf>,
+        backend: Option<&str>,
+    ) -> Result<Option<Self>> {
+        Ok(match observed {
+            Some(p) => Some(BackendSpec {
+                name: Some("observed".into()),
+                path: Some(p),
+                map,
+                hef,
+                ..BackendSpec::new(BackendKind::Dump)
+            }),
+            None => backend.map(BackendSpec::parse_cli).transpose()?,
+        })
+    }
+
     /// Every path the spec names, to rewrite in place (a bundle records them absolute).
     pub fn paths_mut(&mut self) -> impl Iterator<Item = &mut PathBuf> {
         [&mut self.path, &mut self.map, &mut self.hef, &mut self.template].into_iter().flatten()

@@ -53,7 +53,7 @@ impl ModelArgs {
     }
 
     pub fn to_ref(&self) -> Result<CheckpointRef> {
-        crate::request::model(self.from.to_ref(), self.synth.as_deref(), self.synth_seed)
+        CheckpointRef::given(self.from.to_ref(), self.synth.as_deref(), self.synth_seed)
     }
 }
 

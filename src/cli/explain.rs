@@ -76,10 +76,7 @@ pub fn run(a: ExplainArgs) -> Result<ExitCode> {
     };
     let request = Explain {
         probe,
-        observed: a.observed,
-        map: a.map,
-        hef: a.hef,
-        backend: a.backend.as_deref().map(BackendSpec::parse_cli).transpose()?,
+        observed: BackendSpec::observed(a.observed, a.map, a.hef, a.backend.as_deref())?,
         faults: crate::fault::spec::parse_all(&a.faults)?,
         pairs: a.pairs,
         quant: a.quant.as_deref().map(crate::fault::spec::quantization).transpose()?,

@@ -115,21 +115,13 @@ pub struct TrendArgs {
 /// every shard and in the merge.
 fn whole_command() -> String {
     let line = super::args::command_line();
-    let mut out: Vec<&str> = Vec::new();
-    let mut skip = false;
-    for w in line.split(' ') {
-        if skip {
-            skip = false;
-            continue;
+    let (mut words, mut out) = (line.split(' '), Vec::new());
+    while let Some(w) = words.next() {
+        match w {
+            "--shard" | "--shard-total" => _ = words.next(),
+            w if w.starts_with("--shard=") || w.starts_with("--shard-total=") => {}
+            w => out.push(w),
         }
-        if w == "--shard" || w == "--shard-total" {
-            skip = true;
-            continue;
-        }
-        if w.starts_with("--shard=") || w.starts_with("--shard-total=") {
-            continue;
-        }
-        out.push(w);
     }
     out.join(" ")
 }

@@ -19,6 +19,18 @@ pub enum CheckpointRef {
 }
 
 impl CheckpointRef {
+    /// A model given as a checkpoint or a synthesized preset (`--checkpoint`, `--synth` and its
+    /// seed): the one, or a refusal when neither was given.
+    pub fn given(checkpoint: Option<CheckpointRef>, synth: Option<&str>, seed: u64) -> Result<Self> {
+        match (checkpoint, synth) {
+            (Some(c), _) => Ok(c),
+            (None, Some(p)) => Ok(CheckpointRef::Synth(SynthSpec::preset(p, seed)?)),
+            (None, None) => Err(crate::error::Error::usage(
+                "no model: give --checkpoint DIR, or --synth PRESET for a synthesized one",
+            )),
+        }
+    }
+
     /// A folder, `.gguf` file or hub id at `revision`, unknown config keys a warning (what a
     /// suite target's `checkpoint` key and a replayed bundle name).
     pub fn at(path: impl Into<PathBuf>, revision: &str) -> Self {

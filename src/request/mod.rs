@@ -19,7 +19,7 @@ pub mod synth_hef;
 pub mod trend;
 pub mod verify;
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::model::{Checkpoint, CheckpointRef};
 use crate::output::Outputs;
 
@@ -28,18 +28,6 @@ pub fn load_noting(model: &CheckpointRef) -> Result<Checkpoint> {
     let ckpt = model.load()?;
     crate::probe::prepare::note_unknown_keys(&ckpt);
     Ok(ckpt)
-}
-
-/// A model given as a checkpoint or a synthesized preset (`--checkpoint`, `--synth` and its
-/// seed): the one, or a refusal when neither was given.
-pub fn model(checkpoint: Option<CheckpointRef>, synth: Option<&str>, seed: u64) -> Result<CheckpointRef> {
-    match (checkpoint, synth) {
-        (Some(c), _) => Ok(c),
-        (None, Some(p)) => Ok(CheckpointRef::Synth(crate::model::synth::SynthSpec::preset(p, seed)?)),
-        (None, None) => {
-            Err(Error::usage("no model: give --checkpoint DIR, or --synth PRESET for a synthesized one"))
-        }
-    }
 }
 
 /// Register a checkpoint, when one is given, with the output checks.

@@ -1,7 +1,7 @@
 //! The three requests whose result is a probe report: `run` (a probe: reference vs backends),
 //! `explain` (the fault catalog ranked against an observation) and `compare` (two captures).
 
-use crate::backend::{BackendKind, BackendSpec};
+use crate::backend::BackendSpec;
 use crate::capture::{CaptureFile, Store};
 use crate::compare::thresholds::Bound;
 use crate::error::{Error, Result};
@@ -74,15 +74,12 @@ impl Run {
     }
 }
 
-/// `hefprobe explain PROBE.toml`: the observation is a capture (`observed`, with its name map
-/// and the HEF it came from), a backend spec, or else the probe's first backend.
+/// `hefprobe explain PROBE.toml`: the observation is a backend ([`BackendSpec::observed`]),
+/// or else the probe's first backend.
 #[derive(Debug, Clone, Default)]
 pub struct Explain {
     pub probe: PathBuf,
-    pub observed: Option<PathBuf>,
-    pub map: Option<PathBuf>,
-    pub hef: Option<PathBuf>,
-    pub backend: Option<BackendSpec>,
+    pub observed: Option<BackendSpec>,
     /// Faults to rank (default: the whole catalog grid, narrowed per layer).
     pub faults: Vec<FaultSpec>,
     pub pairs: bool,
@@ -97,25 +94,14 @@ pub struct Explain {
 }
 
 impl Explain {
-    fn observed(&self, probe: &Probe) -> Result<BackendSpec> {
-        Ok(match (&self.observed, &self.backend) {
-            (Some(p), _) => BackendSpec {
-                name: Some("observed".into()),
-                path: Some(p.clone()),
-                map: self.map.clone(),
-                hef: self.hef.clone(),
-                ..BackendSpec::new(BackendKind::Dump)
-            },
-            (None, Some(b)) => b.clone(),
-            (None, None) => probe.backends.first().cloned().ok_or_else(|| {
-                Error::usage("give --observed NPZ or --backend SPEC: the probe has no backend to observe")
-            })?,
-        })
-    }
-
     pub fn run(&self) -> Result<ProbeRun> {
         let probe = crate::probe::catalog::open(&self.probe)?;
-        let observed = self.observed(&probe)?;
+        let observed = match &self.observed {
+            Some(b) => b.clone(),
+            None => probe.backends.first().cloned().ok_or_else(|| {
+                Error::usage("give --observed NPZ or --backend SPEC: the probe has no backend to observe")
+            })?,
+        };
         let mut outs = Outputs::new();
         crate::probe::prepare::register_inputs(
             &probe,

@@ -40,32 +40,6 @@ pub struct SynthHef {
 }
 
 impl SynthHef {
-    /// The options a caller leaves at their defaults (the command line's), with a synthesized
-    /// checkpoint and no output yet.
-    pub fn options() -> Self {
-        SynthHef {
-            model: CheckpointRef::Synth(
-                crate::model::synth::SynthSpec::preset("tinystories", 0).expect("a built-in preset"),
-            ),
-            out: PathBuf::new(),
-            prefill_tokens: 96,
-            kv_cache_size: 2048,
-            tbt: true,
-            faults: Vec::new(),
-            quant: "a16".into(),
-            lm_head_shards: 1,
-            mistakes: Vec::new(),
-            calibration: Calibrate::Default,
-            noise: None,
-            expose: None,
-            expose_quant: ExposeQuant::PerFeature,
-            layers: None,
-            base_scope: None,
-            input_map: InputMap::Genai,
-            tbt_faults: Vec::new(),
-        }
-    }
-
     pub fn run(&self) -> Result<Written> {
         let mut outs = crate::output::Outputs::new();
         self.model.register("the checkpoint", &mut outs)?;
