@@ -363,7 +363,7 @@ fn synth_hef<'py>(
         kv_cache_size,
         tbt,
         faults: hefprobe::fault::spec::parse_all(&fault.unwrap_or_default()).map_err(to_py)?,
-        quant,
+        quant: hefprobe::device::synth_hef::Quant::parse(&quant).map_err(to_py)?,
         lm_head_shards,
         mistakes: mistakes
             .unwrap_or_default()

@@ -1,7 +1,7 @@
 //! `hefprobe synth-hef`: write a simulated LLM HEF for a checkpoint (see device::synth_hef).
 
 use super::args::{parse_ids, Ids, ModelArgs};
-use crate::device::synth_hef::{ExposeQuant, InputMap, Mistake};
+use crate::device::synth_hef::{ExposeQuant, InputMap, Mistake, Quant};
 use crate::error::Result;
 use crate::request::synth_hef::{Calibrate, SynthHef};
 use crate::tap::TapSelection;
@@ -116,7 +116,7 @@ pub fn run(a: SynthHefArgs) -> Result<ExitCode> {
         kv_cache_size: a.kv_cache_size,
         tbt: !a.no_tbt,
         faults: crate::fault::spec::parse_all(&a.faults)?,
-        quant: a.quant,
+        quant: Quant::parse(&a.quant)?,
         lm_head_shards: a.lm_head_shards,
         mistakes: a.mistakes.iter().map(|m| Mistake::parse(m)).collect::<Result<_>>()?,
         calibration,

@@ -155,6 +155,22 @@ pub struct SimNoise {
     pub seed: u64,
 }
 
+/// The compiled graph's quantization (`--quant`): the setting as given, which the HEF's sim spec
+/// records, and the fault that computes it (none for `none`: float activations).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Quant {
+    pub setting: String,
+    pub spec: Option<crate::fault::spec::FaultSpec>,
+}
+
+impl Quant {
+    /// `a16`, `w8a16`, ... (`quant` fault parameters), or `none`.
+    pub fn parse(setting: &str) -> Result<Self> {
+        let spec = (setting != "none").then(|| crate::fault::spec::quantization(setting)).transpose()?;
+        Ok(Quant { setting: setting.to_string(), spec })
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct SynthHefOptions {
     /// Group names are `<name>__prefill` and `<name>__tbt`.
@@ -169,7 +185,8 @@ pub struct SynthHefOptions {
     pub faults: Vec<crate::fault::spec::FaultSpec>,
     /// Faults the tbt group alone computes (`--tbt-fault`).
     pub tbt_faults: Vec<crate::fault::spec::FaultSpec>,
-    pub quant: String,
+    /// Quantization of the compiled graph.
+    pub quant: Quant,
     pub lm_head_shards: usize,
     pub mistakes: Vec<Mistake>,
     /// Calibration prompts (token ids); empty = seeded random prompts.
@@ -197,7 +214,7 @@ impl Default for SynthHefOptions {
             inputs: crate::hef::llm_config::InputSuffixes::genai(),
             faults: Vec::new(),
             tbt_faults: Vec::new(),
-            quant: "a16".into(),
+            quant: Quant::parse("a16").expect("a valid setting"),
             lm_head_shards: 1,
             mistakes: Vec::new(),
             calibration: None,
@@ -282,7 +299,7 @@ pub fn synth_hef(ckpt: &Checkpoint, checkpoint: SimCheckpoint, opts: &SynthHefOp
         schema: SIM_SCHEMA.into(),
         checkpoint,
         faults: opts.faults.clone(),
-        quant: opts.quant.clone(),
+        quant: opts.quant.setting.clone(),
         mistakes: opts.mistakes.clone(),
         noise: opts.noise,
         calibration: Some(calibration),
@@ -354,10 +371,9 @@ fn check_options(c: &crate::model::ModelConfig, opts: &SynthHefOptions) -> Resul
         crate::fault::catalog::build(f, c)?;
     }
     // The quantization the graph is compiled with is checked now, not when the HEF is used.
-    if opts.quant != "none" {
-        let q = crate::fault::spec::quantization(&opts.quant)?;
-        crate::fault::catalog::build(&q, c)
-            .map_err(|e| Error::usage(format!("--quant {}: {e}", opts.quant)))?;
+    if let Some(q) = &opts.quant.spec {
+        crate::fault::catalog::build(q, c)
+            .map_err(|e| Error::usage(format!("--quant {}: {e}", opts.quant.setting)))?;
     }
     Ok(())
 }

@@ -2,7 +2,8 @@
 
 pub use crate::device::synth_hef::Calibrate;
 use crate::device::synth_hef::{
-    synth_hef, Calibration, ExposeQuant, InputMap, Mistake, SimCheckpoint, SimNoise, SynthHefOptions, Written,
+    synth_hef, Calibration, ExposeQuant, InputMap, Mistake, Quant, SimCheckpoint, SimNoise, SynthHefOptions,
+    Written,
 };
 use crate::error::Result;
 use crate::fault::spec::FaultSpec;
@@ -20,7 +21,7 @@ pub struct SynthHef {
     /// Faults the device computes.
     pub faults: Vec<FaultSpec>,
     /// Quantization of the compiled graph (`a16`, `w8a16`, ..., `none`).
-    pub quant: String,
+    pub quant: Quant,
     pub lm_head_shards: usize,
     pub mistakes: Vec<Mistake>,
     pub calibration: Calibrate,

@@ -41,7 +41,7 @@ impl Written {
             hash: ckpt.hash.clone(),
             prefill_tokens: opts.prefill_tokens,
             kv_cache_size: opts.kv_cache_size,
-            quant: opts.quant.clone(),
+            quant: opts.quant.setting.clone(),
             faults: opts.faults.iter().map(|f| f.text.clone()).collect(),
             mistakes: opts.mistakes.iter().map(|m| m.name().to_string()).collect(),
             exposed: opts.expose.iter().map(Tap::to_string).collect(),
