@@ -55,15 +55,7 @@ pub fn run(model: &CheckpointRef, profile: bool) -> Result<ExitCode> {
 
 /// A HEF of `ckpt` as `synth-hef` writes it, with `faults` planted.
 fn write_hef(ckpt: &Checkpoint, model: &CheckpointRef, faults: &[&str], to: &Path) -> Result<()> {
-    let source = match model {
-        CheckpointRef::Synth(s) => SimCheckpoint::Synth(s.clone()),
-        c => {
-            let path =
-                c.resolved()?.ok_or_else(|| Error::usage("bench --explain: a checkpoint with no path"))?;
-            let path = std::fs::canonicalize(&path).map_err(|e| Error::io(&path, e))?;
-            SimCheckpoint::Path { path, hash: ckpt.hash.clone() }
-        }
-    };
+    let source = SimCheckpoint::of(model, ckpt)?;
     let opts = SynthHefOptions {
         faults: crate::fault::spec::parse_all(&faults.iter().map(|f| f.to_string()).collect::<Vec<_>>())?,
         calibration: Some(Calibration::default_for(ckpt)?),
