@@ -535,14 +535,10 @@ fn split_reexports(code: &str) -> (String, String) {
     (rest, reexports)
 }
 
-/// No import circle anywhere: a module (one file) never reaches itself through the modules its
-/// code names. A module declaring and re-exporting its own children (`mod x;`, `pub use
-/// x::Y;`) is structure, not an import, and is left out; any other use of a child (an import
-/// for its own code, a path `x::f()`) counts, and so does a child naming its parent.
-#[test]
-fn no_import_circle_anywhere() {
-    let modules = modules();
-    let name = |m: &[String]| if m.is_empty() { "lib".to_string() } else { m.join("/") };
+/// Each module's imports, as the modules they name (see [`no_import_circle_anywhere`]): a name
+/// reached through a parent's re-export of its child (`crate::a::X` with `pub use b::X;` in `a`)
+/// is an import of the child that defines it, followed down a chain of re-exports.
+fn import_edges(modules: &BTreeMap<Vec<String>, String>) -> BTreeMap<Vec<String>, Vec<Vec<String>>> {
     let children_of = |me: &Vec<String>| -> Vec<String> {
         modules
             .keys()
@@ -556,7 +552,7 @@ fn no_import_circle_anywhere() {
     // What each module re-exports from its own children, by name: `crate::a::X` names the
     // child that defines `X`, not `a` (a circle through a re-export is still a circle).
     let mut reexported_names: BTreeMap<Vec<String>, BTreeMap<String, Vec<String>>> = BTreeMap::new();
-    for (me, code) in &modules {
+    for (me, code) in modules {
         let (_, reexports) = split_reexports(code);
         for path in named_paths(&reexports, me, &children_of(me)) {
             if let Some(target) = module_of(&path).filter(|t| t.len() > me.len() && t.starts_with(me)) {
@@ -576,7 +572,7 @@ fn no_import_circle_anywhere() {
         Some(m)
     };
     let mut edges = BTreeMap::new();
-    for (me, code) in &modules {
+    for (me, code) in modules {
         let children = children_of(me);
         let (rest, reexports) = split_reexports(code);
         let reexported = named_paths(&reexports, me, &children).into_iter().filter_map(|p| resolve(&p));
@@ -586,8 +582,20 @@ fn no_import_circle_anywhere() {
             .filter(|t| t != me)
             .chain(reexported.filter(|t| !t.starts_with(me)))
             .collect();
-        edges.insert(me, targets);
+        edges.insert(me.clone(), targets);
     }
+    edges
+}
+
+/// No import circle anywhere: a module (one file) never reaches itself through the modules its
+/// code names. A module declaring and re-exporting its own children (`mod x;`, `pub use
+/// x::Y;`) is structure, not an import, and is left out; any other use of a child (an import
+/// for its own code, a path `x::f()`) counts, and so does a child naming its parent.
+#[test]
+fn no_import_circle_anywhere() {
+    let modules = modules();
+    let name = |m: &[String]| if m.is_empty() { "lib".to_string() } else { m.join("/") };
+    let edges = import_edges(&modules);
     // Depth-first from `start`, keeping the path: every way back to `start`.
     let circles_from = |start: &Vec<String>| {
         let mut circles = Vec::new();
@@ -628,4 +636,26 @@ fn the_path_reader_sees_a_mod_rs_using_its_children_but_not_re_exporting_them() 
     assert_eq!(got, ["report::svg::PALETTE", "report::svg::write"]);
     let got: Vec<String> = named_paths(&reexports, &me, &children).iter().map(|p| p.join("::")).collect();
     assert_eq!(got, ["report::document::deliver", "report::document::Document"]);
+}
+
+#[test]
+fn a_name_reached_through_a_re_export_is_an_import_of_the_child_that_defines_it() {
+    let m =
+        |path: &str, code: &str| (path.split('/').map(String::from).collect::<Vec<_>>(), code.to_string());
+    let modules: BTreeMap<Vec<String>, String> = [
+        m("a", "mod b;\nmod c;\npub use b::X;\nfn f() { c::g(); }\n"),
+        m("a/b", "pub struct X;\n"),
+        m("a/c", "use super::X;\npub fn g() {}\n"),
+        m("d", "use crate::a::X;\nfn h() { crate::a::c::g(); }\n"),
+    ]
+    .into_iter()
+    .collect();
+    let edges = import_edges(&modules);
+    let names = |k: &str| -> Vec<String> {
+        edges[&k.split('/').map(String::from).collect::<Vec<_>>()].iter().map(|t| t.join("/")).collect()
+    };
+    assert_eq!(names("a"), ["a/c"]);
+    assert_eq!(names("a/c"), ["a/b"]);
+    assert_eq!(names("d"), ["a/b", "a/c"]);
+    assert!(names("a/b").is_empty());
 }
