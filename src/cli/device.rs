@@ -2,8 +2,7 @@
 //! what the HEF returns) and `hefprobe diagnose` (repeatability, prefill/decode parity, cache
 //! diff).
 
-use super::args::command_line;
-use super::args::{deprecated, ModelArgs, PromptArgs};
+use super::args::{command_line, deprecated, ModelArgs, PromptArgs};
 use crate::device::SimProfile;
 use crate::error::Result;
 use crate::report::{deliver, Format, ReportTarget};

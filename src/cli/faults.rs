@@ -1,8 +1,7 @@
 //! `hefprobe faults`: the fault catalog, and with `--matrix` the proof that each fault is
 //! located and ranked first (reports/fault-localization.md is its output).
 
-use super::args::command_line;
-use super::args::deprecated;
+use super::args::{command_line, deprecated};
 use crate::error::Result;
 use crate::model::CheckpointRef;
 use crate::report::{deliver, Format, ReportTarget};

@@ -46,13 +46,13 @@ impl Reduce {
             captures: CaptureOptions { spill: true, ..Default::default() },
             command: self.command.clone(),
         };
-        let (mut p, captures) = (prepare(&probe, &opts)?, opts.captures);
+        let mut p = prepare(&probe, &opts)?;
         let (tokens, decode) = size(&p.inputs);
         crate::errln!(
             "reducing {} ({tokens} prompt tokens, {decode} decode steps; budget {} runs)",
             self.probe.display(),
             self.budget
         );
-        reduce_into(&mut p, &captures, self.budget, (&original, &path, &ran), &self.out)
+        reduce_into(&mut p, &opts.captures, self.budget, (&original, &path, &ran), &self.out)
     }
 }
