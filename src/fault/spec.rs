@@ -60,6 +60,12 @@ pub fn join(specs: &[FaultSpec], sep: &str) -> String {
 
 /// A quantization setting as written (`w8a16`, or a whole `quant:...` spec), as its fault spec.
 pub fn quantization(setting: &str) -> Result<FaultSpec> {
+    if setting.trim().is_empty() {
+        return Err(Error::usage(
+            "a quantization setting (--quant, or a probe's `quant`) is empty: give one like a16, w8a16 or w4a16, \
+             a whole quant:... spec, or none",
+        ));
+    }
     if setting.starts_with("quant") {
         FaultSpec::parse(setting)
     } else {
@@ -265,6 +271,19 @@ fn parse_range(s: &str) -> std::result::Result<Vec<usize>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_empty_quantization_setting_is_refused_not_read_as_the_default() {
+        for empty in ["", " "] {
+            let e = quantization(empty).unwrap_err();
+            assert!(
+                matches!(e, Error::Usage(_))
+                    && e.to_string().contains("--quant, or a probe's `quant`) is empty"),
+                "{e}"
+            );
+        }
+        assert_eq!(quantization("w8a16").unwrap().text, "quant:w8a16");
+    }
 
     #[test]
     fn parses_params_and_layers() {
