@@ -10,10 +10,11 @@ use std::path::PathBuf;
 
 crate::named_enum! {
     /// The kinds of backend. Matched as an enum everywhere, parsed from text in one place.
-    #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, serde::Serialize)]
     #[serde(rename_all = "lowercase")]
     pub enum BackendKind {
         /// The float32 decoder.
+        #[default]
         Reference = "reference",
         /// The decoder with fault models and quantization.
         Emulator = "emulator",
@@ -48,7 +49,7 @@ crate::named_enum! {
 }
 
 /// A backend as a probe names it.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct BackendSpec {
     /// Label in reports (default: the kind).
@@ -102,26 +103,7 @@ pub struct BackendSpec {
 
 impl BackendSpec {
     pub fn new(kind: BackendKind) -> Self {
-        BackendSpec {
-            name: None,
-            kind,
-            faults: vec![],
-            quant: None,
-            path: None,
-            map: None,
-            device: None,
-            hef: None,
-            beside: None,
-            first_layer: None,
-            group: None,
-            shards: None,
-            url: None,
-            api: None,
-            model: None,
-            template: None,
-            logprobs: None,
-            timeout: None,
-        }
+        BackendSpec { kind, ..Default::default() }
     }
 
     pub fn label(&self) -> String {

@@ -62,7 +62,7 @@ struct Group {
     cached: bool,
     /// Per output (in `outputs()` order): whether it is an exposed tap rather than a part of
     /// the logits ([`LlmDriver::set_taps`]; by default, the naming convention of
-    /// [`super::exposed::tap_named`]).
+    /// [`crate::tap::Tap::of_output`]).
     taps: Vec<bool>,
 }
 

@@ -13,16 +13,6 @@ use crate::error::{Error, Result};
 use crate::tap::{Tap, TapSelection};
 use ndarray::{ArrayD, Axis};
 
-/// Whether `tap` can come back as an output ([`Tap::exposable`]).
-pub fn exposable(tap: Tap) -> bool {
-    tap.exposable()
-}
-
-/// The naming convention: the tap an output's name ends in ([`Tap::of_output`]).
-pub fn tap_named(output: &str) -> Option<Tap> {
-    Tap::of_output(output)
-}
-
 /// The most a dequantized exposed output may span (scale × the largest code) and still be
 /// `tap`: probabilities lie in [0, 1]; every other tap of a trained model stays far below
 /// f16's largest finite value, 65504. Past this the output's values are all one code (a scale of
@@ -121,7 +111,7 @@ pub fn selected(globs: &TapSelection, layers: usize, range: Option<(usize, usize
         let g = glob.as_str();
         let hit: Vec<Tap> = Tap::all(layers)
             .into_iter()
-            .filter(|&t| crate::device::exposed::exposable(t) && glob.matches(&t.to_string()))
+            .filter(|&t| t.exposable() && glob.matches(&t.to_string()))
             .filter(|t| t.layer().map_or(last + 1 == layers, |l| (first..=last).contains(&l)))
             .collect();
         if hit.is_empty() {
@@ -144,10 +134,10 @@ mod tests {
 
     #[test]
     fn names_and_layouts_round_trip() {
-        assert_eq!(tap_named("m__prefill/layers.3.out"), Some(Tap::Layer(3, LayerTap::Out)));
-        assert_eq!(tap_named("m__prefill/output_layer1"), None);
-        assert_eq!(tap_named("m__prefill/logits"), None, "the logits are not an exposed tap");
-        assert_eq!(tap_named("m/layers.0.input"), None, "an edit site is not captured");
+        assert_eq!(Tap::of_output("m__prefill/layers.3.out"), Some(Tap::Layer(3, LayerTap::Out)));
+        assert_eq!(Tap::of_output("m__prefill/output_layer1"), None);
+        assert_eq!(Tap::of_output("m__prefill/logits"), None, "the logits are not an exposed tap");
+        assert_eq!(Tap::of_output("m/layers.0.input"), None, "an edit site is not captured");
         // [H=2, T=3, D=2] -> rows of H·D -> back.
         let a = ArrayD::from_shape_vec(IxDyn(&[2, 3, 2]), (0..12).map(|x| x as f32).collect()).unwrap();
         let l = Layout::Heads(2);

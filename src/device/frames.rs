@@ -96,7 +96,7 @@ impl PreProcess {
         assert!(!rows.is_empty() && rows.len() <= self.p, "the driver cuts chunks of at most p rows");
         self.push(rows);
         let positions = self.window_pos.clone();
-        self.frames(self.window_emb.clone(), positions)
+        self.frames(self.window_emb.clone(), positions, (self.usage, self.kv))
     }
 
     /// A tbt step: one row, the window's last slot.
@@ -105,7 +105,7 @@ impl PreProcess {
         let f = self.features;
         let emb = self.window_emb[(self.p - 1) * f..].to_vec();
         let pos = vec![self.window_pos[self.p - 1]];
-        self.frames(emb, pos)
+        self.frames(emb, pos, (self.usage, self.kv))
     }
 
     /// A base-scope frame (a cache-less group run alone, re-run over the whole conversation at
@@ -122,18 +122,7 @@ impl PreProcess {
         let mut embeddings = vec![pad; (frame - n) * self.features];
         rows.iter().for_each(|r| embeddings.extend_from_slice(r));
         let positions: Vec<u32> = std::iter::repeat_n(0, frame - n).chain(0..n as u32).collect();
-        let (q_cos, q_sin) = rope_frame(&positions, &self.theta, self.heads);
-        let (k_cos, k_sin) = rope_frame(&positions, &self.theta, self.kv_heads);
-        Frames {
-            embeddings,
-            mask: mask_frame(frame, n, frame, self.heads, self.mask_on),
-            q_cos,
-            q_sin,
-            k_cos,
-            k_sin,
-            positions,
-            rows: frame,
-        }
+        self.frames(embeddings, positions, (n, frame))
     }
 
     /// A tbt frame whose mask hides the whole cache: the token sees only its own slot (the
@@ -149,20 +138,13 @@ impl PreProcess {
         f
     }
 
-    fn frames(&self, embeddings: Vec<u16>, positions: Vec<u32>) -> Frames {
-        let t = positions.len();
+    /// The frames of `positions` (one row each): their RoPE tables, and genai's mask after
+    /// `usage` tokens over `kv` columns per head.
+    fn frames(&self, embeddings: Vec<u16>, positions: Vec<u32>, (usage, kv): (usize, usize)) -> Frames {
+        let mask = mask_frame(positions.len(), usage, kv, self.heads, self.mask_on);
         let (q_cos, q_sin) = rope_frame(&positions, &self.theta, self.heads);
         let (k_cos, k_sin) = rope_frame(&positions, &self.theta, self.kv_heads);
-        Frames {
-            embeddings,
-            mask: mask_frame(t, self.usage, self.kv, self.heads, self.mask_on),
-            q_cos,
-            q_sin,
-            k_cos,
-            k_sin,
-            positions,
-            rows: t,
-        }
+        Frames { embeddings, mask, q_cos, q_sin, k_cos, k_sin, rows: positions.len(), positions }
     }
 }
 

@@ -277,10 +277,7 @@ pub fn synth_hef(ckpt: &Checkpoint, checkpoint: SimCheckpoint, opts: &SynthHefOp
     spec.check()?;
     check_options(c, opts)?;
     let model = Decoder::new(ckpt)?;
-    let calibration = match &opts.calibration {
-        Some(c) => c.clone(),
-        None => Calibration::default_for(ckpt)?,
-    };
+    let calibration = opts.calibration.clone().map_or_else(|| Calibration::default_for(ckpt), Ok)?;
     check_expose(&expose, (first, last), c.num_layers)?;
     let ranges = calibrate(&model, &calibration, &expose)?;
     let (quant, resources) = contents(ckpt, &model, &ranges, (first, last))?;
@@ -383,7 +380,7 @@ fn check_options(c: &crate::model::ModelConfig, opts: &SynthHefOptions) -> Resul
 fn check_expose(expose: &[Tap], (first, last): (usize, usize), num_layers: usize) -> Result<()> {
     for &t in expose {
         let inside = t.layer().map_or(last + 1 == num_layers, |l| (first..=last).contains(&l));
-        if !crate::device::exposed::exposable(t) || !inside {
+        if !t.exposable() || !inside {
             return Err(Error::usage(format!(
                 "--expose `{t}`: a HEF can output its own blocks' taps (layers.I.out, layers.I.attn.probs, ...; \
                  {first} ≤ I ≤ {last}) and, when it ends with the model, final_norm; the embeddings are looked up on \

@@ -84,7 +84,7 @@ fn last_block(path: &Path) -> Result<(Option<usize>, Option<String>)> {
     }
     let mut last = None;
     for o in hef.groups.iter().flat_map(|g| &g.outputs) {
-        if let Some(Tap::Layer(b, LayerTap::Out)) = crate::device::exposed::tap_named(&o.name) {
+        if let Some(Tap::Layer(b, LayerTap::Out)) = Tap::of_output(&o.name) {
             last = last.max(Some(b));
         }
     }

@@ -205,10 +205,8 @@ impl HefBackend {
             (None, None) => None,
         };
         let acts = acts.filter(|a| a.text != "quant:none");
-        let calibration = match &self.sim {
-            Some(s) => s.calibration(vocab),
-            None => Calibration::default_for(ckpt)?,
-        };
+        let calibration =
+            self.sim.as_ref().map_or_else(|| Calibration::default_for(ckpt), |s| Ok(s.calibration(vocab)))?;
         let inputs = calibration.inputs();
         let e = Arc::new(Expected::new(edges, acts.as_ref(), (&inputs, &calibration.source), ckpt)?);
         self.expected = Some((ckpt.hash.clone(), e.clone()));

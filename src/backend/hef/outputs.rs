@@ -27,7 +27,7 @@ impl HefBackend {
     pub(super) fn with_convention(mut self, what: &str) -> Result<Self> {
         let mut tap_outputs = Vec::new();
         for (group, o, is_tap) in self.driver.outputs() {
-            let Some(tap) = is_tap.then(|| crate::device::exposed::tap_named(&o.name)).flatten() else {
+            let Some(tap) = is_tap.then(|| Tap::of_output(&o.name)).flatten() else {
                 continue;
             };
             let (frame, want) = self.wire(&group, tap);
@@ -125,7 +125,7 @@ impl HefBackend {
             if tap == Tap::Logits {
                 continue;
             }
-            if !crate::device::exposed::exposable(tap) {
+            if !tap.exposable() {
                 return Err(Error::input(
                     what,
                     format!("{tap} cannot be a HEF's output (the host looks the embeddings up)"),

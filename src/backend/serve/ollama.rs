@@ -16,8 +16,8 @@
 //! (HailoRT's detokenizer buffers it). Ollama proper reads `frequency_penalty` as an additive
 //! penalty (1.0 is strong): judge it with `api=openai` on its `/v1/completions`.
 
-use super::http::{self, Endpoint, Limits};
-use super::server::{json_object, max_body, Prompt, Server, SEED};
+use super::http::{self, Endpoint};
+use super::server::{json_object, limits, Prompt, Server, SEED};
 use crate::backend::generation::{Finish, Generation, TokenInfo};
 use crate::error::{Error, Result};
 use serde_json::{json, Value};
@@ -38,19 +38,9 @@ impl Ollama {
         Ollama { ep, model, timeout, what: what.to_string() }
     }
 
-    fn limits(&self, tokens: usize) -> Limits {
-        Limits {
-            silence: self.timeout,
-            deadline: self
-                .timeout
-                .saturating_mul(u32::try_from(tokens).unwrap_or(u32::MAX).saturating_add(2)),
-            max_body: max_body(tokens, 0),
-        }
-    }
-
     /// The server's models (`GET /api/tags`), for a message; empty when it cannot say.
     fn models(&self) -> Vec<String> {
-        let Ok(r) = http::request(&self.ep, "GET", "/api/tags", None, self.limits(1)) else {
+        let Ok(r) = http::request(&self.ep, "GET", "/api/tags", None, limits(self.timeout, 1, 0)) else {
             return Vec::new();
         };
         let v: Value = serde_json::from_slice(&r.body).unwrap_or_default();
@@ -129,7 +119,8 @@ impl Server for Ollama {
             },
         });
         let body = serde_json::to_vec(&body).expect("a JSON value serializes");
-        let mut x = http::open(&self.ep, "POST", "/api/generate", Some(&body), self.limits(max_tokens))?;
+        let mut x =
+            http::open(&self.ep, "POST", "/api/generate", Some(&body), limits(self.timeout, max_tokens, 0))?;
         if x.status != 200 {
             let mut rest = vec![0u8; 4096];
             let n = x.read_body(&mut rest).unwrap_or(0);

@@ -14,8 +14,8 @@
 //! server's default model in llama-cpp-python (`server/model.py`): the report names the model
 //! the server says it used.
 
-use super::http::{self, Endpoint, Limits};
-use super::server::{json_object, max_body, Prompt, Server, SEED};
+use super::http::{self, Endpoint};
+use super::server::{json_object, limits, Prompt, Server, SEED};
 use crate::backend::generation::{Finish, Generation, TokenInfo, TokenRef};
 use crate::error::{Error, Result};
 use serde_json::{json, Map, Value};
@@ -90,13 +90,7 @@ impl Server for OpenAi {
         let text = match prompt {
             Prompt::Raw(t) | Prompt::Message(t) => t,
         };
-        let limits = Limits {
-            silence: self.timeout,
-            deadline: self
-                .timeout
-                .saturating_mul(u32::try_from(max_tokens).unwrap_or(u32::MAX).saturating_add(2)),
-            max_body: max_body(max_tokens, self.logprobs.unwrap_or(0)),
-        };
+        let limits = limits(self.timeout, max_tokens, self.logprobs.unwrap_or(0));
         let r =
             http::request(&self.ep, "POST", "/v1/completions", Some(&self.body(text, max_tokens)), limits)?;
         if r.status != 200 {

@@ -1,8 +1,10 @@
 //! What every dialect of served model speaks: a prompt sent, a generation back (its tokens and
 //! how it ended: `generation`), the seed, and the bounds and JSON checks each answer goes through.
 
+use super::http::Limits;
 use crate::backend::generation::Generation;
 use crate::error::Result;
+use std::time::Duration;
 
 /// The seed every request sends (greedy decoding does not draw, but a server that samples
 /// anyway then draws the same).
@@ -31,10 +33,16 @@ pub trait Server: Send {
     }
 }
 
-/// The body cap of an answer of `tokens` tokens: generous JSON per token (a streamed object,
-/// or a log-probability entry with its top N, each with its bytes), never unbounded.
-pub(super) fn max_body(tokens: usize, top: usize) -> usize {
-    (64usize << 10).saturating_add(tokens.saturating_mul(1024 + top.saturating_mul(512)))
+/// What an answer of `tokens` tokens may cost: `timeout` of silence between reads, `timeout`
+/// per token and two more for the whole answer, and a body cap of generous JSON per token (a
+/// streamed object, or a log-probability entry with its top N, each with its bytes), never
+/// unbounded.
+pub(super) fn limits(timeout: Duration, tokens: usize, top: usize) -> Limits {
+    Limits {
+        silence: timeout,
+        deadline: timeout.saturating_mul(u32::try_from(tokens).unwrap_or(u32::MAX).saturating_add(2)),
+        max_body: (64usize << 10).saturating_add(tokens.saturating_mul(1024 + top.saturating_mul(512))),
+    }
 }
 
 /// The object of one JSON line or body, or why it is not one.

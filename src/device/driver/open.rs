@@ -149,7 +149,7 @@ fn open_group(
     // genai sets the four RoPE inputs and every output to FLOAT32; embeddings and mask
     // keep their hardware types (llm_server.cpp create_inference_managers_future).
     let model = device.configure(name, &names.rope())?;
-    let taps = model.outputs().iter().map(|o| crate::device::exposed::tap_named(&o.name).is_some()).collect();
+    let taps = model.outputs().iter().map(|o| crate::tap::Tap::of_output(&o.name).is_some()).collect();
     Ok(Group { name: name.to_string(), model, names, cached: !g.caches.is_empty(), taps })
 }
 

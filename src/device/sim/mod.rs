@@ -209,14 +209,13 @@ fn exposed_taps(spec: &SimSpec, layers: usize, what: &str) -> Result<Vec<Tap>> {
     spec.expose
         .iter()
         .map(|t| {
-            Tap::parse(t)
-                .filter(|&t| super::exposed::exposable(t) && t.layer().is_none_or(|l| l < layers))
-                .ok_or_else(|| {
-                    Error::input(
-                        format!("{what} resource {} `expose`", super::synth_hef::SIM_RESOURCE),
-                        format!("`{t}` is not a tap this {layers}-layer graph can output"),
-                    )
-                })
+            let tap = Tap::parse(t).filter(|&t| t.exposable() && t.layer().is_none_or(|l| l < layers));
+            tap.ok_or_else(|| {
+                Error::input(
+                    format!("{what} resource {} `expose`", super::synth_hef::SIM_RESOURCE),
+                    format!("`{t}` is not a tap this {layers}-layer graph can output"),
+                )
+            })
         })
         .collect()
 }

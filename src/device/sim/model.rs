@@ -207,12 +207,6 @@ impl SimModel {
         Plan::of(&frame.allowed, &core.model.cfg)
     }
 
-    /// Which input the graph takes as which: its own truth ([`crate::device::synth_hef::SimSpec::inputs`]),
-    /// whatever hailo-config.json tells the host.
-    fn suffixes(&self, core: &Core) -> crate::hef::llm_config::InputSuffixes {
-        core.spec.input_suffixes()
-    }
-
     /// sim-h10: refuse every call after a failed run, naming it.
     fn check_usable(&self) -> Result<()> {
         match &self.core.borrow().poisoned {
@@ -243,9 +237,11 @@ impl SimModel {
                 core.tbt_steps += 1;
                 Phase::Decode(core.tbt_steps - 1)
             }
-            GroupRole::BaseScope => {
-                base_phase(core, &frame.allowed, self.bytes(inputs, &self.suffixes(core).embeddings)?.0)
-            }
+            GroupRole::BaseScope => base_phase(
+                core,
+                &frame.allowed,
+                self.bytes(inputs, &core.spec.input_suffixes().embeddings)?.0,
+            ),
         };
         // The tbt group computes its own extra faults (SimSpec::tbt_faults) on its own model.
         let (model, extra) = match (self.role, &core.tbt) {
@@ -292,7 +288,9 @@ impl SimModel {
     /// uint16) and its mask and RoPE tables.
     fn frame(&self, inputs: &[(String, Vec<u8>)], core: &Core) -> Result<(usize, Tensor, FrameInputs)> {
         let c = &core.model.cfg;
-        let suffixes = self.suffixes(core);
+        // Which input the graph takes as which: its own truth ([`crate::device::synth_hef::SimSpec::inputs`]),
+        // whatever hailo-config.json tells the host.
+        let suffixes = core.spec.input_suffixes();
         let (emb, es) = self.bytes(inputs, &suffixes.embeddings)?;
         let t = es.shape.rows() as usize;
         let eq = es.quant_infos[0];

@@ -31,7 +31,7 @@ pub(super) struct Ring {
     writers: Vec<Phase>,
     /// Entries a frame row left out or not needed would have written (`trim`): what they hold
     /// is not what the device computes, so a needed row may not read one.
-    stale: Vec<bool>,
+    pub(super) stale: Vec<bool>,
     quant: Vec<(QuantInfo, QuantInfo)>,
     kv_heads: usize,
     head_dim: usize,
@@ -213,11 +213,6 @@ impl Ring {
             }
         }
         Ok(())
-    }
-
-    #[cfg(test)]
-    pub(super) fn stale_entries(&self) -> usize {
-        self.stale.iter().filter(|&&s| s).count()
     }
 
     /// After a step of the rows `live` marks needed: the entries of the others are stale.

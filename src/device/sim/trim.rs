@@ -203,7 +203,7 @@ mod tests {
         d.prefill(&[5, 9, 13, 2, 7]).unwrap();
         d.step(11).unwrap();
         d.step(12).unwrap();
-        let stale = dev.core.borrow().ring.stale_entries();
+        let stale = dev.core.borrow().ring.stale.iter().filter(|&&s| s).count();
         let seen = seen.lock().unwrap().clone();
         (seen, stale)
     }
