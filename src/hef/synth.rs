@@ -87,16 +87,9 @@ impl LlmInput {
         format!("{group}/{}", self.suffix(suffixes))
     }
 
-    /// The input's suffix under `suffixes`.
+    /// The input's suffix under `suffixes` (its role's, [`LlmInput::ALL`] being in the roles' order).
     pub fn suffix(self, s: &llm_config::InputSuffixes) -> &str {
-        match self {
-            LlmInput::Embeddings => &s.embeddings,
-            LlmInput::Mask => &s.attention_mask,
-            LlmInput::QCos => &s.pe_q_cos,
-            LlmInput::QSin => &s.pe_q_sin,
-            LlmInput::KCos => &s.pe_k_cos,
-            LlmInput::KSin => &s.pe_k_sin,
-        }
+        s.roles()[self as usize].1
     }
 }
 
