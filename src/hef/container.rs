@@ -37,13 +37,7 @@ const HASH_CHUNK: u64 = 1 << 20;
 
 /// `HEF_HEADER_SIZE_V0..V3` (hef_internal.hpp): 32, 28, 44 and 56 bytes.
 pub fn header_size(version: u32) -> Option<u64> {
-    match version {
-        0 => Some(32),
-        1 => Some(28),
-        2 => Some(44),
-        3 => Some(56),
-        _ => None,
-    }
+    [32, 28, 44, 56].get(usize::try_from(version).ok()?).copied()
 }
 
 /// The version-specific part of the header, host order.
@@ -257,11 +251,7 @@ fn read_header(src: &mut dyn ByteSource, what: &str) -> Result<Header> {
 /// Decode the version-specific part; `b` starts at file offset 12 and has the version's length.
 fn version_fields(version: u32, b: &[u8]) -> VersionFields {
     match version {
-        0 => {
-            let mut md5 = [0u8; 16];
-            md5.copy_from_slice(&b[4..20]);
-            VersionFields::V0 { md5 }
-        }
+        0 => VersionFields::V0 { md5: b[4..20].try_into().expect("16 bytes") },
         1 => VersionFields::V1 { crc: be_u32(b, 0), ccws_size: be_u64(b, 4) },
         2 => VersionFields::V2 { xxh3_64bits: be_u64(b, 0), ccws_size: be_u64(b, 8) },
         _ => VersionFields::V3 {

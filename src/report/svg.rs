@@ -32,9 +32,8 @@ fn per_layer(pair: &PairComparison, tap: LayerTap, f: impl Fn(&TapRow) -> Option
 
 fn label(pair: &PairComparison) -> String {
     match pair.view {
-        View::Cumulative => pair.candidate.clone(),
+        View::Cumulative | View::Expected => pair.candidate.clone(),
         View::Local => format!("{} (local)", pair.candidate),
-        View::Expected => pair.candidate.clone(),
     }
 }
 
