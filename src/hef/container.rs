@@ -37,13 +37,7 @@ const HASH_CHUNK: u64 = 1 << 20;
 
 /// `HEF_HEADER_SIZE_V0..V3` (hef_internal.hpp): 32, 28, 44 and 56 bytes.
 pub fn header_size(version: u32) -> Option<u64> {
-    match version {
-        0 => Some(32),
-        1 => Some(28),
-        2 => Some(44),
-        3 => Some(56),
-        _ => None,
-    }
+    [32, 28, 44, 56].get(usize::try_from(version).ok()?).copied()
 }
 
 /// The version-specific part of the header, host order.
@@ -257,11 +251,7 @@ fn read_header(src: &mut dyn ByteSource, what: &str) -> Result<Header> {
 /// Decode the version-specific part; `b` starts at file offset 12 and has the version's length.
 fn version_fields(version: u32, b: &[u8]) -> VersionFields {
     match version {
-        0 => {
-            let mut md5 = [0u8; 16];
-            md5.copy_from_slice(&b[4..20]);
-            VersionFields::V0 { md5 }
-        }
+        0 => VersionFields::V0 { md5: b[4..20].try_into().expect("16 bytes") },
         1 => VersionFields::V1 { crc: be_u32(b, 0), ccws_size: be_u64(b, 4) },
         2 => VersionFields::V2 { xxh3_64bits: be_u64(b, 0), ccws_size: be_u64(b, 8) },
         _ => VersionFields::V3 {
@@ -284,18 +274,7 @@ fn check_v0(header: &Header, file_size: u64, what: &str) -> Result<(Layout, Inte
         );
         return Err(field_err(what, 8, "hef_proto_size", msg));
     }
-    let layout = Layout {
-        file_size,
-        header_size: 32,
-        proto_offset: 32,
-        proto_size,
-        padding_size: 0,
-        offset_zero_point: 0,
-        ccws_size: 0,
-        additional_info_size: 0,
-        declared_file_size: file_size,
-    };
-    Ok((layout, Integrity::Md5NotVerified))
+    Ok((unpadded_layout(file_size, 32, proto_size, 0, 0), Integrity::Md5NotVerified))
 }
 
 /// V1/V2 share the body shape, header + proto + CCWs and nothing else, and hash everything after
@@ -318,17 +297,7 @@ fn check_v1_v2(src: &mut dyn ByteSource, header: &Header, what: &str) -> Result<
         );
         return Err(field_err(what, ccws_field_offset, "ccws_size", msg));
     }
-    let layout = Layout {
-        file_size,
-        header_size,
-        proto_offset: header_size,
-        proto_size,
-        padding_size: 0,
-        offset_zero_point: header_size + proto_size,
-        ccws_size,
-        additional_info_size: 0,
-        declared_file_size: file_size,
-    };
+    let layout = unpadded_layout(file_size, header_size, proto_size, header_size + proto_size, ccws_size);
     let (computed, integrity) = if header.version == 1 {
         let crc = crc32_range(src, header_size, file_size)?;
         (u64::from(crc), Integrity::Crc32 { value: crc })
@@ -342,6 +311,28 @@ fn check_v1_v2(src: &mut dyn ByteSource, header: &Header, what: &str) -> Result<
     Ok((layout, integrity))
 }
 
+/// The layout of a V0..V2 file: header, proto, CCWs (V0: none, and a zero point of 0), filling
+/// the file exactly, as their checks require.
+fn unpadded_layout(
+    file_size: u64,
+    header_size: u64,
+    proto_size: u64,
+    zero_point: u64,
+    ccws_size: u64,
+) -> Layout {
+    Layout {
+        file_size,
+        header_size,
+        proto_offset: header_size,
+        proto_size,
+        padding_size: 0,
+        offset_zero_point: zero_point,
+        ccws_size,
+        additional_info_size: 0,
+        declared_file_size: file_size,
+    }
+}
+
 /// V3: proto + padding + CCWs + additional info. With a non-zero proto hash HailoRT checks only
 /// the proto; otherwise the exact length and the hash of everything after the header.
 fn check_v3(src: &mut dyn ByteSource, header: &Header, what: &str) -> Result<(Layout, Integrity)> {
@@ -349,22 +340,8 @@ fn check_v3(src: &mut dyn ByteSource, header: &Header, what: &str) -> Result<(La
     let VersionFields::V3 { xxh3_64bits, proto_xxh3_64bits, .. } = header.fields else {
         unreachable!("check_v3 is only called for V3 headers")
     };
-    if proto_xxh3_64bits != 0 {
-        let computed = xxh3_range(src, 56, 56 + layout.proto_size)?;
-        if computed != proto_xxh3_64bits {
-            return Err(hash_mismatch(
-                what,
-                40,
-                "proto_xxh3_64bits",
-                "XXH3-64",
-                proto_xxh3_64bits,
-                computed,
-                "the proto",
-            ));
-        }
-        return Ok((layout, Integrity::Xxh3Proto { value: computed, file_xxh3_unverified: xxh3_64bits }));
-    }
-    if layout.declared_file_size != layout.file_size {
+    let proto_hash = proto_xxh3_64bits != 0;
+    if !proto_hash && layout.declared_file_size != layout.file_size {
         let msg = format!(
             "the header adds up to {} bytes (56 + proto + ccws_size_with_padding + additional_info_size) \
              but the file has {}; without a proto hash HailoRT requires them to match",
@@ -372,19 +349,21 @@ fn check_v3(src: &mut dyn ByteSource, header: &Header, what: &str) -> Result<(La
         );
         return Err(field_err(what, 32, "additional_info_size", msg));
     }
-    let computed = xxh3_range(src, 56, layout.file_size)?;
-    if computed != xxh3_64bits {
-        return Err(hash_mismatch(
-            what,
-            12,
-            "xxh3_64bits",
-            "XXH3-64",
-            xxh3_64bits,
-            computed,
-            "everything after the header",
-        ));
+    let (offset, field, stored, end, over) = if proto_hash {
+        (40, "proto_xxh3_64bits", proto_xxh3_64bits, 56 + layout.proto_size, "the proto")
+    } else {
+        (12, "xxh3_64bits", xxh3_64bits, layout.file_size, "everything after the header")
+    };
+    let computed = xxh3_range(src, 56, end)?;
+    if computed != stored {
+        return Err(hash_mismatch(what, offset, field, "XXH3-64", stored, computed, over));
     }
-    Ok((layout, Integrity::Xxh3File { value: computed }))
+    let integrity = if proto_hash {
+        Integrity::Xxh3Proto { value: computed, file_xxh3_unverified: xxh3_64bits }
+    } else {
+        Integrity::Xxh3File { value: computed }
+    };
+    Ok((layout, integrity))
 }
 
 fn v3_layout(header: &Header, file_size: u64, what: &str) -> Result<Layout> {

@@ -103,15 +103,8 @@ fn pair_groups<'h>(
             Some((i, gb)) => {
                 used_b.insert(i);
                 let subject = format!("{} group", want.unwrap_or("?"));
-                push(
-                    out,
-                    "group-name",
-                    Warning,
-                    &subject,
-                    &ga.name,
-                    &gb.name,
-                    "the groups have different names",
-                );
+                let msg = "the groups have different names";
+                push(out, "group-name", Warning, &subject, &ga.name, &gb.name, msg);
                 pairs.push((ga, gb));
             }
             None => {
@@ -172,15 +165,8 @@ fn diff_streams(
         let subject = format!("group {} {kind} {}", ga.name, key_a(sa));
         match left_b.get(i) {
             Some(sb) => {
-                push(
-                    out,
-                    "layer-name",
-                    Warning,
-                    &subject,
-                    &sa.name,
-                    &sb.name,
-                    "renamed (paired by position)",
-                );
+                let msg = "renamed (paired by position)";
+                push(out, "layer-name", Warning, &subject, &sa.name, &sb.name, msg);
                 diff_stream(sa, sb, &subject, out);
             }
             None => push(out, "layer-missing", Error, &subject, &sa.name, "-", "only in A"),
@@ -268,30 +254,17 @@ fn diff_resources(a: &Hef, b: &Hef, out: &mut Vec<Difference>) {
 
 /// Compare the effective hailo-config.json values (defaults applied) key by key.
 fn diff_config(a: &Hef, b: &Hef, out: &mut Vec<Difference>) {
-    let effective = |h: &Hef| {
+    let values = |h: &Hef| {
         let config = LlmConfig::parse(h.resource(llm_config::RESOURCE)?, llm_config::RESOURCE).ok()?;
-        let mut v = serde_json::to_value(config).ok()?;
-        let map = v.as_object_mut()?;
-        map.remove("defaults_applied");
-        map.remove("findings");
-        Some(v)
+        Some(config.values())
     };
-    let (Some(ca), Some(cb)) = (effective(a), effective(b)) else { return };
-    let mut keys = Vec::new();
-    flatten("", &ca, &mut keys);
-    for (key, va) in keys {
-        let vb = cb.pointer(&format!("/{}", key.replace('.', "/"))).cloned().unwrap_or(Value::Null);
+    let (Some(ca), Some(cb)) = (values(a), values(b)) else { return };
+    for (key, va) in ca {
+        let vb = cb.iter().find(|(k, _)| *k == key).map_or(Value::Null, |(_, v)| v.clone());
         if va != vb {
             let (x, y) = (value_text(&va), value_text(&vb));
-            push(
-                out,
-                "config-value",
-                Warning,
-                &format!("config key {key}"),
-                x,
-                y,
-                "genai runs with different values",
-            );
+            let msg = "genai runs with different values";
+            push(out, "config-value", Warning, &format!("config key {key}"), x, y, msg);
         }
     }
 }
@@ -302,18 +275,6 @@ pub fn value_text(value: &Value) -> String {
     match value.as_f64() {
         Some(x) if value.is_f64() && f64::from(x as f32) == x => format!("{}", x as f32),
         _ => value.to_string(),
-    }
-}
-
-fn flatten(prefix: &str, v: &Value, out: &mut Vec<(String, Value)>) {
-    match v {
-        Value::Object(map) => {
-            for (k, child) in map {
-                let key = if prefix.is_empty() { k.clone() } else { format!("{prefix}.{k}") };
-                flatten(&key, child, out);
-            }
-        }
-        other => out.push((prefix.to_string(), other.clone())),
     }
 }
 

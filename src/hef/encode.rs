@@ -9,7 +9,7 @@
 use prost::Message;
 use xxhash_rust::xxh3::xxh3_64;
 
-use super::model::{extension, CacheLayer, FormatOrder, Hef, NetworkGroup, QuantInfo, Stream};
+use super::model::{extension, CacheLayer, FormatOrder, Hef, NetworkGroup, QuantInfo, Shape3, Stream};
 use super::proto::*;
 
 /// The proto header's format version. HailoRT honours the `extensions` list only when it is > 0
@@ -144,16 +144,16 @@ fn edge_layer(
 }
 
 fn base(
-    shape: (u32, u32, u32),
-    padded: super::model::Shape3,
+    shape: Shape3,
+    padded: Shape3,
     order: FormatOrder,
     data_bytes: u32,
     sys: u32,
 ) -> ProtoHefEdgeLayerBase {
     ProtoHefEdgeLayerBase {
-        height: shape.0,
-        width: shape.1,
-        features: shape.2,
+        height: shape.height,
+        width: shape.width,
+        features: shape.features,
         padded_height: padded.height,
         padded_width: padded.width,
         padded_features: padded.features,
@@ -169,9 +169,10 @@ fn base(
 fn stream_layer(s: &Stream, is_output: bool, sys_index: u32, per_feature: bool) -> ProtoHefEdgeLayer {
     // The reader swaps H and W back for transposed layers (hef.cpp:2098-2101).
     let (h, w) = if s.transposed { (s.shape.width, s.shape.height) } else { (s.shape.height, s.shape.width) };
+    let shape = Shape3::new(h, w, s.shape.features);
     let info = ProtoHefEdgeLayerInfo {
         name: s.name.clone(),
-        edge_layer_base: Some(base((h, w, s.shape.features), s.padded, s.order, s.data_bytes, sys_index)),
+        edge_layer_base: Some(base(shape, s.padded, s.order, s.data_bytes, sys_index)),
         numeric_info: Some(numeric_info(s, per_feature)),
         transposed: s.transposed,
         ..Default::default()
@@ -185,13 +186,7 @@ fn stream_layer(s: &Stream, is_output: bool, sys_index: u32, per_feature: bool) 
 /// omitted when every feature equals the scalar, which HailoRT then expands from it.
 fn numeric_info(s: &Stream, per_feature: bool) -> ProtoHefEdgeLayerNumericInfo {
     let limits = s.quant_per_feature.first().copied().unwrap_or(s.quant);
-    let mut numeric = ProtoHefEdgeLayerNumericInfo {
-        qp_zp: s.quant.zp,
-        qp_scale: s.quant.scale,
-        limvals_min: limits.min,
-        limvals_max: limits.max,
-        ..Default::default()
-    };
+    let mut numeric = scalar_numeric(s.quant, limits);
     let same_as_scalar = |q: &QuantInfo| {
         q.zp.to_bits() == s.quant.zp.to_bits() && q.scale.to_bits() == s.quant.scale.to_bits()
     };
@@ -202,23 +197,22 @@ fn numeric_info(s: &Stream, per_feature: bool) -> ProtoHefEdgeLayerNumericInfo {
     numeric
 }
 
+/// zp and scale from `quant`, limvals from `limits`.
+fn scalar_numeric(quant: QuantInfo, limits: QuantInfo) -> ProtoHefEdgeLayerNumericInfo {
+    ProtoHefEdgeLayerNumericInfo {
+        qp_zp: quant.zp,
+        qp_scale: quant.scale,
+        limvals_min: limits.min,
+        limvals_max: limits.max,
+        ..Default::default()
+    }
+}
+
 fn cache_layer(c: &CacheLayer, sys_index: u32) -> ProtoHefEdgeLayer {
     let info = ProtoHefEdgeLayerInfo {
         name: c.name.clone(),
-        edge_layer_base: Some(base(
-            (c.shape.height, c.shape.width, c.shape.features),
-            c.padded,
-            c.order,
-            c.data_bytes,
-            sys_index,
-        )),
-        numeric_info: Some(ProtoHefEdgeLayerNumericInfo {
-            qp_zp: c.quant.zp,
-            qp_scale: c.quant.scale,
-            limvals_min: c.quant.min,
-            limvals_max: c.quant.max,
-            ..Default::default()
-        }),
+        edge_layer_base: Some(base(c.shape, c.padded, c.order, c.data_bytes, sys_index)),
+        numeric_info: Some(scalar_numeric(c.quant, c.quant)),
         ..Default::default()
     };
     let direction = if c.is_input { DIRECTION_HOST_TO_DEVICE } else { DIRECTION_DEVICE_TO_HOST };

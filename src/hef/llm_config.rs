@@ -236,6 +236,22 @@ impl LlmConfig {
         config.findings = reader.findings;
         Ok(config)
     }
+
+    /// Every effective value by its dotted path (`pre_process_params.kv_cache_size`), in the
+    /// serialized order, without the reader's notes (`defaults_applied`, `findings`).
+    pub fn values(&self) -> Vec<(String, Value)> {
+        let Ok(Value::Object(map)) = serde_json::to_value(self) else { return Vec::new() };
+        let mut out = Vec::new();
+        for (key, value) in map.into_iter().filter(|(k, _)| k != "defaults_applied" && k != "findings") {
+            match value {
+                Value::Object(section) => {
+                    out.extend(section.into_iter().map(|(k, v)| (format!("{key}.{k}"), v)))
+                }
+                v => out.push((key, v)),
+            }
+        }
+        out
+    }
 }
 
 struct Reader<'a> {

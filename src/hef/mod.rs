@@ -25,7 +25,7 @@ mod robustness_tests;
 #[cfg(test)]
 mod roundtrip_tests;
 #[cfg(test)]
-mod test_strategy;
+mod strategy_tests;
 
 pub use audit::{audit, audit_file, AuditReport, Expectations};
 pub use diff::{diff, Difference};

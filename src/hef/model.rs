@@ -406,10 +406,6 @@ impl Hef {
         self.groups.iter().find(|g| g.name == name)
     }
 
-    pub fn has_extension(&self, id: u32) -> bool {
-        self.extensions.contains(&id)
-    }
-
     /// Every group with its role, for messages: `a (prefill, with tbt b), b (tbt), c (base scope)`.
     pub fn group_list(&self) -> String {
         let named: Vec<String> = self

@@ -5,8 +5,8 @@ use proptest::prelude::*;
 
 use crate::hef::model::Hef;
 use crate::hef::reseal_v3;
+use crate::hef::strategy_tests;
 use crate::hef::synth::LlmSpec;
-use crate::hef::test_strategy;
 
 /// One way of damaging a file.
 #[derive(Debug, Clone)]
@@ -77,7 +77,7 @@ proptest! {
     }
 
     #[test]
-    fn mutated_random_hef_never_panics(hef in test_strategy::hef(), muts in proptest::collection::vec(mutation(), 1..3)) {
+    fn mutated_random_hef_never_panics(hef in strategy_tests::hef(), muts in proptest::collection::vec(mutation(), 1..3)) {
         let mut bytes = hef.to_bytes();
         for m in muts {
             apply(&mut bytes, &m);

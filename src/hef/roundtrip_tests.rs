@@ -4,20 +4,20 @@ use proptest::prelude::*;
 
 use crate::hef::container;
 use crate::hef::model::Hef;
-use crate::hef::test_strategy;
+use crate::hef::strategy_tests;
 
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(256))]
 
     #[test]
-    fn any_representable_hef_round_trips(hef in test_strategy::hef()) {
+    fn any_representable_hef_round_trips(hef in strategy_tests::hef()) {
         let bytes = hef.to_bytes();
         let back = Hef::from_bytes(&bytes, "roundtrip.hef").unwrap();
         prop_assert_eq!(back, hef);
     }
 
     #[test]
-    fn written_files_keep_ccws_aligned(hef in test_strategy::hef()) {
+    fn written_files_keep_ccws_aligned(hef in strategy_tests::hef()) {
         let bytes = hef.to_bytes();
         let (c, _) = container::parse(&mut container::SliceSource(&bytes), "x").unwrap();
         prop_assert_eq!(c.layout.offset_zero_point % container::CCW_ALIGNMENT, 0);

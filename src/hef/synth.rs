@@ -87,16 +87,9 @@ impl LlmInput {
         format!("{group}/{}", self.suffix(suffixes))
     }
 
-    /// The input's suffix under `suffixes`.
+    /// The input's suffix under `suffixes` (its role's, [`LlmInput::ALL`] being in the roles' order).
     pub fn suffix(self, s: &llm_config::InputSuffixes) -> &str {
-        match self {
-            LlmInput::Embeddings => &s.embeddings,
-            LlmInput::Mask => &s.attention_mask,
-            LlmInput::QCos => &s.pe_q_cos,
-            LlmInput::QSin => &s.pe_q_sin,
-            LlmInput::KCos => &s.pe_k_cos,
-            LlmInput::KSin => &s.pe_k_sin,
-        }
+        s.roles()[self as usize].1
     }
 }
 
@@ -227,11 +220,6 @@ impl LlmSpec {
         format!("{}__tbt", self.name)
     }
 
-    /// The base-scope group is named the scope itself, no suffix (s6_compile_hef.py 064d2314).
-    pub fn base_scope_name(&self) -> String {
-        self.name.clone()
-    }
-
     /// The HEF with fixed quant infos ([`LlmQuant::fixed`]) and synthetic resources
     /// ([`LlmResources::synthetic`]).
     pub fn build(&self) -> Result<Hef> {
@@ -248,7 +236,8 @@ impl LlmSpec {
             groups.push(self.group(&self.tbt_name(), 1, quant));
         }
         if let Some(frame) = self.base_scope {
-            let mut g = self.group(&self.base_scope_name(), frame, quant);
+            // The base-scope group is named the scope itself, no suffix (s6_compile_hef.py 064d2314).
+            let mut g = self.group(&self.name, frame, quant);
             // Its mask covers its own frame (build_mask(SEQ, n, SEQ), runtime_inputs.py), and it
             // has no cache: each step re-runs the whole conversation.
             let mask = g.inputs.iter_mut().find(|s| s.name == LlmInput::Mask.name(&g.name, &self.inputs));

@@ -179,21 +179,9 @@ fn resource_section(doc: &mut Doc, r: &AuditReport) {
 /// Every effective hailo-config.json value, marked with where it came from.
 fn config_section(doc: &mut Doc, r: &AuditReport) {
     let Some(config) = &r.config else { return };
-    let Ok(Value::Object(map)) = serde_json::to_value(config) else { return };
     let mut t = Table::new(["key", "value", "from"]).padded();
-    for (key, value) in &map {
-        if key == "defaults_applied" || key == "findings" {
-            continue;
-        }
-        match value {
-            Value::Object(section) => {
-                for (k, v) in section {
-                    let path = format!("{key}.{k}");
-                    t.row(config_row(&path, v, &config.defaults_applied));
-                }
-            }
-            v => t.row(config_row(key, v, &config.defaults_applied)),
-        }
+    for (path, value) in config.values() {
+        t.row(config_row(&path, &value, &config.defaults_applied));
     }
     doc.blank().heading(3, "hailo-config.json (effective)").table(t);
 }

@@ -256,13 +256,11 @@ impl Table {
 
     fn markdown(&self) -> String {
         let cells = |row: &[Text]| row.iter().map(|c| c.markdown(true)).collect::<Vec<_>>();
+        let rows = self.rows.iter().map(|row| row.iter().map(|c| c.text.markdown(true)).collect::<Vec<_>>());
         if self.padded {
             let mut t = ComfyTable::new();
             t.load_preset(presets::ASCII_MARKDOWN).set_content_arrangement(ContentArrangement::Disabled);
-            t.set_header(cells(&self.header));
-            for row in &self.rows {
-                t.add_row(row.iter().map(|c| c.text.markdown(true)));
-            }
+            t.set_header(cells(&self.header)).add_rows(rows);
             return t.to_string();
         }
         let n = self.columns();
@@ -276,8 +274,7 @@ impl Table {
         for i in 0..n {
             o += if self.align.get(i) == Some(&Align::Right) { "---:|" } else { "---|" };
         }
-        for row in &self.rows {
-            let texts: Vec<String> = row.iter().map(|c| c.text.markdown(true)).collect();
+        for texts in rows {
             o += &format!("\n| {} |", texts.join(" | "));
         }
         o

@@ -271,6 +271,9 @@ impl Report {
 /// first), with how many phases failed.
 pub fn worst_per_tap(pair: &PairComparison) -> Vec<(&TapRow, usize, usize)> {
     let order: std::collections::BTreeSet<&TapName> = pair.rows.iter().map(|r| &r.tap).collect();
+    // A row with nothing finite to compare is the worst, not the best.
+    let key =
+        |r: &TapRow| r.cosine().unwrap_or(if r.has_nonfinite() { f64::NEG_INFINITY } else { f64::INFINITY });
     order
         .into_iter()
         .map(|tap| {
@@ -279,17 +282,7 @@ pub fn worst_per_tap(pair: &PairComparison) -> Vec<(&TapRow, usize, usize)> {
             let worst = rows
                 .iter()
                 .copied()
-                .min_by(|a, b| {
-                    // A row with nothing finite to compare is the worst, not the best.
-                    let key = |r: &TapRow| {
-                        r.cosine().unwrap_or(if r.has_nonfinite() {
-                            f64::NEG_INFINITY
-                        } else {
-                            f64::INFINITY
-                        })
-                    };
-                    b.failed().cmp(&a.failed()).then_with(|| key(a).total_cmp(&key(b)))
-                })
+                .min_by(|a, b| b.failed().cmp(&a.failed()).then_with(|| key(a).total_cmp(&key(b))))
                 .expect("at least one row per tap");
             (worst, failed, rows.len())
         })

@@ -21,24 +21,19 @@ pub(super) const PALETTE: [RGBColor; 6] = [
 
 /// Worst (lowest) value over phases of `f(row)` for `layers.I.<tap>`, per layer.
 fn per_layer(pair: &PairComparison, tap: LayerTap, f: impl Fn(&TapRow) -> Option<f64>) -> Vec<(usize, f64)> {
-    let mut out: Vec<(usize, f64)> = Vec::new();
+    let mut out = std::collections::BTreeMap::new();
     for row in &pair.rows {
         let Some(Tap::Layer(l, t)) = row.tap.canonical() else { continue };
         let Some(v) = (t == tap).then(|| f(row)).flatten() else { continue };
-        match out.iter_mut().find(|(ll, _)| *ll == l) {
-            Some(e) => e.1 = e.1.min(v),
-            None => out.push((l, v)),
-        }
+        out.entry(l).and_modify(|e: &mut f64| *e = e.min(v)).or_insert(v);
     }
-    out.sort_by_key(|(l, _)| *l);
-    out
+    out.into_iter().collect()
 }
 
 fn label(pair: &PairComparison) -> String {
     match pair.view {
-        View::Cumulative => pair.candidate.clone(),
+        View::Cumulative | View::Expected => pair.candidate.clone(),
         View::Local => format!("{} (local)", pair.candidate),
-        View::Expected => pair.candidate.clone(),
     }
 }
 

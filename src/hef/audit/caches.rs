@@ -40,9 +40,8 @@ impl Auditor<'_> {
     /// (`CacheInfo::create`, cache_manager.hpp:33-44).
     fn check_cache_pairs(&mut self, g: &NetworkGroup) {
         for id in cache_ids(g) {
-            let read: Vec<&CacheLayer> = g.caches.iter().filter(|c| c.cache_id == id && c.is_input).collect();
-            let write: Vec<&CacheLayer> =
-                g.caches.iter().filter(|c| c.cache_id == id && !c.is_input).collect();
+            let (read, write): (Vec<&CacheLayer>, Vec<&CacheLayer>) =
+                g.caches.iter().filter(|c| c.cache_id == id).partition(|c| c.is_input);
             let (Some(r), Some(w)) = (read.first(), write.first()) else {
                 let side = if read.is_empty() { "read (H2D)" } else { "write (D2H)" };
                 let msg = format!(

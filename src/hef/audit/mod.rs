@@ -216,11 +216,6 @@ impl AuditReport {
         self.summary.errors > 0
     }
 
-    /// Findings with this id (tests and scripts match on ids).
-    pub fn findings_with(&self, id: &str) -> Vec<&Finding> {
-        self.findings.iter().filter(|f| f.id == id).collect()
-    }
-
     pub fn to_json(&self) -> String {
         serde_json::to_string_pretty(self).expect("the audit report serializes")
     }

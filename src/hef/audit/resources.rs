@@ -19,7 +19,7 @@ impl Auditor<'_> {
                 self.push(Finding::new("unsupported-extension", Severity::Error, msg));
             }
         }
-        if !self.hef.has_extension(extension::PERIPH_CALCULATION_IN_HAILORT) {
+        if !self.hef.extensions.contains(&extension::PERIPH_CALCULATION_IN_HAILORT) {
             let msg = "the HEF lacks PERIPH_CALCULATION_IN_HAILORT (26); HailoRT 5.2 refuses it as outdated (HAILO_HEF_NOT_SUPPORTED) — recompile with a current DFC";
             self.push(Finding::new("missing-extension", Severity::Error, msg));
         }
@@ -184,12 +184,10 @@ impl Auditor<'_> {
 }
 
 fn config_finding(f: &ConfigFinding) -> Finding {
-    let id = if f.kind == "converted" { "config-converted" } else { "config-unknown-key" };
-    let finding = Finding::new(id, f.severity, format!("{}: {}", llm_config::RESOURCE, f.message));
-    if id == "config-unknown-key" {
-        finding.table(5)
-    } else {
-        finding
+    let msg = format!("{}: {}", llm_config::RESOURCE, f.message);
+    match f.kind {
+        "converted" => Finding::new("config-converted", f.severity, msg),
+        _ => Finding::new("config-unknown-key", f.severity, msg).table(5),
     }
 }
 

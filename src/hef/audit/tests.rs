@@ -5,6 +5,13 @@ use super::*;
 use crate::hef::model::{FormatOrder, Resource, Shape3};
 use crate::hef::synth::LlmSpec;
 
+impl AuditReport {
+    /// Findings with this id (tests match on ids).
+    fn findings_with(&self, id: &str) -> Vec<&Finding> {
+        self.findings.iter().filter(|f| f.id == id).collect()
+    }
+}
+
 fn clean() -> (LlmSpec, Hef) {
     let spec = LlmSpec::tiny();
     let hef = spec.build().unwrap();
