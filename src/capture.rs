@@ -57,7 +57,7 @@ pub fn save(store: &dyn Store, to: &Path, announce: bool) -> Result<()> {
             w.add(&key.to_string(), &*a)?;
         }
     }
-    close_npz(w, out, to, announce)
+    close_npz(w, out, announce)
 }
 
 #[derive(Debug, Clone, Default)]
@@ -143,15 +143,12 @@ impl Capture {
     pub fn write_npz(&self, path: &Path) -> Result<()> {
         save(self, path, true)
     }
+}
 
-    /// [`Capture::write_npz`] without the "wrote PATH" line (a spilled run's temporary files).
-    pub fn write_npz_quiet(&self, path: &Path) -> Result<()> {
-        save(self, path, false)
-    }
-
-    /// Read every array of an `.npz`. Integer, bool and f64 arrays are converted to f32;
-    /// other dtypes, damaged headers and truncated data are refused with the member named
-    /// (see [`npz`]).
+/// Read every array of an `.npz` (the tests' reader; integration tests have theirs in
+/// `tests/common`).
+#[cfg(test)]
+impl Capture {
     pub fn read_npz(path: &Path) -> Result<Self> {
         let file = CaptureFile::open(path)?;
         let mut cap = Capture::default();
@@ -369,7 +366,7 @@ impl NpzOut {
         S: ndarray::Data<Elem = A>,
         D: ndarray::Dimension,
     {
-        self.w.add_array(key, a).map_err(|e| self.failed(&format!("writing {key}"), &e))
+        self.w.add_array(key, a).map_err(|e| npz_error(&self.what, &format!("writing {key}"), &e))
     }
 
     /// The central directory, then the buffered bytes, each failure named.
@@ -379,10 +376,6 @@ impl NpzOut {
             .finish()
             .map_err(|e| npz_error(&what, "closing npz", &e))?;
         std::io::Write::flush(&mut inner).map_err(|e| Error::io(&what, e))
-    }
-
-    fn failed(&self, doing: &str, e: &ndarray_npy::WriteNpzError) -> Error {
-        npz_error(&self.what, doing, e)
     }
 }
 
@@ -412,7 +405,7 @@ fn create_npz(path: &Path) -> Result<(AtomicFile, NpzOut)> {
 }
 
 /// Close an npz ([`NpzOut::finish`]), then rename it into place (`announce`: say "wrote PATH").
-fn close_npz(w: NpzOut, out: AtomicFile, _path: &Path, announce: bool) -> Result<()> {
+fn close_npz(w: NpzOut, out: AtomicFile, announce: bool) -> Result<()> {
     w.finish()?;
     if announce {
         out.commit()
@@ -543,7 +536,7 @@ impl NpzSink {
             let w = thread
                 .join()
                 .map_err(|_| Error::usage(format!("{}: the npz writer panicked", self.path.display())))??;
-            close_npz(w, out, &self.path, self.announce)?;
+            close_npz(w, out, self.announce)?;
         }
         Ok(())
     }

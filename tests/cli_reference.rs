@@ -1,6 +1,8 @@
 //! `hefprobe synth` and `hefprobe reference` from the outside, including every bad input the
 //! reference must refuse with a message naming the culprit (exit code 2, never a panic).
 
+mod common;
+
 use assert_cmd::Command;
 use predicates::prelude::*;
 use std::path::Path;
@@ -44,7 +46,7 @@ fn synth_then_reference_writes_phase_tap_keys() {
     .success()
     .stdout(predicate::str::contains("no BOS added"))
     .stdout(predicate::str::contains("decode.2"));
-    let cap = hefprobe::capture::Capture::read_npz(&out).unwrap();
+    let cap = common::read_npz(&out).unwrap();
     let keys: Vec<String> = cap.keys().map(ToString::to_string).collect();
     assert!(
         keys.iter().any(|k| k == "prefill.0/logits")

@@ -1,6 +1,8 @@
 //! `hefprobe run` and `hefprobe compare` end to end: exit codes, located drift, local vs
 //! cumulative views, and bad inputs.
 
+mod common;
+
 use assert_cmd::Command;
 use hefprobe::backend::decoder::DecoderBackend;
 use hefprobe::capture::Capture;
@@ -36,7 +38,7 @@ fn capture(dir: &Path) -> PathBuf {
 fn compare_names_exactly_the_perturbed_tap_first() {
     let t = tempfile::tempdir().unwrap();
     let a = capture(t.path());
-    let mut cap = Capture::read_npz(&a).unwrap();
+    let mut cap = common::read_npz(&a).unwrap();
     let key = "prefill/layers.1.attn.out";
     let mut x = cap.get(&key.into()).unwrap().clone();
     x.iter_mut().step_by(3).for_each(|v| *v += 0.5);
@@ -80,7 +82,7 @@ fn compare_against_itself_passes_with_every_cosine_one() {
 fn compare_through_a_name_map_equals_the_capture_it_was_made_from() {
     let t = tempfile::tempdir().unwrap();
     let a = capture(t.path());
-    let cap = Capture::read_npz(&a).unwrap();
+    let cap = common::read_npz(&a).unwrap();
     let logits = cap.get(&"prefill/logits".into()).unwrap().clone();
     let mut dump = Capture::default();
     let nhwc =
@@ -88,7 +90,7 @@ fn compare_through_a_name_map_equals_the_capture_it_was_made_from() {
     dump.insert("net/output".into(), nhwc.unwrap());
     dump.insert("net/block1".into(), cap.get(&"prefill/layers.1.out".into()).unwrap().clone());
     let (dpath, map) = (t.path().join("dump.npz"), t.path().join("map.toml"));
-    dump.write_npz_quiet(&dpath).unwrap();
+    hefprobe::capture::save(&dump, &dpath, false).unwrap();
     std::fs::write(
         &map,
         "[taps]\n\"net/output\" = { tap = \"logits\", squeeze = true }\n\"net/block1\" = \"layers.1.out\"\n",
@@ -279,7 +281,7 @@ fn bad_inputs_exit_2_with_the_culprit_named() {
 
     // An npz whose shapes cannot be aligned.
     let a = capture(d);
-    let mut cap = Capture::read_npz(&a).unwrap();
+    let mut cap = common::read_npz(&a).unwrap();
     cap.insert("prefill/logits".into(), ndarray::ArrayD::zeros(ndarray::IxDyn(&[2, 3, 4])));
     let b = d.join("bad.npz");
     cap.write_npz(&b).unwrap();
@@ -446,7 +448,7 @@ fn run_over_the_memory_budget_spills_captures_and_reports_the_same_figures() {
     run_with_budget(&probe, "64M", &tmp, &d.join("s.json"), &["--save-captures", saved.to_str().unwrap()]);
     for name in ["reference.npz", "device.npz"] {
         let (a, b) =
-            (Capture::read_npz(&kept.join(name)).unwrap(), Capture::read_npz(&saved.join(name)).unwrap());
+            (common::read_npz(&kept.join(name)).unwrap(), common::read_npz(&saved.join(name)).unwrap());
         assert!(a.keys().eq(b.keys()), "{name}");
         assert!(a.iter().all(|(k, v)| b.get(k) == Some(v)), "{name}");
     }

@@ -5,7 +5,6 @@
 mod common;
 
 use common::{hefprobe, small_checkpoint};
-use hefprobe::capture::Capture;
 use hefprobe::inputs::InputSet;
 use predicates::prelude::*;
 use std::path::{Path, PathBuf};
@@ -189,7 +188,7 @@ fn compare_exits_0_1_or_2() {
         .assert()
         .code(0);
     hefprobe().arg("compare").arg(&a).arg(&a).assert().code(0);
-    let mut cap = Capture::read_npz(&a).unwrap();
+    let mut cap = common::read_npz(&a).unwrap();
     let mut x = cap.get(&"prefill/logits".into()).unwrap().clone();
     x.iter_mut().for_each(|v| *v = -*v);
     cap.insert("prefill/logits".into(), x);

@@ -4,6 +4,8 @@
 //! Per tap and phase: cosine ≥ 0.999999, max |diff| ≤ 1e-5 · max(1, max |ref|), identical
 //! argmax wherever the reference's top-1 margin exceeds 1e-4, masked entries identical.
 
+mod common;
+
 use hefprobe::capture::Capture;
 use hefprobe::capture::MemorySink;
 use hefprobe::compare::metrics;
@@ -97,7 +99,7 @@ fn run_case(dir: &Path, chunked: bool) -> Vec<String> {
     let mut sink = MemorySink::new(TapSelection::all());
     run_inputs(&model, &inputs, &mut sink, &mut NoHooks, &mut RunRecord::default()).unwrap();
     let file = if chunked { "golden-chunked.npz" } else { "golden.npz" };
-    let golden = Capture::read_npz(&dir.join(file)).unwrap();
+    let golden = common::read_npz(&dir.join(file)).unwrap();
     assert!(golden.len() > 50, "{file} looks empty");
     check(&golden, &sink.capture)
         .into_iter()
@@ -119,7 +121,7 @@ fn reference_matches_hf_on_every_golden_tap() {
 fn the_golden_check_catches_a_perturbed_tap() {
     // The check above must be able to fail: nudge one logit and one masked score.
     let dir = &cases()[0];
-    let golden = Capture::read_npz(&dir.join("golden.npz")).unwrap();
+    let golden = common::read_npz(&dir.join("golden.npz")).unwrap();
     let mut ours = golden.clone();
     let key = "prefill/logits";
     let mut a = ours.get(&key.into()).unwrap().clone();

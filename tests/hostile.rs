@@ -373,7 +373,7 @@ fn explain_refuses_to_rank_a_non_finite_observation() {
     let p = tiny_probe(t.path(), "");
     let caps = t.path().join("caps");
     hefprobe().arg("run").arg(&p).arg("--save-captures").arg(&caps).arg("--no-explain").assert().code(0);
-    let mut cap = Capture::read_npz(&caps.join("device.npz")).unwrap();
+    let mut cap = common::read_npz(&caps.join("device.npz")).unwrap();
     let key = "prefill/layers.1.attn.out";
     let mut x = cap.get(&key.into()).unwrap().clone();
     x.iter_mut().for_each(|v| *v = f32::NAN);

@@ -1,8 +1,9 @@
 //! A run that fails half-way keeps what it finished: the capture holds every phase before the
 //! failure, and the streamed npz is closed and readable.
 
+mod common;
+
 use hefprobe::backend::decoder::DecoderBackend;
-use hefprobe::capture::Capture;
 use hefprobe::capture::NpzSink;
 use hefprobe::error::Error;
 use hefprobe::fault::Fault;
@@ -80,7 +81,7 @@ fn streamed_capture_is_readable_after_a_failure() {
     let result = run_inputs(&model, &inputs, &mut sink, hooks.as_mut(), &mut RunRecord::default());
     assert!(result.is_err());
     sink.finish().unwrap();
-    let cap = Capture::read_npz(&path).unwrap();
+    let cap = common::read_npz(&path).unwrap();
     assert_eq!(cap.phases(), vec![Phase::Prefill, Phase::Decode(0), Phase::Decode(1)]);
     assert!(cap.at(Phase::Decode(1), Tap::Logits).is_some());
 }

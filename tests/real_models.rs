@@ -12,6 +12,8 @@
 //! The committed golden (references/real/smollm2-135m-instruct.json) holds HF's greedy
 //! continuation; the all-tap goldens and the HF folder live in DIR.
 
+mod common;
+
 use hefprobe::capture::{Capture, MemorySink};
 use hefprobe::compare::metrics;
 use hefprobe::explain::matrix::{cases, run_case};
@@ -129,7 +131,7 @@ fn taps_match_hf(model: &Decoder, label: &str) -> Vec<String> {
         };
         let mut sink = MemorySink::new(TapSelection::all());
         run_inputs(model, &inputs, &mut sink, &mut NoHooks, &mut RunRecord::default()).unwrap();
-        let golden = Capture::read_npz(&goldens.join(file)).unwrap();
+        let golden = common::read_npz(&goldens.join(file)).unwrap();
         failures.extend(check(&golden, &sink.capture, &format!("{label} {file}")));
     }
     failures

@@ -199,7 +199,7 @@ mod tests {
         let mut c = Capture::default();
         c.insert("a".into(), ArrayD::zeros(IxDyn(&[1, 2, 3])));
         c.insert("b".into(), ArrayD::zeros(IxDyn(&[6])));
-        c.write_npz_quiet(&npz).unwrap();
+        crate::capture::save(&c, &npz, false).unwrap();
         let map = dir.path().join("m.toml");
         let err = |text: &str| {
             std::fs::write(&map, text).unwrap();

@@ -31,21 +31,14 @@ fn refuse_nonfinite(observed_name: &str, taps: Vec<TapName>, bad: &[(Key, usize)
     ExplainReport {
         observed: observed_name.to_string(),
         taps,
-        rows: Vec::new(),
-        baseline: None,
         conclusion: format!(
             "explain refuses to rank: `{observed_name}` holds non-finite values (NaN or ±inf where the reference is \
              finite), first at {first} ({n} values{more}). No fault in the catalog computes NaN or inf, so none is \
              ranked; a non-finite output is a device or runtime failure (overflow, a wrong output quantization, \
              uninitialized memory) to fix before explaining drift."
         ),
-        best: None,
-        attribution: Vec::new(),
         nonfinite: bad.iter().map(|(k, n)| (k.to_string(), *n)).collect(),
-        search: None,
-        against: Baseline::default(),
-        spent: Default::default(),
-        by_tokens: false,
+        ..ExplainReport::default()
     }
 }
 
@@ -139,10 +132,9 @@ pub fn explain(
         conclusion,
         best,
         attribution,
-        nonfinite: Vec::new(),
         search,
         spent: emu.spent.into_inner().expect("spent"),
-        by_tokens: false,
+        ..ExplainReport::default()
     })
 }
 
@@ -690,8 +682,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (r, o, scratch) =
             (dir.path().join("r.npz"), dir.path().join("o.npz"), dir.path().join("scratch"));
-        reference.write_npz_quiet(&r).unwrap();
-        observed.write_npz_quiet(&o).unwrap();
+        crate::capture::save(&reference, &r, false).unwrap();
+        crate::capture::save(&observed, &o, false).unwrap();
         std::fs::create_dir(&scratch).unwrap();
         let (r, o) = (CaptureFile::open(&r).unwrap(), CaptureFile::open(&o).unwrap());
         let at = Setting { scratch: Some(&scratch), ..at };

@@ -69,3 +69,16 @@ pub fn drive(
     dev.drive(inputs, &hefprobe::tap::TapSelection::all(), &mut sink, record).unwrap();
     sink.capture
 }
+
+/// Every array of an `.npz` as a capture in memory (integer, bool and f64 arrays as f32).
+pub fn read_npz(path: &Path) -> hefprobe::Result<hefprobe::capture::Capture> {
+    use hefprobe::capture::{Capture, CaptureFile, Store};
+    let file = CaptureFile::open(path)?;
+    let mut cap = Capture::default();
+    for key in file.keys() {
+        if let Some(a) = file.get(&key)? {
+            cap.insert(key, a.into_owned());
+        }
+    }
+    Ok(cap)
+}

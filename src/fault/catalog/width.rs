@@ -314,10 +314,7 @@ impl Hooks for Run<'_, NormAcc> {
                 *o = row[i] * inv * ws[i];
             }
         }
-        Ok(match out {
-            Some(y) => Some(Tensor::from_vec(y, dims, &Device::Cpu)?),
-            None => None,
-        })
+        Ok(out.map(|y| Tensor::from_vec(y, dims, &Device::Cpu)).transpose()?)
     }
 
     fn softmax(&mut self, _ctx: &StepCtx, layer: usize, scores: &Tensor) -> Result<Option<Tensor>> {
