@@ -33,6 +33,16 @@ impl Limits {
             read_gbs: self.read_gbs.max(other.read_gbs),
         }
     }
+
+    /// The fastest `flops` could be computed at the sgemm rate, in ms.
+    pub fn sgemm_ms(&self, flops: f64) -> f64 {
+        flops / (self.sgemm_gflops * 1e9) * 1e3
+    }
+
+    /// The fastest `bytes` could be read at the read bandwidth, in ms.
+    pub fn read_ms(&self, bytes: f64) -> f64 {
+        bytes / (self.read_gbs * 1e9) * 1e3
+    }
 }
 
 /// Measure both limits with `threads` threads.
@@ -172,16 +182,11 @@ pub fn prefill_flops(c: &Config, t: usize) -> f64 {
     2.0 * (linear_params(c) * t) as f64 + 4.0 * (c.num_layers * c.num_heads * c.head_dim) as f64 * pairs
 }
 
-/// Bytes of weights one decode step reads: every projection and the lm_head once, each
-/// weight `weight_bytes` wide (4 for f32, 2 for bf16/f16: the kernels read the stored dtype).
-pub fn decode_weight_bytes(c: &Config, weight_bytes: f64) -> f64 {
-    weight_bytes * linear_params(c) as f64
-}
-
-/// Bytes one decode step at context `s` must read: the weights ([`decode_weight_bytes`]),
-/// plus the cached f32 keys and values of every layer.
+/// Bytes one decode step at context `s` must read: the weights (every projection and the
+/// lm_head once, each weight `weight_bytes` wide: 4 for f32, 2 for bf16/f16, as the kernels
+/// read the stored dtype), plus the cached f32 keys and values of every layer.
 pub fn decode_bytes(c: &Config, s: usize, weight_bytes: f64) -> f64 {
-    decode_weight_bytes(c, weight_bytes) + 4.0 * (2 * c.num_layers * c.num_kv_heads * c.head_dim * s) as f64
+    weight_bytes * linear_params(c) as f64 + 4.0 * (2 * c.num_layers * c.num_kv_heads * c.head_dim * s) as f64
 }
 
 /// `value` (ms) against the best time `limit_ms` the limit allows: the fraction, in percent.

@@ -15,7 +15,7 @@ use crate::capture::{NoTaps, NpzSink, TapSink};
 use crate::error::Result;
 use crate::model::cache::FullCache;
 use crate::model::config::ModelConfig;
-use crate::model::decoder::{Decoder, StepInput};
+use crate::model::decoder::Decoder;
 use crate::model::hooks::NoHooks;
 use crate::model::kernels;
 use crate::model::CheckpointRef;
@@ -142,7 +142,7 @@ fn print_figures(a: &Settings, (c, wbytes): (&ModelConfig, f64), lim: &Limits, m
         pre_off,
         median(m.on.0),
         flops / (pre_off * 1e-3) / 1e9,
-        limits::pct(prefill_limit_ms(c, a.prompt_len, lim), pre_off)
+        limits::pct(lim.sgemm_ms(flops), pre_off)
     );
     crate::outln!(
         "{:<28}{:>11.2} ms{:>19.2} ms{:>18.2} GB/s{:>13.0}%",
@@ -150,7 +150,7 @@ fn print_figures(a: &Settings, (c, wbytes): (&ModelConfig, f64), lim: &Limits, m
         dec_off,
         median(m.on.1),
         bytes / (dec_off * 1e-3) / 1e9,
-        limits::pct(decode_limit_ms(c, a.prompt_len, wbytes, lim), dec_off)
+        limits::pct(lim.read_ms(bytes), dec_off)
     );
     crate::outln!("{:<28}{:>14}{:>22}", "peak RSS (VmHWM, cumulative)", fmt_rss(m.rss.0), fmt_rss(m.rss.1));
     crate::outln!(
@@ -163,22 +163,6 @@ fn print_figures(a: &Settings, (c, wbytes): (&ModelConfig, f64), lim: &Limits, m
          stored, and the f32 KV cache). of limit: the time the sgemm (prefill) or read-bandwidth (decode) \
          limit allows, as % of the time taken"
     );
-}
-
-/// The fastest a `t`-token prefill could be at the measured sgemm rate, in ms.
-pub fn prefill_limit_ms(c: &crate::model::config::ModelConfig, t: usize, lim: &Limits) -> f64 {
-    limits::prefill_flops(c, t) / (lim.sgemm_gflops * 1e9) * 1e3
-}
-
-/// The fastest a decode step at context `s` could be at the measured read bandwidth, in ms,
-/// with weights `weight_bytes` wide.
-pub fn decode_limit_ms(
-    c: &crate::model::config::ModelConfig,
-    s: usize,
-    weight_bytes: f64,
-    lim: &Limits,
-) -> f64 {
-    limits::decode_bytes(c, s, weight_bytes) / (lim.read_gbs * 1e9) * 1e3
 }
 
 /// Bytes per weight of the checkpoint's largest tensor kind, as the decoder reads it: 2 for
@@ -321,24 +305,14 @@ fn profile_run(
     profile::enable();
     profile::reset();
     let mut cache = FullCache::with_capacity(model.cfg.num_layers, prompt.len() + decode);
-    let input = StepInput {
-        phase: Phase::Prefill,
-        embeds: model.embed_tokens(prompt)?,
-        positions: (0..prompt.len()).collect(),
-        frame: None,
-    };
+    let input = measure::step_input(model, Phase::Prefill, prompt, 0)?;
     let t = Instant::now();
     model.step(&input, &mut cache, sink, &mut NoHooks)?;
     let pre = (t.elapsed().as_secs_f64(), profile::snapshot().unwrap_or_default());
     profile::reset();
     let t = Instant::now();
     for k in 0..decode {
-        let input = StepInput {
-            phase: Phase::Decode(k),
-            embeds: model.embed_tokens(&[1])?,
-            positions: vec![prompt.len() + k],
-            frame: None,
-        };
+        let input = measure::step_input(model, Phase::Decode(k), &[1], prompt.len() + k)?;
         model.step(&input, &mut cache, sink, &mut NoHooks)?;
     }
     let dec = (t.elapsed().as_secs_f64(), profile::snapshot().unwrap_or_default());

@@ -180,10 +180,8 @@ fn shape_rows(
     // A small preset (`--preset` with `--suite`) may hold fewer positions than 1024.
     let short_n = SHORT.min(c.max_position_embeddings.saturating_sub(DECODE)).max(1);
     let long_n = LONG.min(c.max_position_embeddings).max(1);
-    let hf = match &a.hf_python {
-        Some(py) => Some(run_hf(py, hf_script, c, main, a.reps, short_n, long_n)?),
-        None => None,
-    };
+    let hf =
+        a.hf_python.as_ref().map(|py| run_hf(py, hf_script, c, main, a.reps, short_n, long_n)).transpose()?;
     let prompt = |n: usize| -> Vec<u32> { (0..n).map(|i| ((i * 7919 + 13) % c.vocab_size) as u32).collect() };
     let (short, long) = (prompt(short_n), prompt(long_n));
     let timer = Timer { shape, counts, reps: a.reps, warm: &short[..8.min(short.len())] };
@@ -321,8 +319,8 @@ fn print_table(rows: &[Row], l: &Limits, main: usize) {
     crate::outln!("|---|---:|---:|---:|---:|---:|---:|---:|---|");
     for r in rows {
         let limit = r.limit.map(|d| match d {
-            Demand::Flops(f) => (f / (l.sgemm_gflops * 1e9) * 1e3, "sgemm"),
-            Demand::Bytes(b) => (b / (l.read_gbs * 1e9) * 1e3, "bandwidth"),
+            Demand::Flops(f) => (l.sgemm_ms(f), "sgemm"),
+            Demand::Bytes(b) => (l.read_ms(b), "bandwidth"),
         });
         let (lim, pct) = match limit {
             Some((ms, by)) => (format!("{ms:.2} ms ({by})"), format!("{:.0}%", limits::pct(ms, r.ms()))),

@@ -51,6 +51,26 @@ impl Metrics {
     pub fn sqnr_opt(&self) -> Option<f64> {
         (!self.sqnr_db.is_nan()).then_some(self.sqnr_db)
     }
+
+    /// Whether an element is left out of the sums: masked or same-sign inf on both sides
+    /// (excluded), or NaN or one-sided inf (counted).
+    fn leaves_out(&mut self, masked: bool, a: f64, b: f64) -> bool {
+        if masked {
+            self.excluded += 1;
+        } else if a.is_nan() || b.is_nan() {
+            self.nan_ref += usize::from(a.is_nan());
+            self.nan_cand += usize::from(b.is_nan());
+        } else if a.is_infinite() || b.is_infinite() {
+            if a == b {
+                self.excluded += 1;
+            } else {
+                self.inf_mismatch += 1;
+            }
+        } else {
+            return false;
+        }
+        true
+    }
 }
 
 /// Cosine with the conventions: both zero → 1; one zero → 0; clamped to [−1, 1].
@@ -303,28 +323,6 @@ impl Lanes {
         } else {
             m.close_frac = 1.0;
         }
-    }
-}
-
-impl Metrics {
-    /// Whether an element is left out of the sums: masked or same-sign inf on both sides
-    /// (excluded), or NaN or one-sided inf (counted).
-    fn leaves_out(&mut self, masked: bool, a: f64, b: f64) -> bool {
-        if masked {
-            self.excluded += 1;
-        } else if a.is_nan() || b.is_nan() {
-            self.nan_ref += usize::from(a.is_nan());
-            self.nan_cand += usize::from(b.is_nan());
-        } else if a.is_infinite() || b.is_infinite() {
-            if a == b {
-                self.excluded += 1;
-            } else {
-                self.inf_mismatch += 1;
-            }
-        } else {
-            return false;
-        }
-        true
     }
 }
 

@@ -181,11 +181,7 @@ fn judge(row: &mut TapRow, thresholds: &Thresholds, beyond: Option<(&TapRow, Opt
             Some((e, thresholds::excess(metric, value, e, spread)))
         });
         let judged = expected.map_or(value, |(_, x)| x);
-        let ok = match metric.dir() {
-            Dir::Min => judged >= bound,
-            Dir::Max => judged <= bound,
-        };
-        if !ok {
+        if !metric.dir().passes(judged, bound) {
             row.failures.push(Failure {
                 metric: metric.name().to_string(),
                 dir: metric.dir(),

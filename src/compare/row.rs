@@ -40,6 +40,16 @@ pub enum Dir {
     Max,
 }
 
+impl Dir {
+    /// Whether `value` is within `bound`: at least it (`min`) or at most it (`max`).
+    pub fn passes(self, value: f64, bound: f64) -> bool {
+        match self {
+            Dir::Min => value >= bound,
+            Dir::Max => value <= bound,
+        }
+    }
+}
+
 /// Logits figures of one tap (docs/METRICS.md: argmax agreement, top-k, KL, margins, Δp).
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct LogitsSummary {

@@ -5,7 +5,6 @@
 //! each shard also gets its scale ‖x‖ / ‖r‖, as the probs get their sums (`prob_sum_err`).
 
 use super::metrics;
-use super::row::Dir;
 pub use super::row::ShardFigures;
 use super::thresholds::{excess, Metric, Thresholds};
 
@@ -38,14 +37,10 @@ pub fn figures(r: &[f32], x: &[f32], vocab: usize, widths: &[usize]) -> Option<V
         let b = metrics::basic(&rs, &xs, None);
         let norm = |v: &[f32]| v.iter().map(|&a| f64::from(a) * f64::from(a)).sum::<f64>().sqrt();
         let (nr, nx) = (norm(&rs), norm(&xs));
-        let scale = if nr == 0.0 {
-            if nx == 0.0 {
-                1.0
-            } else {
-                f64::INFINITY
-            }
-        } else {
-            nx / nr
+        let scale = match (nr == 0.0, nx == 0.0) {
+            (true, true) => 1.0,
+            (true, false) => f64::INFINITY,
+            _ => nx / nr,
         };
         let local = |v: &[f32], row: usize| start + crate::model::decoder::argmax(&v[row * w..(row + 1) * w]);
         let agree = (0..rows).filter(|&t| local(&rs, t) == local(&xs, t)).count();
@@ -80,19 +75,10 @@ pub fn judge(
         }
         for (i, s) in shards.iter_mut().enumerate() {
             let Some(value) = s.value(metric) else { continue };
-            let judged = match beyond.and_then(|(e, spread)| Some((e.get(i)?, spread.and_then(|s| s.get(i)))))
-            {
-                Some((e, spread)) => match e.value(metric) {
-                    Some(ev) => excess(metric, value, ev, spread.and_then(|s| s.value(metric))),
-                    None => value,
-                },
-                None => value,
-            };
-            let ok = match metric.dir() {
-                Dir::Min => judged >= bound,
-                Dir::Max => judged <= bound,
-            };
-            s.failed |= !ok;
+            let of = |s: &[ShardFigures]| s.get(i)?.value(metric);
+            let expected = beyond.and_then(|(e, spread)| Some((of(e)?, spread.and_then(of))));
+            let judged = expected.map_or(value, |(ev, sv)| excess(metric, value, ev, sv));
+            s.failed |= !metric.dir().passes(judged, bound);
         }
     }
 }

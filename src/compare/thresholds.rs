@@ -14,7 +14,8 @@ crate::named_enum! {
     /// read, so `cosine=nan` or `flips=-1` is refused instead of silently passing or failing
     /// everything) and how it is read off a row: one row of [`SPECS`] each, so a metric
     /// without a value does not compile. Ordered by name, as bounds are listed.
-    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+    #[serde(rename_all = "snake_case")]
     pub enum Metric {
         Cosine = "cosine",
         CosineNoOutliers = "cosine_no_outliers",
@@ -243,12 +244,6 @@ impl Ord for Metric {
 impl PartialOrd for Metric {
     fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
         Some(self.cmp(other))
-    }
-}
-
-impl Serialize for Metric {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
-        s.serialize_str(self.name())
     }
 }
 
@@ -553,13 +548,6 @@ impl Thresholds {
         }
     }
 
-    /// [`Bound::parse`], then [`Thresholds::add`] (the tests' shorthand).
-    #[cfg(test)]
-    pub fn add_cli(&mut self, spec: &str) -> Result<()> {
-        self.add(&Bound::parse(spec)?);
-        Ok(())
-    }
-
     /// Check that every rule written by the user matches at least one of `taps` (the model's
     /// tap names, or the taps two captures hold), so a misspelled glob is an error with a
     /// did-you-mean, as a misspelled tap selection is, instead of a bound silently never applied.
@@ -584,6 +572,23 @@ impl Thresholds {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    impl Thresholds {
+        /// [`Bound::parse`], then [`Thresholds::add`] (the tests' shorthand).
+        pub(crate) fn add_cli(&mut self, spec: &str) -> Result<()> {
+            self.add(&Bound::parse(spec)?);
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_metric_serializes_as_its_name() {
+        for m in Metric::ALL {
+            assert_eq!(serde_json::to_string(&m).unwrap(), format!("\"{}\"", m.name()));
+            let keyed = BTreeMap::from([(m, 1.0)]);
+            assert_eq!(serde_json::to_string(&keyed).unwrap(), format!("{{\"{}\":1.0}}", m.name()));
+        }
+    }
 
     fn rule(g: &str, m: &str, v: f64) -> Rule {
         Rule::new(g, &[(m.to_string(), v)].into()).unwrap()

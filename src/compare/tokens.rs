@@ -13,7 +13,7 @@
 //! is ambiguous (pieces holding several tokens, retokenized text whose ids are not the
 //! reference's) the comparison says so in its notes.
 
-use super::row::{Dir, Failure};
+use super::row::Failure;
 use super::thresholds::{Metric, Thresholds};
 use crate::backend::serve::{Finish, Generation, Served, TokenRef};
 use crate::capture::Store;
@@ -245,11 +245,7 @@ pub fn judge(t: &mut TokenComparison, thresholds: &Thresholds) {
     t.failures.clear();
     for (metric, (bound, rule)) in bounds {
         let Some(value) = value(metric, t) else { continue };
-        let ok = match metric.dir() {
-            Dir::Min => value >= bound,
-            Dir::Max => value <= bound,
-        };
-        if !ok {
+        if !metric.dir().passes(value, bound) {
             let (metric, dir) = (metric.name().to_string(), metric.dir());
             t.failures.push(Failure { metric, dir, bound, value, rule, expected: None });
         }

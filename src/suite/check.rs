@@ -12,17 +12,13 @@ use std::collections::BTreeMap;
 /// The longest plausible duration in a summary, in seconds (a year).
 const MAX_SECONDS: f64 = 365.0 * 86_400.0;
 
-fn bad(what: impl Into<String>, msg: impl Into<String>) -> Error {
-    Error::input(what.into(), msg.into())
-}
-
 /// One value: finite and within `lo..=hi`.
 fn value(what: &str, key: &str, v: f64, lo: f64, hi: f64, meaning: &str) -> Result<()> {
     if v.is_finite() && (lo..=hi).contains(&v) {
         return Ok(());
     }
     let range = if hi == f64::MAX { format!("≥ {lo}") } else { format!("{lo}…{hi}") };
-    Err(bad(format!("{what} key `{key}`"), format!("{v:e} is not {meaning} ({range})")))
+    Err(Error::input(format!("{what} key `{key}`"), format!("{v:e} is not {meaning} ({range})")))
 }
 
 /// The rounding margin on the bounded figures: they are computed in floating point.
@@ -43,10 +39,9 @@ pub fn figures(what: &str, f: &Figures) -> Result<()> {
         ("kl", f.kl, -E, f64::MAX, "a KL divergence"),
         ("sqnr_db", f.sqnr_db, -1e4, 1e4, "an SQNR in dB"),
     ];
-    checks.into_iter().try_for_each(|(key, v, lo, hi, meaning)| match v {
-        Some(v) => value(what, key, v, lo, hi, meaning),
-        None => Ok(()),
-    })
+    checks
+        .into_iter()
+        .try_for_each(|(key, v, lo, hi, meaning)| v.map_or(Ok(()), |v| value(what, key, v, lo, hi, meaning)))
 }
 
 /// Figures per tap.
@@ -79,7 +74,7 @@ pub fn date(what: &str, s: &str) -> Result<()> {
         return Ok(());
     }
     let shown: String = s.chars().take(40).flat_map(char::escape_default).collect();
-    Err(bad(
+    Err(Error::input(
         format!("{what} key `date`"),
         format!("`{shown}` is not an RFC 3339 date-time (YYYY-MM-DDTHH:MM:SSZ)"),
     ))
@@ -132,7 +127,7 @@ pub fn result(what: &str, r: &SuiteResult) -> Result<()> {
     date(what, &r.date)?;
     if let Some(s) = r.shard {
         if s.total == 0 || s.index == 0 || s.index > s.total {
-            return Err(bad(
+            return Err(Error::input(
                 format!("{what} key `shard`"),
                 format!("{}/{} is not a shard: K/N with 1 ≤ K ≤ N", s.index, s.total),
             ));

@@ -116,10 +116,6 @@ impl Figures {
         }
     }
 
-    pub fn is_empty(&self) -> bool {
-        Figure::ALL.iter().all(|f| f.get(self).is_none())
-    }
-
     /// This set with every figure that `other` beats replaced by `other`'s: the ratchet.
     pub fn ratchet(&self, other: &Figures) -> Figures {
         let mut out = *self;
@@ -179,6 +175,17 @@ pub fn tap_order<'a>(taps: impl IntoIterator<Item = &'a String>) -> Vec<&'a Stri
     let mut v: Vec<&String> = taps.into_iter().collect();
     v.sort_by_cached_key(|t| crate::tap::TapName::parse(t));
     v
+}
+
+/// `items` in the order first seen, each once.
+pub fn first_seen<T: PartialEq>(items: impl IntoIterator<Item = T>) -> Vec<T> {
+    let mut out = Vec::new();
+    for x in items {
+        if !out.contains(&x) {
+            out.push(x);
+        }
+    }
+    out
 }
 
 /// How far each figure may worsen against its baseline before it is a regression: the floor,

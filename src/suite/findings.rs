@@ -17,7 +17,7 @@
 //! metric = { tap = "logits", figure = "cosine", below = 0.999 }
 //! ```
 
-use super::figures::Figure;
+use super::figures::{first_seen, Figure};
 pub use super::result::{FindingResult, FindingStatus};
 use super::result::{PairResult, Status};
 pub use super::spec::{Claim, Expect, MetricClaim};
@@ -104,12 +104,8 @@ impl Claim {
                 format!("`{}` is no fault of the catalog{hint}; faults: {}", spec.name, all.join(", ")),
             ));
         };
-        match layers {
-            Some(n) => spec
-                .check_layers(n, entry.per_layer)
-                .map_err(|e| Error::input(key("explained_by"), e.to_string())),
-            None => Ok(()),
-        }
+        let Some(n) = layers else { return Ok(()) };
+        spec.check_layers(n, entry.per_layer).map_err(|e| Error::input(key("explained_by"), e.to_string()))
     }
 
     /// Whether this claim is about `probe` × `target`.
@@ -190,12 +186,7 @@ pub fn evaluate(claims: &[Claim], pairs: &[PairResult], targets: &[String]) -> V
     let mut out = Vec::new();
     for c in claims {
         let names: Vec<String> = if c.targets.is_empty() {
-            let mut seen: Vec<String> = Vec::new();
-            for p in pairs.iter().filter(|p| p.probe == c.probe) {
-                if !seen.contains(&p.target) {
-                    seen.push(p.target.clone());
-                }
-            }
+            let seen = first_seen(pairs.iter().filter(|p| p.probe == c.probe).map(|p| p.target.clone()));
             if seen.is_empty() {
                 targets.to_vec()
             } else {

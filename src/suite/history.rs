@@ -176,18 +176,12 @@ pub fn trends(history: &[HistoryLine], spec: &TrendSpec) -> Vec<Trend> {
             continue;
         }
         let Some(v) = l.figures.get(&spec.tap).and_then(|f| spec.figure.get(f)) else { continue };
-        let i = match out.iter().position(|t| t.probe == l.probe && t.target == l.target) {
-            Some(i) => i,
-            None => {
-                out.push(Trend {
-                    probe: l.probe.clone(),
-                    target: l.target.clone(),
-                    points: Vec::new(),
-                    band: None,
-                });
-                out.len() - 1
-            }
-        };
+        let at = out.iter().position(|t| t.probe == l.probe && t.target == l.target);
+        let i = at.unwrap_or_else(|| {
+            let (probe, target) = (l.probe.clone(), l.target.clone());
+            out.push(Trend { probe, target, points: Vec::new(), band: None });
+            out.len() - 1
+        });
         let t = &mut out[i];
         t.points.push((l.date.clone(), v, l.status));
         let base = l.baseline.as_ref().and_then(|b| b.get(&spec.tap)).and_then(|f| spec.figure.get(f));

@@ -112,7 +112,7 @@ pub fn pair_plot(p: &PairResult) -> Result<Option<String>> {
 
 pub fn render(r: &SuiteResult) -> Result<String> {
     let has_section = |p: &PairResult| p.status.is_failure() || p.status == Status::Known;
-    let pairs: Vec<PairRow> = r
+    let mut pairs: Vec<PairRow> = r
         .pairs
         .iter()
         .enumerate()
@@ -133,7 +133,6 @@ pub fn render(r: &SuiteResult) -> Result<String> {
         Some(Status::Known | Status::Flaky) => 1,
         _ => 2,
     };
-    let mut pairs = pairs;
     pairs.sort_by_key(|p| rank(p.status));
     let mut failing = Vec::new();
     for (i, p) in r.pairs.iter().enumerate().filter(|(_, p)| has_section(p)) {

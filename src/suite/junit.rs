@@ -9,6 +9,7 @@
 //! - known: a passing testcase, the known failure in `<system-out>`;
 //! - skipped: `<skipped message=…>`.
 
+use super::figures::first_seen;
 use super::result::{ErrorKind, PairResult, Status, SuiteResult};
 use super::summary::{device_line, verdict_line, why};
 use std::fmt::Write;
@@ -110,12 +111,8 @@ fn details(p: &PairResult) -> String {
 }
 
 pub fn render(r: &SuiteResult) -> String {
-    let mut targets: Vec<&str> = Vec::new();
-    for t in r.pairs.iter().map(|p| &p.target).chain(r.unfinished.iter().map(|e| &e.target)) {
-        if !targets.contains(&t.as_str()) {
-            targets.push(t);
-        }
-    }
+    let unfinished = r.unfinished.iter().map(|e| e.target.as_str());
+    let targets = first_seen(r.pairs.iter().map(|p| p.target.as_str()).chain(unfinished));
     let failures = |ps: &[&PairResult]| {
         ps.iter().filter(|p| matches!(p.status, Status::Regressed | Status::Failed)).count()
     };

@@ -45,10 +45,7 @@ impl SuiteOutputs {
         }
         outs.check()?;
         // The history a run appends to is read now, so a damaged one fails before the night's work.
-        match &self.history {
-            Some(h) => history::check(h),
-            None => Ok(()),
-        }
+        self.history.as_ref().map_or(Ok(()), |h| history::check(h))
     }
 
     /// Ratchet the baseline and append the history, as asked; then annotate the findings: a

@@ -92,17 +92,12 @@ pub fn run_suite_with(
 ) -> Result<SuiteResult> {
     suite.check_claims_on(opts.checkpoint.as_ref())?;
     let total = opts.clock.start();
-    let baseline = match &opts.baseline {
-        Some(p) => Some(Baseline::load_or_new(p, opts.update_baseline)?),
-        None => None,
-    };
+    let baseline =
+        opts.baseline.as_ref().map(|p| Baseline::load_or_new(p, opts.update_baseline)).transpose()?;
     let plan = plan(suite);
     let keys: Vec<(String, String)> =
         plan.iter().map(|(i, t)| (suite.probes[*i].name.clone(), label(t))).collect();
-    let mine = match &opts.shard {
-        Some(s) => s.select(&keys),
-        None => vec![true; plan.len()],
-    };
+    let mine = opts.shard.map_or_else(|| vec![true; plan.len()], |s| s.select(&keys));
     let mut result = empty_result(suite, opts, &keys);
     result.unfinished = keys
         .iter()

@@ -334,7 +334,10 @@ impl Suite {
 
     /// Replace the targets with the command line's `--backend` specs.
     pub fn set_cli_targets(&mut self, specs: &[BackendSpec]) -> Result<()> {
-        self.targets = specs.iter().cloned().map(target_from_cli).collect();
+        self.targets = specs
+            .iter()
+            .map(|s| Target { label: default_label(s), spec: s.clone(), revision: None, checkpoint: None })
+            .collect();
         self.check("--backend")?;
         self.check_findings("--backend")
     }
@@ -513,10 +516,6 @@ fn target_from_file(t: &TargetSpec, base: &Path) -> Result<Target> {
         _ => c.clone(),
     });
     Ok(Target { label, spec, revision: t.revision.clone(), checkpoint })
-}
-
-fn target_from_cli(spec: BackendSpec) -> Target {
-    Target { label: default_label(&spec), spec, revision: None, checkpoint: None }
 }
 
 /// A file's stem for HEFs and dumps (`model.hef` → `model`): nightly builds keep their file

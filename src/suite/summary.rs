@@ -2,7 +2,7 @@
 //! fits a pull-request comment are two renderings of it. Also the sentences every output
 //! shares — what decided a pair, the noise band, a device — worded once, here.
 
-use super::figures::{tap_order, Figure, Regression};
+use super::figures::{first_seen, tap_order, Figure, Regression};
 use super::result::{PairResult, Status, SuiteResult};
 use crate::device::DeviceFacts;
 use crate::report::doc::{Cell, Doc, Table, Text, Tone};
@@ -19,15 +19,14 @@ pub fn show(f: Figure, v: f64) -> String {
 
 /// One regression: `logits cosine 0.642903 vs baseline 0.999994: worse by 0.357 (band 1e-4)`.
 pub fn regression_sentence(r: &Regression) -> String {
-    format!(
-        "{} {} {} vs baseline {}: worse by {} (noise band {})",
-        r.tap,
-        r.figure.title(),
-        show(r.figure, r.value),
-        show(r.figure, r.baseline),
-        num(r.figure.worse_by(r.value, r.baseline)),
-        num(r.band)
-    )
+    let by = num(r.figure.worse_by(r.value, r.baseline));
+    format!("{}: worse by {by} (noise band {})", versus(r), num(r.band))
+}
+
+/// A regression's figure against its baseline: `logits cosine 0.642903 vs baseline 0.999994`.
+fn versus(r: &Regression) -> String {
+    let (f, title) = (r.figure, r.figure.title());
+    format!("{} {title} {} vs baseline {}", r.tap, show(f, r.value), show(f, r.baseline))
 }
 
 /// The most characters a verdict line holds: it reads at a glance on a terminal, in a pull
@@ -55,14 +54,7 @@ pub fn verdict_text(p: &PairResult) -> String {
     };
     match p.status {
         Status::Regressed => match p.regressions.first() {
-            Some(r) => format!(
-                "{} {} {} vs baseline {} (noise band {}){best}",
-                r.tap,
-                r.figure.title(),
-                show(r.figure, r.value),
-                show(r.figure, r.baseline),
-                num(r.band)
-            ),
+            Some(r) => format!("{} (noise band {}){best}", versus(r), num(r.band)),
             None => format!("{}{best}", drift()),
         },
         Status::Failed => format!("{}{best}", drift()),
@@ -178,16 +170,7 @@ pub fn headline(p: &PairResult) -> Option<(String, f64, Option<f64>)> {
 
 /// Each target's device, one line each, in the order the pairs name them.
 pub fn devices(r: &SuiteResult) -> Vec<(String, String)> {
-    let mut devices: Vec<(String, String)> = Vec::new();
-    for p in &r.pairs {
-        if let Some(f) = &p.device {
-            let e = (p.target.clone(), device_line(f));
-            if !devices.contains(&e) {
-                devices.push(e);
-            }
-        }
-    }
-    devices
+    first_seen(r.pairs.iter().filter_map(|p| Some((p.target.clone(), device_line(p.device.as_ref()?)))))
 }
 
 /// One line on a device: `sim HAILO10H — hefprobe 0.1.0 simulated Hailo-10H, quant a16`.
