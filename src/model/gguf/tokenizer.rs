@@ -65,11 +65,13 @@ const SPLITS: &[(&[&str], &str)] = &[
 const CONTROL: i64 = 3;
 const USER_DEFINED: i64 = 4;
 
-fn byte_level(add_prefix_space: bool, use_regex: bool) -> Value {
+/// A `ByteLevel` pre-tokenizer or decoder (also the synthesized tokenizer's).
+pub(crate) fn byte_level(add_prefix_space: bool, use_regex: bool) -> Value {
     json!({"type": "ByteLevel", "add_prefix_space": add_prefix_space, "trim_offsets": true, "use_regex": use_regex})
 }
 
-fn added(id: usize, content: &str, special: bool) -> Value {
+/// An added token (also the synthesized tokenizer's specials).
+pub(crate) fn added(id: usize, content: &str, special: bool) -> Value {
     json!({"id": id, "content": content, "single_word": false, "lstrip": false, "rstrip": false,
            "normalized": false, "special": special})
 }
