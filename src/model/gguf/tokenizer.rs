@@ -147,15 +147,11 @@ fn in_alphabet(alphabet: &[char], t: &str) -> bool {
 
 /// The id and token of the special token `key` names, if the file names one.
 fn special_id(file: &GgufFile, tokens: &[&str], key: &str) -> Result<Option<(usize, String)>> {
-    Ok(match file.uint(key)? {
-        Some(id) => {
-            let t = tokens.get(id as usize).ok_or_else(|| {
-                Error::input(file.what(key), format!("{id} is past the vocabulary ({} tokens)", tokens.len()))
-            })?;
-            Some((id as usize, t.to_string()))
-        }
-        None => None,
-    })
+    let Some(id) = file.uint(key)? else { return Ok(None) };
+    let t = tokens.get(id as usize).ok_or_else(|| {
+        Error::input(file.what(key), format!("{id} is past the vocabulary ({} tokens)", tokens.len()))
+    })?;
+    Ok(Some((id as usize, t.to_string())))
 }
 
 /// The added tokens, in transformers' order: CONTROL tokens, USER_DEFINED ones, then the
