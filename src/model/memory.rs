@@ -175,15 +175,12 @@ fn largest_tap(cfg: &ModelConfig, sel: &Selected, phases: &[(u64, u64)]) -> Byte
         .filter(|&&(_, n)| n > 0)
         .map(|&(kind, _)| Selected { per_kind: vec![(kind, 1)], ..none() })
         .collect();
-    if sel.embed {
-        singles.push(Selected { embed: true, ..none() });
-    }
-    if sel.final_norm {
-        singles.push(Selected { final_norm: true, ..none() });
-    }
-    if sel.logits {
-        singles.push(Selected { logits: true, ..none() });
-    }
+    let flat = [
+        (sel.embed, Selected { embed: true, ..none() }),
+        (sel.final_norm, Selected { final_norm: true, ..none() }),
+        (sel.logits, Selected { logits: true, ..none() }),
+    ];
+    singles.extend(flat.into_iter().filter_map(|(on, one)| on.then_some(one)));
     let mut widest = Bytes::ZERO;
     for &(t, s) in phases {
         for one in &singles {
