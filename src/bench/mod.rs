@@ -79,7 +79,7 @@ fn load(a: &Settings) -> Result<(crate::model::Checkpoint, Decoder)> {
     let threads = kernels::threads();
     crate::outln!(
         "bench: {name} ({:.1} M params, {} layers, hidden {}, weights {} read as stored), {threads} thread{}, loaded in {build_s:.1} s",
-        c.num_params() as f64 / 1e6,
+        crate::model::memory::params(c).get().unwrap_or(u64::MAX) as f64 / 1e6,
         c.num_layers,
         c.hidden_size,
         ckpt.stored_dtype,

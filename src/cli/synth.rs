@@ -100,7 +100,7 @@ pub fn run(a: SynthArgs) -> Result<ExitCode> {
         c.num_kv_heads,
         c.head_dim,
         c.vocab_size,
-        c.num_params() as f64 / 1e6,
+        crate::model::memory::params(c).get().unwrap_or(u64::MAX) as f64 / 1e6,
         a.dtype
     );
     crate::outln!("  {}", spec.describe());

@@ -509,6 +509,18 @@ mod tests {
     use crate::model::kernels::set_threads;
     use candle_core::Device;
 
+    /// 0 where allowed, -inf where masked: [1, T, S]. HF adds finfo(f32).min instead of -inf;
+    /// after softmax both give exactly 0, and -inf marks masked scores unambiguously in taps.
+    fn additive_mask(allowed: &[Vec<bool>]) -> Tensor {
+        let t = allowed.len();
+        let s = allowed.first().map_or(0, Vec::len);
+        let data: Vec<f32> = allowed
+            .iter()
+            .flat_map(|row| row.iter().map(|&a| if a { 0.0 } else { f32::NEG_INFINITY }))
+            .collect();
+        Tensor::from_vec(data, (1, t, s), &Device::Cpu).unwrap()
+    }
+
     /// The obvious computation with candle ops: q·kᵀ·scale + mask, softmax, ·v.
     fn slow(q: &Tensor, k: &Tensor, v: &Tensor, allowed: &[Vec<bool>], scale: f64) -> Tensor {
         let (h, t, d) = q.dims3().unwrap();
@@ -519,7 +531,7 @@ mod tests {
             x.broadcast_as((kv, n_rep, s, d)).unwrap().reshape((kv * n_rep, s, d)).unwrap()
         };
         let (k, v) = (rep(k), rep(v));
-        let mask = crate::model::decoder::additive_mask(allowed).unwrap();
+        let mask = additive_mask(allowed);
         let s = (q.matmul(&k.t().unwrap()).unwrap() * scale).unwrap().broadcast_add(&mask).unwrap();
         let p = candle_nn::ops::softmax_last_dim(&s).unwrap();
         p.matmul(&v.contiguous().unwrap()).unwrap().transpose(0, 1).unwrap().reshape((t, h * d)).unwrap()

@@ -65,15 +65,6 @@ impl FullCache {
         FullCache { layers: (0..layers).map(|_| LayerCache::default()).collect(), reserve: entries }
     }
 
-    /// Number of entries stored for layer 0 (all layers hold the same count).
-    pub fn len(&self) -> usize {
-        self.layers.first().map_or(0, |l| l.len)
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
     /// The stored keys/values of `layer` [KV, S, D] (views, no copy).
     pub fn layer(&self, layer: usize) -> Option<(Tensor, Tensor)> {
         let l = self.layers.get(layer)?;
@@ -195,7 +186,7 @@ mod tests {
                 assert_eq!(k_before.dim(1).unwrap(), pos - t);
             }
         }
-        assert_eq!(c.len(), pos);
+        assert_eq!(c.layers[0].len, pos);
     }
 
     #[test]

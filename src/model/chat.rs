@@ -271,9 +271,8 @@ pub fn utc_fields(t: std::time::SystemTime) -> [i64; 6] {
 /// `strftime_now(format)` as minja defines it for templates (the current time; the Llama 3.2
 /// template prints `Today Date: 26 Jul 2024`): the directives templates use, UTC.
 fn strftime(format: &str, now: std::time::SystemTime) -> String {
-    const MONTHS: [&str; 12] =
-        ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"];
-    const FULL: [&str; 12] = [
+    // `%b` is the first three letters of `%B`.
+    const MONTHS: [&str; 12] = [
         "January",
         "February",
         "March",
@@ -304,8 +303,8 @@ fn strftime(format: &str, now: std::time::SystemTime) -> String {
                 chars.next();
                 out += &d.to_string();
             }
-            Some('b') => out += MONTHS[month],
-            Some('B') => out += FULL[month],
+            Some('b') => out += &MONTHS[month][..3],
+            Some('B') => out += MONTHS[month],
             Some('H') => out += &format!("{hh:02}"),
             Some('M') => out += &format!("{mm:02}"),
             Some('S') => out += &format!("{ss:02}"),

@@ -217,18 +217,6 @@ impl ModelConfig {
         m.insert("dtype".into(), "float32".into());
         Value::Object(m)
     }
-
-    pub fn num_params(&self) -> usize {
-        let (h, i, q, kv) = (
-            self.hidden_size,
-            self.intermediate_size,
-            self.num_heads * self.head_dim,
-            self.num_kv_heads * self.head_dim,
-        );
-        let per_layer = h * q + 2 * h * kv + q * h + 3 * h * i + 2 * h;
-        let lm = if self.tie_word_embeddings { 0 } else { self.vocab_size * h };
-        self.vocab_size * h + self.num_layers * per_layer + h + lm
-    }
 }
 
 /// `model_type`, which picks the class (and so the table rows) for everything else.

@@ -566,16 +566,6 @@ fn allowed_keys(positions: &[usize], keys: &[Option<usize>], window: Option<usiz
         .collect()
 }
 
-/// 0 where allowed, -inf where masked: [1, T, S]. HF adds finfo(f32).min instead of -inf;
-/// after softmax both give exactly 0, and -inf marks masked scores unambiguously in taps.
-pub fn additive_mask(allowed: &[Vec<bool>]) -> Result<Tensor> {
-    let t = allowed.len();
-    let s = allowed.first().map_or(0, Vec::len);
-    let data: Vec<f32> =
-        allowed.iter().flat_map(|row| row.iter().map(|&a| if a { 0.0 } else { f32::NEG_INFINITY })).collect();
-    Ok(Tensor::from_vec(data, (1, t, s), &Device::Cpu)?.to_dtype(DType::F32)?)
-}
-
 /// Last-position argmax, first maximum on ties (HailoRT's greedy and HF's `argmax`).
 pub fn argmax_last_row(logits: &Tensor) -> Result<u32> {
     let rows = logits.dim(0)?;
@@ -592,9 +582,4 @@ pub fn argmax(row: &[f32]) -> usize {
         }
     }
     best
-}
-
-/// Rows of a [T, F] tensor as a `Vec<Vec<f32>>` (small tensors only).
-pub fn rows(t: &Tensor) -> Result<Vec<Vec<f32>>> {
-    Ok(t.to_dtype(DType::F32)?.to_vec2::<f32>()?)
 }

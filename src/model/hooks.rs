@@ -190,6 +190,21 @@ pub struct HookStack<'a> {
     pub hooks: Vec<&'a mut dyn Hooks>,
 }
 
+impl HookStack<'_> {
+    /// The first hook's answer to `ask`, asking them in order until one answers.
+    fn first(
+        &mut self,
+        mut ask: impl FnMut(&mut dyn Hooks) -> Result<Option<Tensor>>,
+    ) -> Result<Option<Tensor>> {
+        for h in self.hooks.iter_mut() {
+            if let Some(t) = ask(&mut **h)? {
+                return Ok(Some(t));
+            }
+        }
+        Ok(None)
+    }
+}
+
 impl Hooks for HookStack<'_> {
     /// Every hook is asked (one that records steps counts them all); the first answer wins.
     fn resume(&mut self, ctx: &StepCtx) -> Result<Option<(usize, Tensor)>> {
@@ -223,12 +238,7 @@ impl Hooks for HookStack<'_> {
         x: &Tensor,
         rope: &Rope,
     ) -> Result<Option<Tensor>> {
-        for h in self.hooks.iter_mut() {
-            if let Some(t) = h.rope(ctx, layer, which, x, rope)? {
-                return Ok(Some(t));
-            }
-        }
-        Ok(None)
+        self.first(|h| h.rope(ctx, layer, which, x, rope))
     }
     fn mask(
         &mut self,
@@ -237,20 +247,10 @@ impl Hooks for HookStack<'_> {
         allowed: &[Vec<bool>],
         heads: usize,
     ) -> Result<Option<Tensor>> {
-        for h in self.hooks.iter_mut() {
-            if let Some(t) = h.mask(ctx, layer, allowed, heads)? {
-                return Ok(Some(t));
-            }
-        }
-        Ok(None)
+        self.first(|h| h.mask(ctx, layer, allowed, heads))
     }
     fn softmax(&mut self, ctx: &StepCtx, layer: usize, scores: &Tensor) -> Result<Option<Tensor>> {
-        for h in self.hooks.iter_mut() {
-            if let Some(t) = h.softmax(ctx, layer, scores)? {
-                return Ok(Some(t));
-            }
-        }
-        Ok(None)
+        self.first(|h| h.softmax(ctx, layer, scores))
     }
     fn needs_explicit_attention(&self, layer: usize) -> bool {
         self.hooks.iter().any(|h| h.needs_explicit_attention(layer))
@@ -266,12 +266,7 @@ impl Hooks for HookStack<'_> {
         w: &Tensor,
         eps: f32,
     ) -> Result<Option<Tensor>> {
-        for h in self.hooks.iter_mut() {
-            if let Some(t) = h.norm(ctx, site, x, w, eps)? {
-                return Ok(Some(t));
-            }
-        }
-        Ok(None)
+        self.first(|h| h.norm(ctx, site, x, w, eps))
     }
     fn projects(&self, layer: Option<usize>) -> bool {
         self.hooks.iter().any(|h| h.projects(layer))
@@ -284,12 +279,7 @@ impl Hooks for HookStack<'_> {
         x: &Tensor,
         lin: &crate::model::kernels::Proj,
     ) -> Result<Option<Tensor>> {
-        for h in self.hooks.iter_mut() {
-            if let Some(t) = h.project(ctx, layer, which, x, lin)? {
-                return Ok(Some(t));
-            }
-        }
-        Ok(None)
+        self.first(|h| h.project(ctx, layer, which, x, lin))
     }
     fn cache_read(
         &mut self,

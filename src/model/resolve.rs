@@ -68,11 +68,7 @@ impl Checkpoint {
 impl CheckpointRef {
     /// A folder, file or id at the default revision, unknown config keys accepted.
     pub fn path(path: &Path) -> Self {
-        CheckpointRef::Path {
-            path: path.to_path_buf(),
-            revision: super::hub::DEFAULT_REVISION.to_string(),
-            strict_config: false,
-        }
+        Self::at(path, super::hub::DEFAULT_REVISION)
     }
 
     /// The folder or file the argument names: a model id resolved to its hub-cache snapshot.

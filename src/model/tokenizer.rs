@@ -166,6 +166,7 @@ pub fn synth_tokenizer_json() -> serde_json::Value {
 /// (0xF5..=0xFF never occur in UTF-8, RFC 3629 §4, so down to 248 ids no text loses a byte),
 /// and a byte without an id encodes as `<unk>` instead of vanishing.
 pub fn synth_tokenizer_json_within(vocab: usize) -> serde_json::Value {
+    use crate::model::gguf::tokenizer::{added, byte_level, byte_level_alphabet};
     use serde_json::{json, Map, Value};
     let mut vocab_map = Map::new();
     let specials: Vec<&str> = ["<unk>", "<s>", "</s>"].into_iter().take(vocab).collect();
@@ -173,18 +174,11 @@ pub fn synth_tokenizer_json_within(vocab: usize) -> serde_json::Value {
         vocab_map.insert(s.to_string(), Value::from(i));
     }
     let bytes = vocab.saturating_sub(specials.len());
-    for (i, ch) in crate::model::gguf::tokenizer::byte_level_alphabet().into_iter().take(bytes).enumerate() {
+    for (i, ch) in byte_level_alphabet().into_iter().take(bytes).enumerate() {
         vocab_map.insert(ch.to_string(), Value::from(specials.len() + i));
     }
     let cut = vocab < SYNTH_TOKENIZER_VOCAB;
-    let added: Vec<Value> = specials
-        .iter()
-        .enumerate()
-        .map(|(i, s)| {
-            json!({"id": i, "content": s, "single_word": false, "lstrip": false,
-                   "rstrip": false, "normalized": false, "special": true})
-        })
-        .collect();
+    let added_tokens: Vec<Value> = specials.iter().enumerate().map(|(i, s)| added(i, s, true)).collect();
     // The post-processor names `<s>` (id 1); without that id there is no BOS to add.
     let post_processor = if specials.len() > 1 {
         json!({
@@ -202,11 +196,11 @@ pub fn synth_tokenizer_json_within(vocab: usize) -> serde_json::Value {
         "version": "1.0",
         "truncation": null,
         "padding": null,
-        "added_tokens": added,
+        "added_tokens": added_tokens,
         "normalizer": null,
-        "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": true},
+        "pre_tokenizer": byte_level(false, true),
         "post_processor": post_processor,
-        "decoder": {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": true},
+        "decoder": byte_level(false, true),
         "model": {"type": "BPE", "dropout": null, "unk_token": unk, "continuing_subword_prefix": null,
                   "end_of_word_suffix": null, "fuse_unk": false, "byte_fallback": false,
                   "ignore_merges": false, "vocab": vocab_map, "merges": []}

@@ -6,8 +6,9 @@ use crate::files::{read_text, Kind};
 use crate::model::config::{ModelConfig, WeightBudget};
 use candle_core::{DType, Device, Tensor};
 use safetensors::{Dtype, SafeTensors};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
+use xxhash_rust::xxh3::Xxh3;
 
 /// Every tensor the architecture needs, with its shape, in checkpoint order.
 pub fn expected_tensors(cfg: &ModelConfig) -> Vec<(String, Vec<usize>)> {
@@ -126,11 +127,11 @@ impl Checkpoint {
             crate::budget::Bytes::new(bytes),
             "use a smaller checkpoint, or raise --max-memory (or the process's memory limits)",
         )?;
-        let mut hasher = xxhash_rust::xxh3::Xxh3::new();
+        let mut hasher = Xxh3::new();
         hasher.update(config_text.as_bytes());
 
         let mut raw: BTreeMap<String, Tensor> = BTreeMap::new();
-        let mut dtypes = std::collections::BTreeSet::new();
+        let mut dtypes = BTreeSet::new();
         for file in &files {
             let (tensors, file_dtypes) = read_safetensors(file, &mut hasher)?;
             raw.extend(tensors);
@@ -264,14 +265,11 @@ fn weight_files(dir: &Path) -> Result<Vec<PathBuf>> {
 
 /// Every tensor of one safetensors file's bytes, in its stored dtype, with the dtypes it
 /// stored. `what` names the file in errors. (The unit `fuzz/fuzz_targets/safetensors.rs` drives.)
-pub fn tensors_from_bytes(
-    bytes: &[u8],
-    what: &str,
-) -> Result<(BTreeMap<String, Tensor>, std::collections::BTreeSet<String>)> {
+pub fn tensors_from_bytes(bytes: &[u8], what: &str) -> Result<(BTreeMap<String, Tensor>, BTreeSet<String>)> {
     let st = SafeTensors::deserialize(bytes)
         .map_err(|e| Error::input(what, format!("corrupt or truncated safetensors file: {e}")))?;
     let mut out = BTreeMap::new();
-    let mut dtypes = std::collections::BTreeSet::new();
+    let mut dtypes = BTreeSet::new();
     for (name, view) in st.tensors() {
         dtypes.insert(format!("{:?}", view.dtype()).to_lowercase());
         let t = stored_tensor(view.dtype(), view.shape(), view.data(), &format!("{what} tensor `{name}`"))?;
@@ -285,10 +283,7 @@ pub fn tensors_from_bytes(
 /// the weights cost their size on disk and one tensor more while it is read, never the file
 /// twice. The header is checked as `SafeTensors::deserialize` checks it (offsets contiguous,
 /// sizes matching shapes, data filling the file) before any tensor is allocated.
-fn read_safetensors(
-    file: &Path,
-    hasher: &mut xxhash_rust::xxh3::Xxh3,
-) -> Result<(BTreeMap<String, Tensor>, std::collections::BTreeSet<String>)> {
+fn read_safetensors(file: &Path, hasher: &mut Xxh3) -> Result<(BTreeMap<String, Tensor>, BTreeSet<String>)> {
     use std::io::Read;
     let what = file.display().to_string();
     let corrupt = |msg: String| corrupt(file, msg);
@@ -307,7 +302,7 @@ fn read_safetensors(
         )));
     }
     let mut out = BTreeMap::new();
-    let mut dtypes = std::collections::BTreeSet::new();
+    let mut dtypes = BTreeSet::new();
     let mut buf = Vec::new();
     for name in meta.offset_keys() {
         let info = meta.info(&name).expect("offset_keys names tensors of the metadata");

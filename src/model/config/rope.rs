@@ -100,12 +100,10 @@ pub(super) fn read_rope(
     head_dim: usize,
     max_positions: usize,
 ) -> Result<RopeConfig> {
-    let top_theta = match r.present("rope_theta") {
-        Some(v) => {
-            Some(v.as_f64().ok_or_else(|| r.err("rope_theta", format!("expected a number, found {v}")))?)
-        }
-        None => None,
-    };
+    let top_theta = r
+        .present("rope_theta")
+        .map(|v| v.as_f64().ok_or_else(|| r.err("rope_theta", format!("expected a number, found {v}"))))
+        .transpose()?;
     let (key, obj) = rope_block(r)?;
     let theta = read_theta(r, (key, obj), top_theta, default_theta)?;
     let rope_type = read_rope_type(r, (key, obj), head_dim)?;
@@ -142,12 +140,10 @@ fn read_theta(
     top_theta: Option<f64>,
     default_theta: f64,
 ) -> Result<f64> {
-    let param_theta = match obj.and_then(|o| o.get("rope_theta")) {
-        Some(v) => {
-            Some(v.as_f64().ok_or_else(|| r.err(key, format!("rope_theta: expected a number, found {v}")))?)
-        }
-        None => None,
-    };
+    let param_theta = obj
+        .and_then(|o| o.get("rope_theta"))
+        .map(|v| v.as_f64().ok_or_else(|| r.err(key, format!("rope_theta: expected a number, found {v}"))))
+        .transpose()?;
     let theta = match (top_theta, param_theta) {
         (Some(a), Some(b)) if a != b => {
             return Err(r.err(key, format!("rope_theta {b} disagrees with top-level rope_theta {a}")))

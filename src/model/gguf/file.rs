@@ -9,14 +9,6 @@ use std::path::{Path, PathBuf};
 /// The first four bytes of every GGUF file (gguf.md: `GGUF` as a little-endian u32).
 pub const MAGIC: &[u8; 4] = b"GGUF";
 
-/// True when `path` is a file that starts with the GGUF magic.
-pub fn is_gguf(path: &Path) -> bool {
-    let mut head = [0u8; 4];
-    path.is_file()
-        && std::fs::File::open(path).and_then(|mut f| f.read_exact(&mut head)).is_ok()
-        && &head == MAGIC
-}
-
 /// The tensor count a GGUF header declares (gguf.md: magic, u32 version, then the tensor count:
 /// u32 in version 1, u64 from version 2), the reader put back at the start; `None` when the
 /// file is too short or not GGUF (candle's reader then says what is wrong).

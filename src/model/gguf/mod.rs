@@ -19,7 +19,7 @@ mod file;
 mod tensors;
 pub mod tokenizer;
 
-pub use file::{is_gguf, GgufFile, MAGIC};
+pub use file::{GgufFile, MAGIC};
 
 use crate::error::Result;
 use crate::model::weights::{check_tensors, Checkpoint, CheckpointSource};

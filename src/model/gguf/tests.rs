@@ -239,6 +239,15 @@ fn truncated_files_and_bad_headers_are_input_errors() {
     assert!(is_gguf(&path));
 }
 
+/// True when `path` is a file that starts with the GGUF magic.
+fn is_gguf(path: &std::path::Path) -> bool {
+    use std::io::Read;
+    let mut head = [0u8; 4];
+    path.is_file()
+        && std::fs::File::open(path).and_then(|mut f| f.read_exact(&mut head)).is_ok()
+        && &head == MAGIC
+}
+
 #[test]
 fn keys_that_change_the_forward_pass_are_refused_by_name() {
     let ckpt = synth(Arch::Llama);

@@ -65,11 +65,13 @@ const SPLITS: &[(&[&str], &str)] = &[
 const CONTROL: i64 = 3;
 const USER_DEFINED: i64 = 4;
 
-fn byte_level(add_prefix_space: bool, use_regex: bool) -> Value {
+/// A `ByteLevel` pre-tokenizer or decoder (also the synthesized tokenizer's).
+pub(crate) fn byte_level(add_prefix_space: bool, use_regex: bool) -> Value {
     json!({"type": "ByteLevel", "add_prefix_space": add_prefix_space, "trim_offsets": true, "use_regex": use_regex})
 }
 
-fn added(id: usize, content: &str, special: bool) -> Value {
+/// An added token (also the synthesized tokenizer's specials).
+pub(crate) fn added(id: usize, content: &str, special: bool) -> Value {
     json!({"id": id, "content": content, "single_word": false, "lstrip": false, "rstrip": false,
            "normalized": false, "special": special})
 }
@@ -145,15 +147,11 @@ fn in_alphabet(alphabet: &[char], t: &str) -> bool {
 
 /// The id and token of the special token `key` names, if the file names one.
 fn special_id(file: &GgufFile, tokens: &[&str], key: &str) -> Result<Option<(usize, String)>> {
-    Ok(match file.uint(key)? {
-        Some(id) => {
-            let t = tokens.get(id as usize).ok_or_else(|| {
-                Error::input(file.what(key), format!("{id} is past the vocabulary ({} tokens)", tokens.len()))
-            })?;
-            Some((id as usize, t.to_string()))
-        }
-        None => None,
-    })
+    let Some(id) = file.uint(key)? else { return Ok(None) };
+    let t = tokens.get(id as usize).ok_or_else(|| {
+        Error::input(file.what(key), format!("{id} is past the vocabulary ({} tokens)", tokens.len()))
+    })?;
+    Ok(Some((id as usize, t.to_string())))
 }
 
 /// The added tokens, in transformers' order: CONTROL tokens, USER_DEFINED ones, then the
