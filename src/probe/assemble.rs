@@ -14,14 +14,11 @@ use crate::report::{BackendInfo, Report};
 /// captures there as they were produced: nothing is written twice.
 pub fn save(runs: &Runs, opts: &CaptureOptions) -> Result<()> {
     let Some(dir) = &opts.save_captures else { return Ok(()) };
-    let all = std::iter::once(("reference", runs.reference.as_ref()))
-        .chain(
-            runs.backends
-                .iter()
-                .filter_map(|b| b.reference.as_ref().map(|(l, c, _)| (l.as_str(), c.as_ref()))),
-        )
-        .chain(runs.backends.iter().map(|b| (b.label.as_str(), b.capture.as_ref())));
-    for (name, capture) in all {
+    let backends = runs.backends.iter();
+    let own = backends.clone().filter_map(|b| b.reference.as_ref().map(|(l, c, _)| (l.as_str(), c.as_ref())));
+    let captures = backends.map(|b| (b.label.as_str(), b.capture.as_ref()));
+    for (name, capture) in std::iter::once(("reference", runs.reference.as_ref())).chain(own).chain(captures)
+    {
         crate::capture::save(capture, &dir.join(capture_file(name)), !opts.quiet)?;
     }
     Ok(())
@@ -74,33 +71,22 @@ pub fn report(r: &Results) -> Report {
         }
     }
     for c in r.compared {
-        if let Some(rows) = &c.lens {
-            report.lens.push((c.label.clone(), rows.clone()));
-        }
+        report.lens.extend(c.lens.as_ref().map(|rows| (c.label.clone(), rows.clone())));
         report.add_comparison(c.cumulative.clone());
         if let Some((pair, blame)) = &c.local {
-            if let Some(layers) = blame {
-                report.blame.push((c.label.clone(), layers.clone()));
-            }
+            report.blame.extend(blame.as_ref().map(|layers| (c.label.clone(), layers.clone())));
             report.add_comparison(pair.clone());
         }
-        if let Some(noise) = &c.expected {
-            report.add_comparison(noise.clone());
-        }
-        if let Some(beside) = &c.beside {
-            report.add_comparison(beside.clone());
+        for pair in c.expected.iter().chain(&c.beside) {
+            report.add_comparison(pair.clone());
         }
     }
     // A backend that stopped is said once it was compared (a failed compare stage names itself).
     for b in runs.backends.iter().take(r.compared.len()) {
-        if let Some(e) = &b.error {
-            report.incomplete.push(format!("backend `{}`: {e}", b.label));
-        }
+        report.incomplete.extend(b.error.as_ref().map(|e| format!("backend `{}`: {e}", b.label)));
     }
     if let Some(e) = r.explained {
-        if let Some(dir) = &e.from_disk {
-            report.notes.push(crate::probe::spill::explain_note(dir));
-        }
+        report.notes.extend(e.from_disk.as_deref().map(crate::probe::spill::explain_note));
         report.explain = Some(e.report.clone());
         if let (false, Some(best)) = (report.drift(), &e.report.best) {
             let clean = e.report.against.name();
@@ -111,8 +97,6 @@ pub fn report(r: &Results) -> Report {
             ));
         }
     }
-    if let Some((stage, e)) = r.stopped {
-        report.incomplete.push(format!("the {stage} stage stopped: {e}"));
-    }
+    report.incomplete.extend(r.stopped.map(|(stage, e)| format!("the {stage} stage stopped: {e}")));
     report
 }

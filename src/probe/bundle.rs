@@ -152,19 +152,14 @@ pub fn check_new_folder(dir: &Path) -> Result<()> {
         Err(_) if dir.exists() => {
             Err(Error::input(what, "--bundle names a file; give a new or empty folder"))
         }
-        Err(_) => {
-            let parent = parent(dir);
-            match parent.is_dir() {
-                true => Ok(()),
-                false => Err(Error::input(
-                    what,
-                    format!(
-                        "--bundle: the folder it goes in, {}, does not exist; make it first",
-                        parent.display()
-                    ),
-                )),
-            }
-        }
+        Err(_) if parent(dir).is_dir() => Ok(()),
+        Err(_) => Err(Error::input(
+            what,
+            format!(
+                "--bundle: the folder it goes in, {}, does not exist; make it first",
+                parent(dir).display()
+            ),
+        )),
     }
 }
 
@@ -313,19 +308,14 @@ fn keep_captures(captures: &Path, cap: u64) -> Result<(BTreeMap<String, Hashed>,
         .collect();
     names.sort();
     for p in names {
-        let (sha, bytes) = sha256_file(&p)?;
+        let (sha256, bytes) = sha256_file(&p)?;
         let name = format!("captures/{}", p.file_name().unwrap_or_default().to_string_lossy());
         if held.saturating_add(bytes) > cap {
             std::fs::remove_file(&p).map_err(|e| Error::io(&p, e))?;
-            left_out.push(Pinned {
-                what: "a capture past the size cap".into(),
-                path: name,
-                sha256: sha,
-                bytes,
-            });
+            left_out.push(Pinned { what: "a capture past the size cap".into(), path: name, sha256, bytes });
         } else {
             held += bytes;
-            files.insert(name, Hashed { sha256: sha, bytes });
+            files.insert(name, Hashed { sha256, bytes });
         }
     }
     Ok((files, left_out))

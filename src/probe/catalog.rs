@@ -16,9 +16,7 @@ use std::path::{Component, Path, PathBuf};
 /// (`cargo install --root`, a package's `/usr`), then `/usr`.
 fn catalog_folders() -> Vec<PathBuf> {
     let mut out = Vec::new();
-    if let Some(dir) = std::env::var_os("HEFPROBE_PROBES") {
-        out.push(PathBuf::from(dir));
-    }
+    out.extend(std::env::var_os("HEFPROBE_PROBES").map(PathBuf::from));
     out.push(PathBuf::from("probes"));
     if let Ok(exe) = std::env::current_exe() {
         let built_in = exe.ancestors().skip(1).find(|a| a.file_name().is_some_and(|n| n == "target"));

@@ -172,11 +172,7 @@ fn parse_owner(s: &str) -> Option<(u32, String)> {
 
 /// Whether process `pid` runs on this machine; None where that cannot be told.
 fn alive(pid: u32) -> Option<bool> {
-    if cfg!(target_os = "linux") {
-        Some(Path::new("/proc").join(pid.to_string()).exists())
-    } else {
-        None
-    }
+    cfg!(target_os = "linux").then(|| Path::new("/proc").join(pid.to_string()).exists())
 }
 
 /// This machine's name (the kernel's; "unknown" where it cannot be read).

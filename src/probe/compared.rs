@@ -151,14 +151,8 @@ fn beside_pair(
     };
     let beyond = quant.as_ref().map(|expected| Beyond { expected, spread });
     let relative = p.thresholds.relative();
-    let judged = Settings {
-        view: View::Cumulative,
-        thresholds: &relative,
-        selection: Some(&p.selection),
-        workers: noise.workers,
-        beyond,
-        shards: noise.shards,
-    };
+    // The selection, workers and shards of the noise's comparison (the device's own).
+    let judged = Settings { view: View::Cumulative, thresholds: &relative, beyond, ..*noise };
     let mut pair = compare(dump.capture.as_ref(), b.capture.as_ref(), (label, &b.label), &judged)?;
     pair.on_device = true;
     Ok(Some(pair))

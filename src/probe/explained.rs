@@ -44,18 +44,9 @@ pub fn explain_stage(
         Some(b) => {
             let float = b.float_reference(runs).1;
             // Where the judge found it beyond its expected quantization: the drift to explain.
-            let focus = compared
-                .iter()
-                .find(|c| c.label == b.label)
-                .map(|c| {
-                    c.cumulative
-                        .rows
-                        .iter()
-                        .filter(|r| r.failed())
-                        .map(|r| Key::new(r.phase, r.tap.clone()))
-                        .collect()
-                })
-                .unwrap_or_default();
+            let rows = compared.iter().find(|c| c.label == b.label).map(|c| c.cumulative.rows.as_slice());
+            let failed = rows.unwrap_or_default().iter().filter(|r| r.failed());
+            let focus = failed.map(|r| Key::new(r.phase, r.tap.clone())).collect();
             let target = b.expected.as_ref().map(|e| crate::explain::rank::Target {
                 expected: e.quant.clone(),
                 emulation: e.emulation.clone(),

@@ -258,14 +258,10 @@ pub fn register_inputs(
         }
     }
     for b in probe.backends.iter().chain(backends) {
-        if let Some(p) = &b.path {
-            outs.input(&format!("backend `{}`'s input", b.label()), p);
-        }
-        if let Some(m) = &b.map {
-            outs.input(&format!("backend `{}`'s name map", b.label()), m);
-        }
-        if let Some(h) = &b.hef {
-            outs.input(&format!("backend `{}`'s HEF", b.label()), h);
+        for (what, p) in [("input", &b.path), ("name map", &b.map), ("HEF", &b.hef)] {
+            if let Some(p) = p {
+                outs.input(&format!("backend `{}`'s {what}", b.label()), p);
+            }
         }
     }
     Ok(())

@@ -31,30 +31,24 @@ pub fn unlisted(dir: &Path, m: &Manifest, out: &mut Vec<Check>) {
             let kind = e.file_type().ok();
             let listed = m.files.contains_key(&name);
             let holds_listed = m.files.keys().any(|f| f.starts_with(&format!("{name}/")));
-            match kind {
+            let why = match kind {
                 Some(t) if t.is_symlink() => {
-                    let why = "is a symbolic link: a bundle holds its files, it does not point at them";
-                    out.push(Check::new(
-                        format!("bundle file {}", echo(&name, 120)),
-                        Verdict::Different,
-                        why,
-                    ));
+                    "is a symbolic link: a bundle holds its files, it does not point at them"
                 }
-                Some(t) if t.is_dir() && holds_listed => stack.push((e.path(), format!("{name}/"))),
+                Some(t) if t.is_dir() && holds_listed => {
+                    stack.push((e.path(), format!("{name}/")));
+                    continue;
+                }
                 // A folder left empty holds nothing (`captures/` when every capture was past the cap).
                 Some(t)
-                    if t.is_dir() && std::fs::read_dir(e.path()).is_ok_and(|mut d| d.next().is_none()) => {}
-                _ if listed || (prefix.is_empty() && name == MANIFEST) => {}
-                _ => {
-                    let why =
-                        "is not in the manifest: a bundle holds only what its manifest lists and hashes";
-                    out.push(Check::new(
-                        format!("bundle file {}", echo(&name, 120)),
-                        Verdict::Different,
-                        why,
-                    ));
+                    if t.is_dir() && std::fs::read_dir(e.path()).is_ok_and(|mut d| d.next().is_none()) =>
+                {
+                    continue
                 }
-            }
+                _ if listed || (prefix.is_empty() && name == MANIFEST) => continue,
+                _ => "is not in the manifest: a bundle holds only what its manifest lists and hashes",
+            };
+            out.push(Check::new(format!("bundle file {}", echo(&name, 120)), Verdict::Different, why));
         }
     }
 }
@@ -101,10 +95,8 @@ pub fn captures(dir: &Path, m: &Manifest, run: &ProbeRun, skip: &[String], out: 
     }
     let skipped: Vec<String> = skip.iter().map(|l| capture_file(l)).collect();
     let left_out: Vec<&str> = m.left_out.iter().map(|p| p.path.as_str()).collect();
-    for name in m.files.keys().filter_map(|n| n.strip_prefix("captures/")) {
-        if skipped.iter().any(|s| s == name) {
-            continue;
-        }
+    let names = m.files.keys().filter_map(|n| n.strip_prefix("captures/"));
+    for name in names.filter(|n| !skipped.iter().any(|s| s == n)) {
         let what = format!("bundle file captures/{}", echo(name, 120));
         let check = match replayed.remove(name) {
             Some(now) => same_bits(&dir.join("captures").join(name), now),

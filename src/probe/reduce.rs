@@ -44,11 +44,7 @@ pub struct Reduced {
 
 /// The probe's inputs' size, for the sentence: prompt tokens and decode steps.
 pub fn size(i: &InputSet) -> (usize, usize) {
-    let decode = match &i.decode {
-        DecodeSpec::Greedy(n) => *n,
-        DecodeSpec::Forced(t) => t.len(),
-    };
-    (i.prompt.len(), decode)
+    (i.prompt.len(), i.decode.steps())
 }
 
 /// The drift of `p` on `inputs` (None: within thresholds, or the run failed on these inputs).
@@ -360,8 +356,8 @@ pub fn probe_toml(
         n.push_str("-min");
     }
     let mut inputs = toml::Table::new();
-    let ids = r.inputs.prompt.iter().map(|&i| toml::Value::Integer(i64::from(i))).collect();
-    inputs.insert("tokens".into(), toml::Value::Array(ids));
+    let ids = |v: &[u32]| toml::Value::Array(v.iter().map(|&i| toml::Value::Integer(i64::from(i))).collect());
+    inputs.insert("tokens".into(), ids(&r.inputs.prompt));
     match &r.inputs.decode {
         DecodeSpec::Greedy(0) => {}
         DecodeSpec::Greedy(n) => {
@@ -369,8 +365,7 @@ pub fn probe_toml(
         }
         DecodeSpec::Forced(v) if v.is_empty() => {}
         DecodeSpec::Forced(v) => {
-            let ids = v.iter().map(|&i| toml::Value::Integer(i64::from(i))).collect();
-            inputs.insert("decode_tokens".into(), toml::Value::Array(ids));
+            inputs.insert("decode_tokens".into(), ids(v));
         }
     }
     if let Some(c) = r.inputs.chunk {
@@ -380,8 +375,7 @@ pub fn probe_toml(
         inputs.insert("start_position".into(), toml::Value::Integer(r.inputs.start_position as i64));
     }
     t.insert("inputs".into(), toml::Value::Table(inputs));
-    let here = from.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
-    let there = to.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
+    let (here, there) = (super::bundle::parent(from), super::bundle::parent(to));
     let same = here.canonicalize().ok().zip(there.canonicalize().ok()).is_some_and(|(a, b)| a == b);
     if !same {
         let absolute = |v: &mut toml::Value| {

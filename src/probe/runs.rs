@@ -94,13 +94,10 @@ impl Runs {
     /// local view.
     pub fn stores(&self) -> impl Iterator<Item = &dyn Store> {
         let backends = self.backends.iter();
+        let expected = backends.clone().flat_map(|b| &b.expected);
         std::iter::once(self.reference.as_ref())
             .chain(backends.clone().filter_map(|b| b.reference.as_ref().map(|(_, c, _)| c.as_ref())))
-            .chain(
-                backends.clone().flat_map(|b| {
-                    b.expected.iter().flat_map(|e| [e.capture.as_ref(), e.realization.as_ref()])
-                }),
-            )
+            .chain(expected.flat_map(|e| [e.capture.as_ref(), e.realization.as_ref()]))
             .chain(backends.clone().map(|b| b.capture.as_ref()))
             .chain(backends.filter_map(|b| b.local.as_ref().map(|(_, c)| c.as_ref())))
     }

@@ -47,26 +47,22 @@ pub struct Probe {
 
 /// A grid to run the probe over (`hefprobe sweep`): every combination is one point.
 #[derive(Debug, Clone, Deserialize, Default)]
-#[serde(deny_unknown_fields)]
+#[serde(default, deny_unknown_fields)]
 pub struct SweepSpec {
     /// Synth hidden sizes (heads = hidden / head_dim, kv heads = heads / kv_ratio).
-    #[serde(default)]
     pub hidden: Vec<usize>,
     /// Head dim kept fixed while hidden varies (default: the preset's).
     pub head_dim: Option<usize>,
     /// heads / kv_heads (default 1: no GQA).
     pub kv_ratio: Option<usize>,
     /// Checkpoint folders (instead of synth dims).
-    #[serde(default)]
     pub checkpoints: Vec<PathBuf>,
     /// Quantization settings (each one emulator point), e.g. "w8a16".
     #[serde(default, deserialize_with = "crate::fault::spec::de_quantizations")]
     pub quant: Vec<crate::fault::spec::FaultSpec>,
     /// Fault specs (each one emulator point; combined with every quant setting).
-    #[serde(default)]
     pub faults: Vec<crate::fault::spec::FaultSpec>,
     /// Prompt lengths (the probe's prompt repeated or cut to length).
-    #[serde(default)]
     pub prompt_len: Vec<usize>,
     /// Greedy steps for the degeneracy metrics.
     #[serde(default = "default_generate")]
@@ -74,7 +70,6 @@ pub struct SweepSpec {
     /// How each generated token is computed: "kv" (prefill once, then one decode step per
     /// token through the KV cache; the default) and/or "base" (no decode: the prefill re-run
     /// over the whole sequence at every generated step, as finding 16's base-scope runs did).
-    #[serde(default)]
     pub scope: Vec<String>,
 }
 
@@ -156,13 +151,12 @@ pub fn take<T: serde::de::DeserializeOwned, E: serde::de::Error>(
 }
 
 #[derive(Debug, Clone, Deserialize, Default)]
-#[serde(deny_unknown_fields)]
+#[serde(default, deny_unknown_fields)]
 pub struct InputsSpec {
     pub tokens: Option<Vec<u32>>,
     pub text: Option<String>,
     /// tokenizer.json for `text` (default: the checkpoint's, or the synth tokenizer).
     pub tokenizer: Option<PathBuf>,
-    #[serde(default)]
     pub add_special_tokens: bool,
     /// Prefill chunk size (remainder first, as HailoRT).
     pub chunk: Option<usize>,
@@ -170,7 +164,6 @@ pub struct InputsSpec {
     pub decode: Option<usize>,
     /// Teacher-forced decode tokens.
     pub decode_tokens: Option<Vec<u32>>,
-    #[serde(default)]
     pub start_position: usize,
 }
 
@@ -231,16 +224,14 @@ impl InputsSpec {
 }
 
 #[derive(Debug, Clone, Deserialize, Default)]
-#[serde(deny_unknown_fields)]
+#[serde(default, deny_unknown_fields)]
 pub struct ThresholdsSpec {
     /// "most-specific" (default) or "tightest".
     pub policy: Option<crate::compare::thresholds::Policy>,
     pub flip_margin: Option<f64>,
     /// Bounds for every tap (merged over the built-in defaults).
-    #[serde(default)]
     pub default: BTreeMap<String, f64>,
     /// Bounds per tap glob.
-    #[serde(default)]
     pub taps: BTreeMap<String, BTreeMap<String, f64>>,
 }
 
@@ -274,18 +265,12 @@ impl ThresholdsSpec {
 }
 
 #[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(default, deny_unknown_fields)]
 pub struct CompareSpec {
     /// Also run the local (overrides) view where a backend supports it.
-    #[serde(default = "yes")]
     pub local: bool,
     /// Logit lens at the last position of every phase.
-    #[serde(default = "yes")]
     pub lens: bool,
-}
-
-fn yes() -> bool {
-    true
 }
 
 impl Default for CompareSpec {

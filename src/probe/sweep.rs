@@ -2,8 +2,8 @@
 //! prompt lengths) into one table, with greedy-generation degeneracy metrics per point — the
 //! shape of finding 16, where generation collapses into one repeated token past a hidden size.
 
-use crate::backend::collect;
 use crate::backend::decoder::DecoderBackend;
+use crate::backend::{collect, Run};
 use crate::capture::Capture;
 use crate::compare::metrics;
 use crate::compare::thresholds::{Dir, Metric, Thresholds};
@@ -49,18 +49,15 @@ pub struct SweepPoint {
 /// can be held to (cosine, kl_mean, argmax), and the ones this point fails.
 fn logits_drift(t: &Thresholds, cos: f64, kl: f64, agree: f64) -> Vec<String> {
     let bounds = t.bounds_for("logits");
-    let mut out = Vec::new();
-    for (metric, value) in [(Metric::Cosine, cos), (Metric::KlMean, kl), (Metric::Argmax, agree)] {
+    let figures = [(Metric::Cosine, cos), (Metric::KlMean, kl), (Metric::Argmax, agree)];
+    let failed = figures.into_iter().filter_map(|(metric, value)| {
+        let (bound, _) = bounds.get(&metric)?;
         let below_fails = metric.dir() == Dir::Min;
-        if let Some((bound, _)) = bounds.get(&metric) {
-            let fails = value.is_nan() || if below_fails { value < *bound } else { value > *bound };
-            if fails {
-                let op = if below_fails { "<" } else { ">" };
-                out.push(format!("{} {value:.6} {op} {bound}", metric.name()));
-            }
-        }
-    }
-    out
+        let fails = value.is_nan() || if below_fails { value < *bound } else { value > *bound };
+        let op = if below_fails { "<" } else { ">" };
+        fails.then(|| format!("{} {value:.6} {op} {bound}", metric.name()))
+    });
+    failed.collect()
 }
 
 pub use crate::compare::tokens::longest_run;
@@ -69,10 +66,7 @@ pub fn distinct_ratio(tokens: &[u32]) -> f64 {
     if tokens.is_empty() {
         return 1.0;
     }
-    let mut v = tokens.to_vec();
-    v.sort();
-    v.dedup();
-    v.len() as f64 / tokens.len() as f64
+    tokens.iter().collect::<std::collections::BTreeSet<_>>().len() as f64 / tokens.len() as f64
 }
 
 fn logits_figures(reference: &Capture, candidate: &Capture) -> (f64, f64, f64) {
@@ -114,7 +108,7 @@ fn logits_only() -> Result<TapSelection> {
 }
 
 /// Run `backend` on `inputs`, keeping the logits; its error, if it stopped.
-fn logits_run(backend: &mut DecoderBackend, inputs: &InputSet) -> Result<crate::backend::Run<Capture>> {
+pub fn logits_run(backend: &mut DecoderBackend, inputs: &InputSet) -> Result<Run<Capture>> {
     let run = collect(backend, inputs, &logits_only()?, None);
     match run.error {
         Some(e) => Err(e),
@@ -122,13 +116,9 @@ fn logits_run(backend: &mut DecoderBackend, inputs: &InputSet) -> Result<crate::
     }
 }
 
-/// Base scope's free generation: the whole sequence re-run as one prefill per new token.
-fn base_generate(backend: &mut DecoderBackend, greedy: &InputSet, steps: usize) -> Result<Vec<u32>> {
-    base_generate_until(backend, greedy, steps, |_| false)
-}
-
-/// [`base_generate`] that stops early, once `done` says the tokens so far settle what the caller
-/// asks (`explain --pattern`: a collapse found, or one no longer possible).
+/// Base scope's free generation: the whole sequence re-run as one prefill per new token,
+/// stopped early once `done` says the tokens so far settle what the caller asks
+/// (`explain --pattern`: a collapse found, or one no longer possible).
 pub fn base_generate_until(
     backend: &mut DecoderBackend,
     greedy: &InputSet,
@@ -298,7 +288,7 @@ fn check_memory(probe: &Probe, sw: &SweepSpec, m: &Model, base: &InputSet) -> Re
 fn scope_reference(
     model: &Arc<Decoder>,
     greedy: &InputSet,
-    kv: &crate::backend::Run<Capture>,
+    kv: &Run<Capture>,
     base: bool,
     steps: usize,
 ) -> Result<(Vec<u32>, Capture, InputSet)> {
@@ -308,7 +298,7 @@ fn scope_reference(
         return Ok((kv.record.decode_tokens.clone(), kv.capture.clone(), forced));
     }
     let mut r = DecoderBackend::reference(model.clone());
-    let ref_tokens = base_generate(&mut r, greedy, steps)?;
+    let ref_tokens = base_generate_until(&mut r, greedy, steps, |_| false)?;
     let mut full = greedy.clone();
     full.prompt.extend(&ref_tokens);
     full.decode = DecodeSpec::Greedy(0);
@@ -336,7 +326,7 @@ fn point(
     let mut emu = DecoderBackend::emulator(&setting.label, &m.ckpt, &setting.faults, setting.quant.as_ref())?;
     let tf = logits_run(&mut emu, r.forced)?;
     let tokens = if r.base {
-        base_generate(&mut emu, r.greedy, sw.generate)?
+        base_generate_until(&mut emu, r.greedy, sw.generate, |_| false)?
     } else {
         logits_run(&mut emu, r.greedy)?.record.decode_tokens
     };

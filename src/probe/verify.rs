@@ -157,10 +157,7 @@ pub fn judge_devices(
     let mut owners = BTreeMap::new();
     let labels: std::collections::BTreeSet<&String> = recorded.keys().chain(replay.keys()).collect();
     for label in labels {
-        let (known, rec) = match recorded.get(label) {
-            Some(d) => (true, d.as_ref()),
-            None => (false, None),
-        };
+        let (known, rec) = (recorded.contains_key(label), recorded.get(label).and_then(Option::as_ref));
         let what = format!("device of `{label}`");
         match (replay.get(label).unwrap_or(&Replayed::Missing), known) {
             (Replayed::Missing, false) => {}
@@ -261,27 +258,23 @@ pub fn compare_documents(
     unverifiable: Option<&str>,
     out: &mut Vec<Check>,
 ) -> Result<()> {
-    let is_doc = |n: &str| n.ends_with(".md") || n.ends_with(".svg") || n.ends_with(".json");
+    let is_doc = |n: &&String| {
+        !n.starts_with("captures/") && (n.ends_with(".md") || n.ends_with(".svg") || n.ends_with(".json"))
+    };
     let Some(docs) = docs else {
-        for name in m.files.keys().filter(|n| is_doc(n) && !n.starts_with("captures/")) {
+        for name in m.files.keys().filter(is_doc) {
             let why = format!("it holds figures not re-runnable here ({})", unverifiable.unwrap_or("-"));
             out.push(Check::new(name.clone(), Verdict::NotHere, why));
         }
         return Ok(());
     };
     for (name, now) in &docs {
-        match m.files.get(name) {
-            Some(_) => {
-                out.push(compare_text(name, &crate::files::read_text(dir.join(name), Kind::Report)?, now))
-            }
-            None => out.push(Check::new(
-                name.clone(),
-                Verdict::Different,
-                "the replay draws it; the bundle has none",
-            )),
-        }
+        out.push(match m.files.get(name) {
+            Some(_) => compare_text(name, &crate::files::read_text(dir.join(name), Kind::Report)?, now),
+            None => Check::new(name.clone(), Verdict::Different, "the replay draws it; the bundle has none"),
+        });
     }
-    for name in m.files.keys().filter(|n| is_doc(n) && !n.starts_with("captures/")) {
+    for name in m.files.keys().filter(is_doc) {
         if !docs.iter().any(|(n, _)| n == name) {
             out.push(Check::new(name.clone(), Verdict::Different, "the replay draws no such document"));
         }
@@ -308,9 +301,7 @@ fn figures(report: &serde_json::Value) -> Vec<(String, String, Result<f64, Strin
             let at =
                 format!("{pair} {}/{}", r["phase"].as_str().unwrap_or("?"), r["tap"].as_str().unwrap_or("?"));
             for k in ["cosine", "sqnr_db", "max_abs"] {
-                if let Some(v) = r["metrics"][k].as_f64() {
-                    out.push((owner.clone(), format!("{at} {k}"), Ok(v)));
-                }
+                out.extend(r["metrics"][k].as_f64().map(|v| (owner.clone(), format!("{at} {k}"), Ok(v))));
             }
         }
     }

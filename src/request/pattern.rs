@@ -3,7 +3,6 @@
 //! experiment that decides between the survivors.
 
 use crate::error::Result;
-use crate::model::synth::SynthSpec;
 use crate::model::CheckpointRef;
 use crate::output::Outputs;
 use crate::probe::pattern::doc::Explained;
@@ -32,8 +31,7 @@ pub fn default_checkpoint(p: &Pattern) -> CheckpointRef {
         .iter()
         .find(|o| o.outcome != crate::probe::pattern::Outcome::Coherent)
         .unwrap_or(&p.observations[0]);
-    let (spec, _): (SynthSpec, _) = crate::probe::pattern::bed::stand_in(o);
-    CheckpointRef::Synth(spec)
+    CheckpointRef::Synth(crate::probe::pattern::bed::stand_in(o).0)
 }
 
 impl ExplainPattern {

@@ -6,7 +6,7 @@ use crate::backend::BackendSpec;
 use crate::error::Result;
 use crate::model::CheckpointRef;
 use crate::output::Outputs;
-use crate::probe::prepare::{prepare, ExplainChoice, ProbeOverrides, RunOptions};
+use crate::probe::prepare::{prepare, ProbeOverrides, RunOptions};
 use crate::probe::reduce::{reduce_into, size, Ran, Reduced};
 use crate::probe::spill::CaptureOptions;
 use std::path::PathBuf;
@@ -37,12 +37,7 @@ impl Reduce {
         outs.check()?;
         let ran = Ran { backends: backends.clone(), checkpoint: self.checkpoint.clone() };
         let opts = RunOptions {
-            probe: ProbeOverrides {
-                backends,
-                checkpoint: self.checkpoint.clone(),
-                thresholds: Vec::new(),
-                explain: ExplainChoice::AsProbe,
-            },
+            probe: ProbeOverrides { backends, checkpoint: self.checkpoint.clone(), ..Default::default() },
             captures: CaptureOptions { spill: true, ..Default::default() },
             command: self.command.clone(),
         };

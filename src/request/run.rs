@@ -96,12 +96,10 @@ pub struct Explain {
 impl Explain {
     pub fn run(&self) -> Result<ProbeRun> {
         let probe = crate::probe::catalog::open(&self.probe)?;
-        let observed = match &self.observed {
-            Some(b) => b.clone(),
-            None => probe.backends.first().cloned().ok_or_else(|| {
+        let observed =
+            self.observed.clone().or_else(|| probe.backends.first().cloned()).ok_or_else(|| {
                 Error::usage("give --observed NPZ or --backend SPEC: the probe has no backend to observe")
-            })?,
-        };
+            })?;
         let mut outs = Outputs::new();
         crate::probe::prepare::register_inputs(
             &probe,

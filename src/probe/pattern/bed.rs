@@ -7,14 +7,15 @@
 //! reference's and the recipe's greedy tokens, and the reference's logits at the figures'
 //! positions.
 
-use super::record::{At, Observation, Outcome, Pattern, Scope, MAX_COST};
+use super::record::{At, Observation, Outcome, Pattern, MAX_COST};
 use crate::backend::decoder::DecoderBackend;
 use crate::error::{Error, Result};
 use crate::fault::spec::FaultSpec;
 use crate::inputs::{DecodeSpec, InputSet};
 use crate::model::synth::SynthSpec;
 use crate::model::Checkpoint;
-use crate::probe::sweep::base_generate_until;
+use crate::probe::sweep::{base_generate_until, logits_run};
+use crate::tap::{Phase, Tap};
 use serde::Serialize;
 
 /// How strongly a bed's results speak for the checkpoint on record.
@@ -109,18 +110,18 @@ impl Pattern {
     /// growing conversation at every step; figures one prefill), once per hypothesis and once more
     /// for its reference and recipe runs.
     pub fn cost(&self, hypotheses: usize) -> f64 {
-        self.observations
-            .iter()
-            .map(|o| {
-                let per_row = macs_per_row(o);
-                let p = o.prompt(&self.defaults).len() as f64;
-                let rows = match o.outcome {
-                    Outcome::Figures => p,
-                    _ => (0..o.tokens(&self.defaults)).map(|k| p + k as f64).sum::<f64>() + p,
-                };
-                per_row * rows * (hypotheses as f64 + 2.0)
-            })
-            .sum()
+        self.observations.iter().map(|o| self.cost_of(o, hypotheses)).sum()
+    }
+
+    /// One observation's part of [`Pattern::cost`].
+    fn cost_of(&self, o: &Observation, hypotheses: usize) -> f64 {
+        let per_row = macs_per_row(o);
+        let p = o.prompt(&self.defaults).len() as f64;
+        let rows = match o.outcome {
+            Outcome::Figures => p,
+            _ => (0..o.tokens(&self.defaults)).map(|k| p + k as f64).sum::<f64>() + p,
+        };
+        per_row * rows * (hypotheses as f64 + 2.0)
     }
 
     /// The record's cost against [`MAX_COST`], refused up front naming its dearest observation.
@@ -129,12 +130,9 @@ impl Pattern {
         if cost <= MAX_COST {
             return Ok(());
         }
+        let one = |i: usize| self.cost_of(&self.observations[i], hypotheses);
         let dearest = (0..self.observations.len())
-            .max_by(|&a, &b| {
-                let one =
-                    |i: usize| Pattern { observations: vec![self.observations[i].clone()], ..self.clone() };
-                one(a).cost(hypotheses).total_cmp(&one(b).cost(hypotheses))
-            })
+            .max_by(|&a, &b| one(a).total_cmp(&one(b)))
             .expect("a record has observations");
         Err(Error::input(
             what,
@@ -251,20 +249,11 @@ pub fn logits_at(
     if let At::Position(p) = at {
         prompt.prompt.truncate(p + 1);
     }
-    let taps = crate::tap::TapSelection::parse(&["logits".to_string()])?;
-    let run = crate::backend::collect(&mut emu, &prompt, &taps, None);
-    if let Some(e) = run.error {
-        return Err(e);
-    }
-    let key = crate::tap::Key::new(crate::tap::Phase::Prefill, crate::tap::Tap::Logits);
-    let a =
-        run.capture.get(&key).ok_or_else(|| crate::error::Error::usage("the prefill returned no logits"))?;
-    let last =
-        a.outer_iter().last().ok_or_else(|| crate::error::Error::usage("the prefill returned no rows"))?;
+    let run = logits_run(&mut emu, &prompt)?;
+    let a = run
+        .capture
+        .at(Phase::Prefill, Tap::Logits)
+        .ok_or_else(|| Error::usage("the prefill returned no logits"))?;
+    let last = a.outer_iter().last().ok_or_else(|| Error::usage("the prefill returned no rows"))?;
     Ok(last.iter().copied().collect())
-}
-
-/// Whether an observation's scope ran a generation (base scope) or only a prefill.
-pub fn generates(o: &Observation, p: &Pattern) -> bool {
-    o.scope(&p.defaults) == Scope::Base && o.outcome != Outcome::Figures
 }

@@ -90,12 +90,8 @@ pub fn experiment(p: &Pattern, judged: &[Judged]) -> Experiment {
         CANDIDATES.into_iter().filter(|h| p.observations.iter().any(|o| o.hidden == *h)).collect();
     let candidates: Vec<usize> = CANDIDATES.into_iter().filter(|h| !on_record.contains(h)).collect();
     let sig = |s: &FaultSpec| candidates.iter().map(|&h| acts(s, h)).collect::<Vec<bool>>();
-    let mut open: Vec<(usize, usize)> = Vec::new();
-    for a in 0..specs.len() {
-        for b in a + 1..specs.len() {
-            open.push((a, b));
-        }
-    }
+    let n = specs.len();
+    let mut open: Vec<(usize, usize)> = (0..n).flat_map(|a| (a + 1..n).map(move |b| (a, b))).collect();
     let mut inseparable = Vec::new();
     open.retain(|&(a, b)| {
         let differ = sig(&specs[a]) != sig(&specs[b]);

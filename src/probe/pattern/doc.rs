@@ -4,7 +4,7 @@
 
 use super::decide::Experiment;
 use super::judge::{Decided, Judged, Status, Verdict};
-use super::record::{Defaults, Observation, Pattern, Scope};
+use super::record::{Defaults, Observation, Scope};
 use crate::error::{Error, Result};
 use crate::report::doc::{Cell, Doc, Table, Text};
 use crate::report::Format;
@@ -33,25 +33,6 @@ pub struct Explained {
 }
 
 impl Explained {
-    pub fn new(p: &Pattern, checkpoint: String, grid: String) -> Self {
-        Explained {
-            finding: p.finding,
-            summary: p.summary.clone(),
-            record: p.path.display().to_string(),
-            checkpoint,
-            defaults: p.defaults.clone(),
-            observations: p.observations.clone(),
-            stood_in: Vec::new(),
-            grid,
-            hypotheses: Vec::new(),
-            cleared: Vec::new(),
-            experiment: Experiment::default(),
-            emulations: 0,
-            command: String::new(),
-            svg: None,
-        }
-    }
-
     fn ids(&self, idx: &[usize]) -> String {
         idx.iter().map(|&i| self.observations[i].id.clone()).collect::<Vec<_>>().join(", ")
     }
@@ -180,17 +161,18 @@ fn record(e: &Explained, d: &mut Doc) {
     .align("llllll");
     let dflt = &e.defaults;
     for (i, o) in e.observations.iter().enumerate() {
-        let scope = match o.scope(dflt) {
-            Scope::Base => {
-                format!("base scope, frame {}", o.frame.or(dflt.frame).map_or("?".into(), |f| f.to_string()))
-            }
-            Scope::Prefill => "prefill".to_string(),
-        };
         let recipe = o.recipe(dflt).map_or("float".to_string(), |r| r.to_string());
         let prompt = match (&o.prompt_text, &o.prompt) {
             (Some(t), _) => format!("prompt \"{t}\""),
             (None, Some(ids)) => format!("prompt {} ids on record", ids.len()),
             (None, None) => format!("stand-in prompt of {} ids", dflt.prompt.len()),
+        };
+        let run = match o.scope(dflt) {
+            Scope::Base => {
+                let frame = o.frame.or(dflt.frame).map_or("?".into(), |f| f.to_string());
+                format!("{recipe}, base scope, frame {frame}, {prompt}, {} tokens", o.tokens(dflt))
+            }
+            Scope::Prefill => format!("{recipe}, prefill, {prompt}"),
         };
         let on = e.stood_in.get(i).map_or("not built".to_string(), |s| {
             let took = if s.defaults.is_empty() {
@@ -204,11 +186,7 @@ fn record(e: &Explained, d: &mut Doc) {
             Cell::from(o.id.clone()),
             format!("{} ({})", o.checkpoint.as_deref().unwrap_or("not named"), o.source).into(),
             o.shape().into(),
-            match o.scope(dflt) {
-                Scope::Base => format!("{recipe}, {scope}, {prompt}, {} tokens", o.tokens(dflt)),
-                Scope::Prefill => format!("{recipe}, {scope}, {prompt}"),
-            }
-            .into(),
+            run.into(),
             o.outcome_text(dflt).into(),
             on.into(),
         ]);

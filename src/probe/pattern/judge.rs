@@ -132,11 +132,7 @@ impl Judged {
 
     /// The observations a figure on record contradicts without a run.
     pub fn structural(&self) -> Vec<usize> {
-        (0..self.results.len())
-            .filter(|&i| {
-                self.results[i].status == Status::Missed && self.results[i].decided == Decided::Structure
-            })
-            .collect()
+        self.misses().into_iter().filter(|&i| self.results[i].decided == Decided::Structure).collect()
     }
 }
 
@@ -157,12 +153,6 @@ pub fn noop_at(spec: &FaultSpec, hidden: usize) -> Option<bool> {
         }
         _ => None,
     }
-}
-
-/// The hypotheses ranked on `ckpt`: the catalog's grid on this model (every fault over all
-/// layers, with its searched parameters; see [`grid_note`]).
-pub fn hypotheses(ckpt: &Checkpoint) -> Vec<FaultSpec> {
-    crate::fault::catalog::grid(&ckpt.config)
 }
 
 /// What the grid holds, for the report.

@@ -26,10 +26,12 @@ use crate::error::{Error, Result};
 /// the checkpoint's shape on `ckpt`, the others on synthesized stand-ins), on `threads` threads,
 /// and name the deciding experiment.
 pub fn explain(p: &Pattern, ckpt: &crate::model::Checkpoint, threads: usize) -> Result<doc::Explained> {
-    let specs = judge::hypotheses(ckpt);
+    // The hypotheses ranked on `ckpt`: the catalog's grid on this model (every fault over all
+    // layers, with its searched parameters; see [`judge::grid_note`]).
+    let specs = crate::fault::catalog::grid(&ckpt.config);
     p.check_cost(specs.len() + 1, &p.path.display().to_string())?;
     for (i, o) in p.observations.iter().enumerate() {
-        if let Some(r) = o.recipe.as_ref().or(p.defaults.recipe.as_ref()) {
+        if let Some(r) = o.recipe(&p.defaults) {
             crate::fault::catalog::build(r, &ckpt.config).map_err(|e| {
                 Error::input(
                     format!("{} {} key `recipe`", p.path.display(), p.observation_name(i)),
@@ -38,15 +40,24 @@ pub fn explain(p: &Pattern, ckpt: &crate::model::Checkpoint, threads: usize) -> 
             })?;
         }
     }
-    let mut e = doc::Explained::new(p, ckpt.source.to_string(), judge::grid_note(ckpt, specs.len()));
     let (mut judged, stood_in, emulations) = judge::judge_catalog(p, ckpt, &specs, threads)?;
     judge::rank(&mut judged);
-    e.stood_in = stood_in;
-    e.emulations = emulations;
-    e.cleared = p.cleared.iter().map(|c| judge::judge_cause(p, c.cause)).collect();
-    e.experiment = decide::experiment(p, &judged);
-    e.hypotheses = judged;
-    Ok(e)
+    Ok(doc::Explained {
+        finding: p.finding,
+        summary: p.summary.clone(),
+        record: p.path.display().to_string(),
+        checkpoint: ckpt.source.to_string(),
+        defaults: p.defaults.clone(),
+        observations: p.observations.clone(),
+        stood_in,
+        grid: judge::grid_note(ckpt, specs.len()),
+        cleared: p.cleared.iter().map(|c| judge::judge_cause(p, c.cause)).collect(),
+        experiment: decide::experiment(p, &judged),
+        hypotheses: judged,
+        emulations,
+        command: String::new(),
+        svg: None,
+    })
 }
 
 #[cfg(test)]

@@ -133,8 +133,9 @@ pub enum Metric {
 }
 
 /// A position: the prompt's last, or one of its positions (0-based).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub enum At {
+    #[default]
     Last,
     Position(usize),
 }
@@ -172,12 +173,8 @@ pub struct Figure {
     /// Argmax: the reference's and the chip's token ids on record.
     pub reference: Option<u32>,
     pub observed: Option<u32>,
-    #[serde(default = "last")]
+    #[serde(default)]
     pub at: At,
-}
-
-fn last() -> At {
-    At::Last
 }
 
 crate::named_enum! {
@@ -192,16 +189,6 @@ crate::named_enum! {
         Depth = "depth",
         /// Degrades iff its lm_head was split into shards.
         LmHeadSplit = "lm-head-split",
-    }
-}
-
-impl Cause {
-    pub fn predicts(self) -> &'static str {
-        match self {
-            Cause::GqaRatio => "degraded iff heads / kv_heads ∉ {1, 2}",
-            Cause::Depth => "degraded iff deeper than every coherent checkpoint on record",
-            Cause::LmHeadSplit => "degraded iff the lm_head was split into shards",
-        }
     }
 }
 
@@ -380,15 +367,13 @@ impl Pattern {
                 );
             }
         }
-        let mut seen = Vec::new();
-        for c in &self.cleared {
-            if seen.contains(&c.cause) {
+        for (i, c) in self.cleared.iter().enumerate() {
+            if self.cleared[..i].iter().any(|p| p.cause == c.cause) {
                 return bad(
                     "cleared.cause",
                     format!("`{}` is listed twice; list each cause once", c.cause.name()),
                 );
             }
-            seen.push(c.cause);
         }
         Ok(())
     }
