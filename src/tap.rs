@@ -513,9 +513,12 @@ pub fn did_you_mean(glob: &str, layers: usize) -> String {
         .extend(LayerTap::ALL.iter().filter(|t| t.is_captured()).map(|t| format!("layers.*.{}", t.name())));
     candidates.extend((0..layers.min(32)).map(|l| format!("layers.{l}.*")));
     candidates.push("layers.*".into());
-    closest(glob, candidates.iter().map(String::as_str))
-        .map(|c| format!(" (did you mean `{c}`?)"))
-        .unwrap_or_default()
+    suggest(glob, candidates.iter().map(String::as_str))
+}
+
+/// " (did you mean `c`?)" naming the candidate closest to `word`, or "" when none is close.
+pub fn suggest<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str>) -> String {
+    closest(word, candidates).map(|c| format!(" (did you mean `{c}`?)")).unwrap_or_default()
 }
 
 /// The closest candidate by edit distance, for "did you mean" hints (finding 5 was a

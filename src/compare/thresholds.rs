@@ -204,9 +204,7 @@ impl Metric {
     pub fn parse(name: &str) -> Result<Metric> {
         Metric::from_name(name).ok_or_else(|| {
             let names = Metric::ALL.map(Metric::name);
-            let hint = crate::tap::closest(name, names.iter().copied())
-                .map(|c| format!(" (did you mean `{c}`?)"))
-                .unwrap_or_default();
+            let hint = crate::tap::suggest(name, names.iter().copied());
             Error::usage(format!("unknown metric `{name}`{hint}; metrics: {}", names.join(", ")))
         })
     }

@@ -95,9 +95,7 @@ impl Claim {
         let spec = FaultSpec::parse(text).map_err(|e| Error::input(key("explained_by"), e.to_string()))?;
         let Some(entry) = crate::fault::catalog::entry(&spec.name) else {
             let names = crate::fault::catalog::REGISTRY.iter().map(|e| e.name);
-            let hint = crate::tap::closest(&spec.name, names.clone())
-                .map(|c| format!(" (did you mean `{c}`?)"))
-                .unwrap_or_default();
+            let hint = crate::tap::suggest(&spec.name, names.clone());
             let all: Vec<&str> = names.collect();
             return Err(Error::input(
                 key("explained_by"),

@@ -87,9 +87,7 @@ pub fn build(spec: &FaultSpec, cfg: &ModelConfig) -> Result<Box<dyn Fault>> {
         Some(e) => (e.parse)(spec.clone(), cfg),
         None => {
             let names: Vec<&str> = REGISTRY.iter().map(|e| e.name).collect();
-            let hint = crate::tap::closest(&spec.name, names.iter().copied())
-                .map(|c| format!(" (did you mean `{c}`?)"))
-                .unwrap_or_default();
+            let hint = crate::tap::suggest(&spec.name, names.iter().copied());
             Err(Error::usage(format!(
                 "unknown fault `{}`{hint}; known faults: {}",
                 spec.name,

@@ -9,7 +9,7 @@
 //! reported, since transformers stores it as a plain attribute that its modeling code never reads.
 
 use super::arch::Arch;
-use crate::tap::closest;
+use crate::tap::{closest, suggest};
 use serde_json::Value;
 
 /// A set of architectures, one bit each.
@@ -413,8 +413,7 @@ pub(super) fn classify_unknown(name: &str, arch: Arch) -> Unknown {
         .map(|k| k.name)
         .collect();
     let near_forward = closest(name, forward.iter().copied());
-    let near_any = closest(name, KEYS.iter().filter(|k| k.arches.has(arch)).map(|k| k.name));
-    let did_you_mean = near_any.map(|k| format!(" (did you mean `{k}`?)")).unwrap_or_default();
+    let did_you_mean = suggest(name, KEYS.iter().filter(|k| k.arches.has(arch)).map(|k| k.name));
     if hint(name).is_some() || near_forward.is_some() {
         let why = match hint(name) {
             Some(h) => format!("its name mentions `{h}`, so it may change the forward pass"),
@@ -427,9 +426,8 @@ pub(super) fn classify_unknown(name: &str, arch: Arch) -> Unknown {
         ));
     }
     Unknown::Report(format!(
-        "not a {} field: transformers keeps it as an attribute its modeling code never reads{}",
-        arch.hf_config_class(),
-        near_any.map(|k| format!(" (did you mean `{k}`?)")).unwrap_or_default()
+        "not a {} field: transformers keeps it as an attribute its modeling code never reads{did_you_mean}",
+        arch.hf_config_class()
     ))
 }
 

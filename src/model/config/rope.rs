@@ -5,7 +5,7 @@
 
 use super::reader::Reader;
 use crate::error::Result;
-use crate::tap::closest;
+use crate::tap::suggest;
 use serde_json::{Map, Value};
 
 /// Rotary embedding as configured (`rope_parameters` in transformers 5, `rope_theta` +
@@ -310,9 +310,7 @@ fn check_keys(
 ) -> Result<()> {
     for name in o.keys() {
         if !allowed.contains(&name.as_str()) {
-            let hint = closest(name, allowed.iter().copied())
-                .map(|k| format!(" (did you mean `{k}`?)"))
-                .unwrap_or_default();
+            let hint = suggest(name, allowed.iter().copied());
             return Err(r.err(
                 key,
                 format!(
