@@ -430,12 +430,7 @@ pub fn doc(probe: &Probe, points: &[SweepPoint], command: &str, svg: Option<&str
     d.heading(1, format!("hefprobe sweep: {}", probe.name));
     let finding = probe.finding.map(|f| format!(" (finding {f})")).unwrap_or_default();
     d.line(Text::strong(format!("Question{finding}.")).and(format!(" {}", probe.question))).blank();
-    d.line(
-        Text::from("Produced by ")
-            .and(Text::code(command))
-            .and(format!(" (hefprobe {}).", env!("CARGO_PKG_VERSION"))),
-    )
-    .blank();
+    d.produced_by(command);
     d.line(
         "Logits figures are teacher-forced on the reference's greedy tokens (mean over phases); \
          generation figures are the emulated device's own greedy tokens.",
@@ -485,7 +480,6 @@ pub fn doc(probe: &Probe, points: &[SweepPoint], command: &str, svg: Option<&str
 /// Metric vs hidden size, one line per setting.
 pub fn write_svg(points: &[SweepPoint], path: &std::path::Path) -> Result<()> {
     use crate::report::svg::{line_plot, LinePanel};
-    let e = |x: String| Error::input(path.display().to_string(), format!("drawing the plot: {x}"));
     let mut settings: Vec<&str> = points.iter().map(|p| p.setting.as_str()).collect();
     settings.sort();
     settings.dedup();
@@ -527,7 +521,7 @@ pub fn write_svg(points: &[SweepPoint], path: &std::path::Path) -> Result<()> {
             legend: false,
         },
     ];
-    crate::files::write_file(path, line_plot((860, 620), &panels).map_err(e)?)
+    crate::files::write_file(path, line_plot((860, 620), &panels).map_err(crate::report::svg::err(path))?)
 }
 
 #[cfg(test)]

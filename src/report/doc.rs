@@ -327,6 +327,12 @@ impl Doc {
         self.push(Block::Blank)
     }
 
+    /// "Produced by `COMMAND` (hefprobe VERSION)." and a blank line.
+    pub fn produced_by(&mut self, command: &str) -> &mut Doc {
+        let version = format!(" (hefprobe {}).", env!("CARGO_PKG_VERSION"));
+        self.line(Text::from("Produced by ").and(Text::code(command)).and(version)).blank()
+    }
+
     /// Every block of `other`, after these.
     pub fn append(&mut self, other: Doc) -> &mut Doc {
         self.blocks.extend(other.blocks);

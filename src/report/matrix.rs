@@ -34,12 +34,7 @@ pub fn doc(rows: &[MatrixRow], command: &str, setup: &str, candidates: usize) ->
         candidates
     ))
     .blank();
-    d.line(
-        Text::from("Produced by ")
-            .and(Text::code(command))
-            .and(format!(" (hefprobe {}).", env!("CARGO_PKG_VERSION"))),
-    )
-    .blank();
+    d.produced_by(command);
     let mut t = Table::new([
         "fault",
         "finding",

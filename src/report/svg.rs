@@ -37,7 +37,8 @@ fn label(pair: &PairComparison) -> String {
     }
 }
 
-fn err(path: &Path) -> impl Fn(String) -> Error + '_ {
+/// The error for a plot that failed to draw at `path`.
+pub fn err(path: &Path) -> impl Fn(String) -> Error + '_ {
     move |e| Error::input(path.display().to_string(), format!("drawing the plot: {e}"))
 }
 

@@ -5,7 +5,7 @@
 use super::decide::Experiment;
 use super::judge::{Decided, Judged, Status, Verdict};
 use super::record::{Defaults, Observation, Scope};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::report::doc::{Cell, Doc, Table, Text};
 use crate::report::Format;
 use serde::Serialize;
@@ -249,12 +249,7 @@ impl crate::report::Document for Explained {
         let mut d = Doc::new();
         d.heading(1, format!("hefprobe explain --pattern: finding {}", self.finding));
         d.line(Text::strong("Record.").and(format!(" {}", self.summary))).blank();
-        d.line(
-            Text::from("Produced by ")
-                .and(Text::code(&self.command))
-                .and(format!(" (hefprobe {}).", env!("CARGO_PKG_VERSION"))),
-        )
-        .blank();
+        d.produced_by(&self.command);
         d.line(format!("Checkpoint: {}. {}.", self.checkpoint, self.grid)).blank();
         record(self, &mut d);
         d.heading(2, "Conclusion").line(self.conclusion()).blank();
@@ -289,7 +284,6 @@ impl crate::report::Document for Explained {
 /// the collapse bar.
 fn write_svg(e: &Explained, path: &std::path::Path) -> Result<()> {
     use crate::report::svg::{line_plot, LinePanel};
-    let err = |x: String| Error::input(path.display().to_string(), format!("drawing the plot: {x}"));
     let pts: Vec<(f64, f64)> = e
         .hypotheses
         .iter()
@@ -314,5 +308,5 @@ fn write_svg(e: &Explained, path: &std::path::Path) -> Result<()> {
         ],
         legend: true,
     };
-    crate::files::write_file(path, line_plot((860, 360), &[panel]).map_err(err)?)
+    crate::files::write_file(path, line_plot((860, 360), &[panel]).map_err(crate::report::svg::err(path))?)
 }
