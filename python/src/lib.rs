@@ -356,9 +356,7 @@ fn synth_hef<'py>(
     let model =
         hefprobe::model::CheckpointRef::given(checkpoint_ref(checkpoint, revision), synth.as_deref(), seed)
             .map_err(to_py)?;
-    let request = request::synth_hef::SynthHef {
-        model,
-        out,
+    let opts = hefprobe::device::synth_hef::SynthHefOptions {
         prefill_tokens,
         kv_cache_size,
         tbt,
@@ -371,15 +369,12 @@ fn synth_hef<'py>(
             .map(|m| hefprobe::device::synth_hef::Mistake::parse(m))
             .collect::<hefprobe::error::Result<_>>()
             .map_err(to_py)?,
-        calibration,
-        noise: None,
-        expose: expose.map(|globs| hefprobe::tap::TapSelection::parse(&globs)).transpose().map_err(to_py)?,
         expose_quant,
         layers,
-        base_scope: None,
-        input_map: Default::default(),
-        tbt_faults: Vec::new(),
+        ..Default::default()
     };
+    let expose = expose.map(|globs| hefprobe::tap::TapSelection::parse(&globs)).transpose().map_err(to_py)?;
+    let request = request::synth_hef::SynthHef { model, out, opts, calibration, expose };
     let written = work(py, || request.run())?;
     json_value(py, &written)
 }

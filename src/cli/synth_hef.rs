@@ -1,8 +1,9 @@
 //! `hefprobe synth-hef`: write a simulated LLM HEF for a checkpoint (see device::synth_hef).
 
 use super::args::{parse_ids, Ids, ModelArgs};
-use crate::device::synth_hef::{ExposeQuant, InputMap, Mistake, Quant};
+use crate::device::synth_hef::{ExposeQuant, InputMap, Mistake, Quant, SimNoise, SynthHefOptions};
 use crate::error::Result;
+use crate::named::Named;
 use crate::request::synth_hef::{Calibrate, SynthHef};
 use crate::tap::TapSelection;
 use clap::Args;
@@ -63,7 +64,7 @@ pub struct SynthHefArgs {
     #[arg(long, value_name = "TAPS")]
     pub expose: Option<String>,
     /// How exposed outputs are quantized: per-feature (one quant info per feature) or per-tensor.
-    #[arg(long, default_value = "per-feature", value_parser = parse_expose_quant, requires = "expose")]
+    #[arg(long, default_value = "per-feature", value_parser = parse_named::<ExposeQuant>, requires = "expose")]
     pub expose_quant: ExposeQuant,
     /// Only blocks A..=B, as a graph cut from the model: a prefix (A = 0) outputs layers.B.out in
     /// place of the logits (for `bisect`); a suffix (B the last block) takes the hidden state
@@ -78,7 +79,7 @@ pub struct SynthHefArgs {
     /// Which input is which: `genai` (its default suffixes input_layer1..6 = embeddings, mask,
     /// Q cos, Q sin, K cos, K sin) or `exporter` (input_layer3 = K cos, 4 = Q cos, 5 = K sin,
     /// 6 = Q sin, declared in hailo-config.json `input_layers_names_suffixes`).
-    #[arg(long, default_value = "genai", value_parser = parse_input_map)]
+    #[arg(long, default_value = "genai", value_parser = parse_named::<InputMap>)]
     pub input_map: InputMap,
     /// A fault only the tbt group computes (a tbt graph compiled otherwise than prefill);
     /// several allowed.
@@ -86,20 +87,20 @@ pub struct SynthHefArgs {
     pub tbt_faults: Vec<String>,
 }
 
-fn parse_input_map(s: &str) -> std::result::Result<InputMap, String> {
-    InputMap::from_name(s)
-        .ok_or_else(|| format!("expected one of {}", InputMap::ALL.map(InputMap::name).join(", ")))
+/// A `named_enum!` value, for clap: an unknown word lists the known ones.
+fn parse_named<T: Named>(s: &str) -> std::result::Result<T, String> {
+    let names: Vec<&str> = T::ALL.iter().map(|v| v.name()).collect();
+    T::ALL
+        .iter()
+        .copied()
+        .find(|v| v.name() == s)
+        .ok_or_else(|| format!("expected one of {}", names.join(", ")))
 }
 
 fn parse_block_range(s: &str) -> std::result::Result<(usize, usize), String> {
     let (a, b) = s.split_once("..=").ok_or_else(|| format!("`{s}`: give A..=B, e.g. 0..=12"))?;
     let n = |x: &str| x.trim().parse::<usize>().map_err(|e| format!("`{x}` in `{s}`: {e}"));
     Ok((n(a)?, n(b)?))
-}
-
-fn parse_expose_quant(s: &str) -> std::result::Result<ExposeQuant, String> {
-    ExposeQuant::from_name(s)
-        .ok_or_else(|| format!("expected one of {}", ExposeQuant::ALL.map(ExposeQuant::name).join(", ")))
 }
 
 pub fn run(a: SynthHefArgs) -> Result<ExitCode> {
@@ -109,9 +110,8 @@ pub fn run(a: SynthHefArgs) -> Result<ExitCode> {
         (true, None, true) => Calibrate::Random,
         (true, None, false) => Calibrate::Default,
     };
-    let request = SynthHef {
-        model: a.model.to_ref()?,
-        out: a.out,
+    let model = a.model.to_ref()?;
+    let mut opts = SynthHefOptions {
         prefill_tokens: a.prefill_tokens,
         kv_cache_size: a.kv_cache_size,
         tbt: !a.no_tbt,
@@ -119,15 +119,17 @@ pub fn run(a: SynthHefArgs) -> Result<ExitCode> {
         quant: Quant::parse(&a.quant)?,
         lm_head_shards: a.lm_head_shards,
         mistakes: a.mistakes.iter().map(|m| Mistake::parse(m)).collect::<Result<_>>()?,
-        calibration,
-        noise: a.noise.map(|std| (std, a.noise_seed)),
-        expose: a.expose.map(|g| TapSelection::parse(&[g])).transpose()?,
+        noise: a.noise.map(|std| SimNoise { std, seed: a.noise_seed }),
         expose_quant: a.expose_quant,
         layers: a.layers,
         base_scope: a.base_scope,
-        input_map: a.input_map,
-        tbt_faults: crate::fault::spec::parse_all(&a.tbt_faults)?,
+        inputs: a.input_map.suffixes(),
+        ..Default::default()
     };
+    // --expose is read before --tbt-fault, so a line with both wrong names the same one first.
+    let expose = a.expose.map(|g| TapSelection::parse(&[g])).transpose()?;
+    opts.tbt_faults = crate::fault::spec::parse_all(&a.tbt_faults)?;
+    let request = SynthHef { model, out: a.out, opts, calibration, expose };
     for line in request.run()?.lines() {
         crate::outln!("{line}");
     }
