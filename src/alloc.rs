@@ -14,6 +14,8 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 
+use crate::error::Size;
+
 /// Blocks from this size on start on a cache line (smaller ones keep malloc's 16 bytes: they are
 /// many and short-lived, and a row of a weight is never among them).
 pub const ALIGNED_FROM: usize = 16 * 1024;
@@ -90,24 +92,6 @@ impl std::fmt::Write for Fixed {
         self.buf[self.len..self.len + n].copy_from_slice(&s.as_bytes()[..n]);
         self.len += n;
         Ok(())
-    }
-}
-
-/// A byte count as `format_size` writes it (`1.5 GiB`), without allocating.
-struct Size(u64);
-
-impl std::fmt::Display for Size {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        const UNITS: [&str; 6] = ["KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
-        if self.0 < 1024 {
-            return write!(f, "{} B", self.0);
-        }
-        let (mut v, mut unit) = (self.0 as f64 / 1024.0, 0);
-        while v >= 1024.0 && unit + 1 < UNITS.len() {
-            v /= 1024.0;
-            unit += 1;
-        }
-        write!(f, "{v:.1} {}", UNITS[unit])
     }
 }
 

@@ -163,17 +163,26 @@ pub fn printable(s: &str) -> String {
 /// A byte count for people: `512 B`, `3.2 MiB`, `128.0 GiB` (powers of 1024, as
 /// /proc/meminfo's kB are).
 pub fn format_size(bytes: u64) -> String {
-    const UNITS: [&str; 6] = ["KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
-    if bytes < 1024 {
-        return format!("{bytes} B");
+    Size(bytes).to_string()
+}
+
+/// A byte count as [`format_size`] writes it, without allocating (the allocator's refusal
+/// message is written with it).
+pub struct Size(pub u64);
+
+impl std::fmt::Display for Size {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        const UNITS: [&str; 6] = ["KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
+        if self.0 < 1024 {
+            return write!(f, "{} B", self.0);
+        }
+        let (mut v, mut unit) = (self.0 as f64 / 1024.0, 0);
+        while v >= 1024.0 && unit + 1 < UNITS.len() {
+            v /= 1024.0;
+            unit += 1;
+        }
+        write!(f, "{v:.1} {}", UNITS[unit])
     }
-    let mut v = bytes as f64 / 1024.0;
-    let mut unit = 0;
-    while v >= 1024.0 && unit + 1 < UNITS.len() {
-        v /= 1024.0;
-        unit += 1;
-    }
-    format!("{v:.1} {}", UNITS[unit])
 }
 
 /// Attach a context (layer, tap) to candle errors, which otherwise say only "shape mismatch".

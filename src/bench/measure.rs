@@ -5,7 +5,7 @@
 use crate::capture::TapSink;
 use crate::error::{Error, Result};
 use crate::model::cache::FullCache;
-use crate::model::decoder::{Decoder, StepInput};
+use crate::model::decoder::Decoder;
 use crate::model::hooks::NoHooks;
 use crate::model::CheckpointRef;
 use crate::tap::Phase;
@@ -50,24 +50,18 @@ pub struct Figures {
 pub fn measure(model: &Decoder, prompt: &[u32], decode: usize, sink: &mut dyn TapSink) -> Result<Figures> {
     let mut cache = FullCache::with_capacity(model.cfg.num_layers, prompt.len() + decode);
     let t0 = Instant::now();
-    let input = step_input(model, Phase::Prefill, prompt, 0)?;
+    let input = model.step_input(Phase::Prefill, prompt, 0)?;
     let logits = model.step(&input, &mut cache, sink, &mut NoHooks)?;
     let mut next = crate::model::decoder::argmax_last_row(&logits)?;
     let prefill_ms = t0.elapsed().as_secs_f64() * 1e3;
     let t1 = Instant::now();
     for k in 0..decode {
-        let input = step_input(model, Phase::Decode(k), &[next], prompt.len() + k)?;
+        let input = model.step_input(Phase::Decode(k), &[next], prompt.len() + k)?;
         let logits = model.step(&input, &mut cache, sink, &mut NoHooks)?;
         next = crate::model::decoder::argmax_last_row(&logits)?;
     }
     let decode_ms = t1.elapsed().as_secs_f64() * 1e3 / decode.max(1) as f64;
     Ok(Figures { prefill_ms, decode_ms })
-}
-
-/// `tokens` as one step of `phase`, from position `start`.
-pub fn step_input(model: &Decoder, phase: Phase, tokens: &[u32], start: usize) -> Result<StepInput> {
-    let positions = (start..start + tokens.len()).collect();
-    Ok(StepInput { phase, embeds: model.embed_tokens(tokens)?, positions, frame: None })
 }
 
 pub fn median(mut v: Vec<f64>) -> f64 {

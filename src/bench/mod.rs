@@ -305,14 +305,14 @@ fn profile_run(
     profile::enable();
     profile::reset();
     let mut cache = FullCache::with_capacity(model.cfg.num_layers, prompt.len() + decode);
-    let input = measure::step_input(model, Phase::Prefill, prompt, 0)?;
+    let input = model.step_input(Phase::Prefill, prompt, 0)?;
     let t = Instant::now();
     model.step(&input, &mut cache, sink, &mut NoHooks)?;
     let pre = (t.elapsed().as_secs_f64(), profile::snapshot().unwrap_or_default());
     profile::reset();
     let t = Instant::now();
     for k in 0..decode {
-        let input = measure::step_input(model, Phase::Decode(k), &[1], prompt.len() + k)?;
+        let input = model.step_input(Phase::Decode(k), &[1], prompt.len() + k)?;
         model.step(&input, &mut cache, sink, &mut NoHooks)?;
     }
     let dec = (t.elapsed().as_secs_f64(), profile::snapshot().unwrap_or_default());

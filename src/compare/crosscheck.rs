@@ -18,7 +18,6 @@ pub fn logits(
     use crate::capture::NoTaps;
     use crate::compare::metrics;
     use crate::model::cache::FullCache;
-    use crate::model::decoder::StepInput;
     use crate::model::hooks::NoHooks;
     use crate::tap::Phase;
     let theirs =
@@ -29,12 +28,7 @@ pub fn logits(
     let mut pos = inputs.start_position;
     for (k, tokens) in steps.enumerate() {
         let phase = if k == 0 { Phase::Prefill } else { Phase::Decode(k - 1) };
-        let input = StepInput {
-            phase,
-            embeds: model.embed_tokens(&tokens)?,
-            positions: (pos..pos + tokens.len()).collect(),
-            frame: None,
-        };
+        let input = model.step_input(phase, &tokens, pos)?;
         pos += tokens.len();
         let l = model.step(&input, &mut cache, &mut NoTaps, &mut NoHooks)?;
         ours.push(l.get(tokens.len() - 1)?.to_vec1::<f32>()?);

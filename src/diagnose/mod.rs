@@ -24,7 +24,6 @@ use crate::error::{Error, Result};
 use crate::hef::{Hef, QuantInfo};
 use crate::inputs::InputSet;
 use crate::model::cache::FullCache;
-use crate::model::decoder::StepInput;
 use crate::model::hooks::NoHooks;
 use crate::model::Decoder;
 use crate::tap::{Phase, TapSelection};
@@ -181,12 +180,7 @@ impl Serialize for ParityVerdict {
 fn reference(model: &Decoder, prompt: &[u32]) -> Result<(Vec<f32>, FullCache)> {
     let run = |tokens: &[u32]| -> Result<(Vec<f32>, FullCache)> {
         let mut cache = FullCache::new(model.cfg.num_layers);
-        let input = StepInput {
-            phase: Phase::Prefill,
-            embeds: model.embed_tokens(tokens)?,
-            positions: (0..tokens.len()).collect(),
-            frame: None,
-        };
+        let input = model.step_input(Phase::Prefill, tokens, 0)?;
         let logits = model.step(&input, &mut cache, &mut NoTaps, &mut NoHooks)?;
         Ok((logits.get(tokens.len() - 1)?.to_vec1::<f32>()?, cache))
     };
@@ -289,12 +283,7 @@ fn self_masked(driver: &mut LlmDriver, model: &Decoder, prompt: &[u32]) -> Resul
     const PATH: &str = "(d) tbt with the cache masked vs the token alone";
     let n = prompt.len();
     let mut cache = FullCache::new(model.cfg.num_layers);
-    let input = StepInput {
-        phase: Phase::Prefill,
-        embeds: model.embed_tokens(&prompt[n - 1..])?,
-        positions: vec![n - 1],
-        frame: None,
-    };
+    let input = model.step_input(Phase::Prefill, &prompt[n - 1..], n - 1)?;
     let alone = model.step(&input, &mut cache, &mut NoTaps, &mut NoHooks)?.get(0)?.to_vec1::<f32>()?;
     driver.new_conversation()?;
     driver.prefill(&prompt[..n - 1])?;
@@ -390,12 +379,7 @@ pub fn cache_diff(
 ) -> Result<Vec<CacheDiffRow>> {
     let c = &model.cfg;
     let mut cache = FullCache::new(c.num_layers);
-    let input = StepInput {
-        phase: Phase::Prefill,
-        embeds: model.embed_tokens(prompt)?,
-        positions: (0..prompt.len()).collect(),
-        frame: None,
-    };
+    let input = model.step_input(Phase::Prefill, prompt, 0)?;
     model.step(&input, &mut cache, &mut NoTaps, &mut NoHooks)?;
     driver.new_conversation()?;
     driver.prefill(prompt)?;

@@ -19,7 +19,7 @@
 //! "Judging on the excess"). How far the two draws fall apart is the spread a target's own
 //! draw may show beside the expected one.
 
-use super::quant::QuantFault;
+use super::quant::{map_values, QuantFault};
 use super::spec::FaultSpec;
 use super::{Fault, Parsed};
 use crate::error::Result;
@@ -29,7 +29,7 @@ use crate::model::hooks::{Hooks, Qk, StepCtx};
 use crate::model::rope::{rotate, Rope, RopeLayout};
 use crate::model::{Checkpoint, Decoder};
 use crate::tap::{Phase, Tap};
-use candle_core::{Device, Tensor};
+use candle_core::Tensor;
 use std::sync::Arc;
 
 /// The quant infos of a target's edges, as its HEF states them.
@@ -83,18 +83,12 @@ impl ExposedQuant {
         };
         let n = self.infos.len();
         let qmax = self.qmax;
-        let v: Vec<f32> = t.flatten_all()?.to_vec1()?;
-        let out = v
-            .iter()
-            .enumerate()
-            .map(|(i, &x)| {
-                if !x.is_finite() {
-                    return x;
-                }
-                self.infos[if n == 1 { 0 } else { feature(i) % n }].seen(x, qmax)
-            })
-            .collect();
-        Ok(Tensor::from_vec(out, dims, &Device::Cpu)?)
+        map_values(t, |i, x| {
+            if !x.is_finite() {
+                return x;
+            }
+            self.infos[if n == 1 { 0 } else { feature(i) % n }].seen(x, qmax)
+        })
     }
 }
 
@@ -141,13 +135,7 @@ impl Expected {
 
 /// Quantize and dequantize every value of `t` with `q` (its clip first, as the runtime does).
 fn through(t: &Tensor, q: impl Fn(usize) -> QuantInfo) -> Result<Tensor> {
-    let v: Vec<f32> = t.flatten_all()?.to_vec1()?;
-    let out: Vec<f32> = v
-        .iter()
-        .enumerate()
-        .map(|(i, &x)| if x.is_finite() { q(i).dequantize(q(i).quantize(x)) } else { x })
-        .collect();
-    Ok(Tensor::from_vec(out, t.dims(), &Device::Cpu)?)
+    map_values(t, |i, x| if x.is_finite() { q(i).dequantize(q(i).quantize(x)) } else { x })
 }
 
 impl Fault for Arc<Expected> {
@@ -241,17 +229,12 @@ struct ExpectedHooks<'a> {
 impl ExpectedHooks<'_> {
     fn jittered(&mut self, t: Tensor) -> Result<Tensor> {
         let Some(state) = self.jitter.as_mut() else { return Ok(t) };
-        let v: Vec<f32> = t.flatten_all()?.to_vec1()?;
-        let out: Vec<f32> = v
-            .iter()
-            .map(|&x| {
-                let z = splitmix64(*state);
-                *state = state.wrapping_add(SPLITMIX_GAMMA);
-                let u = (z >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0;
-                x * (1.0 + JITTER * u)
-            })
-            .collect();
-        Ok(Tensor::from_vec(out, t.dims(), &Device::Cpu)?)
+        map_values(&t, |_, x| {
+            let z = splitmix64(*state);
+            *state = state.wrapping_add(SPLITMIX_GAMMA);
+            let u = (z >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0;
+            x * (1.0 + JITTER * u)
+        })
     }
 }
 

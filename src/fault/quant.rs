@@ -346,14 +346,19 @@ impl Hooks for Calibrate<'_> {
     }
 }
 
+/// `t` with each of its values `x` replaced by `f(i, x)` (`i`: its index in row-major order).
+pub(super) fn map_values(t: &Tensor, mut f: impl FnMut(usize, f32) -> f32) -> Result<Tensor> {
+    let v: Vec<f32> = t.flatten_all()?.to_vec1()?;
+    let out: Vec<f32> = v.into_iter().enumerate().map(|(i, x)| f(i, x)).collect();
+    Ok(Tensor::from_vec(out, t.dims(), &Device::Cpu)?)
+}
+
 impl QuantFault {
     fn rope_table(&self, t: &Tensor) -> Result<Tensor> {
         // Runtime input quantization (quantization.hpp): clip to limvals [-1, 1], round half
         // to even in the input's affine steps.
         let q = Affine::calibrate(-1.0, 1.0, self.rope_bits, false);
-        let v: Vec<f32> = t.flatten_all()?.to_vec1()?;
-        let v: Vec<f32> = v.into_iter().map(|x| q.apply(x.clamp(-1.0, 1.0)).0).collect();
-        Ok(Tensor::from_vec(v, t.dims(), &Device::Cpu)?)
+        map_values(t, |_, x| q.apply(x.clamp(-1.0, 1.0)).0)
     }
 }
 

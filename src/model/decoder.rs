@@ -279,6 +279,12 @@ impl Decoder {
             .ctx(|| "embedding lookup".into())
     }
 
+    /// `tokens` as one step of `phase`, from position `start` (no device frame).
+    pub fn step_input(&self, phase: Phase, tokens: &[u32], start: usize) -> Result<StepInput> {
+        let positions = (start..start + tokens.len()).collect();
+        Ok(StepInput { phase, embeds: self.embed_tokens(tokens)?, positions, frame: None })
+    }
+
     /// Run one step: every block over this step's rows, reading and extending `cache`.
     /// Returns the logits [T, vocab] (as edited by `hooks`).
     pub fn step(

@@ -4,7 +4,7 @@ use crate::capture::TapSink;
 use crate::error::Result;
 use crate::inputs::{DecodeSpec, InputSet};
 use crate::model::cache::FullCache;
-use crate::model::decoder::{argmax_last_row, Decoder, StepInput};
+use crate::model::decoder::{argmax_last_row, Decoder};
 use crate::model::hooks::Hooks;
 use crate::tap::Phase;
 
@@ -37,17 +37,11 @@ pub fn run_inputs(
             record.decode_tokens.push(tokens[0]);
         }
         // `validate` bounded start + total length by max_position_embeddings: no wrap.
-        let positions: Vec<usize> = (pos..pos + tokens.len()).collect();
-        let input = StepInput {
-            phase,
-            embeds: model.embed_tokens(tokens)?,
-            positions: positions.clone(),
-            frame: None,
-        };
+        let input = model.step_input(phase, tokens, pos)?;
         let logits = model.step(&input, &mut cache, sink, hooks)?;
         pos += tokens.len();
         let next = argmax_last_row(&logits)?;
-        record.phases.push((phase, tokens.to_vec(), positions));
+        record.phases.push((phase, tokens.to_vec(), input.positions));
         record.argmax.push(next);
         Ok(next)
     };

@@ -308,7 +308,8 @@ fn figures(report: &serde_json::Value) -> Vec<(String, String, Result<f64, Strin
     out
 }
 
-fn read_json(dir: &Path, name: &str) -> Result<serde_json::Value> {
+/// `name` in the bundle `dir`, read as JSON (a suite's report.json too: [`crate::suite`]).
+pub fn read_json<T: serde::de::DeserializeOwned>(dir: &Path, name: &str) -> Result<T> {
     serde_json::from_str(&crate::files::read_text(dir.join(name), Kind::Report)?)
         .map_err(|e| Error::input(dir.join(name).display().to_string(), e.to_string()))
 }
@@ -328,7 +329,7 @@ fn rerun(dir: &Path, (m, asked): (&Manifest, &RunRecord), out: &mut Vec<Check>) 
             .map(|error| replay.insert(s.label(), Replayed::Failed { error, absent: true }))
             .is_some()
     });
-    let then = read_json(dir, "report.json")?;
+    let then: serde_json::Value = read_json(dir, "report.json")?;
     let mut now = BTreeMap::new();
     let mut docs = None;
     if !runnable.is_empty() {

@@ -11,7 +11,8 @@ use crate::error::{Error, Result};
 use crate::probe::bundle::{hashed, pin, pin_checkpoint, Manifest};
 use crate::probe::record::{Record, SuiteRecord};
 use crate::probe::verify::{
-    absent_device, check_bundle, compare_documents, compare_figures, judge_devices, Check, Replayed, Verdict,
+    absent_device, check_bundle, compare_documents, compare_figures, judge_devices, read_json, Check,
+    Replayed, Verdict,
 };
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -125,10 +126,7 @@ pub fn verify(dir: &Path, m: &Manifest) -> Result<Vec<Check>> {
     if out.iter().any(|c| c.verdict == Verdict::Different) {
         return Ok(out);
     }
-    let what = dir.join("report.json").display().to_string();
-    let then: SuiteResult =
-        serde_json::from_str(&crate::files::read_text(&what, crate::files::Kind::Report)?)
-            .map_err(|e| Error::input(&what, e.to_string()))?;
+    let then: SuiteResult = read_json(dir, "report.json")?;
     let mut suite = match asked.inputs.as_slice() {
         [one] if super::spec::is_suite_file(one)? => Suite::load(one)?,
         many => Suite::from_probes(many)?,

@@ -13,7 +13,7 @@ use crate::report::band::{BandPlot, BandSeries};
 use crate::report::doc::{Doc, Table};
 use crate::report::format::num;
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 pub const HISTORY_SCHEMA: &str = "hefprobe.history/1";
@@ -199,9 +199,7 @@ pub fn trends(history: &[HistoryLine], spec: &TrendSpec) -> Vec<Trend> {
 
 /// The plot: runs along x (by date), one line per pair.
 pub fn plot(trends: &[Trend], spec: &TrendSpec) -> BandPlot {
-    let mut dates: Vec<String> = trends.iter().flat_map(|t| t.points.iter().map(|p| p.0.clone())).collect();
-    dates.sort();
-    dates.dedup();
+    let dates: BTreeSet<&String> = trends.iter().flat_map(|t| t.points.iter().map(|p| &p.0)).collect();
     let steps = dates.iter().map(|d| d.get(..16).unwrap_or(d).replace('T', " ")).collect();
     BandPlot {
         caption: format!(
@@ -219,7 +217,7 @@ pub fn plot(trends: &[Trend], spec: &TrendSpec) -> BandPlot {
                 points: t
                     .points
                     .iter()
-                    .filter_map(|(d, v, _)| dates.iter().position(|x| x == d).map(|i| (i, *v)))
+                    .filter_map(|(d, v, _)| dates.iter().position(|x| *x == d).map(|i| (i, *v)))
                     .collect(),
                 band: t.band,
             })
@@ -338,9 +336,7 @@ pub fn trend_doc(history: &[HistoryLine], id: u32) -> Option<crate::report::doc:
 pub fn trend_plot(history: &[HistoryLine], id: u32) -> crate::report::band::BandPlot {
     use crate::report::band::{BandPlot, BandSeries};
     let runs = runs_of(history, id);
-    let mut dates: Vec<&str> = runs.iter().map(|r| r.0).collect();
-    dates.sort();
-    dates.dedup();
+    let dates: BTreeSet<&str> = runs.iter().map(|r| r.0).collect();
     let mut series: Vec<BandSeries> = Vec::new();
     for (date, pair, s) in &runs {
         let y = match s {
