@@ -138,15 +138,20 @@ def test_a_float64_array_is_compared_as_float32_and_said(ref):
 
 
 def test_ctrl_c_stops_a_long_run_with_keyboard_interrupt(repo):
+    # Runs until interrupted (one run can end before the signal on a fast machine); the signal
+    # is sent once the module is imported, so it lands in a run, not in the import.
     script = (
         "import hefprobe, sys\n"
+        "print('ready', flush=True)\n"
         "try:\n"
-        f"    hefprobe.run({str(repo / 'probes' / 'shared-softmax.toml')!r})\n"
+        "    while True:\n"
+        f"        hefprobe.run({str(repo / 'probes' / 'shared-softmax.toml')!r})\n"
         "except KeyboardInterrupt:\n"
         "    print('interrupted'); sys.exit(7)\n"
     )
     p = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
-    time.sleep(2.5)
+    assert p.stdout.readline().strip() == "ready"
+    time.sleep(1.5)
     p.send_signal(signal.SIGINT)
     out, _ = p.communicate(timeout=60)
     assert p.returncode == 7 and "interrupted" in out
