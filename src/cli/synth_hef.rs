@@ -89,12 +89,10 @@ pub struct SynthHefArgs {
 
 /// A `named_enum!` value, for clap: an unknown word lists the known ones.
 fn parse_named<T: Named>(s: &str) -> std::result::Result<T, String> {
-    let names: Vec<&str> = T::ALL.iter().map(|v| v.name()).collect();
-    T::ALL
-        .iter()
-        .copied()
-        .find(|v| v.name() == s)
-        .ok_or_else(|| format!("expected one of {}", names.join(", ")))
+    T::ALL.iter().copied().find(|v| v.name() == s).ok_or_else(|| {
+        let names: Vec<&str> = T::ALL.iter().map(|v| v.name()).collect();
+        format!("expected one of {}", names.join(", "))
+    })
 }
 
 fn parse_block_range(s: &str) -> std::result::Result<(usize, usize), String> {

@@ -277,13 +277,11 @@ impl LlmSpec {
                 self.kv_cache_size, self.prefill_tokens
             )));
         }
-        if self
-            .base_scope
-            .is_some_and(|f| f == 0 || u64::from(f) * u64::from(self.heads) > u64::from(u32::MAX))
+        if let Some(f) =
+            self.base_scope.filter(|&f| f == 0 || u64::from(f) * u64::from(self.heads) > u64::from(u32::MAX))
         {
             return Err(Error::usage(format!(
-                "the base-scope frame of {:?} positions: give at least 1, and no more than a 32-bit mask row holds",
-                self.base_scope
+                "the base-scope frame of {f} positions: give at least 1, and no more than a 32-bit mask row holds"
             )));
         }
         if self.lm_head_shards == 0 || self.lm_head_shards > self.vocab {

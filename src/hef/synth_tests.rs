@@ -41,6 +41,8 @@ fn caches_share_ids_and_rings_hold_kv_cache_size_entries_of_uint16() {
 #[test]
 fn a_base_scope_group_is_cacheless_its_mask_covers_its_frame_and_the_exporters_map_is_written() {
     use crate::hef::llm_config::{InputSuffixes, LlmConfig, RESOURCE};
+    let empty = LlmSpec { base_scope: Some(0), ..LlmSpec::tiny() }.build().unwrap_err().to_string();
+    assert!(empty.contains("base-scope frame of 0 positions: give at least 1"), "{empty}");
     let spec = LlmSpec { base_scope: Some(24), inputs: InputSuffixes::exporter(), ..LlmSpec::tiny() };
     let hef = spec.build().unwrap();
     let names: Vec<&str> = hef.groups.iter().map(|g| g.name.as_str()).collect();

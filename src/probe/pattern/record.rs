@@ -472,8 +472,8 @@ impl Observation {
             return bad(
                 "prompt",
                 format!(
-                    "fills the base-scope frame of {:?} positions: nothing is left to generate",
-                    self.frame.or(d.frame)
+                    "fills the base-scope frame{}: nothing is left to generate",
+                    self.frame.or(d.frame).map_or_else(String::new, |f| format!(" of {f} positions"))
                 ),
             );
         }
