@@ -48,8 +48,8 @@ crate::named_enum! {
     }
 }
 
-/// A backend as a probe names it.
-#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+/// A backend as a probe names it (and as a reduced probe writes it back).
+#[derive(Debug, Clone, Default, Deserialize, serde::Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct BackendSpec {
     /// Label in reports (default: the kind).
@@ -57,7 +57,7 @@ pub struct BackendSpec {
     /// reference | emulator | dump | hef
     pub kind: BackendKind,
     /// emulator: fault specs, `NAME[:PARAMS][@layers=RANGE]`.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub faults: Vec<FaultSpec>,
     /// emulator: quantization setting (see `hefprobe explain --help`): `w8a16`, or `quant:...`.
     #[serde(default, deserialize_with = "crate::fault::spec::de_quantization")]

@@ -248,20 +248,12 @@ impl Ran {
         if !self.backends.is_empty() {
             let mut tables = Vec::new();
             for b in &self.backends {
-                let mut bt = toml::Table::new();
+                let mut b = b.clone();
+                for p in b.paths_mut() {
+                    *p = std::path::absolute(&*p).unwrap_or_else(|_| p.clone());
+                }
+                let mut bt = toml::Table::try_from(&b).map_err(|e| Error::input(what, e.to_string()))?;
                 bt.insert("name".into(), Value::String(b.label()));
-                bt.insert("kind".into(), Value::String(b.kind.name().into()));
-                if !b.faults.is_empty() {
-                    let f = b.faults.iter().map(|f| Value::String(f.text.clone())).collect();
-                    bt.insert("faults".into(), Value::Array(f));
-                }
-                bt.extend(b.quant.as_ref().map(|q| ("quant".to_string(), Value::String(q.text.clone()))));
-                for (k, p) in [("path", &b.path), ("map", &b.map), ("hef", &b.hef)] {
-                    bt.extend(p.as_deref().map(|p| (k.to_string(), abs(p))));
-                }
-                bt.extend(b.device.map(|d| ("device".to_string(), Value::String(d.name().to_string()))));
-                bt.extend(b.beside.clone().map(|d| ("beside".to_string(), Value::String(d))));
-                bt.extend(b.first_layer.map(|k| ("first_layer".to_string(), Value::Integer(k as i64))));
                 tables.push(Value::Table(bt));
             }
             t.insert("backend".into(), Value::Array(tables));
@@ -399,7 +391,7 @@ pub fn probe_toml(
         }
         if let Some(toml::Value::Array(bs)) = t.get_mut("backend") {
             for b in bs.iter_mut().filter_map(|b| b.as_table_mut()) {
-                for k in ["path", "map", "output_map", "hef"] {
+                for k in ["path", "map", "output_map", "hef", "template"] {
                     b.get_mut(k).map(absolute);
                 }
             }
@@ -441,5 +433,49 @@ mod tests {
         assert_eq!(b["beside"].as_str(), Some("emu"), "{text}");
         let path = std::path::PathBuf::from(b["path"].as_str().unwrap());
         assert!(path.is_absolute() && path.ends_with("p/m.hef"), "{text}");
+    }
+
+    /// The command line's backends are written whole into the reduced probe: every setting a
+    /// `--backend` gives (a HEF's group and device, a dump's shards, a server's address, dialect,
+    /// model, template and top log-probabilities) reads back the same, every path absolute.
+    #[test]
+    fn a_reduced_probe_keeps_every_setting_of_the_command_lines_backends() {
+        use crate::backend::BackendSpec;
+        let t = tempfile::tempdir().unwrap();
+        let (from, to) = (t.path().join("probe.toml"), t.path().join("min.toml"));
+        let original = "version = 1\nname = \"x\"\nquestion = \"q\"\n[inputs]\ntokens = [1, 2]\n";
+        let ran = Ran {
+            backends: [
+                "hef=m.hef,map=o.toml,group=g1,device=sim-h10,first_layer=2",
+                "dump=d.npz,hef=m.hef,shards=3+4",
+                "serve=http://127.0.0.1:8000,api=openai,model=smol,template=t.jinja,logprobs=5,timeout=9",
+                "emulator=shared-softmax@layers=0",
+            ]
+            .map(|b| BackendSpec::parse_cli(b).unwrap())
+            .to_vec(),
+            checkpoint: None,
+        };
+        let r = Reduced {
+            inputs: InputSet::new(vec![1]),
+            drift: Drift { tap: "logits".into(), best: None },
+            runs: 3,
+            stopped: None,
+        };
+        let text = probe_toml(original, &from, &to, &r, &ran).unwrap();
+        let v: toml::Table = toml::from_str(&text).unwrap();
+        let written = v["backend"].as_array().unwrap();
+        assert_eq!(written.len(), ran.backends.len(), "{text}");
+        for (w, asked) in written.iter().zip(&ran.backends) {
+            let mut back: BackendSpec = w.clone().try_into().unwrap();
+            assert_eq!(back.name.take(), Some(asked.label()), "{text}");
+            for p in back.paths_mut() {
+                assert!(p.is_absolute(), "{} is written absolute: {text}", p.display());
+            }
+            let mut asked = asked.clone();
+            for p in asked.paths_mut() {
+                *p = std::path::absolute(&*p).unwrap();
+            }
+            assert_eq!(back, asked, "{text}");
+        }
     }
 }
