@@ -171,14 +171,7 @@ fn probe_report(
     py: Python<'_>,
     run: impl FnOnce() -> hefprobe::error::Result<hefprobe::probe::run::ProbeRun> + Send,
 ) -> PyResult<PyReport> {
-    let report = work(py, move || {
-        let run = run()?;
-        match run.error {
-            Some(e) => Err(e),
-            None => Ok(run.report),
-        }
-    })?;
-    Ok(PyReport::new(report))
+    Ok(PyReport::new(work(py, move || run()?.ok().map(|r| r.report))?))
 }
 
 #[pyfunction]
@@ -236,7 +229,7 @@ fn served_report(py: Python<'_>, request: request::run::Run, obj: &Bound<'_, PyA
         std::fs::write(&path, t).map_err(|e| DeviceError::new_err(format!("{}: {e}", path.display())))?;
         spec.template = Some(path);
     }
-    let report = work(py, move || {
+    let report = probe_report(py, move || {
         let (probe, mut opts) = request.plan()?;
         opts.probe.backends.push(spec);
         let mut server = Some(server);
@@ -250,14 +243,10 @@ fn served_report(py: Python<'_>, request: request::run::Run, obj: &Bound<'_, PyA
             Ok(Box::new(ServeBackend::new(&spec.label(), Box::new(server), std::sync::Arc::new(tokenizer)))
                 as Box<dyn Backend>)
         };
-        let run = hefprobe::probe::run::run_probe_with(&probe, &opts, &mut open)?;
-        match run.error {
-            Some(e) => Err(e),
-            None => Ok(run.report),
-        }
-    })?;
+        hefprobe::probe::run::run_probe_with(&probe, &opts, &mut open)
+    });
     drop(scratch);
-    Ok(PyReport::new(report))
+    report
 }
 
 #[pyfunction]

@@ -145,6 +145,13 @@ pub struct Run<S> {
     pub error: Option<Error>,
 }
 
+impl<S> Run<S> {
+    /// The run, or the error that stopped it.
+    pub fn ok(mut self) -> Result<Self> {
+        self.error.take().map_or(Ok(self), Err)
+    }
+}
+
 /// Run `backend` with its capture kept in memory.
 pub fn collect(
     backend: &mut dyn Backend,

@@ -165,10 +165,7 @@ impl Search<'_> {
             captures: Default::default(),
             command: self.command.to_string(),
         };
-        let r = run_probe(self.probe, &opts)?;
-        if let Some(e) = r.error {
-            return Err(e);
-        }
+        let r = run_probe(self.probe, &opts)?.ok()?;
         let first = r.report.comparisons.iter().find(|p| p.view == View::Cumulative);
         let failed = first.and_then(|p| p.failed_rows().next()).map(|row| {
             let cos = row.metrics.as_ref().map_or("-".into(), |m| format!("{:.6}", m.cosine));

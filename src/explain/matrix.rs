@@ -167,10 +167,7 @@ fn run_cases(
     if let DecodeSpec::Greedy(_) = inputs.decode {
         let model = Arc::new(Decoder::new(ckpt)?);
         let logits = TapSelection::parse(&["logits".to_string()])?;
-        let run = collect(&mut DecoderBackend::reference(model), &inputs, &logits, None);
-        if let Some(e) = run.error {
-            return Err(e);
-        }
+        let run = collect(&mut DecoderBackend::reference(model), &inputs, &logits, None).ok()?;
         inputs.decode = DecodeSpec::Forced(run.record.decode_tokens);
     }
     cases.into_iter().map(|(spec, expected)| run_case(ckpt, &inputs, spec, expected, extra)).collect()

@@ -36,10 +36,7 @@ fn predict(ckpt: &Checkpoint, inputs: &InputSet, served: &[u32], specs: &[FaultS
     let mut backend = DecoderBackend::emulator("candidate", ckpt, specs, None)?;
     let forced =
         InputSet { decode: DecodeSpec::Forced(served[..served.len() - 1].to_vec()), ..inputs.clone() };
-    let run = collect(&mut backend, &forced, &TapSelection::parse(&["logits".to_string()])?, None);
-    if let Some(e) = run.error {
-        return Err(e);
-    }
+    let run = collect(&mut backend, &forced, &TapSelection::parse(&["logits".to_string()])?, None).ok()?;
     let phases: Vec<crate::tap::Phase> = run.record.phases.iter().map(|(p, _, _)| *p).collect();
     let rows = reference_rows(&run.capture, &phases)?;
     let top1 = |k: usize| crate::model::decoder::argmax(&rows[k]) as u32;

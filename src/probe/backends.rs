@@ -83,10 +83,7 @@ fn run_reference(
 ) -> Result<(Box<dyn Store>, InputInfo)> {
     let mut reference = DecoderBackend::reference(p.model.clone());
     let ref_taps = reference_selection(p.selection.globs())?;
-    let run = run_to(&mut reference, &p.inputs, &ref_taps, None, &places.capture("reference"))?;
-    if let Some(e) = run.error {
-        return Err(e);
-    }
+    let run = run_to(&mut reference, &p.inputs, &ref_taps, None, &places.capture("reference"))?.ok()?;
     if let DecodeSpec::Greedy(_) = p.inputs.decode {
         p.inputs.decode = DecodeSpec::Forced(run.record.decode_tokens.clone());
     }
@@ -204,9 +201,6 @@ fn own_reference(
         backend = backend.windowed(window);
     }
     let taps = reference_selection(p.selection.globs())?;
-    let run = run_to(&mut backend, inputs, &taps, None, &places.capture(&label))?;
-    match run.error {
-        Some(e) => Err(e),
-        None => Ok((label, run.capture)),
-    }
+    let run = run_to(&mut backend, inputs, &taps, None, &places.capture(&label))?.ok()?;
+    Ok((label, run.capture))
 }

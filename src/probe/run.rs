@@ -33,6 +33,13 @@ pub struct ProbeRun {
     pub error: Option<Error>,
 }
 
+impl ProbeRun {
+    /// The run, or the error that stopped it.
+    pub fn ok(mut self) -> Result<Self> {
+        self.error.take().map_or(Ok(self), Err)
+    }
+}
+
 /// Every stage in order. Once the backends have run, a stage that fails does not lose the
 /// report: the run returns it with what finished, the failure in `incomplete` and in `error`,
 /// so the command still writes its reports before it exits non-zero.

@@ -109,11 +109,7 @@ fn logits_only() -> Result<TapSelection> {
 
 /// Run `backend` on `inputs`, keeping the logits; its error, if it stopped.
 pub fn logits_run(backend: &mut DecoderBackend, inputs: &InputSet) -> Result<Run<Capture>> {
-    let run = collect(backend, inputs, &logits_only()?, None);
-    match run.error {
-        Some(e) => Err(e),
-        None => Ok(run),
-    }
+    collect(backend, inputs, &logits_only()?, None).ok()
 }
 
 /// Base scope's free generation: the whole sequence re-run as one prefill per new token,
