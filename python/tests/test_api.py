@@ -149,7 +149,11 @@ def test_ctrl_c_stops_a_long_run_with_keyboard_interrupt(repo):
         "except KeyboardInterrupt:\n"
         "    print('interrupted'); sys.exit(7)\n"
     )
-    p = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    # SIGINT at its default in the child, so Python installs its KeyboardInterrupt handler there:
+    # a shell without job control starts background jobs with SIGINT ignored, which the child
+    # inherits (pytest run as `... &` from a script then hung here until the timeout).
+    default_sigint = lambda: signal.signal(signal.SIGINT, signal.SIG_DFL)  # noqa: E731
+    p = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, preexec_fn=default_sigint)
     assert p.stdout.readline().strip() == "ready"
     time.sleep(1.5)
     p.send_signal(signal.SIGINT)
