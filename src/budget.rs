@@ -116,16 +116,16 @@ impl Budget {
     /// each hard limit leaves ([`hard_limits`]); without /proc the physical memory, else no
     /// known limit.
     pub fn detect() -> Self {
-        let available =
-            match std::fs::read_to_string("/proc/meminfo").ok().and_then(|t| meminfo_available(&t)) {
-                Some(kb) => {
-                    Budget::new(kb.saturating_mul(1024), "MemAvailable in /proc/meminfo; set --max-memory")
-                }
-                None => match physical_memory() {
-                    Some(b) => Budget::new(b, "physical memory; set --max-memory"),
-                    None => Budget::new(u64::MAX, "no limit known on this system; set --max-memory"),
-                },
-            };
+        let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+        let available = match status_kib(&meminfo, "MemAvailable:") {
+            Some(kb) => {
+                Budget::new(kb.saturating_mul(1024), "MemAvailable in /proc/meminfo; set --max-memory")
+            }
+            None => match physical_memory() {
+                Some(b) => Budget::new(b, "physical memory; set --max-memory"),
+                None => Budget::new(u64::MAX, "no limit known on this system; set --max-memory"),
+            },
+        };
         hard_limits().into_iter().fold(available, |b, l| if l.bytes < b.bytes { l } else { b })
     }
 
@@ -227,11 +227,6 @@ pub fn cgroup_limit(root: &Path, proc_cgroup: &str) -> Option<Budget> {
 
 fn status_kib(text: &str, field: &str) -> Option<u64> {
     text.lines().find(|l| l.starts_with(field))?.split_whitespace().nth(1)?.parse().ok()
-}
-
-fn meminfo_available(text: &str) -> Option<u64> {
-    let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
-    line.split_whitespace().nth(1)?.parse().ok()
 }
 
 #[cfg(unix)]
@@ -341,7 +336,7 @@ mod tests {
     #[test]
     fn meminfo_is_read_in_kib() {
         let text = "MemTotal:       24683656 kB\nMemFree:        1 kB\nMemAvailable:   23144900 kB\n";
-        assert_eq!(meminfo_available(text), Some(23144900));
+        assert_eq!(status_kib(text, "MemAvailable:"), Some(23144900));
         assert!(Budget::detect().bytes > 0);
     }
 }

@@ -66,10 +66,7 @@ pub struct Capture {
 }
 
 pub fn tensor_to_array(t: &Tensor) -> Result<ArrayD<f32>> {
-    let dims = t.dims().to_vec();
-    let data =
-        t.to_dtype(candle_core::DType::F32).and_then(|t| t.flatten_all()).and_then(|t| t.to_vec1::<f32>())?;
-    Ok(ArrayD::from_shape_vec(IxDyn(&dims), data).expect("element count matches dims"))
+    with_view(t, |v| v.to_owned())
 }
 
 /// Call `f` with an f32 view of `t`: no copy when `t` is contiguous f32 (every tap the decoder
@@ -215,10 +212,7 @@ impl CaptureFile {
     ) -> Result<Option<T>> {
         let Some(member) = self.members.get(key) else { return Ok(None) };
         let pooled = self.readers.lock().unwrap_or_else(|e| e.into_inner()).pop();
-        let mut reader = match pooled {
-            Some(r) => r,
-            None => npz::NpzFile::open(&self.path)?,
-        };
+        let mut reader = pooled.map_or_else(|| npz::NpzFile::open(&self.path), Ok)?;
         let out = f(&mut reader, member);
         self.readers.lock().unwrap_or_else(|e| e.into_inner()).push(reader);
         out.map(Some)
@@ -398,14 +392,14 @@ fn npz_error(what: &str, doing: &str, e: &(dyn std::error::Error + 'static)) -> 
 
 /// An `.npz` written one array at a time: a temporary file in place of `path` (renamed into
 /// place by [`close_npz`]; dropped unfinished, it leaves nothing) and an npz writer over it.
-fn create_npz(path: &Path) -> Result<(AtomicFile, NpzOut)> {
+pub(crate) fn create_npz(path: &Path) -> Result<(AtomicFile, NpzOut)> {
     let mut out = AtomicFile::create_seekable(path)?;
     let w = NpzOut::new(out.take_file(), path);
     Ok((out, w))
 }
 
 /// Close an npz ([`NpzOut::finish`]), then rename it into place (`announce`: say "wrote PATH").
-fn close_npz(w: NpzOut, out: AtomicFile, announce: bool) -> Result<()> {
+pub(crate) fn close_npz(w: NpzOut, out: AtomicFile, announce: bool) -> Result<()> {
     w.finish()?;
     if announce {
         out.commit()

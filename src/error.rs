@@ -69,16 +69,10 @@ impl Error {
     /// part of `Compute`'s message, and printing it again as a cause printed its backtrace twice.
     pub fn causes(&self) -> Vec<String> {
         let top = self.to_string();
-        let mut out = Vec::new();
-        let mut source = std::error::Error::source(self);
-        while let Some(s) = source {
-            let text = s.to_string();
-            if !top.contains(text.trim()) {
-                out.push(text);
-            }
-            source = s.source();
-        }
-        out
+        std::iter::successors(std::error::Error::source(self), |s| s.source())
+            .map(|s| s.to_string())
+            .filter(|text| !top.contains(text.trim()))
+            .collect()
     }
 
     /// The process exit code for this error, decided by its type (never by its text):

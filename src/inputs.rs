@@ -72,20 +72,15 @@ impl InputSet {
         match self.chunk {
             None => vec![(Phase::Prefill, 0..n)],
             Some(c) => {
-                let mut out = Vec::new();
-                let mut start = 0;
-                let rem = n % c;
-                if rem != 0 {
-                    out.push(rem);
-                }
-                out.extend(std::iter::repeat_n(c, n / c));
-                out.into_iter()
+                let mut end = 0;
+                let mut cut = |len| {
+                    end += len;
+                    end - len..end
+                };
+                chunks(n, c)
+                    .into_iter()
                     .enumerate()
-                    .map(|(i, len)| {
-                        let r = start..start + len;
-                        start += len;
-                        (Phase::PrefillChunk(i), r)
-                    })
+                    .map(|(i, len)| (Phase::PrefillChunk(i), cut(len)))
                     .collect()
             }
         }
@@ -114,18 +109,13 @@ impl InputSet {
             DecodeSpec::Forced(t) => t.as_slice(),
             DecodeSpec::Greedy(_) => &[],
         });
-        for &id in ids {
-            if id as usize >= vocab {
-                return Err(Error::usage(format!(
-                    "token id {id} is out of range: the vocabulary has {vocab} tokens (ids 0..{})",
-                    vocab - 1
-                )));
-            }
+        if let Some(id) = ids.copied().find(|&id| id as usize >= vocab) {
+            return Err(Error::usage(format!(
+                "token id {id} is out of range: the vocabulary has {vocab} tokens (ids 0..{})",
+                vocab - 1
+            )));
         }
-        match self.past_positions(max_positions) {
-            Some(m) => Err(Error::usage(m)),
-            None => Ok(()),
-        }
+        self.past_positions(max_positions).map_or(Ok(()), |m| Err(Error::usage(m)))
     }
 
     /// Why the run does not fit `max_positions`, if it does not. No flag or key is named: each
@@ -155,8 +145,7 @@ impl InputSet {
     /// tokens are forced.
     pub fn to_npz(&self, path: &std::path::Path, announce: bool) -> Result<()> {
         use ndarray::Array1;
-        let mut out = crate::files::AtomicFile::create_seekable(path)?;
-        let mut w = crate::capture::NpzOut::new(out.take_file(), path);
+        let (out, mut w) = crate::capture::create_npz(path)?;
         let i64s = |v: &[u32]| Array1::from(v.iter().map(|&t| i64::from(t)).collect::<Vec<_>>());
         w.add("prompt", &i64s(&self.prompt))?;
         let (greedy, forced) = match &self.decode {
@@ -168,11 +157,7 @@ impl InputSet {
         let chunk: Vec<i64> = self.chunk.map(|c| count(c, "chunk", path)).transpose()?.into_iter().collect();
         w.add("chunk", &Array1::from(chunk))?;
         w.add("start_position", &Array1::from(vec![count(self.start_position, "start position", path)?]))?;
-        w.finish()?;
-        match announce {
-            true => out.commit(),
-            false => out.commit_quiet(),
-        }
+        crate::capture::close_npz(w, out, announce)
     }
 
     /// Read an InputSet file. Everything in it is checked here, before a device is opened:
@@ -244,6 +229,13 @@ impl InputSet {
         }
         Ok(inputs)
     }
+}
+
+/// Prefill chunk sizes: the remainder first, then full chunks of p
+/// (`get_next_token_prefill`, llm_server.cpp:782-807).
+pub fn chunks(len: usize, p: usize) -> Vec<usize> {
+    let remainder = (!len.is_multiple_of(p)).then_some(len % p);
+    remainder.into_iter().chain(std::iter::repeat_n(p, len / p)).collect()
 }
 
 fn count(n: usize, what: &str, path: &std::path::Path) -> Result<i64> {

@@ -46,11 +46,7 @@ fn canonical(p: &Path) -> Option<PathBuf> {
     if let Ok(c) = std::fs::canonicalize(p) {
         return Some(c);
     }
-    let parent = match p.parent() {
-        Some(x) if !x.as_os_str().is_empty() => x,
-        _ => Path::new("."),
-    };
-    Some(std::fs::canonicalize(parent).ok()?.join(p.file_name()?))
+    Some(std::fs::canonicalize(folder(p)).ok()?.join(p.file_name()?))
 }
 
 /// Two existing paths that are one file (a hard link: canonical paths differ, the inode is one).

@@ -13,7 +13,7 @@
 //! Transforms apply in the order squeeze (drop size-1 axes), permute, reshape (-1 allowed).
 
 use super::map::{plan, Entry};
-use super::runner::{no_feed, Backend, Capabilities, Ran};
+use super::runner::{no_feed, Backend, Ran};
 use crate::capture::npz::NpzFile;
 use crate::capture::{Capture, Store, TapSink};
 use crate::error::Result;
@@ -117,10 +117,6 @@ impl DumpBackend {
 impl Backend for DumpBackend {
     fn name(&self) -> &str {
         &self.name
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        Capabilities { all_taps: false, overrides: false, fed: false }
     }
 
     fn expected(&mut self, ckpt: &Checkpoint) -> Result<Option<Arc<Expected>>> {

@@ -12,7 +12,8 @@ use crate::model::Checkpoint;
 use crate::tap::TapSelection;
 use std::sync::Arc;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Default: what a recording or a served model gives, only what it records, with no feed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Capabilities {
     /// Produces every canonical tap (false: only what it records, e.g. a device's logits).
     pub all_taps: bool,
@@ -76,7 +77,9 @@ pub trait Backend {
     fn check(&self) -> Result<(), String> {
         Ok(())
     }
-    fn capabilities(&self) -> Capabilities;
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::default()
+    }
     /// Whether it can run `inputs` at all (a base-scope HEF's one frame must hold the prompt
     /// and every decode step): a usage error naming what does not fit, before anything runs.
     fn check_inputs(&self, _inputs: &InputSet) -> Result<()> {

@@ -386,12 +386,8 @@ fn compare_one(
     };
     let (r, x) = match (r, x) {
         (Some(r), Some(x)) => (r, x),
-        (Some(_), None) => {
-            row.status = RowStatus::OnlyInReference;
-            return row;
-        }
-        _ => {
-            row.status = RowStatus::OnlyInCandidate;
+        (r, _) => {
+            row.status = if r.is_some() { RowStatus::OnlyInReference } else { RowStatus::OnlyInCandidate };
             return row;
         }
     };

@@ -70,9 +70,6 @@ pub fn judge(
     beyond: Option<(&[ShardFigures], Option<&[ShardFigures]>)>,
 ) {
     for (metric, (bound, _)) in thresholds.bounds_for(tap) {
-        if !matches!(metric, Metric::ShardCosine | Metric::ShardScaleErr | Metric::ShardArgmax) {
-            continue;
-        }
         for (i, s) in shards.iter_mut().enumerate() {
             let Some(value) = s.value(metric) else { continue };
             let of = |s: &[ShardFigures]| s.get(i)?.value(metric);

@@ -125,48 +125,48 @@ const SPECS: [Spec; Metric::ALL.len()] = {
             Range::Share,
             |r| logits(r)?.shards.iter().map(|s| s.argmax_agreement).reduce(f64::min),
         ),
-        // A served model's figures (compare::tokens, bounds on `tokens`): no tap row has them.
+        // A served model's figures (compare::tokens, bounds on `tokens`, reads them): no tap row has them.
         (
             Agreement,
             Min,
             "share of the greedy continuation agreeing before it parts (tokens)",
             Range::Share,
-            none,
+            |_| None,
         ),
         (
             ForcedAgreement,
             Min,
             "share of one-token continuations of the reference's prefixes agreeing (tokens)",
             Range::Share,
-            none,
+            |_| None,
         ),
         (
             SameTop1,
             Min,
             "share of positions with the reference's top-1, from server logprobs (tokens)",
             Range::Share,
-            none,
+            |_| None,
         ),
         (
             Kld,
             Max,
             "mean KL(reference ‖ server) from server logprobs, in nats (tokens)",
             Range::NonNegative,
-            none,
+            |_| None,
         ),
         (
             TokenGap,
             Max,
             "the reference's top-1 logit minus that of the most confident token the server lost (tokens)",
             Range::NonNegative,
-            none,
+            |_| None,
         ),
         (
             RepeatRun,
             Max,
             "longest run of one repeated token the server generated (tokens)",
             Range::Count,
-            none,
+            |_| None,
         ),
     ]
 };
@@ -217,11 +217,6 @@ pub const TOKENS: &str = "tokens";
 /// The default `token_gap` bound, in logits (nats): a served token the reference gives at
 /// least 1/e of its top-1's probability is a near-tie.
 pub const DEFAULT_TOKEN_GAP: f64 = 1.0;
-
-/// A token figure's value on a tap row: none (`compare::tokens::value` reads it).
-fn none(_: &TapRow) -> Option<f64> {
-    None
-}
 
 /// A compared row's logits figures (the logits tap only).
 fn logits(r: &TapRow) -> Option<&LogitsSummary> {
@@ -446,10 +441,7 @@ impl fmt::Display for Bound {
 
 impl Bound {
     pub fn parse(spec: &str) -> Result<Bound> {
-        let (glob, rest) = match spec.rsplit_once(':') {
-            Some((g, r)) => (Some(g), r),
-            None => (None, spec),
-        };
+        let (glob, rest) = spec.rsplit_once(':').map_or((None, spec), |(g, r)| (Some(g), r));
         let (metric, value) = rest.split_once('=').ok_or_else(|| {
             Error::usage(format!("--threshold `{spec}`: expected METRIC=VALUE or GLOB:METRIC=VALUE"))
         })?;

@@ -208,9 +208,7 @@ pub fn compare(
         notes,
         failures: Vec::new(),
     };
-    if let Some(why) = &served.forced_unavailable {
-        t.notes.push(why.clone());
-    }
+    t.notes.extend(served.forced_unavailable.clone());
     if let Some(n) = served.greedy.prompt_tokens.filter(|&n| n != served.prompt_tokens) {
         t.notes.push(format!(
             "the server read the prompt as {n} tokens where the reference has {}: it tokenized it otherwise (a BOS, \

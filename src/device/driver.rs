@@ -4,11 +4,12 @@
 //! checked against the HEF's, and a HEF whose frames disagree with its hailo-config.json is
 //! refused with the numbers.
 
-use super::frames::{chunks, Frames, PreProcess};
+use super::frames::{Frames, PreProcess};
 use super::{ConfiguredModel, FormatType, StreamInfo, INFERENCE_TIMEOUT};
 use crate::error::{Error, Result};
 use crate::hef::llm_config::LlmConfig;
 use crate::hef::{Hef, QuantInfo};
+use crate::inputs::chunks;
 use std::collections::BTreeMap;
 
 mod open;

@@ -185,24 +185,7 @@ pub fn mask_frame(t: usize, usage: usize, kv: usize, heads: usize, on: u8) -> Ve
         line[kv - u..kv - r].fill(on);
         line[kv - r..=kv - r + i].fill(on);
     }
-    let mut out = Vec::with_capacity(t * kv * heads);
-    for row in block0.chunks(kv) {
-        for _ in 0..heads {
-            out.extend_from_slice(row);
-        }
-    }
-    out
-}
-
-/// Prefill chunk sizes: the remainder first, then full chunks of p
-/// (`get_next_token_prefill`, llm_server.cpp:782-807).
-pub fn chunks(len: usize, p: usize) -> Vec<usize> {
-    let mut v = Vec::new();
-    if !len.is_multiple_of(p) {
-        v.push(len % p);
-    }
-    v.extend(std::iter::repeat_n(p, len / p));
-    v
+    block0.chunks(kv).flat_map(|row| row.repeat(heads)).collect()
 }
 
 #[cfg(test)]
@@ -334,8 +317,8 @@ mod tests {
 
     #[test]
     fn chunks_are_remainder_first() {
-        assert_eq!(chunks(10, 4), vec![2, 4, 4]);
-        assert_eq!(chunks(8, 4), vec![4, 4]);
-        assert_eq!(chunks(3, 96), vec![3]);
+        assert_eq!(crate::inputs::chunks(10, 4), vec![2, 4, 4]);
+        assert_eq!(crate::inputs::chunks(8, 4), vec![4, 4]);
+        assert_eq!(crate::inputs::chunks(3, 96), vec![3]);
     }
 }

@@ -151,8 +151,6 @@ pub trait Device {
     fn describe(&self) -> String;
     /// The facts a nightly record keeps: library version, device id, architecture.
     fn facts(&self) -> DeviceFacts;
-    /// Network groups in HEF order (`Hef::get_network_groups_names`).
-    fn network_groups(&self) -> Vec<String>;
     /// `create_infer_model(hef, group)`, `set_enable_kv_cache(true)`, float32 for `float_inputs`
     /// and every output, then `configure()` — what genai's LLM server does per group.
     fn configure(&mut self, group: &str, float_inputs: &[String]) -> Result<Box<dyn ConfiguredModel>>;

@@ -103,15 +103,13 @@ fn encode_group(g: &NetworkGroup, index: usize, per_feature: bool) -> ProtoHefNe
 fn encode_contexts(g: &NetworkGroup, per_feature: bool) -> Vec<ProtoHefContext> {
     let has_layers = !(g.inputs.is_empty() && g.outputs.is_empty() && g.caches.is_empty());
     let count = if has_layers { g.contexts.max(1) } else { g.contexts };
-    let mut edge_layers = Vec::new();
     let streams = g.inputs.iter().map(|s| (s, false)).chain(g.outputs.iter().map(|s| (s, true)));
-    for (sys_index, (stream, is_output)) in streams.enumerate() {
-        edge_layers.push(stream_layer(stream, is_output, sys_index as u32, per_feature));
-    }
+    let mut edge_layers: Vec<_> = (0..)
+        .zip(streams)
+        .map(|(sys_index, (s, is_output))| stream_layer(s, is_output, sys_index, per_feature))
+        .collect();
     let first_cache_index = edge_layers.len() as u32;
-    for (i, cache) in g.caches.iter().enumerate() {
-        edge_layers.push(cache_layer(cache, first_cache_index + i as u32));
-    }
+    edge_layers.extend((first_cache_index..).zip(&g.caches).map(|(sys_index, c)| cache_layer(c, sys_index)));
     (0..count)
         .map(|i| ProtoHefContext {
             context_index: i as u32,

@@ -22,7 +22,7 @@ const FUEL: u64 = 5_000_000;
 const MAX_OUTPUT: usize = 1 << 20;
 
 /// A chat template, where it came from, and the special tokens it may name.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct ChatTemplate {
     /// Where it was read (for notes and errors).
     pub source: String,
@@ -33,12 +33,7 @@ pub struct ChatTemplate {
 
 impl ChatTemplate {
     pub fn new(source: impl Into<String>, text: impl Into<String>) -> Self {
-        ChatTemplate {
-            source: source.into(),
-            text: text.into(),
-            bos_token: String::new(),
-            eos_token: String::new(),
-        }
+        ChatTemplate { source: source.into(), text: text.into(), ..Default::default() }
     }
 
     /// The checkpoint's own: a folder's `tokenizer_config.json` `chat_template` (or, as

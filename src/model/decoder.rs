@@ -32,10 +32,6 @@ pub struct Linear {
 }
 
 impl Linear {
-    pub fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
-        self.forward_as(x, Op::Linear)
-    }
-
     fn forward_as(&self, x: &Tensor, op: Op) -> candle_core::Result<Tensor> {
         let _s = span(op);
         kernels::linear(x, &self.w, self.b.as_ref(), self.weight_bits)
@@ -250,7 +246,7 @@ impl Decoder {
             hidden.index_axis(ndarray::Axis(0), rows - 1).to_owned().insert_axis(ndarray::Axis(0)).into_dyn();
         let h = crate::capture::array_to_tensor(&last)?;
         let normed = kernels::rms_norm(&h, &self.norm, self.cfg.rms_norm_eps as f32)?;
-        Ok(self.lm_head.forward(&normed)?.flatten_all()?.to_vec1::<f32>()?)
+        Ok(self.lm_head.forward_as(&normed, Op::Linear)?.flatten_all()?.to_vec1::<f32>()?)
     }
 
     /// Every projection and lm_head, for a fault that changes how weights are read.

@@ -196,30 +196,17 @@ impl HookStack<'_> {
         &mut self,
         mut ask: impl FnMut(&mut dyn Hooks) -> Result<Option<Tensor>>,
     ) -> Result<Option<Tensor>> {
-        for h in self.hooks.iter_mut() {
-            if let Some(t) = ask(&mut **h)? {
-                return Ok(Some(t));
-            }
-        }
-        Ok(None)
+        self.hooks.iter_mut().find_map(|h| ask(&mut **h).transpose()).transpose()
     }
 }
 
 impl Hooks for HookStack<'_> {
     /// Every hook is asked (one that records steps counts them all); the first answer wins.
     fn resume(&mut self, ctx: &StepCtx) -> Result<Option<(usize, Tensor)>> {
-        let mut first = None;
-        for h in self.hooks.iter_mut() {
-            let r = h.resume(ctx)?;
-            first = first.or(r);
-        }
-        Ok(first)
+        self.hooks.iter_mut().try_fold(None, |first, h| Ok(first.or(h.resume(ctx)?)))
     }
-    fn edit(&mut self, ctx: &StepCtx, tap: Tap, mut t: Tensor) -> Result<Tensor> {
-        for h in self.hooks.iter_mut() {
-            t = h.edit(ctx, tap, t)?;
-        }
-        Ok(t)
+    fn edit(&mut self, ctx: &StepCtx, tap: Tap, t: Tensor) -> Result<Tensor> {
+        self.hooks.iter_mut().try_fold(t, |t, h| h.edit(ctx, tap, t))
     }
     fn observe(&mut self, ctx: &StepCtx, tap: Tap, t: &Tensor) -> Result<Option<Tensor>> {
         let mut seen: Option<Tensor> = None;
@@ -285,13 +272,10 @@ impl Hooks for HookStack<'_> {
         &mut self,
         ctx: &StepCtx,
         layer: usize,
-        mut k: Tensor,
-        mut v: Tensor,
+        k: Tensor,
+        v: Tensor,
         written_in: &[Phase],
     ) -> Result<(Tensor, Tensor)> {
-        for h in self.hooks.iter_mut() {
-            (k, v) = h.cache_read(ctx, layer, k, v, written_in)?;
-        }
-        Ok((k, v))
+        self.hooks.iter_mut().try_fold((k, v), |(k, v), h| h.cache_read(ctx, layer, k, v, written_in))
     }
 }

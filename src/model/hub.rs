@@ -38,16 +38,14 @@ pub fn resolve_in(arg: &Path, revision: &str, cache: &CacheDir) -> Result<PathBu
 /// ids like `gpt2`) is not taken as an id: it reads as a folder name, and a missing folder is
 /// the clearer message there.
 pub fn is_repo_id(s: &str) -> bool {
-    let part = |p: &str| {
-        !p.is_empty()
-            && !p.starts_with('.')
-            && p.len() <= 96 // huggingface_hub validate_repo_id: at most 96 characters
-            && p.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
-    };
-    match s.split_once('/') {
-        Some((org, name)) => part(org) && part(name) && !name.ends_with(".gguf"),
-        None => false,
-    }
+    // huggingface_hub validate_repo_id: at most 96 characters.
+    let part = |p: &str| p.len() <= 96 && is_name_part(p);
+    s.split_once('/').is_some_and(|(org, name)| part(org) && part(name) && !name.ends_with(".gguf"))
+}
+
+/// One part of an id or a ref name: letters, digits, `-`, `_`, `.`, not empty nor starting with `.`.
+fn is_name_part(p: &str) -> bool {
+    !p.is_empty() && !p.starts_with('.') && p.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
 }
 
 /// The hub cache directory and which setting chose it (named in messages).
@@ -88,12 +86,7 @@ fn is_commit_sha(s: &str) -> bool {
 /// none empty or starting with `.` (so never `..`, never absolute), at most 256 bytes. It names a
 /// file under `refs/` (huggingface_hub keeps `refs/pr/1` as that path), so it must never leave it.
 fn is_ref_name(s: &str) -> bool {
-    s.len() <= MAX_REF
-        && s.split('/').all(|p| {
-            !p.is_empty()
-                && !p.starts_with('.')
-                && p.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
-        })
+    s.len() <= MAX_REF && s.split('/').all(is_name_part)
 }
 
 /// The longest ref name, and the most of a ref file read or echoed.

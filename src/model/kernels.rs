@@ -78,10 +78,8 @@ pub fn linear(
 pub fn linears(x: &Tensor, ps: &[Proj]) -> candle_core::Result<Vec<Tensor>> {
     let x = f32_rows(x)?.contiguous()?;
     let (t, k) = x.dims2()?;
-    let ws = ps
-        .iter()
-        .map(|p| if p.w.is_contiguous() { Ok(p.w.clone()) } else { p.w.contiguous() })
-        .collect::<candle_core::Result<Vec<_>>>()?;
+    // candle's `contiguous` is a clone of a contiguous tensor: no copy.
+    let ws = ps.iter().map(|p| p.w.contiguous()).collect::<candle_core::Result<Vec<_>>>()?;
     let mut ns = Vec::with_capacity(ws.len());
     for w in &ws {
         let (n, k2) = w.dims2()?;

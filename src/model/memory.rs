@@ -200,12 +200,8 @@ pub fn estimate(cfg: &ModelConfig, inputs: &InputSet, taps: &TapSelection, held:
     let steps = inputs.decode.steps() as u64;
     let positions = Bytes::new(prompt).plus(Bytes::new(steps));
     // Prefill phases: (tokens, keys visible) per chunk.
-    let mut phases: Vec<(u64, u64)> = Vec::new();
-    let mut seen = 0u64;
-    for (_, r) in inputs.prefill_phases() {
-        seen += r.len() as u64;
-        phases.push((r.len() as u64, seen));
-    }
+    let phases: Vec<(u64, u64)> =
+        inputs.prefill_phases().into_iter().map(|(_, r)| (r.len() as u64, r.end as u64)).collect();
     let (t_max, s_max) = phases.iter().copied().max_by_key(|&(t, s)| t.saturating_mul(s)).unwrap_or((1, 1));
     let widest =
         activations(cfg, t_max, s_max).get().max(activations(cfg, 1, prompt.saturating_add(steps)).get());

@@ -401,13 +401,8 @@ pub fn preset_config(name: &str) -> Result<ModelConfig> {
 /// Per-tensor seeded normal draws: each tensor's stream depends only on (seed, name), so
 /// adding or removing a tensor leaves the others unchanged.
 fn normal(seed: u64, name: &str, n: usize, mean: f32, std: f32) -> Vec<f32> {
-    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed ^ xxhash_rust::xxh3::xxh3_64(name.as_bytes()));
-    (0..n)
-        .map(|_| {
-            let z: f32 = StandardNormal.sample(&mut rng);
-            mean + std * z
-        })
-        .collect()
+    let rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed ^ xxhash_rust::xxh3::xxh3_64(name.as_bytes()));
+    StandardNormal.sample_iter(rng).take(n).map(|z: f32| mean + std * z).collect()
 }
 
 fn synth_weights(cfg: &ModelConfig, spec: &SynthSpec) -> Result<BTreeMap<String, Tensor>> {

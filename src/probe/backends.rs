@@ -13,20 +13,10 @@ use crate::error::{Error, Result};
 use crate::fault::expected::Realization;
 use crate::fault::Fault;
 use crate::inputs::{DecodeSpec, InputSet};
-use crate::model::run::RunRecord;
 use crate::model::{Checkpoint, Decoder};
 use crate::report::{BackendStatus, InputInfo};
 use crate::tap::TapSelection;
 use std::sync::Arc;
-
-fn status_of(record: &RunRecord, error: Option<&Error>) -> BackendStatus {
-    match error {
-        None => BackendStatus::Ok,
-        Some(e) => {
-            BackendStatus::Stopped { after: record.phases.last().map(|(p, _, _)| *p), error: e.to_string() }
-        }
-    }
-}
 
 /// How [`run_backends`] gets each backend: [`crate::backend::make_backend`], or a caller's own
 /// (the suite keeps one device open across probes instead of reopening it per probe).
@@ -159,7 +149,10 @@ fn run_backend(
     }
     Ok(BackendOutput {
         spec: spec.clone(),
-        status: status_of(&record, error.as_ref()),
+        status: error.as_ref().map_or(BackendStatus::Ok, |e| BackendStatus::Stopped {
+            after: record.phases.last().map(|(p, _, _)| *p),
+            error: e.to_string(),
+        }),
         label,
         capabilities,
         capture,

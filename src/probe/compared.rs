@@ -34,11 +34,9 @@ pub fn compare_runs(p: &Prepared, runs: &Runs, out: &mut Vec<Compared>) -> Resul
     let workers = p.spill.as_ref().map_or(1, |s| s.workers);
     let settings = |view, selection| Settings {
         view,
-        thresholds: &p.thresholds,
         selection: Some(selection),
         workers,
-        beyond: None,
-        shards: None,
+        ..Settings::new(&p.thresholds)
     };
     let unbounded = p.thresholds.unbounded();
     for b in &runs.backends {

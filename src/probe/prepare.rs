@@ -252,10 +252,8 @@ pub fn register_inputs(
     if let Some(t) = &probe.inputs.tokenizer {
         outs.input("the tokenizer", t);
     }
-    if let Some(sw) = &probe.sweep {
-        for ck in &sw.checkpoints {
-            outs.checkpoint("a [sweep] checkpoint", ck);
-        }
+    for ck in probe.sweep.iter().flat_map(|s| &s.checkpoints) {
+        outs.checkpoint("a [sweep] checkpoint", ck);
     }
     for b in probe.backends.iter().chain(backends) {
         for (what, p) in [("input", &b.path), ("name map", &b.map), ("HEF", &b.hef)] {

@@ -170,10 +170,7 @@ pub struct InputsSpec {
 impl InputsSpec {
     /// The tokenizer of a text prompt: the one named, the checkpoint's, or the synth one.
     fn tokenizer(&self, ckpt: &Checkpoint) -> Result<Tokenizer> {
-        match &self.tokenizer {
-            Some(p) => Tokenizer::load(p),
-            None => Tokenizer::for_checkpoint(ckpt),
-        }
+        self.tokenizer.as_ref().map_or_else(|| Tokenizer::for_checkpoint(ckpt), |p| Tokenizer::load(p))
     }
 
     /// The InputSet these inputs state (the command line's prompt flags build the same spec).
@@ -249,9 +246,7 @@ impl ThresholdsSpec {
             rule.origin = format!("[thresholds.taps] `{glob}`");
             t.rules.push(rule);
         }
-        if let Some(p) = self.policy {
-            t.policy = p;
-        }
+        t.policy = self.policy.unwrap_or(t.policy);
         if let Some(m) = self.flip_margin {
             if !(m.is_finite() && m >= 0.0) {
                 return Err(Error::usage(format!(
@@ -389,15 +384,9 @@ impl Probe {
         };
         let is_id =
             |x: &Path| x.to_str().is_some_and(crate::model::hub::is_repo_id) && !base.join(x).exists();
-        if let Some(p) = self.checkpoint.path.as_mut().filter(|p| !is_id(p)) {
-            rel(p);
-        }
-        for c in self.sweep.iter_mut().flat_map(|s| &mut s.checkpoints) {
-            rel(c);
-        }
-        if let Some(t) = self.inputs.tokenizer.as_mut() {
-            rel(t);
-        }
+        let checkpoint = self.checkpoint.path.as_mut().filter(|p| !is_id(p));
+        let sweep = self.sweep.iter_mut().flat_map(|s| &mut s.checkpoints);
+        checkpoint.into_iter().chain(sweep).chain(self.inputs.tokenizer.as_mut()).for_each(rel);
         for b in &mut self.backends {
             b.relative_to(base);
         }

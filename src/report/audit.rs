@@ -5,7 +5,7 @@ use serde_json::Value;
 
 use super::doc::{Doc, Table, Text};
 use super::document::{Document, Format};
-use crate::hef::audit::{AuditReport, CacheRow, GroupReport, LayerRow, QuantRow};
+use crate::hef::audit::{AuditReport, GroupReport, LayerRow, QuantRow};
 use crate::hef::diff::{value_text, Difference};
 use crate::hef::finding::{Finding, Severity};
 
@@ -135,26 +135,22 @@ fn group_section(doc: &mut Doc, g: &GroupReport) {
     doc.table(t);
 }
 
-fn cache_rows(t: &mut Table, group: &str, caches: &[CacheRow]) {
-    for c in caches {
-        t.row([
-            group.to_string(),
-            c.cache_id.to_string(),
-            c.side.to_string(),
-            c.name.clone(),
-            shape(c.shape),
-            c.entry_bytes.to_string(),
-            c.order.clone(),
-            c.dtype.clone(),
-        ]);
-    }
-}
-
 fn cache_section(doc: &mut Doc, r: &AuditReport) {
     let mut t =
         Table::new(["group", "id", "side", "name", "shape", "entry bytes", "order", "dtype"]).padded();
     for g in &r.groups {
-        cache_rows(&mut t, &g.name, &g.caches);
+        for c in &g.caches {
+            t.row([
+                g.name.clone(),
+                c.cache_id.to_string(),
+                c.side.to_string(),
+                c.name.clone(),
+                shape(c.shape),
+                c.entry_bytes.to_string(),
+                c.order.clone(),
+                c.dtype.clone(),
+            ]);
+        }
     }
     if t.rows.is_empty() {
         return;

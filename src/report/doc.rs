@@ -470,10 +470,7 @@ fn markdown_blocks(blocks: &[Block], o: &mut String) {
 /// Path of `target` relative to the folder `from` is in (for Markdown links).
 pub fn relative_to(target: &Path, from: Option<&Path>) -> String {
     let dir = from.and_then(Path::parent).unwrap_or(Path::new(""));
-    match target.strip_prefix(dir) {
-        Ok(rel) => rel.display().to_string(),
-        Err(_) => target.display().to_string(),
-    }
+    target.strip_prefix(dir).unwrap_or(target).display().to_string()
 }
 
 #[cfg(test)]

@@ -230,14 +230,8 @@ impl Report {
 
     /// The extra columns of `candidate`'s taps table: its local view, its float figures.
     pub fn beside(&self, candidate: &str) -> Vec<(&'static str, &PairComparison)> {
-        let mut v = Vec::new();
-        if let Some(l) = self.local_of(candidate) {
-            v.push(("local cosine", l));
-        }
-        if let Some(e) = self.expected_of(candidate) {
-            v.push(("expected cosine", e));
-        }
-        v
+        let local = self.local_of(candidate).map(|l| ("local cosine", l));
+        local.into_iter().chain(self.expected_of(candidate).map(|e| ("expected cosine", e))).collect()
     }
 
     pub fn cumulative(&self) -> impl Iterator<Item = (usize, &PairComparison)> {

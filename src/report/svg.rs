@@ -56,13 +56,13 @@ pub fn write(report: &Report, prefix: &Path) -> Result<Vec<String>> {
 /// PATH ending in `.svg` is that file, the heads plots beside it (`r.svg`, `r-heads-*.svg`);
 /// any other PATH is a prefix (`reports/NAME`: `NAME-layers.svg`, `NAME-heads-*.svg`).
 pub fn layers_path(prefix: &Path) -> (PathBuf, String) {
-    let stem = |p: &Path| p.file_stem().map(|n| n.to_string_lossy().to_string());
+    let name = |n: Option<&std::ffi::OsStr>| {
+        n.map_or_else(|| "hefprobe".into(), |n| n.to_string_lossy().to_string())
+    };
     if prefix.extension().is_some_and(|e| e.eq_ignore_ascii_case("svg")) {
-        let name = stem(prefix).unwrap_or_else(|| "hefprobe".into());
-        return (prefix.to_path_buf(), name);
+        return (prefix.to_path_buf(), name(prefix.file_stem()));
     }
-    let name =
-        prefix.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_else(|| "hefprobe".into());
+    let name = name(prefix.file_name());
     (prefix.with_file_name(format!("{name}-layers.svg")), name)
 }
 

@@ -8,11 +8,6 @@ use crate::compare::{PairComparison, TapRow};
 use crate::explain::{AttributionRow, ExplainRow};
 use crate::tap::Phase;
 
-/// A name as code, unless it is the "-" of a missing one.
-fn code_or_dash(s: String) -> Cell {
-    Cell::from(if s == "-" { Text::from(s) } else { Text::code(s) })
-}
-
 /// One row per tap (its worst phase), with a cosine column per comparison `beside` (a local
 /// view, the float reference) at the same tap and phase, and for a device whether its figure
 /// was measured there or can only be inferred.
@@ -69,7 +64,7 @@ pub fn phases(pair: &PairComparison) -> Table {
         let tone = if first.is_some() { Tone::Bad } else { Tone::Plain };
         t.row([
             phase.to_string().into(),
-            code_or_dash(first.map_or("-".to_string(), |r| r.tap.to_string())).tone(tone),
+            first.map_or(Cell::from("-"), |r| Cell::from(Text::code(r.tap.to_string()))).tone(tone),
             row_cos(logits).into(),
             l.map_or("-".into(), |l| pct(l.argmax_agreement)).into(),
             l.map_or("-".into(), |l| num(l.kl_mean)).into(),

@@ -56,10 +56,7 @@ pub fn band(what: &str, b: &Band) -> Result<()> {
     value(&what, "kl", b.kl, 0.0, f64::MAX, "a KL width")?;
     value(&what, "argmax", b.argmax, 0.0, 1.0, "an agreement width")?;
     value(&what, "sqnr_db", b.sqnr_db, 0.0, 1e4, "an SQNR width in dB")?;
-    if let Some(n) = b.noise_sqnr_db {
-        value(&what, "noise_sqnr_db", n, -1e4, 1e4, "an SQNR in dB")?;
-    }
-    Ok(())
+    b.noise_sqnr_db.map_or(Ok(()), |n| value(&what, "noise_sqnr_db", n, -1e4, 1e4, "an SQNR in dB"))
 }
 
 /// A duration in seconds.

@@ -93,15 +93,6 @@ impl Figure {
             value - base
         }
     }
-
-    /// The worse of two values.
-    fn worst(self, a: f64, b: f64) -> f64 {
-        if self.worse_by(a, b) > 0.0 {
-            a
-        } else {
-            b
-        }
-    }
 }
 
 impl Figures {
@@ -109,7 +100,7 @@ impl Figures {
     fn widen(&mut self, other: &Figures) {
         for f in Figure::ALL {
             let merged = match (f.get(self), f.get(other)) {
-                (Some(a), Some(b)) => Some(f.worst(a, b)),
+                (Some(a), Some(b)) => Some(if f.worse_by(a, b) > 0.0 { a } else { b }),
                 (a, b) => a.or(b),
             };
             *f.slot(self) = merged;
@@ -219,10 +210,8 @@ impl Band {
     /// run-to-run level takes from it — error powers add, so SQNR falls by
     /// 10·log10(1 + 10^((base − noise)/10)) dB.
     pub fn sqnr_for(&self, base: f64) -> f64 {
-        match self.noise_sqnr_db {
-            Some(n) => self.sqnr_db.max(10.0 * (1.0 + 10f64.powf((base - n) / 10.0)).log10()),
-            None => self.sqnr_db,
-        }
+        let widened = |n: f64| self.sqnr_db.max(10.0 * (1.0 + 10f64.powf((base - n) / 10.0)).log10());
+        self.noise_sqnr_db.map_or(self.sqnr_db, widened)
     }
 
     pub fn of(&self, figure: Figure, base: f64) -> f64 {

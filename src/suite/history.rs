@@ -311,8 +311,7 @@ fn runs_of(history: &[HistoryLine], id: u32) -> Vec<(&str, String, FindingStatus
 
 /// `hefprobe trend --finding N`: the finding's status per run, each change marked; None when
 /// the history never judged it.
-pub fn trend_doc(history: &[HistoryLine], id: u32) -> Option<crate::report::doc::Doc> {
-    use crate::report::doc::{Doc, Table};
+pub fn trend_doc(history: &[HistoryLine], id: u32) -> Option<Doc> {
     let runs = runs_of(history, id);
     if runs.is_empty() {
         return None;
@@ -333,8 +332,7 @@ pub fn trend_doc(history: &[HistoryLine], id: u32) -> Option<crate::report::doc:
 }
 
 /// The same as a plot: 1 reproduces, 0.5 changed, 0 fixed, one line per pair.
-pub fn trend_plot(history: &[HistoryLine], id: u32) -> crate::report::band::BandPlot {
-    use crate::report::band::{BandPlot, BandSeries};
+pub fn trend_plot(history: &[HistoryLine], id: u32) -> BandPlot {
     let runs = runs_of(history, id);
     let dates: BTreeSet<&str> = runs.iter().map(|r| r.0).collect();
     let mut series: Vec<BandSeries> = Vec::new();

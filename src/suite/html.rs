@@ -3,7 +3,7 @@
 //! per phase with the accepted band. No script, no stylesheet or font from elsewhere: it opens
 //! offline, from a CI artifact. The markup is well-formed XML, so a test parses it whole.
 
-use super::figures::{tap_order, Figure};
+use super::figures::{first_seen, tap_order, Figure};
 use super::result::{PairResult, Status, SuiteResult};
 use super::summary::{band_sentence, counts_sentence, devices, show, status_word, verdict_text, why};
 use crate::error::{Error, Result};
@@ -50,10 +50,7 @@ struct Failing {
 }
 
 fn figure_rows(p: &PairResult) -> Vec<FigureRow> {
-    let mut taps: Vec<&String> = p.series.iter().map(|s| &s.tap).collect();
-    taps.extend(p.regressions.iter().map(|r| &r.tap));
-    taps.sort();
-    taps.dedup();
+    let taps = first_seen(p.series.iter().map(|s| &s.tap).chain(p.regressions.iter().map(|r| &r.tap)));
     let mut rows = Vec::new();
     for tap in tap_order(taps) {
         let Some(now) = p.figures.get(tap) else { continue };
@@ -62,10 +59,7 @@ fn figure_rows(p: &PairResult) -> Vec<FigureRow> {
             let Some(v) = f.get(now) else { continue };
             let b = base.and_then(|b| f.get(b));
             let regressed = p.regressions.iter().any(|r| &r.tap == tap && r.figure == f);
-            let band = match (p.band, b) {
-                (Some(band), Some(b)) => num(band.of(f, b)),
-                _ => "-".into(),
-            };
+            let band = p.band.zip(b).map_or("-".into(), |(band, b)| num(band.of(f, b)));
             rows.push(FigureRow {
                 tap: tap.clone(),
                 figure: f.title(),

@@ -89,24 +89,17 @@ fn testcase(o: &mut String, p: &PairResult) {
 /// The figures behind a verdict, one per line, for the failure's body.
 fn details(p: &PairResult) -> String {
     let mut lines = vec![format!("{} × {}: {}", p.probe, p.target, p.status.name())];
-    if let Some(f) = &p.probe_file {
-        lines.push(format!("probe file: {f}"));
-    }
-    for r in &p.regressions {
-        lines.push(format!("regression: {}", super::summary::regression_sentence(r)));
-    }
-    if let Some(g) = &p.gate {
-        lines.push(format!(
+    lines.extend(p.probe_file.as_ref().map(|f| format!("probe file: {f}")));
+    let regressions = p.regressions.iter().map(super::summary::regression_sentence);
+    lines.extend(regressions.map(|r| format!("regression: {r}")));
+    lines.extend(p.gate.as_ref().map(|g| {
+        format!(
             "gate: {} runs, logits cosine ≥ {}, argmax agreement {}, max |Δ| {}",
             g.runs, g.cosine, g.argmax, g.max_abs
-        ));
-    }
-    if let Some(d) = &p.device {
-        lines.push(format!("device: {}", device_line(d)));
-    }
-    if let Some(r) = &p.hef_revision {
-        lines.push(format!("HEF revision: {r}"));
-    }
+        )
+    }));
+    lines.extend(p.device.as_ref().map(|d| format!("device: {}", device_line(d))));
+    lines.extend(p.hef_revision.as_ref().map(|r| format!("HEF revision: {r}")));
     lines.join("\n")
 }
 

@@ -160,11 +160,7 @@ fn empty_result(suite: &Suite, opts: &SuiteOptions, keys: &[(String, String)]) -
         gate: suite.gate,
         floors: suite.floors,
         baseline: opts.baseline.as_ref().map(|p| p.display().to_string()),
-        counts: Counts::default(),
-        timing: Timing::default(),
-        pairs: Vec::new(),
-        unfinished: Vec::new(),
-        findings: Vec::new(),
+        ..SuiteResult::default()
     }
 }
 
@@ -235,11 +231,7 @@ fn evaluate(pair: &mut PairResult, compared: &Compared, band: &Band, baseline: O
     let accepted = baseline.is_some_and(|b| b.is_known(&pair.probe, &pair.target));
     pair.status = Status::judged(cmp.passed(), accepted, !regs.is_empty());
     let mut taps = vec!["logits".to_string()];
-    if let Some(l) = &located {
-        if !l.tap.is(crate::tap::Tap::Logits) {
-            taps.push(l.tap.to_string());
-        }
-    }
+    taps.extend(located.as_ref().filter(|l| !l.tap.is(crate::tap::Tap::Logits)).map(|l| l.tap.to_string()));
     pair.series = taps.iter().filter_map(|t| phase_series(cmp, t)).collect();
     pair.first_drift = located.as_ref().map(|l| l.tap.to_string());
     // The bound a reader looks for first: a figure's, before the row sums said in words.
@@ -515,9 +507,7 @@ fn explain_confirmed(
         let watch = ctx.opts.clock.start();
         let mut spec: ExplainSpec = probe.explain.clone().unwrap_or_default();
         spec.observed = Some(target);
-        if let Some(f) = &settings.faults {
-            spec.faults = Some(f.clone());
-        }
+        spec.faults = settings.faults.clone().or(spec.faults);
         match explain_stage(&run.p, &run.runs, &run.compared, Some(&spec)) {
             Ok(e) => {
                 pairs[i].best_explanation = e.as_ref().and_then(|e| e.report.best.clone());

@@ -96,10 +96,7 @@ impl Shard {
         if get("HEFPROBE_SHARD_TOTAL").as_deref().map(str::trim) == Some("0") {
             return Err(Error::usage("HEFPROBE_SHARD_TOTAL=0: give the number of shards, at least 1"));
         }
-        match flag {
-            Some(s) => Ok(Some(s)),
-            None => Shard::from_env(get, total),
-        }
+        flag.map_or_else(|| Shard::from_env(get, total), |s| Ok(Some(s)))
     }
 
     /// Which of `keys` (probe, target) this shard takes, as a mask in `keys`' order.

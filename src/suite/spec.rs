@@ -365,10 +365,7 @@ impl Suite {
         let what = self.file.as_ref().map_or_else(|| "the command line".into(), |f| f.display().to_string());
         for c in &self.findings {
             let Some(probe) = self.probes.iter().find(|p| p.name == c.probe) else { continue };
-            let own = match checkpoint {
-                Some(r) => Ok(r.clone()),
-                None => probe.checkpoint.to_ref(),
-            };
+            let own = checkpoint.cloned().map_or_else(|| probe.checkpoint.to_ref(), Ok);
             let named: Vec<&Target> = self
                 .targets
                 .iter()

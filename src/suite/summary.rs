@@ -102,52 +102,36 @@ pub fn why(p: &PairResult) -> String {
         Status::Known => {
             parts.push("beyond its thresholds, accepted as known by name, and no worse than its baseline".into())
         }
-        Status::Unstable => {
-            if let Some(g) = &p.gate {
-                parts.push(format!(
-                    "the device disagrees with itself: over {} runs of the same inputs, logits cosine down to {} and \
-                     argmax agreement {} between runs (max |Δ logit| {}{}); not compared",
-                    g.runs,
-                    cos(Some(g.cosine)),
-                    pct(g.argmax),
-                    num(g.max_abs),
-                    g.worst_key.as_ref().map(|k| format!(" at {k}")).unwrap_or_default()
-                ));
-            }
-        }
+        Status::Unstable => parts.extend(p.gate.as_ref().map(|g| {
+            format!(
+                "the device disagrees with itself: over {} runs of the same inputs, logits cosine down to {} and \
+                 argmax agreement {} between runs (max |Δ logit| {}{}); not compared",
+                g.runs,
+                cos(Some(g.cosine)),
+                pct(g.argmax),
+                num(g.max_abs),
+                g.worst_key.as_ref().map(|k| format!(" at {k}")).unwrap_or_default()
+            )
+        })),
         Status::Flaky => parts.push(format!(
             "failed the first run ({}), passed the re-run",
             p.first_run.as_deref().unwrap_or("?")
         )),
         Status::Pass if p.baseline.is_none() => parts.push("within thresholds (no baseline yet)".into()),
         Status::Pass => parts.push("within thresholds and its baseline".into()),
-        Status::Error => {
-            if let Some(e) = &p.error {
-                parts.push(e.message.clone());
-            }
-        }
+        Status::Error => parts.extend(p.error.as_ref().map(|e| e.message.clone())),
         Status::Skipped => parts.push(p.note.clone().unwrap_or_else(|| "skipped".into())),
     }
-    if let Some(n) = p.note.as_ref().filter(|_| p.status != Status::Skipped) {
-        parts.push(n.clone());
-    }
-    if p.status != Status::Flaky {
-        if let Some(l) = &p.located {
-            parts.push(l.clone());
-        }
-    }
-    if let Some(e) = &p.explanation {
-        parts.push(e.clone());
-    }
-    if matches!(p.status, Status::Regressed | Status::Failed) {
-        if let Some(f) = &p.first_run {
-            // The first run's words, only where the re-run said otherwise.
-            let said = f.split_once(": ").map_or(f.as_str(), |(_, s)| s);
-            if parts.iter().any(|x| x.contains(said)) {
-                parts.push("confirmed by a re-run".into());
-            } else {
-                parts.push(format!("confirmed by a re-run (first run: {f})"));
-            }
+    parts.extend(p.note.clone().filter(|_| p.status != Status::Skipped));
+    parts.extend(p.located.clone().filter(|_| p.status != Status::Flaky));
+    parts.extend(p.explanation.clone());
+    if let Some(f) = p.first_run.as_ref().filter(|_| matches!(p.status, Status::Regressed | Status::Failed)) {
+        // The first run's words, only where the re-run said otherwise.
+        let said = f.split_once(": ").map_or(f.as_str(), |(_, s)| s);
+        if parts.iter().any(|x| x.contains(said)) {
+            parts.push("confirmed by a re-run".into());
+        } else {
+            parts.push(format!("confirmed by a re-run (first run: {f})"));
         }
     }
     parts.join(". ")

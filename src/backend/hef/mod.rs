@@ -256,7 +256,7 @@ impl HefBackend {
     /// chunk that cuts it as the frames do (e.g. a prompt shorter than both) is the same run.
     fn other_cut(&self, inputs: &InputSet) -> Option<(usize, usize)> {
         let p = self.driver.prefill_tokens();
-        let cut = |c| crate::device::frames::chunks(inputs.prompt.len(), c);
+        let cut = |c| crate::inputs::chunks(inputs.prompt.len(), c);
         inputs.chunk.filter(|&c| c != p && cut(c) != cut(p)).map(|c| (c, p))
     }
 
@@ -495,7 +495,7 @@ impl Backend for HefBackend {
         let mut full = 0;
         if !(tbt && prompt == 1) {
             let mut end = 0usize;
-            for c in crate::device::frames::chunks(prompt, p) {
+            for c in crate::inputs::chunks(prompt, p) {
                 end = end.saturating_add(c);
                 full += usize::from(end > kv);
             }
@@ -518,7 +518,7 @@ impl Backend for HefBackend {
     /// prefill_input_tokens_count rows), and the note that says so. `None` when the cuts agree.
     fn follow_inputs(&self, inputs: &InputSet) -> Option<(InputSet, String)> {
         let (c, p) = self.other_cut(inputs)?;
-        let cut = |c| crate::device::frames::chunks(inputs.prompt.len(), c);
+        let cut = |c| crate::inputs::chunks(inputs.prompt.len(), c);
         let followed = InputSet { chunk: Some(p), ..inputs.clone() };
         let note = format!(
             "backend `{}`: the probe prefills in chunks of {c}, the HEF in frames of {p} rows \

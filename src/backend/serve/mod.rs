@@ -22,7 +22,7 @@ pub use super::spec::Api;
 pub use http::Endpoint;
 pub use server::{Prompt, Server, SEED};
 
-use super::runner::{Backend, Capabilities, Ran};
+use super::runner::{Backend, Ran};
 use crate::capture::{Store, TapSink};
 use crate::error::{Error, Result};
 use crate::inputs::InputSet;
@@ -139,10 +139,6 @@ impl ServeBackend {
 impl Backend for ServeBackend {
     fn name(&self) -> &str {
         &self.name
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        Capabilities { all_taps: false, overrides: false, fed: false }
     }
 
     fn notes(&self) -> Vec<String> {

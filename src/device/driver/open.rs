@@ -88,10 +88,7 @@ impl LlmDriver {
         };
         let l = self.pre.theta.len();
         // A base-scope group's mask covers its own frame, not a cache (build_mask(SEQ, n, SEQ)).
-        let (p, kv) = match &self.base {
-            Some(b) => (b.frame, b.frame),
-            None => (self.pre.p, pp.kv_cache_size as usize),
-        };
+        let (p, kv) = (self.prefill_tokens(), self.kv_cache_size());
         for (g, t) in [(Some(&self.prefill), p), (self.tbt.as_ref(), 1)] {
             let Some(g) = g else { continue };
             let n = &g.names;

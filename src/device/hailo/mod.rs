@@ -283,10 +283,6 @@ impl Device for HailoDevice {
         }
     }
 
-    fn network_groups(&self) -> Vec<String> {
-        self.groups.clone()
-    }
-
     fn configure(&mut self, group: &str, float_inputs: &[String]) -> Result<Box<dyn ConfiguredModel>> {
         if !self.groups.iter().any(|g| g == group) {
             let hint = crate::tap::closest(group, self.groups.iter().map(String::as_str))

@@ -13,7 +13,7 @@ mod ring;
 mod trim;
 
 use self::core::{Core, Faults, Noise};
-use super::synth_hef::{sim_spec, Mistake, SimSpec, MAX_CALIBRATION_PROMPTS, MAX_CALIBRATION_TOKENS};
+use super::synth_hef::{Mistake, SimSpec, MAX_CALIBRATION_PROMPTS, MAX_CALIBRATION_TOKENS};
 use super::{configured_streams, ConfiguredModel, Device, DeviceFacts, SimProfile};
 use crate::error::{Error, Result};
 use crate::fault::catalog;
@@ -25,7 +25,6 @@ use crate::tap::Tap;
 use model::SimModel;
 use ring::Ring;
 use std::cell::RefCell;
-use std::path::Path;
 use std::rc::Rc;
 use std::sync::Arc;
 
@@ -38,19 +37,6 @@ pub struct SimDevice {
 }
 
 impl SimDevice {
-    pub fn open(path: &Path) -> Result<Self> {
-        let what = path.display().to_string();
-        let hef = Hef::read(path)?;
-        let spec = sim_spec(&hef, &what)?.ok_or_else(|| {
-            Error::input(
-                &what,
-                "is not a simulated HEF (no hefprobe-sim.json resource); a real HEF needs a Hailo device: \
-                 build with --features hailo on the device host",
-            )
-        })?;
-        Self::from_hef(hef, spec, what)
-    }
-
     /// [`SimDevice::from_hef`] as the Hailo-10H RPC client (`SimProfile::SimH10`) or a local
     /// device.
     pub fn with_profile(
@@ -62,10 +48,6 @@ impl SimDevice {
         let dev = Self::from_hef(hef, spec, what)?;
         dev.core.borrow_mut().profile = profile;
         Ok(dev)
-    }
-
-    pub fn profile(&self) -> SimProfile {
-        self.core.borrow().profile
     }
 
     pub fn from_hef(hef: impl Into<Arc<Hef>>, spec: SimSpec, what: String) -> Result<Self> {
@@ -160,14 +142,6 @@ impl SimDevice {
             })),
             checkpoint: ckpt,
         })
-    }
-
-    pub fn hef(&self) -> &Hef {
-        &self.hef
-    }
-
-    pub fn spec(&self) -> SimSpec {
-        self.core.borrow().spec.clone()
     }
 }
 
@@ -272,10 +246,6 @@ impl Device for SimDevice {
             simulator: Some(about),
             ..DeviceFacts::default()
         }
-    }
-
-    fn network_groups(&self) -> Vec<String> {
-        self.hef.groups.iter().map(|g| g.name.clone()).collect()
     }
 
     fn configure(&mut self, group: &str, float_inputs: &[String]) -> Result<Box<dyn ConfiguredModel>> {

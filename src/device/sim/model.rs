@@ -147,11 +147,7 @@ fn base_phase(core: &mut Core, allowed: &[Vec<bool>], embeddings: &[u8]) -> Phas
         _ => 0,
     };
     core.base_run = Some((real, step));
-    if step == 0 {
-        Phase::Prefill
-    } else {
-        Phase::Decode(step - 1)
-    }
+    step.checked_sub(1).map_or(Phase::Prefill, Phase::Decode)
 }
 
 /// An exposed output's float32 frame: every row of the frame, or its last when the output has

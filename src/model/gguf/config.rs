@@ -81,16 +81,6 @@ const KEYS: &[(&str, Rule)] = &[
     ("pooling_type", Rule::Harmless),
 ];
 
-/// Architectures read here (`general.architecture`), and the config class transformers picks.
-fn arch_of(name: &str) -> Option<Arch> {
-    match name {
-        "llama" => Some(Arch::Llama),
-        "qwen2" => Some(Arch::Qwen2),
-        "qwen3" => Some(Arch::Qwen3),
-        _ => None,
-    }
-}
-
 fn neutral(v: &Value, n: Neutral) -> bool {
     match n {
         Neutral::Never => false,
@@ -181,7 +171,9 @@ fn architecture(file: &GgufFile) -> Result<(String, Arch)> {
             Error::input(file.what("general.architecture"), "missing; every GGUF names its architecture")
         })?
         .to_string();
-    let mut arch = arch_of(&arch_name).ok_or_else(|| {
+    // The architectures read here (`general.architecture`): llama, qwen2 and qwen3, each the config
+    // class transformers picks; a Mistral file is a llama one (below).
+    let mut arch = Arch::from_name(&arch_name).filter(|&a| a != Arch::Mistral).ok_or_else(|| {
         Error::input(
             file.what("general.architecture"),
             format!("`{arch_name}` is not supported; hefprobe reads llama, qwen2 and qwen3 GGUF files"),
@@ -192,13 +184,13 @@ fn architecture(file: &GgufFile) -> Result<(String, Arch)> {
     if arch == Arch::Llama && file.string("general.name")? == Some("mistral") {
         arch = Arch::Mistral;
     }
-    if let Some(n) = file.uint("split.count")? {
-        if n > 1 {
-            return Err(Error::input(
-                file.what("split.count"),
-                format!("this is one part of a {n}-part split GGUF; merge the parts first (llama-gguf-split --merge)"),
-            ));
-        }
+    if let Some(n) = file.uint("split.count")?.filter(|&n| n > 1) {
+        return Err(Error::input(
+            file.what("split.count"),
+            format!(
+                "this is one part of a {n}-part split GGUF; merge the parts first (llama-gguf-split --merge)"
+            ),
+        ));
     }
     Ok((arch_name, arch))
 }

@@ -45,24 +45,15 @@ impl GgufFile {
         let declared = declared_tensors(&mut reader).map_err(|e| Error::io(path, e))?;
         // candle's header reader divides by `general.alignment` without checking it for zero;
         // a crafted header must be an input error, never a panic.
-        let content = match crate::error::contained(|| Content::read(&mut reader)) {
-            Some(Ok(c)) => c,
-            Some(Err(e)) => {
-                return Err(Error::input(
-                    path.display().to_string(),
-                    format!("not a readable GGUF file: {e}"),
-                ))
-            }
-            None => {
-                return Err(Error::input(
-                    path.display().to_string(),
-                    "malformed GGUF header (general.alignment must be a power of two)",
-                ))
-            }
-        };
+        let what = path.display().to_string();
+        let content = crate::error::contained(|| Content::read(&mut reader))
+            .ok_or_else(|| {
+                Error::input(&what, "malformed GGUF header (general.alignment must be a power of two)")
+            })?
+            .map_err(|e| Error::input(&what, format!("not a readable GGUF file: {e}")))?;
         if content.tensor_data_offset > len {
             return Err(Error::input(
-                path.display().to_string(),
+                what,
                 format!(
                     "tensor data starts at byte {} past the end of the file ({len} bytes)",
                     content.tensor_data_offset

@@ -5,8 +5,7 @@ use std::ops::Range;
 
 /// `t` as an f32 CPU tensor whose last dimension is contiguous (a copy only when needed).
 pub fn f32_rows(t: &Tensor) -> candle_core::Result<Tensor> {
-    let t =
-        if t.dtype() == candle_core::DType::F32 { t.clone() } else { t.to_dtype(candle_core::DType::F32)? };
+    let t = t.to_dtype(candle_core::DType::F32)?; // a clone when it already is (candle's to_dtype)
     let last_unit = t.layout().stride().last().is_none_or(|&s| s == 1);
     if last_unit {
         Ok(t)

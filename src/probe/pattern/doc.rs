@@ -110,14 +110,6 @@ impl Explained {
     }
 }
 
-fn verdict_cell(e: &Explained, j: &Judged) -> Cell {
-    let text = match j.verdict {
-        Verdict::Partly => format!("partly (misses {})", e.ids(&j.misses())),
-        v => v.name().to_string(),
-    };
-    Cell::from(text)
-}
-
 fn figures(e: &Explained, j: &Judged) -> String {
     j.results
         .iter()
@@ -142,7 +134,11 @@ fn ranked_table(e: &Explained, rows: &[Judged]) -> Table {
             Cell::from((i + 1).to_string()),
             Text::code(&j.label).into(),
             j.finding.map_or("-".into(), |f| f.to_string()).into(),
-            verdict_cell(e, j),
+            match j.verdict {
+                Verdict::Partly => format!("partly (misses {})", e.ids(&j.misses())),
+                v => v.name().to_string(),
+            }
+            .into(),
             figures(e, j).into(),
         ]);
     }
