@@ -262,6 +262,23 @@ fn run_writes_every_report_format() {
     assert!(d.join("r-layers.svg").is_file() && d.join("r-heads-device.svg").is_file());
 }
 
+/// An emulator's faults say what they did (a quantizer its weights, sites and clip rates), under
+/// the backend's name, as notes of the report.
+#[test]
+fn an_emulators_quantization_is_noted_in_the_report() {
+    let out = hefprobe()
+        .args(["run", "--no-explain"])
+        .arg(repo("probes/shared-softmax.toml"))
+        .args(["--fault", "quant:w8a16"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let note = "note: backend `emulator[quant:w8a16]`:";
+    assert!(text.contains(&format!("{note} weights int8, symmetric per output channel")), "{text}");
+    assert!(text.contains(&format!("{note} activations int16 affine per tensor at ")), "{text}");
+    assert!(text.contains("clip rate"), "{text}");
+}
+
 #[test]
 fn bad_inputs_exit_2_with_the_culprit_named() {
     let t = tempfile::tempdir().unwrap();

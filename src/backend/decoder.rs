@@ -53,11 +53,6 @@ impl DecoderBackend {
         self
     }
 
-    /// What the faults did during the last run (quantizer scales, clip rates).
-    pub fn notes(&self) -> Vec<String> {
-        self.faults.iter().flat_map(|f| f.notes()).collect()
-    }
-
     pub fn model(&self) -> &Arc<Decoder> {
         &self.model
     }
@@ -70,6 +65,11 @@ impl Backend for DecoderBackend {
 
     fn capabilities(&self) -> Capabilities {
         Capabilities { all_taps: true, overrides: true, fed: false }
+    }
+
+    /// What the faults did during the last run (quantizer scales, clip rates).
+    fn notes(&self) -> Vec<String> {
+        self.faults.iter().flat_map(|f| f.notes()).map(|n| format!("backend `{}`: {n}", self.name)).collect()
     }
 
     fn run(
