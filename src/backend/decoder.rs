@@ -69,7 +69,7 @@ impl Backend for DecoderBackend {
 
     /// What the faults did during the last run (quantizer scales, clip rates).
     fn notes(&self) -> Vec<String> {
-        self.faults.iter().flat_map(|f| f.notes()).map(|n| format!("backend `{}`: {n}", self.name)).collect()
+        self.faults.iter().flat_map(|f| f.notes()).collect()
     }
 
     fn run(

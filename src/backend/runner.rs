@@ -120,7 +120,8 @@ pub trait Backend {
         None
     }
     /// What the report should say about where this backend's figures come from (a HEF: which
-    /// outputs were measured, which taps only explain can infer).
+    /// outputs were measured, which taps only explain can infer); the report names the backend
+    /// before each.
     fn notes(&self) -> Vec<String> {
         Vec::new()
     }

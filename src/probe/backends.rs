@@ -147,6 +147,8 @@ fn run_backend(
         let run = run_to(backend.as_mut(), inputs, &taps, Some(reference), &places.local(&label))?;
         local = Some((taps, run.capture));
     }
+    // What the backend says of itself, under its name (after the runs: a quantizer's clip rates).
+    let notes = backend.notes().into_iter().map(|n| format!("backend `{label}`: {n}")).collect();
     Ok(BackendOutput {
         spec: spec.clone(),
         status: error.as_ref().map_or(BackendStatus::Ok, |e| BackendStatus::Stopped {
@@ -160,7 +162,7 @@ fn run_backend(
         error,
         reference: windowed,
         expected,
-        notes: backend.notes(),
+        notes,
         device: backend.device(),
         inputs: followed.map(|f| f.0),
         shards: backend.logits_shards(),

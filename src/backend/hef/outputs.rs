@@ -227,8 +227,8 @@ impl HefBackend {
         let logits: Vec<String> =
             outputs.iter().filter(|(_, _, t)| !t).map(|(_, o, _)| format!("`{}`", o.name)).collect();
         let mut note = match logits.is_empty() {
-            true => format!("backend `{}`: no logits (a graph cut before lm_head)", self.name),
-            false => format!("backend `{}`: logits from {}", self.name, logits.join(", ")),
+            true => "no logits (a graph cut before lm_head)".to_string(),
+            false => format!("logits from {}", logits.join(", ")),
         };
         if self.tap_outputs.is_empty() {
             note += "; no other output, so every per-layer figure is inferred (explain), none measured on the device";

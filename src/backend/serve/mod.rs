@@ -142,7 +142,7 @@ impl Backend for ServeBackend {
     }
 
     fn notes(&self) -> Vec<String> {
-        self.server.notes().into_iter().map(|n| format!("backend `{}`: {n}", self.name)).collect()
+        self.server.notes()
     }
 
     fn served(&mut self) -> Option<Served> {
