@@ -125,7 +125,7 @@ const SPECS: [Spec; Metric::ALL.len()] = {
             Range::Share,
             |r| logits(r)?.shards.iter().map(|s| s.argmax_agreement).reduce(f64::min),
         ),
-        // A served model's figures (compare::tokens, bounds on `tokens`, reads them): no tap row has them.
+        // A served model's figures, which compare::tokens reads (bounds on `tokens`): no tap row has them.
         (
             Agreement,
             Min,

@@ -198,6 +198,9 @@ mod tests {
         for p in ["gpt2", "./x", "../x/y", "/abs/x", "a/b/c", "a/", "/b", "a/x.gguf", "a b/c", ".a/b"] {
             assert!(!is_repo_id(p), "{p}");
         }
+        assert!(
+            is_repo_id(&format!("a/{}", "x".repeat(96))) && !is_repo_id(&format!("a/{}", "x".repeat(97)))
+        );
         assert!(is_commit_sha(&"0123456789abcdef".repeat(3)[..40]));
         assert!(!is_commit_sha("main"));
         for r in ["main", "v1.0", "refs/pr/1", "release_2"] {

@@ -258,6 +258,8 @@ fn keys_that_change_the_forward_pass_are_refused_by_name() {
         ("llama.attention.sliding_window", Value::U32(4), "sliding-window"),
         ("llama.mystery_knob", Value::U32(1), "refuses to guess"),
         ("general.architecture", Value::String("gemma2".into()), "not supported"),
+        // Mistral is one of `Arch`'s names, but a GGUF says it only through a llama file's name.
+        ("general.architecture", Value::String("mistral".into()), "not supported"),
     ] {
         write(&ckpt, "llama", GgmlDType::F32, &[(key, v)], &path);
         let e = load(&path).unwrap_err().to_string();
